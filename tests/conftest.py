@@ -1,0 +1,63 @@
+"""Shared fixtures: real torch_xla runs on the CPU, made once per session and reused.
+
+A real run costs seconds (XLA compiles on the CPU), so every test that needs one
+asks `example_run(...)`, which runs `tpuscope run` once per distinct command line
+per test session and hands back the run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SHARED = ROOT.parent / "shared" / "real_traces"
+
+
+def real_trace(relative: str) -> Path:
+    """A file from ../shared/real_traces, or skip the test when it is absent."""
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"real trace not available: {path}")
+    return path
+
+
+def tpuscope_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tpuscope", *args]
+
+
+def run_tpuscope(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                 timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PJRT_DEVICE", None) if env is None or "PJRT_DEVICE" not in env else None
+    return subprocess.run(tpuscope_cmd(*args), cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def session_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(scope="session")
+def example_run(session_store: Path):
+    """example_run("train_transformer.py", "--steps", "6") -> (run folder, CompletedProcess)."""
+    cache: dict[tuple[str, ...], tuple[Path, subprocess.CompletedProcess[str]]] = {}
+
+    def get(script: str, *args: str, tpuscope_args: tuple[str, ...] = ()) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        key = (script, *args, "|", *tpuscope_args)
+        if key not in cache:
+            name = f"t{len(cache)}-{Path(script).stem}"
+            proc = run_tpuscope("run", "--store", str(session_store), "--name", name, "--quiet",
+                                *tpuscope_args, "python", str(EXAMPLES / script), *args)
+            runs = sorted(p for p in session_store.iterdir() if p.name.startswith(f"{name}-"))
+            assert runs, f"no run folder made: {proc.stderr}"
+            cache[key] = (runs[-1], proc)
+        return cache[key]
+
+    return get

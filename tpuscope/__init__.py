@@ -1,0 +1,22 @@
+"""tpuscope: find recompiles, CPU fallbacks, shape churn and TensorCore underuse in XLA programs.
+
+The package root stays import-light: a profiled program imports tpuscope at start-up
+(through sitecustomize), so the public API is loaded on first use.
+"""
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "load_run", "profile"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "profile":
+        from tpuscope.profiling import profile
+
+        return profile
+    if name == "load_run":
+        from tpuscope.store import load_run
+
+        return load_run
+    raise AttributeError(name)

@@ -1,0 +1,3 @@
+from tpuscope.cli import main
+
+main()

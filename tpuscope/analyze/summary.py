@@ -1,0 +1,100 @@
+"""The headline figures of a run, computed from its tables (pure: DataFrames in, dict out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+NS_PER_S = 1e9
+NS_PER_MS = 1e6
+
+
+def judged(frame: pd.DataFrame, warmup: int) -> pd.DataFrame:
+    """Rows of steps past warm-up (each process counts its own steps)."""
+    if frame.empty or "step" not in frame:
+        return frame
+    return frame[frame["step"] >= warmup]
+
+
+def _percentile_ms(values: pd.Series, q: float) -> float | None:
+    return None if values.empty else float(values.quantile(q) / NS_PER_MS)
+
+
+def compile_causes(compiles: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
+    """Compiles grouped by (cause, user frame), most time first."""
+    if compiles.empty:
+        return []
+    frame = compiles.assign(
+        cause=compiles["cause"].fillna("(cause unknown)"), location=compiles["location"].fillna("")
+    )
+    grouped = frame.groupby(["cause", "location"], dropna=False).agg(
+        count=("duration_ns", "size"), seconds=("duration_ns", "sum"), first_step=("step", "min")
+    )
+    grouped["seconds"] = grouped["seconds"] / NS_PER_S
+    rows = grouped.reset_index().sort_values(["seconds", "count"], ascending=False).head(top)
+    return [
+        {**row, "location": row["location"] or None, "count": int(row["count"]),
+         "first_step": int(row["first_step"])}
+        for row in rows.to_dict("records")
+    ]
+
+
+def fallback_ops(fallbacks: pd.DataFrame, steps_judged: int, warmup: int) -> list[dict[str, Any]]:
+    """Per aten op that ran on the host: total count, steps it ran in, count per judged step."""
+    if fallbacks.empty:
+        return []
+    out = []
+    for op, rows in fallbacks.groupby("op"):
+        after = judged(rows, warmup)
+        locations = sorted({loc for loc in rows["location"].dropna() if loc})
+        out.append({
+            "op": op,
+            "count": int(rows["count"].sum()),
+            "steps": sorted(int(s) for s in rows["step"].unique()),
+            "per_step": float(after["count"].sum() / steps_judged) if steps_judged else 0.0,
+            "location": locations[0] if locations else None,
+        })
+    return sorted(out, key=lambda r: -r["count"])
+
+
+def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
+              fallbacks: pd.DataFrame) -> dict[str, Any]:
+    warmup = int(meta.get("warmup", 2))
+    after = judged(steps, warmup)
+    compiles_after = judged(compiles, warmup)
+    wall_after_ns = float(after["wall_ns"].sum()) if not after.empty else 0.0
+    compile_after_ns = float(compiles_after["duration_ns"].sum()) if not compiles_after.empty else 0.0
+    transfers = after["transfers_from_device"] if not after.empty else pd.Series(dtype=float)
+    start, end = meta.get("start_ns"), meta.get("end_ns")
+    return {
+        "run_id": meta.get("run_id"),
+        "name": meta.get("name"),
+        "command": meta.get("command"),
+        "status": meta.get("status"),
+        "exit_code": meta.get("exit_code"),
+        "backend": _first_process_value(meta, "backend"),
+        "device_kind": _first_process_value(meta, "device_kind"),
+        "processes": len(meta.get("processes", [])),
+        "warmup": warmup,
+        "duration_s": (end - start) / NS_PER_S if start and end else None,
+        "steps": int(len(steps)),
+        "steps_after_warmup": int(len(after)),
+        "step_time_p50_ms": _percentile_ms(after["wall_ns"], 0.5) if not after.empty else None,
+        "step_time_p90_ms": _percentile_ms(after["wall_ns"], 0.9) if not after.empty else None,
+        "compiles": int(len(compiles)),
+        "compiles_after_warmup": int(len(compiles_after)),
+        "compile_s": float(compiles["duration_ns"].sum() / NS_PER_S) if not compiles.empty else 0.0,
+        "compile_s_after_warmup": compile_after_ns / NS_PER_S,
+        "compile_share_after_warmup": compile_after_ns / wall_after_ns if wall_after_ns else 0.0,
+        "compile_causes": compile_causes(compiles),
+        "fallback_ops": fallback_ops(fallbacks, len(after), warmup),
+        "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
+    }
+
+
+def _first_process_value(meta: dict[str, Any], key: str) -> Any:
+    for proc in meta.get("processes", []):
+        if proc.get(key):
+            return proc[key]
+    return meta.get(key)

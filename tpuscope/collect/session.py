@@ -1,0 +1,168 @@
+"""Per-process collection session: buffers rows, flushes them every 2 s and at exit.
+
+One Session lives in every profiled process (the launcher's child, every spawned
+worker, every forked child). Backend collectors (xla, jax, tpu) only produce rows;
+the session owns durability: the flush thread, the exit and SIGTERM paths, fork
+safety and this process's meta file.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tpuscope.store.parts import PartWriter
+from tpuscope.store.runstore import write_json_atomic
+
+FLUSH_INTERVAL_S = 2.0
+
+
+def process_rank() -> int:
+    """The rank the launcher gave this process, from the usual env vars (0 if none)."""
+    for var in ("RANK", "PJRT_LOCAL_PROCESS_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK"):
+        value = os.environ.get(var)
+        if value and value.lstrip("-").isdigit():
+            return int(value)
+    return 0
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of what matters for reading a profile; absent packages are left out."""
+    from importlib import metadata
+
+    versions = {"python": sys.version.split()[0]}
+    for dist in ("tpuscope", "torch", "torch_xla", "jax", "jaxlib", "torch_tpu"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+class Session:
+    """Collects one process's rows into a run folder."""
+
+    def __init__(self, run_dir: str | Path, warmup: int = 2) -> None:
+        self.run_dir = Path(run_dir)
+        self.warmup = warmup
+        self.writer = PartWriter(self.run_dir)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.rank = process_rank()
+        self.proc_meta: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._prev_excepthook = sys.excepthook
+
+    # -- rows ------------------------------------------------------------------
+    def process_fields(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "rank": self.rank}
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.writer.append(table, {**self.process_fields(), **row})
+
+    def add_many(self, table: str, rows: list[dict[str, Any]]) -> None:
+        fields = self.process_fields()
+        self.writer.extend(table, [{**fields, **row} for row in rows])
+
+    def set_meta(self, **fields: Any) -> None:
+        self.proc_meta.update(fields)
+
+    # -- life cycle ------------------------------------------------------------
+    def start(self, install_handlers: bool = True) -> Session:
+        self.proc_meta = {
+            "host": self.host,
+            "pid": self.pid,
+            "rank": self.rank,
+            "argv": list(sys.argv),
+            "cwd": os.getcwd(),
+            "start_ns": time.time_ns(),
+            "status": "running",
+        }
+        self._write_proc_meta()
+        self._start_flusher()
+        if install_handlers:
+            atexit.register(self.close)
+            sys.excepthook = self._excepthook
+            self._chain_sigterm()
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=self._after_fork)
+        return self
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self._write_proc_meta()
+
+    def close(self, status: str | None = None, error: str | None = None) -> None:
+        """Final flush and meta; safe to call twice (atexit and an explicit stop)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if status or self.proc_meta.get("status") == "running":
+            self.proc_meta["status"] = status or "finished"
+        if error:
+            self.proc_meta["error"] = error
+        self.proc_meta["end_ns"] = time.time_ns()
+        self.proc_meta["versions"] = package_versions()
+        self.proc_meta["argv"] = list(sys.argv)
+        try:
+            self.flush()
+        except OSError as exc:
+            print(f"tpuscope: could not write the run to {self.run_dir}: {exc}", file=sys.stderr)
+
+    def _write_proc_meta(self) -> None:
+        write_json_atomic(self.run_dir / "procs" / f"{self.host}-{self.pid}.json", self.proc_meta)
+
+    def _start_flusher(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._flush_loop, name="tpuscope-flush", daemon=True)
+        self._thread.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(FLUSH_INTERVAL_S):
+            try:
+                self.flush()
+            except OSError as exc:
+                print(f"tpuscope: flush to {self.run_dir} failed: {exc}", file=sys.stderr)
+
+    def _excepthook(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+        last = traceback.extract_tb(tb)[-1] if tb else None
+        where = f" at {last.filename}:{last.lineno}" if last else ""
+        self.proc_meta["status"] = "exception"
+        self.proc_meta["error"] = f"{exc_type.__name__}: {exc}{where}"
+        self._prev_excepthook(exc_type, exc, tb)
+
+    def _chain_sigterm(self) -> None:
+        """On SIGTERM, flush before dying, if the program has no handler of its own."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            self.close(status="killed", error="SIGTERM")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _after_fork(self) -> None:
+        self.pid = os.getpid()
+        self.writer.reset_after_fork()
+        self._closed = False
+        self.start(install_handlers=False)
+        # multiprocessing's forked workers leave through os._exit, which skips atexit;
+        # its own finalizers still run, so close from there.
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:
+            mp_util.Finalize(None, self.close, exitpriority=100)

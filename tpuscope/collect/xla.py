@@ -1,0 +1,216 @@
+"""torch_xla collector: step boundaries, counter/metric deltas, compiles and fallbacks.
+
+Every step boundary in torch_xla 2.9 — `torch_xla.sync()`, `xm.mark_step()`,
+`xm.optimizer_step()`, `torch_xla.compile`, `xp.StepTrace`, `MpDeviceLoader` — goes
+through `torch_xla.sync`, which after the step marker calls `xm._run_step_closures()`.
+Wrapping that one function sees every step, after the graph was cut, and keeps
+tpuscope's own frame off the stack that PT_XLA_DEBUG inspects to name the cause
+(it looks at the two innermost Python frames of the step marker call).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tpuscope.collect.session import Session
+from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
+
+# Which public API asked for the step, by the name of a frame up the stack.
+_BOUNDARY_FRAMES = {
+    "optimizer_step": "optimizer_step",
+    "mark_step": "mark_step",
+    "_compile": "torch_xla.compile",
+    "__exit__": "StepTrace",
+    "next": "MpDeviceLoader",
+    "sync": "sync",
+}
+_HOST_TRANSFER = "TransferFromDeviceTime"
+_COMPILE_TIME = "CompileTime"
+_EXECUTE_TIME = "ExecuteTime"
+
+
+def _snapshot(xlac: Any) -> tuple[dict[str, int], dict[str, tuple[int, float, Any]]]:
+    counters = {name: xlac._xla_counter_value(name) for name in xlac._xla_counter_names()}
+    metrics = {name: xlac._xla_metric_data(name) for name in xlac._xla_metric_names()}
+    return counters, metrics
+
+
+def _boundary_name() -> str:
+    frame = sys._getframe(2)
+    name = "sync"
+    for _ in range(6):
+        if frame is None:
+            break
+        found = _BOUNDARY_FRAMES.get(frame.f_code.co_name)
+        if found and found != "sync":
+            return found
+        if found:
+            name = found
+        frame = frame.f_back
+    return name
+
+
+def _new_samples(data: Any, count: int) -> list[tuple[float, float]]:
+    """The last `count` (timestamp_s, value) samples of a metric, oldest first."""
+    if count <= 0 or data is None:
+        return []
+    samples = list(data[2]) if len(data) > 2 else []
+    return [(float(t), float(v)) for t, v in samples[-count:]]
+
+
+class XlaCollector:
+    """Turns each torch_xla step boundary into rows of the session's tables."""
+
+    def __init__(self, session: Session, debug_file: str | Path | None = None) -> None:
+        self.session = session
+        self.debug = DebugFileTail(Path(debug_file)) if debug_file else None
+        self.step = 0
+        self.compile_index = 0
+        self._xlac: Any = None
+        self._original: Any = None
+        self._prev: tuple[dict[str, int], dict[str, Any]] = ({}, {})
+        self._step_start = time.time_ns()
+        self._xm: Any = None
+
+    # -- install / uninstall -------------------------------------------------
+    def install(self) -> XlaCollector:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        self._xlac = torch_xla._XLAC
+        self._xm = xm
+        self._original = xm._run_step_closures
+        self._prev = _snapshot(self._xlac)
+        self._step_start = time.time_ns()
+        collector = self
+
+        def _run_step_closures(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return collector._original(*args, **kwargs)
+            finally:
+                collector.on_step_end(_boundary_name())
+
+        xm._run_step_closures = _run_step_closures
+        self.session.set_meta(backend="torch_xla", **self._device_meta())
+        return self
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            self._xm._run_step_closures = self._original
+            self._original = None
+
+    @staticmethod
+    def _device_meta() -> dict[str, Any]:
+        meta: dict[str, Any] = {"pjrt_device": os.environ.get("PJRT_DEVICE")}
+        try:
+            import torch_xla.runtime as xr
+
+            meta["device_kind"] = xr.device_type()
+            meta["device_count"] = xr.global_runtime_device_count()
+        except Exception as exc:  # device query failures must not break the user's run
+            meta["device_error"] = str(exc)
+        return meta
+
+    # -- per step --------------------------------------------------------------
+    def on_step_end(self, boundary: str) -> None:
+        now = time.time_ns()
+        counters, metrics = _snapshot(self._xlac)
+        prev_counters, prev_metrics = self._prev
+        counter_delta = {
+            n: v - prev_counters.get(n, 0) for n, v in counters.items() if v != prev_counters.get(n, 0)
+        }
+        metric_delta: dict[str, tuple[int, float]] = {}
+        for name, data in metrics.items():
+            old = prev_metrics.get(name)
+            count = data[0] - (old[0] if old else 0)
+            if count:
+                metric_delta[name] = (count, data[1] - (old[1] if old else 0.0))
+        if not self._has_work(counter_delta, metric_delta):
+            return  # an empty boundary (e.g. torch_xla.compile's leading sync): not a step
+        self._prev = (counters, metrics)
+        records, executions = self.debug.poll() if self.debug is not None else ([], [])
+        hashes = [e.graph_hash for e in executions if e.graph_hash]
+        self._emit_step(boundary, now, counter_delta, metric_delta, hashes)
+        new_compiles = metric_delta.get(_COMPILE_TIME, (0, 0.0))[0]
+        self._emit_compiles(now, records, _new_samples(metrics.get(_COMPILE_TIME), new_compiles))
+        self._step_start = now
+        self.step += 1
+
+    @staticmethod
+    def _has_work(counters: dict[str, int], metrics: dict[str, tuple[int, float]]) -> bool:
+        return bool(
+            counters.get("ExecuteComputation") or counters.get("UncachedCompile")
+            or counters.get("CachedCompile") or _EXECUTE_TIME in metrics or _COMPILE_TIME in metrics
+            or _HOST_TRANSFER in metrics or any(n.startswith("aten::") for n in counters)
+        )
+
+    def _emit_step(
+        self,
+        boundary: str,
+        now: int,
+        counters: dict[str, int],
+        metrics: dict[str, tuple[int, float]],
+        graph_hashes: list[str],
+    ) -> None:
+        fallbacks = {n: c for n, c in counters.items() if n.startswith("aten::")}
+        self.session.add("steps", {
+            "step": self.step,
+            "start_ns": self._step_start,
+            "end_ns": now,
+            "wall_ns": now - self._step_start,
+            "boundary": boundary,
+            "compiles": counters.get("UncachedCompile", 0),
+            "compile_ns": int(metrics.get(_COMPILE_TIME, (0, 0.0))[1]),
+            "executions": counters.get("ExecuteComputation", 0),
+            "execute_ns": int(metrics.get(_EXECUTE_TIME, (0, 0.0))[1]),
+            "fallback_ops": sum(fallbacks.values()),
+            "transfers_from_device": metrics.get(_HOST_TRANSFER, (0, 0.0))[0],
+            "graph_hashes": graph_hashes,
+        })
+        rows = [{"step": self.step, "name": n, "kind": "counter", "count": c, "total": 0.0}
+                for n, c in counters.items()]
+        rows += [{"step": self.step, "name": n, "kind": "metric", "count": c, "total": float(t)}
+                 for n, (c, t) in metrics.items()]
+        self.session.add_many("metrics", rows)
+        self.session.add_many(
+            "fallbacks",
+            [{"step": self.step, "op": op, "count": c, "location": None} for op, c in fallbacks.items()],
+        )
+
+    def _emit_compiles(
+        self, now: int, records: list[GraphRecord], samples: list[tuple[float, float]]
+    ) -> None:
+        """Pair the debug text's compile blocks with CompileTime samples, in order."""
+        count = max(len(records), len(samples))
+        rows = []
+        for i in range(count):
+            record = records[i] if i < len(records) else GraphRecord(kind="compile")
+            stamp, duration = samples[i] if i < len(samples) else (now / 1e9, 0.0)
+            rows.append(self._compile_row(record, int(stamp * 1e9), int(duration)))
+        self.session.add_many("compiles", rows)
+
+    def _compile_row(self, record: GraphRecord, time_ns: int, duration_ns: int) -> dict[str, Any]:
+        self.compile_index += 1
+        sizes = record.sizes
+        return {
+            "step": self.step,
+            "index": self.compile_index - 1,
+            "time_ns": time_ns,
+            "duration_ns": duration_ns,
+            "graph_hash": record.graph_hash or None,
+            "cause": record.cause or None,
+            "location": record.location,
+            "frames": record.frames,
+            "num_inputs": record.num_inputs,
+            "num_outputs": record.num_outputs,
+            "input_shapes": None,
+            "input_gb": sizes.get("input_gb"),
+            "output_gb": sizes.get("output_gb"),
+            "aliased_gb": sizes.get("aliased_gb"),
+            "intermediate_gb": sizes.get("intermediate_gb"),
+            "program_gb": sizes.get("program_gb"),
+        }

@@ -1,0 +1,196 @@
+"""Parse PT_XLA_DEBUG text (compilation/execution analysis) into plain records.
+
+torch_xla writes this text itself (PT_XLA_DEBUG_LEVEL>=1, to PT_XLA_DEBUG_FILE or
+stderr). No library parses it, so this small line parser does. It accepts the
+current wording ("user torch_xla.sync") and older ones ("user mark_step",
+"mark_step in parallel loader at step end"), stacks cut with "..........", and the
+`pt-xla-profiler:` auto-metrics lines of older releases.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PREFIXES = {
+    "Compilation Analysis:": "compile",
+    "Post Compilation Analysis:": "post",
+    "Execution Analysis:": "execute",
+}
+_FRAME = re.compile(r"^\s*(?P<func>\S.*?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
+_SIZE = re.compile(r"^(?P<what>[A-Za-z ]+?) size: (?P<gb>[0-9.]+) GB")
+_SIZE_FIELDS = {
+    "Graph input": "input_gb",
+    "Graph output": "output_gb",
+    "Aliased Input": "aliased_gb",
+    "Intermediate tensor": "intermediate_gb",
+    "Compiled program": "program_gb",
+}
+# Frames inside these packages are plumbing; the user's line is the first frame outside.
+_LIBRARY_MARKERS = ("/torch_xla/", "/torch/", "/tpuscope/", "/site-packages/", "/concurrent/futures/",
+                    "/multiprocessing/", "/threading.py", "<frozen ")
+
+
+@dataclass
+class GraphRecord:
+    """One compilation or execution analysis block."""
+
+    kind: str  # "compile" or "execute"
+    cause: str = ""
+    graph_hash: str = ""
+    num_inputs: int | None = None
+    num_outputs: int | None = None
+    frames: list[str] = field(default_factory=list)
+    sizes: dict[str, float] = field(default_factory=dict)
+    truncated: bool = False
+
+    @property
+    def location(self) -> str | None:
+        return user_location(self.frames)
+
+
+def user_location(frames: list[str]) -> str | None:
+    """`file:line` of the innermost frame that is the user's code, not a library's."""
+    for frame in frames:
+        match = _FRAME.match(frame)
+        if match and not any(m in match["file"] for m in _LIBRARY_MARKERS):
+            return f"{match['file']}:{match['line']}"
+    return None
+
+
+@dataclass
+class DebugLog:
+    """Everything parsed from one PT_XLA_DEBUG text."""
+
+    compiles: list[GraphRecord] = field(default_factory=list)
+    executions: list[GraphRecord] = field(default_factory=list)
+    profiler_notes: list[str] = field(default_factory=list)
+
+
+def _strip_prefix(line: str) -> tuple[str | None, str]:
+    # "Post Compilation Analysis:" must be tried before "Compilation Analysis:".
+    for prefix in sorted(_PREFIXES, key=len, reverse=True):
+        if line.startswith(prefix):
+            return _PREFIXES[prefix], line[len(prefix) :]
+    return None, line
+
+
+class DebugParser:
+    """Incremental parser: feed text as it arrives, take finished records."""
+
+    def __init__(self) -> None:
+        self.log = DebugLog()
+        self._partial = ""
+        self._current: GraphRecord | None = None
+        self._last_compile: GraphRecord | None = None
+        self._section = ""
+
+    def feed(self, text: str) -> None:
+        text = self._partial + text
+        lines = text.split("\n")
+        self._partial = lines.pop()  # an unfinished last line waits for more text
+        for line in lines:
+            self._line(line.rstrip("\r"))
+
+    def _line(self, line: str) -> None:
+        if line.startswith("pt-xla-profiler:"):
+            self.log.profiler_notes.append(line[len("pt-xla-profiler:") :].strip())
+            return
+        kind, body = _strip_prefix(line)
+        if kind is None:
+            return
+        stripped = body.strip()
+        if kind == "post":
+            self._post(stripped)
+            return
+        if stripped.startswith("====="):
+            self._open_or_close(kind)
+            return
+        if self._current is None:
+            return
+        self._body(stripped)
+
+    def _open_or_close(self, kind: str) -> None:
+        if self._current is None:
+            self._current = GraphRecord(kind=kind)
+            self._section = ""
+            return
+        record, self._current = self._current, None
+        if record.kind == "compile":
+            self.log.compiles.append(record)
+            self._last_compile = record
+        else:
+            self.log.executions.append(record)
+
+    def _body(self, text: str) -> None:
+        record = self._current
+        assert record is not None
+        if text in ("Compilation Cause", "Execution Cause"):
+            self._section = "cause"
+        elif text.startswith("Graph Info"):
+            self._section = "graph"
+        elif text.startswith("Python Frame Triggered Execution"):
+            self._section = "frames"
+        elif text.startswith("-----"):
+            self._section = ""
+        elif text.startswith("Graph Hash:"):
+            record.graph_hash = text.split(":", 1)[1].strip()
+        elif text.startswith("Number of Graph Inputs:"):
+            record.num_inputs = int(text.split(":", 1)[1])
+        elif text.startswith("Number of Graph Outputs:"):
+            record.num_outputs = int(text.split(":", 1)[1])
+        elif self._section == "cause" and text:
+            record.cause = f"{record.cause}; {text}" if record.cause else text
+        elif self._section == "frames" and text:
+            if set(text) == {"."}:
+                record.truncated = True
+            else:
+                record.frames.append(text)
+
+    def _post(self, text: str) -> None:
+        match = _SIZE.match(text)
+        if not match or self._last_compile is None:
+            return
+        name = _SIZE_FIELDS.get(match["what"].strip())
+        if name:
+            self._last_compile.sizes[name] = float(match["gb"])
+
+
+def parse_debug_text(text: str) -> DebugLog:
+    parser = DebugParser()
+    parser.feed(text if text.endswith("\n") else text + "\n")
+    return parser.log
+
+
+def parse_debug_file(path: str | Path) -> DebugLog:
+    return parse_debug_text(Path(path).read_text(errors="replace"))
+
+
+def looks_like_debug_text(text: str) -> bool:
+    return any(p in text for p in ("Compilation Analysis:", "Execution Analysis:", "pt-xla-profiler:"))
+
+
+class DebugFileTail:
+    """Reads what torch_xla appended to its debug file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.parser = DebugParser()
+
+    def poll(self) -> tuple[list[GraphRecord], list[GraphRecord]]:
+        """New (compiles, executions) since the last poll."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return [], []
+        if data:
+            self.offset += len(data)
+            self.parser.feed(data.decode("utf-8", errors="replace"))
+        log = self.parser.log
+        compiles, executions = log.compiles, log.executions
+        log.compiles, log.executions = [], []
+        return compiles, executions

@@ -1,0 +1,99 @@
+"""The terminal report (rich): headline figures, compile causes, fallbacks, findings by cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from tpuscope.analysis import RunReport
+from tpuscope.schema import Finding
+
+_SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def headline(summary: dict[str, Any]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    ended = summary.get("status") or "-"
+    if summary.get("exit_code") not in (None, 0):
+        ended += f" (exit {summary['exit_code']})"
+    rows = [
+        ("run", f"{summary.get('run_id')}  [{summary.get('backend') or '-'} on {summary.get('device_kind') or '-'}]"),
+        ("ended", ended),
+        ("steps", f"{summary['steps']} ({summary['steps_after_warmup']} after {summary['warmup']} warm-up)"),
+        ("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"),
+        ("compiles", f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)}), "
+                     f"{summary['compiles_after_warmup']} after warm-up "
+                     f"({_fmt(summary['compile_s_after_warmup'], ' s', 2)}, "
+                     f"{_fmt(100 * summary['compile_share_after_warmup'], '%')} of wall time)"),
+        ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def causes_table(causes: list[dict[str, Any]]) -> Table | None:
+    if not causes:
+        return None
+    table = Table(title="Top compile causes", title_justify="left", expand=False)
+    for col, kw in (("compiles", {"justify": "right"}), ("time (s)", {"justify": "right"}),
+                    ("first step", {"justify": "right"}), ("cause", {}), ("where", {})):
+        table.add_column(col, **kw)
+    for c in causes:
+        table.add_row(str(c["count"]), f"{c['seconds']:.3f}", str(c["first_step"]), c["cause"], c["location"] or "-")
+    return table
+
+
+def fallbacks_table(ops: list[dict[str, Any]]) -> Table | None:
+    if not ops:
+        return None
+    table = Table(title="CPU fallbacks (aten ops with no XLA lowering)", title_justify="left")
+    for col, kw in (("op", {}), ("count", {"justify": "right"}), ("per step", {"justify": "right"}),
+                    ("steps", {}), ("where", {})):
+        table.add_column(col, **kw)
+    for op in ops:
+        steps = op["steps"]
+        shown = ", ".join(map(str, steps[:8])) + (" ..." if len(steps) > 8 else "")
+        table.add_row(op["op"], str(op["count"]), f"{op['per_step']:.2f}", shown, op["location"] or "-")
+    return table
+
+
+def finding_panel(index: int, finding: Finding) -> Panel:
+    style = _SEVERITY_STYLE.get(finding.severity, "")
+    body = Text()
+    body.append(finding.detail + "\n")
+    body.append("fix: ", style="bold green")
+    body.append(finding.fix + "\n")
+    if finding.location:
+        body.append("where: ", style="bold")
+        body.append(finding.location + "\n")
+    body.append(f"cost: ~{finding.cost_s:.3f} s", style="dim")
+    title = Text.assemble((f"{index}. [{finding.severity}] ", style), (finding.rule, "bold"), f"  {finding.title}")
+    return Panel(body, title=title, title_align="left", border_style=style or "white")
+
+
+def render(report: RunReport, console: Console) -> None:
+    parts: list[Any] = [headline(report.summary)]
+    for table in (causes_table(report.summary["compile_causes"]),
+                  fallbacks_table(report.summary["fallback_ops"])):
+        if table is not None:
+            parts.append(table)
+    console.print(Panel(Group(*parts), title="tpuscope report", title_align="left"))
+    if not report.findings:
+        console.print("[green]No findings: no recompile, fallback or host sync after warm-up.[/green]")
+    for i, finding in enumerate(report.findings, 1):
+        console.print(finding_panel(i, finding))

@@ -1,0 +1,25 @@
+"""The JSON form of a run's report, for scripts (`tpuscope show RUN --json`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from tpuscope.analysis import RunReport
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return _clean(value.item())
+    return value
+
+
+def to_json(report: RunReport) -> str:
+    return json.dumps(_clean(report.to_dict()), indent=2, default=str)

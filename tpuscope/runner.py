@@ -1,0 +1,174 @@
+"""`tpuscope run`: launch the user's program unchanged with collection on, then finish the run.
+
+The program runs as a child process with tpuscope's sitecustomize on its path, so
+it (and every Python process it spawns) profiles itself into the run folder. This
+process only prepares the environment, waits, records how the program ended and
+analyses the run.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tpuscope
+from tpuscope.collect import autostart
+from tpuscope.store import RunStore, update_meta
+
+BOOT_DIR = Path(__file__).parent / "_boot"
+_PYTHON = re.compile(r"^python[0-9.]*$")
+
+
+class UsageError(Exception):
+    """A bad command line or input: one line for the user, exit status 2."""
+
+
+@dataclass
+class Program:
+    """The command to run and what it names (script file, module or inline code)."""
+
+    argv: list[str]
+    name: str
+    script: Path | None = None
+    module: str | None = None
+
+
+def resolve_program(args: list[str]) -> Program:
+    """Accept `python train.py ...`, `train.py ...`, `-m pkg.mod ...` and `python -c CODE`."""
+    if not args:
+        raise UsageError("no program given: try 'tpuscope run python train.py'")
+    head = args[0]
+    if _PYTHON.match(os.path.basename(head)):
+        argv, rest = list(args), args[1:]
+    elif head.endswith(".py") or head in ("-m", "-c"):
+        argv, rest = [sys.executable, *args], list(args)
+    else:
+        return Program(argv=list(args), name=Path(head).stem)
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+        rest = rest[1:]  # interpreter flags such as -u or -X dev
+    if not rest:
+        raise UsageError("no script given to python")
+    if rest[0] == "-c":
+        return Program(argv=argv, name="python-c")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise UsageError("-m needs a module name")
+        module = rest[1]
+        if _module_missing(module):
+            raise UsageError(f"module not found: {module}")
+        return Program(argv=argv, name=module.rsplit(".", 1)[-1], module=module)
+    script = Path(rest[0])
+    if not script.is_file():
+        raise UsageError(f"script not found: {script}")
+    return Program(argv=argv, name=script.stem, script=script)
+
+
+def _module_missing(module: str) -> bool:
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+    finally:
+        sys.path.pop(0)
+
+
+def tpu_present() -> bool:
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+                or os.environ.get("TPU_ACCELERATOR_TYPE"))
+
+
+@dataclass
+class ChildEnv:
+    """The child's environment and the variables tpuscope set in it (kept in meta)."""
+
+    env: dict[str, str]
+    set_by_tpuscope: dict[str, str] = field(default_factory=dict)
+    left_to_user: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def set_default(self, name: str, value: str) -> bool:
+        if name in self.env:
+            self.left_to_user.append(name)
+            return False
+        self.env[name] = value
+        self.set_by_tpuscope[name] = value
+        return True
+
+
+def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None) -> ChildEnv:
+    child = ChildEnv(env=dict(os.environ if base is None else base))
+    env = child.env
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
+    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
+    env[autostart.ENV_WARMUP] = str(warmup)
+    env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
+    if not tpu_present() and child.set_default("PJRT_DEVICE", "CPU"):
+        child.notes.append("no TPU found: running on the CPU (PJRT_DEVICE=CPU)")
+    if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
+        env[autostart.ENV_OWNS_DEBUG] = "1"
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
+    if deep:
+        child.set_default("XLA_IR_DEBUG", "1")
+        child.set_default("XLA_HLO_DEBUG", "1")
+        flags = env.get("XLA_FLAGS", "")
+        if "--xla_dump_to" in flags:
+            child.left_to_user.append("XLA_FLAGS --xla_dump_to")
+        else:
+            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text"
+            env["XLA_FLAGS"] = f"{flags} {dump}".strip()
+            child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
+    return child
+
+
+def _describe_exit(code: int) -> tuple[str, int]:
+    """(status, exit code for tpuscope) from the child's return code."""
+    if code == 0:
+        return "finished", 0
+    if code < 0:
+        name = signal.Signals(-code).name
+        return f"killed by {name}", 128 - code
+    return "failed", code
+
+
+def run_program(
+    program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False
+) -> tuple[Path, int]:
+    """Run the program under collection; returns (run folder, exit code to pass on)."""
+    run_dir = store.new_run(name or program.name)
+    child = build_env(run_dir, warmup, deep)
+    update_meta(
+        run_dir,
+        argv=program.argv,
+        command=shlex.join(program.argv),
+        cwd=os.getcwd(),
+        warmup=warmup,
+        deep=deep,
+        env_set=child.set_by_tpuscope,
+        env_left_to_user=child.left_to_user,
+        start_ns=time.time_ns(),
+        status="running",
+        tpuscope_version=tpuscope.__version__,
+    )
+    for note in child.notes:
+        print(f"tpuscope: {note}", file=sys.stderr)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C itself
+    try:
+        code = subprocess.call(program.argv, env=child.env)
+    except OSError as exc:
+        update_meta(run_dir, status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=127)
+        raise UsageError(f"cannot start {program.argv[0]}: {exc.strerror or exc}") from exc
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    status, exit_code = _describe_exit(code)
+    update_meta(run_dir, status=status, exit_code=code, end_ns=time.time_ns())
+    return run_dir, exit_code

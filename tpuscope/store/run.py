@@ -1,0 +1,70 @@
+"""A stored run as plain data: meta as a dict, tables as pandas DataFrames."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.schema import TABLES, Finding
+from tpuscope.store.parts import read_table, write_table_atomic
+from tpuscope.store.runstore import RunStore, read_meta
+
+
+def table_to_frame(table: Any) -> pd.DataFrame:
+    """Arrow -> pandas with dictionary columns as plain strings (easier to compare and filter)."""
+    frame = table.to_pandas()
+    for col in frame.columns:
+        if isinstance(frame[col].dtype, pd.CategoricalDtype):
+            frame[col] = frame[col].astype(object)
+    return frame
+
+
+class Run:
+    """Read access to one run folder. Tables load on first use."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @cached_property
+    def meta(self) -> dict[str, Any]:
+        return read_meta(self.path)
+
+    def table(self, name: str) -> pd.DataFrame:
+        if name not in TABLES:
+            raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
+        return table_to_frame(read_table(self.path, name))
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        if name in TABLES:
+            frame = self.table(name)
+            self.__dict__[name] = frame
+            return frame
+        raise AttributeError(name)
+
+    def findings_list(self) -> list[Finding]:
+        return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]
+
+    def write_findings(self, findings: list[Finding]) -> None:
+        """Replace the run's findings (analysis is re-runnable, so one part, overwritten)."""
+        import pyarrow as pa
+
+        rows = [f.to_row() for f in sorted(findings, key=lambda f: -f.cost_s)]
+        table = pa.Table.from_pylist(rows, schema=TABLES["findings"])
+        folder = self.path / "findings"
+        for old in folder.glob("part-*.parquet") if folder.is_dir() else []:
+            if old.name != "part-analysis.parquet":
+                old.unlink()
+        write_table_atomic(folder / "part-analysis.parquet", table)
+        self.__dict__.pop("findings", None)
+
+
+def load_run(run: str | Path, store: str | Path | None = None) -> Run:
+    """Open a run by id (in `store`, default ./tpuscope-runs or $TPUSCOPE_STORE) or by path."""
+    return Run(RunStore(store).resolve(run))
