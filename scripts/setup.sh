@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install tpuscope and everything it needs on a fresh machine (idempotent; fast when done).
+#   bash scripts/setup.sh          the package with torch 2.9.0 + torch_xla 2.9.0, JAX, Dash
+#   bash scripts/setup.sh --test   also the test tools and Debian's chromium + chromedriver
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="xla,jax,dashboard"
+[ "${1:-}" = "--test" ] && extras="all"
+
+if ! python3 -c "import tpuscope, torch_xla, jax, dash" >/dev/null 2>&1 \
+   || { [ "${1:-}" = "--test" ] && ! python3 -c "import selenium, xdist" >/dev/null 2>&1; }; then
+  echo "tpuscope setup: installing Python packages (first time: torch is ~4 GB)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+fi
+
+if [ "${1:-}" = "--test" ] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
+  echo "tpuscope setup: installing Debian's chromium and chromium-driver for the browser tests" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
