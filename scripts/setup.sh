@@ -5,14 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="xla,jax,dashboard"
+extras="xla,jax,xprof,dashboard"
 [ "${1:-}" = "--test" ] && extras="all"
 
-if ! python3 -c "import tpuscope, torch_xla, jax, dash" >/dev/null 2>&1 \
-   || { [ "${1:-}" = "--test" ] && ! python3 -c "import selenium, xdist" >/dev/null 2>&1; }; then
-  echo "tpuscope setup: installing Python packages (first time: torch is ~4 GB)" >&2
-  python3 -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
-fi
+# Always (re)install this checkout in editable mode: pip skips what is already satisfied, and
+# the installed `tpuscope` then points at this folder, not at another clone.
+echo "tpuscope setup: installing Python packages (first time: torch is ~4 GB)" >&2
+python3 -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
 
 if [ "${1:-}" = "--test" ] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
   echo "tpuscope setup: installing Debian's chromium and chromium-driver for the browser tests" >&2

@@ -39,9 +39,14 @@ def main() -> None:
               help="Steps not judged.")
 @click.option("--deep", is_flag=True,
               help="Per-execution analysis, HLO dumps into the run folder, IR/HLO source metadata.")
+@click.option("--trace-steps", metavar="A:B",
+              help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
+@click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
+              help="TPU generation the TensorCore (MXU) estimates are made for.")
 @click.option("--quiet", "-q", is_flag=True, help="No report at the end.")
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store: Path, name: str | None, warmup: int, deep: bool, quiet: bool, program: tuple[str, ...]) -> None:
+def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
+        quiet: bool, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
     \b
@@ -50,6 +55,7 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, quiet: bool, pro
       tpuscope run train.py
       tpuscope run -m mypkg.train
       tpuscope run --warmup 3 --deep python -c "import train; train.main()"
+      tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
     """
     from rich.console import Console
 
@@ -60,7 +66,8 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, quiet: bool, pro
 
     try:
         prog = resolve_program(list(program))
-        run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep)
+        run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep,
+                                    trace_steps=trace_steps, target=target)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
     report = analyze(Run(run_dir))
@@ -125,6 +132,148 @@ def show(store: Path, run_id: str, as_json: bool, reanalyze: bool) -> None:
         click.echo(to_json(report))
     else:
         render(report, Console())
+
+
+@main.command()
+@_store_option
+@click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback exposes your runs to the network.")
+def dashboard(store: Path, port: int, host: str) -> None:
+    """Serve the web dashboard over the run store and print its URL.
+
+    \b
+    Example:
+      tpuscope dashboard --store ./tpuscope-runs --port 8050
+    """
+    from tpuscope_dashboards.serve import ServeError, serve
+
+    try:
+        serve(store, host=host, port=port)
+    except ServeError as exc:
+        fail(str(exc))
+
+
+@main.command()
+@_store_option
+@click.option("--model", default="transformer", show_default=True,
+              help="Bundled model: mlp, transformer (head_dim 64), transformer-hd128, varlen.")
+@click.option("--script", metavar="FILE.py:FACTORY",
+              help="Your own model: FACTORY(device) returns (step, inputs); see docs/benchmarks.md.")
+@click.option("--modes", default="strict,fused,debug,compiled", show_default=True,
+              help="Comma list of strict, fused, debug, compiled, dynamo (or 'all').")
+@click.option("--backends", default=None,
+              help="Comma list of torch_xla, torch_tpu, jax (or 'all'). [default: all; torch ones with --script]")
+@click.option("--size", default="small", show_default=True, help="Shape preset of bundled models: tiny, small.")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Measured steps per process, after warm-up.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Steps run first and not measured (compiles land here).")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Fresh processes per mode; their spread is the noise.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800, show_default=True,
+              help="Seconds one measurement process may take.")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-mode results as a JSON list.")
+@click.option("--markdown", is_flag=True, help="Print the comparison as a Markdown table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def bench(store: Path, model: str, script: str | None, modes: str, backends: str | None, size: str,
+          steps: int, warmup: int, repeats: int, timeout: float, as_json: bool, markdown: bool,
+          quiet: bool) -> None:
+    """Compare eager modes (strict, fused, debug, compiled) of one model, each in its own process.
+
+    Every measurement is saved in the store as a run named bench-MODEL-BACKEND-MODE.
+
+    \b
+    Examples:
+      tpuscope bench --model transformer --modes strict,fused,debug,compiled --steps 50 --repeats 3
+      tpuscope bench --script my_model.py:make_step --modes strict,fused
+      tpuscope bench --model mlp --backends jax --json
+    """
+    from tpuscope.bench.command import BenchUsageError, make_plan, run_command
+
+    try:
+        plan = make_plan(model, script, modes, backends, size, steps, warmup, repeats, store, timeout)
+        code = run_command(plan, as_json=as_json, markdown=markdown, quiet=quiet)
+    except BenchUsageError as exc:
+        fail(str(exc))
+    sys.exit(code)
+
+
+@main.command(name="import")
+@_store_option
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--name", help="Run name (default: the first file's stem).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run, the files and the report as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no report.")
+def import_(store: Path, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool) -> None:
+    """Make a run from files you already have and report on it.
+
+    Reads torch_xla metrics reports (metrics_report() text, also inside a log) and
+    PT_XLA_DEBUG logs; all files go into one run. A file of no known format is
+    named on stderr, the others are still imported, and the exit status is 2.
+
+    \b
+    Examples:
+      tpuscope import metrics.txt pt_xla_debug.txt --name job-42
+      tpuscope import logs/*.txt --json
+    """
+    from tpuscope.importers.cli import run_import
+
+    sys.exit(run_import(store, list(paths), name, as_json, quiet))
+
+
+
+@main.command()
+@_store_option
+@click.argument("run_id")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the Perfetto trace [default: <run>/trace/<run>.trace.json.gz].")
+@click.option("--json", "as_json", is_flag=True, help="Print the device view as JSON.")
+def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
+    """Show RUN_ID's device view and open its trace elsewhere: xprof, TensorBoard, Perfetto.
+
+    Prints device busy/idle per device, xprof's measured MXU utilization and duty cycle
+    (TPU traces), the command that opens the kept xplane files in xprof or TensorBoard,
+    and writes a Chrome-trace JSON that ui.perfetto.dev opens.
+
+    \b
+    Examples:
+      tpuscope run --trace-steps 10:20 python train.py
+      tpuscope trace latest
+      tpuscope import plugins/profile_logdir && tpuscope trace latest --json
+    """
+    import json
+
+    from rich.console import Console
+
+    from tpuscope.report.device import device_view, render
+    from tpuscope.report.perfetto import write_chrome_trace
+    from tpuscope.store import Run, read_table
+
+    try:
+        run_obj = Run(RunStore(store).resolve(run_id))
+    except StoreError as exc:
+        fail(str(exc))
+    events = read_table(run_obj.path, "trace_events")
+    if events.num_rows == 0:
+        fail(f"run {run_obj.run_id} has no trace: capture one with `tpuscope run --trace-steps 10:20 ...` "
+             "or `tpuscope import LOGDIR`")
+    view = device_view(run_obj)
+    target = output or run_obj.path / "trace" / f"{run_obj.run_id}.trace.json.gz"
+    view["perfetto_trace"] = str(target)
+    write_chrome_trace(events, target)
+    if as_json:
+        click.echo(json.dumps(view, indent=2, default=str))
+        return
+    console = Console()
+    render(view, console)
+    for logdir in view["log_dirs"]:
+        console.print(f"xprof:       xprof --logdir {logdir} --port 8791   (then open http://localhost:8791)",
+                      soft_wrap=True)
+        console.print(f"TensorBoard: tensorboard --logdir {logdir}   (Profile tab; needs the xprof plugin)",
+                      soft_wrap=True)
+    console.print(f"Perfetto:    open https://ui.perfetto.dev, 'Open trace file', pick {target}", soft_wrap=True)
 
 
 if __name__ == "__main__":

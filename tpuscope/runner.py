@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tpuscope
+from tpuscope.analyze.mxu import DEFAULT_TARGET
 from tpuscope.collect import autostart
+from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.store import RunStore, update_meta
 
 BOOT_DIR = Path(__file__).parent / "_boot"
@@ -141,11 +143,15 @@ def _describe_exit(code: int) -> tuple[str, int]:
 
 
 def run_program(
-    program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False
+    program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
+    trace_steps: str | None = None, target: str | None = None,
 ) -> tuple[Path, int]:
     """Run the program under collection; returns (run folder, exit code to pass on)."""
+    device_options = _device_options(trace_steps, target)
     run_dir = store.new_run(name or program.name)
     child = build_env(run_dir, warmup, deep)
+    if trace_steps:
+        child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
     update_meta(
         run_dir,
         argv=program.argv,
@@ -158,6 +164,7 @@ def run_program(
         start_ns=time.time_ns(),
         status="running",
         tpuscope_version=tpuscope.__version__,
+        **device_options,
     )
     for note in child.notes:
         print(f"tpuscope: {note}", file=sys.stderr)
@@ -171,4 +178,34 @@ def run_program(
         signal.signal(signal.SIGINT, previous)
     status, exit_code = _describe_exit(code)
     update_meta(run_dir, status=status, exit_code=code, end_ns=time.time_ns())
+    _ingest_device_view(run_dir)
     return run_dir, exit_code
+
+
+def _device_options(trace_steps: str | None, target: str | None) -> dict[str, object]:
+    """Meta for --trace-steps and --target; UsageError when either is malformed."""
+    from tpuscope.analyze.mxu import chip
+
+    try:
+        window = parse_window(trace_steps)
+        chip(target)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options: dict[str, object] = {"target": (target or DEFAULT_TARGET).lower()}
+    if window is not None:
+        options["trace_steps"] = [window.start, window.stop]
+    return options
+
+
+def _ingest_device_view(run_dir: Path) -> None:
+    """Traces and HLO dumps the program left become tables; a failure here never loses the run."""
+    if not ((run_dir / "trace").is_dir() or (run_dir / "hlo").is_dir()):
+        return  # nothing to read: skip importing the readers
+    from tpuscope.collect.device_ingest import ingest_run
+
+    try:
+        notes = ingest_run(run_dir)
+    except Exception as exc:  # the run is complete without its device view
+        notes = [f"device view not ingested: {type(exc).__name__}: {exc}"]
+    for note in notes:
+        print(f"tpuscope: {note}", file=sys.stderr)

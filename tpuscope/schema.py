@@ -73,6 +73,7 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("num_inputs", pa.int64()),
             pa.field("num_outputs", pa.int64()),
             pa.field("input_shapes", pa.list_(pa.string())),
+            pa.field("output_shapes", pa.list_(pa.string())),
             pa.field("input_gb", pa.float64()),
             pa.field("output_gb", pa.float64()),
             pa.field("aliased_gb", pa.float64()),
@@ -89,6 +90,98 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("count", pa.int64()),
             pa.field("location", pa.string()),
         ]
+    ),
+    # Why a function was traced again (JAX's cache-miss explanations): one row per
+    # difference against the closest earlier cache key. kind: first, redefined,
+    # input_types, pytree, static_arg, tracing_context, debug_info, unknown.
+    "retraces": pa.schema(
+        PROCESS_FIELDS
+        + [
+            pa.field("step", pa.int64()),
+            pa.field("compile_index", pa.int64()),
+            pa.field("time_ns", pa.int64()),
+            pa.field("function", _dict_str),
+            pa.field("defined_at", pa.string()),
+            pa.field("location", pa.string()),
+            pa.field("kind", _dict_str),
+            pa.field("arg", pa.string()),
+            pa.field("before", pa.string()),
+            pa.field("after", pa.string()),
+            pa.field("detail", pa.string()),
+        ]
+    ),
+    # Where in the user's code something happened, counted per step.
+    # kind: host_sync (name: float, item, print, device_get, block_until_ready, ...)
+    # or eager_dispatch (name: the primitive run outside jit).
+    "call_sites": pa.schema(
+        PROCESS_FIELDS
+        + [
+            pa.field("step", pa.int64()),
+            pa.field("kind", _dict_str),
+            pa.field("name", _dict_str),
+            pa.field("location", pa.string()),
+            pa.field("count", pa.int64()),
+        ]
+    ),
+    # --- Device view (docs/device_view.md): xplane traces, XLA HLO, xprof's analyses ---
+    # One row per trace event. start_ns is epoch ns when the trace says when it started
+    # (else the trace's own clock); step: the step whose wall-time window holds the event.
+    "trace_events": pa.schema(
+        PROCESS_FIELDS
+        + [pa.field(c, _dict_str) for c in ("plane", "line", "name")]
+        + [pa.field("start_ns", pa.int64()), pa.field("dur_ns", pa.int64()), pa.field("step", pa.int64())]
+        + [pa.field(c, _dict_str) for c in ("hlo_op", "hlo_module", "hlo_category")]
+        + [pa.field("program_id", pa.uint64()), pa.field("flops", pa.int64()),
+           pa.field("bytes_accessed", pa.int64())]
+        + [pa.field(c, _dict_str) for c in ("source", "tf_op", "graph_hash")]
+    ),
+    # Per device and step window: time the device ran XLA ops (union of op intervals)
+    # and idle time. window: "steps" (tpuscope's steps), "trace steps" (markers in the
+    # trace), "whole trace" (step -1: no step boundaries known).
+    "device_steps": pa.schema(
+        PROCESS_FIELDS
+        + [pa.field("device", _dict_str), pa.field("step", pa.int64()), pa.field("start_ns", pa.int64()),
+           pa.field("end_ns", pa.int64()), pa.field("busy_ns", pa.int64()), pa.field("idle_ns", pa.int64()),
+           pa.field("ops", pa.int64()), pa.field("window", _dict_str)]
+    ),
+    # One row per parsed HLO module (an XLA dump file, or a module seen in a trace).
+    "hlo_modules": pa.schema(
+        PROCESS_FIELDS
+        + [pa.field("module", _dict_str), pa.field("stage", _dict_str), pa.field("source", pa.string())]
+        + [pa.field(c, pa.int64()) for c in ("instructions", "computations", "dots", "convolutions")]
+        + [pa.field(c, pa.float64()) for c in ("matmul_flops", "param_bytes", "output_bytes", "top_level_bytes")]
+    ),
+    # One row per HLO instruction; dots and convolutions carry their matmul view
+    # (batch x [M,K] @ [K,N]) and flops = 2*batch*M*N*K.
+    "hlo_ops": pa.schema(
+        PROCESS_FIELDS
+        + [pa.field(c, _dict_str) for c in ("module", "stage", "computation")]
+        + [pa.field("name", pa.string()), pa.field("opcode", _dict_str), pa.field("shape", pa.string()),
+           pa.field("dtype", _dict_str), pa.field("operands", pa.list_(pa.string())),
+           pa.field("fusion", pa.string()), pa.field("op_type", _dict_str), pa.field("op_name", pa.string()),
+           pa.field("source_file", _dict_str), pa.field("source_line", pa.int64())]
+        + [pa.field(c, pa.int64()) for c in ("batch", "m", "n", "k")]
+        + [pa.field(c, _dict_str) for c in ("lhs_dtype", "rhs_dtype", "precision")]
+        + [pa.field("flops", pa.float64())]
+    ),
+    # xprof's overview_page figures, one row each (value: the number, "86.5%" -> 86.5).
+    "xprof_overview": pa.schema(
+        PROCESS_FIELDS
+        + [pa.field("source", pa.string()), pa.field("name", _dict_str), pa.field("value", pa.float64()),
+           pa.field("text", pa.string())]
+    ),
+    # xprof's per-HLO-op statistics (hlo_stats), with op_profile's and roofline_model's
+    # utilization figures for the same op.
+    "xprof_ops": pa.schema(
+        PROCESS_FIELDS
+        + [pa.field("program_id", pa.string()), pa.field("category", _dict_str), pa.field("hlo_op", pa.string()),
+           pa.field("expression", pa.string()), pa.field("tf_op", pa.string()),
+           pa.field("occurrences", pa.int64())]
+        + [pa.field(c, pa.float64()) for c in (
+            "total_time_us", "avg_time_us", "self_time_us", "self_time_percent", "model_gflops_per_s",
+            "normalized_gflops_per_s", "hbm_gibps", "operational_intensity", "flops_utilization",
+            "hbm_utilization", "roofline_efficiency")]
+        + [pa.field("bound_by", _dict_str), pa.field("source_info", pa.string())]
     ),
     "findings": pa.schema(
         [
@@ -138,6 +231,8 @@ class Finding:
         data["steps"] = [int(s) for s in (data.get("steps") if data.get("steps") is not None else [])]
         cost = data.get("cost_s")
         data["cost_s"] = 0.0 if cost is None or cost != cost else float(cost)
+        if not isinstance(data.get("location"), str):  # pandas' str dtype reads nulls as NaN
+            data["location"] = None
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:

@@ -44,17 +44,23 @@ def fallback_ops(fallbacks: pd.DataFrame, steps_judged: int, warmup: int) -> lis
     """Per aten op that ran on the host: total count, steps it ran in, count per judged step."""
     if fallbacks.empty:
         return []
-    out = []
-    for op, rows in fallbacks.groupby("op"):
-        after = judged(rows, warmup)
-        locations = sorted({loc for loc in rows["location"].dropna() if loc})
-        out.append({
+    frame = fallbacks.assign(judged=fallbacks["count"].where(fallbacks["step"] >= warmup, 0))
+    grouped = frame.groupby("op").agg(
+        count=("count", "sum"),
+        judged=("judged", "sum"),
+        steps=("step", lambda s: sorted(s.unique().tolist())),
+        location=("location", lambda s: min(s.dropna(), default=None)),
+    )
+    out = [
+        {
             "op": op,
-            "count": int(rows["count"].sum()),
-            "steps": sorted(int(s) for s in rows["step"].unique()),
-            "per_step": float(after["count"].sum() / steps_judged) if steps_judged else 0.0,
-            "location": locations[0] if locations else None,
-        })
+            "count": int(row["count"]),
+            "steps": row["steps"],
+            "per_step": float(row["judged"] / steps_judged) if steps_judged else 0.0,
+            "location": row["location"] if isinstance(row["location"], str) else None,
+        }
+        for op, row in grouped.iterrows()
+    ]
     return sorted(out, key=lambda r: -r["count"])
 
 

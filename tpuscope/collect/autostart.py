@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,36 @@ def debug_file_for(run_dir: Path) -> Path:
 
 
 def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,
-          install_handlers: bool = True) -> Session:
-    """Open this process's session in run_dir and hook backends as they are imported."""
+          install_handlers: bool = True, debug_file: str | Path | None = None) -> Session:
+    """Open this process's session in run_dir and hook backends as they are imported.
+
+    debug_file names the PT_XLA_DEBUG text torch_xla already writes in this process
+    (it reads the setting once, at its first compile), for sessions that start later.
+    """
     run_dir = Path(run_dir)
     if own_debug:
-        debug_file = debug_file_for(run_dir)
-        debug_file.parent.mkdir(parents=True, exist_ok=True)
-        os.environ["PT_XLA_DEBUG_FILE"] = str(debug_file)
+        own_file = debug_file_for(run_dir)
+        own_file.parent.mkdir(parents=True, exist_ok=True)
+        os.environ["PT_XLA_DEBUG_FILE"] = str(own_file)
     session = Session(run_dir, warmup=warmup).start(install_handlers=install_handlers)
     _active["session"] = session
     _active["collectors"] = []
-    wrapt.register_post_import_hook(_on_torch_xla, "torch_xla")
+    _active["debug_file"] = debug_file
+    _when_imported("torch_xla", _on_torch_xla)
+    _when_imported("jax", _on_jax)
+    _when_imported("torch_tpu", _on_torch_tpu)
     return session
+
+
+def _when_imported(name: str, hook: Any) -> None:
+    """Run hook on the module now if imported, else at import; registered once per process
+    (wrapt keeps every registration, so a second start() would otherwise hook twice)."""
+    hooked = _active.setdefault("hooked", set())
+    if name not in hooked:
+        hooked.add(name)
+        wrapt.register_post_import_hook(hook, name)
+    elif sys.modules.get(name) is not None:
+        hook(sys.modules[name])
 
 
 def _on_torch_xla(module: Any) -> None:
@@ -52,13 +71,42 @@ def _on_torch_xla(module: Any) -> None:
         return
     from tpuscope.collect.xla import XlaCollector
 
-    debug_file = os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None
+    debug_file = _active.get("debug_file") or (
+        os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None)
     _active["collectors"].append(XlaCollector(session, debug_file).install())
 
 
-def stop(status: str | None = None, error: str | None = None) -> None:
-    """Unhook every backend and close the session (profile() uses this; the CLI uses atexit)."""
+def _on_jax(module: Any) -> None:
+    session = active_session()
+    if session is not None and not session._closed:
+        from tpuscope.collect.jax import JaxCollector
+
+        try:
+            _active["collectors"].append(JaxCollector(session).install())
+        except Exception as exc:  # never break the user's program
+            print(f"tpuscope: JAX collection disabled: {exc}", file=sys.stderr)
+
+
+def _on_torch_tpu(module: Any) -> None:
+    session = active_session()
+    if session is not None and not session._closed:
+        from tpuscope.collect import tpu
+
+        try:
+            _active["collectors"].append(tpu.install(session))
+        except Exception as exc:  # never break the user's program
+            print(f"tpuscope: TorchTPU collection disabled: {exc}", file=sys.stderr)
+
+
+def stop(status: str | None = None, error: str | None = None, close_open_step: bool = False) -> None:
+    """Unhook every backend and close the session (profile() uses this; the CLI uses atexit).
+
+    close_open_step records work done since the last step boundary (a block that ends
+    with `.item()` rather than a sync) as a last step, boundary "end".
+    """
     for collector in _active.get("collectors", []):
+        if close_open_step and hasattr(collector, "close_open_step"):
+            collector.close_open_step()
         collector.uninstall()
     session = _active.pop("session", None)
     _active["collectors"] = []

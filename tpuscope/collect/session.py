@@ -9,6 +9,7 @@ safety and this process's meta file.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import socket
@@ -34,8 +35,10 @@ def process_rank() -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=1)
 def package_versions() -> dict[str, str]:
-    """Versions of what matters for reading a profile; absent packages are left out."""
+    """Versions of what matters for reading a profile; absent packages are left out.
+    Cached: reading package metadata costs ~8 ms, and pytest watches close a session per test."""
     from importlib import metadata
 
     versions = {"python": sys.version.split()[0]}
@@ -113,7 +116,7 @@ class Session:
         if error:
             self.proc_meta["error"] = error
         self.proc_meta["end_ns"] = time.time_ns()
-        self.proc_meta["versions"] = package_versions()
+        self.proc_meta["versions"] = dict(package_versions())
         self.proc_meta["argv"] = list(sys.argv)
         try:
             self.flush()

@@ -16,8 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpuscope.collect import xla_trace
+from tpuscope.collect.fallback_sites import SiteTracer, site_rows
 from tpuscope.collect.session import Session
 from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
+from tpuscope.collect.xla_shapes import HloDumpShapes, ModuleShapes, pair_modules
 
 # Which public API asked for the step, by the name of a frame up the stack.
 _BOUNDARY_FRAMES = {
@@ -30,6 +33,7 @@ _BOUNDARY_FRAMES = {
 }
 _HOST_TRANSFER = "TransferFromDeviceTime"
 _COMPILE_TIME = "CompileTime"
+_EAGER_COMPILE_TIME = "EagerOpCompileTime"
 _EXECUTE_TIME = "ExecuteTime"
 
 
@@ -75,6 +79,9 @@ class XlaCollector:
         self._prev: tuple[dict[str, int], dict[str, Any]] = ({}, {})
         self._step_start = time.time_ns()
         self._xm: Any = None
+        self.shapes: HloDumpShapes | None = None
+        self.sites: SiteTracer | None = None
+        self.trace: xla_trace.XlaTrace | None = None
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -95,13 +102,34 @@ class XlaCollector:
                 collector.on_step_end(_boundary_name())
 
         xm._run_step_closures = _run_step_closures
-        self.session.set_meta(backend="torch_xla", **self._device_meta())
+        session = self.session
+        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
+        self.sites = SiteTracer(self._xlac)
+        self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
+        session.set_meta(backend="torch_xla", env_set_in_process=env_set,
+                         shape_source=str(self.shapes.folder) if self.shapes else None, **self._device_meta())
         return self
 
     def uninstall(self) -> None:
         if self._original is not None:
             self._xm._run_step_closures = self._original
             self._original = None
+        if self.sites is not None:
+            self.sites.close()
+
+    def close_open_step(self) -> None:
+        """Record graph work since the last boundary (a block that ends in `.item()`, not a
+        sync) as a last step "end". The previous step's async execution finishing late
+        moves only the execute counters: that alone is not a step."""
+        if self._xlac is None:
+            return
+        counters, metrics = _snapshot(self._xlac)
+        old_counters, old_metrics = self._prev
+        moved = [n for n, v in counters.items() if v != old_counters.get(n, 0) and (
+            n in ("UncachedCompile", "CachedCompile") or n.startswith("aten::"))]
+        transfers = (metrics.get(_HOST_TRANSFER) or (0,))[0] != (old_metrics.get(_HOST_TRANSFER) or (0,))[0]
+        if moved or transfers:
+            self.on_step_end("end")
 
     @staticmethod
     def _device_meta() -> dict[str, Any]:
@@ -135,10 +163,15 @@ class XlaCollector:
         records, executions = self.debug.poll() if self.debug is not None else ([], [])
         hashes = [e.graph_hash for e in executions if e.graph_hash]
         self._emit_step(boundary, now, counter_delta, metric_delta, hashes)
-        new_compiles = metric_delta.get(_COMPILE_TIME, (0, 0.0))[0]
-        self._emit_compiles(now, records, _new_samples(metrics.get(_COMPILE_TIME), new_compiles))
+        samples = sorted(  # eager mode times each op's compile as EagerOpCompileTime
+            s for name in (_COMPILE_TIME, _EAGER_COMPILE_TIME)
+            for s in _new_samples(metrics.get(name), metric_delta.get(name, (0, 0.0))[0]))
+        modules = self.shapes.poll() if self.shapes is not None and (records or samples) else []
+        self._emit_compiles(now, records, samples, modules)
         self._step_start = now
         self.step += 1
+        if self.trace is not None:
+            self.trace.step_ended(self.step)
 
     @staticmethod
     def _has_work(counters: dict[str, int], metrics: dict[str, tuple[int, float]]) -> bool:
@@ -164,7 +197,7 @@ class XlaCollector:
             "wall_ns": now - self._step_start,
             "boundary": boundary,
             "compiles": counters.get("UncachedCompile", 0),
-            "compile_ns": int(metrics.get(_COMPILE_TIME, (0, 0.0))[1]),
+            "compile_ns": int(sum(metrics.get(n, (0, 0.0))[1] for n in (_COMPILE_TIME, _EAGER_COMPILE_TIME))),
             "executions": counters.get("ExecuteComputation", 0),
             "execute_ns": int(metrics.get(_EXECUTE_TIME, (0, 0.0))[1]),
             "fallback_ops": sum(fallbacks.values()),
@@ -176,21 +209,27 @@ class XlaCollector:
         rows += [{"step": self.step, "name": n, "kind": "metric", "count": c, "total": float(t)}
                  for n, (c, t) in metrics.items()]
         self.session.add_many("metrics", rows)
-        self.session.add_many(
-            "fallbacks",
-            [{"step": self.step, "op": op, "count": c, "location": None} for op, c in fallbacks.items()],
-        )
+        reads = metrics.get(_HOST_TRANSFER, (0, 0.0))[0]
+        traced = self.sites.on_step_end(fallbacks, reads) if self.sites is not None else None
+        fallback_rows, read_rows = site_rows(self.step, fallbacks, traced)
+        self.session.add_many("fallbacks", fallback_rows)
+        self.session.add_many("call_sites", read_rows)
 
     def _emit_compiles(
-        self, now: int, records: list[GraphRecord], samples: list[tuple[float, float]]
+        self, now: int, records: list[GraphRecord], samples: list[tuple[float, float]],
+        modules: list[ModuleShapes],
     ) -> None:
-        """Pair the debug text's compile blocks with CompileTime samples, in order."""
+        """Pair the debug text's compile blocks with CompileTime samples and dumped modules, in order."""
         count = max(len(records), len(samples))
+        records = records + [GraphRecord(kind="compile") for _ in range(count - len(records))]
+        paired = pair_modules([r.num_inputs for r in records], modules) if modules else [None] * count
         rows = []
-        for i in range(count):
-            record = records[i] if i < len(records) else GraphRecord(kind="compile")
+        for i, (record, module) in enumerate(zip(records, paired, strict=True)):
             stamp, duration = samples[i] if i < len(samples) else (now / 1e9, 0.0)
-            rows.append(self._compile_row(record, int(stamp * 1e9), int(duration)))
+            row = self._compile_row(record, int(stamp * 1e9), int(duration))
+            if module is not None:
+                row["input_shapes"], row["output_shapes"] = module.inputs, module.outputs
+            rows.append(row)
         self.session.add_many("compiles", rows)
 
     def _compile_row(self, record: GraphRecord, time_ns: int, duration_ns: int) -> dict[str, Any]:

@@ -176,7 +176,9 @@ class DebugFileTail:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.offset = 0
+        # torch_xla keeps one debug file per process: a tail opened later (a second
+        # profile() or pytest watch) reads only what comes after its start.
+        self.offset = path.stat().st_size if path.exists() else 0
         self.parser = DebugParser()
 
     def poll(self) -> tuple[list[GraphRecord], list[GraphRecord]]:

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from tpuscope.schema import Finding
+
+
+class LazyTables(Mapping[str, pd.DataFrame]):
+    """A run's other tables, each read on first access: a trace can hold millions of
+    events that most detectors never look at."""
+
+    def __init__(self, run: Any, names: list[str]) -> None:
+        self._run, self._names, self._cache = run, names, {}
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._cache:
+            self._cache[name] = self._run.table(name)
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass
@@ -20,7 +41,7 @@ class RunTables:
     compiles: pd.DataFrame
     fallbacks: pd.DataFrame
     metrics: pd.DataFrame
-    extra: dict[str, pd.DataFrame] = field(default_factory=dict)
+    extra: Mapping[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def warmup(self) -> int:
@@ -28,8 +49,13 @@ class RunTables:
 
     @classmethod
     def from_run(cls, run: Any) -> RunTables:
+        """Every table of the run: the four main ones as fields, the others in `extra`."""
+        from tpuscope.schema import TABLES
+
+        main = ("steps", "compiles", "fallbacks", "metrics", "findings")
+        extra = LazyTables(run, [name for name in TABLES if name not in main])
         return cls(meta=run.meta, steps=run.steps, compiles=run.compiles,
-                   fallbacks=run.fallbacks, metrics=run.metrics)
+                   fallbacks=run.fallbacks, metrics=run.metrics, extra=extra)
 
 
 Detector = Callable[[RunTables], list[Finding]]

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +38,7 @@ def is_valid_run_id(run_id: str) -> bool:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # flusher and main may race
     tmp.write_text(json.dumps(data, indent=2, default=str, sort_keys=True))
     os.replace(tmp, path)
 

@@ -1,0 +1,121 @@
+"""The Dash app: a shell (header, URL router) over page modules that read one run store.
+
+Routes (client-side, dcc.Location):
+    /                          Runs
+    /run/<id>                  Run overview
+    /run/<id>/<tab>            recompiles | fallbacks | churn | tensorcore | trace
+    /compare/<id_a>/<id_b>     Compare
+    /download/<id>/<file>      a trace file listed in the run folder (server route)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dash import Dash, Input, Output, dcc, html
+
+from .components import error_page
+from .data import RunNotFound, StoreData
+from .pages import churn, compare, fallbacks, overview, recompiles, runs, tensorcore, trace
+
+log = logging.getLogger("tpuscope.dashboard")
+ASSETS = Path(__file__).resolve().parent / "assets"
+RUN_PAGES: dict[str, Callable[[StoreData, str], Any]] = {
+    "": overview.layout,
+    "recompiles": recompiles.layout,
+    "fallbacks": fallbacks.layout,
+    "churn": churn.layout,
+    "tensorcore": tensorcore.layout,
+    "trace": trace.layout,
+}
+
+
+def route(data: StoreData, pathname: str | None) -> Any:
+    """The page for a URL path. Path parts are used only as validated run ids, never as paths."""
+    parts = [p for p in (pathname or "/").split("/") if p]
+    try:
+        if not parts:
+            return runs.layout(data)
+        if parts[0] == "run" and len(parts) in (2, 3) and (parts[2] if len(parts) == 3 else "") in RUN_PAGES:
+            data.run_dir(parts[1])
+            return RUN_PAGES[parts[2] if len(parts) == 3 else ""](data, parts[1])
+        if parts[0] == "compare" and len(parts) == 3:
+            data.run_dir(parts[1])
+            data.run_dir(parts[2])
+            return compare.layout(data, parts[1], parts[2])
+    except RunNotFound as exc:
+        return error_page(str(exc))
+    except Exception as exc:  # a damaged run: say so on the page, keep the details in the log
+        log.exception("cannot render %s", pathname)
+        return error_page(f"cannot show {pathname}: {type(exc).__name__}: {exc}")
+    return error_page(f"no page at {pathname}")
+
+
+def _shell() -> html.Div:
+    return html.Div([
+        dcc.Location(id="url", refresh=False),
+        html.Header(className="topbar", children=[
+            dcc.Link("tpuscope", href="/", className="brand"),
+            dcc.Link("Runs", href="/", className="nav"),
+        ]),
+        dcc.Loading(html.Main(id="page"), type="dot", delay_show=400),
+    ])
+
+
+def _add_download_route(app: Dash, data: StoreData) -> None:
+    from flask import abort, send_file
+
+    @app.server.route("/download/<run_id>/<path:name>")
+    def _download(run_id: str, name: str) -> Any:
+        """Send a trace file only if it is in the run folder's listing (no path joins on input)."""
+        try:
+            files = data.files(run_id, trace.TRACE_FILES)
+            run_dir = data.run_dir(run_id)
+        except RunNotFound:
+            abort(404)
+        match = next((f for f in files if f.relative_to(run_dir).as_posix() == name), None)
+        if match is None:
+            abort(404)
+        return send_file(match, as_attachment=True, download_name=match.name)
+
+
+def _warm_plotly() -> None:
+    """Build one figure of each kind so the first request does not pay Plotly's lazy imports (~0.5 s)."""
+    import plotly.graph_objects as go
+
+    from .figures.common import base_figure
+
+    fig = base_figure("warm-up")
+    for kind in (go.Scatter(x=[0]), go.Bar(x=[0]), go.Heatmap(z=[[0]])):
+        fig.add_trace(kind)
+    fig.to_plotly_json()
+
+
+def create_app(store: str | os.PathLike[str] | None = None, data: StoreData | None = None) -> Dash:
+    """A Dash app over the run store at `store` (default ./tpuscope-runs or $TPUSCOPE_STORE).
+
+    Serves every asset itself (no CDN, no web fonts), so it works offline.
+    """
+    data = data or StoreData(store)
+    app = Dash(
+        __name__, title="tpuscope", update_title=None, assets_folder=str(ASSETS),
+        serve_locally=True, suppress_callback_exceptions=True, compress=False,
+    )
+    app.layout = _shell()
+    _warm_plotly()
+
+    @app.callback(Output("page", "children"), Input("url", "pathname"))
+    def _route(pathname: str | None) -> Any:
+        return route(data, pathname)
+
+    runs.register(app)
+    overview.register(app, data)
+    recompiles.register(app, data)
+    trace.register(app, data)
+    _add_download_route(app, data)
+    app.tpuscope_data = data  # for tests and the benchmark
+    return app

@@ -1,0 +1,68 @@
+"""CPU fallbacks (op x step heatmap) and device-to-host transfers per step."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .common import COLORS, base_figure, empty_figure, minmax_indices
+
+MAX_COLUMNS = 200
+MAX_OPS = 40
+
+
+def fallback_matrix(fallbacks: pd.DataFrame, max_columns: int = MAX_COLUMNS,
+                    max_ops: int = MAX_OPS) -> tuple[pd.DataFrame, int]:
+    """Counts per (op, step bin) and the bin width: at most max_columns bins, busiest ops first."""
+    lo, hi = int(fallbacks["step"].min()), int(fallbacks["step"].max())
+    width = max(1, math.ceil((hi - lo + 1) / max_columns))
+    binned = fallbacks.assign(bin=lo + (fallbacks["step"] - lo) // width * width)
+    matrix = binned.pivot_table(index="op", columns="bin", values="count", aggfunc="sum", fill_value=0)
+    order = matrix.sum(axis=1).sort_values(ascending=False).index[:max_ops]
+    return matrix.loc[order], width
+
+
+def fallback_heatmap(fallbacks: pd.DataFrame, max_columns: int = MAX_COLUMNS) -> go.Figure:
+    """Which aten ops ran on the host in which steps (binned when there are many steps)."""
+    if fallbacks.empty:
+        return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
+    matrix, width = fallback_matrix(fallbacks, max_columns)
+    starts = matrix.columns.to_numpy()
+    labels = [f"{s}" if width == 1 else f"{s}-{s + width - 1}" for s in starts]
+    custom = np.tile(np.array(labels, dtype=object), (len(matrix), 1))
+    fig = base_figure("CPU fallback calls per op and step" + ("" if width == 1 else f" ({width} steps per column)"),
+                      height=max(240, 90 + 26 * len(matrix)))
+    fig.add_trace(go.Heatmap(
+        z=matrix.to_numpy(), x=starts, y=[str(op) for op in matrix.index], customdata=custom,
+        colorscale="YlOrRd", colorbar={"title": {"text": "calls"}},
+        hovertemplate="%{y}<br>step %{customdata}<br>%{z} calls<extra></extra>", xgap=1, ygap=1,
+    ))
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return fig
+
+
+def transfers_timeline(steps: pd.DataFrame, warmup: int, max_points: int = 4000) -> go.Figure:
+    """Device-to-host transfers per step: each one stalls the host until the device catches up."""
+    if steps.empty or "transfers_from_device" not in steps:
+        return empty_figure("No steps recorded in this run")
+    per_step = steps.groupby("step", as_index=False)["transfers_from_device"].sum()
+    if not per_step["transfers_from_device"].any():
+        return empty_figure("No device-to-host transfers inside steps")
+    keep = minmax_indices(per_step["transfers_from_device"].to_numpy(), max_points)
+    part = per_step.iloc[keep]
+    fig = base_figure("Device-to-host transfers per step", height=280)
+    fig.add_trace(go.Scatter(
+        x=part["step"], y=part["transfers_from_device"], mode="lines+markers" if len(part) < 200 else "lines",
+        name="transfers", line={"color": COLORS["fallback"], "shape": "hv"},
+        hovertemplate="step %{x}<br>%{y} transfers<extra></extra>",
+    ))
+    if warmup > 0:
+        fig.add_vrect(x0=per_step["step"].min() - 0.5, x1=warmup - 0.5, fillcolor=COLORS["warmup"],
+                      line_width=0, annotation_text="warm-up", annotation_position="top left")
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="transfers per step", rangemode="tozero")
+    return fig

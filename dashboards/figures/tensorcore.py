@@ -1,0 +1,79 @@
+"""TensorCore (MXU) figures: padding waste per TPU generation, device busy/idle per step.
+
+The arithmetic is tpuscope's (tpuscope.analyze.mxu: systolic array edge per
+generation, padding_waste); these builders only lay it out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from tpuscope.analyze.mxu import GENERATIONS, TARGETS, padding_waste
+
+from .common import COLORS, NS_PER_MS, PALETTE, base_figure, empty_figure
+
+MAX_OPS = 30
+EDGES = {gen: GENERATIONS[gen].mxu for gen in TARGETS}
+
+
+def dot_waste(dots: pd.DataFrame) -> pd.DataFrame:
+    """Adds waste_<gen> (share of MXU work that is padding) per target generation, and flops when absent."""
+    out = dots.copy()
+    if "flops" not in out or out["flops"].isna().any():
+        batch = out["batch"].astype(float) if "batch" in out else 1.0
+        out["flops"] = 2.0 * batch * out["m"].astype(float) * out["n"].astype(float) * out["k"].astype(float)
+    for gen, edge in EDGES.items():
+        out[f"waste_{gen}"] = padding_waste(out["n"].to_numpy(float), out["k"].to_numpy(float), edge)
+    return out
+
+
+def weighted_waste(dots: pd.DataFrame, gen: str) -> float:
+    """FLOP-weighted padding share over all dots: how much MXU work is padding on `gen`."""
+    total = float(dots["flops"].sum())
+    return float((dots["flops"] * dots[f"waste_{gen}"]).sum() / total) if total else 0.0
+
+
+def by_shape(dots: pd.DataFrame) -> pd.DataFrame:
+    """Matmuls of the same shape and dtype as one row (a layer repeats its dots): count, flops summed."""
+    waste = [c for c in dots.columns if c.startswith("waste_")]
+    grouped = dots.groupby("shape", sort=False).agg(count=("shape", "size"), flops=("flops", "sum"),
+                                                    **{c: (c, "first") for c in waste}).reset_index()
+    grouped["label"] = grouped["count"].astype(str) + " x " + grouped["shape"]
+    return grouped
+
+
+def padding_waste_bars(dots: pd.DataFrame, max_ops: int = MAX_OPS) -> go.Figure:
+    """Per matmul shape (the most FLOPs first): % of MXU work that is padding, per generation."""
+    if dots.empty:
+        return empty_figure("No dot or convolution ops recorded (run with --deep to keep HLO dumps)")
+    shown = (by_shape(dots) if "shape" in dots else dots).nlargest(max_ops, "flops").iloc[::-1]
+    labels = [str(x) for x in shown["label"]]
+    fig = base_figure("MXU padding waste per matmul shape (most FLOPs first)", height=max(260, 90 + 24 * len(shown)))
+    for i, (gen, edge) in enumerate(EDGES.items()):
+        fig.add_trace(go.Bar(
+            y=labels, x=100 * shown[f"waste_{gen}"], name=f"{gen} ({edge}x{edge})",
+            orientation="h", marker_color=PALETTE[i % len(PALETTE)],
+            hovertemplate="%{y}<br>%{x:.0f}% padding<extra>" + gen + "</extra>",
+        ))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title_text="% of MXU work that is padding", range=[0, 100])
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
+def busy_idle_bars(device_steps: pd.DataFrame) -> go.Figure:
+    """Device busy and idle time per step window, stacked (mean over devices when there are several)."""
+    if device_steps.empty:
+        return empty_figure("No per-step device time: the run has no device trace")
+    devices = device_steps["device"].nunique()
+    per_step = device_steps.groupby("step", as_index=False)[["busy_ns", "idle_ns"]].mean()
+    title = "Device busy and idle time per step" + (f" (mean of {devices} devices)" if devices > 1 else "")
+    fig = base_figure(title, height=300)
+    for col, label, color in (("busy_ns", "busy", COLORS["step"]), ("idle_ns", "idle", "#c9d1db")):
+        fig.add_trace(go.Bar(x=per_step["step"], y=per_step[col] / NS_PER_MS, name=label, marker_color=color,
+                             hovertemplate="step %{x}<br>%{y:.2f} ms " + label + "<extra></extra>"))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="ms")
+    return fig

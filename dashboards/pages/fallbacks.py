@@ -1,0 +1,97 @@
+"""CPU fallbacks and host syncs: op x step heatmap, call sites, counts, transfers per step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from dash import html
+
+from ..components import (
+    findings_list,
+    fmt_num,
+    graph,
+    grid,
+    run_header,
+    short_site,
+    site_column,
+    stat,
+    stats_row,
+)
+from ..data import StoreData
+from ..figures.fallbacks import fallback_heatmap, transfers_timeline
+
+NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
+COLUMNS: list[dict[str, Any]] = [
+    {"field": "op", "minWidth": 200},
+    site_column(),
+    {"field": "count", "headerName": "calls", **NUM, "sort": "desc"},
+    {"field": "steps", "headerName": "steps with calls", **NUM},
+    {"field": "per_step", "headerName": "calls per step", **NUM},
+    {"field": "first_step", "headerName": "first step", **NUM},
+    {"field": "last_step", "headerName": "last step", **NUM},
+]
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
+SITE_COLUMNS: list[dict[str, Any]] = [
+    {"field": "kind", "maxWidth": 150}, {"field": "name", "headerName": "what", "minWidth": 140},
+    site_column(),
+    {"field": "count", "headerName": "calls", **NUM, "sort": "desc"},
+    {"field": "steps", "headerName": "steps with calls", **NUM},
+    {"field": "per_step", "headerName": "calls per step", **NUM},
+]
+
+
+def sync_sites(call_sites: pd.DataFrame) -> pd.DataFrame:
+    """Host syncs (.item(), print, device_get, ...) and eager dispatches per call site."""
+    if call_sites.empty:
+        return pd.DataFrame(columns=[c["field"] for c in SITE_COLUMNS] + ["location"])
+    frame = call_sites.assign(location=call_sites["location"].fillna("(call site not recorded)"))
+    sites = frame.groupby(["kind", "name", "location"], as_index=False).agg(
+        count=("count", "sum"), steps=("step", "nunique"))
+    sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
+    sites["site"] = sites["location"].map(short_site)
+    return sites.sort_values("count", ascending=False)
+
+
+def fallback_sites(fallbacks: pd.DataFrame) -> pd.DataFrame:
+    """One row per (op, call site): calls, steps with calls, calls per such step, first/last step."""
+    if fallbacks.empty:
+        return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
+    frame = fallbacks.assign(location=fallbacks["location"].fillna("(call site not recorded)"))
+    sites = frame.groupby(["op", "location"], as_index=False).agg(
+        count=("count", "sum"), steps=("step", "nunique"), first_step=("step", "min"), last_step=("step", "max"))
+    sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
+    sites["site"] = sites["location"].map(short_site)
+    return sites.sort_values("count", ascending=False)
+
+
+def layout(data: StoreData, run_id: str) -> html.Div:
+    summary = data.summary(run_id)
+    fallbacks = data.table(run_id, "fallbacks")
+    steps = data.table(run_id, "steps")
+    call_sites = data.table(run_id, "call_sites")
+    syncs = int(fallbacks.loc[fallbacks["op"].isin(SYNC_OPS), "count"].sum()) if not fallbacks.empty else 0
+    transfers = int(steps["transfers_from_device"].sum()) if not steps.empty else 0
+    findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
+    judged = summary["steps_after_warmup"]
+    per_step = summary["fallback_count_after_warmup"] / judged if judged else None
+    return html.Div(className="page", id="page-fallbacks", children=[
+        run_header(run_id, summary, "fallbacks"),
+        stats_row([
+            stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks"),
+            stat("after warm-up", fmt_num(summary["fallback_count_after_warmup"]), "stat-fallbacks-after",
+                 f"{fmt_num(per_step, 2)} per step"),
+            stat("distinct ops", fmt_num(summary["fallback_op_kinds"]), "stat-fallback-ops"),
+            stat("scalar reads (.item())", fmt_num(syncs), "stat-syncs", "aten::_local_scalar_dense calls"),
+            stat("device-to-host transfers", fmt_num(transfers), "stat-transfers",
+                 f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per step after warm-up"),
+        ]),
+        html.Div(graph(fallback_heatmap(fallbacks), "fallback-heatmap"), className="panel"),
+        html.H3("Call sites"),
+        grid("fallback-sites", fallback_sites(fallbacks), COLUMNS),
+        *([html.H3("Host syncs by call site"), grid("sync-sites", sync_sites(call_sites), SITE_COLUMNS)]
+          if not call_sites.empty else []),
+        html.Div(graph(transfers_timeline(steps, summary["warmup"]), "transfers-timeline"), className="panel"),
+        html.H3("Related findings"),
+        findings_list(findings, "No cpu_fallback or host_sync finding in this run."),
+    ])

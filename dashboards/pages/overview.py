@@ -1,0 +1,78 @@
+"""Run overview: headline figures, the step-time timeline, and the findings by cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from dash import Dash, Input, Output, State, dcc, html, no_update
+
+from ..components import findings_list, fmt_num, fmt_pct, graph, run_header, stat, stats_row
+from ..data import StoreData
+from ..figures.common import x_window
+from ..figures.steps import step_timeline
+
+MAX_POINTS = 4000
+
+
+def headline(summary: dict[str, Any]) -> html.Div:
+    """The figures a user checks first; each value has an id the browser tests read."""
+    sev = summary["findings_by_severity"]
+    return stats_row([
+        stat("steps", fmt_num(summary["steps"]), "stat-steps",
+             f"{summary['steps_after_warmup']:,} after {summary['warmup']} warm-up"),
+        stat("step time p50", fmt_num(summary["step_time_p50_ms"], 2, "ms"), "stat-p50"),
+        stat("step time p90", fmt_num(summary["step_time_p90_ms"], 2, "ms"), "stat-p90"),
+        stat("compiles", fmt_num(summary["compiles"]), "stat-compiles",
+             f"{fmt_num(summary['compile_s'], 2, 's')} in total"),
+        stat("compiles after warm-up", fmt_num(summary["compiles_after_warmup"]), "stat-recompiles",
+             f"{fmt_num(summary['compile_s_after_warmup'], 2, 's')}, "
+             f"{fmt_pct(summary['compile_share_after_warmup'])} of wall time"),
+        stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
+             f"{summary['fallback_op_kinds']} distinct ops"),
+        stat("host transfers / step", fmt_num(summary["transfers_from_device_per_step"], 2), "stat-transfers",
+             "device to host, after warm-up"),
+        stat("findings", fmt_num(summary["findings"]), "stat-findings",
+             f"{sev['high']} high · {sev['medium']} medium · {sev['low']} low"),
+    ])
+
+
+def timeline_figure(data: StoreData, run_id: str, x_range: tuple[float, float] | None = None) -> go.Figure:
+    """The step timeline; the whole-run version is cached until the run's tables change."""
+    def build() -> go.Figure:
+        fig = step_timeline(data.table(run_id, "steps"), data.table(run_id, "compiles"),
+                            data.table(run_id, "fallbacks"), int(data.meta(run_id).get("warmup", 2)),
+                            MAX_POINTS, x_range)
+        return fig.update_layout(uirevision=run_id)
+
+    if x_range is not None:
+        return build()
+    return data.derived(run_id, "step-timeline", ("steps", "compiles", "fallbacks"), build)
+
+
+def layout(data: StoreData, run_id: str) -> html.Div:
+    summary = data.summary(run_id)
+    return html.Div(className="page", id="page-overview", children=[
+        run_header(run_id, summary, "overview"),
+        headline(summary),
+        dcc.Store(id="overview-run", data=run_id),
+        html.Div(className="panel", children=[
+            graph(timeline_figure(data, run_id), "step-timeline"),
+            html.P("Hover a red triangle for the compile's cause and frame, an orange bar for the ops "
+                   "that ran on the host. Zooming re-reads the steps in view at full detail.",
+                   className="muted"),
+        ]),
+        html.H3("Findings, costliest first"),
+        findings_list(data.findings(run_id),
+                      "The detectors found no recompile, fallback, host sync or shape churn after warm-up."),
+    ])
+
+
+def register(app: Dash, data: StoreData) -> None:
+    @app.callback(Output("step-timeline", "figure"), Input("step-timeline", "relayoutData"),
+                  State("overview-run", "data"), prevent_initial_call=True)
+    def _zoom(relayout: dict[str, Any] | None, run_id: str) -> Any:
+        window = x_window(relayout)
+        if window is None or len(data.table(run_id, "steps")) <= MAX_POINTS:
+            return no_update
+        return timeline_figure(data, run_id, None if window == "reset" else window)

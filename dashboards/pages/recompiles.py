@@ -1,0 +1,152 @@
+"""Recompiles: one row per compiled graph, with the shape diff against its predecessor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from dash import Dash, Input, Output, State, dcc, html
+
+from ..components import (
+    findings_list,
+    fmt_num,
+    fmt_pct,
+    graph,
+    grid,
+    run_header,
+    short_site,
+    site_column,
+    stat,
+    stats_row,
+)
+from ..data import StoreData
+from ..figures.common import NS_PER_S
+from ..figures.steps import compile_bars
+from ..shapes import shape_diffs
+
+MAX_ROWS = 2000
+NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
+COLUMNS: list[dict[str, Any]] = [
+    {"field": "n", "headerName": "#", **NUM, "maxWidth": 80},
+    {"field": "step", **NUM, "maxWidth": 90},
+    {"field": "when", "headerName": "phase", "maxWidth": 130},
+    {"field": "seconds", "headerName": "compile time (s)", **NUM, "maxWidth": 150},
+    {"field": "hash", "headerName": "graph hash", "maxWidth": 170},
+    {"field": "cause"},
+    site_column("frame"),
+    {"field": "diff", "headerName": "shape change vs predecessor", "minWidth": 260},
+]
+
+
+def compile_rows(ordered: pd.DataFrame, diffs: pd.DataFrame, warmup: int) -> pd.DataFrame:
+    """The grid's rows: compiles in time order with phase, seconds and shape diff."""
+    if ordered.empty:
+        return pd.DataFrame(columns=[c["field"] for c in COLUMNS])
+    return pd.DataFrame({
+        "id": [str(i) for i in range(1, len(ordered) + 1)],
+        "n": range(1, len(ordered) + 1),
+        "step": ordered["step"].astype(int),
+        "when": ["after warm-up" if s >= warmup else "warm-up" for s in ordered["step"]],
+        "seconds": (ordered["duration_ns"] / NS_PER_S).round(3),
+        "hash": ordered["graph_hash"].fillna("").str.slice(0, 16),
+        "cause": ordered["cause"].fillna("(unknown)"),
+        "location": ordered["location"].fillna(""),
+        "site": ordered["location"].map(short_site),
+        "diff": diffs["diff"].reindex(ordered.index).fillna(""),
+    })
+
+
+RETRACE_COLUMNS: list[dict[str, Any]] = [
+    {"field": "step", **NUM, "maxWidth": 90}, {"field": "function", "minWidth": 140},
+    {"field": "kind", "headerName": "why", "maxWidth": 140}, {"field": "arg", "maxWidth": 140},
+    {"field": "change", "headerName": "before -> after", "minWidth": 220},
+    site_column(),
+]
+
+
+def retrace_rows(retraces: pd.DataFrame) -> pd.DataFrame:
+    """JAX's own cache-miss explanations, one row per difference."""
+    if retraces.empty:
+        return pd.DataFrame(columns=[c["field"] for c in RETRACE_COLUMNS])
+    change = retraces["before"].fillna("").astype(str) + " -> " + retraces["after"].fillna("").astype(str)
+    return pd.DataFrame({
+        "step": retraces["step"], "function": retraces["function"].astype(str),
+        "kind": retraces["kind"].astype(str), "arg": retraces["arg"].fillna("").astype(str),
+        "change": change.where(retraces["before"].notna() | retraces["after"].notna(), retraces["detail"]),
+        "location": retraces["location"].fillna(retraces["defined_at"]).fillna(""),
+    }).sort_values("step").assign(site=lambda f: f["location"].map(short_site))
+
+
+def ordered_compiles(data: StoreData, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Compiles in time order and their shape diffs, cached until the compiles table changes."""
+    def build() -> tuple[pd.DataFrame, pd.DataFrame]:
+        ordered = data.table(run_id, "compiles").sort_values(["time_ns", "index"]).reset_index(drop=True)
+        return ordered, shape_diffs(ordered)
+
+    return data.derived(run_id, "ordered-compiles", ("compiles",), build)
+
+
+def compile_detail(ordered: pd.DataFrame, diffs: pd.DataFrame, n: int) -> html.Div:
+    """The full record of compile #n: hash, Python frames, sizes and the argument diff."""
+    if not 1 <= n <= len(ordered):
+        return html.Div()
+    row = ordered.iloc[n - 1]
+    diff = diffs.loc[n - 1]
+    frames = [str(f) for f in (row["frames"] if row["frames"] is not None else [])]
+    sizes = ", ".join(f"{k.replace('_gb', '')} {row[k] * 1024:.2f} MB" for k in
+                      ("input_gb", "output_gb", "intermediate_gb") if k in row and pd.notna(row[k]))
+    return html.Div(className="card", id="compile-detail", children=[
+        html.H4(f"Compile #{n} at step {int(row['step'])}: {row['duration_ns'] / NS_PER_S:.3f} s"),
+        html.P([html.B("graph hash: "), html.Code(row["graph_hash"] or "-")]),
+        html.P([html.B("cause: "), row["cause"] or "-"]),
+        html.P([html.B("inputs / outputs: "), f"{row['num_inputs']} / {row['num_outputs']}"
+                + (f"   ({sizes})" if sizes else "")]),
+        html.P([html.B("what changed: "), *([html.Br(), *[html.Code(c) for c in diff["changes"]]]
+                                             if diff["changes"] else [diff["diff"]])]),
+        html.Details([html.Summary(f"Python frames ({len(frames)})"), html.Pre("\n".join(frames) or "-")],
+                     open=True),
+    ])
+
+
+def layout(data: StoreData, run_id: str) -> html.Div:
+    summary = data.summary(run_id)
+    compiles = data.table(run_id, "compiles")
+    retraces = data.table(run_id, "retraces")
+    rows = compile_rows(*ordered_compiles(data, run_id), summary["warmup"])
+    shown = rows.head(MAX_ROWS)
+    note = "" if len(shown) == len(rows) else f" (the first {MAX_ROWS:,} of {len(rows):,}; the chart has all)"
+    findings = [f for f in data.findings(run_id) if f.rule in ("recompile", "compile_time", "shape_churn")]
+    graphs = compiles["graph_hash"].nunique() if not compiles.empty else 0
+    return html.Div(className="page", id="page-recompiles", children=[
+        run_header(run_id, summary, "recompiles"),
+        stats_row([
+            stat("compiles", fmt_num(summary["compiles"]), "stat-compiles"),
+            stat("after warm-up", fmt_num(summary["compiles_after_warmup"]), "stat-recompiles"),
+            stat("distinct graphs", fmt_num(int(graphs)), "stat-graphs"),
+            stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
+            stat("after warm-up", fmt_num(summary["compile_s_after_warmup"], 2, "s"), "stat-recompile-s",
+                 f"{fmt_pct(summary['compile_share_after_warmup'])} of wall time"),
+        ]),
+        html.Div(graph(compile_bars(compiles, summary["warmup"]), "compile-bars"), className="panel"),
+        html.H3("Compiled graphs" + note),
+        html.P("Select a row for its Python frames and the argument-by-argument shape change.",
+               className="muted"),
+        grid("compiles-grid", shown, COLUMNS, getRowId="params.data.id",
+             dashGridOptions={"rowSelection": {"mode": "singleRow", "checkboxes": False,
+                                               "enableClickSelection": True}}),
+        dcc.Store(id="recompiles-run", data=run_id),
+        html.Div(id="compile-detail-slot"),
+        *([html.H3("Why JAX traced again"), grid("retraces-grid", retrace_rows(retraces), RETRACE_COLUMNS)]
+          if not retraces.empty else []),
+        html.H3("Related findings"),
+        findings_list(findings, "No recompile or compile-time finding: graphs were reused after warm-up."),
+    ])
+
+
+def register(app: Dash, data: StoreData) -> None:
+    @app.callback(Output("compile-detail-slot", "children"), Input("compiles-grid", "selectedRows"),
+                  State("recompiles-run", "data"), prevent_initial_call=True)
+    def _detail(selected: list[dict[str, Any]] | None, run_id: str) -> Any:
+        if not selected:
+            return html.Div()
+        return compile_detail(*ordered_compiles(data, run_id), int(selected[0]["n"]))

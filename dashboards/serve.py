@@ -1,0 +1,73 @@
+"""`tpuscope dashboard`: serve the app on a local port and say where.
+
+Kept out of cli.py so `tpuscope --help` never imports Dash; errors are
+returned as one-line messages for the CLI to print (exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import ipaddress
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+LOOPBACK_NAMES = {"localhost"}
+
+
+class ServeError(Exception):
+    """Cannot serve (no dashboard dependencies, no store, port taken); the message names the thing."""
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_of(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/"
+
+
+def make_server(store: Path, host: str, port: int) -> Any:
+    """A threaded WSGI server for the dashboard over `store`, already bound (port 0 = any free port)."""
+    if not store.exists():
+        raise ServeError(f"no run store at {store} (make a run first: tpuscope run --store {store} python train.py)")
+    if not store.is_dir():
+        raise ServeError(f"the store {store} is not a folder")
+    try:
+        from werkzeug.serving import make_server as werkzeug_server
+
+        from .app import create_app
+    except ImportError as exc:
+        raise ServeError(f"the dashboard needs {exc.name}: pip install 'tpuscope[dashboard]'") from exc
+    app = create_app(store)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    said = io.StringIO()  # werkzeug prints bind errors and calls sys.exit(1): make it one line, exit 2
+    try:
+        with contextlib.redirect_stderr(said):
+            return werkzeug_server(host, port, app.server, threaded=True)
+    except (OSError, SystemExit) as exc:
+        reason = (said.getvalue().strip().splitlines() or [str(exc)])[0]
+        raise ServeError(f"cannot listen on {host}:{port}: {reason} (try another --port)") from None
+
+
+def serve(store: Path, host: str = "127.0.0.1", port: int = 8050) -> None:
+    """Serve until Ctrl+C, printing the URL first (stdout) and any warning (stderr)."""
+    server = make_server(store, host, port)
+    if not is_loopback(host):
+        print(f"tpuscope: warning: serving on {host}: anyone who can reach this machine can read these runs",
+              file=sys.stderr)
+    print(f"tpuscope dashboard: {url_of(host, server.server_port)}  (store {store}; Ctrl+C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

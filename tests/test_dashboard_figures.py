@@ -1,0 +1,377 @@
+"""The dashboard's pure parts, without a browser: figure builders, decimation, shape diffs,
+the store reader (id validation, caching) and the URL router."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from tpuscope_dashboards.data import RunNotFound, StoreData, runs_row
+from tpuscope_dashboards.figures.churn import dim_values
+from tpuscope_dashboards.figures.common import minmax_indices, x_window
+from tpuscope_dashboards.figures.compare import grouped_counts, step_time_histograms
+from tpuscope_dashboards.figures.fallbacks import (
+    fallback_heatmap,
+    fallback_matrix,
+    transfers_timeline,
+)
+from tpuscope_dashboards.figures.steps import compile_bars, step_timeline
+from tpuscope_dashboards.figures.tensorcore import (
+    busy_idle_bars,
+    dot_waste,
+    padding_waste_bars,
+    weighted_waste,
+)
+from tpuscope_dashboards.figures.trace import activity_matrix, busy_ns, top_ops, trace_timeline
+from tpuscope_dashboards.pages.churn import churn_buckets
+from tpuscope_dashboards.shapes import finding_values, shape_diffs, varying_by_step
+from tpuscope_dashboards.synthetic import make_run
+
+from tpuscope.schema import TABLES
+from tpuscope.store.parts import write_table_atomic
+
+MS = 1_000_000
+
+
+def steps_frame(walls_ms: list[float], rank: int = 0) -> pd.DataFrame:
+    n = len(walls_ms)
+    return pd.DataFrame({"host": "h", "pid": 1, "rank": rank, "step": range(n),
+                         "wall_ns": [int(w * MS) for w in walls_ms],
+                         "transfers_from_device": ([0, 0] + [2] * n)[:n]})
+
+
+def compiles_frame(rows: list[tuple[int, float, str, list[str] | None]]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "step": step, "index": i, "time_ns": i, "duration_ns": int(sec * 1e9), "graph_hash": f"h{i}",
+        "cause": "user torch_xla.sync", "location": loc, "frames": ["f"], "input_shapes": shapes,
+        "num_inputs": 1, "num_outputs": 1,
+    } for i, (step, sec, loc, shapes) in enumerate(rows)])
+
+
+def fallbacks_frame(rows: list[tuple[int, str, int]]) -> pd.DataFrame:
+    return pd.DataFrame([{"step": s, "op": op, "count": c, "location": "train.py:9"} for s, op, c in rows])
+
+
+# --- decimation -------------------------------------------------------------------
+
+
+def test_minmax_keeps_every_spike_and_bounds_the_points():
+    values = np.full(100_000, 40.0)
+    values[[7, 54_321, 99_999]] = [9000.0, 1200.0, 3.0]
+    keep = minmax_indices(values, 4000)
+    assert len(keep) <= 4000
+    assert {7, 54_321, 99_999} <= set(keep.tolist())
+    assert np.all(np.diff(keep) > 0)
+    assert minmax_indices(values[:100], 4000).tolist() == list(range(100))
+
+
+@pytest.mark.parametrize(("relayout", "expected"), [
+    (None, None), ({"autosize": True}, None), ({"xaxis.autorange": True}, "reset"),
+    ({"xaxis.range[0]": 1, "xaxis.range[1]": 5}, (1.0, 5.0)), ({"xaxis2.range": [2, 3]}, (2.0, 3.0)),
+])
+def test_x_window_reads_plotly_zoom_events(relayout, expected):
+    assert x_window(relayout) == expected
+
+
+# --- step timeline and compiles ------------------------------------------------------
+
+
+def test_step_timeline_marks_compiles_at_their_step_time_with_cause_and_frame():
+    steps = steps_frame([9000, 7000, 40, 41, 1300, 40])
+    compiles = compiles_frame([(0, 8.9, "train.py:67", None), (1, 6.9, "train.py:67", None),
+                               (4, 1.25, "train.py:70", None)])
+    fallbacks = fallbacks_frame([(2, "aten::nonzero", 2), (4, "aten::nonzero", 2), (4, "aten::_local_scalar_dense", 1)])
+    fig = step_timeline(steps, compiles, fallbacks, warmup=2)
+    line, marks, bars = fig.data
+    assert list(line.x) == [0, 1, 2, 3, 4, 5]
+    assert list(line.y) == [9000, 7000, 40, 41, 1300, 40]
+    assert list(marks.x) == [0, 1, 4] and list(marks.y) == [9000, 7000, 1300]
+    assert "cause: user torch_xla.sync" in marks.hovertext[2] and "train.py:70" in marks.hovertext[2]
+    assert "1.25 s" in marks.hovertext[2]
+    assert list(bars.x) == [2, 4] and list(bars.y) == [2, 3]
+    assert "aten::nonzero x2" in bars.hovertext[1] and "aten::_local_scalar_dense x1" in bars.hovertext[1]
+    assert fig.layout.yaxis.type == "log"
+    assert fig.layout.shapes[0].x1 == 1.5  # warm-up band ends before step 2
+
+
+def test_step_timeline_of_100k_steps_sends_a_bounded_line_that_keeps_the_spike():
+    walls = np.full(100_000, 40.0)
+    walls[77_777] = 5000.0
+    fig = step_timeline(steps_frame(list(walls)), compiles_frame([]), fallbacks_frame([]), 2, max_points=4000)
+    assert len(fig.data[0].x) <= 4000
+    assert 5000.0 in list(fig.data[0].y)
+    zoomed = step_timeline(steps_frame(list(walls)), compiles_frame([]), fallbacks_frame([]), 2,
+                           max_points=4000, x_range=(77_700, 77_800))
+    assert list(zoomed.data[0].x) == list(range(77_700, 77_801))
+
+
+def test_step_timeline_draws_one_line_per_process():
+    steps = pd.concat([steps_frame([50, 40, 40]), steps_frame([60, 45, 44], rank=1)])
+    fig = step_timeline(steps, compiles_frame([]), fallbacks_frame([]), warmup=1)
+    assert [t.name for t in fig.data] == ["rank 0 on h", "rank 1 on h"]
+
+
+def test_empty_tables_give_a_figure_that_says_why():
+    fig = step_timeline(steps_frame([]), compiles_frame([]), fallbacks_frame([]), 2)
+    assert "No steps" in fig.layout.annotations[0].text
+    assert "No CPU fallbacks" in fallback_heatmap(fallbacks_frame([])).layout.annotations[0].text
+
+
+def test_compile_bars_split_warmup_from_recompiles_and_sum_per_step():
+    compiles = compiles_frame([(0, 9.0, "a", None), (5, 1.0, "a", None), (5, 0.5, "a", None)])
+    warm, after = compile_bars(compiles, warmup=2).data
+    assert warm.name == "warm-up" and list(warm.x) == [0] and list(warm.y) == [9.0]
+    assert after.name == "after warm-up" and list(after.x) == [5] and list(after.y) == [1.5]
+
+
+# --- fallbacks ------------------------------------------------------------------------
+
+
+def test_fallback_matrix_bins_many_steps_and_keeps_every_call():
+    rows = [(s, "aten::nonzero", 2) for s in range(1000)] + [(s, "aten::_local_scalar_dense", 1) for s in range(0, 1000, 10)]
+    fallbacks = fallbacks_frame(rows)
+    matrix, width = fallback_matrix(fallbacks, max_columns=200)
+    assert width == 5 and matrix.shape[1] == 200
+    assert list(matrix.index) == ["aten::nonzero", "aten::_local_scalar_dense"]
+    assert int(matrix.to_numpy().sum()) == 2 * 1000 + 100
+    heat = fallback_heatmap(fallbacks).data[0]
+    assert "5 steps per column" in fallback_heatmap(fallbacks).layout.title.text
+    assert heat.customdata[0][0] == "0-4"
+
+
+def test_transfers_timeline_plots_transfers_per_step():
+    fig = transfers_timeline(steps_frame([50, 40, 40, 40]), warmup=2)
+    assert list(fig.data[0].y) == [0, 0, 2, 2]
+
+
+# --- compare --------------------------------------------------------------------------
+
+
+def test_step_time_histograms_share_bins_and_sum_to_100_percent():
+    a = pd.Series(np.full(100, 40 * MS))
+    b = pd.Series(np.concatenate([np.full(50, 20 * MS), np.full(50, 80 * MS)]))
+    fig = step_time_histograms({"A": a, "B": b}, bins=20)
+    assert [t.name for t in fig.data] == ["A", "B"]
+    assert list(fig.data[0].x) == list(fig.data[1].x)
+    for trace in fig.data:
+        assert sum(trace.y) == pytest.approx(100.0)
+    counts = grouped_counts({"A": pd.Series({"aten::nonzero": 4}), "B": pd.Series(dtype=float)}, "t", "calls")
+    assert list(counts.data[0].x) == [4.0] and list(counts.data[1].x) == [0.0]
+
+
+# --- TensorCore -----------------------------------------------------------------------
+
+
+def test_padding_waste_per_generation_is_flop_weighted():
+    dots = dot_waste(pd.DataFrame({"label": ["a", "b"], "batch": [1, 1], "m": [8, 8], "n": [128, 128],
+                                   "k": [64, 128]}))
+    assert dots["waste_v5e"].tolist() == [0.5, 0.0]  # K=64 fills half of a 128-wide pass
+    assert dots["waste_v6e"].tolist() == [pytest.approx(0.875), pytest.approx(0.75)]  # 256x256 array
+    # FLOP-weighted: b does twice the work of a, a wastes half on v5e -> 0.5 * 1/3
+    assert weighted_waste(dots, "v5e") == pytest.approx(0.5 / 3)
+    fig = padding_waste_bars(dots)
+    assert [t.name for t in fig.data] == ["v5e (128x128)", "v5p (128x128)", "v6e (256x256)", "v7 (256x256)"]
+    steps = pd.DataFrame({"device": "/device:TPU:0", "step": [10, 11], "busy_ns": [30 * MS, 32 * MS],
+                          "idle_ns": [10 * MS, 8 * MS]})
+    busy, idle = busy_idle_bars(steps).data
+    assert list(busy.y) == [30, 32] and list(idle.y) == [10, 8]
+
+
+# --- trace ----------------------------------------------------------------------------
+
+
+def test_busy_ns_is_exact_against_brute_force():
+    rng = np.random.default_rng(3)
+    starts = rng.integers(0, 10_000, 300)
+    ends = starts + rng.integers(1, 500, 300)
+    edges = np.linspace(0, 11_000, 23).astype(np.int64)
+    brute = [sum(max(0, min(e, hi) - max(s, lo)) for s, e in zip(starts, ends, strict=True))
+             for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    assert busy_ns(starts, ends, edges).tolist() == brute
+
+
+def trace_frame(n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    dur = rng.integers(100, 10_000, n)
+    return pd.DataFrame({
+        "plane": pd.Categorical(["/device:TPU:0"] * n), "line": pd.Categorical(np.where(np.arange(n) % 4, "XLA Ops", "Steps")),
+        "name": pd.Categorical(np.where(np.arange(n) % 2, "fusion.1", "dot.3")),
+        "start_ns": 1_000_000 + np.arange(n) * 20_000, "dur_ns": dur, "step": np.arange(n) // 100,
+    })
+
+
+def test_trace_timeline_shows_only_the_longest_events_of_the_window():
+    events = trace_frame(50_000)
+    fig = trace_timeline(events, origin_ns=1_000_000, max_events=3000)
+    bars = fig.data[0]
+    assert len(bars.x) == 3000
+    assert min(bars.x) * 1e6 >= np.sort(events["dur_ns"].to_numpy())[-3000] - 1
+    assert "3,000 longest of 50,000" in fig.layout.title.text
+    window = (1_000_000 + 100 * 20_000, 1_000_000 + 200 * 20_000)
+    zoomed = trace_timeline(events, 1_000_000, window=window, max_events=3000)
+    assert len(zoomed.data[0].x) == 101 and "all 101 events" in zoomed.layout.title.text
+
+
+def test_activity_matrix_and_top_ops_account_for_every_event():
+    events = trace_frame(2000)
+    t0, t1 = 1_000_000, int((events["start_ns"] + events["dur_ns"]).max())
+    lanes, edges, busy = activity_matrix(events, 1_000_000, 50, t0, t1)
+    assert set(lanes) == {"/device:TPU:0 / XLA Ops", "/device:TPU:0 / Steps"} and busy.shape == (2, 50)
+    width = edges[1] - edges[0]
+    assert (busy / 100 * width).sum() == pytest.approx(events["dur_ns"].sum(), rel=0.01)
+    ops = top_ops(events)
+    assert int(ops["count"].sum()) == 2000
+    assert ops["total_ms"].sum() == pytest.approx(events["dur_ns"].sum() / 1e6)
+
+
+# --- shapes and churn -----------------------------------------------------------------
+
+
+def test_shape_diff_names_the_changed_argument_against_the_closest_graph_of_the_site():
+    compiles = compiles_frame([
+        (0, 1, "a.py:1", ["f32[4,41]", "f32[8]"]),
+        (1, 1, "b.py:2", ["f32[9]"]),
+        (3, 1, "a.py:1", ["f32[4,53]", "f32[9]"]),
+        (4, 1, "a.py:1", ["f32[4,41]", "f32[9]"]),
+        (5, 1, "a.py:1", None),
+    ])
+    diffs = shape_diffs(compiles)
+    assert diffs.loc[0, "diff"] == "first graph of this call site"
+    assert diffs.loc[1, "diff"] == "first graph of this call site"
+    assert diffs.loc[2, "changes"] == ["arg 0: f32[4,41] -> f32[4,53]", "arg 1: f32[8] -> f32[9]"]
+    # closest earlier graph of the site by tpuscope's shape_distance (the recompile rule's choice):
+    # #0 and #2 both differ in one dim; #0's change (8 -> 9) is the smaller one
+    from tpuscope.analyze.shapes import shape_distance
+
+    assert shape_distance(["f32[4,41]", "f32[8]"], ["f32[4,41]", "f32[9]"]) < \
+        shape_distance(["f32[4,53]", "f32[9]"], ["f32[4,41]", "f32[9]"])
+    assert diffs.loc[3, "predecessor"] == 0 and diffs.loc[3, "changes"] == ["arg 1: f32[8] -> f32[9]"]
+    assert diffs.loc[4, "diff"] == "not recorded (no input shapes)"
+
+
+def test_varying_dims_per_step_and_a_churn_findings_values():
+    compiles = compiles_frame([(s, 1, "a.py:1", [f"s64[8,{n}]", "f32[64,32]"])
+                               for s, n in [(0, 16), (3, 41), (5, 53), (9, 41)]])
+    varying = varying_by_step(compiles)
+    assert varying["dim"].unique().tolist() == ["arg 0 dim 1"]
+    assert varying["step"].tolist() == [0, 3, 5, 9] and varying["value"].tolist() == [16, 41, 53, 41]
+    evidence = {"arg": 0, "dim": 1, "graph_hashes": ["h1", "h2", "h3"], "buckets": [48, 56]}
+    values = finding_values(compiles, evidence)
+    assert values["step"].tolist() == [3, 5, 9] and values["value"].tolist() == [41, 53, 41]
+    assert churn_buckets(evidence) == [48, 56]
+    fig = dim_values(values, churn_buckets(evidence))
+    assert [s.y0 for s in fig.layout.shapes] == [48, 56]
+
+
+# --- store reader and router ----------------------------------------------------------
+
+
+@pytest.fixture()
+def small_store(tmp_path):
+    run_dir = make_run(tmp_path, "syn", steps=50, trace_events=500, recompiles=3)
+    return tmp_path, run_dir
+
+
+@pytest.mark.parametrize("bad", ["..", "../etc", "a/b", "%2e%2e", "", "x" * 300, None, 5, "/etc/passwd"])
+def test_run_ids_from_urls_are_validated(small_store, bad):
+    data = StoreData(small_store[0])
+    with pytest.raises(RunNotFound):
+        data.run_dir(bad)
+
+
+def test_tables_are_cached_until_a_writer_adds_a_part(small_store):
+    root, run_dir = small_store
+    data = StoreData(root)
+    steps = data.table(run_dir.name, "steps")
+    assert data.table(run_dir.name, "steps") is steps  # cached
+    extra = pa.Table.from_pylist([{**steps.iloc[-1].to_dict(), "step": 50}], schema=TABLES["steps"])
+    write_table_atomic(run_dir / "steps" / "part-later-000001.parquet", extra)
+    assert len(data.table(run_dir.name, "steps")) == 51
+    assert data.summary(run_dir.name)["steps"] == 51
+
+
+def test_summary_and_runs_row_match_the_tables(small_store):
+    root, run_dir = small_store
+    data = StoreData(root)
+    summary = data.summary(run_dir.name)
+    fallbacks = data.table(run_dir.name, "fallbacks")
+    assert summary["fallback_count"] == int(fallbacks["count"].sum())
+    row = runs_row(summary)
+    findings = data.table(run_dir.name, "findings")
+    assert row["steps"] == 50 and row["fallbacks"] == summary["fallback_count"]
+    for sev in ("high", "medium", "low"):
+        assert row[sev] == int((findings["severity"] == sev).sum())
+    assert runs_row(data.brief(run_dir.name)) == row  # the Runs page's light path agrees
+    assert row["compiles_after_warmup"] == len(data.table(run_dir.name, "compiles")) - 2
+
+
+def test_router_pages_and_error_pages(small_store):
+    from tpuscope_dashboards.app import route
+
+    root, run_dir = small_store
+    data = StoreData(root)
+    rid = run_dir.name
+    pages = ["recompiles", "fallbacks", "churn", "tensorcore", "trace"]
+    for path, page in [("/", "page-runs"), (f"/run/{rid}", "page-overview"), (f"/compare/{rid}/{rid}", "page-compare"),
+                       *[(f"/run/{rid}/{p}", f"page-{p}") for p in pages]]:
+        assert route(data, path).id == page, path
+    assert "not a valid run id" in str(route(data, "/run/..%2F..%2Fetc").to_plotly_json())
+    assert "no run 'nope'" in str(route(data, "/run/nope").to_plotly_json())
+    assert "no page at /run/x/y/z" in str(route(data, "/run/x/y/z").to_plotly_json())
+
+
+def test_download_route_serves_only_listed_trace_files(small_store):
+    from tpuscope_dashboards.app import create_app
+
+    root, run_dir = small_store
+    (run_dir / "trace").mkdir()
+    (run_dir / "trace" / "host.xplane.pb").write_bytes(b"xplane")
+    (root / "secret.xplane.pb").write_bytes(b"secret")
+    client = create_app(root).server.test_client()
+    assert client.get(f"/download/{run_dir.name}/trace/host.xplane.pb").data == b"xplane"
+    for url in [f"/download/{run_dir.name}/meta.json", f"/download/{run_dir.name}/../secret.xplane.pb",
+                f"/download/{run_dir.name}/..%2Fsecret.xplane.pb", "/download/..%2F/secret.xplane.pb",
+                f"/download/{run_dir.name}//etc/passwd"]:
+        resp = client.get(url)  # a 404, or Dash's catch-all page: never the file
+        assert resp.status_code == 404 or b"react-entry-point" in resp.data, url
+        assert b"secret" not in resp.data and b"run_id" not in resp.data, url
+
+
+def test_importing_the_dashboard_loads_nothing_and_never_a_collector(tmp_path):
+    code = ("import sys, tpuscope_dashboards; assert 'dash' not in sys.modules, 'dash at import';"
+            "from tpuscope_dashboards import create_app; create_app(sys.argv[1]);"
+            "bad = [m for m in sys.modules if m.startswith(('tpuscope.collect', 'torch', 'jax'))];"
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_host_sync_sites_and_jax_retraces_tables():
+    from tpuscope_dashboards.pages.fallbacks import sync_sites
+    from tpuscope_dashboards.pages.recompiles import retrace_rows
+
+    sites = pd.DataFrame({"step": [2, 3, 3], "kind": "host_sync", "name": "item",
+                          "location": ["train.py:70", "train.py:70", None], "count": [1, 1, 2]})
+    table = sync_sites(sites)
+    assert table[table["location"] == "train.py:70"].to_dict("records")[0] == {"kind": "host_sync", "name": "item", "location": "train.py:70",
+                                           "count": 2, "steps": 2, "per_step": 1.0, "site": "train.py:70"}
+    retraces = pd.DataFrame({"step": [4], "function": ["loss_fn"], "kind": ["input_types"], "arg": ["x"],
+                             "before": ["f32[32,64]"], "after": ["f32[8,64]"], "detail": [""],
+                             "location": [None], "defined_at": ["train.py:20"]})
+    row = retrace_rows(retraces).to_dict("records")[0]
+    assert row["change"] == "f32[32,64] -> f32[8,64]" and row["location"] == "train.py:20"
+
+
+def test_xprof_op_profile_rows_are_the_ops_with_most_self_time():
+    from tpuscope_dashboards.pages.tensorcore import xprof_rows
+
+    ops = pd.DataFrame({"hlo_op": ["fusion.1", "dot.2", "copy.3"], "category": ["loop fusion", "convolution", "copy"],
+                        "self_time_us": [5.0, 40.0, 1.0], "self_time_percent": [10.9, 87.0, 2.1],
+                        "flops_utilization": [0.0, 0.61, 0.0], "bound_by": ["HBM", "Compute", "HBM"],
+                        "source_info": [None, "model.py:81", None]})
+    rows = xprof_rows(ops, n=2)
+    assert rows["hlo_op"].tolist() == ["dot.2", "fusion.1"] and rows.iloc[0]["flops_utilization"] == 0.61

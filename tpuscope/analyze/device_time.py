@@ -1,0 +1,154 @@
+"""Device busy and idle time per step window, from trace events. Pure numpy/pandas.
+
+Which events are device work: on a `/device:*` plane, the "XLA Ops" line (TPU; the
+line xprof's duty cycle is computed from), else its "Stream ..." lines (GPU kernels
+and copies); on a trace with no device plane (XLA on the CPU, as torch_xla and jax
+run here), the host events that carry an `hlo_op` stat, i.e. XLA's CPU thunks (on XLA's
+worker threads, or on the Python thread when JAX runs a small program inline).
+Busy time is the union of those intervals (overlapping ops count once), clipped to
+each window; idle = window length - busy.
+
+Windows, best first: the run's own steps (tpuscope's step boundaries, when the trace
+clock is epoch ns), step markers in the trace (`step_num` stats from xp.StepTrace or
+jax's StepTraceAnnotation), else the whole traced span as step -1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+HOST_XLA_DEVICE = "/host:CPU (XLA ops)"
+_NOT_WORK = {"XLA Modules", "Steps", "XLA TraceMe", "TensorFlow Ops", "TensorFlow Name Scope",
+             "Framework Ops", "Framework Name Scope", "Source code", "Async XLA Ops"}
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and their labels, without a Python string per row (traces have millions)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), [str(c) for c in column.cat.categories]
+    codes, labels = pd.factorize(column.astype(str))
+    return codes, [str(x) for x in labels]
+
+
+def _work_lines(plane: str, lines: set[str]) -> set[str]:
+    """The lines of one plane that are device work (see the module docstring)."""
+    if not plane.startswith("/device:"):
+        return set()
+    if "XLA Ops" in lines:
+        return {"XLA Ops"}
+    streams = {x for x in lines if x.startswith("Stream")}
+    return streams or lines - _NOT_WORK
+
+
+def device_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """start_ns, dur_ns and device of the events that are device work (module docstring)."""
+    plane_codes, planes = _codes(events["plane"])
+    line_codes, lines = _codes(events["line"])
+    width = len(lines) + 1
+    keys, inverse = np.unique(plane_codes.astype(np.int64) * width + line_codes, return_inverse=True)
+    pairs = np.stack([keys // width, keys % width], axis=1)
+    by_plane: dict[str, set[str]] = {}
+    for p, ln in pairs.tolist():
+        by_plane.setdefault(planes[p], set()).add(lines[ln])
+    work = {name: _work_lines(name, found) for name, found in by_plane.items()}
+    keep_pair = np.array([lines[ln] in work[planes[p]] for p, ln in pairs.tolist()], dtype=bool)
+    device = np.array([planes[p] for p, _ in pairs.tolist()], dtype=object)
+    if not keep_pair.any() and "hlo_op" in events:  # no device plane: XLA's CPU thunks
+        host = np.array([not planes[p].startswith("/device:") for p, _ in pairs.tolist()], dtype=bool)
+        mask = host[inverse.ravel()] & events["hlo_op"].notna().to_numpy()
+        labels = np.full(int(mask.sum()), HOST_XLA_DEVICE, dtype=object)
+    else:
+        mask = keep_pair[inverse.ravel()]
+        labels = device[inverse.ravel()[mask]]
+    return pd.DataFrame({"start_ns": events["start_ns"].to_numpy()[mask],
+                         "dur_ns": events["dur_ns"].to_numpy()[mask], "device": labels})
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the same time as the input intervals."""
+    if len(starts) == 0:
+        return starts.astype(np.int64), ends.astype(np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(s)) - 1
+    return s[first], reach[last]
+
+
+def covered(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Time covered by disjoint sorted intervals up to each point in `at`."""
+    lengths = ends - starts
+    before = np.concatenate([[0], np.cumsum(lengths)])
+    i = np.searchsorted(starts, at, side="right") - 1
+    inside = np.where(i >= 0, np.minimum(at, ends[np.maximum(i, 0)]) - starts[np.maximum(i, 0)], 0)
+    return np.where(i >= 0, before[np.maximum(i, 0)] + np.maximum(inside, 0), 0)
+
+
+def busy_per_window(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """device_steps rows: per device and window (step, start_ns, end_ns) the busy/idle time."""
+    rows = []
+    for device, group in ops.groupby("device", observed=True, sort=True):
+        start = group["start_ns"].to_numpy(np.int64)
+        s, e = merge_intervals(start, start + group["dur_ns"].to_numpy(np.int64))
+        own = windows[windows["device"].isin([device, None])] if "device" in windows else windows
+        if own.empty:
+            continue
+        w0, w1 = own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64)
+        busy = covered(s, e, w1) - covered(s, e, w0)
+        sorted_start = np.sort(start)
+        count = np.searchsorted(sorted_start, w1, side="left") - np.searchsorted(sorted_start, w0, side="left")
+        rows.append(pd.DataFrame({"device": device, "step": own["step"].to_numpy(np.int64), "start_ns": w0,
+                                  "end_ns": w1, "busy_ns": busy, "idle_ns": (w1 - w0) - busy, "ops": count,
+                                  "window": own["window"].to_numpy()}))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        columns=["device", "step", "start_ns", "end_ns", "busy_ns", "idle_ns", "ops", "window"])
+
+
+def step_windows(events: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame | None = None,
+                 span: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Windows (step, start_ns, end_ns, window[, device]) for the events, best source first.
+
+    span is the traced time (first event start, last event end): the run's steps that
+    overlap it are the windows, clipped to it (the profiler starts a little after its
+    first step opens), so busy + idle is traced time only."""
+    if ops.empty and span is None:
+        return pd.DataFrame(columns=["step", "start_ns", "end_ns", "window"])
+    if span is None:
+        span = (int(ops["start_ns"].min()), int((ops["start_ns"] + ops["dur_ns"]).max()))
+    lo, hi = span
+    if steps is not None and not steps.empty:
+        overlap = steps[(steps["end_ns"] > lo) & (steps["start_ns"] < hi)]
+        if not overlap.empty:
+            return pd.DataFrame({"step": overlap["step"].astype("int64"),
+                                 "start_ns": overlap["start_ns"].clip(lower=lo).astype("int64"),
+                                 "end_ns": overlap["end_ns"].clip(upper=hi).astype("int64"),
+                                 "window": "steps"}).reset_index(drop=True)
+    if ops.empty:
+        return pd.DataFrame(columns=["step", "start_ns", "end_ns", "window"])
+    if "step_num" in events and events["step_num"].notna().any():
+        marked = events[events["step_num"].notna()]
+        ends = marked["start_ns"] + marked["dur_ns"]
+        grouped = marked.assign(end_ns=ends).groupby("step_num").agg(start_ns=("start_ns", "min"),
+                                                                     end_ns=("end_ns", "max"))
+        return pd.DataFrame({"step": grouped.index.astype("int64"), "start_ns": grouped["start_ns"].to_numpy(),
+                             "end_ns": grouped["end_ns"].to_numpy(), "window": "trace steps"})
+    spans = ops.assign(end_ns=ops["start_ns"] + ops["dur_ns"]).groupby("device", observed=True).agg(
+        start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
+    return spans.assign(step=-1, window="whole trace")
+
+
+def assign_steps(start_ns: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
+    """The step whose window holds each time (-2 for none; -1 windows are 'whole trace')."""
+    out = np.full(len(start_ns), -2, dtype=np.int64)
+    if windows.empty:
+        return out
+    w = windows.drop_duplicates(["step", "start_ns"]).sort_values("start_ns")
+    w0, w1 = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    i = np.searchsorted(w0, start_ns, side="right") - 1
+    ok = (i >= 0) & (start_ns < w1[np.maximum(i, 0)])
+    out[ok] = w["step"].to_numpy(np.int64)[i[ok]]
+    return out

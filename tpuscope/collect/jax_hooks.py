@@ -1,0 +1,291 @@
+"""Small, reversible hooks into a running JAX program: jit calls, step annotations,
+host syncs and op-by-op dispatches. Each hook reports to a sink (the JaxCollector).
+
+Why these hook points (jax 0.10):
+- A jitted call that hits the cache never leaves C++, so the only way to see every
+  call of `train_step` is to wrap what `jax.jit` returns. Functions jitted before
+  tpuscope was loaded (JAX's own jnp functions) are left alone.
+- `jax.profiler.StepTraceAnnotation` is a Python subclass of a C++ TraceMe: its
+  __enter__/__exit__ can be overridden on the class, which also catches copies the
+  program imported by name.
+- Host syncs: the user-facing entry points of `ArrayImpl` that read values
+  (`float(x)`, `x.item()`, `print(x)`, ...) are Python functions on the class, plus
+  `jax.device_get` and `jax.block_until_ready`. A re-entrancy guard counts one sync
+  per user-level call.
+- Op by op: under eager transformations (`jax.grad` without `jit`) every primitive
+  goes through `EvalTrace.process_primitive`. Plain top-level `jnp` calls run in
+  C++ and are not counted (docs/backends.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import wrapt
+
+_TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_PREFIXES = tuple(
+    {sysconfig.get_paths()[key] + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {_TPUSCOPE_DIR}
+)
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "<frozen")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_user_file(filename: str) -> bool:
+    """The user's code: not the standard library, an installed package or tpuscope."""
+    return not filename.startswith(_LIBRARY_PREFIXES) and not any(m in filename for m in _LIBRARY_MARKERS)
+
+
+def user_frames(frame: Any, limit: int = 8) -> list[str]:
+    """The user's frames from `frame` outwards, as 'func (file:line)' like PT_XLA_DEBUG's."""
+    out: list[str] = []
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            out.append(f"{code.co_name} ({code.co_filename}:{frame.f_lineno})")
+        frame = frame.f_back
+    return out
+
+
+def user_location(frame: Any) -> str | None:
+    """'file:line' of the innermost user frame from `frame` outwards."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _report(call: Any, *args: Any) -> None:
+    """Hand an event to the sink; a tpuscope bug must never surface in the user's call.
+    (A bare try is free on this per-call path; contextlib.suppress allocates.)"""
+    try:  # noqa: SIM105
+        call(*args)
+    except Exception:
+        pass
+
+
+class Sink(Protocol):
+    def on_jit_created(self, target: JitTarget) -> None: ...
+    def on_jit_call(self, target: JitTarget) -> None: ...
+    def on_annotation(self, entering: bool) -> None: ...
+    def on_sync(self, kind: str, location: str | None) -> None: ...
+    def on_eager(self, primitive: str, location: str | None, elapsed_ns: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class JitTarget:
+    """A function passed to jax.jit: its name, where it is defined, whether it is the user's."""
+
+    name: str
+    defined_at: str | None
+    user: bool
+
+    @classmethod
+    def of(cls, fun: Any) -> JitTarget:
+        base = fun.func if isinstance(fun, functools.partial) else fun
+        with contextlib.suppress(ValueError):
+            base = inspect.unwrap(base)
+        code = getattr(base, "__code__", None)
+        name = getattr(base, "__name__", None) or type(base).__name__  # JAX's own fun_name
+        if code is None:
+            return cls(str(name), None, False)
+        return cls(str(name), f"{code.co_filename}:{code.co_firstlineno}", is_user_file(code.co_filename))
+
+
+class JitHook:
+    """Replaces `jax.jit` so the functions it returns report each top-level call."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.active = False
+        self._jax: Any = None
+        self._original: Any = None
+        self._core: Any = None
+
+    def install(self, jax: Any) -> JitHook:
+        from jax._src import core
+
+        if not (hasattr(core, "trace_ctx") and hasattr(core, "eval_trace")):  # checked per call below
+            raise RuntimeError(f"jax {jax.__version__}: no core.trace_ctx/eval_trace")
+        self._jax, self._core, self._original = jax, core, jax.jit
+
+        @functools.wraps(self._original)
+        def jit(*args: Any, **kwargs: Any) -> Any:
+            return self._jit(*args, **kwargs)
+
+        jax.jit = jit
+        self.active = True
+        return self
+
+    def uninstall(self) -> None:
+        self.active = False
+        if self._jax is not None and self._original is not None:
+            self._jax.jit = self._original
+            self._original = None
+
+    def _jit(self, *args: Any, **kwargs: Any) -> Any:
+        original = self._original or self._jax.jit
+        if not args:  # jax.jit(static_argnums=...) used as a decorator factory
+            return functools.partial(self._jit, **kwargs)
+        jitted = original(*args, **kwargs)
+        target = JitTarget.of(args[0])
+        _report(self.sink.on_jit_created, target)
+        return wrapt.FunctionWrapper(jitted, functools.partial(self._call, target))
+
+    def _call(self, target: JitTarget, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        core = self._core
+        if self.active and core.trace_ctx.trace is core.eval_trace:  # not a call inside a trace
+            _report(self.sink.on_jit_call, target)
+        return wrapped(*args, **kwargs)
+
+
+class AnnotationHook:
+    """Reports the entry and exit of every `jax.profiler.StepTraceAnnotation`."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._cls: Any = None
+        self._saved: dict[str, Any] = {}
+
+    def install(self, jax: Any = None) -> AnnotationHook:
+        from jax._src.profiler import StepTraceAnnotation
+
+        cls, sink = StepTraceAnnotation, self.sink
+        base_enter, base_exit = cls.__enter__, cls.__exit__
+        self._cls = cls
+        self._saved = {name: cls.__dict__.get(name) for name in ("__enter__", "__exit__")}
+
+        def __enter__(annotation: Any) -> Any:
+            result = base_enter(annotation)
+            _report(sink.on_annotation, True)
+            return result
+
+        def __exit__(annotation: Any, *exc: Any) -> Any:
+            try:
+                return base_exit(annotation, *exc)
+            finally:
+                _report(sink.on_annotation, False)
+
+        cls.__enter__, cls.__exit__ = __enter__, __exit__
+        return self
+
+    def uninstall(self) -> None:
+        if self._cls is None:
+            return
+        for name, value in self._saved.items():
+            if value is None:
+                delattr(self._cls, name)
+            else:
+                setattr(self._cls, name, value)
+        self._cls = None
+
+
+# User-facing ways to read a device value into Python (ArrayImpl attribute -> kind).
+SYNC_METHODS = {
+    "__float__": "float", "__int__": "int", "__bool__": "bool", "__index__": "index",
+    "__complex__": "complex", "item": "item", "tolist": "tolist", "tobytes": "tobytes",
+    "__format__": "print", "__str__": "print", "__repr__": "print", "__array__": "np.asarray",
+    "block_until_ready": "block_until_ready",
+}
+SYNC_FUNCTIONS = {"device_get": "device_get", "block_until_ready": "block_until_ready"}
+
+
+class SyncHook:
+    """Counts device-to-host reads and waits, one per user-level call, with its call site."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._local = threading.local()
+        self._cls: Any = None
+        self._jax: Any = None
+        self._saved_methods: dict[str, Any] = {}
+        self._saved_functions: dict[str, Any] = {}
+
+    def install(self, jax: Any) -> SyncHook:
+        from jax._src.array import ArrayImpl
+
+        self._cls, self._jax = ArrayImpl, jax
+        for name, kind in SYNC_METHODS.items():
+            original = ArrayImpl.__dict__.get(name)
+            if original is not None:
+                self._saved_methods[name] = original
+                setattr(ArrayImpl, name, self._wrap(original, kind))
+        for name, kind in SYNC_FUNCTIONS.items():
+            original = getattr(jax, name, None)
+            if original is not None:
+                self._saved_functions[name] = original
+                setattr(jax, name, functools.wraps(original)(self._wrap(original, kind)))
+        return self
+
+    def uninstall(self) -> None:
+        for name, original in self._saved_methods.items():
+            setattr(self._cls, name, original)
+        for name, original in self._saved_functions.items():
+            setattr(self._jax, name, original)
+        self._saved_methods, self._saved_functions = {}, {}
+
+    def _wrap(self, original: Any, kind: str) -> Any:
+        local, sink = self._local, self.sink
+
+        def synced(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            if depth == 0:
+                _report(sink.on_sync, kind, user_location(sys._getframe(1)))
+            local.depth = depth + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                local.depth = depth
+
+        synced.__name__ = getattr(original, "__name__", kind)
+        return synced
+
+
+class EagerHook:
+    """Counts and times primitives run eagerly (outside jit) through EvalTrace.process_primitive.
+
+    The time is host time spent dispatching (with JAX's async dispatch the device
+    may still be running): exactly the overhead that `jit` removes."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._cls: Any = None
+        self._original: Any = None
+
+    def install(self, jax: Any = None) -> EagerHook:
+        from jax._src.core import EvalTrace
+
+        original, sink, local = EvalTrace.__dict__["process_primitive"], self.sink, threading.local()
+        self._cls, self._original = EvalTrace, original
+
+        def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
+            depth = getattr(local, "depth", 0)
+            location = user_location(sys._getframe(1))
+            local.depth = depth + 1
+            start = time.perf_counter_ns()
+            try:
+                return original(trace, primitive, args, params)
+            finally:
+                local.depth = depth
+                # Only the outermost dispatch is timed: nested ones are inside its time.
+                _report(sink.on_eager, primitive.name, location,
+                        time.perf_counter_ns() - start if depth == 0 else 0)
+
+        EvalTrace.process_primitive = process_primitive
+        return self
+
+    def uninstall(self) -> None:
+        if self._cls is not None:
+            self._cls.process_primitive = self._original
+            self._cls = None

@@ -1,0 +1,142 @@
+"""Rule `cpu_fallback`: ATen ops with no XLA lowering that ran on the host inside the step.
+
+One finding per op (from the `aten::*` counters torch_xla keeps), with its count per
+judged step, the steps, the user's call sites (traced briefly after the op first
+appears) and, where a well-known one exists, a lowered alternative.
+`aten::_local_scalar_dense` is a value read (`.item()`), reported by `host_sync`.
+Cost (a lower bound): the device-to-host wait (TransferFromDeviceTime, which
+includes finishing the graph cut at the op) of the steps where the op ran, shared
+among the host round-trips of each step; the CPU work, the upload back and the lost
+fusion come on top. Imported totals use the same share of the whole-run wait.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.detect import common
+from tpuscope.detect.registry import RunTables
+from tpuscope.schema import Finding
+
+RULE = "cpu_fallback"
+HOST_SYNC_OPS = ("aten::_local_scalar_dense",)
+TRANSFER_METRICS = ("TransferFromDeviceTime", "TransferFromServerTime")
+_STATIC_MASK = ("replace `x[mask]` by a static-shape form: `torch.where(mask, x, 0)` with a masked "
+                "reduction (`torch.where(mask, loss, 0).sum() / mask.sum()`); for indices, `torch.topk` or "
+                "`sort` over the mask gives a fixed number of them")
+ALTERNATIVES: dict[str, str] = {
+    "aten::nonzero": _STATIC_MASK,
+    "aten::masked_select": _STATIC_MASK,
+    "aten::nonzero_static": _STATIC_MASK + " (nonzero_static itself falls back in this torch_xla)",
+    "aten::_unique2": "mark the values present in a fixed-size vector: `F.one_hot(x, n).amax(0)` (lowered)",
+    "aten::unique_dim": "mark the values present in a fixed-size vector: `F.one_hot(x, n).amax(0)` (lowered)",
+    "aten::unique_consecutive": "compare neighbours instead: `x[1:] != x[:-1]` as a mask (lowered)",
+    "aten::bincount": "`F.one_hot(x, n).sum(0)` or `torch.zeros(n).scatter_add_(0, x, ones)` (lowered)",
+    "aten::histc": "count with comparisons: `((x[:, None] >= lo) & (x[:, None] < hi)).sum(0)` (lowered)",
+    "aten::bucketize.Tensor": "`(x[..., None] > boundaries).sum(-1)` (lowered; same as right=False)",
+    "aten::searchsorted.Tensor": "`(values[..., None] > sorted_seq).sum(-1)` (lowered; side='left')",
+    "aten::median": "`torch.kthvalue(x, (x.numel() + 1) // 2)` gives the same lower median (lowered)",
+    "aten::mode": "for small integer ranges, `F.one_hot(x, n).sum(0).argmax()` (lowered)",
+    "aten::grid_sampler_2d": ("run the warp in the input pipeline on the host, before `.to(device)`, or "
+                              "write the bilinear sampling with `torch.gather` (lowered)"),
+    "aten::grid_sampler_2d_backward": ("run the warp in the input pipeline on the host, before "
+                                       "`.to(device)`, so no gradient flows through grid_sample"),
+    "aten::affine_grid_generator": ("build the grid with a matmul: `base_grid @ theta.transpose(1, 2)` "
+                                    "(lowered)"),
+    "aten::_ctc_loss": "compute CTC outside the compiled step, or use a fixed-length formulation",
+    "aten::_ctc_loss_backward": "compute CTC outside the compiled step, or use a fixed-length formulation",
+}
+GENERIC = ("no well-known lowered alternative: move it out of the step (into the input pipeline, or after "
+           "torch_xla.sync()), or check whether a newer torch_xla lowers it")
+
+
+def transfer_share_ns(fallbacks: pd.DataFrame, metrics: pd.DataFrame) -> dict[str, float]:
+    """Per op: its share of the device-to-host wait in the (process, step)s where it ran.
+
+    Each fallback reads its inputs back from the device once, so an op's share of a
+    step's wait is its count over the step's host reads (or over all fallbacks, if
+    more). `fallbacks` must hold every op of those steps, value reads included.
+    """
+    if fallbacks.empty or metrics.empty:
+        return {}
+    wait = common.metric_per_step(metrics, TRANSFER_METRICS)
+    reads = common.metric_per_step(metrics, TRANSFER_METRICS, "count").rename(columns={"count": "reads"})
+    keys = [k for k in ("host", "pid", "step") if k in fallbacks.columns and k in wait.columns]
+    per_step = fallbacks.groupby([*keys, "op"], dropna=False)["count"].sum().reset_index()
+    totals = per_step.groupby(keys, dropna=False)["count"].sum().rename("all_ops").reset_index()
+    merged = (per_step.merge(totals, on=keys).merge(wait, on=keys, how="left")
+              .merge(reads, on=keys, how="left"))
+    denominator = merged[["all_ops", "reads"]].max(axis=1).clip(lower=1)
+    merged["share"] = merged["total"].fillna(0) * merged["count"] / denominator
+    return merged.groupby("op")["share"].sum().to_dict()
+
+
+def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[int]]:
+    """Call sites with their calls per traced step, and the traced steps (any step: sites are code)."""
+    located = rows[rows["location"].notna()]
+    traced = common.steps_list(located["step"])
+    counts = located.groupby("location")["count"].sum().sort_values(ascending=False)
+    per = max(len(traced), 1)
+    return [{"location": loc, "count": int(n), "per_traced_step": n / per} for loc, n in counts.items()], traced
+
+
+def _per_step_text(per_step: float | None) -> str:
+    return f"{per_step:.1f} per step" if per_step is not None else "count per step unknown"
+
+
+def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int | None, wait_ns: float,
+             wall: float, count: int) -> Finding:
+    per_step = count / n_steps if n_steps and count else None
+    sites, traced = _sites(all_rows)
+    location = sites[0]["location"] if sites else None
+    steps = common.steps_list(rows["step"])
+    cost = wait_ns / common.NS
+    alternative = ALTERNATIVES.get(op, GENERIC)
+    where = ", ".join(f"{common.short_path(s['location'])} ({s['per_traced_step']:g} per step)"
+                      for s in sites[:3])
+    where = f"{where} (traced in steps {', '.join(map(str, traced[:5]))})" if sites else "not traced"
+    counted = f"{count} times" if count else "an unknown number of times (the source names it without a count)"
+    title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
+        f" at {common.short_path(location)}" if location else "")
+    detail = (f"{op} has no XLA lowering: torch_xla cut the graph, copied its inputs to the host, ran it on "
+              f"the CPU and sent the result back, {counted} {'in the judged steps' if wall else 'in the imported totals'} "
+              f"({_per_step_text(per_step)}). "
+              f"Called from: {where}. Cost (lower bound): {cost:.3f} s of device-to-host wait "
+              "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
+              "upload and the lost fusion come on top.")
+    floor = "medium" if (per_step or 0) >= 1 or (not wall and count) else "low"
+    severity = common.severity_for(cost, wall, floor=floor)
+    evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_steps": traced,
+                "steps": steps[:200], "alternative": alternative if op in ALTERNATIVES else None}
+    return Finding(RULE, severity, title, detail, f"At {common.short_path(location) if location else 'the call site'}: "
+                   f"{alternative}.", location, cost, steps, evidence)
+
+
+def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
+    """One finding per aten op that fell back to the CPU in a judged step (or in imported totals)."""
+    fallbacks = tables.fallbacks
+    if fallbacks.empty:
+        return []
+    judged = common.judged_steps(tables)
+    every_op = common.judged_rows(fallbacks, judged)
+    rows = every_op[~every_op["op"].isin(HOST_SYNC_OPS)]
+    if rows.empty:
+        return []
+    wall = common.wall_s(judged)
+    waits = transfer_share_ns(every_op, common.judged_rows(tables.metrics, judged))
+    findings = []
+    for op, group in rows.groupby("op", sort=False):
+        if not judged.empty:
+            n_steps: int | None = len(judged)
+            count = int(group["count"].sum())
+        else:  # imported totals: count over the step markers of the files that counted theirs
+            marks = common.per_process(tables.metrics, ["MarkStep"]) if not tables.metrics.empty else {}
+            counts = common.per_process(group, [op], name_column="op")
+            rate = common.rate_per_step(counts, marks)
+            count = int(group["count"].sum())
+            n_steps = int(round(count / rate)) if rate else None
+        findings.append(_finding(str(op), group, fallbacks[fallbacks["op"] == op], n_steps,
+                                 waits.get(op, 0.0), wall, count))
+    return findings

@@ -1,0 +1,135 @@
+"""Rule `host_sync`: device-to-host reads inside the step (`.item()`, `print(t)`, `bool(t)`, `.tolist()`).
+
+Each read waits for the device to finish the graph cut at that point and copies
+the value back, so Python stalls once per read. Reads per judged step come from
+the steps table (TransferFromDeviceTime samples for torch_xla, value reads for
+JAX), minus the reads that CPU fallbacks cause (reported by `cpu_fallback`);
+`aten::_local_scalar_dense` counts `.item()`-style reads. Call sites come from the
+`call_sites` table (kind host_sync) and the fallbacks table. Fires at READS_PER_STEP
+or more per judged step. Cost: the measured device-to-host wait of the judged steps,
+in the share that these reads make of all host reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.detect import common
+from tpuscope.detect.cpu_fallback import HOST_SYNC_OPS, TRANSFER_METRICS
+from tpuscope.detect.registry import RunTables
+from tpuscope.schema import Finding
+
+RULE = "host_sync"
+READS_PER_STEP = 0.5
+FIX = ("Keep the value on the device inside the step and read it every N steps after torch_xla.sync(): "
+       "e.g. `running += loss.detach()` in the step and `if step % 50 == 0: print(running.item())`, or "
+       "`xm.add_step_closure(lambda: log(loss.item()))`, which reads after the step's graph is launched. "
+       "Replace `if tensor:` control flow with `torch.where`.")
+
+
+def _fallback_steps(fallbacks: pd.DataFrame) -> pd.DataFrame:
+    """Per (process, step): fallback ops that read from the host (not value reads) and value reads."""
+    keys = [k for k in ("host", "pid", "step") if k in fallbacks.columns]
+    if fallbacks.empty:
+        return pd.DataFrame(columns=[*keys, "fallback", "value_reads"])
+    frame = fallbacks.assign(value=fallbacks["op"].isin(HOST_SYNC_OPS))
+    frame = frame.assign(fallback=frame["count"].where(~frame["value"], 0),
+                         value_reads=frame["count"].where(frame["value"], 0))
+    return frame.groupby(keys, dropna=False)[["fallback", "value_reads"]].sum().reset_index()
+
+
+def _sites(tables: RunTables) -> list[dict[str, Any]]:
+    """Host-read call sites that are not CPU-fallback sites, most reads first.
+
+    Sites are lines of code, so every traced step counts, warm-up included (the tracer
+    runs right after a read first shows up, often in warm-up).
+    """
+    fallbacks = tables.fallbacks
+    fallback_sites = set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna()) \
+        if not fallbacks.empty else set()
+    sites: dict[str, dict[str, Any]] = {}
+    calls = tables.extra.get("call_sites", pd.DataFrame())
+    if not calls.empty:
+        calls = calls[(calls["kind"] == "host_sync") & ~calls["location"].isin(fallback_sites)]
+        for row in calls.dropna(subset=["location"]).to_dict("records"):
+            site = sites.setdefault(row["location"], {"location": row["location"], "count": 0,
+                                                      "calls": set(), "steps": set()})
+            site["count"] += int(row["count"])
+            site["calls"].add(str(row["name"]))
+            site["steps"].add(int(row["step"]))
+    if not sites and not fallbacks.empty:  # no traced reads: fall back to .item() sites
+        reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
+        for loc, rows in reads.groupby("location"):
+            sites[loc] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
+                          "steps": set(rows["step"])}
+    ordered = sorted(sites.values(), key=lambda s: -s["count"])
+    return [{"location": s["location"], "calls": sorted(s["calls"]), "count": s["count"],
+             "per_traced_step": s["count"] / max(len(s["steps"]), 1)} for s in ordered]
+
+
+def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, list[int]]:
+    """(reads per judged step, their share of the step's host reads, steps with reads)."""
+    keys = [k for k in ("host", "pid", "step") if k in judged.columns]
+    per_step = judged[keys + ["transfers_from_device"]].merge(
+        _fallback_steps(common.judged_rows(tables.fallbacks, judged)), on=keys, how="left").fillna(0)
+    sync = (per_step["transfers_from_device"] - per_step["fallback"]).clip(lower=0)
+    sync = sync.where(sync >= per_step["value_reads"], per_step["value_reads"])
+    total = float(per_step["transfers_from_device"].sum())
+    share = float(sync.sum()) / total if total else 1.0
+    return float(sync.mean()), min(share, 1.0), common.steps_list(per_step.loc[sync > 0, "step"])
+
+
+def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites: list[dict[str, Any]],
+             extra: dict[str, Any]) -> Finding:
+    location = sites[0]["location"] if sites else None
+    calls = ", ".join(f"{'/'.join(s['calls'])} at {common.short_path(s['location'])} "
+                      f"({s['per_traced_step']:g} per traced step)" for s in sites[:3]) or "call sites not traced"
+    title = f"{per_step:.1f} device-to-host reads per step" + (
+        f" ({sites[0]['calls'][0]} at {common.short_path(location)})" if location else "")
+    span = (f"{len(steps)} steps" if "step_markers" not in extra
+            else f"over {extra['step_markers']} step markers of the imported evidence")
+    detail = (f"The step reads values back from the device {per_step:.1f} times per step on average "
+              f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
+              f"that point, so the host stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s "
+              "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share.")
+    severity = common.severity_for(cost, wall, floor="medium" if per_step >= 1 else "low")
+    evidence = {"reads_per_step": per_step, "sites": sites, **extra}
+    return Finding(RULE, severity, title, detail, FIX, location, cost, steps, evidence)
+
+
+def _imported(tables: RunTables) -> list[Finding]:
+    """Host reads per step marker in imported totals, per file."""
+    metrics, fallbacks = tables.metrics, tables.fallbacks
+    steps = common.per_process(metrics, ["MarkStep"])
+    value_reads = common.per_process(fallbacks, HOST_SYNC_OPS, name_column="op") if not fallbacks.empty else {}
+    reads = common.per_process(metrics, TRANSFER_METRICS)
+    both = {k: max(value_reads.get(k, 0.0), reads.get(k, 0.0)) for k in set(value_reads) | set(reads)}
+    counted = [k for k in both if steps.get(k) and both[k] / steps[k] >= READS_PER_STEP]  # file by file
+    if not counted:
+        return []
+    per_step = sum(both[k] for k in counted) / sum(steps[k] for k in counted)
+    wait = common.per_process(metrics, TRANSFER_METRICS, "total")
+    cost = sum(wait.get(k, 0.0) * min(value_reads.get(k, 0.0) / reads[k], 1.0) if reads.get(k) and
+               value_reads.get(k) else wait.get(k, 0.0) for k in counted) / common.NS
+    extra = {"source": "imported totals", "value_reads": int(sum(value_reads.get(k, 0) for k in counted)),
+             "host_reads": int(sum(reads.get(k, 0) for k in counted)),
+             "step_markers": int(sum(steps[k] for k in counted))}
+    return [_finding(per_step, cost, 0.0, [], [], extra)]
+
+
+def detect_host_sync(tables: RunTables) -> list[Finding]:
+    """One finding when the judged steps read from the device READS_PER_STEP times or more."""
+    if tables.steps.empty:
+        return _imported(tables)
+    judged = common.judged_steps(tables)
+    if judged.empty or "transfers_from_device" not in judged:
+        return []
+    per_step, share, steps = _live_reads(tables, judged)
+    if per_step < READS_PER_STEP:
+        return []
+    wait = common.metric_per_step(common.judged_rows(tables.metrics, judged), TRANSFER_METRICS)
+    cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
+    return [_finding(per_step, cost, common.wall_s(judged), steps, _sites(tables),
+                     {"share_of_host_reads": round(share, 3)})]

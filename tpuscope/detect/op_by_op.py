@@ -1,0 +1,110 @@
+"""Rule `op_by_op`: a hot loop that dispatches JAX operations one by one instead of through jit.
+
+Evidence comes from the JAX collector (docs/backends.md): per step, the metric
+`jax.eager_dispatch_time` (count = primitives run outside jit, total = host ns
+spent inside those dispatches), the counter `jax.jit_calls`, and the table
+`call_sites` (kind `eager_dispatch`: primitive and user line, counted per step).
+Each eager dispatch is a separate device program, launched from Python, with no
+fusion between them; `jax.jit` turns the step into one compiled program.
+
+Triggers when the steps after warm-up (the common warm-up rule) dispatch at least
+MIN_DISPATCHES_PER_STEP primitives eagerly on average; a run with no step source
+(one whole-run step) is judged as a whole. Severity: high when no jitted function
+runs in those steps or the dispatch time is HIGH_SHARE of their wall time. Cost: the measured host time inside those dispatches, minus compile
+time in the same steps: a lower bound, since jit also removes Python overhead
+between the ops and fuses them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.detect import common
+from tpuscope.detect.registry import RunTables
+from tpuscope.schema import Finding
+
+RULE = "op_by_op"
+MIN_DISPATCHES_PER_STEP = 10
+HIGH_SHARE = 0.25  # eager dispatch time / wall time of the judged steps
+DISPATCH_METRIC = "jax.eager_dispatch_time"
+TOP = 5
+
+
+def _judged(tables: RunTables) -> pd.DataFrame:
+    """Steps past warm-up (common rule); a run whose only step is the whole run (no step
+    source: no annotation and no jitted step function) is judged as a whole."""
+    judged = common.judged_steps(tables)
+    steps = tables.steps
+    if judged.empty and not steps.empty and set(steps["boundary"].astype(str)) == {"end"}:
+        return steps
+    return judged
+
+
+def _per_step(metrics: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
+    """Per judged (process, step): eager dispatches, their host ns, executions and compile ns."""
+    keys = [k for k in ("host", "pid", "step") if k in judged.columns]
+    rows = common.judged_rows(metrics, judged)
+    rows = rows[rows["name"] == DISPATCH_METRIC] if not rows.empty else rows
+    eager = rows.groupby(keys, dropna=False)[["count", "total"]].sum().reset_index() if not rows.empty \
+        else pd.DataFrame(columns=[*keys, "count", "total"])
+    frame = judged[[*keys, "executions", "compile_ns", "wall_ns"]].merge(eager, on=keys, how="left")
+    return frame.fillna({"count": 0, "total": 0.0, "executions": 0, "compile_ns": 0})
+
+
+def _top(frame: pd.DataFrame, by: str, n: int = TOP) -> list[dict[str, Any]]:
+    grouped = frame.groupby(by, dropna=False)["count"].sum().sort_values(ascending=False).head(n)
+    return [{by: key if key == key else None, "count": int(count)} for key, count in grouped.items()]
+
+
+def detect_op_by_op(tables: RunTables) -> list[Finding]:
+    """One finding when the judged steps run many primitives outside jit."""
+    metrics = tables.metrics
+    if tables.steps.empty or metrics.empty or not (metrics["name"] == DISPATCH_METRIC).any():
+        return []
+    judged = _judged(tables)
+    if judged.empty:
+        return []
+    frame = _per_step(metrics, judged)
+    per_step = float(frame["count"].mean())
+    if per_step < MIN_DISPATCHES_PER_STEP:
+        return []
+    cost_s = float((frame["total"] - frame["compile_ns"]).clip(lower=0).sum()) / common.NS
+    wall = common.wall_s(judged)
+    share = cost_s / wall if wall else 0.0
+    jit_calls = float((frame["executions"] - frame["count"]).clip(lower=0).mean())
+    sites = tables.extra.get("call_sites", pd.DataFrame())
+    if not sites.empty:
+        sites = common.judged_rows(sites[sites["kind"] == "eager_dispatch"], judged)
+    lines = _top(sites, "location") if not sites.empty else []
+    primitives = _top(sites, "name") if not sites.empty else []
+    location = next((row["location"] for row in lines if row["location"]), None)
+    severity = "high" if share >= HIGH_SHARE or jit_calls == 0 else common.severity_for(cost_s, wall, "medium")
+    steps = common.steps_list(judged["step"])
+    return [_finding(per_step, jit_calls, cost_s, wall, share, severity, location, steps, lines, primitives)]
+
+
+def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, share: float, severity: str,
+             location: str | None, steps: list[int], lines: list[dict[str, Any]],
+             primitives: list[dict[str, Any]]) -> Finding:
+    ops = ", ".join(str(p["name"]) for p in primitives[:3] if p["name"]) or "various"
+    calls = "no jitted function was called in these steps" if jit_calls == 0 else \
+        f"{jit_calls:.1f} jitted calls per step"
+    where = f" from {common.short_path(location)}" if location else ""
+    return Finding(
+        rule=RULE, severity=severity,
+        title=f"{per_step:.0f} ops per step dispatched one by one outside jit{where}",
+        detail=(f"{len(steps)} steps ran {per_step:.1f} primitives each eagerly ({ops}): each is a separate "
+                f"device launch from Python, with no fusion between them; {calls}. Cost: {cost_s:.3f} s = "
+                f"measured host time inside the eager dispatches ({share:.0%} of the steps' wall time), "
+                "compile time excluded; a lower bound, since jit also removes the Python work between "
+                "the ops and fuses them."),
+        fix=("Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
+             "value_and_grad call and the optimizer update inside it) so each step is one compiled "
+             "dispatch; keep prints and Python control flow on traced values outside it."),
+        location=location, cost_s=cost_s, steps=steps,
+        evidence={"dispatches_per_step": round(per_step, 1), "jit_calls_per_step": round(jit_calls, 2),
+                  "eager_dispatch_s": round(cost_s, 6), "wall_s": round(wall, 6),
+                  "eager_time_share": round(share, 4), "top_lines": lines, "top_primitives": primitives},
+    )

@@ -1,0 +1,215 @@
+"""Rule `tensorcore_underuse`: matmuls that waste the TPU's matrix units, and idle device time.
+
+Two kinds of evidence, and every finding says which it used:
+- estimated: from the run's HLO (`--deep` dumps or an imported dump folder), each
+  matmul's padding, precision and size on the `--target` chip (meta 'target',
+  default v5e) with the roofline of analyze.mxu: head_dim below the MXU width,
+  dims not multiples of it, f32 matmuls, matmuls with too few rows;
+- measured: xprof's overview of a TPU trace (MXU utilization, device duty cycle) and
+  per-op roofline efficiency, and device busy/idle per step from any trace.
+Costs are seconds: estimated ones are per graph execution on the target times the
+judged steps; measured ones are time in the trace. Thresholds: docs/detectors.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
+from tpuscope.analyze.tensorcore import Problem, analyze, waste_by_generation
+from tpuscope.detect.common import judged_steps, short_path
+from tpuscope.detect.registry import RunTables
+from tpuscope.schema import Finding
+
+RULE = "tensorcore_underuse"
+MIN_SHARE = 0.01  # of the estimated step time on the target: below this, no finding (head_dim always)
+IDLE_SHARE = 0.20  # device idle share of traced steps that is a finding
+LOW_MXU = 50.0  # measured MXU utilization (%) below which xprof's figures are a finding
+
+
+def _severity(share: float) -> str:
+    return "high" if share >= 0.10 else "medium" if share >= 0.02 else "low"
+
+
+def _target(tables: RunTables) -> str:
+    target = str(tables.meta.get("target") or DEFAULT_TARGET)
+    return target if target.lower() in GENERATIONS else DEFAULT_TARGET
+
+
+def _executions(tables: RunTables) -> int:
+    judged = judged_steps(tables)
+    return max(len(judged), 1)
+
+
+def _measured(tables: RunTables) -> dict[str, float]:
+    overview = tables.extra.get("xprof_overview", pd.DataFrame())
+    if overview.empty:
+        return {}
+    values = overview.dropna(subset=["value"]).groupby("name")["value"].mean()
+    return {k: float(values[k]) for k in ("mxu_utilization_percent", "device_duty_cycle_percent",
+                                          "device_idle_time_percent") if k in values}
+
+
+def _text_ops(info: dict[str, Any]) -> str:
+    lines = [short_path(x) for x in info.get("lines") or []][:4]
+    where = ", ".join(lines) or ", ".join(info.get("module_paths") or []) or "an unknown source line"
+    return f"{info['count']} matmul(s), e.g. {', '.join(info['shapes'][:3])}, at {where}"
+
+
+def _estimated(problem: Problem, step_s: float, runs: int, target: str, summary: dict[str, Any],
+               measured: dict[str, float]) -> Finding | None:
+    spec, info = chip(target), problem.info
+    share = problem.cost_s / step_s if step_s > 0 else 0.0
+    if share < MIN_SHARE and problem.kind != "head_dim":
+        return None
+    edge = spec.mxu
+    waste = waste_by_generation(problem.ops)
+    roof = (f"On {target} the step graph {summary.get('module')} is {summary.get('bound', '?')}-bound "
+            f"(est. {fmt_time(summary.get('time_s', 0.0))}: {fmt_time(summary.get('mxu_s', 0.0))} of MXU work, "
+            f"{fmt_time(summary.get('hbm_s', 0.0))} of HBM traffic, bytes from {summary.get('bytes_basis')}); "
+            f"{100 * summary.get('padding_share', 0.0):.0f}% of its MXU work is padding.")
+    basis = ("Estimated from the HLO with a roofline model (docs/tpu_generations.md)"
+             + (f"; measured MXU utilization {measured['mxu_utilization_percent']:.1f}% (xprof)."
+                if "mxu_utilization_percent" in measured else "."))
+    title, fix = _wording(problem.kind, info, edge, target, waste)
+    hidden = float((problem.ops["mxu_s"] * problem.ops["waste"]).sum())
+    cost = (f"Costs {fmt_time(problem.cost_s)} per step on {target} ({100 * share:.1f}% of the step), "
+            f"{fmt_time(problem.cost_s * runs)} over {runs} step(s)." if problem.cost_s > 0 else
+            f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
+            f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes).")
+    detail = f"{_text_ops(info)}. {cost} {roof} {basis}"
+    evidence = {"basis": "estimated", "target": target, "kind": problem.kind, "share_of_step": round(share, 4),
+                "padding_share_by_generation": waste, **info, "roofline": _clean(summary), **measured}
+    return Finding(RULE, _severity(share) if problem.kind != "head_dim" or share >= MIN_SHARE else "low",
+                   title, detail, fix, info.get("location"), problem.cost_s * runs, [], evidence)
+
+
+def _wording(kind: str, info: dict[str, Any], edge: int, target: str, waste: dict[str, float]) -> tuple[str, str]:
+    if kind == "head_dim":
+        d = info["head_dim"]
+        here = waste.get(target, waste["v5e"])
+        return (f"attention head_dim {d}: {100 * here:.0f}% of its MXU work is padding on {target} "
+                f"({100 * waste['v5e']:.0f}% on v5e/v5p, {100 * waste['v6e']:.0f}% on v6e/v7)",
+                f"Use head_dim {edge} or a multiple of it (keep d_model, use d_model/{edge} heads), or a fused "
+                f"attention kernel that packs heads (torch_xla flash_attention, Pallas splash attention).")
+    if kind == "unaligned":
+        pairs = ", ".join(f"{a}->{b}" for a, b in zip(info["dims"], info["padded"], strict=True))
+        return (f"{info['count']} matmul(s) with dims not multiples of {edge} waste the MXU on {target}",
+                f"Pad these feature sizes to multiples of {edge} (128 on v5e/v5p, 256 on v6e/v7): {pairs}.")
+    if kind == "f32":
+        prec = "/".join(info.get("precision") or ["default"])
+        return (f"{info['count']} matmul(s) run in f32 (precision {prec}) where bf16 would do",
+                "Run the model in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
+                "forward (torch_xla), or bf16 params and inputs (JAX); keep f32 master weights in the optimizer.")
+    return (f"{info['count']} matmul(s) stream only {', '.join(map(str, info['rows'][:4]))} rows through "
+            f"the {edge}-row MXU on {target}",
+            f"Give each matmul at least {edge} rows: a larger batch or sequence per step, or merge small "
+            f"matmuls (one fused QKV projection instead of three).")
+
+
+def _clean(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in summary.items()}
+
+
+def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
+    device_steps = tables.extra.get("device_steps", pd.DataFrame())
+    judged = judged_steps(tables)
+    rows = device_steps
+    if not device_steps.empty and not judged.empty and (device_steps["window"] == "steps").any():
+        rows = device_steps[device_steps["step"].isin(judged["step"])]
+    total = float((rows["busy_ns"] + rows["idle_ns"]).sum()) if not rows.empty else 0.0
+    if "device_duty_cycle_percent" in measured:
+        idle_share, basis = 1 - measured["device_duty_cycle_percent"] / 100, "measured by xprof (duty cycle)"
+    elif total > 0:
+        idle_share, basis = float(rows["idle_ns"].sum()) / total, "measured from the trace's XLA ops"
+    else:
+        return None
+    if idle_share < IDLE_SHARE:
+        return None
+    idle_s = idle_share * total / 1e9
+    devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
+    steps = sorted({int(s) for s in rows["step"] if s >= 0}) if not rows.empty else []
+    return Finding(
+        RULE, "high" if idle_share >= 0.5 else "medium",
+        f"device idle {100 * idle_share:.0f}% of the traced steps: the step is host-bound",
+        f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
+        f"{len(steps) or 'the'} traced step(s) ({basis}); the rest the device waited for the host "
+        f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
+        "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
+        "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
+        "batch so each step has more device work.",
+        None, idle_s, steps, {"basis": basis, "idle_share": round(idle_share, 4), "devices": devices, **measured})
+
+
+_MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
+
+
+def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
+    """Measured MXU utilization from xprof: a problem when matmuls take device time at low
+    utilization; when the device time goes to other ops, a low-severity note of where."""
+    mxu = measured.get("mxu_utilization_percent")
+    if mxu is None or mxu >= LOW_MXU:
+        return None
+    ops = tables.extra.get("xprof_ops", pd.DataFrame())
+    if not ops.empty:
+        ops = ops.sort_values("self_time_us", ascending=False)
+    is_mm = ops["category"].astype(str).str.contains(_MATMUL_CATEGORY) if not ops.empty else pd.Series(dtype=bool)
+    matmul = ops[is_mm] if not ops.empty else ops
+    share = float(matmul["self_time_percent"].sum()) if not matmul.empty else 0.0
+    top = (matmul if share >= 10 else ops).head(5)
+    names = ", ".join(f"{r.hlo_op} ({r.category}, {r.bound_by}-bound, {r.self_time_percent:.0f}% of op time)"
+                      for r in top.itertuples()) or "no per-op statistics"
+    location = next((str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None)
+    duty = measured.get("device_duty_cycle_percent", float("nan"))
+    evidence = {"basis": "measured (xprof overview_page, hlo_stats, op_profile)", "matmul_time_percent": share,
+                "top_ops": top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
+                **measured}
+    head = f"xprof's overview_page: MXU utilization {mxu:.1f}%, device duty cycle {duty:.1f}%. "
+    if share >= 10:
+        used = matmul["flops_utilization"].fillna(mxu / 100).clip(0, 1)
+        cost = float((matmul["self_time_us"] * (1 - used)).sum()) / 1e6
+        return Finding(RULE, "high" if mxu < 20 else "medium",
+                       f"MXU utilization {mxu:.1f}% while matmuls take {share:.0f}% of device time (measured by xprof)",
+                       head + f"Matmul ops: {names}. Cost = their self time times (1 - their FLOP utilization), "
+                       "summed over cores.",
+                       "Feed the MXU bigger, aligned matmuls: bf16 operands, dims in multiples of 128 (256 on "
+                       "v6e/v7), larger batch per step; see the estimated findings for the shapes.",
+                       location, cost, [], evidence)
+    bound = str(top["bound_by"].mode().iloc[0]) if not top.empty and top["bound_by"].notna().any() else "?"
+    return Finding(RULE, "low", f"MXU idle ({mxu:.1f}% utilization, measured by xprof): device time goes to "
+                   f"{bound}-bound non-matmul ops",
+                   head + f"Matmuls take {share:.0f}% of op time; the time goes to: {names}. No cost estimated: "
+                   "a program without matmuls has nothing for the MXU to do.",
+                   "If this step should be matmul-heavy, look at these ops first: "
+                   + ("cut HBM traffic (fewer copies and host offloads, bf16 activations, fusable ops)."
+                      if bound.upper() == "HBM" else "they bound the step, not the MXU."),
+                   location, 0.0, [], evidence)
+
+
+def _trace_modules(meta: dict[str, Any]) -> dict[str, int]:
+    """Events per HLO module in the run's traces (launcher meta, or each imported file's meta)."""
+    counts: dict[str, int] = {}
+    for source in [meta.get("device_view") or {}, *(meta.get("processes") or [])]:
+        for name, count in (source.get("trace_modules") or {}).items():
+            counts[name] = counts.get(name, 0) + int(count)
+    return counts
+
+
+def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
+    measured = _measured(tables)
+    findings = [f for f in (_xprof_mxu(tables, measured), _idle(tables, measured)) if f is not None]
+    hlo_ops = tables.extra.get("hlo_ops", pd.DataFrame())
+    if hlo_ops.empty:
+        return findings
+    target = _target(tables)
+    trace_modules = _trace_modules(tables.meta)
+    problems, summary = analyze(hlo_ops, tables.extra.get("hlo_modules", pd.DataFrame()), target, trace_modules)
+    step_s = float(summary.get("time_s") or 0.0)
+    runs = _executions(tables)
+    for problem in problems:
+        finding = _estimated(problem, step_s, runs, target, summary, measured)
+        if finding is not None:
+            findings.append(finding)
+    return findings

@@ -1,0 +1,87 @@
+"""The device view of a run for the terminal: where the traces are, busy/idle per device, xprof's figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.store import Run
+
+XPROF_FIGURES = ("device_type", "device_core_count", "mxu_utilization_percent", "device_duty_cycle_percent",
+                 "device_idle_time_percent", "hbm_utilization_percent",
+                 "flop_rate_utilization_relative_to_roofline", "peak_flop_rate_gflops", "peak_hbm_bw_gibps")
+
+
+def log_dirs(run_dir: Path) -> list[Path]:
+    """Folders xprof/TensorBoard take as --logdir: each holds plugins/profile/<session>/*.xplane.pb."""
+    found = {p.parent.parent.parent.parent for p in (run_dir / "trace").rglob("*.xplane.pb")
+             if p.parent.parent.name == "profile" and p.parent.parent.parent.name == "plugins"}
+    return sorted(found)
+
+
+def busy_idle(device_steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per host and device: windows, busy and idle ms, duty cycle %."""
+    if device_steps.empty:
+        return []
+    out = []
+    for (host, device), group in device_steps.groupby(["host", "device"], sort=True):
+        busy, idle = float(group["busy_ns"].sum()), float(group["idle_ns"].sum())
+        out.append({"host": host, "device": device, "windows": len(group),
+                    "window": str(group["window"].iloc[0]), "busy_ms": busy / 1e6, "idle_ms": idle / 1e6,
+                    "duty_cycle_percent": 100 * busy / (busy + idle) if busy + idle else 0.0})
+    return out
+
+
+def xprof_figures(overview: pd.DataFrame) -> list[dict[str, Any]]:
+    """xprof's headline figures per analysed profile (one per host or session)."""
+    out = []
+    for host, rows in (overview.groupby("host", sort=True) if not overview.empty else []):
+        figures: dict[str, Any] = {"host": host}
+        for name in XPROF_FIGURES:
+            found = rows[rows["name"] == name]
+            if not found.empty:
+                value = found["value"].dropna()
+                figures[name] = float(value.iloc[0]) if not value.empty else str(found["text"].iloc[0])
+        out.append(figures)
+    return out
+
+
+def top_ops(xprof_ops: pd.DataFrame, n: int = 5) -> list[dict[str, Any]]:
+    if xprof_ops.empty:
+        return []
+    top = xprof_ops.sort_values("self_time_us", ascending=False).head(n)
+    cols = ["hlo_op", "category", "self_time_percent", "bound_by", "flops_utilization", "source_info"]
+    return [{k: (None if v is None or (isinstance(v, float) and v != v) else v) for k, v in r.items()}
+            for r in top[cols].to_dict("records")]
+
+
+def device_view(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "trace_events": len(run.trace_events),
+        "log_dirs": [str(p) for p in log_dirs(run.path)],
+        "devices": busy_idle(run.device_steps),
+        "xprof": xprof_figures(run.xprof_overview),
+        "top_ops": top_ops(run.xprof_ops),
+    }
+
+
+def render(view: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    if view["devices"]:
+        table = Table(title="device busy / idle (from the trace's XLA ops)")
+        for col in ("host", "device", "windows", "busy ms", "idle ms", "duty cycle"):
+            table.add_column(col, justify="right" if col not in ("host", "device") else "left")
+        for d in view["devices"]:
+            table.add_row(str(d["host"]), str(d["device"]), f"{d['windows']} ({d['window']})",
+                          f"{d['busy_ms']:.2f}", f"{d['idle_ms']:.2f}", f"{d['duty_cycle_percent']:.1f}%")
+        console.print(table)
+    for figures in view["xprof"]:
+        console.print(f"xprof (measured, {figures['host']}): " + ", ".join(
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items() if k != "host"))
+    for op in view["top_ops"]:
+        console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, "
+                      f"{op['bound_by']}-bound" + (f", at {op['source_info']}" if op.get("source_info") else ""))

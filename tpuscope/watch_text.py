@@ -1,0 +1,125 @@
+"""The words of a failed watch: which step recompiled and why, which op fell back and where.
+
+A test failure is read once, in a CI log, by someone who wants to fix it without
+rerunning: so each message names the step, the cause, the user's line (with its
+source text) and what changed, and stays short when there are many of them.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+from collections.abc import Iterable
+from typing import Any
+
+MAX_LINES = 6  # recompiles or ops listed in full; the rest are counted
+
+
+def fallback_name(op: str) -> str:
+    """`nonzero` -> `aten::nonzero`; names with a namespace (or globs like `aten::*`) stay."""
+    return op if "::" in op else f"aten::{op}"
+
+
+def short_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def site(location: str) -> str:
+    """`/abs/test_x.py:12` -> `test_x.py:12` (relative when under the current folder)."""
+    path, _, line = location.rpartition(":")
+    return f"{short_path(path)}:{line}" if path and line.isdigit() else location
+
+
+def where(location: str | None) -> str:
+    """`at test_x.py:12: y = x[mask]` (with the source text when the file is readable)."""
+    if not location:
+        return "(call site not recorded)"
+    path, _, line = location.rpartition(":")
+    if not path or not line.isdigit():
+        return f"at {location}"
+    source = linecache.getline(path, int(line)).strip()
+    text = f"at {short_path(path)}:{line}"
+    return f"{text}: {source}" if source else text
+
+
+def step_ranges(steps: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    values = sorted(set(steps))
+    parts: list[str] = []
+    start = prev = None
+    for value in [*values, None]:
+        if start is not None and value is not None and value == prev + 1:
+            prev = value
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = value
+    return ", ".join(parts)
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def describe_recompiles(recompiles: list[Any], limit: int, warmup_steps: int,
+                        note: str | None = None) -> str:
+    """One block for every graph compiled after warm-up, then the detectors' findings."""
+    lines = [f"tpuscope: {plural(len(recompiles), 'recompile')} after warm-up, limit {limit} "
+             f"(warm-up: {_warmup(recompiles, warmup_steps)})"]
+    for item in recompiles[:MAX_LINES]:
+        if item.function is not None:  # JAX: the function, not a step, is what recompiled
+            defined = f" ({site(item.defined_at)})" if item.defined_at else ""
+            cause = item.cause or "unknown"
+            if item.changes and ": " in cause:  # the changes follow on their own line
+                cause = cause.split(": ", 1)[0]
+            lines.append(f"  compile {item.number} of {item.function}{defined}, cause: {cause}")
+        else:
+            graph = f"graph {item.graph_hash[:12]}" if item.graph_hash else "a graph"
+            lines.append(f"  step {item.step}: {graph} compiled, cause: {item.cause or 'unknown'}")
+        lines.append(f"    {where(item.location)}")
+        if item.changes:
+            lines.append(f"    what changed: {'; '.join(item.changes)}")
+    if len(recompiles) > MAX_LINES:
+        lines.append(f"  ... and {len(recompiles) - MAX_LINES} more (the run's compiles table has all)")
+    fixes: list[str] = []  # the detectors' fix; their own counts use their own warm-up
+    for item in recompiles:
+        fix = item.fix or (item.finding.fix if item.finding is not None else None)
+        if fix and fix not in fixes:
+            fixes.append(fix)
+            lines.append(f"  fix: {fix}")
+    if note and not any(item.cause for item in recompiles):
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def _warmup(recompiles: list[Any], warmup_steps: int) -> str:
+    """torch_xla's warm-up is steps; JAX's is compiles per function (tpuscope.watch_jax)."""
+    parts = []
+    if any(item.function is None for item in recompiles):
+        parts.append(f"the first {plural(warmup_steps, 'step')}; steps count from 0")
+    if any(item.function is not None for item in recompiles):
+        parts.append("none for JAX: every compile of a jitted function counts" if warmup_steps == 0
+                     else f"the first {'compile' if warmup_steps == 1 else f'{warmup_steps} compiles'} "
+                          "of each jitted function")
+    return "; ".join(parts)
+
+
+def describe_fallbacks(fallbacks: list[Any], limit: int, allowed: Iterable[str] = ()) -> str:
+    """One block per aten op that ran on the host, most calls first."""
+    calls = sum(f.count for f in fallbacks)
+    allow = ", ".join(fallback_name(a) for a in allowed)
+    head = f"tpuscope: {plural(calls, 'CPU fallback')} (aten ops run on the host), limit {limit}"
+    lines = [head + (f" (allowed: {allow})" if allow else "")]
+    for item in fallbacks[:MAX_LINES]:
+        lines.append(f"  {item.op} ran on the host {plural(item.count, 'time')} "
+                     f"(steps {step_ranges(item.steps)})")
+        lines.append(f"    {where(item.location)}")
+        if item.finding is not None and item.finding.fix:
+            lines.append(f"    fix: {item.finding.fix}")
+    if len(fallbacks) > MAX_LINES:
+        lines.append(f"  ... and {len(fallbacks) - MAX_LINES} more ops")
+    return "\n".join(lines)
