@@ -238,7 +238,8 @@ def test_bad_script_reference_exits_2_and_writes_nothing(tmp_path, monkeypatch, 
     (("--size", "huge"), "unknown size 'huge'"),
 ])
 def test_bad_options_exit_2(tmp_path, args, message):
-    result = invoke("bench", "--store", str(tmp_path), *args)
+    result = invoke("bench", "--store", str(tmp_path / "new"), *args)
+    assert not (tmp_path / "new").exists()
     assert result.exit_code == 2 and message in result.stderr
 
 

@@ -130,6 +130,17 @@ def test_warmed_up_before_the_watch(tpuscope):
     assert [(r.function, r.number) for r in cold.recompiles] == [("train_step", 1)]
     (change,) = cold.recompiles[0].changes  # against JAX's closest earlier key: any earlier batch
     assert change.startswith("arg batch['x']: f32[") and change.endswith(",64] -> f32[48,64]")
+
+
+def test_without_explanations(tpuscope, monkeypatch):
+    monkeypatch.setenv("JAX_EXPLAIN_CACHE_MISSES", "0")  # the user's choice: JAX explains nothing
+    with tpuscope.watch() as w:
+        for n in (56, 56, 60):
+            train_step(W, {"x": jnp.ones((n, 64))})
+    mine = [r for r in w.recompiles if r.function == "train_step"]
+    assert [(r.number, r.cause, r.changes) for r in mine] == \
+        [(2, "compile of train_step", ("arg 1: f32[56,64] -> f32[60,64]",))]
+    assert mine[0].fix.startswith("Keep the input shapes of train_step the same on every call")
 '''
 
 
@@ -169,7 +180,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[pytest.RunResult, P
 
 def test_static_passes_and_retraces_fail(cases) -> None:
     result, _ = cases
-    result.assert_outcomes(passed=4, failed=3)
+    result.assert_outcomes(passed=5, failed=3)
     result.stdout.fnmatch_lines_random([
         "FAILED test_jax_cases.py::test_short_last_batch - Failed: tpuscope: 1 re*",
         "FAILED test_jax_cases.py::test_static_argument - Failed: tpuscope: 1 re*",
@@ -216,7 +227,7 @@ def test_static_argument_and_redefinition_are_named(cases) -> None:
 def test_summary_lists_every_watched_test(cases) -> None:
     result, store = cases
     result.stdout.fnmatch_lines([
-        "*- tpuscope: 7 watched tests -*",
+        "*- tpuscope: 8 watched tests -*",
         " steps  compiles  after warm-up  fallbacks  test",
         "     1         *              0          0  test_jax_cases.py::test_static",
         "     1         *              1          0  test_jax_cases.py::test_short_last_batch  "
@@ -229,6 +240,7 @@ def test_summary_lists_every_watched_test(cases) -> None:
         # calls that hit the cache never leave C++: a watch with no compile sees no step
         "     0         0              0          0  test_jax_cases.py::test_warmed_up_before_the_watch",
         "     1         *              1          0  test_jax_cases.py::test_warmed_up_before_the_watch (watch 2)",
+        "     1         *              *          0  test_jax_cases.py::test_without_explanations",
         f"runs saved in {store} (tpuscope ls --store {store})",
     ])
 
@@ -239,7 +251,7 @@ def test_store_keeps_each_watched_jax_test_as_a_run(cases) -> None:
     for path in store.iterdir():
         run = tpuscope.load_run(path)
         runs[run.meta["name"]] = run
-    assert len(runs) == 8
+    assert len(runs) == 9
     short = runs["test_jax_cases.py::test_short_last_batch"]
     assert short.meta["processes"][0]["backend"] == "jax" and short.meta["jax_caches_cleared"] is True
     train = short.compiles[short.compiles["cause"].str.contains("train_step")]
@@ -289,3 +301,21 @@ def test_loading_the_plugin_leaves_jax_alone(pytester: pytest.Pytester,
     report = json.loads((pytester.path / "report.json").read_text())
     assert report == {"mods": ["tpuscope", "tpuscope.pytest_plugin"], "jit": True,
                       "explain": False, "runner": False}
+
+
+def test_causes_name_their_function() -> None:
+    """The JAX collector's cause vocabulary (docs/backends.md), as the watch reads it."""
+    from tpuscope.watch_jax import arg_name, function_of
+
+    assert function_of("first trace of train_step") == ("train_step", False)
+    assert function_of("retrace of f: arg x: f32[16,8] -> f32[10,8]; arg y: i32[] -> f32[]") == ("f", False)
+    assert function_of("retrace of g: static arg [0][1]: 2 -> 3 [persistent cache hit]") == ("g", False)
+    assert function_of("<lambda> re-defined on every call: a new function object misses the jit cache") \
+        == ("<lambda>", False)
+    assert function_of("compile of jitted init (library code, which JAX does not explain)") == ("init", False)
+    assert function_of("JAX library function sin compiled for a call outside jit (eager op)") == ("sin", True)
+    assert function_of("compile of f") == ("f", False)
+    assert function_of("user torch_xla.sync") == (None, False)
+    assert function_of(None) == (None, False)
+    assert (arg_name("[0][1]"), arg_name("[1]['n']"), arg_name("[0][0]['x']"), arg_name("batch['x']")) == \
+        ("args[1]", "n", "args[0]['x']", "batch['x']")

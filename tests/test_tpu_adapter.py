@@ -157,8 +157,6 @@ def test_steps_compiles_and_eager_modes_per_optimizer_step(tmp_path: Path, optim
     assert list(modes["name"]) == ["torch_tpu.eager_mode/strict"] * 3 + ["torch_tpu.eager_mode/fused"] * 2
 
 
-@pytest.mark.xfail(reason="detect/common.short_path gets NaN for compile rows without a location "
-                   "(pandas str dtype); TorchTPU's cache statistics give no call site", strict=False)
 def test_detectors_run_on_torch_tpu_rows(tmp_path: Path, optimizer) -> None:
     chip = Chip()
     session, collector = collect(tmp_path, make_api(chip))

@@ -218,6 +218,8 @@ class Finding:
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+        if not isinstance(self.location, str) or not self.location:
+            self.location = None  # a missing location read from pandas arrives as NaN
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)

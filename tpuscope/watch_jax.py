@@ -114,14 +114,26 @@ def recompiles(run: Any, warmup_steps: int) -> list[JaxRecompile]:
         earlier.append(row)
         if len(earlier) <= warmup_steps:
             continue
-        changes = [_diff_text(d) for d in diffs if d["kind"] != "first"]
-        if not changes and len(earlier) > 1:  # no explanation (JAX_EXPLAIN_CACHE_MISSES=0)
-            changes = _shape_changes(earlier[-2], row)
+        changes, fix = _what_changed(function, diffs, earlier)
         out.append(JaxRecompile(
             index=int(row["index"]), step=int(row["step"]), function=function, defined_at=defined_at,
             number=len(earlier), cause=row.get("cause") or None, location=row.get("location") or None,
-            graph_hash=row.get("graph_hash") or None, changes=tuple(changes), fix=fix_for(function, diffs)))
+            graph_hash=row.get("graph_hash") or None, changes=tuple(changes), fix=fix))
     return out
+
+
+def _what_changed(function: str, diffs: list[dict[str, Any]],
+                  compiles: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """JAX's explanation of the last of `compiles`, and its fix; without one
+    (JAX_EXPLAIN_CACHE_MISSES=0) the input-shape diff against the function's previous compile."""
+    changes = [_diff_text(d) for d in diffs if d["kind"] != "first"]
+    if changes or len(compiles) < 2:
+        return changes, fix_for(function, diffs)
+    changes = _shape_changes(compiles[-2], compiles[-1])
+    if not changes:
+        return changes, fix_for(function, diffs)
+    return changes, (f"Keep the input shapes of {function} the same on every call: pad to a fixed "
+                     f"size (or a few bucket sizes) and mask the padding.")
 
 
 def _key(seen: dict[tuple[str, str | None], Any], function: str,

@@ -6,12 +6,14 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.warmup import after_warmup, warmup_by_process
+
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
 
 
 def judged(frame: pd.DataFrame, warmup: int) -> pd.DataFrame:
-    """Rows of steps past warm-up (each process counts its own steps)."""
+    """Rows past a single warm-up count (summarize() gives the effective one as 'warmup')."""
     if frame.empty or "step" not in frame:
         return frame
     return frame[frame["step"] >= warmup]
@@ -40,11 +42,14 @@ def compile_causes(compiles: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]
     ]
 
 
-def fallback_ops(fallbacks: pd.DataFrame, steps_judged: int, warmup: int) -> list[dict[str, Any]]:
-    """Per aten op that ran on the host: total count, steps it ran in, count per judged step."""
+def fallback_ops(fallbacks: pd.DataFrame, steps_judged: int, judged_index: pd.Index) -> list[dict[str, Any]]:
+    """Per aten op that ran on the host: total count, steps it ran in, count per judged step.
+
+    judged_index: the index labels of the rows past warm-up.
+    """
     if fallbacks.empty:
         return []
-    frame = fallbacks.assign(judged=fallbacks["count"].where(fallbacks["step"] >= warmup, 0))
+    frame = fallbacks.assign(judged=fallbacks["count"].where(fallbacks.index.isin(judged_index), 0))
     grouped = frame.groupby("op").agg(
         count=("count", "sum"),
         judged=("judged", "sum"),
@@ -66,9 +71,14 @@ def fallback_ops(fallbacks: pd.DataFrame, steps_judged: int, warmup: int) -> lis
 
 def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
               fallbacks: pd.DataFrame) -> dict[str, Any]:
-    warmup = int(meta.get("warmup", 2))
-    after = judged(steps, warmup)
-    compiles_after = judged(compiles, warmup)
+    requested = int(meta.get("warmup", 2))
+    warmups = warmup_by_process(steps, requested)
+    warmup = max(warmups.values(), default=requested)
+    after = after_warmup(steps, warmups, requested)
+    if "boundary" in after:
+        after = after[after["boundary"] != "end"]  # work after the loop is not a step to judge
+    compiles_after = after_warmup(compiles, warmups, requested)
+    fallbacks_after = after_warmup(fallbacks, warmups, requested)
     wall_after_ns = float(after["wall_ns"].sum()) if not after.empty else 0.0
     compile_after_ns = float(compiles_after["duration_ns"].sum()) if not compiles_after.empty else 0.0
     transfers = after["transfers_from_device"] if not after.empty else pd.Series(dtype=float)
@@ -83,6 +93,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
         "device_kind": _first_process_value(meta, "device_kind"),
         "processes": len(meta.get("processes", [])),
         "warmup": warmup,
+        "warmup_requested": requested,
         "duration_s": (end - start) / NS_PER_S if start and end else None,
         "steps": int(len(steps)),
         "steps_after_warmup": int(len(after)),
@@ -94,7 +105,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
         "compile_s_after_warmup": compile_after_ns / NS_PER_S,
         "compile_share_after_warmup": compile_after_ns / wall_after_ns if wall_after_ns else 0.0,
         "compile_causes": compile_causes(compiles),
-        "fallback_ops": fallback_ops(fallbacks, len(after), warmup),
+        "fallback_ops": fallback_ops(fallbacks, len(after), fallbacks_after.index),
         "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
     }
 

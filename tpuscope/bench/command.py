@@ -48,7 +48,8 @@ def make_plan(model: str, script: str | None, modes: str, backends: str | None, 
         script, model = f"{path}:{factory}", path.stem
     elif model not in MODELS:
         raise BenchUsageError(f"unknown model {model!r}; bundled models: {', '.join(MODELS)}")
-    default_backends = "torch_xla,torch_tpu" if script else "all"
+    mode_list = parse_list(modes, MODES, "mode")
+    backend_list = parse_list(backends or ("torch_xla,torch_tpu" if script else "all"), BACKENDS, "backend")
     try:
         store.mkdir(parents=True, exist_ok=True)
         probe = store / ".tpuscope-write-check"
@@ -56,9 +57,7 @@ def make_plan(model: str, script: str | None, modes: str, backends: str | None, 
         probe.unlink()
     except OSError as exc:
         raise BenchUsageError(f"cannot write to the store {store}: {exc.strerror or exc}") from exc
-    return BenchPlan(model=model, script=script, modes=parse_list(modes, MODES, "mode"),
-                     backends=parse_list(backends or default_backends, BACKENDS, "backend"),
-                     size=size, steps=steps, warmup=warmup, repeats=repeats, store=str(store),
+    return BenchPlan(model=model, script=script, modes=mode_list, backends=backend_list, size=size, steps=steps, warmup=warmup, repeats=repeats, store=str(store),
                      timeout_s=timeout, command=shlex.join(["tpuscope", *sys.argv[1:]]))
 
 

@@ -12,16 +12,7 @@ from typing import Any
 
 BACKENDS = ("torch_xla", "torch_tpu", "jax")
 MODES = ("strict", "fused", "debug", "compiled", "dynamo")
-DEFAULT_MODES = ("strict", "fused", "debug", "compiled")
 BASELINE_MODE = "strict"
-
-MODE_HELP = {
-    "strict": "op by op, each op launched as soon as Python reaches it",
-    "fused": "ops deferred and fused into one graph per step",
-    "debug": "strict plus a blocking wait after every op (launch-blocking)",
-    "compiled": "the step function compiled as a whole",
-    "dynamo": "torch.compile through TorchDynamo",
-}
 
 
 @dataclass

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from tpuscope.bench.spec import BASELINE_MODE
+
 NS_PER_MS = 1e6
 
 
@@ -138,5 +140,5 @@ def compare(row: dict[str, Any], baseline: dict[str, Any] | None) -> dict[str, A
 
 def with_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row plus its comparison with strict of the same backend and model."""
-    strict = {(r["backend"], r["model"]): r for r in rows if r["mode"] == "strict"}
+    strict = {(r["backend"], r["model"]): r for r in rows if r["mode"] == BASELINE_MODE}
     return [{**r, **compare(r, strict.get((r["backend"], r["model"])))} for r in rows]

@@ -75,8 +75,9 @@ class JaxCollector:
         import jax
         from jax._src import source_info_util, traceback_util
 
-        source_info_util.register_exclusion(_TPUSCOPE_DIR)  # never blame tpuscope's wrappers
-        traceback_util.register_exclusion(_TPUSCOPE_DIR)
+        for module in (source_info_util, traceback_util):  # never blame tpuscope's wrappers
+            if _TPUSCOPE_DIR not in getattr(module, "_exclude_paths", ()):  # once per process
+                module.register_exclusion(_TPUSCOPE_DIR)
         try:
             self.tracker.install(jax)
             for hook in (JitHook(self), AnnotationHook(self), SyncHook(self), EagerHook(self)):

@@ -19,25 +19,16 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.warmup import effective_warmup
 from tpuscope.detect.registry import RunTables
+
+__all__ = ["effective_warmup"]
 
 NS = 1e9
 WHOLE_RUN = -1  # step of rows that are totals over a whole run (imported evidence)
 KEYS = ["host", "pid"]
 HIGH_SHARE = 0.10  # cost / judged wall time at or above which a finding is high severity
 MEDIUM_SHARE = 0.01
-
-
-def effective_warmup(steps: pd.DataFrame, warmup: int) -> int:
-    """Warm-up steps of one process's steps table (see the module docstring)."""
-    if warmup <= 0 or steps.empty:
-        return max(warmup, 0)
-    ordered = steps.sort_values("step")
-    quiet = ordered[(ordered["step"] >= 1) & (ordered["compiles"].fillna(0) == 0)]
-    settled = int(quiet["step"].iloc[0]) if not quiet.empty else None
-    if settled is None or settled <= warmup:
-        return warmup if settled is not None else 2 * warmup
-    return min(settled, 2 * warmup)
 
 
 def _process_keys(frame: pd.DataFrame) -> list[str]:
@@ -145,7 +136,7 @@ def rate_per_step(counts: dict[tuple[Any, ...], float], steps: dict[tuple[Any, .
 
 def short_path(location: str | None) -> str:
     """'/work/main/examples/train.py:67' -> 'train.py:67' (titles stay short; `location` keeps all)."""
-    if not location:
+    if not isinstance(location, str) or not location:  # None, or NaN from a pandas column
         return "unknown line"
     path, _, line = location.rpartition(":")
     name = path.rsplit("/", 1)[-1] if path else location

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console, Group
@@ -21,6 +22,14 @@ def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}f}{unit}"
     return f"{value}{unit}"
+
+
+def where(location: str | None) -> str:
+    """A location relative to the current folder when it is inside it, so tables stay narrow."""
+    if not isinstance(location, str) or not location:
+        return "-"
+    relative = os.path.relpath(location, os.getcwd()) if os.path.isabs(location) else location
+    return location if relative.startswith("..") else relative
 
 
 def headline(summary: dict[str, Any]) -> Table:
@@ -54,7 +63,7 @@ def causes_table(causes: list[dict[str, Any]]) -> Table | None:
                     ("first step", {"justify": "right"}), ("cause", {}), ("where", {})):
         table.add_column(col, **kw)
     for c in causes:
-        table.add_row(str(c["count"]), f"{c['seconds']:.3f}", str(c["first_step"]), c["cause"], c["location"] or "-")
+        table.add_row(str(c["count"]), f"{c['seconds']:.3f}", str(c["first_step"]), c["cause"], where(c["location"]))
     return table
 
 
@@ -68,7 +77,7 @@ def fallbacks_table(ops: list[dict[str, Any]]) -> Table | None:
     for op in ops:
         steps = op["steps"]
         shown = ", ".join(map(str, steps[:8])) + (" ..." if len(steps) > 8 else "")
-        table.add_row(op["op"], str(op["count"]), f"{op['per_step']:.2f}", shown, op["location"] or "-")
+        table.add_row(op["op"], str(op["count"]), f"{op['per_step']:.2f}", shown, where(op["location"]))
     return table
 
 
@@ -86,14 +95,25 @@ def finding_panel(index: int, finding: Finding) -> Panel:
     return Panel(body, title=title, title_align="left", border_style=style or "white")
 
 
+def lead_line(findings: list[Finding]) -> Text:
+    """One line that opens the report: the costliest finding and its fix, or a clean bill."""
+    if not findings:
+        return Text("tpuscope: no findings: no recompile, fallback or host sync after warm-up.", style="green")
+    top = findings[0]
+    line = Text.assemble(("tpuscope: costliest: ", "bold"), (f"[{top.severity}] ", _SEVERITY_STYLE.get(top.severity, "")),
+                         f"{top.title} (~{top.cost_s:.2f} s)", ("  fix: ", "bold green"), top.fix)
+    if len(findings) > 1:
+        line.append(f"  (+{len(findings) - 1} more below)", style="dim")
+    return line
+
+
 def render(report: RunReport, console: Console) -> None:
+    console.print(lead_line(report.findings))
     parts: list[Any] = [headline(report.summary)]
     for table in (causes_table(report.summary["compile_causes"]),
                   fallbacks_table(report.summary["fallback_ops"])):
         if table is not None:
             parts.append(table)
     console.print(Panel(Group(*parts), title="tpuscope report", title_align="left"))
-    if not report.findings:
-        console.print("[green]No findings: no recompile, fallback or host sync after warm-up.[/green]")
     for i, finding in enumerate(report.findings, 1):
         console.print(finding_panel(i, finding))
