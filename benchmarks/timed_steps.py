@@ -1,17 +1,23 @@
-"""The program benchmarks/overhead.py runs: times its own steps and writes them to JSON.
+"""The program benchmarks/overhead.py runs: the bundled example's model, timing its own steps.
 
-The same file runs bare and under `tpuscope run`, so the step times it writes
-include exactly what tpuscope adds at each step boundary.
+The training step is the one of examples/train_transformer.py (same model, same
+sizes); the same file runs bare and under `tpuscope run`, so the step times it
+writes include exactly what tpuscope adds at each step boundary.
 usage: timed_steps.py OUT.json [--steps N]
 """
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch_xla
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from train_transformer import TinyLM  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
@@ -20,15 +26,18 @@ args = parser.parse_args()
 
 torch.manual_seed(0)
 device = torch_xla.device()
-model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256)).to(device)
-opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(64, 256, device=device)
+vocab, batch, seq = 512, 8, 64
+model = TinyLM(vocab, d_model=128, heads=2, layers=2).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+loss_fn = nn.CrossEntropyLoss()
+tokens = torch.randint(0, vocab, (batch, seq + 1)).to(device)
+inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
 times = []
 for _ in range(args.steps):
     start = time.perf_counter()
     opt.zero_grad()
-    loss = model(x).pow(2).mean()
+    loss = loss_fn(model(inputs).reshape(-1, vocab), targets.reshape(-1))
     loss.backward()
     opt.step()
     torch_xla.sync(wait=True)  # wait, so a step's time includes its device work

@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -99,16 +98,19 @@ class JaxCollector:
 
     def _profiler_window(self, jax: Any) -> ProfilerWindow | None:
         """jax.profiler traces of the steps in TPUSCOPE_TRACE_STEPS, into <run>/trace/."""
-        try:
-            window = window_from_env()
-        except ValueError as exc:
-            print(f"tpuscope: {exc}; not tracing", file=sys.stderr)
-            return None
+        window = window_from_env()
         if window is None:
             return None
         directory = trace_dir(self.session.run_dir, "jax")
         self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
-        return ProfilerWindow(window, directory, jax.profiler.start_trace, jax.profiler.stop_trace,
+
+        def stop() -> None:
+            # Dispatch is asynchronous: wait for every pending computation (their outputs are
+            # live arrays) so the window's device work is inside the trace, then stop.
+            jax.block_until_ready(jax.live_arrays())
+            jax.profiler.stop_trace()
+
+        return ProfilerWindow(window, directory, jax.profiler.start_trace, stop,
                               lambda files: self.session.set_meta(trace_files=files))
 
     def uninstall(self) -> None:

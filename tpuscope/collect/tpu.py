@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 import time
 import warnings
 from collections import Counter
@@ -208,11 +207,7 @@ class TpuCollector:
             self._profiler.step_opened(self.step)
 
     def _profiler_window(self) -> ProfilerWindow | None:
-        try:
-            window = window_from_env()
-        except ValueError as exc:
-            print(f"tpuscope: {exc}; not tracing", file=sys.stderr)
-            return None
+        window = window_from_env()
         if window is None:
             return None
         directory = trace_dir(self.session.run_dir, "torch_tpu")

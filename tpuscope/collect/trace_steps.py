@@ -47,7 +47,13 @@ def parse_window(text: str | None) -> StepWindow | None:
 
 
 def window_from_env() -> StepWindow | None:
-    return parse_window(os.environ.get(ENV_TRACE_STEPS))
+    """The window `tpuscope run --trace-steps` asked for; a bad value is said once, not raised
+    (the launcher validates it, so this only guards a hand-set environment variable)."""
+    try:
+        return parse_window(os.environ.get(ENV_TRACE_STEPS))
+    except ValueError as exc:
+        print(f"tpuscope: {exc}; not tracing", file=sys.stderr)
+        return None
 
 
 def trace_dir(run_dir: str | Path, backend: str) -> Path:

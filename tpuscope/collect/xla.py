@@ -23,9 +23,13 @@ from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
 from tpuscope.collect.xla_shapes import HloDumpShapes, ModuleShapes, pair_modules
 
 # Which public API asked for the step, by the name of a frame up the stack.
+# torch_xla.compile syncs once before calling the function, to flush the caller's pending
+# ops; that work belongs to the step the compiled call makes, so it does not end a step.
+_COMPILE_PRELUDE = "torch_xla.compile prelude"
 _BOUNDARY_FRAMES = {
     "optimizer_step": "optimizer_step",
     "mark_step": "mark_step",
+    "_clear_pending_ops_before_compile": _COMPILE_PRELUDE,
     "_compile": "torch_xla.compile",
     "__exit__": "StepTrace",
     "next": "MpDeviceLoader",
@@ -157,7 +161,7 @@ class XlaCollector:
             count = data[0] - (old[0] if old else 0)
             if count:
                 metric_delta[name] = (count, data[1] - (old[1] if old else 0.0))
-        if not self._has_work(counter_delta, metric_delta):
+        if boundary == _COMPILE_PRELUDE or not self._has_work(counter_delta, metric_delta):
             return  # an empty boundary (e.g. torch_xla.compile's leading sync): not a step
         self._prev = (counters, metrics)
         records, executions = self.debug.poll() if self.debug is not None else ([], [])

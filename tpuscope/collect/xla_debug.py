@@ -10,6 +10,7 @@ current wording ("user torch_xla.sync") and older ones ("user mark_step",
 from __future__ import annotations
 
 import re
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,8 @@ _SIZE_FIELDS = {
 }
 # Frames inside these packages are plumbing; the user's line is the first frame outside.
 _LIBRARY_MARKERS = ("/torch_xla/", "/torch/", "/tpuscope/", "/site-packages/", "/concurrent/futures/",
-                    "/multiprocessing/", "/threading.py", "<frozen ")
+                    "/multiprocessing/", "/threading.py", "<frozen ",
+                    sysconfig.get_paths()["stdlib"] + "/")  # e.g. contextlib's wrappers
 
 
 @dataclass
