@@ -74,6 +74,7 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
     if not quiet:
         render(report, Console(stderr=True))
         click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
+        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
     sys.exit(code)
 
 
