@@ -121,43 +121,46 @@ def parse_shape(text: str) -> tuple[Shape | None, int]:
     return Shape(match[1], dims), end
 
 
-def _matching(text: str, start: int) -> int:
-    """Index of the bracket closing the one at text[start]; quotes are skipped."""
-    depth, quote = 0, False
+def _unquoted(text: str, start: int = 0):
+    """(index, char, depth) of each character outside "quoted strings", from start on;
+    depth counts the brackets open before the character (a closing one already counted)."""
+    depth, quote, escaped = 0, False, False
     for i in range(start, len(text)):
         ch = text[i]
         if quote:
-            if ch == "\\":
-                continue
-            quote = ch != '"'
-        elif ch == '"':
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quote = False
+            continue
+        if ch == '"':
             quote = True
-        elif ch in "([{":
+            continue
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-            if depth == 0:
-                return i
+        yield i, ch, depth
+
+
+def _matching(text: str, start: int) -> int:
+    """Index of the bracket closing the one at text[start]; quotes are skipped."""
+    for i, ch, depth in _unquoted(text, start):
+        if depth == 0 and ch in ")]}":
+            return i
     raise HloParseError(f"unbalanced bracket in {text[start:start + 80]!r}")
 
 
 def split_top(text: str) -> list[str]:
     """Split on commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, False, 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == '"' and text[i - 1] != "\\":
-                quote = False
-        elif ch == '"':
-            quote = True
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
+    parts, begin = [], 0
+    for i, ch, depth in _unquoted(text):
+        if ch == "," and depth == 0:
+            parts.append(text[begin:i].strip())
+            begin = i + 1
+    parts.append(text[begin:].strip())
     return parts
 
 
