@@ -15,6 +15,8 @@ jax's StepTraceAnnotation), else the whole traced span as step -1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -41,21 +43,30 @@ def _work_lines(plane: str, lines: set[str]) -> set[str]:
     return streams or lines - _NOT_WORK
 
 
+def work_pairs(pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The (plane, line) pairs of a trace that are device work (module docstring). Decided on
+    the distinct pairs, so a caller can find them chunk by chunk; empty when the trace has no
+    device work line (then XLA's CPU thunks, host events with an hlo_op, are the work)."""
+    by_plane: dict[str, set[str]] = {}
+    for plane, line in pairs:
+        by_plane.setdefault(plane, set()).add(line)
+    return {(plane, line) for plane, lines in by_plane.items() for line in _work_lines(plane, lines)}
+
+
 def device_ops(events: pd.DataFrame) -> pd.DataFrame:
-    """start_ns, dur_ns and device of the events that are device work (module docstring)."""
+    """start_ns, dur_ns and device of the events that are device work (module docstring), from
+    a frame of events; the import path gathers the same from the reader's table a slice at a
+    time (collect/trace_chunks.work_ops), and the tests hold it to this."""
     plane_codes, planes = _codes(events["plane"])
     line_codes, lines = _codes(events["line"])
     width = len(lines) + 1
     keys, inverse = np.unique(plane_codes.astype(np.int64) * width + line_codes, return_inverse=True)
-    pairs = np.stack([keys // width, keys % width], axis=1)
-    by_plane: dict[str, set[str]] = {}
-    for p, ln in pairs.tolist():
-        by_plane.setdefault(planes[p], set()).add(lines[ln])
-    work = {name: _work_lines(name, found) for name, found in by_plane.items()}
-    keep_pair = np.array([lines[ln] in work[planes[p]] for p, ln in pairs.tolist()], dtype=bool)
-    device = np.array([planes[p] for p, _ in pairs.tolist()], dtype=object)
+    pairs = [(planes[k // width], lines[k % width]) for k in keys.tolist()]
+    work = work_pairs(pairs)
+    keep_pair = np.array([pair in work for pair in pairs], dtype=bool)
+    device = np.array([plane for plane, _ in pairs], dtype=object)
     if not keep_pair.any() and "hlo_op" in events:  # no device plane: XLA's CPU thunks
-        host = np.array([not planes[p].startswith("/device:") for p, _ in pairs.tolist()], dtype=bool)
+        host = np.array([not plane.startswith("/device:") for plane, _ in pairs], dtype=bool)
         mask = host[inverse.ravel()] & events["hlo_op"].notna().to_numpy()
         labels = np.full(int(mask.sum()), HOST_XLA_DEVICE, dtype=object)
     else:
@@ -66,12 +77,14 @@ def device_ops(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals covering the same time as the input intervals."""
+    """Disjoint sorted intervals covering the same time as the input intervals (three
+    temporaries of the input's length: traces have millions of ops)."""
     if len(starts) == 0:
         return starts.astype(np.int64), ends.astype(np.int64)
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
-    reach = np.maximum.accumulate(e)
+    s, reach = np.asarray(starts, dtype=np.int64)[order], np.asarray(ends, dtype=np.int64)[order]
+    del order
+    np.maximum.accumulate(reach, out=reach)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
     first = np.flatnonzero(new)
@@ -88,15 +101,24 @@ def covered(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(i >= 0, before[np.maximum(i, 0)] + np.maximum(inside, 0), 0)
 
 
+def _device_rows(ops: pd.DataFrame) -> list[tuple[object, np.ndarray | slice]]:
+    """(device, its rows) in device order; one device (a CPU trace) takes every row, no copy."""
+    groups = ops.groupby("device", observed=True, sort=True).indices
+    if len(groups) == 1:
+        return [(next(iter(groups)), slice(None))]
+    return sorted(groups.items(), key=lambda item: item[0])
+
+
 def busy_per_window(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """device_steps rows: per device and window (step, start_ns, end_ns) the busy/idle time."""
     rows = []
-    for device, group in ops.groupby("device", observed=True, sort=True):
-        start = group["start_ns"].to_numpy(np.int64)
-        s, e = merge_intervals(start, start + group["dur_ns"].to_numpy(np.int64))
+    all_starts, all_durs = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    for device, at in _device_rows(ops):
         own = windows[windows["device"].isin([device, None])] if "device" in windows else windows
         if own.empty:
             continue
+        start = all_starts[at]
+        s, e = merge_intervals(start, start + all_durs[at])
         w0, w1 = own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64)
         busy = covered(s, e, w1) - covered(s, e, w0)
         sorted_start = np.sort(start)
@@ -136,19 +158,37 @@ def step_windows(events: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame | 
                                                                      end_ns=("end_ns", "max"))
         return pd.DataFrame({"step": grouped.index.astype("int64"), "start_ns": grouped["start_ns"].to_numpy(),
                              "end_ns": grouped["end_ns"].to_numpy(), "window": "trace steps"})
-    spans = ops.assign(end_ns=ops["start_ns"] + ops["dur_ns"]).groupby("device", observed=True).agg(
-        start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
-    return spans.assign(step=-1, window="whole trace")
+    device = ops["device"]  # grouped column by column: no copy of the ops frame
+    spans = pd.DataFrame({"start_ns": ops["start_ns"].groupby(device, observed=True).min(),
+                          "end_ns": (ops["start_ns"] + ops["dur_ns"]).groupby(device, observed=True).max()})
+    return spans.reset_index().assign(step=-1, window="whole trace")
+
+
+StepLookup = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def step_lookup(windows: pd.DataFrame) -> StepLookup:
+    """(window starts sorted, their ends, their steps): made once, so a trace can be given
+    its steps chunk by chunk (steps_at) without re-sorting the windows for every chunk."""
+    if windows.empty:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    w = windows.drop_duplicates(["step", "start_ns"]).sort_values("start_ns")
+    return w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64), w["step"].to_numpy(np.int64)
+
+
+def steps_at(start_ns: np.ndarray, lookup: StepLookup) -> np.ndarray:
+    """The step whose window holds each time (-2 for none; -1 windows are 'whole trace')."""
+    w0, w1, steps = lookup
+    out = np.full(len(start_ns), -2, dtype=np.int64)
+    if not len(w0):
+        return out
+    i = np.searchsorted(w0, start_ns, side="right") - 1
+    ok = (i >= 0) & (start_ns < w1[np.maximum(i, 0)])
+    out[ok] = steps[i[ok]]
+    return out
 
 
 def assign_steps(start_ns: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
     """The step whose window holds each time (-2 for none; -1 windows are 'whole trace')."""
-    out = np.full(len(start_ns), -2, dtype=np.int64)
-    if windows.empty:
-        return out
-    w = windows.drop_duplicates(["step", "start_ns"]).sort_values("start_ns")
-    w0, w1 = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
-    i = np.searchsorted(w0, start_ns, side="right") - 1
-    ok = (i >= 0) & (start_ns < w1[np.maximum(i, 0)])
-    out[ok] = w["step"].to_numpy(np.int64)[i[ok]]
-    return out
+    return steps_at(start_ns, step_lookup(windows))

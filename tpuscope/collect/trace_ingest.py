@@ -10,21 +10,20 @@ its trace share one clock and every event gets the step whose window holds it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from tpuscope.analyze.device_time import assign_steps, busy_per_window, device_ops, step_windows
+from tpuscope.analyze.device_time import busy_per_window, step_lookup, step_windows
+from tpuscope.collect import trace_chunks as chunks
 from tpuscope.collect import xprof_tools
 from tpuscope.collect.xplane import XSpaceDecodeError, read_xspace, space_info
 from tpuscope.schema import TABLES
-from tpuscope.store.parts import write_table_atomic
+from tpuscope.store.row_groups import write_row_groups_atomic
 
 _RELATIVE_LIMIT = 10**17  # ns; trace clocks below this are relative to the profile start
 
@@ -68,59 +67,6 @@ def clock_offset(table: pa.Table, info: dict[str, Any]) -> int:
     return int(start) if latest < _RELATIVE_LIMIT else 0
 
 
-def _constant(n: int, value: object, arrow_type: pa.DataType) -> pa.Array:
-    if pa.types.is_dictionary(arrow_type):
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([value]))
-    return pa.array(np.full(n, value, dtype=arrow_type.to_pandas_dtype()))
-
-
-def store_events(table: pa.Table, host: str, pid: int, start: np.ndarray, step: np.ndarray) -> pa.Table:
-    """The reader's table as trace_events: process fields, epoch start and step added, the
-    reader's own columns kept as they are (zero copy). Columns a trace lacks are left out and
-    dictionary indices stay as narrow as the reader made them: read_table(schema=...) fills
-    and widens both, so a million events cost ~25 bytes each here, not a full-width copy."""
-    schema = TABLES["trace_events"]
-    arrays, fields = [], []
-    for f in schema:
-        if f.name in ("host", "pid", "rank"):
-            array = _constant(len(start), host if f.name == "host" else (pid if f.name == "pid" else 0), f.type)
-        elif f.name == "start_ns":
-            array = pa.array(start)
-        elif f.name == "step":
-            array = pa.array(step, mask=step < -1)
-        elif f.name in table.column_names:
-            array = table[f.name]
-        else:
-            continue
-        arrays.append(array)
-        fields.append(pa.field(f.name, array.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def _dictionary_mask(column: pa.ChunkedArray, keep: Callable[[str], bool]) -> np.ndarray:
-    """Rows of a dictionary column whose value passes `keep` (decided once per distinct value)."""
-    parts = []
-    for chunk in column.chunks:
-        values = np.array([keep(v) for v in chunk.dictionary.to_pylist()] + [False])
-        codes = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        codes[chunk.is_null().to_numpy(zero_copy_only=False)] = -1
-        parts.append(values[codes])
-    return np.concatenate(parts) if parts else np.zeros(0, bool)
-
-
-def _device_frame(table: pa.Table, start: np.ndarray) -> pd.DataFrame:
-    """The rows device_ops and step_windows look at (device planes, XLA ops, step markers), as pandas."""
-    wanted = _dictionary_mask(table["plane"], lambda v: v.startswith("/device:"))
-    for col in ("hlo_op", "step_num"):
-        if col in table.column_names:
-            wanted |= table[col].is_valid().to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(wanted)
-    cols = [c for c in ("plane", "line", "hlo_op", "dur_ns", "step_num") if c in table.column_names]
-    frame = table.select(cols).take(pa.array(rows)).to_pandas()
-    frame["start_ns"] = start[rows]
-    return frame
-
-
 def _steps_for(steps: pd.DataFrame | None, host: str) -> pd.DataFrame | None:
     if steps is None or steps.empty or "host" not in steps:
         return steps
@@ -128,17 +74,11 @@ def _steps_for(steps: pd.DataFrame | None, host: str) -> pd.DataFrame | None:
     return mine if not mine.empty else steps
 
 
-def _count_modules(table: pa.Table, counts: dict[str, int]) -> None:
-    """Events per HLO module: which graph a step ran (the detectors read it from meta)."""
-    if "hlo_module" not in table.column_names:
-        return
-    for item in pa.compute.value_counts(table["hlo_module"].combine_chunks()).to_pylist():
-        if item["values"] is not None:
-            counts[item["values"]] = counts.get(item["values"], 0) + int(item["counts"])
-
-
 def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet) -> bool:
-    """Read one xplane into `out`; False (and a refusal naming the file) if it cannot be read."""
+    """Read one xplane into `out`; False (and a refusal naming the file) if it cannot be read.
+    Memory (at most 3x the file, benchmarks/ingest.py): the reader's table is walked a slice at
+    a time (trace_chunks), the pandas frames hold device-work rows only, and the store table
+    keeps the reader's columns; only the reader's start_ns (relative times) is dropped."""
     try:
         table = read_xspace(path)
     except XSpaceDecodeError as exc:
@@ -146,27 +86,26 @@ def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet) -
         return False
     info = space_info(table)
     host = host_of(path, info)
-    start = table["start_ns"].to_numpy() + clock_offset(table, info)
-    frame = _device_frame(table, start)
-    ops = device_ops(frame)
-    ends = start + table["dur_ns"].to_numpy()
-    span = (int(start.min()), int(ends.max())) if len(start) else None
-    windows = step_windows(frame, ops, _steps_for(steps, host), span)
-    step = assign_steps(start, windows)
-    out.add("trace_events", store_events(table, host, pid, start, step))
-    _count_modules(table, out.meta.setdefault("trace_modules", {}))
-    del table, frame
+    offset = clock_offset(table, info)
+    ops = chunks.work_ops(table, offset)
+    windows = step_windows(chunks.step_markers(table, offset), ops, _steps_for(steps, host),
+                           chunks.time_span(table, offset))
     busy = busy_per_window(ops, windows).assign(host=host, pid=pid, rank=0)
+    devices = sorted({str(d) for d in ops["device"].unique()}) if not ops.empty else []
+    del ops
+    chunks.count_modules(table, out.meta.setdefault("trace_modules", {}))
+    events = chunks.store_events(table, host, pid, offset, step_lookup(windows))
+    del table
+    out.add("trace_events", events)
     out.add("device_steps", pa.Table.from_pandas(busy, schema=TABLES["device_steps"], preserve_index=False))
     out.files.append(str(path))
-    devices = sorted({str(d) for d in ops["device"].unique()}) if not ops.empty else []
     planes = info.get("planes", {})
     kinds = sorted({str(p.get("device_type_string")) for p in planes.values() if p.get("device_type_string")})
     out.meta.setdefault("trace_hosts", []).append(host)
     out.meta.setdefault("trace_devices", []).extend(devices)
     if kinds:
         out.meta["device_kind"] = kinds[0]
-    out.summary.append(f"{path.name}: {len(start):,} events, {len(devices)} device(s)"
+    out.summary.append(f"{path.name}: {events.num_rows:,} events, {len(devices)} device(s)"
                        + (f" ({', '.join(kinds)})" if kinds else ""))
     return True
 
@@ -208,10 +147,11 @@ def add_xprof(out: TraceSet, files: list[Path]) -> None:
 
 
 def write(run_dir: Path, traces: TraceSet, tag: str) -> int:
-    """Write every table of the set as part files of the run; returns the rows written."""
+    """Write every table of the set as part files of the run, a row group at a time (memory:
+    store/row_groups.py); returns the rows written."""
     written = 0
     for name, tables in traces.tables.items():
         for i, table in enumerate(tables):
-            write_table_atomic(Path(run_dir) / name / f"part-{tag}-{i:04d}.parquet", table)
+            write_row_groups_atomic(Path(run_dir) / name / f"part-{tag}-{i:04d}.parquet", table)
             written += table.num_rows
     return written

@@ -18,7 +18,8 @@ from typing import Any
 
 from tpuscope.importers.registry import Evidence, Importer, ImportRefused, load
 from tpuscope.store import RunStore, StoreError, update_meta
-from tpuscope.store.parts import PartWriter, write_table_atomic
+from tpuscope.store.parts import PartWriter
+from tpuscope.store.row_groups import write_row_groups_atomic
 from tpuscope.store.runstore import write_json_atomic
 
 
@@ -41,9 +42,9 @@ def _write_file(run_dir: Path, index: int, path: Path, results: list[tuple[Impor
     for importer, evidence in results:
         for table, rows in evidence.rows.items():
             writer.extend(table, [{**fields, **row} for row in rows])
-        for table, parts in evidence.tables.items():  # Arrow tables: written as they are
+        for table, parts in evidence.tables.items():  # Arrow tables: written as they are, by row group
             for k, part in enumerate(parts):
-                write_table_atomic(run_dir / table / f"part-{tag}-{importer.name}-{k:04d}.parquet", part)
+                write_row_groups_atomic(run_dir / table / f"part-{tag}-{importer.name}-{k:04d}.parquet", part)
                 written += part.num_rows
         _keep_files(run_dir, evidence.files)
         meta.update(evidence.meta)
