@@ -1,11 +1,24 @@
 """Step time with and without tpuscope, alternating runs in one go; prints the median ratio.
 
-    python benchmarks/overhead.py [--reps 5] [--steps 60] [--deep]
+    python benchmarks/overhead.py [--reps 8] [--steps 100] [--deep]
 
-Each repetition runs benchmarks/timed_steps.py bare, then under `tpuscope run`
-(default mode, and with --deep also under `tpuscope run --deep`). The program times
-its own steps; the first 10 steps of each run (compiles) are dropped. Target for the
-default mode: median ratio <= 1.02.
+Each repetition runs benchmarks/timed_steps.py bare and under `tpuscope run` (and with
+--deep also under `tpuscope run --deep`), in ABBA order (the order flips every
+repetition, so a drift of the machine's speed cancels out). The program times its own
+steps; the first 10 steps of each run (compiles) are dropped. Printed:
+
+- the median over repetitions of (run median / bare median of the same repetition):
+  the figure of the target (default mode <= 1.02);
+- what tpuscope measured of itself in those runs (time in its step hook plus its flush
+  thread's CPU time, per step; `tpuscope show` prints the same line): an upper bound, as
+  the first work after a step runs on cold caches whoever does it;
+- a paired estimate (--paired-steps, default 1000): ONE `tpuscope run` of the program
+  whose step hook is switched off and on every two steps (timed_steps.py --alternate),
+  so both kinds of step share the machine's state; the median over adjacent pairs of
+  (steps with the hook - steps without). Its flush thread runs in both halves, so its
+  CPU time per step (self-measured) is added to give the total.
+On a 2-vCPU VM the bare runs alone differ by up to +-20% between processes, so the
+run-level ratio needs many repetitions; the paired estimate does not.
 """
 
 from __future__ import annotations
@@ -24,41 +37,97 @@ PROGRAM = HERE / "timed_steps.py"
 SKIP = 10
 
 
-def run_once(mode: str, steps: int, work: Path) -> float:
+def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
+    """(median step time in s, tpuscope's own cost per step in ms or None) of one run."""
     out = work / f"{mode}-{len(list(work.iterdir()))}.json"
     program = ["python", str(PROGRAM), str(out), "--steps", str(steps)]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    store = work / "store"
     if mode == "bare":
         cmd = program
     else:
         extra = ["--deep"] if mode == "deep" else []
-        cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(work / "store"), *extra, *program]
+        cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *extra, *program]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return statistics.median(json.loads(out.read_text())[SKIP:])
+    step = statistics.median(json.loads(out.read_text())[SKIP:])
+    return step, (None if mode == "bare" else own_cost(store))
+
+
+def own_cost(store: Path) -> float | None:
+    """The newest run's self-measured cost per step (ms)."""
+    import tpuscope
+    from tpuscope.analyze.summary import profiler_ms_per_step
+
+    return profiler_ms_per_step(tpuscope.load_run("latest", store=store).meta)
+
+
+def flush_ms_per_step(store: Path) -> float:
+    import tpuscope
+
+    (cost,) = [p["profiler_cost"] for p in tpuscope.load_run("latest", store=store).meta["processes"]]
+    return cost["flush_cpu_ns"] / (cost["hook_calls"] + cost["compile_hook_calls"]) / 1e6
+
+
+def paired(steps: int, work: Path) -> None:
+    """One run, the hook switched off and on every two steps; prints the paired figures."""
+    out, store = work / "paired.json", work / "paired-store"
+    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store),
+           "python", str(PROGRAM), str(out), "--steps", str(steps), "--alternate"]
+    env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    times = json.loads(out.read_text())
+    on, off = times["on"], times["off"]
+    # the k-th pair of steps with the hook ran right after the k-th pair without it: their
+    # difference cancels the machine's drift, and the median of the differences its spikes
+    diffs = [(on[k] + on[k + 1] - off[k] - off[k + 1]) / 2 for k in range(0, min(len(on), len(off)) - 1, 2)]
+    hook = statistics.median(diffs) * 1e3
+    quartiles = statistics.quantiles(diffs, n=4)
+    bare = statistics.median(off) * 1e3
+    flush = flush_ms_per_step(store)
+    print(f"paired ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
+          f"hook {hook:.3f} ms per step (quartiles of the pair differences {quartiles[0] * 1e3:.2f} .. "
+          f"{quartiles[2] * 1e3:.2f} ms) + flush thread {flush:.3f} ms = {hook + flush:.3f} ms on a "
+          f"{bare:.3f} ms step: ratio {(bare + hook + flush) / bare:.4f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--reps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--deep", action="store_true", help="also measure tpuscope run --deep")
+    parser.add_argument("--paired-steps", type=int, default=1000, help="0: skip the paired estimate")
     args = parser.parse_args()
     modes = ["bare", "tpuscope"] + (["deep"] if args.deep else [])
     medians: dict[str, list[float]] = {m: [] for m in modes}
+    costs: dict[str, list[float]] = {m: [] for m in modes[1:]}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for rep in range(args.reps):
-            for mode in modes:
-                medians[mode].append(run_once(mode, args.steps, work))
+            for mode in modes if rep % 2 == 0 else modes[::-1]:
+                step, cost = run_once(mode, args.steps, work)
+                medians[mode].append(step)
+                if cost is not None:
+                    costs[mode].append(cost)
             print(f"rep {rep + 1}/{args.reps}: " + "  ".join(
                 f"{m} {medians[m][-1] * 1e3:.3f} ms" for m in modes), flush=True)
+        if args.reps:
+            report(modes, medians, costs)
+        if args.paired_steps:
+            paired(args.paired_steps, work)
+
+
+def report(modes: list[str], medians: dict[str, list[float]], costs: dict[str, list[float]]) -> None:
     bare = statistics.median(medians["bare"])
     print(f"\nmedian step time, bare:      {bare * 1e3:.3f} ms")
     for mode in modes[1:]:
-        value = statistics.median(medians[mode])
         ratios = [t / b for t, b in zip(medians[mode], medians["bare"], strict=True)]
-        print(f"median step time, {mode + ':':<10} {value * 1e3:.3f} ms   ratio {value / bare:.4f} "
-              f"(per-rep ratios {', '.join(f'{r:.3f}' for r in ratios)})")
+        print(f"{mode}: median ratio {statistics.median(ratios):.4f} "
+              f"(per-rep {', '.join(f'{r:.3f}' for r in ratios)}); "
+              f"ratio of medians {statistics.median(medians[mode]) / bare:.4f}")
+        if costs[mode]:
+            cost = statistics.median(costs[mode])
+            print(f"{mode}: tpuscope's own measured cost {cost:.3f} ms per step "
+                  f"= {100 * cost / (bare * 1e3):.2f}% of the bare step")
 
 
 if __name__ == "__main__":

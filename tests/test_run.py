@@ -50,6 +50,30 @@ def test_counts_match_torch_xla_own_counters(runs) -> None:
     assert run.compiles["duration_ns"].sum() == pytest.approx(own["metrics"]["CompileTime"][1], rel=1e-6)
 
 
+def test_counters_that_first_move_late_still_add_up(runs) -> None:
+    """Counter names are listed only on some steps (xla_counters): a counter that first moves
+    on another step is counted at the next listing, and one that moves after the last step
+    is counted when the process closes."""
+    run_dir, proc, own = runs("late", steps=20)
+    assert proc.returncode == 0, proc.stderr
+    metrics = tpuscope.load_run(run_dir).metrics
+    late = metrics[metrics["name"] == "TpuscopeLate"]
+    assert late["count"].sum() == own["counters"]["TpuscopeLate"] == 3
+    assert 12 <= late["step"].min() <= 16
+    after = metrics[metrics["name"] == "TpuscopeAfterLoop"]
+    assert after["count"].sum() == 2 and list(after["step"]) == [19]
+    counters = metrics[metrics["kind"] == "counter"].groupby("name")["count"].sum()
+    for name in ("UncachedCompile", "CachedCompile", "MarkStep"):  # (executions finish async)
+        assert counters.get(name, 0) == own["counters"].get(name, 0), name
+    # op counters are not core: read on full-read steps only, yet their totals are exact
+    ops = [name for name in own["counters"] if name.startswith("xla::")]
+    assert ops and all(counters.get(name, 0) == own["counters"][name] for name in ops)
+    mm = metrics[metrics["name"] == "xla::mm"]
+    assert 0 < len(mm) < 20 and mm["step"].max() == 19  # not every step; the rest at exit
+    per_step = metrics[metrics["name"] == "MarkStep"]
+    assert list(per_step["step"]) == list(range(20))  # core: every step
+
+
 def test_compile_rows_carry_cause_hash_and_user_line(runs) -> None:
     run_dir, _, _ = runs("")
     compiles = tpuscope.load_run(run_dir).compiles
@@ -72,6 +96,21 @@ def test_meta_records_versions_device_and_env(runs) -> None:
     assert proc_meta["backend"] == "torch_xla" and proc_meta["device_kind"] == "CPU"
     assert {"python", "torch", "torch_xla", "tpuscope"} <= set(proc_meta["versions"])
     assert proc_meta["argv"][0].endswith("steps.py")
+
+
+def test_run_reports_what_tpuscope_itself_cost(runs) -> None:
+    """Every step hook is timed (steps that compiled apart) and the flushes' CPU time kept."""
+    run_dir, proc, _ = runs("late", steps=20)
+    run = tpuscope.load_run(run_dir)
+    (cost,) = [p["profiler_cost"] for p in run.meta["processes"]]
+    compiled = run.steps["compiles"].gt(0).sum()
+    assert cost["hook_calls"] + cost["compile_hook_calls"] == len(run.steps) == 20
+    assert cost["compile_hook_calls"] == compiled >= 1
+    assert cost["hook_ns"] > 0 and cost["flushes"] >= 1 and cost["flush_cpu_ns"] > 0
+    per_step = (cost["hook_ns"] / cost["hook_calls"] + cost["flush_cpu_ns"] / 20) / 1e6
+    summary = run_tpuscope("show", "--store", str(run_dir.parent), run_dir.name, "--json")
+    assert json.loads(summary.stdout)["summary"]["profiler_ms_per_step"] == pytest.approx(per_step)
+    assert "tpuscope cost" in proc.stdout + proc.stderr
 
 
 def test_exit_code_is_passed_through(runs) -> None:

@@ -24,6 +24,7 @@ import tpuscope
 from tpuscope.analyze.mxu import DEFAULT_TARGET
 from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
+from tpuscope.collect.xla_counters import ENV_ALL_METRICS
 from tpuscope.store import RunStore, update_meta
 
 BOOT_DIR = Path(__file__).parent / "_boot"
@@ -120,6 +121,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         env[autostart.ENV_OWNS_DEBUG] = "1"
         child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
     if deep:
+        child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
         child.set_default("XLA_IR_DEBUG", "1")
         child.set_default("XLA_HLO_DEBUG", "1")
         flags = env.get("XLA_FLAGS", "")

@@ -1,6 +1,7 @@
 """N tiny torch_xla steps, then torch_xla's own counters written to a JSON file (for comparison).
 
-usage: steps.py N OUT.json [exit CODE | raise | sigkill]
+usage: steps.py N OUT.json [exit CODE | raise | sigkill | late]
+("late": a counter first moves at step 12, another one after the last step)
 """
 
 import json
@@ -22,6 +23,10 @@ for step in range(n):
     torch_xla.sync()
     if ending[:1] == ["raise"] and step == 2:
         raise RuntimeError("boom in step 2")
+    if ending[:1] == ["late"] and step == 12:
+        torch_xla._XLAC._xla_increment_counter("TpuscopeLate", 3)
+if ending[:1] == ["late"]:
+    torch_xla._XLAC._xla_increment_counter("TpuscopeAfterLoop", 2)
 
 counters = {name: met.counter_value(name) for name in met.counter_names()}
 metrics = {name: met.metric_data(name)[:2] for name in met.metric_names()}

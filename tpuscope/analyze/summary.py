@@ -107,7 +107,22 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
         "compile_causes": compile_causes(compiles),
         "fallback_ops": fallback_ops(fallbacks, len(after), fallbacks_after.index),
         "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
+        "profiler_ms_per_step": profiler_ms_per_step(meta),
     }
+
+
+def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:
+    """What collection costs per step once compiles are done, as the processes measured it
+    themselves: time in the step hooks of steps that compiled nothing, plus the flush
+    thread's CPU time spread over every step (None when no such step was timed)."""
+    costs = [p["profiler_cost"] for p in meta.get("processes", []) if p.get("profiler_cost")]
+    calls = sum(c.get("hook_calls", 0) for c in costs)
+    if not calls:
+        return None
+    all_calls = calls + sum(c.get("compile_hook_calls", 0) for c in costs)
+    hook = sum(c.get("hook_ns", 0) for c in costs) / calls
+    flush = sum(c.get("flush_cpu_ns", 0) for c in costs) / all_calls
+    return (hook + flush) / NS_PER_MS
 
 
 def _first_process_value(meta: dict[str, Any], key: str) -> Any:

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,31 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+@dataclass
+class ProfilerCost:
+    """What collection itself costs this process, kept in its meta so every report can say
+    how much of the step time tpuscope added: time spent inside the step hooks (on the
+    program's critical path; steps that compiled are counted apart, as parsing their
+    compile reports is a one-off) and the flush thread's CPU time (beside it)."""
+
+    hook_ns: int = 0
+    hook_calls: int = 0
+    compile_hook_ns: int = 0
+    compile_hook_calls: int = 0
+    flush_cpu_ns: int = 0
+    flushes: int = 0
+
+    def hooked(self, start_ns: int, compiled: bool = False) -> None:
+        """Count one step hook that started at perf_counter_ns() == start_ns."""
+        spent = time.perf_counter_ns() - start_ns
+        if compiled:
+            self.compile_hook_ns += spent
+            self.compile_hook_calls += 1
+        else:
+            self.hook_ns += spent
+            self.hook_calls += 1
+
+
 class Session:
     """Collects one process's rows into a run folder."""
 
@@ -65,6 +92,8 @@ class Session:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._prev_excepthook = sys.excepthook
+        self.before_close: list[Callable[[], None]] = []  # collectors' last rows
+        self.cost = ProfilerCost()
 
     # -- rows ------------------------------------------------------------------
     def process_fields(self) -> dict[str, Any]:
@@ -76,6 +105,12 @@ class Session:
     def add_many(self, table: str, rows: list[dict[str, Any]]) -> None:
         fields = self.process_fields()
         self.writer.extend(table, [{**fields, **row} for row in rows])
+
+    def add_columns(self, table: str, columns: dict[str, list[Any]]) -> None:
+        """Rows given column-wise (equal-length lists); the process fields are added here."""
+        count = len(next(iter(columns.values()), []))
+        fields = {name: [value] * count for name, value in self.process_fields().items()}
+        self.writer.extend_columns(table, {**fields, **columns})
 
     def set_meta(self, **fields: Any) -> None:
         self.proc_meta.update(fields)
@@ -102,7 +137,11 @@ class Session:
         return self
 
     def flush(self) -> None:
+        start = time.thread_time_ns()
         self.writer.flush()
+        self.cost.flush_cpu_ns += time.thread_time_ns() - start
+        self.cost.flushes += 1
+        self.proc_meta["profiler_cost"] = asdict(self.cost)
         self._write_proc_meta()
 
     def close(self, status: str | None = None, error: str | None = None) -> None:
@@ -118,6 +157,11 @@ class Session:
         self.proc_meta["end_ns"] = time.time_ns()
         self.proc_meta["versions"] = dict(package_versions())
         self.proc_meta["argv"] = list(sys.argv)
+        for last_rows in self.before_close:
+            try:
+                last_rows()
+            except Exception as exc:  # a collector's last rows must not cost the others
+                print(f"tpuscope: {exc}", file=sys.stderr)
         try:
             self.flush()
         except OSError as exc:
@@ -162,6 +206,7 @@ class Session:
     def _after_fork(self) -> None:
         self.pid = os.getpid()
         self.writer.reset_after_fork()
+        self.cost = ProfilerCost()
         self._closed = False
         self.start(install_handlers=False)
         # multiprocessing's forked workers leave through os._exit, which skips atexit;

@@ -19,6 +19,7 @@ from typing import Any
 from tpuscope.collect import xla_trace
 from tpuscope.collect.fallback_sites import SiteTracer, site_rows
 from tpuscope.collect.session import Session
+from tpuscope.collect.xla_counters import CORE_METRICS, CounterReader, is_core_counter
 from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
 from tpuscope.collect.xla_shapes import HloDumpShapes, ModuleShapes, pair_modules
 
@@ -41,12 +42,6 @@ _EAGER_COMPILE_TIME = "EagerOpCompileTime"
 _EXECUTE_TIME = "ExecuteTime"
 
 
-def _snapshot(xlac: Any) -> tuple[dict[str, int], dict[str, tuple[int, float, Any]]]:
-    counters = {name: xlac._xla_counter_value(name) for name in xlac._xla_counter_names()}
-    metrics = {name: xlac._xla_metric_data(name) for name in xlac._xla_metric_names()}
-    return counters, metrics
-
-
 def _boundary_name() -> str:
     frame = sys._getframe(2)
     name = "sync"
@@ -60,6 +55,34 @@ def _boundary_name() -> str:
             name = found
         frame = frame.f_back
     return name
+
+
+def _counter_deltas(counters: dict[str, int], old: dict[str, int]) -> dict[str, int]:
+    return {n: v - old.get(n, 0) for n, v in counters.items() if v != old.get(n, 0)}
+
+
+def _metric_deltas(metrics: dict[str, Any], old: dict[str, Any]) -> dict[str, tuple[int, float]]:
+    """(new samples, accumulator delta) of every metric that got samples."""
+    deltas = {}
+    for name, data in metrics.items():
+        before = old.get(name)
+        count = data[0] - (before[0] if before else 0)
+        if count:
+            deltas[name] = (count, data[1] - (before[1] if before else 0.0))
+    return deltas
+
+
+def _metric_columns(step: int, counters: dict[str, int],
+                    metrics: dict[str, tuple[int, float]] | None = None) -> dict[str, list[Any]]:
+    """A step's metrics-table rows, column-wise: one row per counter, then per metric."""
+    metrics = metrics or {}
+    return {
+        "step": [step] * (len(counters) + len(metrics)),
+        "name": [*counters, *metrics],
+        "kind": ["counter"] * len(counters) + ["metric"] * len(metrics),
+        "count": [*counters.values(), *(count for count, _ in metrics.values())],
+        "total": [0.0] * len(counters) + [float(total) for _, total in metrics.values()],
+    }
 
 
 def _new_samples(data: Any, count: int) -> list[tuple[float, float]]:
@@ -79,6 +102,7 @@ class XlaCollector:
         self.step = 0
         self.compile_index = 0
         self._xlac: Any = None
+        self.reader: CounterReader | None = None
         self._original: Any = None
         self._prev: tuple[dict[str, int], dict[str, Any]] = ({}, {})
         self._step_start = time.time_ns()
@@ -95,7 +119,8 @@ class XlaCollector:
         self._xlac = torch_xla._XLAC
         self._xm = xm
         self._original = xm._run_step_closures
-        self._prev = _snapshot(self._xlac)
+        self.reader = CounterReader(self._xlac)
+        self._prev = self.reader.snapshot()
         self._step_start = time.time_ns()
         collector = self
 
@@ -103,9 +128,12 @@ class XlaCollector:
             try:
                 return collector._original(*args, **kwargs)
             finally:
-                collector.on_step_end(_boundary_name())
+                start = time.perf_counter_ns()
+                compiled = collector.on_step_end(_boundary_name())
+                collector.session.cost.hooked(start, compiled)
 
         xm._run_step_closures = _run_step_closures
+        self.session.before_close.append(self.record_unread)
         session = self.session
         self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
@@ -127,13 +155,25 @@ class XlaCollector:
         moves only the execute counters: that alone is not a step."""
         if self._xlac is None:
             return
-        counters, metrics = _snapshot(self._xlac)
+        counters, metrics = self.reader.snapshot(full=True)
         old_counters, old_metrics = self._prev
         moved = [n for n, v in counters.items() if v != old_counters.get(n, 0) and (
             n in ("UncachedCompile", "CachedCompile") or n.startswith("aten::"))]
         transfers = (metrics.get(_HOST_TRANSFER) or (0,))[0] != (old_metrics.get(_HOST_TRANSFER) or (0,))[0]
         if moved or transfers:
             self.on_step_end("end")
+
+    def record_unread(self) -> None:
+        """At close: the counters and metrics a core read skips (see xla_counters) get their
+        delta since the last full read as rows of the last step, so per-name totals equal
+        torch_xla's own; core names keep their last step's values (later moves are not a step)."""
+        if self._xlac is None or self.step == 0 or self.reader.every_step:
+            return
+        counters, metrics = self.reader.snapshot(full=True)
+        old_counters, old_metrics = self._prev
+        unread = {n: d for n, d in _counter_deltas(counters, old_counters).items() if not is_core_counter(n)}
+        moved = {n: d for n, d in _metric_deltas(metrics, old_metrics).items() if n not in CORE_METRICS}
+        self.session.add_columns("metrics", _metric_columns(self.step - 1, unread, moved))
 
     @staticmethod
     def _device_meta() -> dict[str, Any]:
@@ -148,22 +188,16 @@ class XlaCollector:
         return meta
 
     # -- per step --------------------------------------------------------------
-    def on_step_end(self, boundary: str) -> None:
+    def on_step_end(self, boundary: str) -> bool:
+        """Record the step that just ended; True if it compiled."""
         now = time.time_ns()
-        counters, metrics = _snapshot(self._xlac)
+        counters, metrics = self.reader.snapshot()
         prev_counters, prev_metrics = self._prev
-        counter_delta = {
-            n: v - prev_counters.get(n, 0) for n, v in counters.items() if v != prev_counters.get(n, 0)
-        }
-        metric_delta: dict[str, tuple[int, float]] = {}
-        for name, data in metrics.items():
-            old = prev_metrics.get(name)
-            count = data[0] - (old[0] if old else 0)
-            if count:
-                metric_delta[name] = (count, data[1] - (old[1] if old else 0.0))
+        counter_delta = _counter_deltas(counters, prev_counters)
+        metric_delta = _metric_deltas(metrics, prev_metrics)
         if boundary == _COMPILE_PRELUDE or not self._has_work(counter_delta, metric_delta):
-            return  # an empty boundary (e.g. torch_xla.compile's leading sync): not a step
-        self._prev = (counters, metrics)
+            return False  # an empty boundary (e.g. torch_xla.compile's leading sync): not a step
+        self._prev = ({**prev_counters, **counters}, {**prev_metrics, **metrics})  # a core read has fewer names
         records, executions = self.debug.poll() if self.debug is not None else ([], [])
         hashes = [e.graph_hash for e in executions if e.graph_hash]
         self._emit_step(boundary, now, counter_delta, metric_delta, hashes)
@@ -176,6 +210,7 @@ class XlaCollector:
         self.step += 1
         if self.trace is not None:
             self.trace.step_ended(self.step)
+        return bool(records or samples)
 
     @staticmethod
     def _has_work(counters: dict[str, int], metrics: dict[str, tuple[int, float]]) -> bool:
@@ -208,11 +243,7 @@ class XlaCollector:
             "transfers_from_device": metrics.get(_HOST_TRANSFER, (0, 0.0))[0],
             "graph_hashes": graph_hashes,
         })
-        rows = [{"step": self.step, "name": n, "kind": "counter", "count": c, "total": 0.0}
-                for n, c in counters.items()]
-        rows += [{"step": self.step, "name": n, "kind": "metric", "count": c, "total": float(t)}
-                 for n, (c, t) in metrics.items()]
-        self.session.add_many("metrics", rows)
+        self.session.add_columns("metrics", _metric_columns(self.step, counters, metrics))
         reads = metrics.get(_HOST_TRANSFER, (0, 0.0))[0]
         traced = self.sites.on_step_end(fallbacks, reads) if self.sites is not None else None
         fallback_rows, read_rows = site_rows(self.step, fallbacks, traced)

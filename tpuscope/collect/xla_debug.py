@@ -9,6 +9,7 @@ current wording ("user torch_xla.sync") and older ones ("user mark_step",
 
 from __future__ import annotations
 
+import os
 import re
 import sysconfig
 from dataclasses import dataclass, field
@@ -186,9 +187,12 @@ class DebugFileTail:
     def poll(self) -> tuple[list[GraphRecord], list[GraphRecord]]:
         """New (compiles, executions) since the last poll."""
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
+            if os.stat(self.path).st_size > self.offset:  # most steps add nothing: skip the open
+                with open(self.path, "rb") as handle:
+                    handle.seek(self.offset)
+                    data = handle.read()
+            else:
+                data = b""
         except FileNotFoundError:
             return [], []
         if data:

@@ -50,6 +50,11 @@ def headline(summary: dict[str, Any]) -> Table:
                      f"{_fmt(100 * summary['compile_share_after_warmup'], '%')} of wall time)"),
         ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"),
     ]
+    cost, p50 = summary.get("profiler_ms_per_step"), summary.get("step_time_p50_ms")
+    if cost is not None:
+        share = f" ({100 * cost / p50:.1f}% of the p50 step)" if p50 else ""
+        rows.append(("tpuscope cost", f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
+                                      "timed in the program"))
     for key, value in rows:
         table.add_row(key, value)
     return table

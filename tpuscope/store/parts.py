@@ -30,46 +30,70 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
 
 
 class PartWriter:
-    """Buffers rows of the run's tables in memory and flushes them as part files."""
+    """Buffers rows of the run's tables in memory and flushes them as part files.
+
+    Rows come as dicts (`append`, `extend`) or, where a step adds many rows of a few
+    columns, column-wise (`extend_columns`: building one list per column costs a
+    fraction of one dict per row, and this runs at every step of the program).
+    A lock keeps a flush from taking half of a batch.
+    """
 
     def __init__(self, run_dir: Path, tag: str | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.tag = tag or f"{socket.gethostname()}-{os.getpid()}"
         self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
+        self._columns: dict[str, dict[str, list[Any]]] = {}
         self._seq = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # adding vs taking the buffers
+        self._flush_lock = threading.Lock()  # one flush at a time (flush thread, exit)
 
     def append(self, table: str, row: dict[str, Any]) -> None:
-        self._rows[table].append(row)
+        with self._lock:
+            self._rows[table].append(row)
 
     def extend(self, table: str, rows: list[dict[str, Any]]) -> None:
-        self._rows[table].extend(rows)
+        with self._lock:
+            self._rows[table].extend(rows)
+
+    def extend_columns(self, table: str, columns: dict[str, list[Any]]) -> None:
+        """Add rows given as equal-length lists per column (columns left out are null)."""
+        with self._lock:
+            buffered = self._columns.setdefault(table, {name: [] for name in TABLES[table].names})
+            count = len(next(iter(columns.values()), []))
+            for name, values in buffered.items():
+                values.extend(columns[name] if name in columns else [None] * count)
 
     def pending(self) -> int:
-        return sum(len(rows) for rows in self._rows.values())
+        with self._lock:
+            columns = sum(len(next(iter(c.values()), [])) for c in self._columns.values())
+            return sum(len(rows) for rows in self._rows.values()) + columns
 
     def flush(self) -> int:
-        """Write every buffered row to new part files; returns the rows written."""
-        with self._lock:
+        """Write every buffered row to new part files; returns the rows written.
+
+        Only taking the buffers holds the adding lock: the program's next step never
+        waits for Parquet encoding or the disk."""
+        with self._flush_lock:
+            with self._lock:
+                rows, self._rows = self._rows, {name: [] for name in TABLES}
+                columns, self._columns = self._columns, {}
             written = 0
-            for name, rows in self._rows.items():
-                if not rows:
+            for name in TABLES:
+                tables = [pa.Table.from_pylist(rows[name], schema=TABLES[name])] if rows[name] else []
+                if name in columns:
+                    tables.append(pa.Table.from_pydict(columns[name], schema=TABLES[name]))
+                if not tables:
                     continue
-                batch, self._rows[name] = rows, []
-                table = pa.Table.from_pylist(batch, schema=TABLES[name])
+                table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
                 self._seq += 1
-                write_table_atomic(
-                    self.run_dir / name / f"part-{self.tag}-{self._seq:06d}.parquet", table
-                )
-                written += len(batch)
+                write_table_atomic(self.run_dir / name / f"part-{self.tag}-{self._seq:06d}.parquet", table)
+                written += table.num_rows
             return written
 
     def reset_after_fork(self) -> None:
-        """A forked child must not re-write its parent's rows under the parent's name."""
-        self.tag = f"{socket.gethostname()}-{os.getpid()}"
-        self._rows = {name: [] for name in TABLES}
-        self._seq = 0
-        self._lock = threading.Lock()
+        """A forked child must not re-write its parent's rows under the parent's name
+        (nor wait on a lock another thread of the parent held at the fork)."""
+        self.__init__(self.run_dir)  # type: ignore[misc]
 
 
 def read_table(run_dir: Path, name: str) -> pa.Table:
