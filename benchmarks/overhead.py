@@ -15,10 +15,13 @@ steps; the first 10 steps of each run (compiles) are dropped. Printed:
 - a paired estimate (--paired-steps, default 1000): ONE `tpuscope run` of the program
   whose step hook is switched off and on every two steps (timed_steps.py --alternate),
   so both kinds of step share the machine's state; the median over adjacent pairs of
-  (steps with the hook - steps without). Its flush thread runs in both halves, so its
-  CPU time per step (self-measured) is added to give the total.
-On a 2-vCPU VM the bare runs alone differ by up to +-20% between processes, so the
-run-level ratio needs many repetitions; the paired estimate does not.
+  (steps with the hook - steps without), with a distribution-free 95% interval. Its flush
+  thread runs in both halves, so its CPU time per step (self-measured) is added to give
+  the total.
+On the 2-vCPU VM this was written on, the machine's speed drifts by up to +-20% within
+seconds (bare runs: 58-89 ms median steps, also pinned to one CPU), so the run-level
+ratio moves by several % between sessions; the paired estimate's interval says how
+well it pinned the cost (about +-0.3 ms with 4000 steps).
 """
 
 from __future__ import annotations
@@ -81,13 +84,22 @@ def paired(steps: int, work: Path) -> None:
     # difference cancels the machine's drift, and the median of the differences its spikes
     diffs = [(on[k] + on[k + 1] - off[k] - off[k + 1]) / 2 for k in range(0, min(len(on), len(off)) - 1, 2)]
     hook = statistics.median(diffs) * 1e3
-    quartiles = statistics.quantiles(diffs, n=4)
+    low, high = (d * 1e3 for d in median_interval(diffs))
     bare = statistics.median(off) * 1e3
     flush = flush_ms_per_step(store)
     print(f"paired ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
-          f"hook {hook:.3f} ms per step (quartiles of the pair differences {quartiles[0] * 1e3:.2f} .. "
-          f"{quartiles[2] * 1e3:.2f} ms) + flush thread {flush:.3f} ms = {hook + flush:.3f} ms on a "
-          f"{bare:.3f} ms step: ratio {(bare + hook + flush) / bare:.4f}")
+          f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
+          f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "
+          f"{(bare + hook + flush) / bare:.4f} (interval {(bare + low + flush) / bare:.4f} .. "
+          f"{(bare + high + flush) / bare:.4f})")
+
+
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median: the order statistics
+    n/2 -+ 1.96 sqrt(n)/2 (the binomial's normal approximation), whatever the spread."""
+    ordered, n = sorted(values), len(values)
+    k = max(0, int((n - 1.96 * n**0.5) / 2))
+    return ordered[k], ordered[min(n - 1, n - 1 - k)]
 
 
 def main() -> None:

@@ -74,6 +74,24 @@ def test_counters_that_first_move_late_still_add_up(runs) -> None:
     assert list(per_step["step"]) == list(range(20))  # core: every step
 
 
+def test_metrics_are_split_over_steps_by_sample_time(runs) -> None:
+    """Steps between full reads read no metric (xla_counters); each full read splits the
+    samples since the previous one over those steps by time: every step still gets its
+    own rows, and the totals are torch_xla's."""
+    run_dir, proc, own = runs("late", steps=20)
+    assert proc.returncode == 0, proc.stderr
+    run = tpuscope.load_run(run_dir)
+    graphs = run.metrics[run.metrics["name"] == "TensorsGraphSize"]  # one graph per sync
+    assert list(graphs.sort_values("step")["step"]) == list(range(20))
+    assert (graphs["count"] == 1).all() and graphs["count"].sum() == own["metrics"]["TensorsGraphSize"][0]
+    assert graphs["total"].sum() == pytest.approx(own["metrics"]["TensorsGraphSize"][1])
+    compiles = run.metrics[run.metrics["name"] == "CompileTime"]
+    assert compiles["count"].sum() == own["metrics"]["CompileTime"][0]
+    assert set(compiles["step"]) == set(run.steps.loc[run.steps["compiles"] > 0, "step"])
+    known = run.steps["execute_ns"].notna()  # ExecuteTime is read on full-read steps only
+    assert known.iloc[:2].all() and 0 < known.sum() < 20
+
+
 def test_compile_rows_carry_cause_hash_and_user_line(runs) -> None:
     run_dir, _, _ = runs("")
     compiles = tpuscope.load_run(run_dir).compiles

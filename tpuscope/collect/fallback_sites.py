@@ -28,13 +28,13 @@ from collections import Counter
 from types import FrameType
 from typing import Any
 
+from tpuscope.collect.xla_counters import COPY_COUNTERS
+from tpuscope.collect.xla_counters import HOST_TRANSFER as TRANSFER_METRIC
 from tpuscope.collect.xla_debug import _LIBRARY_MARKERS
 
 WINDOW = 2
 MAX_ARMED_STEPS = 12
 MAX_WATCHED_OPS = 8
-TRANSFER_METRIC = "TransferFromDeviceTime"
-COPY_COUNTERS = ("xla::_to_cpu", "xla::_to_copy")  # one of them moves on every device-to-host read
 HOST_SYNC_OPS = ("aten::_local_scalar_dense",)  # a value read, not a missing lowering
 
 

@@ -19,7 +19,18 @@ from typing import Any
 from tpuscope.collect import xla_trace
 from tpuscope.collect.fallback_sites import SiteTracer, site_rows
 from tpuscope.collect.session import Session
-from tpuscope.collect.xla_counters import CORE_METRICS, CounterReader, is_core_counter
+from tpuscope.collect.xla_counters import (
+    HOST_TRANSFER,
+    CounterReader,
+    Growth,
+    Snapshot,
+    counter_deltas,
+    is_core_counter,
+    metric_columns,
+    metric_deltas,
+    new_samples,
+    split_by_step,
+)
 from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
 from tpuscope.collect.xla_shapes import HloDumpShapes, ModuleShapes, pair_modules
 
@@ -36,10 +47,9 @@ _BOUNDARY_FRAMES = {
     "next": "MpDeviceLoader",
     "sync": "sync",
 }
-_HOST_TRANSFER = "TransferFromDeviceTime"
 _COMPILE_TIME = "CompileTime"
 _EAGER_COMPILE_TIME = "EagerOpCompileTime"
-_EXECUTE_TIME = "ExecuteTime"
+_EXECUTE_TIMES = ("ExecuteTime", "EagerOpExecuteTime")
 
 
 def _boundary_name() -> str:
@@ -57,42 +67,6 @@ def _boundary_name() -> str:
     return name
 
 
-def _counter_deltas(counters: dict[str, int], old: dict[str, int]) -> dict[str, int]:
-    return {n: v - old.get(n, 0) for n, v in counters.items() if v != old.get(n, 0)}
-
-
-def _metric_deltas(metrics: dict[str, Any], old: dict[str, Any]) -> dict[str, tuple[int, float]]:
-    """(new samples, accumulator delta) of every metric that got samples."""
-    deltas = {}
-    for name, data in metrics.items():
-        before = old.get(name)
-        count = data[0] - (before[0] if before else 0)
-        if count:
-            deltas[name] = (count, data[1] - (before[1] if before else 0.0))
-    return deltas
-
-
-def _metric_columns(step: int, counters: dict[str, int],
-                    metrics: dict[str, tuple[int, float]] | None = None) -> dict[str, list[Any]]:
-    """A step's metrics-table rows, column-wise: one row per counter, then per metric."""
-    metrics = metrics or {}
-    return {
-        "step": [step] * (len(counters) + len(metrics)),
-        "name": [*counters, *metrics],
-        "kind": ["counter"] * len(counters) + ["metric"] * len(metrics),
-        "count": [*counters.values(), *(count for count, _ in metrics.values())],
-        "total": [0.0] * len(counters) + [float(total) for _, total in metrics.values()],
-    }
-
-
-def _new_samples(data: Any, count: int) -> list[tuple[float, float]]:
-    """The last `count` (timestamp_s, value) samples of a metric, oldest first."""
-    if count <= 0 or data is None:
-        return []
-    samples = list(data[2]) if len(data) > 2 else []
-    return [(float(t), float(v)) for t, v in samples[-count:]]
-
-
 class XlaCollector:
     """Turns each torch_xla step boundary into rows of the session's tables."""
 
@@ -105,6 +79,9 @@ class XlaCollector:
         self.reader: CounterReader | None = None
         self._original: Any = None
         self._prev: tuple[dict[str, int], dict[str, Any]] = ({}, {})
+        # steps since the last full read and when they ended: its metric growth is split over them
+        self._full_metrics: dict[str, Any] = {}
+        self._unsplit: list[tuple[int, int]] = []
         self._step_start = time.time_ns()
         self._xm: Any = None
         self.shapes: HloDumpShapes | None = None
@@ -120,7 +97,8 @@ class XlaCollector:
         self._xm = xm
         self._original = xm._run_step_closures
         self.reader = CounterReader(self._xlac)
-        self._prev = self.reader.snapshot()
+        first = self.reader.snapshot(full=True)
+        self._prev, self._full_metrics = (dict(first.counters), dict(first.metrics)), first.metrics
         self._step_start = time.time_ns()
         collector = self
 
@@ -155,25 +133,28 @@ class XlaCollector:
         moves only the execute counters: that alone is not a step."""
         if self._xlac is None:
             return
-        counters, metrics = self.reader.snapshot(full=True)
+        snap = self.reader.snapshot(full=True)
         old_counters, old_metrics = self._prev
-        moved = [n for n, v in counters.items() if v != old_counters.get(n, 0) and (
+        moved = [n for n, v in snap.counters.items() if v != old_counters.get(n, 0) and (
             n in ("UncachedCompile", "CachedCompile") or n.startswith("aten::"))]
-        transfers = (metrics.get(_HOST_TRANSFER) or (0,))[0] != (old_metrics.get(_HOST_TRANSFER) or (0,))[0]
-        if moved or transfers:
-            self.on_step_end("end")
+        if moved or HOST_TRANSFER in metric_deltas(snap.metrics, old_metrics):
+            self.on_step_end("end", snap)
 
     def record_unread(self) -> None:
-        """At close: the counters and metrics a core read skips (see xla_counters) get their
-        delta since the last full read as rows of the last step, so per-name totals equal
-        torch_xla's own; core names keep their last step's values (later moves are not a step)."""
-        if self._xlac is None or self.step == 0 or self.reader.every_step:
+        """At close: what per-step reads skip (see xla_counters) gets its rows, so per-name
+        totals equal torch_xla's own: metric samples since the last full read are split over
+        the steps since, by time (later ones go to the last step); counters not read per step
+        get their delta as a row of the last step. Core counters keep their last step's
+        values (later moves are not a step)."""
+        if self._xlac is None or self.step == 0:
             return
-        counters, metrics = self.reader.snapshot(full=True)
-        old_counters, old_metrics = self._prev
-        unread = {n: d for n, d in _counter_deltas(counters, old_counters).items() if not is_core_counter(n)}
-        moved = {n: d for n, d in _metric_deltas(metrics, old_metrics).items() if n not in CORE_METRICS}
-        self.session.add_columns("metrics", _metric_columns(self.step - 1, unread, moved))
+        snap = self.reader.snapshot(full=True)
+        unread = {n: d for n, d in counter_deltas(snap.counters, self._prev[0]).items() if not is_core_counter(n)}
+        if not self._unsplit:  # the last step had a full read: later samples are its own
+            self._unsplit.append((self.step - 1, time.time_ns()))
+        rows = self._split_metrics(snap.metrics)
+        rows[self.step - 1] = (unread, rows.get(self.step - 1, ({}, {}))[1])
+        self.session.add_columns("metrics", metric_columns(rows))
 
     @staticmethod
     def _device_meta() -> dict[str, Any]:
@@ -188,22 +169,28 @@ class XlaCollector:
         return meta
 
     # -- per step --------------------------------------------------------------
-    def on_step_end(self, boundary: str) -> bool:
+    def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
         """Record the step that just ended; True if it compiled."""
         now = time.time_ns()
-        counters, metrics = self.reader.snapshot()
+        snap = snap or self.reader.snapshot()
+        counters, metrics = snap.counters, snap.metrics
         prev_counters, prev_metrics = self._prev
-        counter_delta = _counter_deltas(counters, prev_counters)
-        metric_delta = _metric_deltas(metrics, prev_metrics)
+        counter_delta = counter_deltas(counters, prev_counters)
+        metric_delta = metric_deltas(metrics, prev_metrics)
         if boundary == _COMPILE_PRELUDE or not self._has_work(counter_delta, metric_delta):
             return False  # an empty boundary (e.g. torch_xla.compile's leading sync): not a step
-        self._prev = ({**prev_counters, **counters}, {**prev_metrics, **metrics})  # a core read has fewer names
+        # in place: a core read has fewer names, and a new 60-entry dict is the step's first large
+        # allocation, which pays for merging the step's freed chunks (see xla_counters)
+        prev_counters.update(counters)
+        prev_metrics.update(metrics)
+        self._unsplit.append((self.step, now))
+        split = self._split_metrics(metrics) if snap.full else None
         records, executions = self.debug.poll() if self.debug is not None else ([], [])
         hashes = [e.graph_hash for e in executions if e.graph_hash]
-        self._emit_step(boundary, now, counter_delta, metric_delta, hashes)
+        self._emit_step(boundary, now, counter_delta, metric_delta, hashes, split)
         samples = sorted(  # eager mode times each op's compile as EagerOpCompileTime
             s for name in (_COMPILE_TIME, _EAGER_COMPILE_TIME)
-            for s in _new_samples(metrics.get(name), metric_delta.get(name, (0, 0.0))[0]))
+            for s in new_samples(metrics.get(name), metric_delta.get(name, (0, 0.0))[0]))
         modules = self.shapes.poll() if self.shapes is not None and (records or samples) else []
         self._emit_compiles(now, records, samples, modules)
         self._step_start = now
@@ -212,12 +199,20 @@ class XlaCollector:
             self.trace.step_ended(self.step)
         return bool(records or samples)
 
+    def _split_metrics(self, metrics: dict[str, Any]) -> dict[int, tuple[dict[str, int], Growth]]:
+        """Metric rows of the steps since the last full read, from this full read's samples."""
+        steps, ends = [step for step, _ in self._unsplit], [end for _, end in self._unsplit]
+        split = split_by_step(metrics, self._full_metrics, steps, ends)
+        self._full_metrics, self._unsplit = metrics, []
+        return {step: ({}, split.get(step, {})) for step in steps}
+
     @staticmethod
-    def _has_work(counters: dict[str, int], metrics: dict[str, tuple[int, float]]) -> bool:
+    def _has_work(counters: dict[str, int], metrics: Growth) -> bool:
         return bool(
             counters.get("ExecuteComputation") or counters.get("UncachedCompile")
-            or counters.get("CachedCompile") or _EXECUTE_TIME in metrics or _COMPILE_TIME in metrics
-            or _HOST_TRANSFER in metrics or any(n.startswith("aten::") for n in counters)
+            or counters.get("CachedCompile") or any(n in metrics for n in _EXECUTE_TIMES)
+            or _COMPILE_TIME in metrics or HOST_TRANSFER in metrics
+            or any(n.startswith("aten::") for n in counters)
         )
 
     def _emit_step(
@@ -225,9 +220,13 @@ class XlaCollector:
         boundary: str,
         now: int,
         counters: dict[str, int],
-        metrics: dict[str, tuple[int, float]],
+        metrics: Growth,
         graph_hashes: list[str],
+        split: dict[int, tuple[dict[str, int], Growth]] | None,
     ) -> None:
+        """The steps row; the step's counter rows and, on a full read, the metric rows of
+        every step since the previous one. `execute_ns` is known on full-read steps only."""
+        own = split.get(self.step, ({}, {}))[1] if split is not None else None
         fallbacks = {n: c for n, c in counters.items() if n.startswith("aten::")}
         self.session.add("steps", {
             "step": self.step,
@@ -238,13 +237,15 @@ class XlaCollector:
             "compiles": counters.get("UncachedCompile", 0),
             "compile_ns": int(sum(metrics.get(n, (0, 0.0))[1] for n in (_COMPILE_TIME, _EAGER_COMPILE_TIME))),
             "executions": counters.get("ExecuteComputation", 0),
-            "execute_ns": int(metrics.get(_EXECUTE_TIME, (0, 0.0))[1]),
+            "execute_ns": None if own is None else int(sum(own.get(n, (0, 0.0))[1] for n in _EXECUTE_TIMES)),
             "fallback_ops": sum(fallbacks.values()),
-            "transfers_from_device": metrics.get(_HOST_TRANSFER, (0, 0.0))[0],
+            "transfers_from_device": metrics.get(HOST_TRANSFER, (0, 0.0))[0],
             "graph_hashes": graph_hashes,
         })
-        self.session.add_columns("metrics", _metric_columns(self.step, counters, metrics))
-        reads = metrics.get(_HOST_TRANSFER, (0, 0.0))[0]
+        rows = dict(split or {})
+        rows[self.step] = (counters, own or {})
+        self.session.add_columns("metrics", metric_columns(rows))
+        reads = metrics.get(HOST_TRANSFER, (0, 0.0))[0]
         traced = self.sites.on_step_end(fallbacks, reads) if self.sites is not None else None
         fallback_rows, read_rows = site_rows(self.step, fallbacks, traced)
         self.session.add_many("fallbacks", fallback_rows)

@@ -1,0 +1,35 @@
+"""Splitting a metric's samples over the steps between two full reads (xla_counters).
+
+The end-to-end check on a real torch_xla run is in test_run.py
+(test_metrics_are_split_over_steps_by_sample_time); these pin the edges a short run
+does not reach: a sample buffer that overflowed between reads, samples after the last
+step's end, steps that got nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tpuscope.collect.xla_counters import split_by_step
+
+S = 1_000_000_000  # ns per second; torch_xla stamps samples in seconds
+
+
+def test_samples_go_to_the_first_step_that_ended_after_them() -> None:
+    metric = (4, 10.0, ((1.5, 1.0), (2.5, 2.0), (2.6, 3.0), (9.0, 4.0)))
+    split = split_by_step({"M": metric}, {}, [0, 1, 2, 3], [2 * S, 3 * S, 4 * S, 5 * S])
+    assert split == {0: {"M": (1, 1.0)}, 1: {"M": (2, 5.0)}, 3: {"M": (1, 4.0)}}  # 9.0 s: after the last end
+
+
+def test_only_samples_since_the_previous_read_count() -> None:
+    metric = (4, 10.0, ((1.5, 1.0), (2.5, 2.0), (2.6, 3.0), (9.0, 4.0)))
+    split = split_by_step({"M": metric, "Still": (2, 5.0, ((1.0, 5.0),))}, {"M": (2, 3.0, ()), "Still": (2, 5.0, ())},
+                          [7, 8], [2 * S, 3 * S])
+    assert split == {8: {"M": (2, 7.0)}}
+
+
+def test_samples_the_buffer_dropped_go_to_the_first_step_and_totals_stay_exact() -> None:
+    metric = (1030, 2000.0, tuple((10.0 + i / 1000, 1.0) for i in range(1024)))
+    split = split_by_step({"M": metric}, {}, [0, 1], [5 * S, 20 * S])
+    assert split == {0: {"M": (6, pytest.approx(976.0))}, 1: {"M": (1024, 1024.0)}}
+    assert sum(c for growth in split.values() for c, _ in growth.values()) == 1030
