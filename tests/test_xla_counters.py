@@ -33,3 +33,9 @@ def test_samples_the_buffer_dropped_go_to_the_first_step_and_totals_stay_exact()
     split = split_by_step({"M": metric}, {}, [0, 1], [5 * S, 20 * S])
     assert split == {0: {"M": (6, pytest.approx(976.0))}, 1: {"M": (1024, 1024.0)}}
     assert sum(c for growth in split.values() for c, _ in growth.values()) == 1030
+
+
+def test_dropped_samples_are_spread_over_the_steps_before_the_oldest_held_one() -> None:
+    metric = (1031, 1031.0, tuple((10.0 + i / 1000, 1.0) for i in range(1024)))
+    split = split_by_step({"M": metric}, {}, [0, 1, 2], [1 * S, 2 * S, 20 * S])
+    assert split == {0: {"M": (4, pytest.approx(4.0))}, 1: {"M": (3, pytest.approx(3.0))}, 2: {"M": (1024, 1024.0)}}

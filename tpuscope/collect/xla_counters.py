@@ -15,8 +15,8 @@ allocate nothing large. So:
   any step that compiled or ran a new fallback op (new counters appear then), every
   `FULL_EVERY` steps and at exit. Metric samples carry their wall-clock time, so a full
   read splits each metric's growth over the steps since the previous one by sample time
-  (`split_by_step`): every step gets exact metric rows, written up to `FULL_EVERY` steps
-  late. A counter not read per step gets its delta since the previous full read as a row
+  (`split_by_step`): every step gets its metric rows, written up to `FULL_EVERY` steps
+  late (exact unless a metric took more than its buffer's 1024 samples in between). A counter not read per step gets its delta since the previous full read as a row
   of the full-read step, so per-name totals stay exact;
 - `tpuscope run --deep` (env TPUSCOPE_ALL_METRICS=1) does a full read at every step.
 """
@@ -119,22 +119,34 @@ def split_by_step(metrics: Metrics, old: Metrics, steps: list[int], ends_ns: lis
     """Each metric's growth since `old`, split over `steps` (which ended at `ends_ns`, in
     order) by the wall-clock time of its new samples: a sample belongs to the first step
     that ended after it, one newer than the last end to the last step. Samples the buffer
-    no longer holds (over 1024 since `old`) go to the first step, so totals stay exact."""
+    no longer holds (it keeps 1024) are spread evenly over the steps that ended before the
+    oldest one it holds, so totals stay exact (an estimate per step: `LazyTracing` takes
+    ~850 samples per step of the README example)."""
     per_step: dict[int, Growth] = {step: {} for step in steps}
-    ends_s = [end / 1e9 for end in ends_ns[:-1]]  # samples are stamped in seconds, oldest first
+    ends_s = [end / 1e9 for end in ends_ns]  # samples are stamped in seconds, oldest first
     for name, (count, total) in metric_deltas(metrics, old).items():
         recent = metrics[name][2][-count:]
         stamps, values = zip(*recent, strict=True) if recent else ((), ())
-        bounds = [bisect.bisect_left(stamps, end) for end in ends_s] + [len(stamps)]
+        bounds = [bisect.bisect_left(stamps, end) for end in ends_s[:-1]] + [len(stamps)]
         start = 0
         for step, stop in zip(steps, bounds, strict=True):
             if stop > start:
                 per_step[step][name] = (stop - start, sum(values[start:stop]))
             start = max(start, stop)
-        if count > len(recent):  # older than the buffer: the first step's, as far as can be told
-            have = per_step[steps[0]].get(name, (0, 0.0))
-            per_step[steps[0]][name] = (have[0] + count - len(recent), have[1] + total - sum(values))
+        if count > len(recent):
+            oldest = stamps[0] if stamps else float("inf")
+            _spread(per_step, name, [s for s, end in zip(steps, ends_s, strict=True) if end <= oldest] or steps[:1],
+                    count - len(recent), total - sum(values))
     return {step: growth for step, growth in per_step.items() if growth}
+
+
+def _spread(per_step: dict[int, Growth], name: str, steps: list[int], count: int, total: float) -> None:
+    """Add `count` samples worth `total` to `steps`, as evenly as whole samples allow."""
+    share, extra = divmod(count, len(steps))
+    for i, step in enumerate(steps):
+        if part := share + (i < extra):
+            have = per_step[step].get(name, (0, 0.0))
+            per_step[step][name] = (have[0] + part, have[1] + total * part / count)
 
 
 def metric_columns(rows: dict[int, tuple[Counters, Growth]]) -> dict[str, list[Any]]:
