@@ -1,7 +1,7 @@
 """N tiny torch_xla steps, then torch_xla's own counters written to a JSON file (for comparison).
 
 usage: steps.py N OUT.json [exit CODE | raise | sigkill | late]
-("late": a counter first moves at step 12, another one after the last step)
+("late": 0.15 s steps; a counter first moves at step 12, another one after the last step)
 """
 
 import json
@@ -25,6 +25,8 @@ for step in range(n):
         raise RuntimeError("boom in step 2")
     if ending[:1] == ["late"] and step == 12:
         torch_xla._XLAC._xla_increment_counter("TpuscopeLate", 3)
+    if ending[:1] == ["late"]:
+        time.sleep(0.15)  # full reads come at most every 2 s (xla_counters): one lands before the end
 if ending[:1] == ["late"]:
     torch_xla._XLAC._xla_increment_counter("TpuscopeAfterLoop", 2)
 

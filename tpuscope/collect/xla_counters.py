@@ -12,10 +12,11 @@ allocate nothing large. So:
   `TransferFromDeviceTime` (host reads, per step for the steps table and the call-site
   tracer) is read only when a copy counter moved, as every device-to-host read moves one;
 - a full read (every counter, every metric) happens in the first 2 steps, on
-  any step that compiled or ran a new fallback op (new counters appear then), every
-  `FULL_EVERY` steps and at exit. Metric samples carry their wall-clock time, so a full
+  any step that compiled or ran a new fallback op (new counters appear then), once both
+  `FULL_EVERY` steps and `FULL_INTERVAL_S` (the flush interval) have passed since the
+  last one, and at exit (~3 ms each here: every 16 steps of 1 ms would cost 20%). Metric samples carry their wall-clock time, so a full
   read splits each metric's growth over the steps since the previous one by sample time
-  (`split_by_step`): every step gets its metric rows, written up to `FULL_EVERY` steps
+  (`split_by_step`): every step gets its metric rows, written about a flush interval
   late (exact unless a metric took more than its buffer's 1024 samples in between). A counter not read per step gets its delta since the previous full read as a row
   of the full-read step, so per-name totals stay exact;
 - `tpuscope run --deep` (env TPUSCOPE_ALL_METRICS=1) does a full read at every step.
@@ -25,11 +26,13 @@ from __future__ import annotations
 
 import bisect
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 ENV_ALL_METRICS = "TPUSCOPE_ALL_METRICS"
-FULL_EVERY = 16
+FULL_EVERY = 16  # steps, and
+FULL_INTERVAL_S = 2.0  # seconds (the flush interval) since the last full read
 EARLY_READS = 3  # the read at install and the first 2 steps (warm-up, when counters appear)
 CORE_COUNTERS = ("UncachedCompile", "CachedCompile", "ExecuteComputation", "MarkStep")
 COPY_COUNTERS = ("xla::_to_cpu", "xla::_to_copy")  # one of them moves on every device-to-host read
@@ -59,6 +62,7 @@ class CounterReader:
         self.xlac = xlac
         self.every_step = os.environ.get(ENV_ALL_METRICS) == "1" if every_step is None else every_step
         self.reads = 0
+        self._last_full = (0, 0.0)  # (reads, monotonic time) at the last full read
         self._fallback_list = getattr(xlac, "_get_executed_fallback_ops", None)  # torch_xla >= 2.1
         self._fallback_ops: list[str] = []
         self._compiles = -1
@@ -72,6 +76,7 @@ class CounterReader:
         full = full or self._full_read_due(fallback_ops, compiles)
         self.reads += 1
         if full:
+            self._last_full = (self.reads, time.monotonic())
             counters = {name: value(name) or 0 for name in xlac._xla_counter_names()}  # None once cleared
             metrics = {name: xlac._xla_metric_data(name) for name in xlac._xla_metric_names()}
             self._copies = tuple(counters.get(name, 0) for name in COPY_COUNTERS)
@@ -86,7 +91,8 @@ class CounterReader:
     def _full_read_due(self, fallback_ops: list[str] | None, compiles: int) -> bool:
         due = (
             self.every_step or fallback_ops is None or self.reads < EARLY_READS
-            or self.reads % FULL_EVERY == 0 or compiles != self._compiles
+            or self.reads - self._last_full[0] >= FULL_EVERY and time.monotonic() - self._last_full[1] >= FULL_INTERVAL_S
+            or compiles != self._compiles
             or len(fallback_ops) != len(self._fallback_ops)
         )
         self._fallback_ops, self._compiles = fallback_ops or [], compiles
