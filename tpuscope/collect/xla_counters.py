@@ -118,7 +118,7 @@ def new_samples(data: Any, count: int) -> list[tuple[float, float]]:
     """The last `count` (timestamp_s, value) samples of a metric, oldest first."""
     if count <= 0 or data is None:
         return []
-    return [(float(t), float(v)) for t, v in list(data[2])[-count:]]
+    return [(float(t), float(v)) for t, v in data[2][-count:]]
 
 
 def split_by_step(metrics: Metrics, old: Metrics, steps: list[int], ends_ns: list[int]) -> dict[int, Growth]:
