@@ -21,7 +21,7 @@ steps; the first 10 steps of each run (compiles) are dropped. Printed:
 On the 2-vCPU VM this was written on, the machine's speed drifts by up to +-20% within
 seconds (bare runs: 58-89 ms median steps, also pinned to one CPU), so the run-level
 ratio moves by several % between sessions; the paired estimate's interval says how
-well it pinned the cost (about +-0.3 ms with 4000 steps).
+well it pinned the cost (about +-0.5 ms with 4000 steps here).
 """
 
 from __future__ import annotations
