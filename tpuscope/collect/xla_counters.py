@@ -11,14 +11,16 @@ allocate nothing large. So:
   fallback counter (torch_xla's own list of fallback ops names them);
   `TransferFromDeviceTime` (host reads, per step for the steps table and the call-site
   tracer) is read only when a copy counter moved, as every device-to-host read moves one;
-- a full read (every counter, every metric) happens in the first 2 steps, on
-  any step that compiled or ran a new fallback op (new counters appear then), once both
+- a full read (every counter, every metric) happens in the first 2 steps, on any step
+  that compiled or ran a new fallback op (new counters appear then), once both
   `FULL_EVERY` steps and `FULL_INTERVAL_S` (the flush interval) have passed since the
-  last one, and at exit (~3 ms each here: every 16 steps of 1 ms would cost 20%). Metric samples carry their wall-clock time, so a full
-  read splits each metric's growth over the steps since the previous one by sample time
-  (`split_by_step`): every step gets its metric rows, written about a flush interval
-  late (exact unless a metric took more than its buffer's 1024 samples in between). A counter not read per step gets its delta since the previous full read as a row
-  of the full-read step, so per-name totals stay exact;
+  last one, and at exit (~3 ms each here: every 16 steps of 1 ms would cost 20%). Metric
+  samples carry their wall-clock time, so a full read splits each metric's growth over
+  the steps since the previous one by sample time (`split_by_step`): every step gets its
+  metric rows, written about a flush interval late (exact unless a metric took more than
+  its buffer's 1024 samples in between). A counter not read per step gets its delta
+  since the previous full read as a row of the full-read step, so per-name totals stay
+  exact;
 - `tpuscope run --deep` (env TPUSCOPE_ALL_METRICS=1) does a full read at every step.
 """
 
@@ -91,7 +93,8 @@ class CounterReader:
     def _full_read_due(self, fallback_ops: list[str] | None, compiles: int) -> bool:
         due = (
             self.every_step or fallback_ops is None or self.reads < EARLY_READS
-            or self.reads - self._last_full[0] >= FULL_EVERY and time.monotonic() - self._last_full[1] >= FULL_INTERVAL_S
+            or (self.reads - self._last_full[0] >= FULL_EVERY
+                and time.monotonic() - self._last_full[1] >= FULL_INTERVAL_S)
             or compiles != self._compiles
             or len(fallback_ops) != len(self._fallback_ops)
         )
