@@ -305,7 +305,8 @@ def test_loading_the_plugin_leaves_jax_alone(pytester: pytest.Pytester,
 
 def test_causes_name_their_function() -> None:
     """The JAX collector's cause vocabulary (docs/backends.md), as the watch reads it."""
-    from tpuscope.watch_jax import arg_name, function_of
+    from tpuscope.analyze.families import jax_program as function_of
+    from tpuscope.detect.jax_advice import arg_name
 
     assert function_of("first trace of train_step") == ("train_step", False)
     assert function_of("retrace of f: arg x: f32[16,8] -> f32[10,8]; arg y: i32[] -> f32[]") == ("f", False)

@@ -80,7 +80,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         stats_row([
             stat("shape_churn findings", fmt_num(len(findings)), "stat-churn-findings"),
             stat("other varying call sites", fmt_num(len(observed)), "stat-churn-sites"),
-            stat("compiles after warm-up", fmt_num(data.brief(run_id)["compiles_after_warmup"]), "stat-recompiles"),
+            stat("recompiles", fmt_num(data.summary(run_id)["recompiles"]), "stat-recompiles"),
         ]),
         *body,
     ])
