@@ -2,7 +2,7 @@
 
 A Watch is a short in-process profile — a run in the store, collected by the same
 Session and backend collectors as `tpuscope run` and `tpuscope.profile()` — plus the
-judgement a test needs: how many graphs compiled after warm-up and which ops fell back
+judgement a test needs: which graphs compiled again (recompiles) and which ops fell back
 to the host, with messages that name the step, the cause, the user's line and what
 changed. It judges as the analysis does, by graph family (tpuscope.analyze.families:
 torch_xla, the user's line and the graph's structure; JAX, the jitted function): a
@@ -65,7 +65,8 @@ class Limits:
 
 @dataclass(frozen=True)
 class Recompile:
-    """One graph compiled after warm-up, with what the collector and detectors know of it.
+    """One recompile (a further compile of a graph family), with what the collector and
+    detectors know of it.
 
     JAX compiles also name the jitted function, where it is defined and which of its
     compiles this is (2 = its first recompile), with a fix for what JAX said differed."""
@@ -188,6 +189,7 @@ class Watch:
 
     @property
     def compiles_after_warmup(self) -> int:
+        """len(recompiles), by its older name."""
         return len(self.recompiles)
 
     @property
@@ -237,7 +239,7 @@ class Watch:
         function = row.get("function") or None
         diffs = jax_advice.diffs_of(run.retraces, index, function) if function else []
         changes = jax_advice.changes_of(diffs) or _finding_changes(finding, index)
-        fix = jax_advice.fix_for(function, diffs) if function else None
+        fix = jax_advice.fix_for(function, diffs, list(changes)) if function else None
         defined_at = next((d["defined_at"] for d in diffs if d.get("defined_at")), None)
         return Recompile(step=step, graph_hash=graph, cause=row.get("cause") or None,
                          location=row.get("location") or None, changes=tuple(changes), finding=finding,
@@ -261,7 +263,7 @@ class Watch:
     def over_limit(self, limits: Limits) -> list[str]:
         """Short verdicts for a summary line: ["4 recompiles > 0", ...]."""
         out = []
-        recompiles = self.compiles_after_warmup
+        recompiles = len(self.recompiles)
         if limits.max_recompiles is not None and recompiles > limits.max_recompiles:
             out.append(f"{plural(recompiles, 'recompile')} > {limits.max_recompiles}")
         calls = sum(f.count for f in self._denied(limits))
@@ -298,7 +300,7 @@ class Watch:
             "warmup_steps": self.warmup_steps,
             "steps": self.steps,
             "compiles": self.compiles,
-            "compiles_after_warmup": self.compiles_after_warmup,
+            "recompiles": len(self.recompiles),
             "fallbacks": {op: int(n) for op, n in self.fallbacks.items()},
             "run": str(self.run_dir),
             "over_limit": self.over_limit(limits) if limits is not None else [],

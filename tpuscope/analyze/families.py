@@ -9,9 +9,10 @@ A family is what the program compiles from one place in its code:
   first compile is a first compile, wherever in the run it happens; a graph that
   compiles again at the same line with the same structure is a recompile (a dim
   that changed size, a Python number traced as a constant).
-- JAX: the jitted function. JAX's own explanation of a retrace says what differed;
-  a retrace caused only by other static arguments is a new family (another program
-  by the user's own choice of `static_argnums`), any other retrace is a recompile.
+- JAX: the jitted function (its name and the static argument positions it was jitted
+  with). Every further compile of it is a recompile, whatever JAX's explanation says
+  differed: new shapes or dtypes, another pytree, a new value of a static argument
+  (which is why `static_argnums` advice exists), a re-definition.
   An op run outside jit compiles once per primitive, parameters and shapes: each such
   compile is its own family (eager hot loops are the `op_by_op` rule's business).
 - A compile with nothing known of it (no line, no cause, no inputs) is its own family:
@@ -40,7 +41,6 @@ _JAX_FUNCTION = (
     re.compile(r"^compile of jitted (?P<fn>\S+) \(library code"),
     re.compile(r"^compile of (?P<fn>.+)$"),
 )
-_STATIC_ONLY = re.compile(r"^retrace of [^:]+: (static arg [^;]+)(; static arg [^;]+)*$")
 
 
 def _known(value: Any) -> bool:
@@ -112,9 +112,6 @@ def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = Non
         backend = _backend(row, backends)
         function, eager = jax_program(row.get("cause")) if backend == "jax" else (None, False)
         family = _family(row, n, backend, function, eager)
-        static_only = bool(_STATIC_ONLY.match(_PERSISTENT.sub("", str(row.get("cause") or ""))))
-        if family in seen and static_only:
-            family = f"{family} | static #{n}"
         seq = seen.get(family, 0)
         seen[family] = seq + 1
         for name, value in zip(FAMILY_COLUMNS, (family, seq, seq > 0, function, eager, backend),

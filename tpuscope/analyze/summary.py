@@ -86,9 +86,23 @@ def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -
             "executions": int(after["executions"].fillna(0).sum()) if "executions" in after else 0}
 
 
+def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None:
+    """(compiles, seconds) from whole-run totals (an imported metrics report has no compile rows,
+    only its CompileTime metric or UncachedCompile counter)."""
+    if metrics is None or metrics.empty:
+        return None
+    whole = metrics[metrics["step"] == -1]
+    for name in ("CompileTime", "UncachedCompile"):
+        rows = whole[whole["name"] == name]
+        if not rows.empty and int(rows["count"].sum()):
+            return int(rows["count"].sum()), float(rows["total"].sum()) / NS_PER_S if name == "CompileTime" else 0.0
+    return None
+
+
 def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
-              fallbacks: pd.DataFrame) -> dict[str, Any]:
-    """The run's headline figures; `families` is analyze.families.graph_families(compiles)."""
+              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The run's headline figures; `families` is analyze.families.graph_families(compiles);
+    `metrics` gives the compile totals of imported evidence that has no compile rows."""
     warmup = int(meta.get("warmup", 2))
     phase = phases(steps, warmup)
     judged = steps[phase == "judged"] if not steps.empty else steps
@@ -97,6 +111,8 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
     loop_wall = wall_s(steps)
     transfers = judged["transfers_from_device"] if not judged.empty else pd.Series(dtype=float)
     start, end = meta.get("start_ns"), meta.get("end_ns")
+    totals = _imported_compiles(metrics) if families.empty else None
+    n_compiles, compile_s = totals if totals else (int(len(families)), _seconds(families))
     return {
         "run_id": meta.get("run_id"),
         "name": meta.get("name"),
@@ -113,8 +129,8 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
         "step_time_p50_ms": _percentile_ms(judged["wall_ns"], 0.5) if not judged.empty else None,
         "step_time_p90_ms": _percentile_ms(judged["wall_ns"], 0.9) if not judged.empty else None,
         "wall_s_in_steps": loop_wall,
-        "compiles": int(len(families)),
-        "compile_s": _seconds(families),
+        "compiles": n_compiles,
+        "compile_s": compile_s,
         "graph_families": int(families["family"].nunique()) if not families.empty else 0,
         "recompiles": int(len(again)),
         "recompile_s": _seconds(again),

@@ -57,9 +57,13 @@ def changes_of(diffs: list[dict[str, Any]]) -> list[str]:
     return [diff_text(d) for d in diffs if d["kind"] != "first"]
 
 
-def fix_for(function: str, diffs: list[dict[str, Any]]) -> str:
-    """The change that stops the retrace, from the first difference JAX reported."""
+def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | None = None) -> str:
+    """The change that stops the retrace, from the first difference JAX reported; without an
+    explanation (JAX_EXPLAIN_CACHE_MISSES=0), from the input-shape diff `changes`."""
     diff = next((d for d in diffs if d["kind"] != "first"), None)
+    if diff is None and any("->" in c and "[" in c for c in changes or []):
+        return (f"Keep the input shapes of {function} the same on every call: pad to a fixed size (or a "
+                "few bucket sizes) and mask the padding.")
     kind, arg = (diff["kind"], arg_name(diff.get("arg") or "")) if diff else ("unknown", None)
     if kind == "input_types":
         old, new = parse_shape(diff.get("before") or ""), parse_shape(diff.get("after") or "")

@@ -159,7 +159,8 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: dict[str, Any] |
     if tables.backend == "jax":
         function = items[0].get("function") or "the jitted function"
         diffs = next((i["diffs"] for i in items if i["diffs"]), [])
-        fix = jax_advice.fix_for(function, diffs)
+        changes = next((i["changes"] for i in items if i["changes"]), [])
+        fix = jax_advice.fix_for(function, diffs, changes)
         if facet and "plan" in facet:
             fix += f" Bucketing plan: pad {facet['arg_name']} dim {facet['dim']} to {facet['plan']}."
         return fix

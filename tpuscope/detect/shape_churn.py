@@ -74,6 +74,7 @@ def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = No
         "arg": lead.arg, "arg_name": names.get(lead.arg, f"arg {lead.arg}"), "dim": lead.dim,
         "dtype": lead.dtype, "values": lead.distinct, "linked_dims": [[d.arg, d.dim] for d in cluster],
         "graphs": len(lists), "max_waste": MAX_WASTE,
+        "graph_hashes": [str(h) for h in family_rows["graph_hash"] if isinstance(h, str) and h],
     }
     if len(lead.distinct) >= MIN_PLAN_SIZES:
         plan, how = _plan(lead.distinct)

@@ -32,6 +32,15 @@ def where(location: str | None) -> str:
     return location if relative.startswith("..") else relative
 
 
+def _compiles_text(summary: dict[str, Any]) -> str:
+    total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
+    if not summary["graph_families"]:  # imported totals: counts without the graphs
+        return f"{total}; which graphs is not recorded"
+    return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
+            f"({_fmt(summary['recompile_s'], ' s', 2)}, {_fmt(100 * summary['recompile_share'], '%')} "
+            "of wall time)")
+
+
 def headline(summary: dict[str, Any]) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -44,10 +53,7 @@ def headline(summary: dict[str, Any]) -> Table:
         ("ended", ended),
         ("steps", f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"),
         ("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"),
-        ("compiles", f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)}) of "
-                     f"{summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
-                     f"({_fmt(summary['recompile_s'], ' s', 2)}, "
-                     f"{_fmt(100 * summary['recompile_share'], '%')} of wall time)"),
+        ("compiles", _compiles_text(summary)),
         ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
                            + (f", {summary['value_reads']} value reads (.item())" if summary.get("value_reads") else "")),
     ]
