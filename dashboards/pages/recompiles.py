@@ -130,7 +130,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
             stat("distinct graphs", fmt_num(int(graphs)), "stat-graphs"),
             stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
             stat("recompiling", fmt_num(summary["recompile_s"], 2, "s"), "stat-recompile-s",
-                 f"{fmt_pct(summary['recompile_share'])} of wall time"),
+                 f"{fmt_pct(summary['recompile_share'])} of the timed steps' wall time"),
         ]),
         html.Div(graph(compile_bars(ordered), "compile-bars"), className="panel"),
         html.H3("Compiled graphs" + note),

@@ -9,10 +9,10 @@ judged, so a short run still has a step time. The trailing step with boundary "e
 "after the loop" phase: reported, never judged as a step.
 
 Severity. A finding's cost is measured (or estimated, and it says so) in seconds;
-its severity is that cost's share of the program's wall time in steps (every step,
-warm-up and the after-the-loop phase included): high at >= HIGH_SHARE, medium at
->= MEDIUM_SHARE, low below. Imported evidence without wall time is "medium" when it
-counts something and says so.
+its severity is that cost's share of the judged steps' wall time (what the program's
+steady state costs; a cost can exceed it, e.g. recompiles in warm-up steps of a short
+run): high at >= HIGH_SHARE, medium at >= MEDIUM_SHARE, low below. Imported evidence
+without wall time is "medium" when it counts something.
 
 Value reads. `aten::_local_scalar_dense` is torch_xla's counter of `.item()`-style
 reads: a host sync, never a CPU fallback.

@@ -108,7 +108,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
     judged = steps[phase == "judged"] if not steps.empty else steps
     loop = steps[phase != "after"] if not steps.empty else steps
     again = recompiles(families)
-    loop_wall = wall_s(steps)
+    loop_wall = wall_s(judged)
     transfers = judged["transfers_from_device"] if not judged.empty else pd.Series(dtype=float)
     start, end = meta.get("start_ns"), meta.get("end_ns")
     totals = _imported_compiles(metrics) if families.empty else None
@@ -128,7 +128,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
         "steps_judged": int(len(judged)),
         "step_time_p50_ms": _percentile_ms(judged["wall_ns"], 0.5) if not judged.empty else None,
         "step_time_p90_ms": _percentile_ms(judged["wall_ns"], 0.9) if not judged.empty else None,
-        "wall_s_in_steps": loop_wall,
+        "wall_s_judged": loop_wall,
         "compiles": n_compiles,
         "compile_s": compile_s,
         "graph_families": int(families["family"].nunique()) if not families.empty else 0,

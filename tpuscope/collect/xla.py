@@ -32,6 +32,7 @@ from tpuscope.collect.xla_counters import (
     split_by_step,
 )
 from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
+from tpuscope.collect.xla_eager import watch_eager_mode
 from tpuscope.collect.xla_shapes import HloDumpShapes, ModuleShapes, pair_modules
 
 # Which public API asked for the step, by the name of a frame up the stack.
@@ -87,6 +88,7 @@ class XlaCollector:
         self.shapes: HloDumpShapes | None = None
         self.sites: SiteTracer | None = None
         self.trace: xla_trace.XlaTrace | None = None
+        self._unwrap_eager: Any = None
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -116,6 +118,7 @@ class XlaCollector:
         self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
+        self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
         session.set_meta(backend="torch_xla", env_set_in_process=env_set,
                          shape_source=str(self.shapes.folder) if self.shapes else None, **self._device_meta())
         return self
@@ -126,6 +129,9 @@ class XlaCollector:
             self._original = None
         if self.sites is not None:
             self.sites.close()
+        if self._unwrap_eager is not None:
+            self._unwrap_eager()
+            self._unwrap_eager = None
 
     def close_open_step(self) -> None:
         """Record graph work since the last boundary (a block that ends in `.item()`, not a

@@ -53,13 +53,13 @@ def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
 
 
 def severity(cost_s: float, tables: RunTables) -> str:
-    """The shared rule (analyze/judge.severity) against the program's wall time in steps."""
+    """The shared rule (analyze/judge.severity) against the judged steps' wall time."""
     return judge.severity(cost_s, run_wall_s(tables))
 
 
 def run_wall_s(tables: RunTables) -> float:
-    """Wall time of every step, the after-the-loop phase included: what costs are shares of."""
-    return judge.wall_s(tables.steps)
+    """Wall time of the judged steps: what costs are shares of (analyze/judge)."""
+    return judge.wall_s(judged_steps(tables))
 
 
 def wall_s(judged: pd.DataFrame) -> float:

@@ -117,9 +117,14 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
              "(`step = torch_xla.compile(train_step)`), which traces it into one graph even in eager mode, "
              "or turn eager mode off (torch_xla.experimental.eager_mode(False)) and end each step with "
              "torch_xla.sync()."),
-        location=None, cost_s=cost, steps=steps,
+        location=_eager_mode_at(tables.meta), cost_s=cost, steps=steps,
         evidence={"executions_per_step": round(per_step, 1), "source": XLA_EAGER_METRIC,
                   "wall_s": round(common.wall_s(judged), 6), "backend": "torch_xla"})]
+
+
+def _eager_mode_at(meta: dict[str, Any]) -> str | None:
+    """The user's line that turned eager mode on (collect/xla_eager), when a process saw it."""
+    return next((p["eager_mode_at"] for p in meta.get("processes", []) if p.get("eager_mode_at")), None)
 
 
 def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, share: float, severity: str,

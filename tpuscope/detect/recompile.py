@@ -179,7 +179,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     facet = _facet(tables, items)
     storm = _storm(tables, items)
     steps = common.steps_list(i["step"] for i in items)
-    share = f", {100 * cost / wall:.1f}% of the program's wall time in steps" if wall else ""
+    share = f", {100 * cost / wall:.1f}% of the judged steps' wall time" if wall else ""
     detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
               f"compiled at {where} (steps {_steps_text(steps) or 'not known'}); cause: "
               f"{items[0]['cause'] or 'unknown'}. What changed against the closest earlier compile of the "

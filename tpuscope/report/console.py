@@ -38,7 +38,7 @@ def _compiles_text(summary: dict[str, Any]) -> str:
         return f"{total}; which graphs is not recorded"
     return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
             f"({_fmt(summary['recompile_s'], ' s', 2)}, {_fmt(100 * summary['recompile_share'], '%')} "
-            "of wall time)")
+            "of the timed steps' wall time)")
 
 
 def headline(summary: dict[str, Any]) -> Table:
