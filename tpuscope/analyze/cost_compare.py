@@ -26,7 +26,7 @@ WITHIN = 2.0
 _OP_LINE = "XLA Ops"
 _MODULE_LINE = "XLA Modules"
 _COLUMNS = ["module", "op", "category", "expression", "flops", "bytes", "counts_from", "occurrences",
-            "measured_us"]
+            "measured_us", "xprof_bound"]
 
 
 def trace_ops(events: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[str]], int]:
@@ -46,7 +46,7 @@ def trace_ops(events: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[str]],
         "flops": grouped["flops"].first().astype(float), "bytes": grouped["bytes_accessed"].first().astype(float),
         "occurrences": grouped.size(), "measured_us": grouped["dur_ns"].sum() / 1e3})
     frame.index.names = ["module", "op"]
-    frame = frame.reset_index().assign(counts_from="trace event stats (XLA cost analysis)")
+    frame = frame.reset_index().assign(counts_from="trace event stats (XLA cost analysis)", xprof_bound=None)
     return frame[_COLUMNS], _first_runs(events, ops), int(plane[device].nunique())
 
 
@@ -82,13 +82,40 @@ def xprof_ops_frame(xprof_ops: pd.DataFrame, programs: dict[str, str] | None = N
         "flops": np.where(has, x.get("xla_flops", 0.0), from_rates),
         "bytes": np.where(has, x.get("xla_bytes", 0.0), bytes_rates),
         "counts_from": np.where(has, "xprof op_profile (XLA cost analysis)", "xprof hlo_stats rate x time"),
-        "occurrences": x["occurrences"].astype(int), "measured_us": x["self_time_us"].astype(float)})
+        "occurrences": x["occurrences"].astype(int), "measured_us": x["self_time_us"].astype(float),
+        "xprof_bound": x["bound_by"]})
     return frame.fillna({"flops": 0.0, "bytes": 0.0}).reset_index(drop=True)
+
+
+def meta_value(meta: dict[str, Any], key: str) -> Any:
+    """A key of the run's meta or, for imported runs, of the first process (file) that has it."""
+    for source in [meta, *(meta.get("processes") or [])]:
+        if source.get(key):
+            return source[key]
+    return None
+
+
+def with_xprof_bounds(ops: pd.DataFrame, xprof_ops: pd.DataFrame) -> pd.DataFrame:
+    """xprof's bound-by per op (by op name and category), next to the trace's ops."""
+    if xprof_ops.empty or "bound_by" not in xprof_ops:
+        return ops
+    bound = xprof_ops.drop_duplicates(["hlo_op", "category"]).set_index(["hlo_op", "category"])["bound_by"]
+    keys = pd.MultiIndex.from_arrays([ops["op"].astype(str), ops["category"].astype(str)])
+    return ops.assign(xprof_bound=bound.reindex(keys).to_numpy())
+
+
+def bound_agreement(priced: pd.DataFrame) -> dict[str, int]:
+    """Ops priced by the roofline (compute vs HBM) whose bound matches xprof's bound-by, of those
+    xprof classifies Compute or HBM and that move HBM bytes."""
+    rows = priced[priced["xprof_bound"].isin(["Compute", "HBM"]) & priced["bound"].isin(["compute", "HBM"])
+                  & (priced["bytes"] > 0)]
+    agree = (rows["xprof_bound"].str.lower() == rows["bound"].str.lower()).sum()
+    return {"bound_agrees_with_xprof": int(agree), "bound_compared": len(rows)}
 
 
 def target_of(meta: dict[str, Any], overview: pd.DataFrame) -> str | None:
     """The generation the profile ran on: the trace's device kind ('TPU v6 Lite' -> v6e)."""
-    kinds = [meta.get("device_kind")]
+    kinds = [meta_value(meta, "device_kind")]
     if not overview.empty:
         kinds += overview.loc[overview["name"] == "device_type", "text"].dropna().tolist()
     for kind in kinds:
@@ -209,3 +236,34 @@ def module_runs(events: pd.DataFrame) -> dict[str, tuple[int, float]]:
     grouped = lines.groupby(lines["hlo_module"].astype(str))["dur_ns"]
     return {m: (int(n), float(t) / 1e3) for m, n, t in zip(grouped.size().index, grouped.size(), grouped.sum(),
                                                           strict=True)}
+
+
+def compare(meta: dict[str, Any], events: pd.DataFrame, xprof_ops: pd.DataFrame,
+            overview: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """(priced ops, the comparison's summary) of a run with device ops, on the chip it ran on;
+    empty when the run has no device ops or no known TPU generation."""
+    target = target_of(meta, overview)
+    ops, order, devices = trace_ops(events)
+    ops, source = with_xprof_bounds(ops, xprof_ops), "trace (device XLA Ops lines)"
+    if ops.empty:
+        ops, order, devices = xprof_ops_frame(xprof_ops, meta_value(meta, "xprof_programs")), {}, 1
+        source = "xprof hlo_stats + op_profile"
+    if ops.empty or target is None:
+        return pd.DataFrame(), {}
+    peak = run_peaks(overview, target)
+    priced = estimate(ops, target, peak, devices, order)
+    view = {"target": target, "source": source, "peaks": {"flops_per_s": float(peak.flops),
+            "hbm_bytes_per_s": float(peak.hbm), "from": peak.source}, **summary(priced), **bound_agreement(priced),
+            "modules": modules(priced, module_runs(events))}
+    return priced, view
+
+
+def top(priced: pd.DataFrame, n: int = 10) -> list[dict[str, Any]]:
+    """The ops with the most measured time, estimate next to measurement."""
+    if priced.empty:
+        return []
+    cols = ["module", "op", "category", "occurrences", "measured_us", "estimated_us", "ratio", "within_2x",
+            "bound", "xprof_bound", "rule", "counts_from"]
+    rows = priced.sort_values("measured_us", ascending=False).head(n)[cols]
+    return [{k: (None if isinstance(v, float) and v != v else v.item() if hasattr(v, "item") else v)
+             for k, v in r.items()} for r in rows.to_dict("records")]

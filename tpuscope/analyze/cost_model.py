@@ -14,8 +14,8 @@ times on a TPU (docs/cost_model.md cites each):
 - dynamic-update-slice: XLA counts the update only (in place); when the update is not
   whole tiles of the buffer's tiled layout the TPU rewrites the whole buffer (read + write);
 - custom calls: the FLOPs and bytes XLA or the kernel recorded; attention kernels (Pallas
-  splash/flash: fwd, dq, dkv) from their q/k/v shapes, as their recorded cost estimates
-  exceed what any chip could run in the measured time (docs/cost_model.md).
+  splash/flash: fwd, dq, dkv) from their q/k/v shapes (dense FLOPs, operands + results),
+  as their recorded cost estimates exceed what the chip can do (docs/cost_model.md).
 Pure functions; nothing here reads a measured time.
 """
 
@@ -241,7 +241,9 @@ def price(expression: str | None, category: str, flops: float, bytes_: float, ch
         return _dus(inst, expression or "", bytes_, peak)
     dense = attention_flops(inst)
     if dense is not None:
-        return _compute(dense, bytes_, peak, "attention kernel: dense FLOPs from its q/k/v shapes")
+        moved = sum(a.bytes for a in _arrays(inst.shape)) + sum(a.bytes for s in inst.operand_shapes
+                                                                 for a in _arrays(s))
+        return _compute(dense, moved, peak, "attention kernel: dense FLOPs and operand/result bytes from its shapes")
     if "megacore" in category:
         both = Peaks(peak.flops * chip.cores, peak.hbm * chip.cores, peak.source)
         return _compute(flops, bytes_, both, "megacore fusion: both TensorCores")
