@@ -65,6 +65,20 @@ def _first_runs(events: pd.DataFrame, ops: pd.DataFrame) -> dict[str, list[str]]
     return order
 
 
+def schedule_order(hlo_ops: pd.DataFrame, order: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each module's op order from its scheduled HLO (the trace's HLO protos are scheduled; the
+    entry computation is printed last), where the run has it; else the trace's order."""
+    if hlo_ops.empty or "stage" not in hlo_ops:
+        return order
+    scheduled = hlo_ops[hlo_ops["stage"].astype(str).isin(["tpu_trace", "trace"])]
+    out = dict(order)
+    for module, rows in scheduled.groupby(scheduled["module"].astype(str), sort=False):
+        entry = rows[(rows["computation"] == rows["computation"].iloc[-1]) & rows["fusion"].isna()]
+        if module in out:
+            out[module] = entry["name"].astype(str).tolist()
+    return out
+
+
 def xprof_ops_frame(xprof_ops: pd.DataFrame, programs: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per op of xprof's hlo_stats. XLA's counts come from op_profile; an op that
     op_profile lists only in pieces (megacore fusions) gets them back from hlo_stats' rates,
@@ -238,12 +252,13 @@ def module_runs(events: pd.DataFrame) -> dict[str, tuple[int, float]]:
                                                           strict=True)}
 
 
-def compare(meta: dict[str, Any], events: pd.DataFrame, xprof_ops: pd.DataFrame,
-            overview: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
+def compare(meta: dict[str, Any], events: pd.DataFrame, xprof_ops: pd.DataFrame, overview: pd.DataFrame,
+            hlo_ops: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """(priced ops, the comparison's summary) of a run with device ops, on the chip it ran on;
     empty when the run has no device ops or no known TPU generation."""
     target = target_of(meta, overview)
     ops, order, devices = trace_ops(events)
+    order = schedule_order(hlo_ops if hlo_ops is not None else pd.DataFrame(), order)
     ops, source = with_xprof_bounds(ops, xprof_ops), "trace (device XLA Ops lines)"
     if ops.empty:
         ops, order, devices = xprof_ops_frame(xprof_ops, meta_value(meta, "xprof_programs")), {}, 1

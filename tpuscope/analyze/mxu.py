@@ -161,7 +161,7 @@ def _module_bytes(hlo_modules: pd.DataFrame, module: str) -> tuple[float, str]:
     if hlo_modules.empty:
         return 0.0, "unknown"
     rows = hlo_modules[hlo_modules["module"].astype(str) == module]
-    optimized = rows[rows["stage"].astype(str).str.contains("after_optimizations")]
+    optimized = rows[rows["stage"].astype(str).str.contains("after_optimizations|tpu_trace")]
     if not optimized.empty and float(optimized["top_level_bytes"].max() or 0) > 0:
         return float(optimized["top_level_bytes"].max()), "optimized HLO, fusion by fusion"
     if rows.empty:

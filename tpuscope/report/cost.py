@@ -12,7 +12,7 @@ from tpuscope.store import Run
 def cost_view(run: Run, ops: int | None = None) -> dict[str, Any]:
     """The cost model's comparison of a run with device ops ({} without): summary, modules,
     and the ops (all of them, or the `ops` costliest by measured time)."""
-    priced, view = compare(run.meta, run.trace_events, run.xprof_ops, run.xprof_overview)
+    priced, view = compare(run.meta, run.trace_events, run.xprof_ops, run.xprof_overview, run.hlo_ops)
     if not view:
         return {}
     view["ops"] = top(priced, ops or len(priced))
