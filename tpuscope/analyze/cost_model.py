@@ -24,9 +24,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tpuscope.collect.hlo import HloParseError, Instruction, Shape, parse_instruction
+if TYPE_CHECKING:  # the HLO text parser loads on first use: dashboards import no collect module
+    from tpuscope.collect.hlo import Instruction, Shape
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ _HOST_SPACE = "S(5)"
 
 def parse(expression: str | None) -> Instruction | None:
     """The HLO instruction of an op's text (trace event names and xprof expressions are HLO)."""
+    from tpuscope.collect.hlo import HloParseError, parse_instruction
+
     if not expression or " = " not in expression:
         return None
     try:
