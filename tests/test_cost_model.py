@@ -121,3 +121,20 @@ def test_trace_json_has_estimate_and_measurement(v5: Run) -> None:
     op = view["ops"][0]
     assert {"estimated_us", "measured_us", "ratio", "within_2x", "rule"} <= set(op)
     assert op["measured_us"] == pytest.approx(200042.87, rel=1e-6)
+
+
+def test_tensorcore_page_shows_estimate_against_measurement(v6e: Run) -> None:
+    from tpuscope_dashboards.data import StoreData
+    from tpuscope_dashboards.figures.tensorcore import estimate_scatter
+    from tpuscope_dashboards.pages.tensorcore import cost_comparison, cost_rows, layout
+
+    data = StoreData(v6e.path.parent)
+    page = str(layout(data, v6e.run_id).to_plotly_json())
+    assert "estimate within 2x" in page and "99.5%" in page and "cost-scatter" in page
+    priced, view = cost_comparison(data, v6e.run_id)
+    assert view["target"] == "v6e"
+    rows = cost_rows(priced)
+    assert rows.iloc[0]["op"] == "copy-done.2" and rows.iloc[0]["measured_ms"] == pytest.approx(87957.83, rel=1e-4)
+    fig = estimate_scatter(priced)
+    assert {t.name for t in fig.data if t.showlegend is not False} == {"HBM", "ICI", "host DMA"}
+    assert fig.layout.xaxis.type == "log"
