@@ -48,6 +48,15 @@ def _programs(op_profile: Any) -> dict[str, str]:
     return {m[2]: m[1] for m in found if m}
 
 
+def _without_empty_duty_cycle(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop a duty cycle and idle time that are both 0%: xprof found no step to measure them in
+    (its golden v5 training overview says so), and 0% busy would read as a fully idle device."""
+    values = {r["name"]: r["value"] for r in rows}
+    if values.get("device_duty_cycle_percent") == 0 and values.get("device_idle_time_percent") == 0:
+        return [r for r in rows if r["name"] not in ("device_duty_cycle_percent", "device_idle_time_percent")]
+    return rows
+
+
 def load(path: Path) -> Evidence:
     files = tool_files(path)
     if "hlo_stats" not in files and "overview_page" not in files:
@@ -56,6 +65,7 @@ def load(path: Path) -> Evidence:
     result = tool_rows(outputs, str(path))
     host = path.name if path.is_dir() else path.parent.name
     fields = {"host": host, "pid": 0, "rank": 0}
+    result.overview = _without_empty_duty_cycle(result.overview)
     evidence = Evidence(meta={"backend": "xprof"})
     evidence.add("xprof_overview", [{**fields, **r} for r in result.overview])
     evidence.add("xprof_ops", [{**fields, **r} for r in result.ops])
