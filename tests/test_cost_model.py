@@ -56,6 +56,7 @@ def test_v6e_estimates_within_2x_for_nearly_all_measured_time(v6e: Run) -> None:
     assert psum["bound"] == "ICI" and psum["ratio"] == pytest.approx(0.441, abs=0.005) and not psum["within_2x"]
     jit_f = next(m for m in view["modules"] if m["module"] == "jit_f")
     assert jit_f["executions"] == 400 and jit_f["ratio"] == pytest.approx(0.864, abs=0.01)
+    assert jit_f["bound"] == "host DMA"
     assert (view["bound_agrees_with_xprof"], view["bound_compared"]) == (4, 4)
 
 
@@ -67,6 +68,7 @@ def test_v5_training_estimates_within_2x_for_most_measured_time(v5: Run) -> None
     assert (view["bound_agrees_with_xprof"], view["bound_compared"]) == (206, 206)
     step = view["modules"][0]
     assert step["module"] == "jit_train_step" and step["ratio"] == pytest.approx(0.975, abs=0.01)
+    assert step["bound"] == "compute"  # xprof's roofline: the program is compute-bound
     dus = _op(view, "dynamic-update-slice.31")  # f32[1,512,7168] into f32[16,512,7168]{2,0,1:T(8,128)}
     assert dus["ratio"] == pytest.approx(1.02, abs=0.01) and "partial tiles" in dus["rule"]
     scatter = _op(view, "fusion.24")  # reduce-scatter of f32[2048,32000] over 4 chips

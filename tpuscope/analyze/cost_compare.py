@@ -13,7 +13,6 @@ the share of measured time spent in ops whose estimate is within 2x of their mea
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -201,8 +200,9 @@ def _copy_bytes(expression: str) -> float:
 
 
 def _started_by(expression: str) -> str:
-    match = re.search(r"%([\w.\-]+)\)\s*(?:,|$)", expression)
-    return match[1] if match else ""
+    """The copy-start a copy-done waits for (its operand)."""
+    inst = cm.parse(expression)
+    return inst.operands[0] if inst is not None and inst.operands else ""
 
 
 def summary(priced: pd.DataFrame) -> dict[str, Any]:
@@ -233,8 +233,10 @@ def modules(priced: pd.DataFrame, module_runs: dict[str, tuple[int, float]] | No
         executions = runs or max(int(group["occurrences"].min()), 1)
         estimated = float(group["estimated_us"].sum()) / executions
         measured = span_us / runs if runs else float(group["measured_us"].sum()) / executions
+        by_bound = group.groupby("bound")["estimated_us"].sum()
         out.append({"module": str(module), "executions": executions, "estimated_us": estimated,
                     "measured_us": measured, "ratio": estimated / measured if measured else None,
+                    "bound": str(by_bound.idxmax()) if by_bound.sum() > 0 else None,
                     "share_within_2x": summary(group)["share_within_2x"]})
     return sorted(out, key=lambda m: -m["measured_us"] * m["executions"])
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the HLO text parser loads on first use: dashboards import no collect module
     from tpuscope.collect.hlo import Instruction, Shape
@@ -253,7 +253,3 @@ def price(expression: str | None, category: str, flops: float, bytes_: float, ch
     rule = "custom call: FLOPs and bytes the kernel recorded" if inst.opcode == "custom-call" \
         else "roofline of XLA's FLOPs and bytes, one TensorCore"
     return _compute(flops, bytes_, peak, rule)
-
-
-def describe(cost: OpCost) -> dict[str, Any]:
-    return {"estimated_s": cost.seconds, "bound": cost.bound, "rule": cost.rule}

@@ -44,5 +44,6 @@ def render(view: dict[str, Any], console: Any, n: int = 8) -> None:
         ratio = "-" if module["ratio"] is None else f"{module['ratio']:.2f}"
         console.print(f"  module {module['module']}: {module['executions']} run(s), per run estimated "
                       f"{fmt_time(module['estimated_us'] / 1e6)}, measured {fmt_time(module['measured_us'] / 1e6)} "
-                      f"(est/meas {ratio}); {100 * module['share_within_2x']:.1f}% of its op time within 2x",
+                      f"(est/meas {ratio}), mostly {module['bound']}-bound; {100 * module['share_within_2x']:.1f}% of its op "
+                      "time within 2x",
                       soft_wrap=True)
