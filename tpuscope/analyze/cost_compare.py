@@ -29,12 +29,12 @@ _COLUMNS = ["module", "op", "category", "expression", "flops", "bytes", "counts_
 
 
 def trace_ops(events: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[str]], int]:
-    """(one row per (module, op) of the device XLA Ops lines, each module's op order in its
+    """(one row per (module, op) of the TPU planes' XLA Ops lines, each module's op order in its
     first execution, the number of devices)."""
     if events.empty or "hlo_op" not in events:
         return pd.DataFrame(columns=_COLUMNS), {}, 0
     plane = events["plane"].astype(str)
-    device = plane.str.startswith("/device:")
+    device = plane.str.startswith("/device:TPU")  # the model is a TPU model: GPU planes are not priced
     ops = events[device & (events["line"].astype(str) == _OP_LINE) & events["hlo_op"].notna()]
     if ops.empty:
         return pd.DataFrame(columns=_COLUMNS), {}, 0
@@ -246,7 +246,8 @@ def module_runs(events: pd.DataFrame) -> dict[str, tuple[int, float]]:
     (the ops' occurrences are counted over every device too)."""
     if events.empty or "hlo_module" not in events:
         return {}
-    lines = events[(events["line"].astype(str) == _MODULE_LINE) & events["plane"].astype(str).str.startswith("/device:")]
+    lines = events[(events["line"].astype(str) == _MODULE_LINE)
+                   & events["plane"].astype(str).str.startswith("/device:TPU")]
     if lines.empty:
         return {}
     grouped = lines.groupby(lines["hlo_module"].astype(str))["dur_ns"]
