@@ -139,7 +139,12 @@ def target_of(meta: dict[str, Any], overview: pd.DataFrame) -> str | None:
 
 
 def run_peaks(overview: pd.DataFrame, target: str) -> cm.Peaks:
-    """xprof's roofline peaks when the profile carries them (GFLOP/s, GiB/s), else the table's."""
+    """xprof's roofline peaks when the profile carries them (GFLOP/s, GiB/s), else the table's;
+    from a TPU host's analysis when a log folder mixes TPU and GPU hosts."""
+    if not overview.empty and "host" in overview:
+        kinds = overview[overview["name"] == "device_type"]
+        tpu_hosts = set(kinds.loc[kinds["text"].astype(str).str.contains("TPU"), "host"])
+        overview = overview[overview["host"].isin(tpu_hosts)] if tpu_hosts else overview
     values = {} if overview.empty else overview.dropna(subset=["value"]).groupby("name")["value"].first()
     flops, hbm = values.get("peak_flop_rate_gflops"), values.get("peak_hbm_bw_gibps")
     return cm.peaks(target, flops * 1e9 if flops else None, hbm * 2**30 if hbm else None)
