@@ -107,7 +107,8 @@ def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet) -
         out.meta["device_kind"] = kinds[0]
     out.summary.append(f"{path.name}: {events.num_rows:,} events, {len(devices)} device(s)"
                        + (f" ({', '.join(kinds)})" if kinds else ""))
-    add_hlo(out, path, {"host": host, "pid": pid, "rank": 0}, "tpu_trace" if any("TPU" in k for k in kinds) else "trace")
+    if any("TPU" in k for k in kinds):  # CPU runs keep their --deep dumps (the user's HLO, with metadata)
+        add_hlo(out, path, {"host": host, "pid": pid, "rank": 0}, "tpu_trace")
     return True
 
 
