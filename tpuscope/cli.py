@@ -235,14 +235,17 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
     """Show RUN_ID's device view and open its trace elsewhere: xprof, TensorBoard, Perfetto.
 
     Prints device busy/idle per device, xprof's measured MXU utilization and duty cycle
-    (TPU traces), the command that opens the kept xplane files in xprof or TensorBoard,
-    and writes a Chrome-trace JSON that ui.perfetto.dev opens.
+    (TPU traces), the TPU cost model's estimate next to each op's measured time (and the
+    share of measured time within 2x; docs/cost_model.md), the command that opens the kept
+    xplane files in xprof or TensorBoard, and writes a Chrome-trace JSON that
+    ui.perfetto.dev opens.
 
     \b
     Examples:
       tpuscope run --trace-steps 10:20 python train.py
       tpuscope trace latest
       tpuscope import plugins/profile_logdir && tpuscope trace latest --json
+      tpuscope import xprof_tool_outputs/ && tpuscope trace latest
     """
     import json
 
