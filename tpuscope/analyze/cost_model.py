@@ -12,7 +12,8 @@ times on a TPU (docs/cost_model.md cites each):
   over the host link (PCIe) at its per-direction bandwidth; the schedule of a module decides
   how much of it a copy-done waits for (analyze.cost_compare);
 - dynamic-update-slice: XLA counts the update only (in place); when the update is not
-  whole tiles of the buffer's tiled layout the TPU rewrites the whole buffer (read + write);
+  whole tiles of the buffer's tiled layout it is modelled as a rewrite of the whole buffer
+  (read + write), an assumption the v5p profile supports (docs/cost_model.md);
 - custom calls: the FLOPs and bytes XLA or the kernel recorded; attention kernels (Pallas
   splash/flash: fwd, dq, dkv) from their q/k/v shapes (dense FLOPs, operands + results),
   as their recorded cost estimates exceed what the chip can do (docs/cost_model.md).
