@@ -221,6 +221,8 @@ def test_import_logdir_of_hosts_refuses_corrupt_one_and_goes_on(tmp_path: Path) 
     assert view["trace_events"] == 26_723 + 3_782 + 23_128
     devices = {d["device"] for d in view["devices"]}
     assert {"/device:TPU:0", "/device:GPU:0", "/device:GPU:4"} <= devices
+    cost = view["cost_model"]  # the TPU model prices the TPU planes only, not the GPU ones
+    assert cost["target"] == "v6e" and cost["share_within_2x"] == pytest.approx(0.9954, abs=0.001)
     if xprof_tools.available():
         tpu_figures = next(f for f in view["xprof"] if f["host"] == "host-a")
         assert tpu_figures["device_type"] == "TPU v6 Lite" and tpu_figures["mxu_utilization_percent"] == 0.0

@@ -245,14 +245,17 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
     """Show RUN_ID's device view and open its trace elsewhere: xprof, TensorBoard, Perfetto.
 
     Prints device busy/idle per device, xprof's measured MXU utilization and duty cycle
-    (TPU traces), the command that opens the kept xplane files in xprof or TensorBoard,
-    and writes a Chrome-trace JSON that ui.perfetto.dev opens.
+    (TPU traces), the TPU cost model's estimate next to each op's measured time (and the
+    share of measured time within 2x; docs/cost_model.md), the command that opens the kept
+    xplane files in xprof or TensorBoard, and writes a Chrome-trace JSON that
+    ui.perfetto.dev opens.
 
     \b
     Examples:
       tpuscope run --trace-steps 10:20 python train.py
       tpuscope trace latest
       tpuscope import plugins/profile_logdir && tpuscope trace latest --json
+      tpuscope import xprof_tool_outputs/ && tpuscope trace latest
     """
     import json
 
@@ -267,13 +270,14 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
     except StoreError as exc:
         fail(str(exc))
     events = read_table(run_obj.path, "trace_events")
-    if events.num_rows == 0:
+    if events.num_rows == 0 and run_obj.xprof_ops.empty:
         fail(f"run {run_obj.run_id} has no trace: capture one with `tpuscope run --trace-steps 10:20 ...` "
              "or `tpuscope import LOGDIR`")
     view = device_view(run_obj)
     target = output or run_obj.path / "trace" / f"{run_obj.run_id}.trace.json.gz"
-    view["perfetto_trace"] = str(target)
-    write_chrome_trace(events, target)
+    if events.num_rows:
+        view["perfetto_trace"] = str(target)
+        write_chrome_trace(events, target)
     if as_json:
         click.echo(json.dumps(view, indent=2, default=str))
         return
@@ -284,7 +288,8 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
                       soft_wrap=True)
         console.print(f"TensorBoard: tensorboard --logdir {logdir}   (Profile tab; needs the xprof plugin)",
                       soft_wrap=True)
-    console.print(f"Perfetto:    open https://ui.perfetto.dev, 'Open trace file', pick {target}", soft_wrap=True)
+    if events.num_rows:
+        console.print(f"Perfetto:    open https://ui.perfetto.dev, 'Open trace file', pick {target}", soft_wrap=True)
 
 
 if __name__ == "__main__":

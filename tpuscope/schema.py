@@ -182,6 +182,8 @@ TABLES: dict[str, pa.Schema] = {
             "normalized_gflops_per_s", "hbm_gibps", "operational_intensity", "flops_utilization",
             "hbm_utilization", "roofline_efficiency")]
         + [pa.field("bound_by", _dict_str), pa.field("source_info", pa.string())]
+        # XLA's FLOPs and HBM bytes per occurrence (op_profile's raw counts; the cost model's input)
+        + [pa.field("xla_flops", pa.float64()), pa.field("xla_bytes", pa.float64())]
     ),
     "findings": pa.schema(
         [

@@ -77,3 +77,25 @@ def busy_idle_bars(device_steps: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="ms")
     return fig
+
+
+def estimate_scatter(priced: pd.DataFrame) -> go.Figure:
+    """Per op: estimated against measured time (all occurrences, ms, log axes), with the 2x band,
+    coloured by what bounds the estimate (tpuscope.analyze.cost_compare)."""
+    shown = priced[(priced["measured_us"] > 0) & (priced["estimated_us"] > 0)] if not priced.empty else priced
+    if shown.empty:
+        return empty_figure("No device op with both an estimate and a measurement")
+    fig = base_figure("Cost model: estimated vs measured time per op (all occurrences)", height=420)
+    for i, (bound, group) in enumerate(shown.groupby("bound", sort=True)):
+        fig.add_trace(go.Scatter(
+            x=group["measured_us"] / 1e3, y=group["estimated_us"] / 1e3, mode="markers", name=str(bound),
+            marker={"color": PALETTE[i % len(PALETTE)], "size": 8}, text=group["op"].astype(str),
+            hovertemplate="%{text}<br>measured %{x:.3f} ms<br>estimated %{y:.3f} ms<extra>" + str(bound) + "</extra>"))
+    lo, hi = float(shown[["measured_us", "estimated_us"]].min().min()) / 1e3, \
+        float(shown[["measured_us", "estimated_us"]].max().max()) / 1e3
+    for factor, dash in ((1.0, "solid"), (2.0, "dot"), (0.5, "dot")):
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo * factor, hi * factor], mode="lines", showlegend=False,
+                                 line={"color": "#8a94a3", "dash": dash, "width": 1}, hoverinfo="skip"))
+    fig.update_xaxes(type="log", title_text="measured (ms)")
+    fig.update_yaxes(type="log", title_text="estimated (ms)")
+    return fig

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 from dash import html
 
+from tpuscope.analyze.cost_compare import compare, target_of
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, matmuls, mxu_costs, roofline
 from tpuscope.report.device import busy_idle
 
@@ -31,6 +32,7 @@ from ..figures.tensorcore import (
     EDGES,
     busy_idle_bars,
     dot_waste,
+    estimate_scatter,
     padding_waste_bars,
     weighted_waste,
 )
@@ -110,6 +112,39 @@ def xprof_rows(xprof_ops: pd.DataFrame, n: int = 50) -> pd.DataFrame:
     return top[[f for f in fields if f in top]].round(3)
 
 
+COST_COLUMNS: list[dict[str, Any]] = [
+    {"field": "op", "minWidth": 170, "tooltipField": "rule"}, {"field": "module", "minWidth": 120},
+    {"field": "category", "minWidth": 110},
+    {"field": "measured_ms", "headerName": "measured (ms)", **NUM, "sort": "desc"},
+    {"field": "estimated_ms", "headerName": "estimated (ms)", **NUM},
+    {"field": "ratio", "headerName": "est / meas", **NUM}, {"field": "bound", "maxWidth": 120},
+    {"field": "rule", "minWidth": 220, "tooltipField": "rule"},
+]
+
+
+def cost_comparison(data: StoreData, run_id: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The cost model's estimate next to the measured op times (cached per run)."""
+    tables = ("trace_events", "xprof_ops", "xprof_overview", "hlo_ops")
+    return data.derived(run_id, "cost_model", tables, lambda: compare(
+        data.meta(run_id), *(data.table(run_id, name) for name in tables)))
+
+
+def cost_rows(priced: pd.DataFrame, n: int = 50) -> pd.DataFrame:
+    fields = [c["field"] for c in COST_COLUMNS]
+    if priced.empty:
+        return pd.DataFrame(columns=fields)
+    top = priced.nlargest(n, "measured_us").assign(measured_ms=lambda f: (f["measured_us"] / 1e3).round(3),
+                                                   estimated_ms=lambda f: (f["estimated_us"] / 1e3).round(3))
+    return top.assign(ratio=top["ratio"].round(3))[fields]
+
+
+def cost_section(priced: pd.DataFrame, view: dict[str, Any]) -> list[Any]:
+    return [html.H3(f"Cost model on {view['target']}: estimate vs measurement "
+                    f"({100 * view['share_within_2x']:.1f}% of measured op time within 2x)"),
+            html.Div(graph(estimate_scatter(priced), "cost-scatter"), className="panel"),
+            grid("cost-grid", cost_rows(priced), COST_COLUMNS)]
+
+
 def measured_tiles(data: StoreData, run_id: str) -> list[Any]:
     """xprof's MXU utilization and duty cycle, else the duty cycle of the trace's XLA ops."""
     overview = data.table(run_id, "xprof_overview")
@@ -134,9 +169,14 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     findings = [f for f in data.findings(run_id) if f.rule == "tensorcore_underuse"]
     dots = dots_table(data.table(run_id, "hlo_ops"))
     device_steps = data.table(run_id, "device_steps")
-    target = str(data.meta(run_id).get("target") or DEFAULT_TARGET).lower()
+    ran_on = target_of(data.meta(run_id), data.table(run_id, "xprof_overview"))
+    target = str(data.meta(run_id).get("target") or ran_on or DEFAULT_TARGET).lower()
     target = target if target in GENERATIONS else DEFAULT_TARGET
     tiles = measured_tiles(data, run_id)
+    priced, view = cost_comparison(data, run_id)
+    if view:
+        tiles.append(stat("estimate within 2x", fmt_num(100 * view["share_within_2x"], 1, "%"), "stat-cost",
+                          f"of measured op time, cost model on {view['target']}"))
     body: list[Any] = []
     if not device_steps.empty:
         body.append(html.Div(graph(busy_idle_bars(device_steps), "busy-idle"), className="panel"))
@@ -146,6 +186,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         body += [html.Div(graph(padding_waste_bars(dots), "waste-bars"), className="panel"),
                  roofline_grid(dots, data.table(run_id, "hlo_modules"), target),
                  html.H3(f"Dots and convolutions ({len(dots):,})"), dots_grid(dots)]
+    if view:
+        body += cost_section(priced, view)
     xprof_ops = data.table(run_id, "xprof_ops")
     if not xprof_ops.empty:
         body += [html.H3("Measured op profile (xprof)"), grid("xprof-ops", xprof_rows(xprof_ops), XPROF_COLUMNS)]

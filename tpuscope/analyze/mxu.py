@@ -45,11 +45,24 @@ GENERATIONS: dict[str, Chip] = {
 }
 
 
-def chip(target: str | None) -> Chip:
+def _key(target: str | None) -> str:
     key = (target or DEFAULT_TARGET).lower().removeprefix("tpu").lstrip("-_ ")
     if key not in GENERATIONS:
         raise ValueError(f"unknown TPU target {target!r}: use one of {', '.join(GENERATIONS)}")
-    return GENERATIONS[key]
+    return key
+
+
+def chip(target: str | None) -> Chip:
+    return GENERATIONS[_key(target)]
+
+
+def core_rates(target: str | None) -> tuple[float, float]:
+    """(FLOP/s, HBM bytes/s) of one TensorCore: XLA runs an op on one core, so on chips with
+    two (v4, v5p, TPU7x) the per-chip figures would halve every estimate (docs/cost_model.md)."""
+    from tpuscope.analyze.cost_model import peaks
+
+    rates = peaks(_key(target))
+    return rates.flops, rates.hbm
 
 
 def generation_of(device_type: str | None) -> str | None:
@@ -99,6 +112,7 @@ def mxu_costs(dots: pd.DataFrame, target: str) -> pd.DataFrame:
     """Per matmul on the target chip: padding waste, MXU and HBM time (s), and the time
     padding costs (what the padded MXU work adds beyond max(unpadded work, memory time))."""
     spec = chip(target)
+    peak_flops, hbm_bandwidth = core_rates(target)
     out = dots.copy()
     if out.empty:
         return out.assign(waste=[], mxu_s=[], hbm_s=[], time_s=[], padding_s=[], f32_extra_s=[])
@@ -114,12 +128,12 @@ def mxu_costs(dots: pd.DataFrame, target: str) -> pd.DataFrame:
     padded = 2.0 * batch * m * np.ceil(n / edge) * edge * np.ceil(k / edge) * edge
     lhs_b, rhs_b, out_b = (_itemsizes(out, c) for c in ("lhs_dtype", "rhs_dtype", "dtype"))
     traffic = batch * (m * k * lhs_b + k * n * rhs_b + m * n * out_b)
-    out["mxu_s"] = padded * passes / spec.peak_flops
-    out["hbm_s"] = traffic / spec.hbm_bandwidth
+    out["mxu_s"] = padded * passes / peak_flops
+    out["hbm_s"] = traffic / hbm_bandwidth
     out["time_s"] = np.maximum(out["mxu_s"], out["hbm_s"])
-    useful = flops * passes / spec.peak_flops
+    useful = flops * passes / peak_flops
     out["padding_s"] = np.maximum(0.0, out["time_s"] - np.maximum(useful, out["hbm_s"]))
-    bf16_time = np.maximum(padded / spec.peak_flops, batch * (m * k + k * n + m * n) * 2.0 / spec.hbm_bandwidth)
+    bf16_time = np.maximum(padded / peak_flops, batch * (m * k + k * n + m * n) * 2.0 / hbm_bandwidth)
     out["f32_extra_s"] = np.where(f32, np.maximum(0.0, out["time_s"] - bf16_time), 0.0)
     return out
 
@@ -143,12 +157,12 @@ def roofline(hlo_modules: pd.DataFrame, costs: pd.DataFrame, target: str) -> pd.
     operands and writes its result once) when XLA's optimized HLO was dumped, else the
     graph's parameters and outputs, a lower bound. Vector-unit work is not counted.
     """
-    spec = chip(target)
+    hbm_bandwidth = core_rates(target)[1]
     rows = []
     for module, group in (costs.groupby("module") if not costs.empty else []):
         traffic, basis = _module_bytes(hlo_modules, str(module))
         mxu_s = float(group["mxu_s"].sum())
-        hbm_s = traffic / spec.hbm_bandwidth
+        hbm_s = traffic / hbm_bandwidth
         padding_s = float((group["mxu_s"] * group["waste"]).sum())  # MXU time spent on padding
         rows.append({"module": module, "matmuls": len(group), "flops": float(group["flops"].sum()),
                      "bytes": traffic, "bytes_basis": basis, "mxu_s": mxu_s, "hbm_s": hbm_s,
@@ -161,7 +175,7 @@ def _module_bytes(hlo_modules: pd.DataFrame, module: str) -> tuple[float, str]:
     if hlo_modules.empty:
         return 0.0, "unknown"
     rows = hlo_modules[hlo_modules["module"].astype(str) == module]
-    optimized = rows[rows["stage"].astype(str).str.contains("after_optimizations")]
+    optimized = rows[rows["stage"].astype(str).str.contains("after_optimizations|tpu_trace")]
     if not optimized.empty and float(optimized["top_level_bytes"].max() or 0) > 0:
         return float(optimized["top_level_bytes"].max()), "optimized HLO, fusion by fusion"
     if rows.empty:

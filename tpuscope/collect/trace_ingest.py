@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from tpuscope.analyze.device_time import busy_per_window, step_lookup, step_windows
+from tpuscope.collect import hlo_proto, hlo_rows, xprof_tools
 from tpuscope.collect import trace_chunks as chunks
-from tpuscope.collect import xprof_tools
 from tpuscope.collect.xplane import XSpaceDecodeError, read_xspace, space_info
 from tpuscope.schema import TABLES
 from tpuscope.store.row_groups import write_row_groups_atomic
@@ -107,7 +107,21 @@ def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet) -
         out.meta["device_kind"] = kinds[0]
     out.summary.append(f"{path.name}: {events.num_rows:,} events, {len(devices)} device(s)"
                        + (f" ({', '.join(kinds)})" if kinds else ""))
+    if any("TPU" in k for k in kinds):  # CPU runs keep their --deep dumps (the user's HLO, with metadata)
+        add_hlo(out, path, {"host": host, "pid": pid, "rank": 0}, "tpu_trace")
     return True
+
+
+def add_hlo(out: TraceSet, path: Path, fields: dict[str, Any], stage: str) -> None:
+    """The HLO modules the trace's metadata plane carries, as hlo_modules / hlo_ops rows."""
+    modules, problems = hlo_proto.trace_modules(path, stage)
+    out.summary += problems
+    if not modules:
+        return
+    rows = hlo_rows.rows(modules, **fields)
+    for name in ("hlo_modules", "hlo_ops"):
+        out.add(name, pa.Table.from_pylist(rows[name], schema=TABLES[name]))
+    out.summary.append(f"{path.name}: {len(modules)} HLO module(s) from its metadata plane (stage {stage})")
 
 
 def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: bool = True,

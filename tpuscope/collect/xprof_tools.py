@@ -89,7 +89,12 @@ def analyze(paths: Sequence[str | Path], tools: Sequence[str] = TOOLS) -> XprofR
                 result.errors.append(f"xprof {tool}: no result")
                 continue
             outputs[tool] = json.loads(data)
-    source = ", ".join(str(p) for p in paths)
+    return tool_rows(outputs, ", ".join(str(p) for p in paths), result)
+
+
+def tool_rows(outputs: dict[str, Any], source: str, result: XprofResult | None = None) -> XprofResult:
+    """Rows of xprof's tool outputs (parsed JSON by tool name), from a trace or saved files."""
+    result = result or XprofResult()
     if "overview_page" in outputs:
         result.overview = overview_rows(outputs["overview_page"], source)
     if "roofline_model" in outputs:
@@ -163,22 +168,28 @@ def _key(program: Any, op: Any) -> tuple[str, str]:
 
 
 def _join_op_profile(ops: list[dict[str, Any]], profile: dict[str, Any] | None) -> None:
-    """op_profile's per-op FLOP utilization (fraction of peak) and HBM bandwidth utilization."""
-    found: dict[tuple[str, str], tuple[float, float]] = {}
+    """op_profile's per-op FLOP utilization (fraction of peak) and HBM bandwidth utilization,
+    and XLA's FLOPs and HBM bytes per occurrence (its cost analysis, which xprof reports raw)."""
+    found: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     def walk(node: dict[str, Any]) -> None:
         xla = node.get("xla") or {}
         metrics = node.get("metrics") or {}
         if xla.get("expression"):
             bandwidth = (metrics.get("bandwidthUtils") or [None])[0]
-            found[_key(xla.get("programId"), node.get("name"))] = (metrics.get("flops"), bandwidth)
+            runs = number(metrics.get("occurrences")) or 0.0
+            raw_bytes = (metrics.get("rawBytesAccessedArray") or [None])[0]
+            per_run = (number(metrics.get("rawFlops")), number(raw_bytes)) if runs else (None, None)
+            found[_key(xla.get("programId"), node.get("name"))] = (
+                metrics.get("flops"), bandwidth, *(None if v is None else v / runs for v in per_run))
         for child in node.get("children") or []:
             walk(child)
 
     if profile:
         walk(profile.get("byProgram") or {})
     for row in ops:
-        flops, bandwidth = found.get(_key(row["program_id"], row["hlo_op"]), (None, None))
+        flops, bandwidth, row["xla_flops"], row["xla_bytes"] = found.get(
+            _key(row["program_id"], row["hlo_op"]), (None, None, None, None))
         row["flops_utilization"], row["hbm_utilization"] = number(flops), number(bandwidth)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.cost_compare import target_of
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
 from tpuscope.analyze.tensorcore import Problem, analyze, waste_by_generation
 from tpuscope.detect.common import judged_steps, short_path
@@ -36,7 +37,9 @@ def _severity(share: float) -> str:
 
 
 def _target(tables: RunTables) -> str:
-    target = str(tables.meta.get("target") or DEFAULT_TARGET)
+    """--target, else the chip an imported TPU trace ran on, else the default."""
+    ran_on = target_of(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
+    target = str(tables.meta.get("target") or ran_on or DEFAULT_TARGET)
     return target if target.lower() in GENERATIONS else DEFAULT_TARGET
 
 
@@ -72,7 +75,7 @@ def _estimated(problem: Problem, step_s: float, runs: int, target: str, summary:
             f"(est. {fmt_time(summary.get('time_s', 0.0))}: {fmt_time(summary.get('mxu_s', 0.0))} of MXU work, "
             f"{fmt_time(summary.get('hbm_s', 0.0))} of HBM traffic, bytes from {summary.get('bytes_basis')}); "
             f"{100 * summary.get('padding_share', 0.0):.0f}% of its MXU work is padding.")
-    basis = ("Estimated from the HLO with a roofline model (docs/tpu_generations.md)"
+    basis = ("Cost figure: estimated from the HLO with the cost model, per-TensorCore peaks (docs/cost_model.md)"
              + (f"; measured MXU utilization {measured['mxu_utilization_percent']:.1f}% (xprof)."
                 if "mxu_utilization_percent" in measured else "."))
     title, fix = _wording(problem.kind, info, edge, target, waste)
@@ -82,7 +85,7 @@ def _estimated(problem: Problem, step_s: float, runs: int, target: str, summary:
             f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
             f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes).")
     detail = f"{_text_ops(info)}. {cost} {roof} {basis}"
-    evidence = {"basis": "estimated", "target": target, "kind": problem.kind, "share_of_step": round(share, 4),
+    evidence = {"basis": "estimated", "cost_figure": "estimated (cost model)", "target": target, "kind": problem.kind, "share_of_step": round(share, 4),
                 "padding_share_by_generation": waste, **info, "roofline": _clean(summary), **measured}
     return Finding(RULE, _severity(share) if problem.kind != "head_dim" or share >= MIN_SHARE else "low",
                    title, detail, fix, info.get("location"), problem.cost_s * runs, [], evidence)
@@ -142,7 +145,7 @@ def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
         "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
         "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
         "batch so each step has more device work.",
-        None, idle_s, steps, {"basis": basis, "idle_share": round(idle_share, 4), "devices": devices, **measured})
+        None, idle_s, steps, {"basis": basis, "cost_figure": "measured", "idle_share": round(idle_share, 4), "devices": devices, **measured})
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
@@ -165,7 +168,8 @@ def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
                       for r in top.itertuples()) or "no per-op statistics"
     location = next((str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None)
     duty = measured.get("device_duty_cycle_percent", float("nan"))
-    evidence = {"basis": "measured (xprof overview_page, hlo_stats, op_profile)", "matmul_time_percent": share,
+    evidence = {"basis": "measured (xprof overview_page, hlo_stats, op_profile)", "cost_figure": "measured",
+                "matmul_time_percent": share,
                 "top_ops": top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
                 **measured}
     head = f"xprof's overview_page: MXU utilization {mxu:.1f}%, device duty cycle {duty:.1f}%. "

@@ -6,7 +6,7 @@ it. The text importers (torch_xla metrics reports, PT_XLA_DEBUG logs) register
 here; other readers (xplane, HLO dumps) call `register(Importer(...))` the same way.
 """
 
-from tpuscope.importers import hlo_dump, metrics_report, pt_xla_debug, xplane  # noqa: F401  (they register themselves)
+from tpuscope.importers import hlo_dump, metrics_report, pt_xla_debug, xplane, xprof_json  # noqa: F401  (they register themselves)
 from tpuscope.importers.registry import IMPORTERS, Evidence, Importer, ImportRefused, register
 from tpuscope.importers.run import ImportResult, import_paths
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.report.cost import cost_view
+from tpuscope.report.cost import render as render_cost
 from tpuscope.store import Run
 
 XPROF_FIGURES = ("device_type", "device_core_count", "mxu_utilization_percent", "device_duty_cycle_percent",
@@ -65,6 +67,7 @@ def device_view(run: Run) -> dict[str, Any]:
         "devices": busy_idle(run.device_steps),
         "xprof": xprof_figures(run.xprof_overview),
         "top_ops": top_ops(run.xprof_ops),
+        "cost_model": cost_view(run),
     }
 
 
@@ -85,3 +88,4 @@ def render(view: dict[str, Any], console: Any) -> None:
     for op in view["top_ops"]:
         console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, "
                       f"{op['bound_by']}-bound" + (f", at {op['source_info']}" if op.get("source_info") else ""))
+    render_cost(view.get("cost_model") or {}, console)
