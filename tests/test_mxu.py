@@ -84,16 +84,19 @@ def hd64_run(example_run) -> Path:
 
 def test_head_dim64_transformer_findings_name_the_line(hd64_run: Path) -> None:
     report = analyze(Run(hd64_run))
-    found = {f.evidence.get("kind"): f for f in report.findings if f.rule == "tensorcore_underuse"}
+    [card] = [f for f in report.findings if f.rule == "tensorcore_underuse"  # one graph, one card
+              and f.evidence["basis"] == "estimated"]
+    found = {facet["kind"]: facet for facet in card.evidence["facets"]}
     head = found["head_dim"]
-    assert head.evidence["head_dim"] == 64 and head.evidence["basis"] == "estimated"
-    assert head.location == f"{EXAMPLES / 'transformer_head_dim64.py'}:{_line_of('scores = q @ k')}"
+    assert head["head_dim"] == 64 and head["basis"] == "estimated"
+    where = f"{EXAMPLES / 'transformer_head_dim64.py'}:{_line_of('scores = q @ k')}"
+    assert head["location"] == where and card.location == where  # the user's line, not torch's
     # [128,64]@[64,128] and [128,128]@[128,64]: K or N of 64 pads to 128 on v5e; on v6e both the 64 and
     # the 128 (seq) pad to 256
-    assert head.evidence["padding_share_by_generation"]["v5e"] == pytest.approx(0.5)
-    assert head.evidence["padding_share_by_generation"]["v6e"] == pytest.approx(1 - 128 * 64 / 256**2)
-    assert "head_dim 128" in head.fix and "v5e" in head.title
-    assert found["f32"].fix.startswith("Run the model in bf16")
+    assert head["padding_share_by_generation"]["v5e"] == pytest.approx(0.5)
+    assert head["padding_share_by_generation"]["v6e"] == pytest.approx(1 - 128 * 64 / 256**2)
+    assert "head_dim 128" in head["fix"] and "v5e" in head["title"]
+    assert found["f32"]["fix"].startswith("Run the model in bf16") and "Run the model in bf16" in card.fix
     dots = Run(hd64_run).hlo_ops.query("opcode == 'dot' and stage == 'before_optimizations'")
     scores = dots[dots["source_line"] == _line_of("scores = q @ k")]
     # batch 2 x 2 heads of 64 (d_model 128): q @ k^T is 4 x [128,64] @ [64,128]
@@ -104,8 +107,9 @@ def test_target_v6e_flags_128_wide_dims(hd64_run: Path) -> None:
     run = Run(hd64_run)
     tables = RunTables.from_run(run)
     tables.meta = {**tables.meta, "target": "v6e"}
-    found = {f.evidence.get("kind"): f for f in detect_tensorcore_underuse(tables)}
-    assert found["head_dim"].evidence["target"] == "v6e" and "88% of its MXU work" in found["head_dim"].title
+    [card] = [f for f in detect_tensorcore_underuse(tables) if f.evidence["basis"] == "estimated"]
+    found = {facet["kind"]: facet for facet in card.evidence["facets"]}
+    assert found["head_dim"]["target"] == "v6e" and "88% of its MXU work" in found["head_dim"]["title"]
     problems, summary = tensorcore_problems(run.hlo_ops, run.hlo_modules, "v6e")
     unaligned = next(p for p in problems if p.kind == "unaligned")  # d_model 128, 3*128 on a 256 MXU
     assert unaligned.info["dims"] == [128, 384] and unaligned.info["padded"] == [256, 512]

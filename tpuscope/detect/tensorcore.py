@@ -217,20 +217,24 @@ def graph_site(tables: RunTables) -> str | None:
 
 
 def _one_card(findings: list[Finding], site: str | None) -> Finding:
-    """The estimated problems of one step graph as one card: one root cause, its facets."""
+    """The estimated problems of one step graph as one card: one root cause, its facets.
+    Its line is the first user line a facet's matmuls carry (HLO source metadata), else the
+    line where the step graph is cut (graph_site)."""
     ordered = sorted(findings, key=lambda f: -f.cost_s)
     lead = ordered[0]
-    location = lead.location if lead.location and not _is_library(lead.location) else site
+    user = [f.location for f in ordered if f.location and not _is_library(f.location)]
+    location = user[0] if user else site
     library = sorted({f.location for f in findings if f.location and _is_library(f.location)})
-    facets = [{"kind": f.evidence.get("kind"), "title": f.title, "cost_s": f.cost_s, "fix": f.fix,
-               "share_of_step": f.evidence.get("share_of_step")} for f in ordered]
+    facets = [{"title": f.title, "cost_s": f.cost_s, "fix": f.fix, "location": f.location,
+               **{k: v for k, v in f.evidence.items() if k != "roofline"}} for f in ordered]
     share = min(sum(f.evidence.get("share_of_step") or 0.0 for f in ordered), 1.0)
     others = "; ".join(f.title for f in ordered[1:])
     detail = lead.detail + (f" Also in this graph: {others}." if others else "") + (
-        f" The graph is cut at {short_path(location)}; torch's own lines: "
-        f"{', '.join(short_path(x) for x in library[:3])}." if library and location else "")
+        f" The graph is cut at {short_path(site)}; torch's own lines: "
+        f"{', '.join(short_path(x) for x in library[:3])}." if library and site else "")
     fix = " ".join(dict.fromkeys(f.fix for f in ordered))
-    evidence = {**lead.evidence, "facets": facets, "library_lines": library, "share_of_step": round(share, 4)}
+    evidence = {**lead.evidence, "facets": facets, "kinds": [f.evidence.get("kind") for f in ordered],
+                "library_lines": library, "graph_site": site, "share_of_step": round(share, 4)}
     return Finding(RULE, _severity(share), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
                    detail, fix, location, sum(f.cost_s for f in ordered), [], evidence)
 
@@ -242,6 +246,8 @@ def _is_library(location: str) -> bool:
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     measured = _measured(tables)
     findings = [f for f in (_xprof_mxu(tables, measured), _idle(tables, measured)) if f is not None]
+    for finding in findings:  # measured cards without an op line: the line that cuts the step graph
+        finding.location = finding.location or graph_site(tables)
     hlo_ops = tables.extra.get("hlo_ops", pd.DataFrame())
     if hlo_ops.empty:
         return findings
