@@ -83,6 +83,18 @@ def _add_download_route(app: Dash, data: StoreData) -> None:
         return send_file(match, as_attachment=True, download_name=match.name)
 
 
+def _add_error_routes(app: Dash) -> None:
+    """A bad or unknown run id sent to a callback or route is a 404 with one log line,
+    not a 500 with a traceback."""
+
+    @app.server.errorhandler(RunNotFound)
+    def _not_found(exc: RunNotFound) -> Any:
+        from flask import request
+
+        log.warning("404 %s: %s", request.path, exc)
+        return {"error": str(exc)}, 404
+
+
 def _warm_plotly() -> None:
     """Build one figure of each kind so the first request does not pay Plotly's lazy imports (~0.5 s)."""
     import plotly.graph_objects as go
@@ -117,5 +129,6 @@ def create_app(store: str | os.PathLike[str] | None = None, data: StoreData | No
     recompiles.register(app, data)
     trace.register(app, data)
     _add_download_route(app, data)
+    _add_error_routes(app)
     app.tpuscope_data = data  # for tests and the benchmark
     return app

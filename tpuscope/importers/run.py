@@ -90,8 +90,9 @@ def import_paths(paths: list[str | Path], store: RunStore, name: str | None = No
                                     "formats": [i.name for i, _ in results],
                                     "summary": "; ".join(e.summary for _, e in results if e.summary)})
         update_meta(run_dir, end_ns=time.time_ns(), refused=result.refused)
-    except OSError as exc:
+    except Exception as exc:  # never leave a half-made run
         shutil.rmtree(run_dir, ignore_errors=True)
-        raise StoreError(f"cannot write the run to {run_dir}: {exc.strerror or exc}") from exc
+        reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
+        raise StoreError(f"cannot write the run to {run_dir}: {reason}") from exc
     result.run_dir = run_dir
     return result
