@@ -68,7 +68,8 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
-    _report_run(run_dir, store, quiet)
+    if run_dir is not None:
+        _report_run(run_dir, store, quiet)
     exit_as(code)
 
 

@@ -135,14 +135,13 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     return child
 
 
-def _describe_exit(code: int) -> tuple[str, int]:
-    """(status, exit code for tpuscope) from the child's return code."""
+def describe_exit(code: int) -> str:
+    """The run's status from the program's return code."""
     if code == 0:
-        return "finished", 0
+        return "finished"
     if code < 0:
-        name = signal.Signals(-code).name
-        return f"killed by {name}", 128 - code
-    return "failed", code
+        return f"killed by {signal.Signals(-code).name}"
+    return "failed"
 
 
 class StartError(UsageError):
@@ -156,9 +155,9 @@ class StartError(UsageError):
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
     trace_steps: str | None = None, target: str | None = None,
-) -> tuple[Path, int]:
-    """Run the program under collection; returns (run folder, the program's return code:
-    negative when a signal killed it, as subprocess reports it)."""
+) -> tuple[Path | None, int]:
+    """Run the program under collection; returns (run folder, or None when it could not be
+    written; the program's return code: negative when a signal killed it, as subprocess says)."""
     device_options = _device_options(trace_steps, target)
     run_dir = store.new_run(name or program.name)
     child = build_env(run_dir, warmup, deep)
@@ -188,8 +187,9 @@ def run_program(
         record(status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=code)
         raise StartError(f"cannot start {program.argv[0]}: {exc.strerror or exc}", code) from exc
     code = running.wait()
-    status, _ = _describe_exit(code)
-    record(status=status, exit_code=code, end_ns=time.time_ns())
+    record(status=describe_exit(code), exit_code=code, end_ns=time.time_ns())
+    if record.failed:  # the store is full or gone: said once already, nothing more to read
+        return None, code
     _ingest_device_view(run_dir)
     return run_dir, code
 
