@@ -122,3 +122,18 @@ def test_a_number_beyond_int64_refuses_that_file_only(tmp_path: Path) -> None:
     (run_dir,) = (tmp_path / "s").iterdir()  # one run, from the good file
     assert len(read_table(run_dir, "compiles")) == 1
     assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_text_logs_inside_an_imported_folder_are_read_or_named(tmp_path: Path) -> None:
+    logs = tmp_path / "logs" / "worker-0"
+    logs.mkdir(parents=True)
+    shutil.copy(real_trace(GRID), logs / "metrics.txt")
+    shutil.copy(real_trace(IMAGENET), logs / "debug.log")
+    (logs / "README.txt").write_text("notes about this job\n")
+    proc = run_tpuscope("import", "--store", str(tmp_path / "s"), "-q", "--json", str(tmp_path / "logs"))
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped 1 text file(s) of no format tpuscope reads in the folder(s) given: README.txt" in proc.stderr
+    data = json.loads(proc.stdout)
+    assert sorted(Path(i["path"]).name for i in data["imported"]) == ["debug.log", "metrics.txt"]
+    run_dir = Path(data["run_dir"])
+    assert len(read_table(run_dir, "compiles")) == 1 and len(read_table(run_dir, "fallbacks")) >= 3
