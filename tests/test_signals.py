@@ -108,7 +108,8 @@ def launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path
     return launcher, read_pid(tmp_path / "p.pid"), store
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
+                         ids=lambda s: s.name)
 def test_signals_to_the_launcher_reach_the_program_once(tmp_path: Path, sig: signal.Signals) -> None:
     launcher, child, store = launch(tmp_path, "count")
     launcher.send_signal(sig)
@@ -129,6 +130,7 @@ def test_sigterm_to_the_launcher_ends_the_run_with_the_program(tmp_path: Path) -
     meta = tpuscope.load_run(only_run(store)).meta
     assert meta["status"] == "killed by SIGTERM" and meta["exit_code"] == -signal.SIGTERM
     assert meta["end_ns"] >= meta["start_ns"]
+    assert list((only_run(store) / "findings").glob("part-*.parquet"))  # analysed, as any ended run
 
 
 def test_sigkill_of_the_launcher_leaves_no_orphan_and_the_child_records_the_end(tmp_path: Path) -> None:

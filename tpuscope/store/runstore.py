@@ -200,8 +200,13 @@ class RunStore:
         raise StoreError(f"no run {text!r} in the store {self.root}")
 
 
+_SAID: set[str] = set()
+
+
 def _warn(into: list[str] | None, message: str) -> None:
-    if into is None:
-        print(f"tpuscope: {message}", file=sys.stderr)
-    else:
+    """Into the caller's list, or once per process on stderr (the dashboard lists runs often)."""
+    if into is not None:
         into.append(message)
+    elif message not in _SAID:
+        _SAID.add(message)
+        print(f"tpuscope: {message}", file=sys.stderr)
