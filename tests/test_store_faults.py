@@ -22,11 +22,19 @@ CAIL = "metrics_reports/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt"
 IMAGENET = "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt"
 
 
-def imported(store: Path, *files: Path, name: str = "imp") -> Path:
-    proc = run_tpuscope("import", "--store", str(store), "--name", name, "-q", *map(str, files))
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real import (two metrics reports), made once; each test damages its own copy."""
+    store = tmp_path_factory.mktemp("made")
+    proc = run_tpuscope("import", "--store", str(store), "--name", "imp", "-q",
+                        str(real_trace(GRID)), str(real_trace(CAIL)))
     assert proc.returncode == 0, proc.stderr
-    (run_dir,) = [p for p in store.iterdir() if p.name.startswith(f"{name}-")]
+    (run_dir,) = store.iterdir()
     return run_dir
+
+
+def imported(made: Path, store: Path) -> Path:
+    return Path(shutil.copytree(made, store / made.name))
 
 
 def show_json(store: Path, run: str) -> tuple[dict, str]:
@@ -35,8 +43,8 @@ def show_json(store: Path, run: str) -> tuple[dict, str]:
     return json.loads(proc.stdout), proc.stderr
 
 
-def test_a_truncated_part_is_skipped_by_name_and_the_rest_is_read(tmp_path: Path) -> None:
-    run_dir = imported(tmp_path, real_trace(GRID), real_trace(CAIL))
+def test_a_truncated_part_is_skipped_by_name_and_the_rest_is_read(made: Path, tmp_path: Path) -> None:
+    run_dir = imported(made, tmp_path)
     parts = sorted((run_dir / "fallbacks").glob("part-*.parquet"))  # a table `show` reads
     assert len(parts) == 2
     whole = read_table(run_dir, "fallbacks").num_rows
@@ -49,8 +57,8 @@ def test_a_truncated_part_is_skipped_by_name_and_the_rest_is_read(tmp_path: Path
     assert warnings and parts[0].name in warnings[0]
 
 
-def test_a_part_of_another_schema_is_skipped_by_name(tmp_path: Path) -> None:
-    run_dir = imported(tmp_path, real_trace(GRID))
+def test_a_part_of_another_schema_is_skipped_by_name(made: Path, tmp_path: Path) -> None:
+    run_dir = imported(made, tmp_path)
     (run_dir / "steps").mkdir()
     bad = run_dir / "steps" / "part-foreign-000001.parquet"
     pq.write_table(pa.table({"step": ["not a number"], "wall_ns": ["x"]}), bad)
@@ -59,19 +67,19 @@ def test_a_part_of_another_schema_is_skipped_by_name(tmp_path: Path) -> None:
     assert data["summary"]["run_id"] == run_dir.name
 
 
-def test_the_dashboard_still_lists_a_run_with_a_damaged_part(tmp_path: Path) -> None:
+def test_the_dashboard_still_lists_a_run_with_a_damaged_part(made: Path, tmp_path: Path) -> None:
     pytest.importorskip("dash")
     from tpuscope_dashboards.data import StoreData
 
-    run_dir = imported(tmp_path, real_trace(GRID))
-    (part,) = (run_dir / "metrics").glob("part-*.parquet")
-    part.write_bytes(b"PAR1 not really")
+    run_dir = imported(made, tmp_path)
+    for part in (run_dir / "fallbacks").glob("part-*.parquet"):
+        part.write_bytes(b"PAR1 not really")
     (row,) = StoreData(tmp_path).run_rows()
     assert row["run_id"] == run_dir.name and not str(row["ended"]).startswith("unreadable")
 
 
-def test_a_run_from_a_newer_tpuscope_is_refused_clearly(tmp_path: Path) -> None:
-    run_dir = imported(tmp_path, real_trace(GRID))
+def test_a_run_from_a_newer_tpuscope_is_refused_clearly(made: Path, tmp_path: Path) -> None:
+    run_dir = imported(made, tmp_path)
     meta = json.loads((run_dir / "meta.json").read_text())
     (run_dir / "meta.json").write_text(json.dumps({**meta, "schema_version": 99}))
     proc = run_tpuscope("show", "--store", str(tmp_path), run_dir.name)
@@ -82,8 +90,8 @@ def test_a_run_from_a_newer_tpuscope_is_refused_clearly(tmp_path: Path) -> None:
     assert json.loads(listing.stdout) == [] and "schema version 99" in listing.stderr
 
 
-def test_a_corrupt_meta_json_is_named_not_read_as_empty(tmp_path: Path) -> None:
-    run_dir = imported(tmp_path, real_trace(GRID))
+def test_a_corrupt_meta_json_is_named_not_read_as_empty(made: Path, tmp_path: Path) -> None:
+    run_dir = imported(made, tmp_path)
     (run_dir / "meta.json").write_text('{"run_id": "x", "status": ')
     proc = run_tpuscope("show", "--store", str(tmp_path), run_dir.name)
     assert proc.returncode == 2 and f"{run_dir / 'meta.json'} is not valid JSON" in proc.stderr
@@ -91,8 +99,8 @@ def test_a_corrupt_meta_json_is_named_not_read_as_empty(tmp_path: Path) -> None:
     assert json.loads(listing.stdout) == [] and "is not valid JSON" in listing.stderr
 
 
-def test_a_renamed_run_is_found_by_its_folder(tmp_path: Path) -> None:
-    run_dir = imported(tmp_path, real_trace(GRID))
+def test_a_renamed_run_is_found_by_its_folder(made: Path, tmp_path: Path) -> None:
+    run_dir = imported(made, tmp_path)
     moved = tmp_path / "renamed-run"
     shutil.copytree(run_dir, moved)
     shutil.rmtree(run_dir)

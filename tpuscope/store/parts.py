@@ -111,7 +111,7 @@ def read_table(run_dir: Path, name: str, warn: list[str] | None = None) -> pa.Ta
     schema = TABLES[name]
     folder = Path(run_dir) / name
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    tables = [t for t in (_read_part(p, schema, warn) for p in parts) if t is not None]
+    tables = [t for t in (read_part(p, schema, warn=warn) for p in parts) if t is not None]
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables).combine_chunks()
@@ -120,9 +120,11 @@ def read_table(run_dir: Path, name: str, warn: list[str] | None = None) -> pa.Ta
 _WARNED: set[Path] = set()
 
 
-def _read_part(path: Path, schema: pa.Schema, warn: list[str] | None) -> pa.Table | None:
+def read_part(path: Path, schema: pa.Schema | None = None, columns: list[str] | None = None,
+              warn: list[str] | None = None) -> pa.Table | None:
+    """One part file, or None (and a warning naming it) when it is damaged or foreign."""
     try:
-        return pq.read_table(path, schema=schema)
+        return pq.read_table(path, schema=schema, columns=columns)
     except (pa.ArrowException, OSError, ValueError) as exc:
         message = f"skipped the damaged part {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         if warn is not None:
