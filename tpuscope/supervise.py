@@ -82,6 +82,8 @@ class Child:
 
         Signals that arrive once it has ended are taken too, so none of them kills the
         launcher before it records the end; later ones act as usual."""
+        if not hasattr(signal, "sigtimedwait"):  # macOS: no sender to tell apart
+            return self._wait_with_handlers()
         while (code := self.proc.poll()) is None:
             info = signal.sigtimedwait(_WATCHED, 1.0)
             if info is not None and info.si_signo != signal.SIGCHLD and self._should_forward(info):
@@ -91,6 +93,24 @@ class Child:
             pass
         signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
         return code
+
+    def _wait_with_handlers(self) -> int:
+        """Where signals cannot be waited for: handlers pass them on, except the ones a terminal
+        also sends the program itself (Ctrl-C, Ctrl-\\) when it shares the terminal's group."""
+        own = (signal.SIGINT, signal.SIGQUIT) if self.shares_group else ()
+
+        def forward(signum: int, frame: object) -> None:
+            if signum not in own:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        try:
+            return self.proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _should_forward(self, info: signal.struct_siginfo) -> bool:
         """Not what the terminal sent the whole group (the child has it), and once per burst:
