@@ -11,13 +11,11 @@ import io
 import ipaddress
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("tpuscope.dashboard")
-
 LOOPBACK_NAMES = {"localhost"}
+ALLOWED_HOSTS = "TPUSCOPE_ALLOWED_HOSTS"  # Flask config key: Host values answered, None = any
 
 
 class ServeError(Exception):
@@ -50,20 +48,6 @@ def allowed_hosts(host: str, port: int) -> set[str] | None:
     return {f"{name.lower()}:{port}" for name in names} | ({n.lower() for n in names} if port == 80 else set())
 
 
-def guard_hosts(flask_app: Any, allowed: Callable[[], set[str] | None]) -> None:
-    """Refuse (403, one log line) every request whose Host is not one of `allowed()`."""
-    from flask import request
-
-    @flask_app.before_request
-    def _check_host() -> Any:
-        names = allowed()
-        if names is not None and request.host.lower() not in names:
-            log.warning("refused a request for Host %r (this dashboard serves %s)",
-                        request.host[:100], ", ".join(sorted(names)))
-            return "tpuscope: this dashboard answers only to its own address\n", 403
-        return None
-
-
 def make_server(store: Path, host: str, port: int) -> Any:
     """A threaded WSGI server for the dashboard over `store`, already bound (port 0 = any free port)."""
     if not store.exists():
@@ -79,12 +63,11 @@ def make_server(store: Path, host: str, port: int) -> Any:
     app = create_app(store)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     said = io.StringIO()  # werkzeug prints bind errors and calls sys.exit(1): make it one line, exit 2
-    bound: dict[str, Any] = {}
-    guard_hosts(app.server, lambda: allowed_hosts(host, bound["server"].server_port))
     try:
         with contextlib.redirect_stderr(said):
-            bound["server"] = werkzeug_server(host, port, app.server, threaded=True)
-            return bound["server"]
+            server = werkzeug_server(host, port, app.server, threaded=True)
+            app.server.config[ALLOWED_HOSTS] = allowed_hosts(host, server.server_port)
+            return server
     except (OSError, SystemExit) as exc:
         reason = (said.getvalue().strip().splitlines() or [str(exc)])[0]
         raise ServeError(f"cannot listen on {host}:{port}: {reason} (try another --port)") from None

@@ -88,6 +88,16 @@ def test_requests_for_another_host_are_refused(served: int) -> None:
         assert status == 403 and b"runs" not in body, host
 
 
+def test_an_app_made_with_create_app_answers_only_to_loopback_names(hostile_store) -> None:
+    """`create_app(store).run()` (the documented Python way) is guarded too, at any port."""
+    from tpuscope_dashboards import create_app
+
+    client = create_app(hostile_store[0]).server.test_client()
+    for host, status in (("127.0.0.1:8050", 200), ("localhost:9999", 200), ("[::1]:8050", 200),
+                         ("evil.example:8050", 403), ("localhost.evil.example", 403)):
+        assert client.get("/", headers={"Host": host}).status_code == status, host
+
+
 def test_host_check_is_off_only_when_the_network_was_asked_for() -> None:
     from tpuscope_dashboards.serve import allowed_hosts
 
