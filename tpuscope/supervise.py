@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -131,7 +130,9 @@ def exit_as(code: int) -> None:
     sig = -code
     sys.stdout.flush()
     sys.stderr.flush()
-    with contextlib.suppress(ValueError, OSError):
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught or reset
         signal.signal(sig, signal.SIG_DFL)
