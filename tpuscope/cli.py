@@ -49,6 +49,10 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
         quiet: bool, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
+    Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
+    127 if PROGRAM cannot be found, 126 if it cannot be run, 2 for a bad command line.
+    Signals sent to tpuscope (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are passed on to PROGRAM.
+
     \b
     Examples:
       tpuscope run python train.py --lr 3e-4
