@@ -21,6 +21,7 @@ from dash import Dash, Input, Output, dcc, html
 from .components import error_page
 from .data import RunNotFound, StoreData
 from .pages import churn, compare, fallbacks, overview, recompiles, runs, tensorcore, trace
+from .serve import ALLOWED_HOSTS
 
 log = logging.getLogger("tpuscope.dashboard")
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -83,6 +84,48 @@ def _add_download_route(app: Dash, data: StoreData) -> None:
         return send_file(match, as_attachment=True, download_name=match.name)
 
 
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})  # names alone: at any port
+
+
+def host_allowed(host_header: str, allowed: Any) -> bool:
+    """Whether a request's Host is one the dashboard answers to: `name:port` entries match
+    exactly, bare names at any port. A DNS-rebinding page sends its own name and fails."""
+    if allowed is None:
+        return True
+    host = host_header.lower()
+    name = host if host.endswith("]") else host.rsplit(":", 1)[0]
+    return host in allowed or name in allowed
+
+
+def _add_host_check(app: Dash) -> None:
+    """Refuse (403, one log line) requests for another Host; `tpuscope dashboard` narrows the
+    default (loopback names) to its own address and port, or lifts it for --host 0.0.0.0."""
+    from flask import request
+
+    app.server.config.setdefault(ALLOWED_HOSTS, LOOPBACK_HOSTS)
+
+    @app.server.before_request
+    def _check_host() -> Any:
+        allowed = app.server.config[ALLOWED_HOSTS]
+        if host_allowed(request.host, allowed):
+            return None
+        log.warning("refused a request for Host %r (this dashboard answers to %s)",
+                    request.host[:100], ", ".join(sorted(allowed)))
+        return "tpuscope: this dashboard answers only to its own address\n", 403
+
+
+def _add_error_routes(app: Dash) -> None:
+    """A bad or unknown run id sent to a callback or route is a 404 with one log line,
+    not a 500 with a traceback."""
+
+    @app.server.errorhandler(RunNotFound)
+    def _not_found(exc: RunNotFound) -> Any:
+        from flask import request
+
+        log.warning("404 %s: %s", request.path, exc)
+        return {"error": str(exc)}, 404
+
+
 def _warm_plotly() -> None:
     """Build one figure of each kind so the first request does not pay Plotly's lazy imports (~0.5 s)."""
     import plotly.graph_objects as go
@@ -117,5 +160,7 @@ def create_app(store: str | os.PathLike[str] | None = None, data: StoreData | No
     recompiles.register(app, data)
     trace.register(app, data)
     _add_download_route(app, data)
+    _add_error_routes(app)
+    _add_host_check(app)
     app.tpuscope_data = data  # for tests and the benchmark
     return app

@@ -19,12 +19,12 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tpuscope.analysis import current
 from tpuscope.detect.registry import order
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, read_meta, read_table
+from tpuscope.store.parts import read_part
 from tpuscope.store.run import ANALYSIS_FILE
 from tpuscope.store.runstore import is_valid_run_id
 
@@ -88,7 +88,8 @@ def _read_parts(folder: Path) -> pa.Table | None:
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
     if not parts:
         return None
-    return pa.concat_tables([pq.read_table(p) for p in parts], promote_options="default")
+    tables = [t for t in map(read_part, parts) if t is not None]  # a damaged part is skipped, named
+    return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
 def when(ns: Any) -> str:
@@ -221,7 +222,8 @@ class StoreData:
         signature = _signature(run_dir / name)
 
         def load() -> pd.DataFrame:
-            parts = [pq.read_table(run_dir / name / part, columns=columns) for part, _, _ in signature]
+            read = (read_part(run_dir / name / part, columns=columns) for part, _, _ in signature)
+            parts = [t for t in read if t is not None]  # a damaged part is skipped, named
             if not parts:
                 return pd.DataFrame(columns=columns)
             return _to_frame(pa.concat_tables(parts, promote_options="default"), name in _KEEP_CATEGORIES)

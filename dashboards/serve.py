@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK_NAMES = {"localhost"}
+ALLOWED_HOSTS = "TPUSCOPE_ALLOWED_HOSTS"  # Flask config key: Host values answered, None = any
 
 
 class ServeError(Exception):
@@ -35,6 +36,18 @@ def url_of(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
+def allowed_hosts(host: str, port: int) -> set[str] | None:
+    """Host header values the dashboard answers to: its own address and loopback names at its
+    port. A page on another site that rebinds its DNS name to 127.0.0.1 sends its own name
+    as Host, so it is refused and cannot read the runs. None (any Host) when --host opened
+    the dashboard to the network on purpose (0.0.0.0, a LAN address)."""
+    if not is_loopback(host):
+        return None
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    names = {shown, "localhost", "127.0.0.1", "[::1]"}
+    return {f"{name.lower()}:{port}" for name in names} | ({n.lower() for n in names} if port == 80 else set())
+
+
 def make_server(store: Path, host: str, port: int) -> Any:
     """A threaded WSGI server for the dashboard over `store`, already bound (port 0 = any free port)."""
     if not store.exists():
@@ -52,7 +65,9 @@ def make_server(store: Path, host: str, port: int) -> Any:
     said = io.StringIO()  # werkzeug prints bind errors and calls sys.exit(1): make it one line, exit 2
     try:
         with contextlib.redirect_stderr(said):
-            return werkzeug_server(host, port, app.server, threaded=True)
+            server = werkzeug_server(host, port, app.server, threaded=True)
+            app.server.config[ALLOWED_HOSTS] = allowed_hosts(host, server.server_port)
+            return server
     except (OSError, SystemExit) as exc:
         reason = (said.getvalue().strip().splitlines() or [str(exc)])[0]
         raise ServeError(f"cannot listen on {host}:{port}: {reason} (try another --port)") from None

@@ -20,9 +20,14 @@ SHARED = ROOT.parent / "shared" / "real_traces"
 
 
 def real_trace(relative: str) -> Path:
-    """A file from ../shared/real_traces, or skip the test when it is absent."""
+    """A file from ../shared/real_traces, or skip the test when it is absent locally.
+
+    In CI (CI=true) an absent file fails the test instead: a skipped fault test there would
+    pass without testing anything."""
     path = SHARED / relative
     if not path.exists():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"real trace not available in CI: {path}")
         pytest.skip(f"real trace not available: {path}")
     return path
 

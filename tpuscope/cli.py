@@ -49,6 +49,10 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
         quiet: bool, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
+    Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
+    127 if PROGRAM cannot be found, 126 if it cannot be run, 2 for a bad command line.
+    Signals sent to tpuscope (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are passed on to PROGRAM.
+
     \b
     Examples:
       tpuscope run python train.py --lr 3e-4
@@ -57,28 +61,45 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
       tpuscope run --warmup 3 --deep python -c "import train; train.main()"
       tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
     """
-    from rich.console import Console
-
-    from tpuscope.analysis import analyze
-    from tpuscope.report.console import render
-    from tpuscope.runner import UsageError, resolve_program, run_program
-    from tpuscope.store import Run
+    from tpuscope.runner import StartError, UsageError, resolve_program, run_program
+    from tpuscope.supervise import exit_as
 
     try:
         prog = resolve_program(list(program))
         run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep,
                                     trace_steps=trace_steps, target=target)
+    except StartError as exc:
+        fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
-    report = analyze(Run(run_dir))
+    if run_dir is not None:
+        _report_run(run_dir, store, quiet)
+    exit_as(code)
+
+
+def _report_run(run_dir: Path, store: Path, quiet: bool) -> None:
+    """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
+    never changes the exit status, which stays the program's."""
+    try:
+        from rich.console import Console
+
+        from tpuscope.analysis import analyze
+        from tpuscope.report.console import render
+        from tpuscope.store import Run
+
+        report = analyze(Run(run_dir))
+        if not quiet:
+            note = backend_note(report.summary, Run(run_dir).meta)
+            if note:
+                click.echo(f"tpuscope: {note}", err=True)
+            render(report, Console(stderr=True))
+    except KeyboardInterrupt:
+        click.echo("tpuscope: report skipped (interrupted)", err=True)
+    except Exception as exc:
+        click.echo(f"tpuscope: no report: {type(exc).__name__}: {exc}", err=True)
     if not quiet:
-        note = backend_note(report.summary, Run(run_dir).meta)
-        if note:
-            click.echo(f"tpuscope: {note}", err=True)
-        render(report, Console(stderr=True))
         click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
         click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
-    sys.exit(code)
 
 
 def backend_note(summary: dict, meta: dict) -> str | None:
@@ -136,9 +157,9 @@ def show(store: Path, run_id: str, as_json: bool, reanalyze: bool) -> None:
 
     try:
         run_obj = Run(RunStore(store).resolve(run_id))
+        report = analyze(run_obj, redetect=reanalyze)
     except StoreError as exc:
         fail(str(exc))
-    report = analyze(run_obj, redetect=reanalyze)
     if as_json:
         click.echo(to_json(report))
     else:

@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.collect.xla_counters import ENV_ALL_METRICS
 from tpuscope.store import RunStore, update_meta
+from tpuscope.store.liveness import launcher_identity
+from tpuscope.supervise import Child
 
 BOOT_DIR = Path(__file__).parent / "_boot"
 _PYTHON = re.compile(r"^python[0-9.]*$")
@@ -134,28 +135,36 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     return child
 
 
-def _describe_exit(code: int) -> tuple[str, int]:
-    """(status, exit code for tpuscope) from the child's return code."""
+def describe_exit(code: int) -> str:
+    """The run's status from the program's return code."""
     if code == 0:
-        return "finished", 0
+        return "finished"
     if code < 0:
-        name = signal.Signals(-code).name
-        return f"killed by {name}", 128 - code
-    return "failed", code
+        return f"killed by {signal.Signals(-code).name}"
+    return "failed"
+
+
+class StartError(UsageError):
+    """The program could not be started; `code` is what a shell would exit with (127, 126)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
     trace_steps: str | None = None, target: str | None = None,
-) -> tuple[Path, int]:
-    """Run the program under collection; returns (run folder, exit code to pass on)."""
+) -> tuple[Path | None, int]:
+    """Run the program under collection; returns (run folder, or None when it could not be
+    written; the program's return code: negative when a signal killed it, as subprocess says)."""
     device_options = _device_options(trace_steps, target)
     run_dir = store.new_run(name or program.name)
     child = build_env(run_dir, warmup, deep)
     if trace_steps:
         child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
-    update_meta(
-        run_dir,
+    record = MetaRecorder(run_dir)
+    record(
         argv=program.argv,
         command=shlex.join(program.argv),
         cwd=os.getcwd(),
@@ -165,23 +174,42 @@ def run_program(
         env_left_to_user=child.left_to_user,
         start_ns=time.time_ns(),
         status="running",
+        launcher=launcher_identity(),
         tpuscope_version=tpuscope.__version__,
         **device_options,
     )
     for note in child.notes:
         print(f"tpuscope: {note}", file=sys.stderr)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C itself
     try:
-        code = subprocess.call(program.argv, env=child.env)
+        running = Child(program.argv, child.env)
     except OSError as exc:
-        update_meta(run_dir, status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=127)
-        raise UsageError(f"cannot start {program.argv[0]}: {exc.strerror or exc}") from exc
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    status, exit_code = _describe_exit(code)
-    update_meta(run_dir, status=status, exit_code=code, end_ns=time.time_ns())
+        code = 126 if isinstance(exc, PermissionError) else 127  # what a shell exits with
+        record(status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=code)
+        raise StartError(f"cannot start {program.argv[0]}: {exc.strerror or exc}", code) from exc
+    code = running.wait()
+    record(status=describe_exit(code), exit_code=code, end_ns=time.time_ns())
+    if record.failed:  # the store is full or gone: said once already, nothing more to read
+        return None, code
     _ingest_device_view(run_dir)
-    return run_dir, exit_code
+    return run_dir, code
+
+
+class MetaRecorder:
+    """The launcher's writes of meta.json: a full or vanished store is said once, in one line,
+    and never stops the program or changes its exit status."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.failed = False
+
+    def __call__(self, **fields: object) -> None:
+        try:
+            update_meta(self.run_dir, **fields)
+        except OSError as exc:
+            if not self.failed:
+                print(f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "
+                      "(the program is not affected)", file=sys.stderr)
+            self.failed = True
 
 
 def _device_options(trace_steps: str | None, target: str | None) -> dict[str, object]:

@@ -11,7 +11,7 @@ from ..data import StoreData
 
 NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 COLUMNS: list[dict[str, Any]] = [
-    {"field": "link", "headerName": "run", "cellRenderer": "markdown", "minWidth": 190,
+    {"field": "link", "headerName": "run", "cellRenderer": "RunLink", "minWidth": 190,
      "filter": "agTextColumnFilter"},
     {"field": "started", "headerName": "started", "sort": "desc", "minWidth": 170, "cellDataType": "text",
      "filter": "agTextColumnFilter"},
@@ -33,7 +33,7 @@ SELECTION = {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False, "e
 def layout(data: StoreData) -> html.Div:
     rows = data.run_rows()
     for row in rows:
-        row["link"] = f"[{row.get('name') or row['run_id']}](/run/{row['run_id']})"
+        row["link"] = str(row.get("name") or row["run_id"])  # plain text: RunLink makes the link
     if not rows:
         body: Any = empty_state(
             "No runs yet",

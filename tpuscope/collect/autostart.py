@@ -7,6 +7,7 @@ for it and tpuscope never imports a framework on the program's behalf.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -51,6 +52,7 @@ def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,
     _when_imported("torch_xla", _on_torch_xla)
     _when_imported("jax", _on_jax)
     _when_imported("torch_tpu", _on_torch_tpu)
+    _when_imported("torch.multiprocessing.spawn", _on_mp_spawn)
     return session
 
 
@@ -74,6 +76,25 @@ def _on_torch_xla(module: Any) -> None:
     debug_file = _active.get("debug_file") or (
         os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None)
     _active["collectors"].append(XlaCollector(session, debug_file).install())
+
+
+def _on_mp_spawn(module: Any) -> None:
+    """torch.multiprocessing.spawn gives each worker its index as an argument only (no env
+    var): wrap the worker entry `_wrap(fn, i, ...)` so the session learns it. The wrapper
+    keeps the original's name and module, so the parent still pickles it by reference."""
+    original = getattr(module, "_wrap", None)
+    if original is None or getattr(original, "_tpuscope", False):
+        return
+
+    @functools.wraps(original)
+    def _wrap(fn: Any, i: int, *args: Any, **kwargs: Any) -> Any:
+        session = active_session()
+        if session is not None and isinstance(i, int):
+            session.set_rank(spawn_index=i)
+        return original(fn, i, *args, **kwargs)
+
+    _wrap._tpuscope = True  # type: ignore[attr-defined]
+    module._wrap = _wrap
 
 
 def _on_jax(module: Any) -> None:

@@ -23,16 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.store.parts import PartWriter
-from tpuscope.store.runstore import write_json_atomic
+from tpuscope.store.runstore import update_meta, write_json_atomic
 
 FLUSH_INTERVAL_S = 2.0
+ENV_LAUNCHER_PID = "TPUSCOPE_LAUNCHER_PID"  # set by `tpuscope run` for the program it starts
 
 
-def process_rank() -> int:
-    """The rank the launcher gave this process, from the usual env vars (0 if none)."""
-    for var in ("RANK", "PJRT_LOCAL_PROCESS_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK"):
+def process_rank(spawn_index: int | None = None, runtime_ordinal: int | None = None) -> int:
+    """This process's rank: RANK (torchrun and most launchers), else the index mp.spawn gave
+    it, else the runtime's global ordinal (torch_xla.launch / xmp.spawn, read once the program
+    started the runtime), else a local-rank variable, else 0."""
+    value = os.environ.get("RANK")
+    if value and value.isdigit():
+        return int(value)
+    for known in (spawn_index, runtime_ordinal):
+        if known is not None:
+            return known
+    for var in ("PJRT_LOCAL_PROCESS_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK"):
         value = os.environ.get(var)
-        if value and value.lstrip("-").isdigit():
+        if value and value.isdigit():
             return int(value)
     return 0
 
@@ -87,6 +96,8 @@ class Session:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.rank = process_rank()
+        self._rank_facts: dict[str, int] = {}
+        self._write_failed = False
         self.proc_meta: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -115,6 +126,12 @@ class Session:
         fields = {name: [value] * count for name, value in self.process_fields().items()}
         self.writer.extend_columns(table, {**fields, **columns})
 
+    def set_rank(self, **facts: int) -> None:
+        """A better source of the rank became known (mp.spawn's index, the runtime's ordinal)."""
+        self._rank_facts.update(facts)
+        self.rank = process_rank(**self._rank_facts)
+        self.set_meta(rank=self.rank)
+
     def set_meta(self, **fields: Any) -> None:
         self.proc_meta.update(fields)
         self._meta_changed = True
@@ -130,6 +147,7 @@ class Session:
             "start_ns": time.time_ns(),
             "status": "running",
         }
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # later writes never re-make a deleted run
         self._write_proc_meta()
         self._start_flusher()
         if install_handlers:
@@ -174,8 +192,9 @@ class Session:
             self.flush()
             self.proc_meta["profiler_cost"] = asdict(self.cost)
             self._write_proc_meta()
-        except OSError as exc:
-            print(f"tpuscope: could not write the run to {self.run_dir}: {exc}", file=sys.stderr)
+        except Exception as exc:  # a full or vanished store must not change how the program ends
+            self._say_write_failed(exc)
+        record_end_if_orphaned(self.run_dir, self.proc_meta)
 
     def _write_proc_meta(self) -> None:
         write_json_atomic(self.run_dir / "procs" / f"{self.host}-{self.pid}.json", self.proc_meta)
@@ -189,8 +208,16 @@ class Session:
         while not self._stop.wait(FLUSH_INTERVAL_S):
             try:
                 self.flush()
-            except OSError as exc:
-                print(f"tpuscope: flush to {self.run_dir} failed: {exc}", file=sys.stderr)
+            except Exception as exc:  # e.g. a full disk: rows since are lost, the program goes on
+                self._say_write_failed(exc)
+
+    def _say_write_failed(self, exc: Exception) -> None:
+        """One line per process, however many flushes fail after it."""
+        if not self._write_failed:
+            self._write_failed = True
+            reason = getattr(exc, "strerror", None) or exc
+            print(f"tpuscope: cannot write profile rows to {self.run_dir}: {reason} "
+                  "(the program goes on; rows written so far stay readable)", file=sys.stderr)
 
     def _excepthook(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
         last = traceback.extract_tb(tb)[-1] if tb else None
@@ -207,6 +234,7 @@ class Session:
             return
 
         def on_sigterm(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the close short
             self.close(status="killed", error="SIGTERM")
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -224,3 +252,22 @@ class Session:
         mp_util = sys.modules.get("multiprocessing.util")
         if mp_util is not None:
             mp_util.Finalize(None, self.close, exitpriority=100)
+
+
+def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
+    """The program's first process, when its launcher died (SIGKILL, crash), is the last one
+    standing: it records the run's end in meta.json, which the launcher would have done."""
+    launcher = os.environ.get(ENV_LAUNCHER_PID)
+    if not launcher or os.getpid() != _FIRST_CHILD.get("pid") or str(os.getppid()) == launcher:
+        return
+    status = {"killed": "killed by SIGTERM", "exception": "failed"}.get(proc_meta.get("status"), "ended")
+    try:
+        update_meta(run_dir, status=status, end_ns=proc_meta.get("end_ns") or time.time_ns(),
+                    launcher_lost=True, exit_code=-signal.SIGTERM if status.startswith("killed") else None)
+    except Exception as exc:
+        print(f"tpuscope: cannot record the run's end in {run_dir}: {exc}", file=sys.stderr)
+
+
+# The launcher's direct child: the process that started with the launcher as its parent.
+_FIRST_CHILD: dict[str, int] = (
+    {"pid": os.getpid()} if os.environ.get(ENV_LAUNCHER_PID) == str(os.getppid()) else {})

@@ -119,8 +119,11 @@ class XlaCollector:
         self.sites = SiteTracer(self._xlac)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
         self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
+        # device facts wait for the program's first step: querying them would start the
+        # runtime, and torch_xla.launch / xmp.spawn refuse to run once it has started
         session.set_meta(backend="torch_xla", env_set_in_process=env_set,
-                         shape_source=str(self.shapes.folder) if self.shapes else None, **self._device_meta())
+                         shape_source=str(self.shapes.folder) if self.shapes else None,
+                         pjrt_device=os.environ.get("PJRT_DEVICE"))
         return self
 
     def uninstall(self) -> None:
@@ -162,17 +165,20 @@ class XlaCollector:
         rows[self.step - 1] = (unread, rows.get(self.step - 1, ({}, {}))[1])
         self.session.add_columns("metrics", metric_columns(rows))
 
-    @staticmethod
-    def _device_meta() -> dict[str, Any]:
+    def _read_device_facts(self) -> None:
+        """Device kind, count and this process's rank, read once the program's first step has
+        run, so the runtime is the program's own (started by it, never by tpuscope)."""
         meta: dict[str, Any] = {"pjrt_device": os.environ.get("PJRT_DEVICE")}
         try:
             import torch_xla.runtime as xr
 
-            meta["device_kind"] = xr.device_type()
-            meta["device_count"] = xr.global_runtime_device_count()
+            if self._xlac._xla_runtime_is_initialized():
+                meta["device_kind"] = xr.device_type()
+                meta["device_count"] = xr.global_runtime_device_count()
+                self.session.set_rank(runtime_ordinal=xr.global_ordinal())
         except Exception as exc:  # device query failures must not break the user's run
             meta["device_error"] = str(exc)
-        return meta
+        self.session.set_meta(**meta)
 
     # -- per step --------------------------------------------------------------
     def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
@@ -189,6 +195,8 @@ class XlaCollector:
         # allocation, which pays for merging the step's freed chunks (see xla_counters)
         prev_counters.update(counters)
         prev_metrics.update(metrics)
+        if self.step == 0:
+            self._read_device_facts()
         self._unsplit.append((self.step, now))
         split = self._split_metrics(metrics) if snap.full else None
         records, executions = self.debug.poll() if self.debug is not None else ([], [])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,10 @@ class DebugLog:
     compiles: list[GraphRecord] = field(default_factory=list)
     executions: list[GraphRecord] = field(default_factory=list)
     profiler_notes: list[str] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)  # lines whose number did not read
+
+
+_INT64_MAX = (1 << 63) - 1
 
 
 def _strip_prefix(line: str) -> tuple[str | None, str]:
@@ -140,9 +145,9 @@ class DebugParser:
         elif text.startswith("Graph Hash:"):
             record.graph_hash = text.split(":", 1)[1].strip()
         elif text.startswith("Number of Graph Inputs:"):
-            record.num_inputs = int(text.split(":", 1)[1])
+            record.num_inputs = self._count(text)
         elif text.startswith("Number of Graph Outputs:"):
-            record.num_outputs = int(text.split(":", 1)[1])
+            record.num_outputs = self._count(text)
         elif self._section == "cause" and text:
             record.cause = f"{record.cause}; {text}" if record.cause else text
         elif self._section == "frames" and text:
@@ -151,13 +156,27 @@ class DebugParser:
             else:
                 record.frames.append(text)
 
+    def _count(self, text: str) -> int | None:
+        """The number after the colon; a line that does not hold one is noted, never raised:
+        this parser runs inside the program's own `torch_xla.sync()`."""
+        value = text.split(":", 1)[1].strip()
+        if value.isdigit() and int(value) <= _INT64_MAX:
+            return int(value)
+        self.log.malformed.append(text[:200])
+        return None
+
     def _post(self, text: str) -> None:
         match = _SIZE.match(text)
         if not match or self._last_compile is None:
             return
         name = _SIZE_FIELDS.get(match["what"].strip())
+        try:
+            gb = float(match["gb"])
+        except ValueError:  # e.g. "1.2.3 GB"
+            self.log.malformed.append(text[:200])
+            return
         if name:
-            self._last_compile.sizes[name] = float(match["gb"])
+            self._last_compile.sizes[name] = gb
 
 
 def parse_debug_text(text: str) -> DebugLog:
@@ -183,9 +202,21 @@ class DebugFileTail:
         # profile() or pytest watch) reads only what comes after its start.
         self.offset = path.stat().st_size if path.exists() else 0
         self.parser = DebugParser()
+        self.failed = False
 
     def poll(self) -> tuple[list[GraphRecord], list[GraphRecord]]:
-        """New (compiles, executions) since the last poll."""
+        """New (compiles, executions) since the last poll; never raises (it runs inside the
+        program's step): a failure stops the tail with one line on stderr."""
+        if self.failed:
+            return [], []
+        try:
+            return self._poll()
+        except Exception as exc:
+            self.failed = True
+            print(f"tpuscope: stopped reading {self.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return [], []
+
+    def _poll(self) -> tuple[list[GraphRecord], list[GraphRecord]]:
         try:
             if os.stat(self.path).st_size > self.offset:  # most steps add nothing: skip the open
                 with open(self.path, "rb") as handle:

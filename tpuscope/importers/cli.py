@@ -34,6 +34,11 @@ def run_import(store: Path, paths: list[Path], name: str | None, as_json: bool, 
         return 2
     for refused in result.refused:
         click.echo(f"tpuscope: cannot import {refused['path']}: {refused['reason']}", err=True)
+    if result.skipped:
+        names = ", ".join(Path(s["path"]).name for s in result.skipped[:10])
+        more = f" and {len(result.skipped) - 10} more" if len(result.skipped) > 10 else ""
+        click.echo(f"tpuscope: skipped {len(result.skipped)} text file(s) of no format tpuscope reads "
+                   f"in the folder(s) given: {names}{more}", err=True)
     if result.run_dir is None:
         click.echo("tpuscope: nothing imported, no run made", err=True)
         return 2
@@ -42,7 +47,7 @@ def run_import(store: Path, paths: list[Path], name: str | None, as_json: bool, 
         from tpuscope.report.json_report import _clean
 
         payload = {"run_id": result.run_dir.name, "run_dir": str(result.run_dir),
-                   "imported": result.imported, "refused": result.refused, **report.to_dict()}
+                   "imported": result.imported, "refused": result.refused, "skipped": result.skipped, **report.to_dict()}
         click.echo(json.dumps(_clean(payload), indent=2, default=str))
     elif not quiet:
         from rich.console import Console

@@ -74,6 +74,8 @@ def evidence_from_log(log: DebugLog) -> Evidence:
 
 def load(path: Path) -> Evidence:
     log = parse_debug_text(Path(path).read_text(errors="replace"))
+    if log.malformed:
+        raise ValueError(f"malformed line: {log.malformed[0]!r}")
     if not (log.compiles or log.executions or log.profiler_notes):
         raise ValueError("no complete Compilation/Execution Analysis block or pt-xla-profiler note")
     return evidence_from_log(log)

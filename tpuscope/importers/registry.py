@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 HEAD_BYTES = 65536
 
 
@@ -90,15 +92,43 @@ def importers_for(path: Path) -> list[Importer]:
     return found
 
 
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def check_rows(evidence: Evidence) -> None:
+    """Every row must fit its table's schema before anything is written: a number beyond
+    int64 or a value of the wrong type refuses the file (ValueError naming the field),
+    instead of failing half-way through writing the run."""
+    from tpuscope.schema import TABLES
+
+    for table, rows in evidence.rows.items():
+        for row in rows:
+            for name, value in row.items():
+                if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+                    raise ValueError(f"{name} {value} is out of range (beyond int64) in a {table} row")
+        if table in TABLES and rows:
+            try:
+                pa.Table.from_pylist(rows, schema=TABLES[table])
+            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                raise ValueError(f"a {table} row does not fit the table: {exc}") from None
+
+
 def load(path: Path) -> list[tuple[Importer, Evidence]]:
-    """Read one path with every importer that accepts it; ImportRefused if none yields rows."""
+    """Read one path with every importer that accepts it; ImportRefused if none yields rows.
+
+    Whatever an importer raises refuses the file for that importer, with the reason: one
+    malformed file never stops the import of the others."""
     results = []
     errors = []
     for importer in importers_for(path):
         try:
             evidence = importer.load(path)
+            check_rows(evidence)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             errors.append(f"{importer.description}: {exc}")
+            continue
+        except Exception as exc:  # a reader's bug on odd input: refuse the file, keep the rest
+            errors.append(f"{importer.description}: {type(exc).__name__}: {exc}")
             continue
         if evidence.count() or evidence.meta:
             results.append((importer, evidence))

@@ -10,6 +10,7 @@ position), like the processes of a live run, and its importer meta goes to
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,43 @@ class ImportResult:
     run_dir: Path | None
     imported: list[dict[str, Any]] = field(default_factory=list)
     refused: list[dict[str, str]] = field(default_factory=list)
+    # Text files inside a given folder that no importer reads (named, not an error).
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+_HLO_MODULE = re.compile(r"^module_\d+\.")  # the HLO-dump importer reads these with the folder
+
+
+def text_logs(path: Path) -> list[Path]:
+    """A folder's text logs (*.txt, *.log: metrics reports, PT_XLA_DEBUG logs), which the folder
+    importers (xplane, HLO dumps) do not read: each is imported as a file of its own."""
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".log") and p.is_file()
+                  and not _HLO_MODULE.match(p.name))
+
+
+def _load_all(paths: list[str | Path], result: ImportResult) -> list[tuple[Path, list[tuple[Importer, Evidence]]]]:
+    """Every readable file (a folder's text logs too); the others named in `result`."""
+    loaded: list[tuple[Path, list[tuple[Importer, Evidence]]]] = []
+    for raw in paths:
+        path = Path(raw)
+        texts = text_logs(path)
+        refusal = None
+        try:
+            loaded.append((path, load(path)))
+            result.refused += [r for _, evidence in loaded[-1][1] for r in evidence.refused]
+        except ImportRefused as exc:
+            refusal = {"path": str(raw), "reason": str(exc)}
+        before = len(loaded)
+        for text in texts:
+            try:
+                loaded.append((text, load(text)))
+            except ImportRefused as exc:
+                result.skipped.append({"path": str(text), "reason": str(exc)})
+        if refusal is not None and len(loaded) == before:
+            result.refused.append(refusal)
+    return loaded
 
 
 def _write_file(run_dir: Path, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:
@@ -66,16 +104,8 @@ def _keep_files(run_dir: Path, files: dict[str, Path]) -> None:
 
 def import_paths(paths: list[str | Path], store: RunStore, name: str | None = None) -> ImportResult:
     """Import every readable path into one new run of `store`."""
-    loaded: list[tuple[Path, list[tuple[Importer, Evidence]]]] = []
     result = ImportResult(run_dir=None)
-    for raw in paths:
-        path = Path(raw)
-        try:
-            loaded.append((path, load(path)))
-        except ImportRefused as exc:
-            result.refused.append({"path": str(raw), "reason": str(exc)})
-            continue
-        result.refused += [r for _, evidence in loaded[-1][1] for r in evidence.refused]
+    loaded = _load_all(paths, result)
     if not loaded:
         return result
     now = time.time_ns()
@@ -90,8 +120,9 @@ def import_paths(paths: list[str | Path], store: RunStore, name: str | None = No
                                     "formats": [i.name for i, _ in results],
                                     "summary": "; ".join(e.summary for _, e in results if e.summary)})
         update_meta(run_dir, end_ns=time.time_ns(), refused=result.refused)
-    except OSError as exc:
+    except Exception as exc:  # never leave a half-made run
         shutil.rmtree(run_dir, ignore_errors=True)
-        raise StoreError(f"cannot write the run to {run_dir}: {exc.strerror or exc}") from exc
+        reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
+        raise StoreError(f"cannot write the run to {run_dir}: {reason}") from exc
     result.run_dir = run_dir
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
+from tpuscope.store.runstore import remove_quietly
 
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """Write a Parquet file so that it appears whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write a Parquet file so that it appears whole or not at all (a full disk leaves no
+    temp file). Only the table's folder is made: a run folder deleted mid-run stays deleted."""
+    path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
 
 
 class PartWriter:
@@ -96,12 +103,33 @@ class PartWriter:
         self.__init__(self.run_dir)  # type: ignore[misc]
 
 
-def read_table(run_dir: Path, name: str) -> pa.Table:
-    """Union of every part of one table (an empty table with the schema if none)."""
+def read_table(run_dir: Path, name: str, warn: list[str] | None = None) -> pa.Table:
+    """Union of every part of one table (an empty table with the schema if none).
+
+    A part that is truncated or does not fit the schema is skipped and named, in `warn`
+    when given, else once on stderr: one bad file never hides the rest of a run."""
     schema = TABLES[name]
     folder = Path(run_dir) / name
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not parts:
+    tables = [t for t in (read_part(p, schema, warn=warn) for p in parts) if t is not None]
+    if not tables:
         return schema.empty_table()
-    tables = [pq.read_table(p, schema=schema) for p in parts]
     return pa.concat_tables(tables).combine_chunks()
+
+
+_WARNED: set[Path] = set()
+
+
+def read_part(path: Path, schema: pa.Schema | None = None, columns: list[str] | None = None,
+              warn: list[str] | None = None) -> pa.Table | None:
+    """One part file, or None (and a warning naming it) when it is damaged or foreign."""
+    try:
+        return pq.read_table(path, schema=schema, columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        message = f"skipped the damaged part {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        if warn is not None:
+            warn.append(message)
+        elif path not in _WARNED:
+            _WARNED.add(path)
+            print(f"tpuscope: {message}", file=sys.stderr)
+        return None

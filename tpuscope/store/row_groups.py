@@ -19,6 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tpuscope.store.runstore import remove_quietly
+
 ROW_GROUP_ROWS = 1 << 16
 DELTA_COLUMNS = ("start_ns",)  # distinct, mostly increasing int64: delta, not dictionary, encoded
 
@@ -32,8 +34,12 @@ def write_row_groups_atomic(path: Path, table: pa.Table, rows: int = ROW_GROUP_R
     options = {"use_dictionary": [c for c in table.column_names if c not in deltas],
                "column_encoding": dict.fromkeys(deltas, "DELTA_BINARY_PACKED")} if deltas else {}
     pool = pa.default_memory_pool()
-    with pq.ParquetWriter(tmp, table.schema, **options) as writer:
-        for start in range(0, max(table.num_rows, 1), rows):
-            writer.write_table(table.slice(start, rows), row_group_size=rows)
-            pool.release_unused()
-    os.replace(tmp, path)
+    try:
+        with pq.ParquetWriter(tmp, table.schema, **options) as writer:
+            for start in range(0, max(table.num_rows, 1), rows):
+                writer.write_table(table.slice(start, rows), row_group_size=rows)
+                pool.release_unused()
+        os.replace(tmp, path)
+    except BaseException:  # a full disk leaves no temp file behind
+        remove_quietly(tmp)
+        raise

@@ -8,10 +8,12 @@ Layout (documented in docs/store.md):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.schema import SCHEMA_VERSION
+from tpuscope.store.liveness import ended_unknown, launcher_gone
 
 DEFAULT_STORE = "./tpuscope-runs"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -36,36 +39,93 @@ def is_valid_run_id(run_id: str) -> bool:
     return bool(_RUN_ID.match(run_id)) and ".." not in run_id
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], make_folder: bool = True) -> None:
+    """Write JSON so that it appears whole or not at all; on a full disk nothing is left behind.
+
+    Only the file's own folder is made (`procs/`), never the run folder: a run deleted while
+    its program runs stays deleted."""
+    if make_folder:
+        path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # flusher and main may race
-    tmp.write_text(json.dumps(data, indent=2, default=str, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, default=str, sort_keys=True))
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file; {} when absent, StoreError when it is there but unreadable."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+    except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} does not hold a JSON object")
+    return data
 
 
 def update_meta(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Merge fields into a run's meta.json (written whole, atomically)."""
-    meta = read_json(Path(run_dir) / "meta.json")
+    """Merge fields into a run's meta.json (written whole, atomically).
+
+    A meta.json that does not parse is not merged into (that would silently drop what it
+    held): it is kept beside as meta.json.corrupt and the new fields start a fresh one."""
+    path = Path(run_dir) / "meta.json"
+    try:
+        meta = read_json(path)
+    except StoreError:
+        os.replace(path, path.with_name("meta.json.corrupt"))
+        meta = {"run_id": Path(run_dir).name, "meta_was_corrupt": True}
     meta.update(fields)
-    write_json_atomic(Path(run_dir) / "meta.json", meta)
+    write_json_atomic(path, meta, make_folder=False)
     return meta
 
 
+def check_schema(meta: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a run written by a newer tpuscope: its tables may mean other things."""
+    version = meta.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise StoreError(f"run {Path(run_dir).name} has schema version {version!r}, newer than this "
+                         f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
+
+
 def read_meta(run_dir: Path) -> dict[str, Any]:
-    """The run's meta with every process's own meta under 'processes'."""
+    """The run's meta with every process's own meta under 'processes'.
+
+    The run id is always the folder's name (a copied or renamed run is found where it is).
+    A run still marked running whose launcher is gone (machine crash, SIGKILL with no child
+    left to record the end) reads as "ended unknown (last write at T)". Unreadable process
+    files are named under 'warnings' and left out."""
     run_dir = Path(run_dir)
     meta = read_json(run_dir / "meta.json")
+    check_schema(meta, run_dir)
     procs_dir = run_dir / "procs"
-    procs = [read_json(p) for p in sorted(procs_dir.glob("*.json"))] if procs_dir.is_dir() else []
+    procs, warnings = [], []
+    for path in sorted(procs_dir.glob("*.json")) if procs_dir.is_dir() else []:
+        try:
+            procs.append(read_json(path))
+        except StoreError as exc:
+            warnings.append(str(exc))
     meta["processes"] = [p for p in procs if p]
-    meta.setdefault("run_id", run_dir.name)
+    if warnings:
+        meta["warnings"] = warnings
+    if meta.get("run_id") not in (None, run_dir.name):
+        meta["recorded_run_id"] = meta["run_id"]
+    meta["run_id"] = run_dir.name
+    if meta.get("status") == "running" and launcher_gone(meta.get("launcher")):
+        meta["status"] = ended_unknown(run_dir)
     return meta
 
 
@@ -76,12 +136,21 @@ class RunStore:
         self.root = Path(root) if root is not None else default_store()
 
     def new_run(self, name: str, **meta: Any) -> Path:
+        """A new run folder with its meta.json; a taken id draws another one."""
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_id = f"{safe}-{stamp}-{secrets.token_hex(2)}"
-        run_dir = self.root / run_id
         try:
-            run_dir.mkdir(parents=True, exist_ok=False)
+            self.root.mkdir(parents=True, exist_ok=True)
+            for _ in range(100):
+                run_id = f"{safe}-{stamp}-{secrets.token_hex(2)}"
+                run_dir = self.root / run_id
+                try:
+                    run_dir.mkdir()
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise FileExistsError(f"no free run id for {safe}-{stamp}")
             write_json_atomic(
                 run_dir / "meta.json",
                 {"run_id": run_id, "name": name, "schema_version": SCHEMA_VERSION, **meta},
@@ -95,9 +164,15 @@ class RunStore:
             return iter(())
         return (p for p in self.root.iterdir() if p.is_dir() and (p / "meta.json").is_file())
 
-    def list_runs(self) -> list[dict[str, Any]]:
-        """Every run's meta, newest first."""
-        metas = [read_meta(p) for p in self.run_dirs()]
+    def list_runs(self, warn: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every readable run's meta, newest first; a run whose meta.json cannot be read is
+        left out and named in `warn` (or on stderr)."""
+        metas = []
+        for path in self.run_dirs():
+            try:
+                metas.append(read_meta(path))
+            except StoreError as exc:
+                _warn(warn, f"skipped a run: {exc}")
         return sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)
 
     def resolve(self, run: str | os.PathLike[str]) -> Path:
@@ -110,7 +185,7 @@ class RunStore:
             runs = self.list_runs()
             if not runs:
                 raise StoreError(f"no runs in the store {self.root}")
-            return self.root / runs[0]["run_id"]
+            return self.root / runs[0]["run_id"]  # the folder's name (read_meta)
         if not is_valid_run_id(text):
             raise StoreError(f"not a valid run id: {text!r}")
         exact = self.root / text
@@ -123,3 +198,15 @@ class RunStore:
             names = ", ".join(sorted(p.name for p in matches)[:5])
             raise StoreError(f"run id {text!r} is ambiguous in {self.root}: {names}")
         raise StoreError(f"no run {text!r} in the store {self.root}")
+
+
+_SAID: set[str] = set()
+
+
+def _warn(into: list[str] | None, message: str) -> None:
+    """Into the caller's list, or once per process on stderr (the dashboard lists runs often)."""
+    if into is not None:
+        into.append(message)
+    elif message not in _SAID:
+        _SAID.add(message)
+        print(f"tpuscope: {message}", file=sys.stderr)

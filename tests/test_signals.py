@@ -1,0 +1,163 @@
+"""`tpuscope run` reacts to signals as the bare program does: a real pty's Ctrl-C, kill(1) to
+the launcher, SIGKILL of the launcher (the child must not be left behind) and both killed at
+once (the run reads "ended unknown"). The program is tests/programs/signals.py (plain Python:
+the launcher is what is tested). About 10 s.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+import tpuscope
+from tests.conftest import ROOT, tpuscope_cmd
+
+PROGRAM = ROOT / "tests" / "programs" / "signals.py"
+
+
+def wait_for(check, timeout: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie left for a parent to reap."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def read_pid(path: Path) -> int:
+    return int(wait_for(lambda: path.exists() and path.read_text(), what=f"{path}"))
+
+
+def only_run(store: Path) -> Path:
+    (run_dir,) = [p for p in store.iterdir() if p.is_dir()]
+    return run_dir
+
+
+# -- a real terminal ----------------------------------------------------------------------------
+def in_pty(argv: list[str], interrupt_after: str) -> tuple[int, str]:
+    """Run argv as the session leader of a new pty, type Ctrl-C once `interrupt_after` is printed;
+    (wait status as subprocess gives it, everything the terminal showed)."""
+    try:
+        master, slave = pty.openpty()
+    except OSError as exc:
+        pytest.skip(f"no pseudo-terminal here: {exc}")
+
+    def controlling_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            preexec_fn=controlling_terminal, env=env)
+    os.close(slave)
+    shown, typed = b"", False
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: every process holding the terminal has ended
+            break
+        if not chunk:
+            break
+        shown += chunk
+        if not typed and interrupt_after.encode() in shown:
+            os.write(master, b"\x03")
+            typed = True
+    os.close(master)
+    return proc.wait(timeout=30), shown.decode(errors="replace")
+
+
+def test_ctrl_c_in_a_terminal_stops_the_program_as_without_tpuscope(tmp_path: Path) -> None:
+    bare_code, bare = in_pty([sys.executable, str(PROGRAM), str(tmp_path / "bare.pid")], "step 20")
+    assert bare_code == -signal.SIGINT and "KeyboardInterrupt" in bare
+    store = tmp_path / "s"
+    code, shown = in_pty(tpuscope_cmd("run", "--store", str(store), "-q", "python", str(PROGRAM),
+                                      str(tmp_path / "p.pid")), "step 20")
+    assert code == bare_code, shown
+    assert "interrupted at step" in shown and "step 299" not in shown
+    assert shown.count("KeyboardInterrupt") == bare.count("KeyboardInterrupt") == 1  # delivered once
+    assert "During handling" not in shown
+    meta = tpuscope.load_run(only_run(store)).meta
+    assert meta["status"] == "killed by SIGINT" and meta["exit_code"] == -signal.SIGINT
+    assert meta["end_ns"] > meta["start_ns"]
+
+
+# -- signals sent to the launcher alone ---------------------------------------------------------
+def launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path]:
+    """tpuscope run of the signals program with no terminal; (launcher, child pid, store)."""
+    store = tmp_path / "s"
+    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    launcher = subprocess.Popen(
+        tpuscope_cmd("run", "--store", str(store), "-q", "python", str(PROGRAM), str(tmp_path / "p.pid"), *args),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    return launcher, read_pid(tmp_path / "p.pid"), store
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
+                         ids=lambda s: s.name)
+def test_signals_to_the_launcher_reach_the_program_once(tmp_path: Path, sig: signal.Signals) -> None:
+    launcher, child, store = launch(tmp_path, "count")
+    launcher.send_signal(sig)
+    out, err = launcher.communicate(timeout=30)
+    assert f"counts [('{sig.name}', 1)]" in out, out + err
+    assert launcher.returncode == 3  # the program's own exit status
+    meta = tpuscope.load_run(only_run(store)).meta
+    assert meta["status"] == "failed" and meta["exit_code"] == 3
+
+
+def test_sigterm_to_the_launcher_ends_the_run_with_the_program(tmp_path: Path) -> None:
+    launcher, child, store = launch(tmp_path)
+    wait_for(lambda: launcher.stdout.readline().startswith("step 5"), what="step 5")
+    launcher.terminate()
+    launcher.communicate(timeout=30)
+    assert launcher.returncode == -signal.SIGTERM  # as `timeout` or `docker stop` would see the bare program
+    assert not alive(child)
+    meta = tpuscope.load_run(only_run(store)).meta
+    assert meta["status"] == "killed by SIGTERM" and meta["exit_code"] == -signal.SIGTERM
+    assert meta["end_ns"] >= meta["start_ns"]
+    assert list((only_run(store) / "findings").glob("part-*.parquet"))  # analysed, as any ended run
+
+
+def test_sigkill_of_the_launcher_leaves_no_orphan_and_the_child_records_the_end(tmp_path: Path) -> None:
+    launcher, child, store = launch(tmp_path)
+    wait_for(lambda: launcher.stdout.readline().startswith("step 5"), what="step 5")
+    launcher.kill()
+    launcher.wait(timeout=10)
+    wait_for(lambda: not alive(child), what="the orphaned child to end")
+    meta = wait_for(lambda: (m := tpuscope.load_run(only_run(store)).meta).get("end_ns") and m, what="meta end")
+    assert meta["status"] == "killed by SIGTERM" and meta["launcher_lost"] is True
+
+
+def test_a_run_whose_every_process_died_reads_as_ended_unknown(tmp_path: Path) -> None:
+    """What a machine crash leaves: nobody recorded the end. The launcher is gone, so the run is
+    not shown as running."""
+    launcher, child, store = launch(tmp_path)
+    wait_for(lambda: launcher.stdout.readline().startswith("step 5"), what="step 5")
+    os.kill(child, signal.SIGSTOP)  # so it cannot run its SIGTERM handler when the launcher dies
+    launcher.kill()
+    launcher.wait(timeout=10)
+    os.kill(child, signal.SIGKILL)
+    wait_for(lambda: not alive(child), what="the child to end")
+    run_dir = only_run(store)
+    assert tpuscope.load_run(run_dir).meta["status"].startswith("ended unknown (last write at 20")
+    listing = subprocess.run(tpuscope_cmd("ls", "--store", str(store), "--json"), capture_output=True, text=True)
+    (listed,) = json.loads(listing.stdout)
+    assert listed["status"].startswith("ended unknown")
