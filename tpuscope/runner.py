@@ -129,7 +129,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         if "--xla_dump_to" in flags:
             child.left_to_user.append("XLA_FLAGS --xla_dump_to")
         else:
-            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text"
+            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
             env["XLA_FLAGS"] = f"{flags} {dump}".strip()
             child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
     return child

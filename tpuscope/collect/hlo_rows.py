@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.collect.hlo import HloModule, HloParseError, Instruction, Shape, read_dump
+from tpuscope.collect.hlo_frames import dump_user_lines
 
 MATMUL_OPCODES = ("dot", "convolution")
 # Instructions that move no data of their own: left out of a module's traffic estimate.
@@ -157,10 +158,24 @@ def rows(modules: Iterable[HloModule], **fields: Any) -> dict[str, list[dict[str
 
 def load_dumps(paths: Iterable[str | Path], **fields: Any) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, str]]]:
     """Rows of every readable HLO text file; unreadable ones are returned as refusals naming them."""
-    modules, refused = [], []
+    out: dict[str, list[dict[str, Any]]] = {"hlo_modules": [], "hlo_ops": []}
+    refused = []
     for path in paths:
         try:
-            modules.append(read_dump(path))
+            module = read_dump(path)
         except (OSError, UnicodeDecodeError, HloParseError) as exc:
             refused.append({"path": str(path), "reason": str(exc)})
-    return rows(modules, **fields), refused
+            continue
+        found = rows([module], **fields)
+        _user_lines(found["hlo_ops"], dump_user_lines(path))
+        for name in out:
+            out[name].extend(found[name])
+    return out, refused
+
+
+def _user_lines(ops: list[dict[str, Any]], lines: dict[str, tuple[str, int]]) -> None:
+    """source_file/line become the user's frame where the module's stack index knows it
+    (collect/hlo_frames); elsewhere they stay the innermost frame the text metadata names."""
+    for row in ops:
+        if row["name"] in lines:
+            row["source_file"], row["source_line"] = lines[row["name"]]
