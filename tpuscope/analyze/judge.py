@@ -6,7 +6,8 @@ allocate); whether a compile is a recompile does not depend on them (graph famil
 analyze/families.py). A run whose steps are fewer than N + 1 keeps its last step
 judged, so a short run still has a step time. The trailing step with boundary "end"
 (work after the program's last step boundary, recorded when profiling stops) is the
-"after the loop" phase: reported, never judged as a step.
+"after the loop" phase: reported, never judged as a step, except in a process that had
+no step boundary at all, whose one "end" step is the whole program, judged as one step.
 
 Severity. A finding's cost is measured (or estimated, and it says so) in seconds;
 its severity is that cost's share of the judged steps' wall time (what the program's
@@ -52,7 +53,15 @@ def phases(steps: pd.DataFrame, warmup: int) -> pd.Series:
     limit = pd.Series(warmup, index=loop.index).clip(upper=last) if not loop.empty else warmup
     out = pd.Series("after", index=steps.index, dtype=object)
     out.loc[loop.index] = (loop["step"] >= limit).map({True: "judged", False: "warmup"})
-    return out
+    return out.mask(_whole_program(steps, after, keys), "judged")
+
+
+def _whole_program(steps: pd.DataFrame, after: pd.Series, keys: list[str]) -> pd.Series:
+    """Rows that are a process's only step and an "end" one: no step boundary was ever seen."""
+    if not keys:
+        return after & (len(steps) == 1)
+    sizes = steps.groupby(keys, dropna=False)["step"].transform("size")
+    return after & (sizes == 1)
 
 
 def judged_steps(steps: pd.DataFrame, warmup: int) -> pd.DataFrame:

@@ -39,13 +39,8 @@ TOP = 5
 
 
 def _judged(tables: RunTables) -> pd.DataFrame:
-    """Steps past warm-up (common rule); a run whose only step is the whole run (no step
-    source: no annotation and no jitted step function) is judged as a whole."""
-    judged = common.judged_steps(tables)
-    steps = tables.steps
-    if judged.empty and not steps.empty and set(steps["boundary"].astype(str)) == {"end"}:
-        return steps
-    return judged
+    """The judged steps (analyze/judge: a run with no step boundary is one judged step)."""
+    return common.judged_steps(tables)
 
 
 def _per_step(metrics: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
