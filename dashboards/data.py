@@ -21,9 +21,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tpuscope.analyze.summary import judged, summarize
+from tpuscope.analysis import current
+from tpuscope.detect.registry import order
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import RunStore, read_meta, read_table
+from tpuscope.store import Run, RunStore, read_meta, read_table
+from tpuscope.store.run import ANALYSIS_FILE
 from tpuscope.store.runstore import is_valid_run_id
 
 # Tables other parts of tpuscope add (device view); read when present even if this
@@ -49,6 +51,14 @@ def _signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
                 stat = entry.stat()
                 entries.append((entry.name, stat.st_mtime_ns, stat.st_size))
     return tuple(sorted(entries))
+
+
+def _file_signature(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0)
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def _meta_signature(run_dir: Path) -> tuple[Any, ...]:
@@ -173,37 +183,34 @@ class StoreData:
         return self._cached((run_id, f"derived:{key}"), signature, compute)
 
     def findings(self, run_id: str) -> list[Finding]:
-        """Stored findings, costliest first (the dashboard never re-runs detectors)."""
+        """Stored findings, most severe then costliest first, as every surface lists them
+        (the dashboard never re-runs detectors on an ended run)."""
         def load() -> list[Finding]:
             items = [Finding.from_row(row) for row in self.table(run_id, "findings").to_dict("records")]
             for item in items:  # a None location comes back from Parquet as NaN
                 if not isinstance(item.location, str) or not item.location:
                     item.location = None
-            return sorted(items, key=lambda f: -f.cost_s)
+            return sorted(items, key=order)
 
         return self.derived(run_id, "findings", ("findings",), load)
 
     def summary(self, run_id: str) -> dict[str, Any]:
-        """Headline figures (tpuscope.analyze.summary) plus fallback and finding counts."""
+        """The run's one analysis (tpuscope.analysis: written at the run's end, computed in
+        memory for a run still going) plus the counts the pages show."""
         run_dir = self.run_dir(run_id)
         names = ("steps", "compiles", "fallbacks", "findings")
-        signature = (_meta_signature(run_dir), *(_signature(run_dir / n) for n in names))
+        signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
+                     *(_signature(run_dir / n) for n in names))
         return self._cached((run_id, "summary"), signature, lambda: self._summarize(run_id))
 
     def _summarize(self, run_id: str) -> dict[str, Any]:
         meta = self.meta(run_id)
-        steps, fallbacks = self.table(run_id, "steps"), self.table(run_id, "fallbacks")
-        # The per-op fallback list of summarize() loops over every row in Python (0.5 s on a
-        # 100k-step run); the pages build their own per-call-site table, so it is skipped here.
-        out = summarize(meta, steps, self.table(run_id, "compiles"), fallbacks.iloc[0:0])
-        del out["fallback_ops"]
-        out["fallback_op_kinds"] = int(fallbacks["op"].nunique()) if not fallbacks.empty else 0
-        findings = self.findings(run_id)
-        out["findings_by_severity"] = {s: sum(f.severity == s for f in findings) for s in ("high", "medium", "low")}
-        out["findings"] = len(findings)
-        after = judged(fallbacks, out["warmup"])
-        out["fallback_count"] = int(fallbacks["count"].sum()) if not fallbacks.empty else 0
-        out["fallback_count_after_warmup"] = int(after["count"].sum()) if not after.empty else 0
+        report = current(Run(self.run_dir(run_id)))
+        out = dict(report.summary)
+        ops = out.get("fallback_ops") or []
+        out["fallback_op_kinds"] = len(ops)
+        out["fallback_count"] = int(sum(op["count"] for op in ops))
+        out["findings"] = len(report.findings)
         out["start_ns"] = meta.get("start_ns")
         out["ended"] = ended(meta)
         return out
@@ -232,21 +239,8 @@ class StoreData:
         }
 
     def brief(self, run_id: str) -> dict[str, Any]:
-        """The Runs page's figures, computed as tpuscope.analyze.summary does but from 6 columns."""
-        meta = self.meta(run_id)
-        warmup = int(meta.get("warmup", 2))
-        after = judged(self.columns(run_id, "steps", ["step", "wall_ns"]), warmup)
-        compiles = judged(self.columns(run_id, "compiles", ["step"]), warmup)
-        fallbacks = self.columns(run_id, "fallbacks", ["count"])
-        severity = self.columns(run_id, "findings", ["severity"])["severity"]
-        return {
-            **self.header(run_id), "start_ns": meta.get("start_ns"),
-            "steps": len(self.columns(run_id, "steps", ["step", "wall_ns"])),
-            "step_time_p50_ms": float(after["wall_ns"].quantile(0.5) / 1e6) if not after.empty else None,
-            "compiles_after_warmup": len(compiles),
-            "fallback_count": int(fallbacks["count"].sum()) if not fallbacks.empty else 0,
-            "findings_by_severity": {s: int((severity == s).sum()) for s in ("high", "medium", "low")},
-        }
+        """The Runs page's figures: the run's summary (a JSON file once the run has ended)."""
+        return {**self.header(run_id), **self.summary(run_id)}
 
     def run_rows(self) -> list[dict[str, Any]]:
         """One row per run for the Runs page; a damaged run gets a row that says so."""
@@ -271,7 +265,7 @@ def runs_row(summary: dict[str, Any]) -> dict[str, Any]:
         "device": summary.get("device_kind") or "-",
         "steps": summary["steps"],
         "p50_ms": None if p50 is None else round(p50, 3),
-        "compiles_after_warmup": summary["compiles_after_warmup"],
+        "recompiles": summary["recompiles"],
         "fallbacks": summary["fallback_count"],
         "high": sev.get("high", 0),
         "medium": sev.get("medium", 0),

@@ -1,9 +1,10 @@
 """Input shapes of compiled graphs, as the pages show them (compiles DataFrame in, rows out).
 
-The parsing, diffing and varying-dim logic is tpuscope's own (tpuscope.analyze.shapes
-and the recompile rule's `what_changed`), so the Recompiles page says exactly what
-the recompile finding says; this module only applies it to every compile of a run
-with a bounded look-back, and lays values out per step for the charts.
+The parsing, diffing and varying-dim logic is tpuscope's own (tpuscope.analyze.shapes,
+the graph families of tpuscope.analyze.families and the recompile rule's
+`xla_changes`), so the Recompiles page says exactly what the recompile finding says;
+this module only applies it to every compile of a run with a bounded look-back, and
+lays values out per step for the charts.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.shapes import parse_shape, shape_distance, varying_dims
-from tpuscope.detect.recompile import what_changed
+from tpuscope.detect.recompile import xla_changes
 
-LOOKBACK = 64  # earlier graphs of one call site considered as the predecessor
+LOOKBACK = 64  # earlier graphs of one family considered as the predecessor
 
 
 def shape_list(value: Any) -> list[str] | None:
@@ -38,7 +39,8 @@ def _closest(candidates: list[dict[str, Any]], shapes: list[str] | None) -> dict
 def shape_diffs(compiles: pd.DataFrame) -> pd.DataFrame:
     """Per compile (index of `compiles`): the predecessor's position, the changes, and a one-line diff.
 
-    Candidates are the latest graph of each distinct input-shape list at the call site
+    Candidates are the latest graph of each distinct input-shape list in the graph family
+    (the `family` column of analyze.families; the call site when it is absent)
     (the last LOOKBACK of them): a recompile storm over a few sizes compares against a
     handful of graphs, not every earlier one.
     """
@@ -46,15 +48,16 @@ def shape_diffs(compiles: pd.DataFrame) -> pd.DataFrame:
     seen: dict[Any, OrderedDict[Any, dict[str, Any]]] = {}
     order = compiles.sort_values(["time_ns", "index"]).index if "time_ns" in compiles else compiles.index
     for idx, row in zip(order, compiles.loc[order].to_dict("records"), strict=True):
-        earlier = seen.setdefault(row.get("location") or row.get("cause") or "?", OrderedDict())
+        earlier = seen.setdefault(row.get("family") or row.get("location") or row.get("cause") or "?",
+                                  OrderedDict())
         shapes = shape_list(row.get("input_shapes"))
         key = tuple(shapes) if shapes is not None else ("#", idx)
         before = earlier.get(key) if shapes is not None else None
         if before is None:
             before = _closest(list(earlier.values())[-LOOKBACK:], shapes)
-        changes = what_changed(row, before) if before is not None else []
+        changes = xla_changes(row, before) if before is not None else []
         if before is None:
-            diff = "first graph of this call site"
+            diff = "first compile of this graph"
         elif not changes:
             diff = "not recorded (no input shapes)"
         else:

@@ -121,11 +121,14 @@ def test_empty_tables_give_a_figure_that_says_why():
     assert "No CPU fallbacks" in fallback_heatmap(fallbacks_frame([])).layout.annotations[0].text
 
 
-def test_compile_bars_split_warmup_from_recompiles_and_sum_per_step():
-    compiles = compiles_frame([(0, 9.0, "a", None), (5, 1.0, "a", None), (5, 0.5, "a", None)])
-    warm, after = compile_bars(compiles, warmup=2).data
-    assert warm.name == "warm-up" and list(warm.x) == [0] and list(warm.y) == [9.0]
-    assert after.name == "after warm-up" and list(after.x) == [5] and list(after.y) == [1.5]
+def test_compile_bars_split_first_compiles_from_recompiles_and_sum_per_step():
+    from tpuscope.analyze.families import graph_families
+
+    compiles = compiles_frame([(0, 9.0, "a", None), (5, 1.0, "a", None), (5, 0.5, "a", None),
+                               (6, 2.0, "b", None)])
+    first, again = compile_bars(graph_families(compiles)).data
+    assert first.name == "first compiles" and list(first.x) == [0, 6] and list(first.y) == [9.0, 2.0]
+    assert again.name == "recompiles" and list(again.x) == [5] and list(again.y) == [1.5]
 
 
 # --- fallbacks ------------------------------------------------------------------------
@@ -240,8 +243,8 @@ def test_shape_diff_names_the_changed_argument_against_the_closest_graph_of_the_
         (5, 1, "a.py:1", None),
     ])
     diffs = shape_diffs(compiles)
-    assert diffs.loc[0, "diff"] == "first graph of this call site"
-    assert diffs.loc[1, "diff"] == "first graph of this call site"
+    assert diffs.loc[0, "diff"] == "first compile of this graph"
+    assert diffs.loc[1, "diff"] == "first compile of this graph"
     assert diffs.loc[2, "changes"] == ["arg 0: f32[4,41] -> f32[4,53]", "arg 1: f32[8] -> f32[9]"]
     # closest earlier graph of the site by tpuscope's shape_distance (the recompile rule's choice):
     # #0 and #2 both differ in one dim; #0's change (8 -> 9) is the smaller one
@@ -299,14 +302,18 @@ def test_summary_and_runs_row_match_the_tables(small_store):
     data = StoreData(root)
     summary = data.summary(run_dir.name)
     fallbacks = data.table(run_dir.name, "fallbacks")
-    assert summary["fallback_count"] == int(fallbacks["count"].sum())
+    cpu = fallbacks[fallbacks["op"] != "aten::_local_scalar_dense"]  # value reads are host syncs
+    assert summary["fallback_count"] == int(cpu["count"].sum()) > 0
     row = runs_row(summary)
     findings = data.table(run_dir.name, "findings")
     assert row["steps"] == 50 and row["fallbacks"] == summary["fallback_count"]
     for sev in ("high", "medium", "low"):
         assert row[sev] == int((findings["severity"] == sev).sum())
     assert runs_row(data.brief(run_dir.name)) == row  # the Runs page's light path agrees
-    assert row["compiles_after_warmup"] == len(data.table(run_dir.name, "compiles")) - 2
+    from tpuscope.analyze.families import graph_families
+
+    families = graph_families(data.table(run_dir.name, "compiles"))
+    assert row["recompiles"] == int(families["recompile"].sum()) == summary["recompiles"]
 
 
 def test_router_pages_and_error_pages(small_store):

@@ -14,12 +14,10 @@ import pytest
 
 from tpuscope.analyze.shapes import diff_shapes, parse_shape, suggest_buckets, varying_dims
 from tpuscope.detect import RunTables, detect
-from tpuscope.detect.common import effective_warmup, judged_steps
-from tpuscope.detect.compile_time import detect_compile_time
+from tpuscope.detect.common import judged_steps
 from tpuscope.detect.cpu_fallback import detect_cpu_fallback
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.recompile import detect_recompile
-from tpuscope.detect.shape_churn import detect_shape_churn
 from tpuscope.schema import TABLES
 from tpuscope.store.run import table_to_frame
 
@@ -65,29 +63,25 @@ def static_run() -> RunTables:
         compile_row(1, ["s64[8,65]", *params, "f32[512,32]", "f32[32]"], "b")])
 
 
-# -- warm-up -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("compiling", "warmup", "expected"), [
-    ({0, 1}, 2, 2),               # settles at step 2: the --warmup default
-    ({0}, 2, 2),                  # settled early: --warmup still holds
-    ({0, 1, 2}, 2, 3),            # needs a third step: extended to the first quiet step
-    (set(range(10)), 2, 4),       # never settles: judged from 2N
-    ({0, 1, 2, 3, 4, 5}, 2, 4),   # settles late: capped at 2N
-    ({0, 1}, 0, 0),
-])
-def test_effective_warmup(compiling: set[int], warmup: int, expected: int) -> None:
-    assert effective_warmup(steps(10, {i: 1 for i in compiling}), warmup) == expected
-
-
+# -- judged steps --------------------------------------------------------------------------
 def test_end_step_is_never_judged() -> None:
     frame_ = steps(5)
     frame_.loc[4, "boundary"] = "end"
     assert list(judged_steps(tables(frame_))["step"]) == [2, 3]
 
 
+def test_a_short_run_keeps_its_last_step_judged() -> None:
+    assert list(judged_steps(tables(steps(2)))["step"]) == [1]
+
+
 # -- clean run -----------------------------------------------------------------------------
 def test_clean_static_run_has_no_findings() -> None:
-    assert detect(static_run(), [detect_recompile, detect_shape_churn, detect_cpu_fallback,
-                                 detect_host_sync, detect_compile_time]) == []
+    """Two first compiles (the first step, then the step with optimizer state as inputs) are
+    two graph families: no recompile, whatever the warm-up."""
+    assert detect(static_run()) == []
+    unjudged = static_run()
+    unjudged.meta["warmup"] = 0
+    assert detect(unjudged) == []
 
 
 # -- recompile -----------------------------------------------------------------------------
@@ -102,17 +96,29 @@ def test_recompile_names_the_argument_that_changed() -> None:
     assert finding.evidence["changes"] == ["arg 0: f32[4,41,128] -> f32[4,53,128]"]
     assert finding.evidence["compiles"][0]["against_graph"] == "b"  # closest graph, not the first
     assert finding.steps == [5] and finding.cost_s == pytest.approx(0.7)
-    assert "compile time" in finding.detail and "pad" in finding.fix
-    assert finding.title == "1 recompile after warm-up at train.py:67"
+    assert "compile time" in finding.detail and "pad dim 1 of arg 0" in finding.fix
+    assert finding.title == "1 recompile at train.py:67: dim 1 of arg 0 took 2 sizes"
+
+
+def test_a_setup_graph_and_an_eval_graph_are_first_compiles() -> None:
+    """Compiles late in the run from other lines or with another structure are not recompiles."""
+    params = ["f32[512,32]", "f32[32]"]
+    run = tables(steps(8, {0: 1, 1: 1, 6: 1}), [
+        compile_row(0, ["f32[8,128]", *params], "a", location="/home/u/setup.py:9"),
+        compile_row(1, ["f32[8,128]", *params], "b"),
+        compile_row(6, ["f32[8,128]", *params], "c", location="/home/u/eval.py:30")])
+    assert detect_recompile(run) == []
 
 
 def test_recompile_storm_is_one_high_finding() -> None:
     compiles = [compile_row(i, [f"s64[2,{8 + i}]", "f32[128,32]"], f"g{i}", ms=900) for i in range(10)]
     [finding] = detect_recompile(tables(steps(10, {i: 1 for i in range(10)}, compile_ms=900), compiles))
-    assert finding.severity == "high" and finding.title.startswith("Recompile storm: 6 of 6 steps")
-    assert finding.steps == [4, 5, 6, 7, 8, 9]
-    assert finding.evidence["storm"]["varying_dims"] == ["arg 0 dim 1: 10 sizes, 8..17"]
-    assert finding.cost_s == pytest.approx(6 * 0.9)
+    assert finding.severity == "high"
+    assert finding.title == "Recompile storm at train.py:67: 9 of 10 steps compiled again (8.1 s compiling)"
+    assert finding.steps == list(range(1, 10))
+    assert finding.evidence["shape_churn"]["values"] == list(range(8, 18))
+    assert set(finding.evidence["facets"]) == {"compile_time", "shape_churn", "storm"}
+    assert finding.cost_s == pytest.approx(9 * 0.9)
 
 
 def test_same_shapes_means_a_traced_constant() -> None:
@@ -156,38 +162,42 @@ def churn_run(lengths: list[int]) -> RunTables:
     return tables(steps(len(lengths) + 4, {i: 1 for i in range(len(lengths))}), compiles)
 
 
-def test_shape_churn_reports_dim_values_and_a_bucket_plan() -> None:
-    [finding] = detect_shape_churn(churn_run([38, 42, 46, 54, 59, 65]))
-    ev = finding.evidence
+def test_shape_churn_is_a_facet_of_the_recompile_with_a_bucket_plan() -> None:
+    [finding] = detect_recompile(churn_run([38, 42, 46, 54, 59, 65]))
+    ev = finding.evidence["shape_churn"]
     assert (ev["arg"], ev["dim"], ev["values"]) == (0, 1, [38, 42, 46, 54, 59, 65])
     assert ev["linked_dims"] == [[0, 1], [1, 1]]  # input_ids and labels move together
     assert ev["buckets"] == [46, 65] and ev["padding_waste"] <= 0.10
-    assert "pad to {46, 65}: 2 graphs instead of 6, 9% padding" in finding.detail
-    assert finding.cost_s == pytest.approx(4 * 1.0)  # 6 graphs - 2 buckets, 1 s each
+    assert "pad to {46, 65}, 2 graphs instead of 6, 9% padding" in finding.detail
+    assert ev["saved_s"] == pytest.approx(4 * 1.0)  # 6 graphs - 2 buckets, 1 s each
+    assert finding.cost_s == pytest.approx(5 * 1.0)  # the 5 recompiles, measured
 
 
-def test_two_sizes_only_in_warmup_is_not_churn() -> None:
-    assert detect_shape_churn(churn_run([38, 42])) == []
+def test_two_sizes_pad_to_the_larger_or_drop_the_short_batch() -> None:
+    compiles = [compile_row(i, [f"f32[{n},64]", "f32[64,10]"], f"g{i}") for i, n in enumerate([32, 8])]
+    [finding] = detect_recompile(tables(steps(6, {0: 1, 1: 1}), compiles))
+    assert "plan" not in finding.evidence["shape_churn"]
+    assert "the largest, 32" in finding.fix and "drop_last=True" in finding.fix
 
 
 def test_different_signatures_are_different_programs() -> None:
     run = tables(steps(6, {0: 1, 1: 1, 2: 1}), [
         compile_row(0, ["s64[4,38]"], "a"), compile_row(1, ["s64[4,42]", "f32[9]"], "b"),
         compile_row(2, ["f32[4,46]"], "c")])
-    assert detect_shape_churn(run) == []
+    assert detect_recompile(run) == []
 
 
 def test_data_dependent_index_lengths_point_at_the_fallback() -> None:
     run = churn_run([14, 15, 16])
     run.fallbacks = frame("fallbacks", [{"step": 3, "op": "aten::nonzero", "count": 2, "location": None}])
-    [finding] = detect_shape_churn(run)
+    [finding] = detect_recompile(run)
     assert "aten::nonzero" in finding.fix and "instead of bucketing" in finding.fix
 
 
-def test_shape_churn_without_shapes_uses_input_sizes() -> None:
+def test_recompiles_without_shapes_use_input_sizes() -> None:
     compiles = [compile_row(i, None, f"g{i}", num_inputs=25, input_gb=0.001 * (i + 1)) for i in range(4)]
-    [finding] = detect_shape_churn(tables(steps(8, {i: 1 for i in range(4)}), compiles))
-    assert "differ only in input size" in finding.title and "--deep" in finding.detail
+    [finding] = detect_recompile(tables(steps(8, {i: 1 for i in range(4)}), compiles))
+    assert "graph input size" in finding.evidence["changes"][0] and "--deep" in finding.detail
 
 
 # -- cpu_fallback --------------------------------------------------------------------------
@@ -203,15 +213,17 @@ def test_cpu_fallback_per_op_with_site_alternative_and_cost() -> None:
                for i in range(6)]
     [finding] = detect_cpu_fallback(tables(steps(6, reads=3), fallbacks=rows, metrics=metrics))
     assert finding.rule == "cpu_fallback" and finding.evidence["op"] == "aten::nonzero"
-    assert finding.evidence["per_step"] == 2.0 and finding.steps == [2, 3, 4, 5]
+    assert finding.evidence["per_step"] == 2.0 and finding.steps == [0, 1, 2, 3, 4, 5]
     assert finding.location == where and finding.evidence["sites"][0]["per_traced_step"] == 2
     assert "torch.where(mask, x, 0)" in finding.fix
-    assert finding.cost_s == pytest.approx(4 * 3e6 * 2 / 3 / 1e9)  # 2 of 3 reads, 4 judged steps
+    assert finding.cost_s == pytest.approx(6 * 3e6 * 2 / 3 / 1e9)  # 2 of 3 reads, every step
 
 
-def test_fallback_only_during_warmup_is_not_reported() -> None:
+def test_a_fallback_in_setup_is_still_a_fallback_priced_by_its_cost() -> None:
     rows = [{"step": 0, "op": "aten::median", "count": 1, "location": None}]
-    assert detect_cpu_fallback(tables(steps(5), fallbacks=rows)) == []
+    metrics = [{"step": 0, "name": "TransferFromDeviceTime", "kind": "metric", "count": 1, "total": 1e5}]
+    [finding] = detect_cpu_fallback(tables(steps(5), fallbacks=rows, metrics=metrics))
+    assert finding.steps == [0] and finding.severity == "low"  # 0.1 ms of 0.5 s
 
 
 def test_unknown_op_gets_the_generic_advice() -> None:
@@ -237,14 +249,6 @@ def test_a_read_every_few_steps_is_fine() -> None:
     frame_ = steps(10)
     frame_.loc[frame_["step"] == 5, "transfers_from_device"] = 1
     assert detect_host_sync(tables(frame_)) == []
-
-
-# -- compile_time --------------------------------------------------------------------------
-def test_compile_time_share_above_the_bound() -> None:
-    run = tables(steps(10, {0: 1, 1: 1, 6: 1}, wall_ms=100, compile_ms=300))
-    [finding] = detect_compile_time(run)
-    assert finding.evidence["share"] == pytest.approx(0.3 / 0.8) and finding.severity == "high"
-    assert detect_compile_time(tables(steps(10, {0: 1, 1: 1}, compile_ms=300))) == []
 
 
 # -- shapes --------------------------------------------------------------------------------

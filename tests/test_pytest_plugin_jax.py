@@ -113,7 +113,7 @@ def test_fixture_api(tpuscope):
     assert (again.function, again.number) == ("train_step", 2)
     assert again.changes == ("arg batch['x']: f32[16,64] -> f32[24,64]",)
     assert again.cause == "retrace of train_step: arg batch['x']: f32[16,64] -> f32[24,64]"
-    with pytest.raises(AssertionError, match="1 recompile after warm-up, limit 0"):
+    with pytest.raises(AssertionError, match="1 recompile, limit 0"):
         w.assert_no_recompiles()
     w.assert_no_fallbacks()
 
@@ -195,7 +195,8 @@ def test_short_last_batch_names_function_line_and_change(cases) -> None:
     defined = line_of(CASES, "def train_step") - 1  # JAX counts the decorator line
     result.stdout.fnmatch_lines([
         "*_ test_short_last_batch _*",
-        "tpuscope: 1 recompile after warm-up, limit 0 (warm-up: the first compile of each jitted function)",
+        "tpuscope: 1 recompile, limit 0 (a recompile: a graph compiled again after its first compile, "
+        "judged per graph family: the same line and graph structure, or the same jitted function)",
         f"  compile 2 of train_step (test_jax_cases.py:{defined}), cause: retrace of train_step",
         f"    at test_jax_cases.py:{line}: w = train_step(w, {{\"x\": jnp.ones((n, 64))}})  # LAST BATCH",
         esc("    what changed: arg batch['x']: f32[32,64] -> f32[8,64]"),
@@ -215,7 +216,7 @@ def test_static_argument_and_redefinition_are_named(cases) -> None:
     ])
     result.stdout.fnmatch_lines([
         "*_ test_jit_in_loop _*",
-        "tpuscope: 2 recompiles after warm-up, limit 0 *",
+        "tpuscope: 2 recompiles, limit 0 *",
         f"  compile 2 of <lambda> (test_jax_cases.py:{redefined}), cause: <lambda> re-defined on every call",
         f"    at test_jax_cases.py:{redefined}: jax.jit(lambda v: v + 1)(W)  # REDEFINED",
         "    what changed: a new function object on every call, so jit's cache never hits",
@@ -228,19 +229,19 @@ def test_summary_lists_every_watched_test(cases) -> None:
     result, store = cases
     result.stdout.fnmatch_lines([
         "*- tpuscope: 8 watched tests -*",
-        " steps  compiles  after warm-up  fallbacks  test",
-        "     1         *              0          0  test_jax_cases.py::test_static",
-        "     1         *              1          0  test_jax_cases.py::test_short_last_batch  "
+        " steps  compiles  recompiles  fallbacks  test",
+        "     1         *           0          0  test_jax_cases.py::test_static",
+        "     1         *           1          0  test_jax_cases.py::test_short_last_batch  "
         "OVER LIMIT: 1 recompile > 0",
-        "     1         *              1          0  test_jax_cases.py::test_static_argument  "
+        "     1         *           1          0  test_jax_cases.py::test_static_argument  "
         "OVER LIMIT: 1 recompile > 0",
         "     * test_jax_cases.py::test_jit_in_loop  OVER LIMIT: 2 recompiles > 0",
-        "     1         *              0          0  test_jax_cases.py::test_eager_ops_are_not_judged",
-        "     1         *              1          0  test_jax_cases.py::test_fixture_api",
+        "     1         *           0          0  test_jax_cases.py::test_eager_ops_are_not_judged",
+        "     1         *           1          0  test_jax_cases.py::test_fixture_api",
         # calls that hit the cache never leave C++: a watch with no compile sees no step
-        "     0         0              0          0  test_jax_cases.py::test_warmed_up_before_the_watch",
-        "     1         *              1          0  test_jax_cases.py::test_warmed_up_before_the_watch (watch 2)",
-        "     1         *              *          0  test_jax_cases.py::test_without_explanations",
+        "     0         0           0          0  test_jax_cases.py::test_warmed_up_before_the_watch",
+        "     1         *           1          0  test_jax_cases.py::test_warmed_up_before_the_watch (watch 2)",
+        "     1         *           *          0  test_jax_cases.py::test_without_explanations",
         f"runs saved in {store} (tpuscope ls --store {store})",
     ])
 
@@ -305,7 +306,8 @@ def test_loading_the_plugin_leaves_jax_alone(pytester: pytest.Pytester,
 
 def test_causes_name_their_function() -> None:
     """The JAX collector's cause vocabulary (docs/backends.md), as the watch reads it."""
-    from tpuscope.watch_jax import arg_name, function_of
+    from tpuscope.analyze.families import jax_program as function_of
+    from tpuscope.detect.jax_advice import arg_name
 
     assert function_of("first trace of train_step") == ("train_step", False)
     assert function_of("retrace of f: arg x: f32[16,8] -> f32[10,8]; arg y: i32[] -> f32[]") == ("f", False)

@@ -109,7 +109,7 @@ def test_meta_records_versions_device_and_env(runs) -> None:
     meta = tpuscope.load_run(run_dir).meta
     assert meta["status"] == "finished" and meta["exit_code"] == 0
     assert meta["env_set"]["PJRT_DEVICE"] == "CPU"
-    assert "no TPU found: set PJRT_DEVICE=CPU" in proc.stderr
+    assert "no TPU found: torch_xla ran on the CPU (PJRT_DEVICE=CPU, set by tpuscope)" in proc.stderr
     (proc_meta,) = meta["processes"]
     assert proc_meta["backend"] == "torch_xla" and proc_meta["device_kind"] == "CPU"
     assert {"python", "torch", "torch_xla", "tpuscope"} <= set(proc_meta["versions"])

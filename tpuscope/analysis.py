@@ -1,4 +1,10 @@
-"""Finish a run: run the detectors over its tables, store the findings, build the summary."""
+"""The one analysis of a run: graph families, judged steps, findings and the summary.
+
+It runs once when a run ends (and again on `tpuscope show --reanalyze` or an import)
+and writes its result into the run: the `findings` table and `analysis.json` (the
+summary). Every surface — the console report, `show --json`, the dashboard, the
+pytest plugin — reads what was written here, so they state the same counts.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,16 @@ from typing import Any
 
 from tpuscope.analyze.summary import summarize
 from tpuscope.detect import RunTables, detect
+from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
+
+ANALYSIS_VERSION = 2  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
 class RunReport:
-    """What every renderer shows: headline figures and findings, costliest first."""
+    """What every renderer shows: headline figures and findings, most severe first."""
 
     summary: dict[str, Any]
     findings: list[Finding]
@@ -22,15 +31,36 @@ class RunReport:
         return {"summary": self.summary, "findings": [f.to_dict() for f in self.findings]}
 
 
-def analyze(run: Run, redetect: bool = True) -> RunReport:
-    """Summary plus findings; with redetect the findings are recomputed and stored."""
-    if redetect:
-        findings = detect(RunTables.from_run(run))
-        run.write_findings(findings)
-    else:
-        findings = run.findings_list()
-    summary = summarize(run.meta, run.steps, run.compiles, run.fallbacks)
+def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
+    summary = summarize(tables.meta, tables.steps, tables.families, tables.fallbacks, tables.metrics)
     summary["findings_by_severity"] = {
-        sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")
-    }
-    return RunReport(summary=summary, findings=sorted(findings, key=lambda f: -f.cost_s))
+        sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
+    summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
+                                   for rule in sorted({f.rule for f in findings})}
+    summary["analysis_version"] = ANALYSIS_VERSION
+    return summary
+
+
+def current(run: Run) -> RunReport:
+    """The run's analysis as written, or (a run still going, or one from an older tpuscope)
+    computed now without writing: readers such as the dashboard never write into a run."""
+    stored = run.analysis
+    if stored is not None and stored.get("analysis_version") == ANALYSIS_VERSION:
+        return RunReport(summary=stored, findings=sorted(run.findings_list(), key=order))
+    tables = RunTables.from_run(run)
+    findings = detect(tables)
+    return RunReport(summary=_summary(tables, findings), findings=findings)
+
+
+def analyze(run: Run, redetect: bool = True) -> RunReport:
+    """Findings and summary; with redetect (or when the run has no stored analysis) they are
+    computed and written into the run, else read back as written."""
+    stored = None if redetect else run.analysis
+    if stored is not None and stored.get("analysis_version") == ANALYSIS_VERSION:
+        return RunReport(summary=stored, findings=sorted(run.findings_list(), key=order))
+    tables = RunTables.from_run(run)
+    findings = detect(tables)
+    summary = _summary(tables, findings)
+    run.write_findings(findings)
+    run.write_analysis(summary)
+    return RunReport(summary=summary, findings=findings)

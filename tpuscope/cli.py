@@ -72,10 +72,20 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
         fail(str(exc))
     report = analyze(Run(run_dir))
     if not quiet:
+        note = backend_note(report.summary, Run(run_dir).meta)
+        if note:
+            click.echo(f"tpuscope: {note}", err=True)
         render(report, Console(stderr=True))
         click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
         click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
     sys.exit(code)
+
+
+def backend_note(summary: dict, meta: dict) -> str | None:
+    """What tpuscope chose for the program's backend, said only for the backend that ran."""
+    if summary.get("backend") == "torch_xla" and (meta.get("env_set") or {}).get("PJRT_DEVICE") == "CPU":
+        return "no TPU found: torch_xla ran on the CPU (PJRT_DEVICE=CPU, set by tpuscope)"
+    return None
 
 
 @main.command(name="ls")

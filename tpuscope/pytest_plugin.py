@@ -36,8 +36,8 @@ MARKER = FIXTURE = "tpuscope"
 PLUGIN_NAME = "tpuscope-session"
 RUNNER_NAME = "tpuscope-runner"
 MARKER_HELP = ("tpuscope(max_recompiles=0, max_fallbacks=0, warmup_steps=1, allow_fallbacks=[]): "
-               "fail the test if it compiles graphs after warm-up (torch_xla: after the first "
-               "steps; JAX: a jitted function compiled again) or runs aten ops on the host")
+               "fail the test if it recompiles (a graph compiled again from the same line and "
+               "structure; JAX: a jitted function compiled again) or runs aten ops on the host")
 
 
 class MarkerError(ValueError):
@@ -77,7 +77,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tpuscope", action="store_true", default=False,
                     help="watch every test and list its compiles and CPU fallbacks in the summary")
     group.addoption("--tpuscope-max-recompiles", type=_count, metavar="N", default=None,
-                    help="fail a watched test that compiles more than N graphs after warm-up "
+                    help="fail a watched test that recompiles more than N times "
                          "(implies --tpuscope; a marker's own value wins)")
     group.addoption("--tpuscope-max-fallbacks", type=_count, metavar="N", default=None,
                     help="fail a watched test whose aten ops run on the host more than N times "
@@ -360,8 +360,8 @@ def tpuscope(request: pytest.FixtureRequest) -> TpuscopeFixture:
 
 # -- the terminal summary ---------------------------------------------------------------
 def summary_lines(results: list[dict[str, Any]], store: Path | None) -> list[str]:
-    """One line per watch: steps, compiles, compiles after warm-up, fallback calls, test."""
-    lines = [f"{'steps':>6} {'compiles':>9} {'after warm-up':>14} {'fallbacks':>10}  test"]
+    """One line per watch: steps, compiles, recompiles, fallback calls, test."""
+    lines = [f"{'steps':>6} {'compiles':>9} {'recompiles':>11} {'fallbacks':>10}  test"]
     for result in results:
         for watch in result["watches"]:
             fallbacks = watch.get("fallbacks") or {}
@@ -375,7 +375,7 @@ def summary_lines(results: list[dict[str, Any]], store: Path | None) -> list[str
             elif result["outcome"] != "passed":
                 name += f"  {result['outcome'].upper()}"
             lines.append(f"{watch['steps']:>6} {watch['compiles']:>9} "
-                         f"{watch['compiles_after_warmup']:>14} {sum(fallbacks.values()):>10}  {name}")
+                         f"{watch['recompiles']:>11} {sum(fallbacks.values()):>10}  {name}")
     if store is not None:
         lines.append(f"runs saved in {store} (tpuscope ls --store {store})")
     return lines

@@ -115,8 +115,8 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
     env[autostart.ENV_WARMUP] = str(warmup)
     env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
-    if not tpu_present() and child.set_default("PJRT_DEVICE", "CPU"):
-        child.notes.append("no TPU found: set PJRT_DEVICE=CPU, so torch_xla runs on the CPU")
+    if not tpu_present():
+        child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
     if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
         env[autostart.ENV_OWNS_DEBUG] = "1"
         child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")

@@ -2,12 +2,12 @@
 
 A Watch is a short in-process profile — a run in the store, collected by the same
 Session and backend collectors as `tpuscope run` and `tpuscope.profile()` — plus the
-judgement a test needs: how many graphs compiled after warm-up and which ops fell back
+judgement a test needs: which graphs compiled again (recompiles) and which ops fell back
 to the host, with messages that name the step, the cause, the user's line and what
-changed. It reads only the run's tables (and the detectors' findings). torch_xla is
-judged by steps (graphs compiled after the first `warmup_steps` steps); JAX, whose
-watches cannot see steps reliably, by function (a jitted function compiled again after
-its own first compile: tpuscope.watch_jax). The API and messages are the same.
+changed. It judges as the analysis does, by graph family (tpuscope.analyze.families:
+torch_xla, the user's line and the graph's structure; JAX, the jitted function): a
+further compile of a family is a recompile, whichever step it falls in. Value reads
+(`.item()`) are host syncs, not fallbacks. The API and messages are the same for both.
 
     with Watch(name="decode", warmup_steps=1) as w:
         for _ in range(5):
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from tpuscope import watch_env, watch_jax
 from tpuscope.analysis import analyze
+from tpuscope.analyze.families import graph_families, process_backends
+from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
+from tpuscope.detect import jax_advice
 from tpuscope.schema import Finding
 from tpuscope.store import Run, RunStore, update_meta
 from tpuscope.watch_text import describe_fallbacks, describe_recompiles, fallback_name, plural
@@ -64,7 +65,8 @@ class Limits:
 
 @dataclass(frozen=True)
 class Recompile:
-    """One graph compiled after warm-up, with what the collector and detectors know of it.
+    """One recompile (a further compile of a graph family), with what the collector and
+    detectors know of it.
 
     JAX compiles also name the jitted function, where it is defined and which of its
     compiles this is (2 = its first recompile), with a fix for what JAX said differed."""
@@ -187,6 +189,7 @@ class Watch:
 
     @property
     def compiles_after_warmup(self) -> int:
+        """len(recompiles), by its older name."""
         return len(self.recompiles)
 
     @property
@@ -196,18 +199,16 @@ class Watch:
 
     @property
     def recompiles(self) -> list[Recompile]:
-        """torch_xla graphs compiled in judged steps >= warmup_steps, then JAX functions
-        compiled again after their first warmup_steps compiles; oldest first."""
+        """Compiles of a graph family beyond its first `warmup_steps` compiles, oldest first
+        (analyze/families.py: the same families the analysis judges; warmup_steps=1 is its
+        rule exactly, 0 judges every compile, 2 lets each family compile twice)."""
         run = self._tables()
-        compiles = run.compiles
-        if compiles.empty:
+        families = graph_families(run.compiles, process_backends(run.meta))
+        if families.empty:
             return []
-        xla = compiles[~watch_jax.jax_rows(run)]
-        judged = (xla["step"] >= self.warmup_steps) & ~xla["step"].isin(self._unjudged())
-        after = xla[judged].sort_values(["step", "index"])
+        judged = families[~families["eager"].astype(bool) & (families["family_seq"] >= self.warmup_steps)]
         rules = [f for f in self._findings if f.rule == "recompile"]
-        out = [self._recompile(row, xla, rules) for row in after.to_dict("records")]
-        return out + [_jax_recompile(item, rules) for item in watch_jax.recompiles(run, self.warmup_steps)]
+        return [self._recompile(row, run, rules) for row in judged.to_dict("records")]
 
     @property
     def fallbacks(self) -> dict[str, int]:
@@ -217,7 +218,7 @@ class Watch:
     @property
     def fallback_ops(self) -> list[Fallback]:
         frame = self._tables().fallbacks
-        frame = frame[~frame["step"].isin(self._unjudged())] if not frame.empty else frame
+        frame = frame[~frame["op"].map(is_value_read)] if not frame.empty else frame
         if frame.empty:
             return []
         rules = [f for f in self._findings if f.rule == "cpu_fallback"]
@@ -231,23 +232,19 @@ class Watch:
                                 location=location, finding=finding))
         return sorted(out, key=lambda f: -f.count)
 
-    def _unjudged(self) -> set[int]:
-        """The trailing "end" step (work after the last step boundary: a test's checks on
-        its results, `out.sum().item()`) when there were steps before it, as in the detectors."""
-        steps = self._tables().steps
-        if len(steps) <= 1:
-            return set()
-        return {int(s) for s in steps.loc[steps["boundary"].astype(str).eq("end"), "step"]}
-
-    def _recompile(self, row: dict[str, Any], compiles: pd.DataFrame,
-                   rules: list[Finding]) -> Recompile:
-        step, graph = int(row["step"]), row.get("graph_hash") or None
-        finding = next((f for f in rules if graph and graph in f.evidence.get("graph_hashes", [])),
-                       None) or next((f for f in rules if step in f.steps), None)
-        changes = _finding_changes(finding, step, graph) or _shape_changes(row, compiles)
+    def _recompile(self, row: dict[str, Any], run: Run, rules: list[Finding]) -> Recompile:
+        step, graph, index = int(row["step"]), row.get("graph_hash") or None, int(row["index"])
+        finding = next((f for f in rules if any(isinstance(c, dict) and c.get("index") == index
+                                                for c in f.evidence.get("compiles", []))), None)
+        function = row.get("function") or None
+        diffs = jax_advice.diffs_of(run.retraces, index, function) if function else []
+        changes = jax_advice.changes_of(diffs) or _finding_changes(finding, index)
+        fix = jax_advice.fix_for(function, diffs, list(changes)) if function else None
+        defined_at = next((d["defined_at"] for d in diffs if d.get("defined_at")), None)
         return Recompile(step=step, graph_hash=graph, cause=row.get("cause") or None,
-                         location=row.get("location") or None, changes=tuple(changes),
-                         finding=finding)
+                         location=row.get("location") or None, changes=tuple(changes), finding=finding,
+                         function=function, defined_at=defined_at,
+                         number=int(row["family_seq"]) + 1 if function else None, fix=fix)
 
     # -- judgement --------------------------------------------------------------
     def problems(self, limits: Limits) -> list[str]:
@@ -266,7 +263,7 @@ class Watch:
     def over_limit(self, limits: Limits) -> list[str]:
         """Short verdicts for a summary line: ["4 recompiles > 0", ...]."""
         out = []
-        recompiles = self.compiles_after_warmup
+        recompiles = len(self.recompiles)
         if limits.max_recompiles is not None and recompiles > limits.max_recompiles:
             out.append(f"{plural(recompiles, 'recompile')} > {limits.max_recompiles}")
         calls = sum(f.count for f in self._denied(limits))
@@ -303,7 +300,7 @@ class Watch:
             "warmup_steps": self.warmup_steps,
             "steps": self.steps,
             "compiles": self.compiles,
-            "compiles_after_warmup": self.compiles_after_warmup,
+            "recompiles": len(self.recompiles),
             "fallbacks": {op: int(n) for op, n in self.fallbacks.items()},
             "run": str(self.run_dir),
             "over_limit": self.over_limit(limits) if limits is not None else [],
@@ -317,42 +314,16 @@ def watch(name: str = "watch", warmup_steps: int = 1, store: str | Path | None =
     return Watch(name=name, warmup_steps=warmup_steps, store=store)
 
 
-def _jax_recompile(item: watch_jax.JaxRecompile, rules: list[Finding]) -> Recompile:
-    finding = next((f for f in rules if item.graph_hash in f.evidence.get("graph_hashes", [])), None)
-    return Recompile(step=item.step, graph_hash=item.graph_hash, cause=item.cause,
-                     location=item.location, changes=item.changes, finding=finding,
-                     function=item.function, defined_at=item.defined_at, number=item.number,
-                     fix=item.fix)
-
-
 def _finding_op(finding: Finding) -> str | None:
     op = finding.evidence.get("op")
     return fallback_name(op) if isinstance(op, str) else None
 
 
-def _finding_changes(finding: Finding | None, step: int, graph: str | None) -> list[str]:
+def _finding_changes(finding: Finding | None, index: int) -> list[str]:
     """The recompile detector's diff for this compile ("arg 3: f32[4,41,128] -> f32[4,53,128]")."""
     if finding is None:
         return []
     for item in finding.evidence.get("compiles", []):
-        if isinstance(item, dict) and item.get("step") == step and item.get("graph_hash") == graph:
+        if isinstance(item, dict) and item.get("index") == index:
             return [str(c) for c in item.get("changes") or []]
     return [str(c) for c in finding.evidence.get("changes") or []]
-
-
-def _shape_changes(row: dict[str, Any], compiles: pd.DataFrame) -> list[str]:
-    """Without a detector finding: diff against the last earlier graph from the same call
-    site, inputs first, then outputs (the detectors do the same, more carefully)."""
-    from tpuscope.analyze.shapes import diff_shapes
-
-    earlier = compiles[compiles["index"] < row["index"]]
-    if row.get("location"):
-        earlier = earlier[earlier["location"] == row["location"]]
-    if earlier.empty:
-        return []
-    before = earlier.sort_values("index").iloc[-1].to_dict()
-    for column, prefix in (("input_shapes", "arg"), ("output_shapes", "output")):
-        old, new = before.get(column), row.get(column)
-        if old is not None and new is not None and (changes := diff_shapes(list(old), list(new), prefix)):
-            return changes
-    return []

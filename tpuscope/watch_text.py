@@ -67,9 +67,8 @@ def plural(count: int, word: str) -> str:
 
 def describe_recompiles(recompiles: list[Any], limit: int, warmup_steps: int,
                         note: str | None = None) -> str:
-    """One block for every graph compiled after warm-up, then the detectors' findings."""
-    lines = [f"tpuscope: {plural(len(recompiles), 'recompile')} after warm-up, limit {limit} "
-             f"(warm-up: {_warmup(recompiles, warmup_steps)})"]
+    """One block for every recompile, then the detectors' fixes."""
+    lines = [f"tpuscope: {plural(len(recompiles), 'recompile')}, limit {limit} ({_rule(warmup_steps)})"]
     for item in recompiles[:MAX_LINES]:
         if item.function is not None:  # JAX: the function, not a step, is what recompiled
             defined = f" ({site(item.defined_at)})" if item.defined_at else ""
@@ -85,7 +84,7 @@ def describe_recompiles(recompiles: list[Any], limit: int, warmup_steps: int,
             lines.append(f"    what changed: {'; '.join(item.changes)}")
     if len(recompiles) > MAX_LINES:
         lines.append(f"  ... and {len(recompiles) - MAX_LINES} more (the run's compiles table has all)")
-    fixes: list[str] = []  # the detectors' fix; their own counts use their own warm-up
+    fixes: list[str] = []  # the detectors' fix for each recompile's card
     for item in recompiles:
         fix = item.fix or (item.finding.fix if item.finding is not None else None)
         if fix and fix not in fixes:
@@ -96,16 +95,14 @@ def describe_recompiles(recompiles: list[Any], limit: int, warmup_steps: int,
     return "\n".join(lines)
 
 
-def _warmup(recompiles: list[Any], warmup_steps: int) -> str:
-    """torch_xla's warm-up is steps; JAX's is compiles per function (tpuscope.watch_jax)."""
-    parts = []
-    if any(item.function is None for item in recompiles):
-        parts.append(f"the first {plural(warmup_steps, 'step')}; steps count from 0")
-    if any(item.function is not None for item in recompiles):
-        parts.append("none for JAX: every compile of a jitted function counts" if warmup_steps == 0
-                     else f"the first {'compile' if warmup_steps == 1 else f'{warmup_steps} compiles'} "
-                          "of each jitted function")
-    return "; ".join(parts)
+def _rule(warmup_steps: int) -> str:
+    """What counted as a recompile (tpuscope.analyze.families; warmup_steps compiles of each
+    graph family are let through first)."""
+    if warmup_steps == 0:
+        return "warmup_steps=0: every compile counts"
+    first = "first compile" if warmup_steps == 1 else f"first {warmup_steps} compiles"
+    return (f"a recompile: a graph compiled again after its {first}, judged per graph family: "
+            "the same line and graph structure, or the same jitted function")
 
 
 def describe_fallbacks(fallbacks: list[Any], limit: int, allowed: Iterable[str] = ()) -> str:

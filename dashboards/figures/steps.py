@@ -113,18 +113,20 @@ def step_timeline(steps: pd.DataFrame, compiles: pd.DataFrame, fallbacks: pd.Dat
     return fig
 
 
-def compile_bars(compiles: pd.DataFrame, warmup: int, max_points: int = 4000) -> go.Figure:
-    """Compile time per step, warm-up compiles in grey, later ones (recompiles) in red."""
-    if compiles.empty:
+def compile_bars(families: pd.DataFrame, max_points: int = 4000) -> go.Figure:
+    """Compile time per step: first compiles of each graph family in grey, recompiles (further
+    compiles of a family, tpuscope.analyze.families) in red."""
+    if families.empty:
         return empty_figure("No XLA compiles recorded in this run")
-    per_step = compiles.groupby("step", as_index=False).agg(
+    frame = families.assign(recompile=families["recompile"].astype(bool))
+    per_step = frame.groupby(["step", "recompile"], as_index=False).agg(
         seconds=("duration_ns", "sum"), count=("duration_ns", "size"))
     per_step["seconds"] /= NS_PER_S
     keep = minmax_indices(per_step["seconds"].to_numpy(), max_points)
     per_step = per_step.iloc[keep]
     fig = base_figure("Compile time per step", height=300)
-    for after, name, color in ((False, "warm-up", "#9aa5b1"), (True, "after warm-up", COLORS["compile"])):
-        part = per_step[(per_step["step"] >= warmup) == after]
+    for again, name, color in ((False, "first compiles", "#9aa5b1"), (True, "recompiles", COLORS["compile"])):
+        part = per_step[per_step["recompile"] == again]
         if part.empty:
             continue
         fig.add_trace(go.Bar(
@@ -132,6 +134,7 @@ def compile_bars(compiles: pd.DataFrame, warmup: int, max_points: int = 4000) ->
             customdata=np.stack([part["count"]], axis=-1),
             hovertemplate="step %{x}<br>%{y:.3f} s in %{customdata[0]} compile(s)<extra></extra>",
         ))
+    fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="compile time (s)")
     return fig

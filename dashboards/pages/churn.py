@@ -1,8 +1,8 @@
 """Shape churn: per call site, the varying dims, their values over steps, the bucketing fix.
 
-A shape_churn finding names its dim (arg, dim), the graphs (hashes) and the bucket
-plan; the sizes per step are read back from those graphs' input shapes. Below the
-findings, every dim that varies at a call site is plotted straight from the
+A recompile card whose cause is shape churn carries the facet (tpuscope.detect.shape_churn):
+its dim (arg, dim), the family's graphs (hashes) and the bucket plan; the sizes per step
+are read back from those graphs' input shapes. Below the cards, every dim that varies at a call site is plotted straight from the
 compiles table, so the page is useful before (or without) re-analysis.
 """
 
@@ -26,12 +26,18 @@ def churn_buckets(evidence: dict[str, Any]) -> list[int]:
     return [int(b) for b in evidence.get("buckets") or [] if isinstance(b, int | float)]
 
 
+def churn_of(finding: Finding) -> dict[str, Any]:
+    """The shape-churn facet of a recompile card (tpuscope.detect.shape_churn), with its site."""
+    return {**finding.evidence.get("shape_churn", {}), "location": finding.location}
+
+
 def finding_section(finding: Finding, index: int, compiles: pd.DataFrame) -> html.Div:
-    values = finding_values(compiles, finding.evidence)
+    facet = churn_of(finding)
+    values = finding_values(compiles, facet)
     parts: list[Any] = [finding_card(finding, index)]
     if not values.empty:
         title = f"Observed sizes at {finding.location or 'this call site'}"
-        parts.append(graph(dim_values(values, churn_buckets(finding.evidence), title), f"churn-graph-{index}"))
+        parts.append(graph(dim_values(values, churn_buckets(facet), title), f"churn-graph-{index}"))
     return html.Div(parts, className="panel")
 
 
@@ -39,7 +45,7 @@ def covered(findings: list[Finding]) -> set[tuple[str, str]]:
     """(call site, 'arg A dim D') pairs a finding already plots, with the dims linked to it."""
     pairs = set()
     for f in findings:
-        ev = f.evidence
+        ev = churn_of(f)
         linked = ev.get("linked_dims") or [[ev.get("arg"), ev.get("dim")]]
         pairs |= {(ev.get("location") or f.location or "", f"arg {a} dim {d}") for a, d in linked}
     return pairs
@@ -63,7 +69,7 @@ def observed_section(compiles: pd.DataFrame, skip: set[tuple[str, str]]) -> list
 
 
 def layout(data: StoreData, run_id: str) -> html.Div:
-    findings = [f for f in data.findings(run_id) if f.rule == "shape_churn"]
+    findings = [f for f in data.findings(run_id) if f.rule == "recompile" and f.evidence.get("shape_churn")]
     compiles = data.table(run_id, "compiles")
     observed = observed_section(compiles, covered(findings))
     shapes_known = not compiles.empty and compiles["input_shapes"].notna().any()
@@ -72,15 +78,15 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         body += [html.H3("Other input dims that vary between compiled graphs"), *observed]
     if not body:
         why = ("No argument dimension took more than one size at any call site." if shapes_known else
-               "No shape_churn finding, and this run's compiles do not record input shapes "
+               "No recompile with shape churn, and this run's compiles do not record input shapes "
                "(re-run with `tpuscope run --deep`, then `tpuscope show RUN --reanalyze`).")
         body = [empty_state("No shape churn", why, ident="no-churn")]
     return html.Div(className="page", id="page-churn", children=[
         run_header(run_id, data.header(run_id), "churn"),
         stats_row([
-            stat("shape_churn findings", fmt_num(len(findings)), "stat-churn-findings"),
+            stat("recompiles with shape churn", fmt_num(len(findings)), "stat-churn-findings"),
             stat("other varying call sites", fmt_num(len(observed)), "stat-churn-sites"),
-            stat("compiles after warm-up", fmt_num(data.brief(run_id)["compiles_after_warmup"]), "stat-recompiles"),
+            stat("recompiles", fmt_num(data.summary(run_id)["recompiles"]), "stat-recompiles"),
         ]),
         *body,
     ])

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
-from tpuscope.analyze.summary import judged
+from tpuscope.analyze.judge import judged_steps
 from tpuscope.schema import Finding
 
 from ..components import finding_card, fmt_num, fmt_pct, graph
@@ -21,9 +21,9 @@ ROWS: list[tuple[str, str, Callable[[Any], str], str]] = [
     ("step time p50", "step_time_p50_ms", lambda v: fmt_num(v, 2, "ms"), "p50"),
     ("step time p90", "step_time_p90_ms", lambda v: fmt_num(v, 2, "ms"), "p90"),
     ("compiles", "compiles", fmt_num, "compiles"),
-    ("compiles after warm-up", "compiles_after_warmup", fmt_num, "recompiles"),
+    ("recompiles", "recompiles", fmt_num, "recompiles"),
     ("compile time", "compile_s", lambda v: fmt_num(v, 2, "s"), "compile-s"),
-    ("compile share after warm-up", "compile_share_after_warmup", fmt_pct, "compile-share"),
+    ("recompile share of wall time", "recompile_share", fmt_pct, "compile-share"),
     ("CPU fallback calls", "fallback_count", fmt_num, "fallbacks"),
     ("host transfers per step", "transfers_from_device_per_step", lambda v: fmt_num(v, 2), "transfers"),
     ("findings", "findings", fmt_num, "findings"),
@@ -75,8 +75,8 @@ def _delta_column(title: str, items: list[Finding], ident: str) -> html.Div:
 def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     sa, sb = data.summary(run_a), data.summary(run_b)
     label_a, label_b = f"A: {sa['name'] or run_a}", f"B: {sb['name'] or run_b}"
-    steps = {label_a: judged(data.table(run_a, "steps"), sa["warmup"])["wall_ns"],
-             label_b: judged(data.table(run_b, "steps"), sb["warmup"])["wall_ns"]}
+    steps = {label_a: judged_steps(data.table(run_a, "steps"), sa["warmup"])["wall_ns"],
+             label_b: judged_steps(data.table(run_b, "steps"), sb["warmup"])["wall_ns"]}
     if label_a == label_b:
         steps = dict(zip([label_a + " (A)", label_b + " (B)"], steps.values(), strict=True))
 
@@ -84,8 +84,8 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
         frame = data.table(run_id, "fallbacks")
         return frame.groupby("op")["count"].sum() if not frame.empty else pd.Series(dtype=float)
 
-    compiles = {label_a: pd.Series({"total": sa["compiles"], "after warm-up": sa["compiles_after_warmup"]}),
-                label_b: pd.Series({"total": sb["compiles"], "after warm-up": sb["compiles_after_warmup"]})}
+    compiles = {label_a: pd.Series({"total": sa["compiles"], "recompiles": sa["recompiles"]}),
+                label_b: pd.Series({"total": sb["compiles"], "recompiles": sb["recompiles"]})}
     delta = findings_delta(data.findings(run_a), data.findings(run_b))
     return html.Div(className="page", id="page-compare", children=[
         html.H2("Compare runs"),

@@ -73,18 +73,16 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     syncs = int(fallbacks.loc[fallbacks["op"].isin(SYNC_OPS), "count"].sum()) if not fallbacks.empty else 0
     transfers = int(steps["transfers_from_device"].sum()) if not steps.empty else 0
     findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
-    judged = summary["steps_after_warmup"]
-    per_step = summary["fallback_count_after_warmup"] / judged if judged else None
+    per_step = summary["fallback_count"] / summary["steps"] if summary["steps"] else None
     return html.Div(className="page", id="page-fallbacks", children=[
         run_header(run_id, summary, "fallbacks"),
         stats_row([
-            stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks"),
-            stat("after warm-up", fmt_num(summary["fallback_count_after_warmup"]), "stat-fallbacks-after",
-                 f"{fmt_num(per_step, 2)} per step"),
+            stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
+                 f"{fmt_num(per_step, 2)} per step (value reads not included)"),
             stat("distinct ops", fmt_num(summary["fallback_op_kinds"]), "stat-fallback-ops"),
             stat("scalar reads (.item())", fmt_num(syncs), "stat-syncs", "aten::_local_scalar_dense calls"),
             stat("device-to-host transfers", fmt_num(transfers), "stat-transfers",
-                 f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per step after warm-up"),
+                 f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per timed step"),
         ]),
         html.Div(graph(fallback_heatmap(fallbacks), "fallback-heatmap"), className="panel"),
         html.H3("Call sites"),

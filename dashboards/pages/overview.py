@@ -20,14 +20,14 @@ def headline(summary: dict[str, Any]) -> html.Div:
     sev = summary["findings_by_severity"]
     return stats_row([
         stat("steps", fmt_num(summary["steps"]), "stat-steps",
-             f"{summary['steps_after_warmup']:,} after {summary['warmup']} warm-up"),
+             f"{summary['steps_judged']:,} timed after {summary['warmup']} warm-up"),
         stat("step time p50", fmt_num(summary["step_time_p50_ms"], 2, "ms"), "stat-p50"),
         stat("step time p90", fmt_num(summary["step_time_p90_ms"], 2, "ms"), "stat-p90"),
         stat("compiles", fmt_num(summary["compiles"]), "stat-compiles",
              f"{fmt_num(summary['compile_s'], 2, 's')} in total"),
-        stat("compiles after warm-up", fmt_num(summary["compiles_after_warmup"]), "stat-recompiles",
-             f"{fmt_num(summary['compile_s_after_warmup'], 2, 's')}, "
-             f"{fmt_pct(summary['compile_share_after_warmup'])} of wall time"),
+        stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles",
+             f"{fmt_num(summary['recompile_s'], 2, 's')}, "
+             f"{fmt_pct(summary['recompile_share'])} of wall time"),
         stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
              f"{summary['fallback_op_kinds']} distinct ops"),
         stat("host transfers / step", fmt_num(summary["transfers_from_device_per_step"], 2), "stat-transfers",
@@ -41,7 +41,7 @@ def timeline_figure(data: StoreData, run_id: str, x_range: tuple[float, float] |
     """The step timeline; the whole-run version is cached until the run's tables change."""
     def build() -> go.Figure:
         fig = step_timeline(data.table(run_id, "steps"), data.table(run_id, "compiles"),
-                            data.table(run_id, "fallbacks"), int(data.meta(run_id).get("warmup", 2)),
+                            data.table(run_id, "fallbacks"), int(data.summary(run_id)["warmup"]),
                             MAX_POINTS, x_range)
         return fig.update_layout(uirevision=run_id)
 

@@ -7,6 +7,8 @@ from typing import Any
 import pandas as pd
 from dash import Dash, Input, Output, State, dcc, html
 
+from tpuscope.analyze.families import graph_families, process_backends
+
 from ..components import (
     findings_list,
     fmt_num,
@@ -29,7 +31,7 @@ NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 COLUMNS: list[dict[str, Any]] = [
     {"field": "n", "headerName": "#", **NUM, "maxWidth": 80},
     {"field": "step", **NUM, "maxWidth": 90},
-    {"field": "when", "headerName": "phase", "maxWidth": 130},
+    {"field": "when", "headerName": "compile", "maxWidth": 130},
     {"field": "seconds", "headerName": "compile time (s)", **NUM, "maxWidth": 150},
     {"field": "hash", "headerName": "graph hash", "maxWidth": 170},
     {"field": "cause"},
@@ -38,15 +40,15 @@ COLUMNS: list[dict[str, Any]] = [
 ]
 
 
-def compile_rows(ordered: pd.DataFrame, diffs: pd.DataFrame, warmup: int) -> pd.DataFrame:
-    """The grid's rows: compiles in time order with phase, seconds and shape diff."""
+def compile_rows(ordered: pd.DataFrame, diffs: pd.DataFrame) -> pd.DataFrame:
+    """The grid's rows: compiles in time order, first compile or recompile, seconds, shape diff."""
     if ordered.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS])
     return pd.DataFrame({
         "id": [str(i) for i in range(1, len(ordered) + 1)],
         "n": range(1, len(ordered) + 1),
         "step": ordered["step"].astype(int),
-        "when": ["after warm-up" if s >= warmup else "warm-up" for s in ordered["step"]],
+        "when": ["recompile" if again else "first compile" for again in ordered["recompile"].astype(bool)],
         "seconds": (ordered["duration_ns"] / NS_PER_S).round(3),
         "hash": ordered["graph_hash"].fillna("").str.slice(0, 16),
         "cause": ordered["cause"].fillna("(unknown)"),
@@ -78,9 +80,11 @@ def retrace_rows(retraces: pd.DataFrame) -> pd.DataFrame:
 
 
 def ordered_compiles(data: StoreData, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compiles in time order and their shape diffs, cached until the compiles table changes."""
+    """Compiles in time order with their graph family (analyze/families) and shape diffs,
+    cached until the compiles table changes."""
     def build() -> tuple[pd.DataFrame, pd.DataFrame]:
-        ordered = data.table(run_id, "compiles").sort_values(["time_ns", "index"]).reset_index(drop=True)
+        families = graph_families(data.table(run_id, "compiles"), process_backends(data.meta(run_id)))
+        ordered = families.reset_index(drop=True)
         return ordered, shape_diffs(ordered)
 
     return data.derived(run_id, "ordered-compiles", ("compiles",), build)
@@ -112,22 +116,23 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     summary = data.summary(run_id)
     compiles = data.table(run_id, "compiles")
     retraces = data.table(run_id, "retraces")
-    rows = compile_rows(*ordered_compiles(data, run_id), summary["warmup"])
+    ordered, diffs = ordered_compiles(data, run_id)
+    rows = compile_rows(ordered, diffs)
     shown = rows.head(MAX_ROWS)
     note = "" if len(shown) == len(rows) else f" (the first {MAX_ROWS:,} of {len(rows):,}; the chart has all)"
-    findings = [f for f in data.findings(run_id) if f.rule in ("recompile", "compile_time", "shape_churn")]
+    findings = [f for f in data.findings(run_id) if f.rule == "recompile"]
     graphs = compiles["graph_hash"].nunique() if not compiles.empty else 0
     return html.Div(className="page", id="page-recompiles", children=[
         run_header(run_id, summary, "recompiles"),
         stats_row([
             stat("compiles", fmt_num(summary["compiles"]), "stat-compiles"),
-            stat("after warm-up", fmt_num(summary["compiles_after_warmup"]), "stat-recompiles"),
+            stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles"),
             stat("distinct graphs", fmt_num(int(graphs)), "stat-graphs"),
             stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
-            stat("after warm-up", fmt_num(summary["compile_s_after_warmup"], 2, "s"), "stat-recompile-s",
-                 f"{fmt_pct(summary['compile_share_after_warmup'])} of wall time"),
+            stat("recompiling", fmt_num(summary["recompile_s"], 2, "s"), "stat-recompile-s",
+                 f"{fmt_pct(summary['recompile_share'])} of wall time"),
         ]),
-        html.Div(graph(compile_bars(compiles, summary["warmup"]), "compile-bars"), className="panel"),
+        html.Div(graph(compile_bars(ordered), "compile-bars"), className="panel"),
         html.H3("Compiled graphs" + note),
         html.P("Select a row for its Python frames and the argument-by-argument shape change.",
                className="muted"),

@@ -19,7 +19,7 @@ COLUMNS: list[dict[str, Any]] = [
     {"field": "device", "headerName": "device", "minWidth": 120, "tooltipField": "device"},
     {"field": "steps", "headerName": "steps", **NUM, "minWidth": 80},
     {"field": "p50_ms", "headerName": "step p50 (ms)", **NUM, "minWidth": 100},
-    {"field": "compiles_after_warmup", "headerName": "compiles after warm-up", **NUM, "minWidth": 110},
+    {"field": "recompiles", "headerName": "recompiles", **NUM, "minWidth": 110},
     {"field": "fallbacks", "headerName": "CPU fallback calls", **NUM, "minWidth": 105},
     {"headerName": "findings", "children": [
         {"field": "high", "headerName": "high", **NUM, "minWidth": 70},

@@ -1,4 +1,12 @@
-"""The headline figures of a run, computed from its tables (pure: DataFrames in, dict out)."""
+"""The headline figures of a run, computed once from its tables (pure: DataFrames in, dict out).
+
+Every surface (console report, `show --json`, the dashboard, the pytest plugin and
+imports) shows these figures as written into the run at analysis time
+(tpuscope.analysis), so they cannot disagree. Compiles are counted by graph family
+(analyze/families.py): `recompiles` are further compiles of a family that compiled
+before, wherever they happen; step times and per-step rates are over the judged steps
+(analyze/judge.py); value reads are host reads, not CPU fallbacks.
+"""
 
 from __future__ import annotations
 
@@ -6,83 +14,105 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.warmup import after_warmup, warmup_by_process
+from tpuscope.analyze.families import recompiles
+from tpuscope.analyze.judge import is_value_read, phases, wall_s
 
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
-
-
-def judged(frame: pd.DataFrame, warmup: int) -> pd.DataFrame:
-    """Rows past a single warm-up count (summarize() gives the effective one as 'warmup')."""
-    if frame.empty or "step" not in frame:
-        return frame
-    return frame[frame["step"] >= warmup]
 
 
 def _percentile_ms(values: pd.Series, q: float) -> float | None:
     return None if values.empty else float(values.quantile(q) / NS_PER_MS)
 
 
-def compile_causes(compiles: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
-    """Compiles grouped by (cause, user frame), most time first."""
-    if compiles.empty:
+def _seconds(frame: pd.DataFrame, column: str = "duration_ns") -> float:
+    return float(frame[column].fillna(0).sum()) / NS_PER_S if not frame.empty else 0.0
+
+
+def compile_causes(families: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
+    """Compiles grouped by (cause, user frame), most time first, with how many were recompiles."""
+    if families.empty:
         return []
-    frame = compiles.assign(
-        cause=compiles["cause"].fillna("(cause unknown)"), location=compiles["location"].fillna("")
-    )
+    frame = families.assign(
+        cause=families["cause"].fillna("(cause unknown)"), location=families["location"].fillna(""),
+        recompile=families["recompile"].astype(bool) if "recompile" in families else False)
     grouped = frame.groupby(["cause", "location"], dropna=False).agg(
-        count=("duration_ns", "size"), seconds=("duration_ns", "sum"), first_step=("step", "min")
-    )
-    grouped["seconds"] = grouped["seconds"] / NS_PER_S
+        count=("duration_ns", "size"), seconds=("duration_ns", "sum"), first_step=("step", "min"),
+        recompiles=("recompile", "sum"))
+    grouped["seconds"] = grouped["seconds"].fillna(0) / NS_PER_S
     rows = grouped.reset_index().sort_values(["seconds", "count"], ascending=False).head(top)
     return [
         {**row, "location": row["location"] or None, "count": int(row["count"]),
-         "first_step": int(row["first_step"])}
+         "first_step": int(row["first_step"]), "recompiles": int(row["recompiles"])}
         for row in rows.to_dict("records")
     ]
 
 
-def fallback_ops(fallbacks: pd.DataFrame, steps_judged: int, judged_index: pd.Index) -> list[dict[str, Any]]:
-    """Per aten op that ran on the host: total count, steps it ran in, count per judged step.
-
-    judged_index: the index labels of the rows past warm-up.
-    """
+def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any]]:
+    """Per aten op that ran on the host (value reads excluded): count, steps, count per step."""
     if fallbacks.empty:
         return []
-    frame = fallbacks.assign(judged=fallbacks["count"].where(fallbacks.index.isin(judged_index), 0))
-    grouped = frame.groupby("op").agg(
+    rows = fallbacks[~fallbacks["op"].map(is_value_read)]
+    if rows.empty:
+        return []
+    grouped = rows.groupby("op", observed=True).agg(
         count=("count", "sum"),
-        judged=("judged", "sum"),
-        steps=("step", lambda s: sorted(s.unique().tolist())),
+        steps=("step", lambda s: sorted(int(v) for v in s.unique())),
         location=("location", lambda s: min(s.dropna(), default=None)),
     )
     out = [
-        {
-            "op": op,
-            "count": int(row["count"]),
-            "steps": row["steps"],
-            "per_step": float(row["judged"] / steps_judged) if steps_judged else 0.0,
-            "location": row["location"] if isinstance(row["location"], str) else None,
-        }
+        {"op": str(op), "count": int(row["count"]), "steps": row["steps"][:50],
+         "per_step": float(row["count"] / loop_steps) if loop_steps else 0.0,
+         "location": row["location"] if isinstance(row["location"], str) else None}
         for op, row in grouped.iterrows()
     ]
     return sorted(out, key=lambda r: -r["count"])
 
 
-def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
-              fallbacks: pd.DataFrame) -> dict[str, Any]:
-    requested = int(meta.get("warmup", 2))
-    warmups = warmup_by_process(steps, requested)
-    warmup = max(warmups.values(), default=requested)
-    after = after_warmup(steps, warmups, requested)
-    if "boundary" in after:
-        after = after[after["boundary"] != "end"]  # work after the loop is not a step to judge
-    compiles_after = after_warmup(compiles, warmups, requested)
-    fallbacks_after = after_warmup(fallbacks, warmups, requested)
-    wall_after_ns = float(after["wall_ns"].sum()) if not after.empty else 0.0
-    compile_after_ns = float(compiles_after["duration_ns"].sum()) if not compiles_after.empty else 0.0
-    transfers = after["transfers_from_device"] if not after.empty else pd.Series(dtype=float)
+def _value_reads(fallbacks: pd.DataFrame) -> int:
+    if fallbacks.empty:
+        return 0
+    return int(fallbacks.loc[fallbacks["op"].map(is_value_read), "count"].sum())
+
+
+def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -> dict[str, Any] | None:
+    """The work after the program's last step boundary: its own phase, not a step."""
+    after = steps[phase == "after"]
+    if after.empty:
+        return None
+    keys = [k for k in ("host", "pid", "step") if k in after.columns and k in families.columns]
+    compiles = families.merge(after[keys], on=keys) if not families.empty and keys else families.iloc[0:0]
+    return {"wall_s": wall_s(after), "compiles": int(len(compiles)), "compile_s": _seconds(compiles),
+            "executions": int(after["executions"].fillna(0).sum()) if "executions" in after else 0}
+
+
+def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None:
+    """(compiles, seconds) from whole-run totals (an imported metrics report has no compile rows,
+    only its CompileTime metric or UncachedCompile counter)."""
+    if metrics is None or metrics.empty:
+        return None
+    whole = metrics[metrics["step"] == -1]
+    for name in ("CompileTime", "UncachedCompile"):
+        rows = whole[whole["name"] == name]
+        if not rows.empty and int(rows["count"].sum()):
+            return int(rows["count"].sum()), float(rows["total"].sum()) / NS_PER_S if name == "CompileTime" else 0.0
+    return None
+
+
+def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
+              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The run's headline figures; `families` is analyze.families.graph_families(compiles);
+    `metrics` gives the compile totals of imported evidence that has no compile rows."""
+    warmup = int(meta.get("warmup", 2))
+    phase = phases(steps, warmup)
+    judged = steps[phase == "judged"] if not steps.empty else steps
+    loop = steps[phase != "after"] if not steps.empty else steps
+    again = recompiles(families)
+    loop_wall = wall_s(steps)
+    transfers = judged["transfers_from_device"] if not judged.empty else pd.Series(dtype=float)
     start, end = meta.get("start_ns"), meta.get("end_ns")
+    totals = _imported_compiles(metrics) if families.empty else None
+    n_compiles, compile_s = totals if totals else (int(len(families)), _seconds(families))
     return {
         "run_id": meta.get("run_id"),
         "name": meta.get("name"),
@@ -93,20 +123,23 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, compiles: pd.DataFrame,
         "device_kind": _first_process_value(meta, "device_kind"),
         "processes": len(meta.get("processes", [])),
         "warmup": warmup,
-        "warmup_requested": requested,
         "duration_s": (end - start) / NS_PER_S if start and end else None,
-        "steps": int(len(steps)),
-        "steps_after_warmup": int(len(after)),
-        "step_time_p50_ms": _percentile_ms(after["wall_ns"], 0.5) if not after.empty else None,
-        "step_time_p90_ms": _percentile_ms(after["wall_ns"], 0.9) if not after.empty else None,
-        "compiles": int(len(compiles)),
-        "compiles_after_warmup": int(len(compiles_after)),
-        "compile_s": float(compiles["duration_ns"].sum() / NS_PER_S) if not compiles.empty else 0.0,
-        "compile_s_after_warmup": compile_after_ns / NS_PER_S,
-        "compile_share_after_warmup": compile_after_ns / wall_after_ns if wall_after_ns else 0.0,
-        "compile_causes": compile_causes(compiles),
-        "fallback_ops": fallback_ops(fallbacks, len(after), fallbacks_after.index),
+        "steps": int(len(loop)),
+        "steps_judged": int(len(judged)),
+        "step_time_p50_ms": _percentile_ms(judged["wall_ns"], 0.5) if not judged.empty else None,
+        "step_time_p90_ms": _percentile_ms(judged["wall_ns"], 0.9) if not judged.empty else None,
+        "wall_s_in_steps": loop_wall,
+        "compiles": n_compiles,
+        "compile_s": compile_s,
+        "graph_families": int(families["family"].nunique()) if not families.empty else 0,
+        "recompiles": int(len(again)),
+        "recompile_s": _seconds(again),
+        "recompile_share": _seconds(again) / loop_wall if loop_wall else 0.0,
+        "compile_causes": compile_causes(families),
+        "fallback_ops": fallback_ops(fallbacks, len(loop)),
+        "value_reads": _value_reads(fallbacks),
         "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
+        "after_loop": _after_loop(steps, phase, families),
         "profiler_ms_per_step": profiler_ms_per_step(meta),
     }
 

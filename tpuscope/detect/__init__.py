@@ -5,17 +5,15 @@ one rule module (which imports the registry for RunTables) never sees a half-mad
 registry. Docs of every rule: docs/detectors.md.
 """
 
-from tpuscope.detect.compile_time import detect_compile_time
 from tpuscope.detect.cpu_fallback import detect_cpu_fallback
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.op_by_op import detect_op_by_op
 from tpuscope.detect.recompile import detect_recompile
 from tpuscope.detect.registry import DETECTORS, RunTables, detect
-from tpuscope.detect.shape_churn import detect_shape_churn
 from tpuscope.detect.tensorcore import detect_tensorcore_underuse
 
-for _rule in (detect_recompile, detect_shape_churn, detect_cpu_fallback, detect_host_sync,
-              detect_compile_time, detect_op_by_op, detect_tensorcore_underuse):
+for _rule in (detect_recompile, detect_cpu_fallback, detect_host_sync, detect_op_by_op,
+              detect_tensorcore_underuse):
     if _rule not in DETECTORS:
         DETECTORS.append(_rule)
 

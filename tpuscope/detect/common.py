@@ -1,12 +1,8 @@
-"""What every detector shares: the warm-up rule, judged steps, severities, per-step metrics.
+"""What every detector shares: judged steps, severity, per-step metrics, short paths.
 
-Warm-up. `--warmup N` (meta['warmup'], default 2) steps are never judged. When the
-program is still compiling new graphs at step N, warm-up extends to the first step
-that compiles nothing (its graphs all ran before: the step's set of graphs repeats),
-by at most N more steps, so a loop that needs three steps to settle is not flagged
-while a recompile storm is still judged from step 2N at the latest. Each process
-has its own steps, so each gets its own warm-up. A trailing step with boundary "end"
-(work after the loop, recorded when profiling stops) is never judged.
+The rules themselves (judged steps, severity thresholds, graph families) live in
+tpuscope.analyze (judge.py, families.py), so every surface judges the same way;
+this module adapts them to RunTables.
 
 Imported evidence (a metrics report, a PT_XLA_DEBUG log) has no steps: its rows
 carry step -1 and are judged as whole-run totals.
@@ -19,48 +15,29 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.warmup import effective_warmup
+from tpuscope.analyze import judge
 from tpuscope.detect.registry import RunTables
-
-__all__ = ["effective_warmup"]
 
 NS = 1e9
 WHOLE_RUN = -1  # step of rows that are totals over a whole run (imported evidence)
 KEYS = ["host", "pid"]
-HIGH_SHARE = 0.10  # cost / judged wall time at or above which a finding is high severity
-MEDIUM_SHARE = 0.01
 
 
 def _process_keys(frame: pd.DataFrame) -> list[str]:
     return [k for k in KEYS if k in frame.columns]
 
 
-def warmups(tables: RunTables) -> dict[tuple[Any, ...], int]:
-    """Effective warm-up per process, keyed by (host, pid)."""
-    steps = tables.steps
-    if steps.empty:
-        return {}
-    keys = _process_keys(steps)
-    if not keys:
-        return {(): effective_warmup(steps, tables.warmup)}
-    return {(key if isinstance(key, tuple) else (key,)): effective_warmup(group, tables.warmup)
-            for key, group in steps.groupby(keys, dropna=False)}
-
-
 def judged_steps(tables: RunTables) -> pd.DataFrame:
-    """Steps past each process's warm-up, without the trailing "end" step."""
+    """Steps past each process's warm-up, without the after-the-loop step (analyze/judge)."""
+    return judge.judged_steps(tables.steps, tables.warmup)
+
+
+def loop_steps(tables: RunTables) -> pd.DataFrame:
+    """Every step of the program's loop (warm-up included, the after-the-loop step not)."""
     steps = tables.steps
     if steps.empty:
         return steps
-    limits = warmups(tables)
-    keys = _process_keys(steps)
-    if keys:
-        table = pd.DataFrame([(*k, w) for k, w in limits.items()], columns=[*keys, "_warmup"])
-        steps = steps.merge(table, on=keys, how="left")
-    else:
-        steps = steps.assign(_warmup=limits.get((), tables.warmup))
-    ended = steps["boundary"].astype(str).eq("end") if "boundary" in steps else False
-    return steps[(steps["step"] >= steps["_warmup"].fillna(tables.warmup)) & ~ended].drop(columns="_warmup")
+    return steps[judge.phases(steps, tables.warmup) != "after"]
 
 
 def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
@@ -75,18 +52,18 @@ def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([frame.merge(index, on=keys + ["step"], how="inner"), whole], ignore_index=True)
 
 
-def severity_for(cost_s: float, wall_s: float, floor: str = "low") -> str:
-    """high at >= 10% of the judged wall time, medium at >= 1%, else `floor`."""
-    share = cost_s / wall_s if wall_s > 0 else 0.0
-    if share >= HIGH_SHARE:
-        return "high"
-    if share >= MEDIUM_SHARE:
-        return "medium"
-    return floor
+def severity(cost_s: float, tables: RunTables) -> str:
+    """The shared rule (analyze/judge.severity) against the program's wall time in steps."""
+    return judge.severity(cost_s, run_wall_s(tables))
+
+
+def run_wall_s(tables: RunTables) -> float:
+    """Wall time of every step, the after-the-loop phase included: what costs are shares of."""
+    return judge.wall_s(tables.steps)
 
 
 def wall_s(judged: pd.DataFrame) -> float:
-    return float(judged["wall_ns"].sum()) / NS if not judged.empty else 0.0
+    return judge.wall_s(judged)
 
 
 def metric_per_step(metrics: pd.DataFrame, names: Iterable[str], column: str = "total") -> pd.DataFrame:

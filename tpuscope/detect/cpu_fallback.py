@@ -1,8 +1,10 @@
 """Rule `cpu_fallback`: ATen ops with no XLA lowering that ran on the host inside the step.
 
-One finding per op (from the `aten::*` counters torch_xla keeps), with its count per
-judged step, the steps, the user's call sites (traced briefly after the op first
-appears) and, where a well-known one exists, a lowered alternative.
+One finding per op (from the `aten::*` counters torch_xla keeps), counted in every
+step (setup, warm-up and the after-the-loop phase included: a fallback costs the same
+wherever it runs), with its count per step of the loop, the user's call sites (traced
+briefly after the op first appears) and, where a well-known one exists, a lowered
+alternative. Severity: the cost's share of the wall time (analyze/judge).
 `aten::_local_scalar_dense` is a value read (`.item()`), reported by `host_sync`.
 Cost (a lower bound): the device-to-host wait (TransferFromDeviceTime, which
 includes finishing the graph cut at the op) of the steps where the op ran, shared
@@ -16,12 +18,14 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze import judge
+from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.detect import common
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
 
 RULE = "cpu_fallback"
-HOST_SYNC_OPS = ("aten::_local_scalar_dense",)
+HOST_SYNC_OPS = VALUE_READ_OPS
 TRANSFER_METRICS = ("TransferFromDeviceTime", "TransferFromServerTime")
 _STATIC_MASK = ("replace `x[mask]` by a static-shape form: `torch.where(mask, x, 0)` with a masked "
                 "reduction (`torch.where(mask, loss, 0).sum() / mask.sum()`); for indices, `torch.topk` or "
@@ -101,13 +105,12 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
         f" at {common.short_path(location)}" if location else "")
     detail = (f"{op} has no XLA lowering: torch_xla cut the graph, copied its inputs to the host, ran it on "
-              f"the CPU and sent the result back, {counted} {'in the judged steps' if wall else 'in the imported totals'} "
+              f"the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
               f"({_per_step_text(per_step)}). "
               f"Called from: {where}. Cost (lower bound): {cost:.3f} s of device-to-host wait "
               "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
               "upload and the lost fusion come on top.")
-    floor = "medium" if (per_step or 0) >= 1 or (not wall and count) else "low"
-    severity = common.severity_for(cost, wall, floor=floor)
+    severity = judge.severity(cost, wall)
     evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_steps": traced,
                 "steps": steps[:200], "alternative": alternative if op in ALTERNATIVES else None}
     return Finding(RULE, severity, title, detail, f"At {common.short_path(location) if location else 'the call site'}: "
@@ -115,11 +118,11 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
 
 
 def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
-    """One finding per aten op that fell back to the CPU in a judged step (or in imported totals)."""
+    """One finding per aten op that fell back to the CPU in any step (or in imported totals)."""
     fallbacks = tables.fallbacks
     if fallbacks.empty:
         return []
-    judged = common.judged_steps(tables)
+    judged = tables.steps  # a fallback is a fallback wherever it runs: every step is judged
     every_op = common.judged_rows(fallbacks, judged)
     rows = every_op[~every_op["op"].isin(HOST_SYNC_OPS)]
     if rows.empty:
@@ -129,7 +132,7 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
     findings = []
     for op, group in rows.groupby("op", sort=False):
         if not judged.empty:
-            n_steps: int | None = len(judged)
+            n_steps: int | None = len(common.loop_steps(tables)) or len(judged)
             count = int(group["count"].sum())
         else:  # imported totals: count over the step markers of the files that counted theirs
             marks = common.per_process(tables.metrics, ["MarkStep"]) if not tables.metrics.empty else {}

@@ -6,8 +6,9 @@ the steps table (TransferFromDeviceTime samples for torch_xla, value reads for
 JAX), minus the reads that CPU fallbacks cause (reported by `cpu_fallback`);
 `aten::_local_scalar_dense` counts `.item()`-style reads. Call sites come from the
 `call_sites` table (kind host_sync) and the fallbacks table. Fires at READS_PER_STEP
-or more per judged step. Cost: the measured device-to-host wait of the judged steps,
-in the share that these reads make of all host reads.
+or more per step of the loop (warm-up included; the after-the-loop phase is not a
+step). Cost: the measured device-to-host wait of those steps, in the share that these
+reads make of all host reads; severity its share of the wall time (analyze/judge).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze import judge
 from tpuscope.detect import common
 from tpuscope.detect.cpu_fallback import HOST_SYNC_OPS, TRANSFER_METRICS
 from tpuscope.detect.registry import RunTables
@@ -27,6 +29,10 @@ FIX = ("Keep the value on the device inside the step and read it every N steps a
        "e.g. `running += loss.detach()` in the step and `if step % 50 == 0: print(running.item())`, or "
        "`xm.add_step_closure(lambda: log(loss.item()))`, which reads after the step's graph is launched. "
        "Replace `if tensor:` control flow with `torch.where`.")
+
+JAX_FIX = ("Keep values on the device inside the step and read them every N steps: accumulate metrics "
+           "as arrays returned by the jitted step and call `jax.device_get` (or float()) on them only when "
+           "logging; replace Python `if` on array values with `jnp.where` or `jax.lax.cond`.")
 
 
 def _fallback_steps(fallbacks: pd.DataFrame) -> pd.DataFrame:
@@ -82,7 +88,7 @@ def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, 
 
 
 def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites: list[dict[str, Any]],
-             extra: dict[str, Any]) -> Finding:
+             extra: dict[str, Any], fix: str = FIX) -> Finding:
     location = sites[0]["location"] if sites else None
     calls = ", ".join(f"{'/'.join(s['calls'])} at {common.short_path(s['location'])} "
                       f"({s['per_traced_step']:g} per traced step)" for s in sites[:3]) or "call sites not traced"
@@ -94,9 +100,9 @@ def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites:
               f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
               f"that point, so the host stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s "
               "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share.")
-    severity = common.severity_for(cost, wall, floor="medium" if per_step >= 1 else "low")
+    severity = judge.severity(cost, wall)
     evidence = {"reads_per_step": per_step, "sites": sites, **extra}
-    return Finding(RULE, severity, title, detail, FIX, location, cost, steps, evidence)
+    return Finding(RULE, severity, title, detail, fix, location, cost, steps, evidence)
 
 
 def _imported(tables: RunTables) -> list[Finding]:
@@ -123,7 +129,7 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     """One finding when the judged steps read from the device READS_PER_STEP times or more."""
     if tables.steps.empty:
         return _imported(tables)
-    judged = common.judged_steps(tables)
+    judged = common.loop_steps(tables)  # reads per step of the loop, warm-up included
     if judged.empty or "transfers_from_device" not in judged:
         return []
     per_step, share, steps = _live_reads(tables, judged)
@@ -131,5 +137,5 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
         return []
     wait = common.metric_per_step(common.judged_rows(tables.metrics, judged), TRANSFER_METRICS)
     cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
-    return [_finding(per_step, cost, common.wall_s(judged), steps, _sites(tables),
-                     {"share_of_host_reads": round(share, 3)})]
+    return [_finding(per_step, cost, common.run_wall_s(tables), steps, _sites(tables),
+                     {"share_of_host_reads": round(share, 3)}, JAX_FIX if tables.backend == "jax" else FIX)]

@@ -1,5 +1,12 @@
-"""Rule `op_by_op`: a hot loop that dispatches JAX operations one by one instead of through jit.
+"""Rule `op_by_op`: a hot loop that runs operations one by one instead of one compiled program.
 
+torch_xla strict eager (`torch_xla.experimental.eager_mode(True)`): per step, the
+`EagerOpExecuteTime` samples count the device programs run one op each; at
+MIN_DISPATCHES_PER_STEP or more per judged step the finding names the count and the
+fused alternative (`torch_xla.compile`). Its cost is an upper bound (the steps' wall
+time outside compiles), said so in the card; `tpuscope bench` measures the real gap.
+
+JAX:
 Evidence comes from the JAX collector (docs/backends.md): per step, the metric
 `jax.eager_dispatch_time` (count = primitives run outside jit, total = host ns
 spent inside those dispatches), the counter `jax.jit_calls`, and the table
@@ -7,12 +14,11 @@ spent inside those dispatches), the counter `jax.jit_calls`, and the table
 Each eager dispatch is a separate device program, launched from Python, with no
 fusion between them; `jax.jit` turns the step into one compiled program.
 
-Triggers when the steps after warm-up (the common warm-up rule) dispatch at least
-MIN_DISPATCHES_PER_STEP primitives eagerly on average; a run with no step source
-(one whole-run step) is judged as a whole. Severity: high when no jitted function
-runs in those steps or the dispatch time is HIGH_SHARE of their wall time. Cost: the measured host time inside those dispatches, minus compile
-time in the same steps: a lower bound, since jit also removes Python overhead
-between the ops and fuses them.
+Triggers when the judged steps dispatch at least MIN_DISPATCHES_PER_STEP primitives
+eagerly on average; a run with no step source (one whole-run step) is judged as a
+whole. Cost: the measured host time inside those dispatches, minus compile time in
+the same steps: a lower bound, since jit also removes Python overhead between the ops
+and fuses them. Severity: the cost's share of the wall time (analyze/judge).
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from tpuscope.schema import Finding
 
 RULE = "op_by_op"
 MIN_DISPATCHES_PER_STEP = 10
-HIGH_SHARE = 0.25  # eager dispatch time / wall time of the judged steps
 DISPATCH_METRIC = "jax.eager_dispatch_time"
+XLA_EAGER_METRIC = "EagerOpExecuteTime"
 TOP = 5
 
 
@@ -59,10 +65,12 @@ def _top(frame: pd.DataFrame, by: str, n: int = TOP) -> list[dict[str, Any]]:
 
 
 def detect_op_by_op(tables: RunTables) -> list[Finding]:
-    """One finding when the judged steps run many primitives outside jit."""
+    """One finding when the judged steps run many ops one by one (JAX outside jit, torch_xla eager)."""
     metrics = tables.metrics
-    if tables.steps.empty or metrics.empty or not (metrics["name"] == DISPATCH_METRIC).any():
+    if tables.steps.empty or metrics.empty:
         return []
+    if not (metrics["name"] == DISPATCH_METRIC).any():
+        return _xla_eager(tables)
     judged = _judged(tables)
     if judged.empty:
         return []
@@ -80,9 +88,38 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     lines = _top(sites, "location") if not sites.empty else []
     primitives = _top(sites, "name") if not sites.empty else []
     location = next((row["location"] for row in lines if row["location"]), None)
-    severity = "high" if share >= HIGH_SHARE or jit_calls == 0 else common.severity_for(cost_s, wall, "medium")
+    severity = common.severity(cost_s, tables)
     steps = common.steps_list(judged["step"])
     return [_finding(per_step, jit_calls, cost_s, wall, share, severity, location, steps, lines, primitives)]
+
+
+def _xla_eager(tables: RunTables) -> list[Finding]:
+    """torch_xla strict eager: every op its own execution (EagerOpExecuteTime samples per step)."""
+    judged = _judged(tables)
+    if judged.empty or tables.backend != "torch_xla":
+        return []
+    eager = common.metric_per_step(common.judged_rows(tables.metrics, judged), [XLA_EAGER_METRIC], "count")
+    per_step = float(eager["count"].sum()) / len(judged)
+    if per_step < MIN_DISPATCHES_PER_STEP:
+        return []
+    cost = float((judged["wall_ns"] - judged["compile_ns"].fillna(0)).clip(lower=0).sum()) / common.NS
+    steps = common.steps_list(judged["step"])
+    return [Finding(
+        rule=RULE, severity=common.severity(cost, tables),
+        title=f"{per_step:.0f} ops per step executed one by one (torch_xla eager mode)",
+        detail=(f"{len(judged)} steps executed {per_step:.1f} device programs each "
+                f"({XLA_EAGER_METRIC} samples): under torch_xla.experimental.eager_mode(True) every op is "
+                "compiled and launched on its own, with no fusion between them. Cost (upper bound): the "
+                f"steps' wall time outside compiles, {cost:.3f} s, all of which runs op by op; the fused "
+                "alternative runs the same step as one graph (measure both with "
+                "`tpuscope bench --script FILE:make_step --modes strict,fused`)."),
+        fix=("Fuse the step: wrap the training step function with torch_xla.compile "
+             "(`step = torch_xla.compile(train_step)`), which traces it into one graph even in eager mode, "
+             "or turn eager mode off (torch_xla.experimental.eager_mode(False)) and end each step with "
+             "torch_xla.sync()."),
+        location=None, cost_s=cost, steps=steps,
+        evidence={"executions_per_step": round(per_step, 1), "source": XLA_EAGER_METRIC,
+                  "wall_s": round(common.wall_s(judged), 6), "backend": "torch_xla"})]
 
 
 def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, share: float, severity: str,

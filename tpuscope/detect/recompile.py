@@ -1,36 +1,42 @@
-"""Rule `recompile`: an XLA graph compiled after warm-up, with what changed.
+"""Rule `recompile`: a graph family compiled again, with what changed and what it cost.
 
-For each compile in a judged step the closest earlier graph from the same call
-site (fewest differing inputs, then dims) is diffed argument by argument
-("arg 3: f32[4,41,128] -> f32[4,53,128]"); when the inputs match, the outputs are
-diffed; when those match too, the graph itself changed (a Python number traced as
-a constant, another code path). One finding per call site; when at least half of
-the judged steps (and at least STORM_MIN_STEPS) compile, a single high-severity
-"recompile storm" finding replaces them. Cost: the measured compile time of those
-compiles. Imported evidence without steps is judged by totals: compiles per
-MarkStep, or PT_XLA_DEBUG's "CompileTime too frequent" note.
+Judged by graph family (analyze/families.py), not by step count: the first compile of
+every family is a first compile wherever it happens (setup, the first eval pass, the
+optimizer's first step, work after the loop); a recompile is a further compile of a
+family. One card per call site (torch_xla: the user's line that cut the graph; JAX:
+the jitted function) carries every facet of that root cause:
+- what changed, against the closest earlier compile of the same family only
+  (torch_xla: argument by argument, "arg 3: f32[4,41,128] -> f32[4,53,128]"; JAX: what
+  JAX's cache-miss explanation says, naming the user's argument, `batch['x']`);
+- shape churn: the varying dim, its sizes and a bucketing plan (detect/shape_churn.py);
+- compile time: the measured compile time of the recompiles, and its share of the
+  program's wall time in steps; a "storm" when at least half of the loop's steps
+  (and STORM_MIN_STEPS) recompiled.
+Severity: that measured cost's share of the wall time (analyze/judge.severity).
+The fix is the backend's own (torch_xla, JAX). Imported metrics reports without
+compile rows are judged by totals: compiles per MarkStep.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.shapes import diff_shapes, shape_distance, varying_dims
-from tpuscope.detect import common
+from tpuscope.analyze.families import recompiles
+from tpuscope.analyze.shapes import diff_shapes, shape_distance
+from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.registry import RunTables
+from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
 from tpuscope.schema import Finding
 
 RULE = "recompile"
 STORM_SHARE = 0.5
 STORM_MIN_STEPS = 3
-DIFF_LIMIT = 50  # judged compiles diffed against an earlier graph
-CANDIDATES = 64  # most recent graphs of the same call site searched for the closest
+DIFF_LIMIT = 50  # recompiles diffed against an earlier graph (a storm needs examples, not all)
+CANDIDATES = 64  # most recent compiles of the family searched for the closest
 IMPORTED_STORM_PER_STEP = 0.5
 IMPORTED_MIN_COMPILES = 5
-VALUE_READ_CAUSE = "access tensor value"
 NO_SHAPES_HINT = "run `tpuscope run --deep` for the argument-by-argument diff"
 
 
@@ -39,165 +45,164 @@ def _shapes(row: dict[str, Any], column: str) -> list[str] | None:
     return None if value is None or (isinstance(value, float) and value != value) else list(value)
 
 
-def _closest(row: dict[str, Any], earlier: pd.DataFrame) -> dict[str, Any] | None:
-    """The earlier compile from the same call site whose inputs differ least."""
-    same = earlier[earlier["location"] == row.get("location")] if row.get("location") else earlier
-    if same.empty:
+def _closest(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The earlier compile of the same family whose inputs differ least."""
+    if not earlier:
         return None
     shapes = _shapes(row, "input_shapes")
-    candidates = same.iloc[-CANDIDATES:].to_dict("records")
+    candidates = earlier[-CANDIDATES:]
     if shapes is None:
         return candidates[-1]
-    return min(reversed(candidates),
-               key=lambda c: shape_distance(_shapes(c, "input_shapes") or [], shapes))
+    return min(reversed(candidates), key=lambda c: shape_distance(_shapes(c, "input_shapes") or [], shapes))
 
 
-def what_changed(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
-    """Argument-by-argument diff of a compile against an earlier one."""
+def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
+    """Argument-by-argument diff of a torch_xla compile against an earlier one of its family."""
     if before is None:
         return []
     old_in, new_in = _shapes(before, "input_shapes"), _shapes(row, "input_shapes")
     if old_in is not None and new_in is not None:
-        changes = diff_shapes(old_in, new_in)
-        if changes:
-            return changes
-        old_out, new_out = _shapes(before, "output_shapes"), _shapes(row, "output_shapes")
-        if old_out is not None and new_out is not None:
-            changes = diff_shapes(old_out, new_out, prefix="output")
-            if changes:
+        for old, new, prefix in ((old_in, new_in, "arg"),
+                                 (_shapes(before, "output_shapes"), _shapes(row, "output_shapes"), "output")):
+            if old is not None and new is not None and (changes := diff_shapes(old, new, prefix=prefix)):
                 return changes
         return ["same input and output shapes: the graph itself changed"]
-    return _without_shapes(row, before)
-
-
-def _known(value: Any) -> bool:
-    return value is not None and value == value
-
-
-def _without_shapes(row: dict[str, Any], before: dict[str, Any]) -> list[str]:
-    """What PT_XLA_DEBUG alone tells: the number and total size of the graph inputs."""
-    n_old, n_new = before.get("num_inputs"), row.get("num_inputs")
-    if _known(n_old) and _known(n_new) and n_old != n_new:
-        return [f"{int(n_old)} -> {int(n_new)} graph inputs"]
     gb_old, gb_new = before.get("input_gb"), row.get("input_gb")
-    if _known(gb_old) and _known(gb_new) and gb_old != gb_new:
-        return [f"graph input size {gb_old * 1e3:.3f} MB -> {gb_new * 1e3:.3f} MB with the same number "
-                f"of inputs: an input's shape changed ({NO_SHAPES_HINT})"]
+    if gb_old is not None and gb_new is not None and gb_old == gb_old and gb_new == gb_new and gb_old != gb_new:
+        return [f"graph input size {gb_old * 1e3:.3f} MB -> {gb_new * 1e3:.3f} MB with the same inputs: "
+                f"an input's shape changed ({NO_SHAPES_HINT})"]
     return []
 
 
-def fix_for(changes: list[str], causes: list[str]) -> str:
-    """The concrete change, from what changed and torch_xla's stated cause."""
-    if any(VALUE_READ_CAUSE in c for c in causes):
-        return ("A value read in the middle of the step (.item(), print(t), bool(t), x[mask]) cuts the "
-                "graph there, and the piece before it changed. Move the read after torch_xla.sync() "
-                "(or into xm.add_step_closure) and keep data-dependent shapes out of the step.")
-    if any(("->" in c and "[" in c) or "graph input size" in c for c in changes):
-        return ("Keep input shapes fixed from step to step: pad the varying dim to a few bucket sizes "
-                "(see the shape_churn finding for a plan) or to the maximum, and mask the padding.")
-    if any("graph inputs" in c or "added" in c or "removed" in c for c in changes):
-        return ("A different set of tensors enters the graph: create per-step tensors the same way "
-                "every step (on the device, same dtype) and avoid Python branches inside the step.")
-    return ("The graph changed with the same shapes: a Python number that changes every step (a "
-            "learning rate, a step counter) is traced as a constant. Pass it as a device tensor, "
-            "e.g. torch.tensor(lr, device=device), and update it in place.")
-
-
 def _site(row: dict[str, Any]) -> str:
-    return row.get("location") or row.get("cause") or "unknown call site"
+    if row.get("backend") == "jax" and row.get("function"):
+        return f"jit {row['function']}"
+    location = row.get("location")
+    return location if isinstance(location, str) and location else (row.get("cause") or "unknown call site")
 
 
-def _describe(compiles: pd.DataFrame, judged_compiles: pd.DataFrame) -> list[dict[str, Any]]:
-    """Each judged compile with its diff; only the first DIFF_LIMIT are diffed (a storm of
-    thousands needs a few examples, not a quadratic search)."""
+def _items(tables: RunTables, again: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each recompile with what changed against its family's closest earlier compile."""
+    families = tables.families
+    retraces = tables.extra.get("retraces", pd.DataFrame())
+    by_family: dict[str, list[dict[str, Any]]] = {}
     out = []
-    ordered = compiles.sort_values(["time_ns", "index"]).reset_index(drop=True)
-    times = ordered["time_ns"].to_numpy()
-    for n, row in enumerate(judged_compiles.sort_values(["time_ns", "index"]).to_dict("records")):
-        before = None
-        if n < DIFF_LIMIT:
-            earlier = ordered.iloc[: int(times.searchsorted(row["time_ns"], side="left"))]
-            before = _closest(row, earlier)
-        out.append({
-            "step": int(row["step"]), "graph_hash": row.get("graph_hash"),
-            "cause": row.get("cause"), "location": row.get("location"),
-            "duration_s": float(row.get("duration_ns") or 0) / common.NS,
-            "changes": what_changed(row, before),
-            "against_graph": before.get("graph_hash") if before else None,
-        })
+    for row in families.to_dict("records"):
+        earlier = by_family.setdefault(row["family"], [])
+        if row["recompile"]:
+            item = _item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
+            out.append(item)
+        earlier.append(row)
     return out
 
 
-def _dims_summary(site_rows: pd.DataFrame) -> list[str]:
-    lists = [list(s) for s in site_rows["input_shapes"] if s is not None and not isinstance(s, float)]
-    return [f"arg {d.arg} dim {d.dim}: {len(d.distinct)} sizes, {d.distinct[0]}..{d.distinct[-1]}"
-            for d in varying_dims(lists)]
+def _item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame,
+          diff: bool) -> dict[str, Any]:
+    before = _closest(row, earlier) if diff else None
+    diffs = jax_advice.diffs_of(retraces, int(row["index"]), row.get("function")) \
+        if row.get("backend") == "jax" else []
+    changes = jax_advice.changes_of(diffs) if diffs else []
+    if not changes and diff:
+        changes = xla_changes(row, before)
+    return {"step": int(row["step"]), "index": int(row["index"]), "graph_hash": row.get("graph_hash"),
+            "cause": row.get("cause"), "location": row.get("location"), "family": row["family"],
+            "function": row.get("function"), "duration_s": float(row.get("duration_ns") or 0) / common.NS,
+            "changes": changes, "against_graph": before.get("graph_hash") if before else None,
+            "diffs": diffs}
 
 
-def _finding(site: str, items: list[dict[str, Any]], wall: float, storm: dict[str, Any] | None,
-             extra: dict[str, Any]) -> Finding:
+def _facet(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Shape churn of the site's recompiled family with the most compiles."""
+    families = tables.families
+    names = sorted({i["family"] for i in items}, key=lambda f: -int((families["family"] == f).sum()))
+    rows = families[families["family"] == names[0]]
+    return churn_facet(rows, _jax_arg_names(rows, items))
+
+
+def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int, str]:
+    """Flat argument index -> the user's name (`batch['x']`). JAX's explanations name the
+    changed arguments by pytree path but the shapes list is flat, so a name goes to the flat
+    argument that has the explained shape after the change and before it in another compile."""
+    shapes = {int(r["index"]): list(r["input_shapes"]) for r in rows.to_dict("records")
+              if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)}
+    names: dict[int, str] = {}
+    for item in items:
+        after = shapes.get(item["index"], [])
+        for diff in item["diffs"]:
+            if diff["kind"] != "input_types" or not diff.get("arg"):
+                continue
+            flat = [i for i, s in enumerate(after) if s == diff.get("after") and i not in names
+                    and any(diff.get("before") == other[i] for other in shapes.values() if len(other) > i)]
+            if flat:
+                names[flat[0]] = jax_advice.arg_name(diff["arg"])
+    return names
+
+
+def _storm(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    loop = common.loop_steps(tables)
+    stepped = {(i["step"]) for i in items if i["step"] >= 0}
+    if len(loop) and len(stepped) >= max(STORM_MIN_STEPS, STORM_SHARE * len(loop)):
+        return {"loop_steps": int(len(loop)), "recompiling_steps": len(stepped)}
+    return None
+
+
+def _title(items: list[dict[str, Any]], where: str, storm: dict[str, Any] | None,
+           facet: dict[str, Any] | None, cost: float) -> str:
+    if storm:
+        return (f"Recompile storm at {where}: {storm['recompiling_steps']} of {storm['loop_steps']} "
+                f"steps compiled again ({cost:.1f} s compiling)")
+    what = f": dim {facet['dim']} of {facet['arg_name']} took {len(facet['values'])} sizes" if facet else ""
+    return f"{len(items)} recompile{'s' * (len(items) > 1)} at {where}{what}"
+
+
+def _fix(tables: RunTables, items: list[dict[str, Any]], facet: dict[str, Any] | None) -> str:
+    if tables.backend == "jax":
+        function = items[0].get("function") or "the jitted function"
+        diffs = next((i["diffs"] for i in items if i["diffs"]), [])
+        changes = next((i["changes"] for i in items if i["changes"]), [])
+        fix = jax_advice.fix_for(function, diffs, changes)
+        if facet and "plan" in facet:
+            fix += f" Bucketing plan: pad {facet['arg_name']} dim {facet['dim']} to {facet['plan']}."
+        return fix
+    changes = next((i["changes"] for i in items if i["changes"]), [])
+    causes = [i["cause"] or "" for i in items]
+    return xla_advice.recompile_fix(changes, causes, facet, data_dependent_ops(tables.fallbacks))
+
+
+def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: float) -> Finding:
     cost = sum(i["duration_s"] for i in items)
     first = next((i for i in items if i["changes"]), items[0])
-    changes = first["changes"]
-    location = items[0]["location"]
-    steps = common.steps_list(i["step"] for i in items)
+    location = next((i["location"] for i in reversed(items) if i["location"]), None)
     where = common.short_path(location) if location else site
-    if storm:
-        title = (f"Recompile storm: {storm['compiling_steps']} of {storm['judged_steps']} steps after "
-                 f"warm-up compiled a new graph ({cost:.1f} s compiling)")
-        severity = "high"
-    else:
-        title = f"{len(items)} recompile{'s' if len(items) > 1 else ''} after warm-up at {where}"
-        severity = common.severity_for(cost, wall, floor="medium")
-    detail = (f"{len(items)} graph{'s' if len(items) > 1 else ''} compiled in steps "
-              f"{_steps_text(steps)} (after {extra['warmup_steps']} warm-up steps), triggered at {where}; "
-              f"cause: {items[0]['cause'] or 'unknown'}. What changed against the closest earlier graph "
-              f"from the same call site: {'; '.join(changes[:4]) or 'not recorded (' + NO_SHAPES_HINT + ')'}. "
-              f"Cost: the measured compile time of these compiles ({cost:.2f} s"
-              + (f", {100 * cost / wall:.0f}% of the judged wall time" if wall else "") + ").")
+    if items[0].get("function"):
+        where = f"{items[0]['function']} ({where})" if location else items[0]["function"]
+    facet = _facet(tables, items)
+    storm = _storm(tables, items)
+    steps = common.steps_list(i["step"] for i in items)
+    share = f", {100 * cost / wall:.1f}% of the program's wall time in steps" if wall else ""
+    detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
+              f"compiled at {where} (steps {_steps_text(steps) or 'not known'}); cause: "
+              f"{items[0]['cause'] or 'unknown'}. What changed against the closest earlier compile of the "
+              f"same graph: {'; '.join(first['changes'][:4]) or 'not recorded (' + NO_SHAPES_HINT + ')'}."
+              + (f" Shape churn: {facet_text(facet)}." if facet else "")
+              + f" Cost: the measured compile time of these recompiles, {cost:.2f} s{share}.")
     evidence = {"graph_hash": items[-1]["graph_hash"], "graph_hashes": [i["graph_hash"] for i in items],
-                "changes": changes, "compiles": items[:50], "location": location, **extra}
+                "changes": first["changes"], "compiles": [{k: v for k, v in i.items() if k != "diffs"}
+                                                          for i in items[:50]],
+                "location": location, "function": items[0].get("function"), "backend": tables.backend,
+                "recompiles": len(items), "compile_s": cost,
+                "facets": ["compile_time"] + (["shape_churn"] if facet else []) + (["storm"] if storm else [])}
+    if facet:
+        evidence["shape_churn"] = facet
     if storm:
         evidence["storm"] = storm
-    causes = [i["cause"] or "" for i in items]
-    return Finding(RULE, severity, title, detail, fix_for(changes, causes), location, cost, steps, evidence)
+    title = _title(items, where, storm, facet, cost)
+    return Finding(RULE, common.severity(cost, tables), title, detail, _fix(tables, items, facet),
+                   location, cost, steps, evidence)
 
 
 def _steps_text(steps: list[int]) -> str:
     return ", ".join(map(str, steps[:10])) + (f" ... ({len(steps)} steps)" if len(steps) > 10 else "")
-
-
-def _live(tables: RunTables) -> list[Finding]:
-    compiles = tables.compiles[tables.compiles["step"] >= 0]
-    judged = common.judged_steps(tables)
-    judged_compiles = common.judged_rows(compiles, judged)
-    judged_compiles = judged_compiles[judged_compiles["step"] >= 0]
-    if judged_compiles.empty:
-        return []
-    wall = common.wall_s(judged)
-    items = _describe(compiles, judged_compiles)
-    limits = common.warmups(tables)
-    extra = {"warmup_steps": max(limits.values()) if limits else tables.warmup}
-    compiling = judged[judged["compiles"].fillna(0) > 0] if not judged.empty else judged
-    n_judged, n_compiling = len(judged), len(compiling)
-    if n_judged and n_compiling >= max(STORM_MIN_STEPS, STORM_SHARE * n_judged):
-        sites = Counter(_site(i) for i in items)
-        top_site = sites.most_common(1)[0][0]
-        site_rows = compiles[compiles["location"] == top_site] if "location" in compiles else compiles
-        storm = {"judged_steps": n_judged, "compiling_steps": n_compiling,
-                 "call_sites": dict(sites.most_common(5)), "varying_dims": _dims_summary(site_rows)}
-        items.sort(key=lambda i: (_site(i) != top_site, i["step"]))
-        return [_finding(top_site, items, wall, storm, extra)]
-    by_site: dict[str, list[dict[str, Any]]] = {}
-    for item in items:
-        by_site.setdefault(_site(item), []).append(item)
-    return [_finding(site, group, wall, None, extra) for site, group in by_site.items()]
-
-
-IMPORTED_SITE_GRAPHS = 3
-_IMPORTED_FIX = ("Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
-                 "and what changed between graphs; usually a shape that varies per step (pad it to a few "
-                 "bucket sizes) or a Python number traced as a constant (pass it as a device tensor).")
 
 
 def _imported_totals(tables: RunTables) -> list[Finding]:
@@ -211,44 +216,24 @@ def _imported_totals(tables: RunTables) -> list[Finding]:
         return []
     n_compiles = sum(compiles[k] for k in counted)
     n_steps = sum(steps[k] for k in counted)
-    rate = n_compiles / n_steps
     seconds = sum(v for k, v in common.per_process(metrics, ["CompileTime"], "total").items()
                   if k in counted) / common.NS
     title = f"Recompile storm: {int(n_compiles)} compiles in {int(n_steps)} steps"
     detail = (f"The imported evidence counts {int(n_compiles)} XLA compiles over {int(n_steps)} step "
-              f"markers ({rate:.1f} per step): the program keeps compiling new graphs. Cost: the "
-              f"CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator).")
+              f"markers ({n_compiles / n_steps:.1f} per step): the program keeps compiling new graphs. Cost: "
+              f"the CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator).")
     evidence = {"compiles": int(n_compiles), "steps": int(n_steps), "source": "imported totals",
                 "files": sorted({str(k[0]) for k in counted if k})}
-    return [Finding(RULE, "high", title, detail, _IMPORTED_FIX, None, seconds, [], evidence)]
-
-
-def _imported_sites(tables: RunTables) -> list[Finding]:
-    """A call site that compiled several distinct graphs in an imported PT_XLA_DEBUG log."""
-    compiles = common.whole_run(tables.compiles)
-    if compiles.empty:
-        return []
-    findings = []
-    for location, rows in compiles.dropna(subset=["location"]).groupby("location"):
-        hashes = [h for h in dict.fromkeys(rows["graph_hash"]) if h]
-        if len(hashes) < IMPORTED_SITE_GRAPHS:
-            continue
-        items = [{"step": -1, "graph_hash": r.get("graph_hash"), "cause": r.get("cause"),
-                  "location": location, "duration_s": float(r.get("duration_ns") or 0) / common.NS,
-                  "changes": []} for r in rows.to_dict("records")]
-        title = f"{len(hashes)} different graphs compiled at {common.short_path(location)}"
-        detail = (f"The imported log shows {len(rows)} compiles of {len(hashes)} different graphs triggered "
-                  f"at {common.short_path(location)} (cause: {items[0]['cause'] or 'unknown'}); the log "
-                  "does not say which step or what changed. Cost: not timed in the log.")
-        evidence = {"graph_hash": hashes[-1], "graph_hashes": hashes, "compiles": items[:50],
-                    "location": location, "changes": [], "source": "imported PT_XLA_DEBUG log"}
-        findings.append(Finding(RULE, "medium", title, detail, _IMPORTED_FIX, location, 0.0, [], evidence))
-    return findings
+    return [Finding(RULE, "high", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)]
 
 
 def detect_recompile(tables: RunTables) -> list[Finding]:
-    """Compiles after warm-up: one finding per call site, or one recompile storm."""
-    findings = _live(tables) if not tables.compiles.empty else []
-    if not findings and tables.steps.empty:
-        findings = _imported_totals(tables) + _imported_sites(tables)
-    return findings
+    """One card per call site whose graphs compiled again (facets: changes, churn, compile time)."""
+    again = recompiles(tables.families)
+    if again.empty:
+        return _imported_totals(tables) if tables.steps.empty else []
+    wall = common.run_wall_s(tables)
+    by_site: dict[str, list[dict[str, Any]]] = {}
+    for item in _items(tables, again):
+        by_site.setdefault(_site(item | {"backend": tables.backend}), []).append(item)
+    return [_finding(tables, site, items, wall) for site, items in by_site.items()]

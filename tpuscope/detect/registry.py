@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.schema import Finding
 
 
@@ -47,6 +49,20 @@ class RunTables:
     def warmup(self) -> int:
         return int(self.meta.get("warmup", 2))
 
+    @cached_property
+    def families(self) -> pd.DataFrame:
+        """The compiles with their graph family and recompile flag (analyze/families.py)."""
+        return graph_families(self.compiles, process_backends(self.meta))
+
+    @property
+    def backend(self) -> str:
+        """The run's backend: "torch_xla", "jax" or "torch_tpu" (torch_xla when unknown)."""
+        found = [b for b in process_backends(self.meta).values()]
+        if found:
+            return found[0]
+        families = self.families
+        return str(families["backend"].iloc[0]) if not families.empty else "torch_xla"
+
     @classmethod
     def from_run(cls, run: Any) -> RunTables:
         """Every table of the run: the four main ones as fields, the others in `extra`."""
@@ -63,8 +79,15 @@ DETECTORS: list[Detector] = []
 
 
 def detect(tables: RunTables, detectors: list[Detector] | None = None) -> list[Finding]:
-    """Every finding of every detector, costliest first."""
+    """Every finding of every detector, most severe first, then costliest."""
     findings: list[Finding] = []
     for detector in DETECTORS if detectors is None else detectors:
         findings.extend(detector(tables))
-    return sorted(findings, key=lambda f: (-f.cost_s, f.rule))
+    return sorted(findings, key=order)
+
+
+def order(finding: Finding) -> tuple[int, float, str]:
+    """The order every surface lists findings in: severity, then cost."""
+    from tpuscope.schema import SEVERITIES
+
+    return (SEVERITIES.index(finding.severity), -finding.cost_s, finding.rule)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze import judge
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
 from tpuscope.analyze.tensorcore import Problem, analyze, waste_by_generation
 from tpuscope.detect.common import judged_steps, short_path
@@ -30,7 +31,8 @@ LOW_MXU = 50.0  # measured MXU utilization (%) below which xprof's figures are a
 
 
 def _severity(share: float) -> str:
-    return "high" if share >= 0.10 else "medium" if share >= 0.02 else "low"
+    """The shared thresholds (analyze/judge), on the share of the estimated device step time."""
+    return judge.severity(share, 1.0)
 
 
 def _target(tables: RunTables) -> str:
@@ -197,6 +199,42 @@ def _trace_modules(meta: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
+def graph_site(tables: RunTables) -> str | None:
+    """The user's line of the step graph: where the longest compile (the training step's
+    graph, not a setup graph or an eager op) was cut. HLO metadata names only the innermost
+    Python frame, which for torch.nn layers is torch's own code."""
+    families = tables.families
+    if families.empty:
+        return None
+    graphs = families[~families["eager"].astype(bool) & families["location"].notna()]
+    if graphs.empty:
+        return None
+    return str(graphs.sort_values("duration_ns", na_position="first")["location"].iloc[-1])
+
+
+def _one_card(findings: list[Finding], site: str | None) -> Finding:
+    """The estimated problems of one step graph as one card: one root cause, its facets."""
+    ordered = sorted(findings, key=lambda f: -f.cost_s)
+    lead = ordered[0]
+    location = lead.location if lead.location and not _is_library(lead.location) else site
+    library = sorted({f.location for f in findings if f.location and _is_library(f.location)})
+    facets = [{"kind": f.evidence.get("kind"), "title": f.title, "cost_s": f.cost_s, "fix": f.fix,
+               "share_of_step": f.evidence.get("share_of_step")} for f in ordered]
+    share = min(sum(f.evidence.get("share_of_step") or 0.0 for f in ordered), 1.0)
+    others = "; ".join(f.title for f in ordered[1:])
+    detail = lead.detail + (f" Also in this graph: {others}." if others else "") + (
+        f" The graph is cut at {short_path(location)}; torch's own lines: "
+        f"{', '.join(short_path(x) for x in library[:3])}." if library and location else "")
+    fix = " ".join(dict.fromkeys(f.fix for f in ordered))
+    evidence = {**lead.evidence, "facets": facets, "library_lines": library, "share_of_step": round(share, 4)}
+    return Finding(RULE, _severity(share), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
+                   detail, fix, location, sum(f.cost_s for f in ordered), [], evidence)
+
+
+def _is_library(location: str) -> bool:
+    return any(marker in location for marker in ("/site-packages/", "/dist-packages/", "/lib/python"))
+
+
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     measured = _measured(tables)
     findings = [f for f in (_xprof_mxu(tables, measured), _idle(tables, measured)) if f is not None]
@@ -208,8 +246,5 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     problems, summary = analyze(hlo_ops, tables.extra.get("hlo_modules", pd.DataFrame()), target, trace_modules)
     step_s = float(summary.get("time_s") or 0.0)
     runs = _executions(tables)
-    for problem in problems:
-        finding = _estimated(problem, step_s, runs, target, summary, measured)
-        if finding is not None:
-            findings.append(finding)
-    return findings
+    estimated = [f for p in problems if (f := _estimated(p, step_s, runs, target, summary, measured))]
+    return findings + ([_one_card(estimated, graph_site(tables))] if estimated else [])

@@ -32,6 +32,15 @@ def where(location: str | None) -> str:
     return location if relative.startswith("..") else relative
 
 
+def _compiles_text(summary: dict[str, Any]) -> str:
+    total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
+    if not summary["graph_families"]:  # imported totals: counts without the graphs
+        return f"{total}; which graphs is not recorded"
+    return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
+            f"({_fmt(summary['recompile_s'], ' s', 2)}, {_fmt(100 * summary['recompile_share'], '%')} "
+            "of wall time)")
+
+
 def headline(summary: dict[str, Any]) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -42,14 +51,16 @@ def headline(summary: dict[str, Any]) -> Table:
     rows = [
         ("run", f"{summary.get('run_id')}  [{summary.get('backend') or '-'} on {summary.get('device_kind') or '-'}]"),
         ("ended", ended),
-        ("steps", f"{summary['steps']} ({summary['steps_after_warmup']} after {summary['warmup']} warm-up)"),
+        ("steps", f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"),
         ("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"),
-        ("compiles", f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)}), "
-                     f"{summary['compiles_after_warmup']} after warm-up "
-                     f"({_fmt(summary['compile_s_after_warmup'], ' s', 2)}, "
-                     f"{_fmt(100 * summary['compile_share_after_warmup'], '%')} of wall time)"),
-        ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"),
+        ("compiles", _compiles_text(summary)),
+        ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
+                           + (f", {summary['value_reads']} value reads (.item())" if summary.get("value_reads") else "")),
     ]
+    after = summary.get("after_loop")
+    if after:
+        rows.append(("after the loop", f"{_fmt(after['wall_s'], ' s', 2)}: {after['compiles']} compile(s) "
+                                       f"({_fmt(after['compile_s'], ' s', 2)}), not a step"))
     cost, p50 = summary.get("profiler_ms_per_step"), summary.get("step_time_p50_ms")
     if cost is not None:
         share = f" ({100 * cost / p50:.1f}% of the p50 step)" if p50 else ""
@@ -64,11 +75,13 @@ def causes_table(causes: list[dict[str, Any]]) -> Table | None:
     if not causes:
         return None
     table = Table(title="Top compile causes", title_justify="left", expand=False)
-    for col, kw in (("compiles", {"justify": "right"}), ("time (s)", {"justify": "right"}),
-                    ("first step", {"justify": "right"}), ("cause", {}), ("where", {})):
+    for col, kw in (("compiles", {"justify": "right"}), ("recompiles", {"justify": "right"}),
+                    ("time (s)", {"justify": "right"}), ("first step", {"justify": "right"}), ("cause", {}),
+                    ("where", {})):
         table.add_column(col, **kw)
     for c in causes:
-        table.add_row(str(c["count"]), f"{c['seconds']:.3f}", str(c["first_step"]), c["cause"], where(c["location"]))
+        table.add_row(str(c["count"]), str(c.get("recompiles", 0)), f"{c['seconds']:.3f}", str(c["first_step"]),
+                      c["cause"], where(c["location"]))
     return table
 
 
@@ -101,11 +114,13 @@ def finding_panel(index: int, finding: Finding) -> Panel:
 
 
 def lead_line(findings: list[Finding]) -> Text:
-    """One line that opens the report: the costliest finding and its fix, or a clean bill."""
+    """One line that opens the report: the most severe (then costliest) finding and its fix, or a
+    clean bill."""
     if not findings:
-        return Text("tpuscope: no findings: no recompile, fallback or host sync after warm-up.", style="green")
+        return Text("tpuscope: no findings: no recompile, CPU fallback, host sync or op-by-op loop.",
+                    style="green")
     top = findings[0]
-    line = Text.assemble(("tpuscope: costliest: ", "bold"), (f"[{top.severity}] ", _SEVERITY_STYLE.get(top.severity, "")),
+    line = Text.assemble(("tpuscope: first: ", "bold"), (f"[{top.severity}] ", _SEVERITY_STYLE.get(top.severity, "")),
                          f"{top.title} (~{top.cost_s:.2f} s)", ("  fix: ", "bold green"), top.fix)
     if len(findings) > 1:
         line.append(f"  (+{len(findings) - 1} more below)", style="dim")

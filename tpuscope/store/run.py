@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,8 @@ import pandas as pd
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store.parts import read_table, write_table_atomic
 from tpuscope.store.runstore import RunStore, read_meta
+
+ANALYSIS_FILE = "analysis.json"
 
 
 def table_to_frame(table: Any) -> pd.DataFrame:
@@ -63,6 +67,24 @@ class Run:
                 old.unlink()
         write_table_atomic(folder / "part-analysis.parquet", table)
         self.__dict__.pop("findings", None)
+
+    @property
+    def analysis(self) -> dict[str, Any] | None:
+        """The summary the last analysis wrote (tpuscope.analysis), None when there is none."""
+        try:
+            return json.loads((self.path / ANALYSIS_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write_analysis(self, summary: dict[str, Any]) -> None:
+        """Replace analysis.json, atomically (a reader never sees half a file)."""
+        target = self.path / ANALYSIS_FILE
+        tmp = target.with_name(f".{ANALYSIS_FILE}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def load_run(run: str | Path, store: str | Path | None = None) -> Run:

@@ -1,0 +1,305 @@
+"""tpuscope on the corpus of real programs (tests/corpus/): exact findings against measured ground truth.
+
+Every corpus program is a small driver in the idiom of code users really run (pytorch/xla's
+examples and tests, Flax/JAX examples, Hugging Face models; tests/corpus/README.md). For each
+one, once per session:
+- its ground truth is measured without tpuscope (`truth.measure`: a plain `python` process
+  whose hook records torch_xla's counters or JAX's compile log at every iteration);
+- it runs once under `tpuscope run --store <tmp> --quiet python tests/corpus/<program>`.
+The tests assert (a) the truth itself (what the program is in the corpus for), (b) the same
+stdout and exit status with and without tpuscope, (c) tpuscope's step count equals the
+program's iteration count, and (d) the exact findings, as the set of (rule, file:line), that
+the truth implies a correct tool reports, the lines found by `# corpus: <name>` markers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_tpuscope
+from tests.corpus.truth import CORPUS, Truth, measure, where
+
+pytestmark = pytest.mark.slow
+
+Finding = tuple[str, str | None]  # (rule, "<file basename>:<line>" or None)
+
+
+@dataclass(frozen=True)
+class Card:
+    """One corpus program: its backend, iteration count and the findings a correct tool reports."""
+
+    program: str
+    backend: str  # "xla" or "jax"
+    iterations: int  # the program's loop iterations = the steps tpuscope must count
+    expected: Callable[[], set[Finding]]  # called lazily: it reads the marker lines
+    tpuscope_args: tuple[str, ...] = ()
+    hlo: bool = False  # measure the truth with an XLA HLO dump (dot shapes)
+
+
+def _at(program: str, *pairs: tuple[str, str]) -> Callable[[], set[Finding]]:
+    return lambda: {(rule, where(program, marker)) for rule, marker in pairs}
+
+
+CARDS = {card.program: card for card in [
+    # 12 train + 4 eval iterations over two MpDeviceLoaders; all compiles are first compiles.
+    Card("corpus_xla_mnist.py", "xla", 16, _at("corpus_xla_mnist.py")),
+    Card("corpus_xla_compile_loader.py", "xla", 12, _at("corpus_xla_compile_loader.py")),
+    Card("corpus_xla_eager.py", "xla", 8, _at("corpus_xla_eager.py", ("op_by_op", "eager-on"))),
+    # 3 requests; request 2 and 3 compile the same graph families at new lengths (prompt and
+    # growing cache), aten::isin falls back inside generate(), and generate() reads values.
+    Card("corpus_hf_generate.py", "xla", 3, _at(
+        "corpus_hf_generate.py", ("cpu_fallback", "generate"), ("host_sync", "generate"),
+        ("recompile", "generate"), ("shape_churn", "generate"))),
+    Card("corpus_hf_train.py", "xla", 10, _at("corpus_hf_train.py")),
+    Card("corpus_xla_encoder_head64.py", "xla", 6,
+         _at("corpus_xla_encoder_head64.py", ("tensorcore_underuse", "model-call")),
+         tpuscope_args=("--deep",), hlo=True),
+    Card("corpus_xla_short_trailing.py", "xla", 3, _at("corpus_xla_short_trailing.py")),
+    Card("corpus_jax_flax_mnist.py", "jax", 12, _at("corpus_jax_flax_mnist.py")),
+    Card("corpus_jax_shortbatch.py", "jax", 14,
+         _at("corpus_jax_shortbatch.py", ("recompile", "step-call"))),
+    Card("corpus_hf_varlen.py", "xla", 8,
+         _at("corpus_hf_varlen.py", ("recompile", "sync"), ("shape_churn", "sync"))),
+    Card("corpus_xla_fallback.py", "xla", 8, _at(
+        "corpus_xla_fallback.py", ("cpu_fallback", "model-call"), ("cpu_fallback", "backward"))),
+]}
+PROGRAMS = list(CARDS)
+JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
+TORCH_XLA_WORDS = ("torch_xla", "PJRT_DEVICE", "DataLoader(drop_last", "xm.", "mark_step",
+                   "PT_XLA", "MpDeviceLoader")
+
+
+@dataclass
+class CorpusRun:
+    run_dir: Path
+    proc: subprocess.CompletedProcess[str]
+    report: dict[str, Any]  # `tpuscope show RUN --json`
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return self.report.get("findings", [])
+
+    def pairs(self) -> set[Finding]:
+        return {(f["rule"], _short(f.get("location"))) for f in self.findings}
+
+
+def _short(location: str | None) -> str | None:
+    if not location:
+        return None
+    path, _, line = str(location).rpartition(":")
+    return f"{Path(path).name}:{line}" if path else Path(str(location)).name
+
+
+@pytest.fixture(scope="session")
+def corpus_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus-store")
+
+
+@pytest.fixture(scope="session")
+def corpus_run(corpus_store: Path) -> Callable[[str], CorpusRun]:
+    """corpus_run("corpus_xla_mnist.py") -> the program's one tpuscope run of this session."""
+    cache: dict[str, CorpusRun] = {}
+
+    def get(program: str) -> CorpusRun:
+        if program not in cache:
+            card = CARDS[program]
+            name = f"c{len(cache)}-{Path(program).stem}"
+            proc = run_tpuscope("run", "--store", str(corpus_store), "--name", name, "--quiet",
+                                *card.tpuscope_args, "python", str(CORPUS / program),
+                                cwd=corpus_store.parent)
+            runs = sorted(p for p in corpus_store.iterdir() if p.name.startswith(f"{name}-"))
+            assert runs, f"no run folder made for {program}: {proc.stderr[-3000:]}"
+            shown = run_tpuscope("show", "--store", str(corpus_store), runs[-1].name, "--json")
+            assert shown.returncode == 0, shown.stderr[-3000:]
+            cache[program] = CorpusRun(runs[-1], proc, json.loads(shown.stdout))
+        return cache[program]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def truth() -> Callable[[str], Truth]:
+    """truth("corpus_xla_mnist.py") -> its ground truth, measured once per session without tpuscope."""
+    cache: dict[str, Truth] = {}
+
+    def get(program: str) -> Truth:
+        if program not in cache:
+            cache[program] = measure(program, hlo=CARDS[program].hlo)
+            assert cache[program].returncode == 0, cache[program].stderr[-3000:]
+        return cache[program]
+
+    return get
+
+
+# (a) the ground truth, measured without tpuscope ---------------------------------------------
+
+def test_truth_mnist_compiles_in_epoch_1_only(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_mnist.py")
+    phases = ("train:e{}", "train-end:e{}", "eval:e{}", "eval-end:e{}")
+    epoch1 = t.total("UncachedCompile", "setup") + sum(t.total("UncachedCompile", p.format(1)) for p in phases)
+    epoch2 = sum(t.total("UncachedCompile", p.format(2)) for p in phases)
+    # epoch 1: broadcast_master_param, train iterations 0 and 1, eval iterations 0 and 1
+    assert (epoch1, epoch2) == (5, 0)
+    assert t.work("setup")["UncachedCompile"] == 1
+    assert t.per_phase("UncachedCompile", "eval:e1") == [1, 1]
+    # the first two train iterations compile (step 1 creates SGD's momentum buffers), then cached
+    assert t.per_phase("UncachedCompile", "train:e1") == [1, 1, 0, 0, 0, 0]
+    assert t.per_phase("CachedCompile", "train:e2") == [1, 1, 1, 1, 1, 1]
+    assert t.fallback_ops == []
+    assert t.extra["iterations"] == {"train": 12, "eval": 4}
+
+
+def test_truth_compile_loader_two_compiles_in_twelve_iterations(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_compile_loader.py")
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1] + [0] * 10
+    assert t.per_phase("CachedCompile", "train:")[2:] == [1] * 10
+    assert t.total("MarkStep", "train:") > 12  # torch_xla.compile and the loader both mark steps
+    assert t.fallback_ops == []
+
+
+def test_truth_eager_runs_op_by_op(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_eager.py")
+    steady = t.per_phase("ExecuteComputation", "train:")[2:]
+    assert len(steady) == 6 and all(n == steady[0] for n in steady) and steady[0] >= 30
+    assert t.per_phase("metric:EagerOpExecuteTime", "train:")[2:] == steady
+    assert t.fallback_ops == []
+
+
+def test_truth_generate_recompiles_every_request(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_hf_generate.py")
+    uncached = t.per_phase("UncachedCompile", "request:")
+    assert len(uncached) == 3 and all(n > 0 for n in uncached)  # every request compiles new graphs
+    assert t.per_phase("MarkStep", "request:") == [0, 0, 0]  # generate() never marks a step
+    assert t.fallback_ops == ["aten::isin.Tensor_Tensor"]
+    assert all(n > 0 for n in t.per_phase("aten::isin.Tensor_Tensor", "request:"))
+    assert all(n > 0 for n in t.per_phase("aten::_local_scalar_dense", "request:"))
+
+
+def test_truth_hf_train_is_static(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_hf_train.py")
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1] + [0] * 8
+    assert t.total("aten::_local_scalar_dense", "train:") == 2  # the two loss.item() logs
+    assert t.fallback_ops == []
+
+
+def test_truth_encoder_dots_have_head_dim_64(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_encoder_head64.py")
+    assert t.extra["head_dim"] == 64
+    shapes = set(t.dots)
+    assert ("f32[12,64,64]", "f32[12,64,64]", "f32[12,64,64]") in shapes  # q @ k^T, attn @ v per head
+    assert ("f32[256,192]", "f32[192,576]", "f32[256,576]") in shapes  # fused qkv projection
+    assert t.per_phase("UncachedCompile", "infer:")[1:] == [0] * 5
+    assert t.fallback_ops == []
+
+
+def test_truth_short_trailing(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_short_trailing.py")
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1, 0]
+    assert t.work("after-loop").get("UncachedCompile", 0) == 1  # the final eval: a new graph
+    assert t.fallback_ops == []
+
+
+def test_truth_flax_train_step_compiles_once(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_jax_flax_mnist.py")
+    assert [c["label"] for c in t.jax_compiles("train_step")] == ["train:e1:i0"]
+    labels = {c["label"] for c in t.data["jax_compiles"]}
+    assert {"eval:e1", "after-loop"} <= labels  # eager primitives of accuracy() / model(X)
+    assert not any(c["label"].startswith("eval:e2") for c in t.data["jax_compiles"])
+
+
+def test_truth_shortbatch_retraces_once(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_jax_shortbatch.py")
+    compiles = t.jax_compiles("train_step")
+    assert [c["label"] for c in compiles] == ["train:i0", "train:i6"]
+    assert "float32[32,64]" in compiles[0]["shapes"] and "float32[8,64]" in compiles[1]["shapes"]
+    assert t.extra["iterations"] == 14
+
+
+def test_truth_varlen_compiles_per_new_length(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_hf_varlen.py")
+    assert t.extra["lengths"] == [16, 16, 16, 24, 16, 32, 24, 16]
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1, 0, 1, 0, 1, 0, 0]
+    assert t.fallback_ops == []
+
+
+def test_truth_embedding_bag_falls_back(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_fallback.py")
+    assert t.fallback_ops == ["aten::_embedding_bag", "aten::_embedding_bag_backward"]
+    assert t.per_phase("aten::_embedding_bag", "train:") == [1] * 8
+    assert t.per_phase("aten::_embedding_bag_backward", "train:") == [1] * 8
+    assert t.per_phase("UncachedCompile", "train:")[1:] == [0] * 7
+
+
+# (b) the program runs unchanged under tpuscope ------------------------------------------------
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_same_output_and_exit_with_tpuscope(program: str, truth: Callable[[str], Truth],
+                                            corpus_run: Callable[[str], CorpusRun]) -> None:
+    plain, run = truth(program), corpus_run(program)
+    assert run.proc.returncode == plain.returncode == 0, run.proc.stderr[-3000:]
+    assert run.proc.stdout == plain.stdout
+    assert run.report["summary"]["exit_code"] == 0
+
+
+# (c) steps are the program's iterations ------------------------------------------------------
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_steps_equal_iterations(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
+    assert corpus_run(program).report["summary"]["steps"] == CARDS[program].iterations
+
+
+# (d) exactly the findings the truth implies ---------------------------------------------------
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_exact_findings(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run(program)
+    assert run.pairs() == CARDS[program].expected(), [f["title"] for f in run.findings]
+
+
+@pytest.mark.parametrize("program", JAX_PROGRAMS)
+def test_jax_findings_say_nothing_of_torch_xla(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run(program)
+    assert run.report["summary"]["backend"] == "jax"
+    text = json.dumps(run.findings)
+    assert [w for w in TORCH_XLA_WORDS if w in text] == []
+
+
+def test_shortbatch_finding_names_batch_x(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_jax_shortbatch.py")
+    recompiles = [f for f in run.findings if f["rule"] == "recompile"]
+    assert len(recompiles) == 1
+    text = " ".join(str(recompiles[0].get(k) or "") for k in ("title", "detail"))
+    assert "batch['x']" in text and "train_step" in text
+
+
+def test_fallback_findings_name_the_ops(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_xla_fallback.py")
+    by_line = {_short(f["location"]): f for f in run.findings if f["rule"] == "cpu_fallback"}
+    forward = by_line.get(where("corpus_xla_fallback.py", "model-call"))
+    backward = by_line.get(where("corpus_xla_fallback.py", "backward"))
+    assert forward and "aten::_embedding_bag" in forward["title"] + forward["detail"]
+    assert backward and "_embedding_bag_backward" in backward["title"] + backward["detail"]
+
+
+def test_generate_value_reads_are_host_syncs_not_fallbacks(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_hf_generate.py")
+    fallbacks = [f for f in run.findings if f["rule"] == "cpu_fallback"]
+    assert fallbacks and all("isin" in f["title"] + f["detail"] for f in fallbacks)
+    assert not any("_local_scalar_dense" in f["title"] for f in fallbacks)
+    assert any(f["rule"] == "host_sync" for f in run.findings)
+
+
+def test_encoder_underuse_names_head_dim_at_the_users_line(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_xla_encoder_head64.py")
+    underuse = [f for f in run.findings if f["rule"] == "tensorcore_underuse"]
+    assert underuse and any("head_dim" in f["title"] + f["detail"] for f in underuse)
+    for f in underuse:
+        assert _short(f["location"]) == where("corpus_xla_encoder_head64.py", "model-call")
+        assert "linear.py" not in (f.get("location") or "") and "functional.py" not in (f.get("location") or "")

@@ -1,0 +1,77 @@
+"""The rules of judgement every surface shares: judged steps, severity, value reads.
+
+Judged steps. `--warmup N` (meta['warmup'], default 2) first steps of each process
+are left out of step-time figures and per-step rates (the first steps compile and
+allocate); whether a compile is a recompile does not depend on them (graph families,
+analyze/families.py). A run whose steps are fewer than N + 1 keeps its last step
+judged, so a short run still has a step time. The trailing step with boundary "end"
+(work after the program's last step boundary, recorded when profiling stops) is the
+"after the loop" phase: reported, never judged as a step.
+
+Severity. A finding's cost is measured (or estimated, and it says so) in seconds;
+its severity is that cost's share of the program's wall time in steps (every step,
+warm-up and the after-the-loop phase included): high at >= HIGH_SHARE, medium at
+>= MEDIUM_SHARE, low below. Imported evidence without wall time is "medium" when it
+counts something and says so.
+
+Value reads. `aten::_local_scalar_dense` is torch_xla's counter of `.item()`-style
+reads: a host sync, never a CPU fallback.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+PROCESS_KEYS = ["host", "pid"]
+HIGH_SHARE = 0.10
+MEDIUM_SHARE = 0.01
+VALUE_READ_OPS = ("aten::_local_scalar_dense",)
+AFTER_LOOP = "end"
+
+
+def is_value_read(op: object) -> bool:
+    return op in VALUE_READ_OPS
+
+
+def process_keys(frame: pd.DataFrame) -> list[str]:
+    return [k for k in PROCESS_KEYS if k in frame.columns]
+
+
+def phases(steps: pd.DataFrame, warmup: int) -> pd.Series:
+    """Per step row: "warmup", "judged" or "after" (the after-the-loop phase)."""
+    if steps.empty:
+        return pd.Series(dtype=object, index=steps.index)
+    after = steps["boundary"].astype(str).eq(AFTER_LOOP) if "boundary" in steps else \
+        pd.Series(False, index=steps.index)
+    keys = process_keys(steps)
+    loop = steps[~after]
+    if keys and not loop.empty:
+        last = loop.groupby(keys, dropna=False)["step"].transform("max")
+    else:
+        last = loop["step"].max() if not loop.empty else 0
+    limit = pd.Series(warmup, index=loop.index).clip(upper=last) if not loop.empty else warmup
+    out = pd.Series("after", index=steps.index, dtype=object)
+    out.loc[loop.index] = (loop["step"] >= limit).map({True: "judged", False: "warmup"})
+    return out
+
+
+def judged_steps(steps: pd.DataFrame, warmup: int) -> pd.DataFrame:
+    """The steps that step-time figures and per-step rates are taken over."""
+    if steps.empty:
+        return steps
+    return steps[phases(steps, warmup) == "judged"]
+
+
+def severity(cost_s: float, wall_s: float) -> str:
+    """high / medium / low by the cost's share of the wall time (see the module doc)."""
+    if wall_s <= 0:
+        return "medium" if cost_s > 0 else "low"
+    share = cost_s / wall_s
+    if share >= HIGH_SHARE:
+        return "high"
+    return "medium" if share >= MEDIUM_SHARE else "low"
+
+
+def wall_s(steps: pd.DataFrame) -> float:
+    """Seconds of wall time in these steps."""
+    return float(steps["wall_ns"].sum()) / 1e9 if not steps.empty else 0.0

@@ -1,0 +1,93 @@
+"""What JAX said differed between two compiles of a jitted function, and the fix.
+
+The JAX collector stores JAX's own cache-miss explanations in the `retraces` table
+(one row per difference against the closest earlier cache key); this module turns
+them into the user's words (`batch['x']`, not a pytree path) and into the change
+that stops the retrace. JAX advice only: a JAX run never gets torch_xla's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.analyze.shapes import parse_shape
+
+_KWARG = re.compile(r"^\[1\]\['(?P<name>[^']+)'\](?P<rest>.*)$")
+_POSITIONAL = re.compile(r"^\[0\]\[(?P<i>\d+)\](?P<rest>.*)$")
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and value != value)
+
+
+def arg_name(path: str) -> str:
+    """JAX's pytree paths of a call's (args, kwargs): `[0][1]` -> `args[1]`, `[1]['n']` -> `n`."""
+    if match := _KWARG.match(path):
+        return match["name"] + match["rest"]
+    if match := _POSITIONAL.match(path):
+        return f"args[{match['i']}]{match['rest']}"
+    return path
+
+
+def diffs_of(retraces: pd.DataFrame, index: int, function: str | None) -> list[dict[str, Any]]:
+    """The retraces rows of one compile for its own function (a compile's trace also
+    explains the jitted functions it calls)."""
+    if retraces.empty or function is None:
+        return []
+    rows = retraces[(retraces["compile_index"] == index) & (retraces["function"] == function)]
+    return [{k: (v if _known(v) else None) for k, v in r.items()} for r in rows.to_dict("records")]
+
+
+def diff_text(diff: dict[str, Any]) -> str:
+    """A retraces row in words ("arg batch['x']: f32[32,64] -> f32[8,64]")."""
+    kind, arg, before, after = diff["kind"], diff.get("arg"), diff.get("before"), diff.get("after")
+    label = {"input_types": "arg", "static_arg": "static arg", "pytree": "input pytree at",
+             "tracing_context": "tracing context"}.get(kind)
+    if label and arg is not None:
+        return f"{label} {arg_name(arg)}: {before} -> {after}"
+    if kind == "redefined":
+        return "a new function object on every call, so jit's cache never hits"
+    return diff.get("detail") or kind
+
+
+def changes_of(diffs: list[dict[str, Any]]) -> list[str]:
+    return [diff_text(d) for d in diffs if d["kind"] != "first"]
+
+
+def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | None = None) -> str:
+    """The change that stops the retrace, from the first difference JAX reported; without an
+    explanation (JAX_EXPLAIN_CACHE_MISSES=0), from the input-shape diff `changes`."""
+    diff = next((d for d in diffs if d["kind"] != "first"), None)
+    if diff is None and any("->" in c and "[" in c for c in changes or []):
+        return (f"Keep the input shapes of {function} the same on every call: pad to a fixed size (or a "
+                "few bucket sizes) and mask the padding.")
+    kind, arg = (diff["kind"], arg_name(diff.get("arg") or "")) if diff else ("unknown", None)
+    if kind == "input_types":
+        old, new = parse_shape(diff.get("before") or ""), parse_shape(diff.get("after") or "")
+        if old and new and old.dims == new.dims:
+            return (f"Pass {arg} with the same dtype on every call of {function} (cast it, e.g. "
+                    f"jnp.asarray(x, jnp.float32); a Python scalar is weakly typed, an array is not).")
+        return (f"Give {arg} the same shape on every call of {function}: pad it to a fixed size (or a "
+                f"few bucket sizes) and mask the padding; pad or drop a short last batch.")
+    if kind == "static_arg":
+        return (f"Each new value of the static argument {arg} compiles {function} again: pass it as an "
+                f"array (drop it from static_argnums/static_argnames) or keep it to a few values.")
+    if kind == "pytree":
+        return (f"Call {function} with the same pytree structure every time (same dict keys, list "
+                f"lengths, None in the same places).")
+    if kind == "tracing_context":
+        return f"A JAX setting or context differed between calls of {function}: set it once, before the first call."
+    if kind == "redefined":
+        return (f"{function} is jitted anew on every call (jax.jit inside a loop or a function, or a new "
+                f"lambda/functools.partial each time): create the jitted function once and reuse it.")
+    if kind == "debug_info":
+        return f"Call {function} the same way every time (the same arguments by position or by keyword)."
+    return (f"Keep the arguments of {function} the same from call to call: shapes, dtypes, pytree "
+            "structure, static values.")
+
+
+CACHE_FIX = ("Compiles that must stay can be kept across runs with JAX's persistent compilation cache: "
+             "`jax.config.update('jax_compilation_cache_dir', '/path/to/cache')` before the first call.")

@@ -1,0 +1,56 @@
+"""torch_xla's fixes for recompiles, worded for what changed (a torch_xla run gets these only).
+
+torch_xla names a compile's cause ("user torch_xla.sync", "most likely user code
+trying to access tensor value") and the detectors know what changed between two
+graphs of one family; the fix follows from both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VALUE_READ_CAUSE = "access tensor value"
+CACHE_FIX = ("Compiles that must stay can be kept across runs with torch_xla's persistent cache: "
+             "`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)` before the first step.")
+IMPORTED_FIX = ("Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
+                "and what changed between graphs; usually a shape that varies per step (pad it to a few "
+                "bucket sizes) or a Python number traced as a constant (pass it as a device tensor).")
+
+
+def _shape_change(changes: list[str]) -> bool:
+    return any(("->" in c and "[" in c) or "graph input size" in c for c in changes)
+
+
+def _bucketing(facet: dict[str, Any], data_dependent: list[str]) -> str:
+    lead = f"dim {facet['dim']} of {facet['arg_name']}"
+    if data_dependent and facet.get("dtype") in ("s64", "s32"):
+        return (f"The length of {lead} depends on the data ({', '.join(data_dependent)} ran on the CPU): "
+                "replace that op with a static-shape form (see the cpu_fallback finding) instead of "
+                "bucketing.")
+    plan = (f"pad {lead} to the buckets {facet['plan']} in the data pipeline (a collate_fn that pads each "
+            "batch to the next bucket, or pad_to_multiple_of in a tokenizer) and mask the padding"
+            if "plan" in facet else f"pad {lead} to one fixed size (the largest, {facet['values'][-1]}) "
+            "and mask the padding")
+    last_batch = (" If only the last batch of an epoch is smaller, drop it (DataLoader(drop_last=True)) "
+                  "or pad it to the full batch.") if facet["dim"] == 0 and len(facet["values"]) == 2 else ""
+    return f"Keep the input shapes fixed: {plan}.{last_batch}"
+
+
+def recompile_fix(changes: list[str], causes: list[str], facet: dict[str, Any] | None,
+                  data_dependent: list[str]) -> str:
+    """The concrete change, from what changed, the churn facet and torch_xla's stated cause."""
+    if any(VALUE_READ_CAUSE in c for c in causes):
+        return ("A value read in the middle of the step (.item(), print(t), bool(t), x[mask]) cuts the "
+                "graph there, and the piece before it changed. Move the read after torch_xla.sync() "
+                "(or into xm.add_step_closure) and keep data-dependent shapes out of the step.")
+    if facet:
+        return _bucketing(facet, data_dependent)
+    if _shape_change(changes):
+        return ("Keep input shapes fixed from step to step: pad the varying dim to a few bucket sizes "
+                "or to the maximum, and mask the padding.")
+    if any("graph inputs" in c or "added" in c or "removed" in c for c in changes):
+        return ("A different set of tensors enters the graph: create per-step tensors the same way "
+                "every step (on the device, same dtype) and avoid Python branches inside the step.")
+    return ("The graph changed with the same shapes: a Python number that changes every step (a "
+            "learning rate, a step counter) is traced as a constant. Pass it as a device tensor, "
+            "e.g. torch.tensor(lr, device=device), and update it in place.")
