@@ -40,7 +40,7 @@ def idiom_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path
     """{"tail": ..., "generate": ...} -> (run folder, the program's own report, process)."""
     store = tmp_path_factory.mktemp("idioms")
     runs = {}
-    for name, extra in (("tail", ["--tail"]), ("generate", ["--generate", "3"])):
+    for name, extra in (("tail", ["--tail"]), ("generate", ["--generate", "4"])):
         out = store / f"{name}.json"
         # the script alone (not "python script"): the child runs this interpreter, so this tpuscope
         proc = run_tpuscope("run", "--store", str(store), "--name", name, "--quiet",
@@ -108,3 +108,13 @@ def test_host_reads_inside_generate_are_at_the_users_line_with_the_library_frame
     fallbacks = read_table(run_dir, "fallbacks").to_pandas().dropna(subset=["location"])
     assert set(fallbacks.location) == {where}
     assert fallbacks.library_frame.str.startswith("transformers/").all()
+
+
+def test_a_last_generate_without_sync_is_the_end_step_with_its_compiles_and_reads(idiom_runs) -> None:
+    run_dir = idiom_runs["generate"][0]
+    steps = read_table(run_dir, "steps").to_pandas()
+    last = steps.iloc[-1]
+    assert last.boundary == "end" and last.compiles > 0 and last.fallback_ops > 0
+    assert last.transfers_from_device > 0 and last.executions > 0
+    compiles = read_table(run_dir, "compiles").to_pandas()
+    assert set(compiles[compiles.step == last.step].location) == {f"{PROGRAM}:{line_of('# GENERATE-LINE')}"}

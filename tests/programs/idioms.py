@@ -12,8 +12,9 @@ eager_mark_step (eager_mode(True) + xm.mark_step()).
 --tail: after the loops (and their last sync), an eval that ends in `.item()`, a CPU
 fallback and a `.cpu()` read, with no sync after it: the "end" step.
 --generate N: after the loops, N calls of a tiny random GPT-2's `model.generate(...)` on
-the device, each followed by `torch_xla.sync()` (host reads and fallbacks inside
-transformers, to be located at the marked generate line below).
+the device, each but the last followed by `torch_xla.sync()` (host reads and fallbacks
+inside transformers, to be located at the marked generate line below); the last one
+has a longer prompt, so it compiles, and ends the program without a sync.
 
 OUT.json gets, per idiom, the wall-clock window of its loop and torch_xla's own counters
 after every iteration's boundary, for comparison.
@@ -121,10 +122,12 @@ def generate(calls: int) -> None:
 
     torch.manual_seed(0)
     lm = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100)).to(device).eval()
-    ids = torch.tensor([[1, 2, 3, 4]], device=device)
-    for _ in range(calls):
+    for call in range(calls):
+        last = call == calls - 1  # a longer prompt (new graphs), and no sync after it
+        ids = torch.tensor([[1, 2, 3, 4, 5, 6] if last else [1, 2, 3, 4]], device=device)
         out = lm.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # GENERATE-LINE
-        torch_xla.sync()
+        if not last:
+            torch_xla.sync()
     print("generated", out.shape)
 
 
