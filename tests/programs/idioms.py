@@ -5,7 +5,8 @@ usage: idioms.py IDIOM[,IDIOM...] OUT.json [--iters N] [--tail] [--generate N]
 IDIOM: sync, mark_step, optimizer_step (barrier=True), loader_optimizer_step
 (MpDeviceLoader + xm.optimizer_step without barrier: the loader's next() syncs),
 compile_fn (torch_xla.compile(fn) per iteration), compile_ctx (`with torch_xla.compile():`),
-loader (MpDeviceLoader + xm.mark_step()), loader_compile (MpDeviceLoader + torch_xla.compile),
+loader (MpDeviceLoader + xm.mark_step()), loader_read (the same, then an `.item()` of a
+new graph after the sync), loader_compile (MpDeviceLoader + torch_xla.compile),
 step_trace (xp.StepTrace), loader_step_trace, eager (eager_mode(True) + torch_xla.sync()),
 eager_mark_step (eager_mode(True) + xm.mark_step()).
 
@@ -68,9 +69,11 @@ def loop(idiom: str, seen: list[dict[str, int]]) -> None:
         loader = MpDeviceLoader(torch.utils.data.DataLoader(batches, batch_size=None), device)
         compiled = torch_xla.compile(train)
         for i, (x, y) in enumerate(loader):
-            if idiom == "loader":
+            if idiom in ("loader", "loader_read"):
                 train(x, y)
                 xm.mark_step()
+                if idiom == "loader_read":  # belongs to the next step (the loader's sync gives way)
+                    print("accuracy", (model(x).argmax(1) == y.argmax(1)).float().mean().item())
             elif idiom == "loader_compile":
                 compiled(x, y)
             elif idiom == "loader_optimizer_step":

@@ -65,6 +65,7 @@ class XlaCollector:
         self.sites: SiteTracer | None = None
         self.trace: xla_trace.XlaTrace | None = None
         self.rule = StepRule({})
+        self._full_due = False  # a boundary that was not a step had a full read
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -151,13 +152,18 @@ class XlaCollector:
     def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
         """Record the step that just ended; True if it compiled."""
         now = time.time_ns()
-        snap = snap or self.reader.snapshot()
+        snap = snap or self.reader.snapshot(full=self._full_due)
         counters, metrics = snap.counters, snap.metrics
         prev_counters, prev_metrics = self._prev
         counter_delta = counter_deltas(counters, prev_counters)
         metric_delta = metric_deltas(metrics, prev_metrics)
-        if not self.rule.ends_step(boundary, counter_delta, metric_delta):
-            return False  # not a step of its own: its deltas go to the next step (xla_steps)
+        if not self.rule.ends_step(boundary, counters, counter_delta, metric_delta):
+            # not a step of its own: its deltas go to the next step (xla_steps), and so do a
+            # full read a compile here asked for (compile rows need its samples) and host reads
+            self._full_due = self._full_due or snap.full
+            self.reader.unconsumed()
+            return False
+        self._full_due = False
         launched = self.rule.launched(counter_delta)
         self.rule.consumed(counter_delta)
         # in place: a core read has fewer names, and a new 60-entry dict is the step's first large

@@ -29,8 +29,12 @@ Which boundary ends an iteration when it passes several:
   marker: if the program's own boundary (sync, mark_step, optimizer_step, compile,
   StepTrace) ran since the previous loader boundary, the loader's sync is the top of
   the next iteration, and work since (an `.item()` after `mark_step()`) is carried into
-  the next step. A loader loop without syncs of its own (`xm.optimizer_step(opt)`
-  without barrier) gets one step per `next()`, the last at StopIteration.
+  the next step (the last iteration's: into the "end" step, or whatever follows the
+  loop). The loader syncs twice on its way to StopIteration: the second gives way too
+  when nothing was launched since the first. A loader loop without syncs of its own
+  (`xm.optimizer_step(opt)` without barrier) gets one step per `next()`, the last at
+  StopIteration. A boundary that gives way leaves its counter and metric reads to the
+  next step (the reader re-reads host transfers; a full read is repeated).
 Setup syncs before the loop (moving a model, `xm.broadcast_master_param`) are steps of
 their own when they launched something (in eager mode `.to(device)` runs ops).
 """
@@ -83,24 +87,33 @@ class StepRule:
         # launched but not yet counted as executed (async executions in flight)
         self.outstanding = max(0, sum(counters.get(n, 0) for n in LOOKUPS) - counters.get(EXECUTED, 0))
         self._own_boundary = True  # the program's own sync since the last loader boundary (setup counts)
+        self._yielded_at: int | None = None  # lookups when a loader boundary last gave way
 
     def launched(self, counters: dict[str, int]) -> int:
         """Graphs launched in the interval whose counter deltas these are."""
         lookups = sum(counters.get(n, 0) for n in LOOKUPS)
         return lookups + max(0, counters.get(EXECUTED, 0) - lookups - self.outstanding)
 
-    def ends_step(self, boundary: str, counters: dict[str, int], metrics: Growth) -> bool:
-        """True if the boundary closes a step with these deltas (since the last step)."""
+    def ends_step(self, boundary: str, now: dict[str, int], counters: dict[str, int], metrics: Growth) -> bool:
+        """True if the boundary closes a step with these deltas since the last step (`now`:
+        the counters' values)."""
         if boundary == COMPILE_PRELUDE:
             return False
-        if boundary == LOADER:
-            yields, self._own_boundary = self._own_boundary, False
-            if yields:
-                return False
-        elif boundary != END:
-            self._own_boundary = True
+        if boundary == LOADER and self._loader_gives_way(sum(now.get(n, 0) for n in LOOKUPS)):
+            return False
+        if boundary not in (LOADER, END):
+            self._own_boundary, self._yielded_at = True, None
         return bool(self.launched(counters) or HOST_TRANSFER in metrics
                     or any(n.startswith("aten::") for n in counters))
+
+    def _loader_gives_way(self, lookups: int) -> bool:
+        """The loader's sync is the top of the next iteration: the program synced itself since
+        the previous loader boundary, or that one gave way and nothing launched since (the
+        loader syncs twice on its way to StopIteration)."""
+        gives_way = self._own_boundary or self._yielded_at == lookups
+        self._own_boundary = False
+        self._yielded_at = lookups if gives_way else None
+        return gives_way
 
     def consumed(self, counters: dict[str, int]) -> None:
         """The deltas became a step: carry what is still in flight."""
