@@ -81,7 +81,9 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("program_gb", pa.float64()),
         ]
     ),
-    # One row per (step, aten op that ran on the host instead of the device).
+    # One row per (step, aten op that ran on the host instead of the device, call site).
+    # location: the user's line; library_frame: the innermost library frame inside that
+    # call (e.g. transformers/generation/utils.py:2480), null when the user called torch.
     "fallbacks": pa.schema(
         PROCESS_FIELDS
         + [
@@ -89,6 +91,7 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("op", _dict_str),
             pa.field("count", pa.int64()),
             pa.field("location", pa.string()),
+            pa.field("library_frame", pa.string()),
         ]
     ),
     # Why a function was traced again (JAX's cache-miss explanations): one row per
@@ -112,7 +115,8 @@ TABLES: dict[str, pa.Schema] = {
     ),
     # Where in the user's code something happened, counted per step.
     # kind: host_sync (name: float, item, print, device_get, block_until_ready, ...)
-    # or eager_dispatch (name: the primitive run outside jit).
+    # or eager_dispatch (name: the primitive run outside jit). library_frame: the
+    # innermost library frame inside the user's call that did it (null if none).
     "call_sites": pa.schema(
         PROCESS_FIELDS
         + [
@@ -121,6 +125,7 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("name", _dict_str),
             pa.field("location", pa.string()),
             pa.field("count", pa.int64()),
+            pa.field("library_frame", pa.string()),
         ]
     ),
     # --- Device view (docs/device_view.md): xplane traces, XLA HLO, xprof's analyses ---

@@ -9,8 +9,11 @@ thing shows up again untraced, so an op that runs every 4th step is still caught
 TorchFunctionMode wraps
 each torch call (the calls the user's code makes: `x[mask]`, `.item()`, `print(t)`,
 `loss.backward()`), reads the watched counters before and after it (about 1 us each),
-and when one moved, walks the Python stack to the first frame outside torch,
-torch_xla and tpuscope. Counting around the outermost call is what makes this work
+and when one moved, walks the Python stack to the user's frame (collect/frames: the
+first frame outside installed packages, the standard library and tpuscope) and keeps
+the innermost library frame inside that call too (`transformers/generation/utils.py:N`
+for a read inside `model.generate(...)`, `torch/nn/utils/clip_grad.py:N` for one
+inside torch). Counting around the outermost call is what makes this work
 for ops that fall back deep inside a lowering (`x[mask]` runs `aten::nonzero` from
 the C++ index kernel, never visible as a call of its own).
 
@@ -28,35 +31,14 @@ from collections import Counter
 from types import FrameType
 from typing import Any
 
+from tpuscope.collect.frames import user_and_library
 from tpuscope.collect.xla_counters import COPY_COUNTERS
 from tpuscope.collect.xla_counters import HOST_TRANSFER as TRANSFER_METRIC
-from tpuscope.collect.xla_debug import _LIBRARY_MARKERS
 
 WINDOW = 2
 MAX_ARMED_STEPS = 12
 MAX_WATCHED_OPS = 8
 HOST_SYNC_OPS = ("aten::_local_scalar_dense",)  # a value read, not a missing lowering
-
-
-def _is_library(filename: str) -> bool:
-    return any(marker in filename for marker in _LIBRARY_MARKERS)
-
-
-def user_location(frame: FrameType | None) -> str | None:
-    """`file:line` of the innermost frame outside torch/torch_xla/tpuscope/site-packages.
-
-    If every frame is library code (a third-party trainer calling torch), the
-    innermost frame outside torch, torch_xla and tpuscope is returned instead.
-    """
-    fallback = None
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_library(filename):
-            return f"{filename}:{frame.f_lineno}"
-        if fallback is None and not any(m in filename for m in ("/torch/", "/torch_xla/", "/tpuscope/", "<frozen")):
-            fallback = f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return fallback
 
 
 def _dynamo_in_use() -> bool:
@@ -107,8 +89,9 @@ class SiteTracer:
         self.armed_steps = 0
         self._mode: Any = None
         self._thread = 0
-        self.fallback_sites: Counter[tuple[str, str | None]] = Counter()
-        self.read_sites: Counter[tuple[str, str | None]] = Counter()
+        # (op or torch function, user's file:line, library frame) -> count
+        self.fallback_sites: Counter[tuple[str, str | None, str | None]] = Counter()
+        self.read_sites: Counter[tuple[str, str | None, str | None]] = Counter()
         self._known_transfers = 0          # TransferFromDeviceTime samples when last read
         self.last: tuple[int, ...] = ()    # counters after the previous traced call
 
@@ -128,17 +111,17 @@ class SiteTracer:
         return int(data[0]) if data else 0
 
     def record(self, func: Any, before: tuple[int, ...], after: tuple[int, ...], frame: FrameType) -> None:
-        where = user_location(frame)
+        where, library = user_and_library(frame)
         name = getattr(func, "__name__", None) or str(func)
         copies = len(COPY_COUNTERS)
         if after[:copies] != before[:copies]:
             now = self._transfers()
             if now > self._known_transfers:
-                self.read_sites[(name, where)] += now - self._known_transfers
+                self.read_sites[(name, where, library)] += now - self._known_transfers
             self._known_transfers = now
         for op, old, new in zip(self._ops, before[copies:], after[copies:], strict=True):
             if new > old:
-                self.fallback_sites[(op, where)] += new - old
+                self.fallback_sites[(op, where, library)] += new - old
 
     # -- at step boundaries -------------------------------------------------------
     @property
@@ -211,14 +194,14 @@ def site_rows(step: int, fallback_ops: dict[str, int],
     fallbacks: list[dict[str, Any]] = []
     for op, count in fallback_ops.items():
         placed = 0
-        for (site_op, where), n in sorted(fallback_sites.items(), key=lambda kv: -kv[1]):
+        for (site_op, where, library), n in sorted(fallback_sites.items(), key=lambda kv: -kv[1]):
             n = min(n, count - placed)
-            if site_op != op or where is None or n <= 0:
+            if site_op != op or (where is None and library is None) or n <= 0:
                 continue
-            fallbacks.append({"step": step, "op": op, "count": n, "location": where})
+            fallbacks.append({"step": step, "op": op, "count": n, "location": where, "library_frame": library})
             placed += n
         if count > placed:
             fallbacks.append({"step": step, "op": op, "count": count - placed, "location": None})
-    reads = [{"step": step, "kind": "host_sync", "name": name, "location": where, "count": n}
-             for (name, where), n in read_sites.items()]
+    reads = [{"step": step, "kind": "host_sync", "name": name, "location": where, "library_frame": library,
+              "count": n} for (name, where, library), n in read_sites.items()]
     return fallbacks, reads

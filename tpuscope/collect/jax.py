@@ -11,7 +11,8 @@ one. Otherwise the step function is the user's jitted function called most often
 one call of it to the next, so work between calls (data loading, `float(loss)`)
 belongs to the step it follows. A program with neither gets one step for the whole
 run. Work before the first step is counted in step 0; work after the last one
-becomes a last step with boundary "end".
+becomes a last step with boundary "end". A step ends when its outputs are ready, not
+when its asynchronous dispatch returned (jax_ready).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from tpuscope.collect.frames import is_user_file
 from tpuscope.collect.jax_compiles import CompileEvent, CompileTracker
 from tpuscope.collect.jax_explain import REDEFINED, STATIC_ARG, Explanation, cause_text
 from tpuscope.collect.jax_hooks import (
@@ -33,12 +35,14 @@ from tpuscope.collect.jax_hooks import (
     JitTarget,
     SyncHook,
 )
+from tpuscope.collect.jax_ready import StepClock, Timing
 from tpuscope.collect.jax_rows import StepAcc, metric_rows, site_rows, step_row
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
 
 _TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 ANNOTATION = "StepTraceAnnotation"
+READY_WAIT_S = 5.0  # at exit, how long outputs still running may take to be ready
 
 
 class JaxCollector:
@@ -60,6 +64,7 @@ class JaxCollector:
         self._first_call_ns: dict[JitTarget, int] = {}
         self._acc = StepAcc()
         self._lock = threading.RLock()
+        self.clock = StepClock(self._emit_step, self._lock)
         self._installed_at = time.time_ns()
         self._finished = False
         self._device_meta_done = False
@@ -123,6 +128,7 @@ class JaxCollector:
 
     def finish(self) -> None:
         """Close the open step (or write the one whole-run step) and record the devices."""
+        self.clock.wait_idle(READY_WAIT_S)
         with self._lock:
             if self._finished:
                 return
@@ -133,6 +139,7 @@ class JaxCollector:
             elif self._has_work():  # work after the last step, or a run with no step source
                 self._open_at(self._installed_at if self._steps_written == 0 else self._last_end, "end")
                 self._close(now)
+            self.clock.finish()
             if self._profiler is not None:
                 self._profiler.close()
             self._device_meta()
@@ -151,14 +158,14 @@ class JaxCollector:
         if self._open:
             self._close(t_ns)
         self._open, self._start_ns, self._boundary = True, t_ns, boundary
+        self.clock.opened(self.step, boundary, t_ns)
         if self._profiler is not None:
             self._profiler.step_opened(self.step)
 
     def _close(self, t_ns: int) -> None:
         acc, self._acc = self._acc, StepAcc()
         self._open, self._last_end = False, t_ns
-        if self._owns_steps():
-            self._emit_step(acc, self._start_ns, t_ns)
+        self.clock.closed(acc, t_ns)  # its row is written once its outputs are ready
         if self._profiler is not None:
             self._profiler.step_closed(self.step)
         self.step += 1
@@ -169,6 +176,13 @@ class JaxCollector:
 
     def on_jit_created(self, target: JitTarget) -> None:
         self._jitted_names.add(target.name.rsplit(".", 1)[-1])
+
+    def on_jit_return(self, target: JitTarget, outputs: Any) -> None:
+        """The step is not done before what its step function (or, in a StepTraceAnnotation
+        block, any jitted call) returned is ready."""
+        with self._lock:
+            if self._open and (target is self.step_fn or self.mode == ANNOTATION):
+                self.clock.outputs(outputs)
 
     def on_jit_call(self, target: JitTarget) -> None:
         with self._lock:
@@ -220,13 +234,13 @@ class JaxCollector:
                     self._close(now)
 
     # -- syncs, eager dispatches, metrics ------------------------------------------------
-    def on_sync(self, kind: str, location: str | None) -> None:
+    def on_sync(self, kind: str, location: str | None, library: str | None = None) -> None:
         with self._lock:
-            self._acc.sync(kind, location)
+            self._acc.sync(kind, location, library)
 
-    def on_eager(self, primitive: str, location: str | None, elapsed_ns: int) -> None:
+    def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         with self._lock:
-            self._acc.dispatch(primitive, location, elapsed_ns)
+            self._acc.dispatch(primitive, location, library, elapsed_ns)
 
     def _on_metric(self, name: str, seconds: float | None) -> None:
         with self._lock:
@@ -281,12 +295,15 @@ class JaxCollector:
         return hashlib.sha1(key.encode()).hexdigest()[:16]
 
     # -- rows --------------------------------------------------------------------------
-    def _emit_step(self, acc: StepAcc, start_ns: int, end_ns: int) -> None:
-        self.session.add("steps", step_row(acc, self.step, self._boundary, start_ns, end_ns))
+    def _emit_step(self, timing: Timing, start_ns: int, end_ns: int) -> None:
+        if not self._owns_steps():
+            return
+        acc, step = timing.acc, timing.step
+        self.session.add("steps", step_row(acc, step, timing.boundary, start_ns, end_ns))
         if acc.calls or acc.eager or acc.syncs or acc.metrics:
-            self.session.add_many("metrics", metric_rows(acc, self.step))
+            self.session.add_many("metrics", metric_rows(acc, step))
         if acc.sites:
-            self.session.add_many("call_sites", site_rows(acc, self.step))
+            self.session.add_many("call_sites", site_rows(acc, step))
 
     def _device_meta(self) -> None:
         """Device kind and count, once the program's backend exists (never initialise it)."""
@@ -321,14 +338,19 @@ def _retrace_rows(event: CompileEvent, step: int, index: int) -> list[dict[str, 
     """One row per difference; traces that led to no compile have no compile_index."""
     rows = []
     for expl, compiled in [(e, index) for e in event.explanations] + [(e, None) for e in event.stale_explanations]:
-        rows += [_retrace_row(expl, diff, step, compiled) for diff in expl.diffs]
+        rows += [_retrace_row(expl, diff, step, compiled, event.location) for diff in expl.diffs]
     return rows
 
 
-def _retrace_row(expl: Explanation, diff: Any, step: int, index: int | None) -> dict[str, Any]:
+def _retrace_row(expl: Explanation, diff: Any, step: int, index: int | None, fallback: str | None) -> dict[str, Any]:
+    """JAX names the call site itself, skipping only its own frames: a call inside flax or
+    optax is located at the user's line that led to it (the compile's location) instead."""
+    callsite = expl.callsite
+    if callsite and not is_user_file(callsite.rsplit(":", 1)[0]):
+        callsite = fallback or callsite
     return {
         "step": step, "compile_index": index, "time_ns": int(expl.time_s * 1e9),
-        "function": expl.function, "defined_at": expl.defined_at, "location": expl.callsite,
+        "function": expl.function, "defined_at": expl.defined_at, "location": callsite,
         "kind": diff.kind, "arg": diff.arg, "before": diff.before, "after": diff.after,
         "detail": diff.detail,
     }

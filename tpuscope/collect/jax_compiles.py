@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuscope.collect.frames import user_frames, user_location
 from tpuscope.collect.jax_explain import HEADER, Explanation, aval_text, parse_explanation
-from tpuscope.collect.jax_hooks import user_frames, user_location
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"

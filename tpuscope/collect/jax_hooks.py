@@ -22,9 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
 import sys
-import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -32,38 +30,9 @@ from typing import Any, Protocol
 
 import wrapt
 
-_TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY_PREFIXES = tuple(
-    {sysconfig.get_paths()[key] + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {_TPUSCOPE_DIR}
-)
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "<frozen")
+from tpuscope.collect.frames import is_user_file, user_and_library
 
-
-@functools.lru_cache(maxsize=4096)
-def is_user_file(filename: str) -> bool:
-    """The user's code: not the standard library, an installed package or tpuscope."""
-    return not filename.startswith(_LIBRARY_PREFIXES) and not any(m in filename for m in _LIBRARY_MARKERS)
-
-
-def user_frames(frame: Any, limit: int = 8) -> list[str]:
-    """The user's frames from `frame` outwards, as 'func (file:line)' like PT_XLA_DEBUG's."""
-    out: list[str] = []
-    while frame is not None and len(out) < limit:
-        code = frame.f_code
-        if is_user_file(code.co_filename):
-            out.append(f"{code.co_name} ({code.co_filename}:{frame.f_lineno})")
-        frame = frame.f_back
-    return out
-
-
-def user_location(frame: Any) -> str | None:
-    """'file:line' of the innermost user frame from `frame` outwards."""
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+_JAX_INTERNALS = ("/jax/", "/jaxlib/")  # an eager primitive's caller is always jax's own code
 
 
 def _report(call: Any, *args: Any) -> None:
@@ -78,9 +47,10 @@ def _report(call: Any, *args: Any) -> None:
 class Sink(Protocol):
     def on_jit_created(self, target: JitTarget) -> None: ...
     def on_jit_call(self, target: JitTarget) -> None: ...
+    def on_jit_return(self, target: JitTarget, outputs: Any) -> None: ...
     def on_annotation(self, entering: bool) -> None: ...
-    def on_sync(self, kind: str, location: str | None) -> None: ...
-    def on_eager(self, primitive: str, location: str | None, elapsed_ns: int) -> None: ...
+    def on_sync(self, kind: str, location: str | None, library: str | None) -> None: ...
+    def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -145,9 +115,13 @@ class JitHook:
 
     def _call(self, target: JitTarget, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         core = self._core
-        if self.active and core.trace_ctx.trace is core.eval_trace:  # not a call inside a trace
+        top = self.active and core.trace_ctx.trace is core.eval_trace  # not a call inside a trace
+        if top:
             _report(self.sink.on_jit_call, target)
-        return wrapped(*args, **kwargs)
+        out = wrapped(*args, **kwargs)
+        if top:
+            _report(self.sink.on_jit_return, target, out)
+        return out
 
 
 class AnnotationHook:
@@ -241,7 +215,7 @@ class SyncHook:
         def synced(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(local, "depth", 0)
             if depth == 0:
-                _report(sink.on_sync, kind, user_location(sys._getframe(1)))
+                _report(sink.on_sync, kind, *user_and_library(sys._getframe(1)))
             local.depth = depth + 1
             try:
                 return original(*args, **kwargs)
@@ -271,7 +245,7 @@ class EagerHook:
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
             depth = getattr(local, "depth", 0)
-            location = user_location(sys._getframe(1))
+            location, library = user_and_library(sys._getframe(1), _JAX_INTERNALS)
             local.depth = depth + 1
             start = time.perf_counter_ns()
             try:
@@ -279,7 +253,7 @@ class EagerHook:
             finally:
                 local.depth = depth
                 # Only the outermost dispatch is timed: nested ones are inside its time.
-                _report(sink.on_eager, primitive.name, location,
+                _report(sink.on_eager, primitive.name, location, library,
                         time.perf_counter_ns() - start if depth == 0 else 0)
 
         EvalTrace.process_primitive = process_primitive

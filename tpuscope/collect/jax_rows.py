@@ -35,7 +35,7 @@ class StepAcc:
         self.eager: dict[str, int] | None = None  # primitive -> eager dispatches
         self.eager_ns = 0
         self.syncs: dict[str, int] | None = None  # kind -> count
-        self.sites: dict[tuple[str, str, str | None], int] | None = None  # (kind, name, location)
+        self.sites: dict[tuple[str, str, str | None, str | None], int] | None = None  # (kind, name, location, library)
         self.metrics: dict[str, list[float]] | None = None  # name -> [count, total ns]
 
     def has_work(self) -> bool:
@@ -45,14 +45,14 @@ class StepAcc:
         self.jit_calls += 1
         self.calls = _bump(self.calls, name)
 
-    def sync(self, kind: str, location: str | None) -> None:
+    def sync(self, kind: str, location: str | None, library: str | None = None) -> None:
         self.syncs = _bump(self.syncs, kind)
-        self.sites = _bump(self.sites, ("host_sync", kind, location))
+        self.sites = _bump(self.sites, ("host_sync", kind, location, library))
 
-    def dispatch(self, primitive: str, location: str | None, elapsed_ns: int) -> None:
+    def dispatch(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         self.eager = _bump(self.eager, primitive)
         self.eager_ns += elapsed_ns
-        self.sites = _bump(self.sites, ("eager_dispatch", primitive, location))
+        self.sites = _bump(self.sites, ("eager_dispatch", primitive, location, library))
 
     def metric(self, name: str, value_ns: float | None) -> None:
         if self.metrics is None:
@@ -95,5 +95,5 @@ def metric_rows(acc: StepAcc, step: int) -> list[dict[str, Any]]:
 
 
 def site_rows(acc: StepAcc, step: int) -> list[dict[str, Any]]:
-    return [{"step": step, "kind": kind, "name": name, "location": location, "count": count}
-            for (kind, name, location), count in (acc.sites or {}).items()]
+    return [{"step": step, "kind": kind, "name": name, "location": location, "library_frame": library,
+             "count": count} for (kind, name, location, library), count in (acc.sites or {}).items()]

@@ -6,12 +6,16 @@ through `torch_xla.sync`, which after the step marker calls `xm._run_step_closur
 Wrapping that one function sees every step, after the graph was cut, and keeps
 tpuscope's own frame off the stack that PT_XLA_DEBUG inspects to name the cause
 (it looks at the two innermost Python frames of the step marker call).
+
+A step is one iteration of the program's loop: which boundaries end one, and why
+asynchronous execution counters do not, is in xla_steps. Work after the last
+boundary (a final eval ending in `.item()`, a `generate()` call) becomes a last step
+"end" when the session closes, whichever way it closes (exit, profile(), pytest watch).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,38 +38,11 @@ from tpuscope.collect.xla_counters import (
 from tpuscope.collect.xla_debug import DebugFileTail, GraphRecord
 from tpuscope.collect.xla_eager import watch_eager_mode
 from tpuscope.collect.xla_shapes import HloDumpShapes, ModuleShapes, pair_modules
+from tpuscope.collect.xla_steps import END, StepRule, boundary_name
 
-# Which public API asked for the step, by the name of a frame up the stack.
-# torch_xla.compile syncs once before calling the function, to flush the caller's pending
-# ops; that work belongs to the step the compiled call makes, so it does not end a step.
-_COMPILE_PRELUDE = "torch_xla.compile prelude"
-_BOUNDARY_FRAMES = {
-    "optimizer_step": "optimizer_step",
-    "mark_step": "mark_step",
-    "_clear_pending_ops_before_compile": _COMPILE_PRELUDE,
-    "_compile": "torch_xla.compile",
-    "__exit__": "StepTrace",
-    "next": "MpDeviceLoader",
-    "sync": "sync",
-}
 _COMPILE_TIME = "CompileTime"
 _EAGER_COMPILE_TIME = "EagerOpCompileTime"
 _EXECUTE_TIMES = ("ExecuteTime", "EagerOpExecuteTime")
-
-
-def _boundary_name() -> str:
-    frame = sys._getframe(2)
-    name = "sync"
-    for _ in range(6):
-        if frame is None:
-            break
-        found = _BOUNDARY_FRAMES.get(frame.f_code.co_name)
-        if found and found != "sync":
-            return found
-        if found:
-            name = found
-        frame = frame.f_back
-    return name
 
 
 class XlaCollector:
@@ -89,6 +66,8 @@ class XlaCollector:
         self.sites: SiteTracer | None = None
         self.trace: xla_trace.XlaTrace | None = None
         self._unwrap_eager: Any = None
+        self.rule = StepRule({})
+        self._full_due = False  # a boundary that was not a step had a full read
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -101,6 +80,7 @@ class XlaCollector:
         self.reader = CounterReader(self._xlac)
         first = self.reader.snapshot(full=True)
         self._prev, self._full_metrics = (dict(first.counters), dict(first.metrics)), first.metrics
+        self.rule = StepRule(first.counters)
         self._step_start = time.time_ns()
         collector = self
 
@@ -109,11 +89,11 @@ class XlaCollector:
                 return collector._original(*args, **kwargs)
             finally:
                 start = time.perf_counter_ns()
-                compiled = collector.on_step_end(_boundary_name())
+                compiled = collector.on_step_end(boundary_name())
                 collector.session.cost.hooked(start, compiled)
 
         xm._run_step_closures = _run_step_closures
-        self.session.before_close.append(self.record_unread)
+        self.session.before_close.append(self._at_close)
         session = self.session
         self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
@@ -137,17 +117,17 @@ class XlaCollector:
             self._unwrap_eager = None
 
     def close_open_step(self) -> None:
-        """Record graph work since the last boundary (a block that ends in `.item()`, not a
-        sync) as a last step "end". The previous step's async execution finishing late
-        moves only the execute counters: that alone is not a step."""
+        """Record work since the last boundary (a block that ends in `.item()`, not a sync)
+        as a last step "end"; the previous step's async execution finishing late is not work."""
         if self._xlac is None:
             return
-        snap = self.reader.snapshot(full=True)
-        old_counters, old_metrics = self._prev
-        moved = [n for n, v in snap.counters.items() if v != old_counters.get(n, 0) and (
-            n in ("UncachedCompile", "CachedCompile") or n.startswith("aten::"))]
-        if moved or HOST_TRANSFER in metric_deltas(snap.metrics, old_metrics):
-            self.on_step_end("end", snap)
+        self.on_step_end(END, self.reader.snapshot(full=True))
+        if self.sites is not None:
+            self.sites.close()  # nothing follows to trace
+
+    def _at_close(self) -> None:
+        self.close_open_step()
+        self.record_unread()
 
     def record_unread(self) -> None:
         """At close: what per-step reads skip (see xla_counters) gets its rows, so per-name
@@ -184,13 +164,20 @@ class XlaCollector:
     def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
         """Record the step that just ended; True if it compiled."""
         now = time.time_ns()
-        snap = snap or self.reader.snapshot()
+        snap = snap or self.reader.snapshot(full=self._full_due)
         counters, metrics = snap.counters, snap.metrics
         prev_counters, prev_metrics = self._prev
         counter_delta = counter_deltas(counters, prev_counters)
         metric_delta = metric_deltas(metrics, prev_metrics)
-        if boundary == _COMPILE_PRELUDE or not self._has_work(counter_delta, metric_delta):
-            return False  # an empty boundary (e.g. torch_xla.compile's leading sync): not a step
+        if not self.rule.ends_step(boundary, counters, counter_delta, metric_delta):
+            # not a step of its own: its deltas go to the next step (xla_steps), and so do a
+            # full read a compile here asked for (compile rows need its samples) and host reads
+            self._full_due = self._full_due or snap.full
+            self.reader.unconsumed()
+            return False
+        self._full_due = False
+        launched = self.rule.launched(counter_delta)
+        self.rule.consumed(counter_delta)
         # in place: a core read has fewer names, and a new 60-entry dict is the step's first large
         # allocation, which pays for merging the step's freed chunks (see xla_counters)
         prev_counters.update(counters)
@@ -201,7 +188,7 @@ class XlaCollector:
         split = self._split_metrics(metrics) if snap.full else None
         records, executions = self.debug.poll() if self.debug is not None else ([], [])
         hashes = [e.graph_hash for e in executions if e.graph_hash]
-        self._emit_step(boundary, now, counter_delta, metric_delta, hashes, split)
+        self._emit_step(boundary, now, counter_delta, metric_delta, hashes, split, launched)
         samples = sorted(  # eager mode times each op's compile as EagerOpCompileTime
             s for name in (_COMPILE_TIME, _EAGER_COMPILE_TIME)
             for s in new_samples(metrics.get(name), metric_delta.get(name, (0, 0.0))[0]))
@@ -220,15 +207,6 @@ class XlaCollector:
         self._full_metrics, self._unsplit = metrics, []
         return {step: ({}, split.get(step, {})) for step in steps}
 
-    @staticmethod
-    def _has_work(counters: dict[str, int], metrics: Growth) -> bool:
-        return bool(
-            counters.get("ExecuteComputation") or counters.get("UncachedCompile")
-            or counters.get("CachedCompile") or any(n in metrics for n in _EXECUTE_TIMES)
-            or _COMPILE_TIME in metrics or HOST_TRANSFER in metrics
-            or any(n.startswith("aten::") for n in counters)
-        )
-
     def _emit_step(
         self,
         boundary: str,
@@ -237,9 +215,11 @@ class XlaCollector:
         metrics: Growth,
         graph_hashes: list[str],
         split: dict[int, tuple[dict[str, int], Growth]] | None,
+        executions: int,
     ) -> None:
         """The steps row; the step's counter rows and, on a full read, the metric rows of
-        every step since the previous one. `execute_ns` is known on full-read steps only."""
+        every step since the previous one. `execute_ns` is known on full-read steps only;
+        `executions` are the graphs launched in the step (xla_steps)."""
         own = split.get(self.step, ({}, {}))[1] if split is not None else None
         fallbacks = {n: c for n, c in counters.items() if n.startswith("aten::")}
         self.session.add("steps", {
@@ -250,7 +230,7 @@ class XlaCollector:
             "boundary": boundary,
             "compiles": counters.get("UncachedCompile", 0),
             "compile_ns": int(sum(metrics.get(n, (0, 0.0))[1] for n in (_COMPILE_TIME, _EAGER_COMPILE_TIME))),
-            "executions": counters.get("ExecuteComputation", 0),
+            "executions": executions,
             "execute_ns": None if own is None else int(sum(own.get(n, (0, 0.0))[1] for n in _EXECUTE_TIMES)),
             "fallback_ops": sum(fallbacks.values()),
             "transfers_from_device": metrics.get(HOST_TRANSFER, (0, 0.0))[0],

@@ -69,10 +69,12 @@ class CounterReader:
         self._fallback_ops: list[str] = []
         self._compiles = -1
         self._copies: tuple[int, ...] = ()
+        self._copies_before: tuple[int, ...] = ()  # at the snapshot before the last one
 
     def snapshot(self, full: bool = False) -> Snapshot:
         """Counter values and metric data now: all of them if `full` or due."""
         xlac, value = self.xlac, self.xlac._xla_counter_value
+        self._copies_before = self._copies
         fallback_ops = list(self._fallback_list()) if self._fallback_list is not None else None
         compiles = value("UncachedCompile") or 0
         full = full or self._full_read_due(fallback_ops, compiles)
@@ -89,6 +91,11 @@ class CounterReader:
             metrics[HOST_TRANSFER] = data
         self._copies = copies
         return Snapshot(counters, metrics, False)
+
+    def unconsumed(self) -> None:
+        """The last snapshot did not become a step: the next one reads the host-transfer
+        metric again if a copy counter moved since the one before."""
+        self._copies = self._copies_before
 
     def _full_read_due(self, fallback_ops: list[str] | None, compiles: int) -> bool:
         due = (

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tpuscope.collect.frames import is_user_file
 
 _PREFIXES = {
     "Compilation Analysis:": "compile",
@@ -30,12 +31,6 @@ _SIZE_FIELDS = {
     "Intermediate tensor": "intermediate_gb",
     "Compiled program": "program_gb",
 }
-# Frames inside these packages are plumbing; the user's line is the first frame outside.
-_LIBRARY_MARKERS = ("/torch_xla/", "/torch/", "/tpuscope/", "/site-packages/", "/concurrent/futures/",
-                    "/multiprocessing/", "/threading.py", "<frozen ",
-                    sysconfig.get_paths()["stdlib"] + "/")  # e.g. contextlib's wrappers
-
-
 @dataclass
 class GraphRecord:
     """One compilation or execution analysis block."""
@@ -55,10 +50,10 @@ class GraphRecord:
 
 
 def user_location(frames: list[str]) -> str | None:
-    """`file:line` of the innermost frame that is the user's code, not a library's."""
+    """`file:line` of the innermost frame that is the user's code (frames.is_user_file)."""
     for frame in frames:
         match = _FRAME.match(frame)
-        if match and not any(m in match["file"] for m in _LIBRARY_MARKERS):
+        if match and is_user_file(match["file"]):
             return f"{match['file']}:{match['line']}"
     return None
 

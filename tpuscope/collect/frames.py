@@ -1,0 +1,99 @@
+"""The user's frame: the line every location in a run points at, for every backend.
+
+A location is the innermost Python frame that is the user's code: not an installed
+package (site-packages, dist-packages), not the standard library (`<frozen ...>`
+modules included), not tpuscope itself. A host read inside `model.generate(...)` is
+then located at the user's `generate` line, and the library frame that did the read
+(`transformers/generation/utils.py:2480`) is kept beside it, so the report can say
+"generate() reads a value per token" rather than point into transformers.
+
+A framework run from a source checkout (torch, torch_xla, jax outside site-packages)
+is still a library; a file under the directory the program started in is the user's
+even if its path names a framework (`~/work/torch/train.py`). `python -c` code
+(`<string>`) and `<stdin>` are the user's; other generated code (`<eval_with_key>`,
+dataclass methods) is not.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sysconfig
+from types import FrameType
+
+_TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")})
+_INSTALLED = ("site-packages", "dist-packages")
+_FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
+_START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
+_USER_PSEUDO = ("<string>", "<stdin>")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_user_file(filename: str) -> bool:
+    """True if code in `filename` is the user's (see the module docstring)."""
+    if filename.startswith("<"):
+        return filename in _USER_PSEUDO
+    if filename.startswith(_TPUSCOPE_DIR) or any(m in filename for m in _INSTALLED):
+        return False
+    if filename.startswith(_STDLIB):
+        return False
+    if not os.path.isabs(filename) or filename.startswith(_START_DIR):
+        return True
+    return not any(m in filename for m in _FRAMEWORKS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_plumbing(filename: str) -> bool:
+    """Frames never worth naming as the library call: tpuscope, the standard library
+    (whose folder holds site-packages in most installs: those are libraries)."""
+    if filename.startswith(_TPUSCOPE_DIR) or filename.startswith("<"):
+        return True
+    return filename.startswith(_STDLIB) and not any(m in filename for m in _INSTALLED)
+
+
+def short_path(filename: str) -> str:
+    """A library file as its import path: '.../site-packages/transformers/x.py' -> 'transformers/x.py'."""
+    for marker in _INSTALLED:
+        cut = filename.rfind(marker + os.sep)
+        if cut >= 0:
+            return filename[cut + len(marker) + 1:]
+    return filename
+
+
+def user_location(frame: FrameType | None) -> str | None:
+    """'file:line' of the innermost user frame from `frame` outwards (None if there is none)."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def user_and_library(frame: FrameType | None, skip: tuple[str, ...] = ()) -> tuple[str | None, str | None]:
+    """(the user's 'file:line', the innermost library frame inside that call or None).
+
+    The library frame is the innermost frame that is neither the user's, plumbing
+    (tpuscope, stdlib) nor in a package named in `skip` (e.g. jax's own internals,
+    for an eager primitive whose caller is always jax); None when the user called
+    the framework directly."""
+    library = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            return f"{filename}:{frame.f_lineno}", library
+        if library is None and not _is_plumbing(filename) and not any(s in filename for s in skip):
+            library = f"{short_path(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None, library
+
+
+def user_frames(frame: FrameType | None, limit: int = 8) -> list[str]:
+    """The user's frames from `frame` outwards, as 'func (file:line)' like PT_XLA_DEBUG's."""
+    out: list[str] = []
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            out.append(f"{code.co_name} ({code.co_filename}:{frame.f_lineno})")
+        frame = frame.f_back
+    return out
