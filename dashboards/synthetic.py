@@ -83,6 +83,7 @@ def _fallbacks(n: int) -> pa.Table:
         "op": _categorical(ops, ["aten::nonzero", "aten::_local_scalar_dense"]),
         "count": pa.array(np.concatenate([np.full(k, 2), np.ones(k)]).astype(np.int64)),
         "location": pa.array(["examples/train_varlen.py:61"] * k + ["examples/train_varlen.py:70"] * k),
+        "library_frame": pa.nulls(2 * k, pa.string()),
     }, schema=TABLES["fallbacks"])
 
 

@@ -235,7 +235,8 @@ def test_recompiles_page_lists_every_compile_and_shows_its_frames(browser, serve
 def test_fallbacks_page_counts_match_the_store(browser, server, store, shots):
     run = Run(store.root / store.synth)
     visit(browser, server, f"/run/{store.synth}/fallbacks", "page-fallbacks", shots, "fallbacks", graphs=2)
-    assert text(browser, "stat-fallbacks") == f"{int(run.fallbacks['count'].sum()):,}"
+    cpu = run.fallbacks[run.fallbacks["op"] != "aten::_local_scalar_dense"]  # value reads: host syncs
+    assert text(browser, "stat-fallbacks") == f"{int(cpu['count'].sum()):,}"
     heat = plotted(browser, "fallback-heatmap")[0]
     assert sum(sum(row) for row in heat["z"]) == int(run.fallbacks["count"].sum())
     assert set(heat["y"]) == set(run.fallbacks["op"])
@@ -264,10 +265,17 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
     t0 = int(events["start_ns"].min())
     lo, hi = 100.0, 101.0  # ms since trace start
     in_view = ((events["start_ns"] <= t0 + hi * 1e6) & (events["start_ns"] + events["dur_ns"] >= t0 + lo * 1e6)).sum()
-    browser.execute_script("Plotly.relayout(document.querySelector('#trace-timeline .js-plotly-plot'),"
-                           "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});", lo, hi)
-    wait(browser, lambda d: f"all {in_view:,} events in view" in d.find_element(
-        By.CSS_SELECTOR, "#trace-timeline .gtitle").text)
+    polls = iter(range(10**6))
+
+    def zoomed(d) -> bool:
+        """Zoom (again every 5 s: on a loaded machine the first relayout can come before
+        dcc.Graph listens), until the server's re-drawn figure is in."""
+        if next(polls) % 50 == 0:
+            d.execute_script("Plotly.relayout(document.querySelector('#trace-timeline .js-plotly-plot'),"
+                             "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});", lo, hi)
+        return f"all {in_view:,} events in view" in d.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle").text
+
+    wait(browser, zoomed, timeout=60)
     assert len(plotted(browser, "trace-timeline")[0]["x"]) == in_view
 
 

@@ -268,10 +268,10 @@ def test_op_by_op_loop_with_step_annotations_and_a_trace(tmp_path: Path, monkeyp
     assert proc["trace_files"] and all(Path(f).is_file() and f.startswith(str(run.path / "trace"))
                                        for f in proc["trace_files"])
     [finding] = detect_op_by_op(RunTables.from_run(run))
-    from tpuscope.analyze.judge import severity, wall_s
+    from tpuscope.analyze.judge import judged_steps, severity, wall_s
 
-    assert finding.rule == "op_by_op" and finding.cost_s > 0  # severity: its share of the wall time
-    assert finding.severity == severity(finding.cost_s, wall_s(run.steps))
+    assert finding.rule == "op_by_op" and finding.cost_s > 0  # severity: its share of the judged wall
+    assert finding.severity == severity(finding.cost_s, wall_s(judged_steps(run.steps, 2)))
     assert finding.steps == [2, 3, 4]
     assert finding.location.startswith(f"{HERE}:")
     assert finding.evidence["jit_calls_per_step"] == 0

@@ -41,12 +41,27 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     return summary
 
 
-def current(run: Run) -> RunReport:
-    """The run's analysis as written, or (a run still going, or one from an older tpuscope)
-    computed now without writing: readers such as the dashboard never write into a run."""
+def _stored(run: Run) -> RunReport | None:
+    """The written analysis while it is current (analysis.json newer than every table part, and
+    from this version of the analysis), with who the run is and how it ended read from meta now:
+    a run copied or renamed is its folder, a run ended since says so."""
+    meta = run.meta  # read first: a run from a newer tpuscope is refused here
     stored = run.analysis
-    if stored is not None and stored.get("analysis_version") == ANALYSIS_VERSION:
-        return RunReport(summary=stored, findings=sorted(run.findings_list(), key=order))
+    if stored is None or stored.get("analysis_version") != ANALYSIS_VERSION:
+        return None
+    start, end = meta.get("start_ns"), meta.get("end_ns")
+    now = {"run_id": run.run_id, "name": meta.get("name"), "command": meta.get("command"),
+           "status": meta.get("status"), "exit_code": meta.get("exit_code"),
+           "duration_s": (end - start) / 1e9 if start and end else None}
+    return RunReport(summary={**stored, **now}, findings=sorted(run.findings_list(), key=order))
+
+
+def current(run: Run) -> RunReport:
+    """The run's analysis as written, or (a run still going, one changed since, or one from an
+    older tpuscope) computed now without writing: readers such as the dashboard never write."""
+    stored = _stored(run)
+    if stored is not None:
+        return stored
     tables = RunTables.from_run(run)
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)
@@ -55,9 +70,9 @@ def current(run: Run) -> RunReport:
 def analyze(run: Run, redetect: bool = True) -> RunReport:
     """Findings and summary; with redetect (or when the run has no stored analysis) they are
     computed and written into the run, else read back as written."""
-    stored = None if redetect else run.analysis
-    if stored is not None and stored.get("analysis_version") == ANALYSIS_VERSION:
-        return RunReport(summary=stored, findings=sorted(run.findings_list(), key=order))
+    stored = None if redetect else _stored(run)
+    if stored is not None:
+        return stored
     tables = RunTables.from_run(run)
     findings = detect(tables)
     summary = _summary(tables, findings)

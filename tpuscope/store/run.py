@@ -70,11 +70,27 @@ class Run:
 
     @property
     def analysis(self) -> dict[str, Any] | None:
-        """The summary the last analysis wrote (tpuscope.analysis), None when there is none."""
+        """The summary the last analysis wrote (tpuscope.analysis), None when there is none or
+        when a table part is newer than it (rows were added or a part changed since)."""
+        path = self.path / ANALYSIS_FILE
         try:
-            return json.loads((self.path / ANALYSIS_FILE).read_text())
+            written = path.stat().st_mtime_ns
+            if self._newest_part_ns() > written:
+                return None
+            return json.loads(path.read_text())
         except (OSError, ValueError):
             return None
+
+    def _newest_part_ns(self) -> int:
+        """mtime of the newest Parquet part of any table but findings (which analysis writes)."""
+        newest = 0
+        for name in TABLES:
+            folder = self.path / name
+            if name == "findings" or not folder.is_dir():
+                continue
+            with os.scandir(folder) as entries:
+                newest = max([newest, *(e.stat().st_mtime_ns for e in entries if e.name.endswith(".parquet"))])
+        return newest
 
     def write_analysis(self, summary: dict[str, Any]) -> None:
         """Replace analysis.json, atomically (a reader never sees half a file)."""
