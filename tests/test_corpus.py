@@ -6,6 +6,7 @@ one, once per session:
 - its ground truth is measured without tpuscope (`truth.measure`: a plain `python` process
   whose hook records torch_xla's counters or JAX's compile log at every iteration);
 - it runs once under `tpuscope run --store <tmp> --quiet python tests/corpus/<program>`.
+Set CORPUS_STORE=DIR to keep the runs (`tpuscope show --store DIR/corpus-* RUN`).
 The tests assert (a) the truth itself (what the program is in the corpus for), (b) the same
 stdout and exit status with and without tpuscope, (c) tpuscope's step count equals the
 program's iteration count, and (d) the exact findings, as the set of (rule, file:line), that
@@ -15,7 +16,9 @@ the truth implies a correct tool reports, the lines found by `# corpus: <name>` 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,7 @@ class Card:
     expected: Callable[[], set[Finding]]  # called lazily: it reads the marker lines
     tpuscope_args: tuple[str, ...] = ()
     hlo: bool = False  # measure the truth with an XLA HLO dump (dot shapes)
+    steps: int | None = None  # the steps when an iteration has no step boundary (default: iterations)
 
 
 def _at(program: str, *pairs: tuple[str, str]) -> Callable[[], set[Finding]]:
@@ -49,15 +53,24 @@ def _at(program: str, *pairs: tuple[str, str]) -> Callable[[], set[Finding]]:
 
 CARDS = {card.program: card for card in [
     # 12 train + 4 eval iterations over two MpDeviceLoaders; all compiles are first compiles.
-    Card("corpus_xla_mnist.py", "xla", 16, _at("corpus_xla_mnist.py")),
+    # tpuscope's steps: the 16 iterations, plus broadcast_master_param's sync (a setup step that
+    # launches a graph) and the epoch-1 accuracy `.item()` read, which the next loader's first
+    # mark_step closes as a step of its own (no graph launched, one host read): 18.
+    Card("corpus_xla_mnist.py", "xla", 16, _at("corpus_xla_mnist.py"), steps=18),
     Card("corpus_xla_compile_loader.py", "xla", 12, _at("corpus_xla_compile_loader.py")),
     Card("corpus_xla_eager.py", "xla", 8, _at("corpus_xla_eager.py", ("op_by_op", "eager-on"))),
     # 3 requests; request 2 and 3 compile the same graph families at new lengths (prompt and
-    # growing cache), aten::isin falls back inside generate(), and generate() reads values.
+    # growing cache), aten::isin falls back inside generate(), and generate() reads values. The
+    # shape churn is a facet of the recompile card (one root cause, one card). generate() never
+    # marks a step (truth: MarkStep 0), so the whole program is one step: no tool can see requests.
+    # The print line reads `out[0, length:]`: its small graph compiles again for each new length.
     Card("corpus_hf_generate.py", "xla", 3, _at(
         "corpus_hf_generate.py", ("cpu_fallback", "generate"), ("host_sync", "generate"),
-        ("recompile", "generate"), ("shape_churn", "generate"))),
+        ("recompile", "generate"), ("recompile", "print")), steps=1),
     Card("corpus_hf_train.py", "xla", 10, _at("corpus_hf_train.py")),
+    # transformers reads the attention mask's values inside every forward: a host sync.
+    Card("corpus_hf_train_mask.py", "xla", 8,
+         _at("corpus_hf_train_mask.py", ("host_sync", "model-call"))),
     Card("corpus_xla_encoder_head64.py", "xla", 6,
          _at("corpus_xla_encoder_head64.py", ("tensorcore_underuse", "model-call")),
          tpuscope_args=("--deep",), hlo=True),
@@ -65,10 +78,14 @@ CARDS = {card.program: card for card in [
     Card("corpus_jax_flax_mnist.py", "jax", 12, _at("corpus_jax_flax_mnist.py")),
     Card("corpus_jax_shortbatch.py", "jax", 14,
          _at("corpus_jax_shortbatch.py", ("recompile", "step-call"))),
-    Card("corpus_hf_varlen.py", "xla", 8,
-         _at("corpus_hf_varlen.py", ("recompile", "sync"), ("shape_churn", "sync"))),
+    # the varying length is the recompile card's shape-churn facet, not a card of its own; the
+    # per-graph input shapes that name the dim come with --deep (the default mode says so)
+    Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync")),
+         tpuscope_args=("--deep",)),
+    # the forward falls back at the user's forward line (the innermost user frame), the
+    # backward's fallback runs inside `loss.backward()`.
     Card("corpus_xla_fallback.py", "xla", 8, _at(
-        "corpus_xla_fallback.py", ("cpu_fallback", "model-call"), ("cpu_fallback", "backward"))),
+        "corpus_xla_fallback.py", ("cpu_fallback", "embedding-call"), ("cpu_fallback", "backward"))),
 ]}
 PROGRAMS = list(CARDS)
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
@@ -99,6 +116,11 @@ def _short(location: str | None) -> str | None:
 
 @pytest.fixture(scope="session")
 def corpus_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh store; CORPUS_STORE=DIR keeps the session's runs in a new folder under DIR."""
+    keep = os.environ.get("CORPUS_STORE")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="corpus-", dir=keep))
     return tmp_path_factory.mktemp("corpus-store")
 
 
@@ -199,6 +221,16 @@ def test_truth_encoder_dots_have_head_dim_64(truth: Callable[[str], Truth]) -> N
     assert t.fallback_ops == []
 
 
+def test_truth_hf_mask_reads_values_inside_every_forward(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_hf_train_mask.py")
+    reads = t.per_phase("aten::_local_scalar_dense", "train:")
+    # 2 reads inside model() every step, +1 for the loss.item() logged at steps 0 and 4
+    assert reads == [3, 2, 2, 2, 3, 2, 2, 2]
+    assert t.per_phase("UncachedCompile", "train:")[2:] == [0] * 6
+    assert t.per_phase("CachedCompile", "train:")[2:] == [3] * 6  # the reads cut each step in 3 graphs
+    assert t.fallback_ops == []
+
+
 def test_truth_short_trailing(truth: Callable[[str], Truth]) -> None:
     t = truth("corpus_xla_short_trailing.py")
     assert t.per_phase("UncachedCompile", "train:") == [1, 1, 0]
@@ -252,7 +284,8 @@ def test_same_output_and_exit_with_tpuscope(program: str, truth: Callable[[str],
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_steps_equal_iterations(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
-    assert corpus_run(program).report["summary"]["steps"] == CARDS[program].iterations
+    card = CARDS[program]
+    assert corpus_run(program).report["summary"]["steps"] == (card.steps or card.iterations)
 
 
 # (d) exactly the findings the truth implies ---------------------------------------------------
@@ -282,7 +315,7 @@ def test_shortbatch_finding_names_batch_x(corpus_run: Callable[[str], CorpusRun]
 def test_fallback_findings_name_the_ops(corpus_run: Callable[[str], CorpusRun]) -> None:
     run = corpus_run("corpus_xla_fallback.py")
     by_line = {_short(f["location"]): f for f in run.findings if f["rule"] == "cpu_fallback"}
-    forward = by_line.get(where("corpus_xla_fallback.py", "model-call"))
+    forward = by_line.get(where("corpus_xla_fallback.py", "embedding-call"))
     backward = by_line.get(where("corpus_xla_fallback.py", "backward"))
     assert forward and "aten::_embedding_bag" in forward["title"] + forward["detail"]
     assert backward and "_embedding_bag_backward" in backward["title"] + backward["detail"]
@@ -303,3 +336,11 @@ def test_encoder_underuse_names_head_dim_at_the_users_line(corpus_run: Callable[
     for f in underuse:
         assert _short(f["location"]) == where("corpus_xla_encoder_head64.py", "model-call")
         assert "linear.py" not in (f.get("location") or "") and "functional.py" not in (f.get("location") or "")
+
+
+def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], CorpusRun]) -> None:
+    """One root cause, one card: the varying sequence length and its compiles are facets."""
+    [card] = [f for f in corpus_run("corpus_hf_varlen.py").findings if f["rule"] == "recompile"]
+    churn = card["evidence"]["shape_churn"]
+    assert churn["dim"] == 1 and churn["values"] == [16, 24, 32]  # truth: lengths 16, 24, 32
+    assert card["steps"] == [3, 5] and "pad" in card["fix"]

@@ -118,6 +118,9 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
     if not tpu_present():
         child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
+    # torch_xla prints 8 Python frames per compile by default: inside transformers' generate()
+    # that is all library code, and the user's line is cut off
+    child.set_default("PT_XLA_DEBUG_MAX_FRAME", "64")
     if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
         env[autostart.ENV_OWNS_DEBUG] = "1"
         child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")

@@ -62,6 +62,22 @@ def run_wall_s(tables: RunTables) -> float:
     return judge.wall_s(judged_steps(tables))
 
 
+VALUE_READ_CAUSE = "access tensor value"
+
+
+def value_read_site(tables: RunTables, steps: Iterable[int]) -> str | None:
+    """The user's line where torch_xla cut graphs to read values in these steps (its compile
+    analyses name it), for reads and fallbacks whose call sites were not traced: a program with
+    no step boundary, where the tracer (armed at boundaries) never ran."""
+    families = tables.families
+    if families.empty or "cause" not in families:
+        return None
+    wanted = set(steps)
+    rows = families[families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
+                    & families["step"].isin(wanted) & families["location"].notna()]
+    return str(rows["location"].mode().iloc[0]) if not rows.empty else None
+
+
 def wall_s(judged: pd.DataFrame) -> float:
     return judge.wall_s(judged)
 

@@ -91,16 +91,18 @@ def _per_step_text(per_step: float | None) -> str:
 
 
 def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int | None, wait_ns: float,
-             wall: float, count: int) -> Finding:
+             wall: float, count: int, untraced_site: str | None = None) -> Finding:
     per_step = count / n_steps if n_steps and count else None
     sites, traced = _sites(all_rows)
-    location = sites[0]["location"] if sites else None
+    location = sites[0]["location"] if sites else untraced_site
     steps = common.steps_list(rows["step"])
     cost = wait_ns / common.NS
     alternative = ALTERNATIVES.get(op, GENERIC)
     where = ", ".join(f"{common.short_path(s['location'])} ({s['per_traced_step']:g} per step)"
                       for s in sites[:3])
-    where = f"{where} (traced in steps {', '.join(map(str, traced[:5]))})" if sites else "not traced"
+    where = (f"{where} (traced in steps {', '.join(map(str, traced[:5]))})" if sites else
+             f"{common.short_path(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
+             if untraced_site else "not traced")
     counted = f"{count} times" if count else "an unknown number of times (the source names it without a count)"
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
         f" at {common.short_path(location)}" if location else "")
@@ -140,6 +142,7 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
             rate = common.rate_per_step(counts, marks)
             count = int(group["count"].sum())
             n_steps = int(round(count / rate)) if rate else None
+        site = common.value_read_site(tables, group["step"]) if not judged.empty else None
         findings.append(_finding(str(op), group, fallbacks[fallbacks["op"] == op], n_steps,
-                                 waits.get(op, 0.0), wall, count))
+                                 waits.get(op, 0.0), wall, count, site))
     return findings

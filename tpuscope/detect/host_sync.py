@@ -75,6 +75,13 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
              "per_traced_step": s["count"] / max(len(s["steps"]), 1)} for s in ordered]
 
 
+def _untraced_site(tables: RunTables, steps: list[int]) -> list[dict[str, Any]]:
+    """No traced call site: the line torch_xla's compile analyses name for the value reads."""
+    site = common.value_read_site(tables, steps)
+    return [{"location": site, "calls": ["value read"], "count": 0, "per_traced_step": 0,
+             "source": "torch_xla's compile analyses (call sites not traced)"}] if site else []
+
+
 def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, list[int]]:
     """(reads per judged step, their share of the step's host reads, steps with reads)."""
     keys = [k for k in ("host", "pid", "step") if k in judged.columns]
@@ -91,7 +98,8 @@ def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites:
              extra: dict[str, Any], fix: str = FIX) -> Finding:
     location = sites[0]["location"] if sites else None
     calls = ", ".join(f"{'/'.join(s['calls'])} at {common.short_path(s['location'])} "
-                      f"({s['per_traced_step']:g} per traced step)" for s in sites[:3]) or "call sites not traced"
+                      + (f"({s['source']})" if s.get("source") else f"({s['per_traced_step']:g} per traced step)")
+                      for s in sites[:3]) or "call sites not traced"
     title = f"{per_step:.1f} device-to-host reads per step" + (
         f" ({sites[0]['calls'][0]} at {common.short_path(location)})" if location else "")
     span = (f"{len(steps)} steps" if "step_markers" not in extra
@@ -137,5 +145,6 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
         return []
     wait = common.metric_per_step(common.judged_rows(tables.metrics, judged), TRANSFER_METRICS)
     cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
-    return [_finding(per_step, cost, common.run_wall_s(tables), steps, _sites(tables),
+    sites = _sites(tables) or _untraced_site(tables, steps)
+    return [_finding(per_step, cost, common.run_wall_s(tables), steps, sites,
                      {"share_of_host_reads": round(share, 3)}, JAX_FIX if tables.backend == "jax" else FIX)]

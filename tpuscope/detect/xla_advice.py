@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-VALUE_READ_CAUSE = "access tensor value"
+from tpuscope.detect.common import VALUE_READ_CAUSE
+
 CACHE_FIX = ("Compiles that must stay can be kept across runs with torch_xla's persistent cache: "
              "`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)` before the first step.")
 IMPORTED_FIX = ("Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "

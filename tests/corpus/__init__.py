@@ -1,0 +1,1 @@
+"""A corpus of small drivers around code users really run, with ground truth measured without tpuscope."""
