@@ -107,7 +107,7 @@ def finding_key(f: Finding) -> tuple[str, str, str]:
 def _entry(a: Finding | None, b: Finding | None) -> dict[str, Any]:
     f = b or a
     assert f is not None
-    return {"rule": f.rule, "location": f.location, "title": f.title,
+    return {"key": list(finding_key(f)), "rule": f.rule, "location": f.location, "title": f.title,
             "a_severity": a.severity if a else None, "b_severity": b.severity if b else None,
             "a_cost_s": a.cost_s if a else None, "b_cost_s": b.cost_s if b else None}
 
