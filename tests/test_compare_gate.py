@@ -119,6 +119,10 @@ def test_findings_are_matched_by_rule_location_and_op() -> None:
     assert [f["rule"] for f in delta["same"]] == ["recompile"]
     cost_only = findings_delta([finding(cost_s=1.0)], [finding(cost_s=2.0)])
     assert len(cost_only["changed"]) == 1
+    # no location: matched by rule and order, not by the title's numbers
+    whole = [finding("op_by_op", "low", location=None), finding("op_by_op", "medium", location=None)]
+    retitled = [Finding(**{**f.to_dict(), "title": f.title + " (12 per step)"}) for f in whole]
+    assert len(findings_delta(whole, retitled)["same"]) == 2
 
 
 def test_new_or_newly_high_findings_are_regressions() -> None:

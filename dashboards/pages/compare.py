@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
-from tpuscope.analyze.compare import Side, compare, finding_key
+from tpuscope.analyze.compare import Side, compare, keyed
 from tpuscope.analyze.judge import judged_steps
 from tpuscope.report.diff import difference_text, ratio_text
 from tpuscope.schema import Finding
@@ -64,7 +64,7 @@ def side_by_side(a: dict[str, Any], b: dict[str, Any], diff: dict[str, Any]) -> 
 
 def findings_delta(diff: dict[str, Any], a: list[Finding], b: list[Finding]) -> dict[str, list[Finding]]:
     """The comparison's new / gone / changed / same entries as the runs' own findings (for the cards)."""
-    by_key = {**{finding_key(f): f for f in a}, **{finding_key(f): f for f in b}}
+    by_key = {**keyed(a), **keyed(b)}
     return {kind: [by_key[tuple(e["key"])] for e in entries] for kind, entries in diff["findings"].items()}
 
 

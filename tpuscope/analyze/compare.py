@@ -99,15 +99,30 @@ def _fallback_rates(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, Any]:
 
 
 def finding_key(f: Finding) -> tuple[str, str, str]:
-    """(rule, user location, op or jitted function): what makes two runs' findings the same one."""
+    """(rule, user location, op or jitted function): what makes two runs' findings the same one.
+    Not the title: it carries the run's numbers ("5 of 6 steps"), which change."""
     sub = f.evidence.get("op") or f.evidence.get("function") or ""
-    return f.rule, f.location or f.title, str(sub)
+    return f.rule, f.location or "", str(sub)
 
 
-def _entry(a: Finding | None, b: Finding | None) -> dict[str, Any]:
+def keyed(findings: Sequence[Finding]) -> dict[tuple[str, ...], Finding]:
+    """Findings by key, in their order; a key seen again (e.g. two whole-run findings of one
+    rule with no location) gets its ordinal, so the n-th matches the other run's n-th."""
+    out: dict[tuple[str, ...], Finding] = {}
+    for f in findings:
+        key: tuple[str, ...] = finding_key(f)
+        n = 1
+        while key in out:
+            n += 1
+            key = (*finding_key(f), f"#{n}")
+        out[key] = f
+    return out
+
+
+def _entry(key: tuple[str, ...], a: Finding | None, b: Finding | None) -> dict[str, Any]:
     f = b or a
     assert f is not None
-    return {"key": list(finding_key(f)), "rule": f.rule, "location": f.location, "title": f.title,
+    return {"key": list(key), "rule": f.rule, "location": f.location, "title": f.title,
             "a_severity": a.severity if a else None, "b_severity": b.severity if b else None,
             "a_cost_s": a.cost_s if a else None, "b_cost_s": b.cost_s if b else None}
 
@@ -121,14 +136,13 @@ def _changed(a: Finding, b: Finding) -> bool:
 
 def findings_delta(a: Sequence[Finding], b: Sequence[Finding]) -> dict[str, list[dict[str, Any]]]:
     """Findings new in B, gone from B, changed and the same, matched by finding_key."""
-    by_a = {finding_key(f): f for f in a}
-    by_b = {finding_key(f): f for f in b}
+    by_a, by_b = keyed(a), keyed(b)
     out: dict[str, list[dict[str, Any]]] = {"new": [], "gone": [], "changed": [], "same": []}
     for key, fb in by_b.items():
         fa = by_a.get(key)
         kind = "new" if fa is None else "changed" if _changed(fa, fb) else "same"
-        out[kind].append(_entry(fa, fb))
-    out["gone"] = [_entry(fa, None) for key, fa in by_a.items() if key not in by_b]
+        out[kind].append(_entry(key, fa, fb))
+    out["gone"] = [_entry(key, fa, None) for key, fa in by_a.items() if key not in by_b]
     return out
 
 
