@@ -189,7 +189,7 @@ def test_runs_page_shows_the_store_and_compares_two_selected_runs(browser, serve
         assert text(browser, f"cmp-{side}-p50") == f"{summary['step_time_p50_ms']:,.2f} ms"
         assert text(browser, f"cmp-{side}-recompiles") == str(summary["recompiles"])
     added = len(Run(store.root / store.synth).findings)
-    assert text(browser, "findings-added") == f"Added in B ({added})"
+    assert text(browser, "findings-added") == f"New in B ({added})"
 
 
 def test_overview_of_a_real_run_matches_the_store(browser, server, store, shots):

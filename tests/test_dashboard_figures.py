@@ -382,3 +382,19 @@ def test_xprof_op_profile_rows_are_the_ops_with_most_self_time():
                         "source_info": [None, "model.py:81", None]})
     rows = xprof_rows(ops, n=2)
     assert rows["hlo_op"].tolist() == ["dot.2", "fusion.1"] and rows.iloc[0]["flops_utilization"] == 0.61
+
+
+def test_compare_page_shows_the_diff_modules_interval_and_findings(tmp_path):
+    from tpuscope_dashboards.pages.compare import layout
+
+    from tpuscope.analyze.compare import compare
+    from tpuscope.report.diff import ratio_text, side_of
+    from tpuscope.store import Run
+
+    a = make_run(tmp_path, "a", steps=40, trace_events=10, recompiles=6, seed=1, device=False)
+    b = make_run(tmp_path, "b", steps=60, trace_events=10, recompiles=0, seed=2, device=False)
+    page = str(layout(StoreData(tmp_path), a.name, b.name).to_plotly_json())
+    diff = compare(side_of(Run(a)), side_of(Run(b)))
+    assert ratio_text(diff["step_time"]) in page and "% CI x" in page
+    for kind, ident in (("new", "New in B"), ("gone", "Gone in B"), ("changed", "Changed")):
+        assert f"{ident} ({len(diff['findings'][kind])})" in page

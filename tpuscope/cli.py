@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from tpuscope.cli_gate import diff_main, gate_options, judge_run, percent
 from tpuscope.store import RunStore, StoreError
+
+if TYPE_CHECKING:
+    from tpuscope.analysis import RunReport
+    from tpuscope.analyze.gate import Policy
 
 _store_option = click.option(
     "--store", type=click.Path(file_okay=False, path_type=Path), envvar="TPUSCOPE_STORE",
@@ -44,14 +50,18 @@ def main() -> None:
 @click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
               help="TPU generation the TensorCore (MXU) estimates are made for.")
 @click.option("--quiet", "-q", is_flag=True, help="No report at the end.")
+@gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        quiet: bool, program: tuple[str, ...]) -> None:
+        quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
     Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
     127 if PROGRAM cannot be found, 126 if it cannot be run, 2 for a bad command line.
-    Signals sent to tpuscope (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are passed on to PROGRAM.
+    When PROGRAM exits 0: 3 if a --fail-on / --max-* limit is exceeded (one `tpuscope:`
+    line on stderr says why), 4 if a limit was set but the run could not be analysed
+    (docs/ci.md). Signals sent to tpuscope (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are
+    passed on to PROGRAM.
 
     \b
     Examples:
@@ -60,6 +70,8 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
       tpuscope run -m mypkg.train
       tpuscope run --warmup 3 --deep python -c "import train; train.main()"
       tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
+      tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
+      tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
     """
     from tpuscope.runner import StartError, UsageError, resolve_program, run_program
     from tpuscope.supervise import exit_as
@@ -72,14 +84,14 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
-    if run_dir is not None:
-        _report_run(run_dir, store, quiet)
-    exit_as(code)
+    report = _report_run(run_dir, store, quiet) if run_dir is not None else None
+    exit_as(judge_run(code, report, policy))
 
 
-def _report_run(run_dir: Path, store: Path, quiet: bool) -> None:
+def _report_run(run_dir: Path, store: Path, quiet: bool) -> RunReport | None:
     """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
-    never changes the exit status, which stays the program's."""
+    never changes the exit status, which stays the program's (or 4 when a limit was set)."""
+    report = None
     try:
         from rich.console import Console
 
@@ -100,6 +112,7 @@ def _report_run(run_dir: Path, store: Path, quiet: bool) -> None:
     if not quiet:
         click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
         click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
+    return report
 
 
 def backend_note(summary: dict, meta: dict) -> str | None:
@@ -311,6 +324,29 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
                       soft_wrap=True)
     if events.num_rows:
         console.print(f"Perfetto:    open https://ui.perfetto.dev, 'Open trace file', pick {target}", soft_wrap=True)
+
+
+@main.command()
+@_store_option
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print it as Markdown (a CI comment).")
+@click.option("--fail-on-regression", "regression_pct", type=percent, metavar="PCT",
+              help="Exit 3 if B's median judged step time is worse by more than PCT (its whole "
+                   "interval) or B has a new high-severity finding.")
+def diff(store: Path, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
+         regression_pct: float | None) -> None:
+    """What got better or worse from RUN_A to RUN_B: step time with an interval, compiles,
+    fallbacks, findings new / gone / changed (docs/ci.md).
+
+    \b
+    Examples:
+      tpuscope diff baseline-20261201 latest
+      tpuscope diff baseline-20261201 latest --markdown > comment.md
+      tpuscope diff baseline-20261201 latest --fail-on-regression 5%
+    """
+    diff_main(store, run_a, run_b, as_json, as_markdown, regression_pct)
 
 
 if __name__ == "__main__":

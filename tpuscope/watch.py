@@ -19,7 +19,6 @@ further compile of a family is a recompile, whichever step it falls in. Value re
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 import tempfile
@@ -32,6 +31,7 @@ from typing import Any
 from tpuscope import watch_env, watch_jax
 from tpuscope.analysis import analyze
 from tpuscope.analyze.families import graph_families, process_backends
+from tpuscope.analyze.gate import op_allowed
 from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
 from tpuscope.detect import jax_advice
@@ -60,7 +60,7 @@ class Limits:
 
     def allows(self, op: str) -> bool:
         """allow entries are op names or globs, with or without the `aten::` prefix."""
-        return any(fnmatch.fnmatchcase(op, fallback_name(p)) for p in self.allow_fallbacks)
+        return op_allowed(op, self.allow_fallbacks)
 
 
 @dataclass(frozen=True)

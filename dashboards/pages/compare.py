@@ -1,4 +1,7 @@
-"""Compare: two runs side by side (step times, compiles, fallbacks, findings added/removed)."""
+"""Compare: two runs side by side (step times, compiles, fallbacks, findings new/gone/changed).
+
+The figures that `tpuscope diff` prints come from the same module
+(tpuscope.analyze.compare): the step-time interval and the findings' matching."""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
+from tpuscope.analyze.compare import Side, compare, keyed
 from tpuscope.analyze.judge import judged_steps
+from tpuscope.report.diff import difference_text, ratio_text
 from tpuscope.schema import Finding
 
 from ..components import finding_card, fmt_num, fmt_pct, graph
@@ -43,28 +48,24 @@ def change(a: Any, b: Any, share: bool = False) -> str:
     return f"{b - a:+,.2f}".rstrip("0").rstrip(".")
 
 
-def side_by_side(a: dict[str, Any], b: dict[str, Any]) -> html.Table:
+def side_by_side(a: dict[str, Any], b: dict[str, Any], diff: dict[str, Any]) -> html.Table:
     head = html.Thead(html.Tr([html.Th(""), html.Th(a["name"] or a["run_id"]), html.Th(b["name"] or b["run_id"]),
                                html.Th("B vs A")]))
     body = [html.Tr([html.Td(label), html.Td(fmt(a.get(key)), id=f"cmp-a-{ident}"),
                      html.Td(fmt(b.get(key)), id=f"cmp-b-{ident}"),
                      html.Td(change(a.get(key), b.get(key), fmt is fmt_pct), className="muted")])
             for label, key, fmt, ident in ROWS]
+    st = diff["step_time"]
+    body.insert(3, html.Tr([html.Td("median judged step time"), html.Td(fmt_num(st["a_median_ms"], 2, "ms")),
+                            html.Td(fmt_num(st["b_median_ms"], 2, "ms")),
+                            html.Td([ratio_text(st), html.Br(), difference_text(st)], id="cmp-interval")]))
     return html.Table([head, html.Tbody(body)], className="compare-table", id="compare-table")
 
 
-def finding_key(f: Finding) -> tuple[str, str]:
-    return f.rule, f.location or f.title
-
-
-def findings_delta(a: list[Finding], b: list[Finding]) -> dict[str, list[Finding]]:
-    """Findings only in B (added), only in A (removed), in both (kept, B's version), by rule and site."""
-    keys_a, keys_b = {finding_key(f) for f in a}, {finding_key(f) for f in b}
-    return {
-        "added": [f for f in b if finding_key(f) not in keys_a],
-        "removed": [f for f in a if finding_key(f) not in keys_b],
-        "kept": [f for f in b if finding_key(f) in keys_a],
-    }
+def findings_delta(diff: dict[str, Any], a: list[Finding], b: list[Finding]) -> dict[str, list[Finding]]:
+    """The comparison's new / gone / changed / same entries as the runs' own findings (for the cards)."""
+    by_key = {**keyed(a), **keyed(b)}
+    return {kind: [by_key[tuple(e["key"])] for e in entries] for kind, entries in diff["findings"].items()}
 
 
 def _delta_column(title: str, items: list[Finding], ident: str) -> html.Div:
@@ -86,12 +87,16 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
 
     compiles = {label_a: pd.Series({"total": sa["compiles"], "recompiles": sa["recompiles"]}),
                 label_b: pd.Series({"total": sb["compiles"], "recompiles": sb["recompiles"]})}
-    delta = findings_delta(data.findings(run_a), data.findings(run_b))
+    findings_a, findings_b = data.findings(run_a), data.findings(run_b)
+    wall_a, wall_b = (list(v) for v in steps.values())
+    diff = compare(Side(sa, findings_a, wall_a), Side(sb, findings_b, wall_b))
+    delta = findings_delta(diff, findings_a, findings_b)
     return html.Div(className="page", id="page-compare", children=[
         html.H2("Compare runs"),
         html.P([html.Span("A: "), dcc.Link(run_a, href=f"/run/{run_a}", id="compare-a"),
                 html.Span("   B: "), dcc.Link(run_b, href=f"/run/{run_b}", id="compare-b")], className="run-identity"),
-        side_by_side(sa, sb),
+        side_by_side(sa, sb, diff),
+        html.P(f"Interval: {diff['step_time']['method']}.", className="muted"),
         html.Div(graph(step_time_histograms(steps), "compare-steps"), className="panel"),
         html.Div(className="two-col", children=[
             html.Div(graph(grouped_counts(compiles, "XLA compiles", "compiles"), "compare-compiles"), className="panel"),
@@ -101,8 +106,9 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
         ]),
         html.H3("Findings"),
         html.Div(className="delta", children=[
-            _delta_column("Added in B", delta["added"], "findings-added"),
-            _delta_column("Removed in B", delta["removed"], "findings-removed"),
-            _delta_column("In both", delta["kept"], "findings-kept"),
+            _delta_column("New in B", delta["new"], "findings-added"),
+            _delta_column("Gone in B", delta["gone"], "findings-removed"),
+            _delta_column("Changed", delta["changed"], "findings-changed"),
+            _delta_column("Same", delta["same"], "findings-kept"),
         ]),
     ])

@@ -1,0 +1,185 @@
+"""What got better or worse from run A to run B: `tpuscope diff A B` and the Compare page.
+
+Pure: each side is its analysis (summary + findings, tpuscope.analysis) and the wall
+times of its judged steps (analyze/judge.py); the result is a plain dict. The runs may
+differ in length and machine, so step time is compared as medians of the judged steps
+with a percentile bootstrap interval (fixed seed, so the same runs always give the same
+interval) for the ratio B/A and the difference B - A; counts of compiles are compared
+as totals and CPU fallbacks as calls per step. Findings are matched by (rule, user
+location) (plus the op for `cpu_fallback` and the jitted function for JAX, which share
+lines): new in B, gone from B, changed (severity, or cost by CHANGED_COST or more), same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpuscope.schema import Finding
+
+SEED = 0
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+MIN_STEPS = 3  # fewer judged steps on a side: no interval (a bootstrap of 1-2 values means nothing)
+CHANGED_COST = 0.25  # relative change of a finding's cost that makes it "changed"
+MIN_COST_CHANGE_S = 0.001  # ... and at least this many seconds
+_CHUNK = 2_000_000  # resampled values per numpy batch (bounded memory for long runs)
+NS_PER_MS = 1e6
+
+
+@dataclass
+class Side:
+    """One run as the comparison sees it."""
+
+    summary: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+    step_ns: Sequence[float] = ()
+
+
+def _medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Median of each bootstrap resample of values, in batches."""
+    n = len(values)
+    per_batch = max(1, _CHUNK // n)
+    out = []
+    for start in range(0, resamples, per_batch):
+        size = min(per_batch, resamples - start)
+        out.append(np.median(values[rng.integers(0, n, size=(size, n))], axis=1))
+    return np.concatenate(out)
+
+
+def step_time(a: Sequence[float], b: Sequence[float], seed: int = SEED, resamples: int = RESAMPLES,
+              confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """Median judged step time of A and B (ms), B/A and B - A with bootstrap intervals."""
+    xa, xb = np.asarray(a, dtype=float) / NS_PER_MS, np.asarray(b, dtype=float) / NS_PER_MS
+    out: dict[str, Any] = {
+        "a_median_ms": float(np.median(xa)) if len(xa) else None,
+        "b_median_ms": float(np.median(xb)) if len(xb) else None,
+        "a_steps": int(len(xa)), "b_steps": int(len(xb)),
+        "method": f"percentile bootstrap of the medians, {resamples} resamples of each run's judged steps, "
+                  f"seed {seed}",
+        "confidence": confidence, "ratio": None, "ratio_ci": None, "diff_ms": None, "diff_ci_ms": None,
+    }
+    if out["a_median_ms"] is None or out["b_median_ms"] is None:
+        return {**out, "verdict": "unknown", "note": "a run has no judged step"}
+    out["diff_ms"] = out["b_median_ms"] - out["a_median_ms"]
+    out["ratio"] = out["b_median_ms"] / out["a_median_ms"] if out["a_median_ms"] > 0 else None
+    if min(len(xa), len(xb)) < MIN_STEPS:
+        return {**out, "verdict": "unknown", "note": f"fewer than {MIN_STEPS} judged steps: no interval"}
+    rng = np.random.default_rng(seed)
+    ma, mb = _medians(xa, rng, resamples), _medians(xb, rng, resamples)
+    tail = 100 * (1 - confidence) / 2
+    diff_lo, diff_hi = np.percentile(mb - ma, [tail, 100 - tail])
+    out["diff_ci_ms"] = [float(diff_lo), float(diff_hi)]
+    if out["ratio"] is not None and (ma > 0).all():
+        lo, hi = np.percentile(mb / ma, [tail, 100 - tail])
+        out["ratio_ci"] = [float(lo), float(hi)]
+    verdict = "slower" if diff_lo > 0 else "faster" if diff_hi < 0 else "no clear change"
+    return {**out, "verdict": verdict}
+
+
+def _count(a: float, b: float) -> dict[str, float]:
+    return {"a": a, "b": b, "delta": b - a}
+
+
+def _fallback_rates(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, Any]:
+    """CPU fallback calls per step (value reads excluded, as the analysis counts them), per op."""
+    ops: dict[str, dict[str, Any]] = {}
+    for side, summary in (("a", sa), ("b", sb)):
+        for op in summary.get("fallback_ops") or []:
+            row = ops.setdefault(op["op"], {"op": op["op"], "a_count": 0, "b_count": 0,
+                                            "a_per_step": 0.0, "b_per_step": 0.0})
+            row[f"{side}_count"] = int(op["count"])
+            row[f"{side}_per_step"] = float(op.get("per_step") or 0.0)
+    rows = sorted(ops.values(), key=lambda r: -(r["a_count"] + r["b_count"]))
+    return {"a_per_step": sum(r["a_per_step"] for r in rows), "b_per_step": sum(r["b_per_step"] for r in rows),
+            "a_calls": sum(r["a_count"] for r in rows), "b_calls": sum(r["b_count"] for r in rows), "ops": rows}
+
+
+def finding_key(f: Finding) -> tuple[str, str, str]:
+    """(rule, user location, op or jitted function): what makes two runs' findings the same one.
+    Not the title: it carries the run's numbers ("5 of 6 steps"), which change."""
+    sub = f.evidence.get("op") or f.evidence.get("function") or ""
+    return f.rule, f.location or "", str(sub)
+
+
+def keyed(findings: Sequence[Finding]) -> dict[tuple[str, ...], Finding]:
+    """Findings by key, in their order; a key seen again (e.g. two whole-run findings of one
+    rule with no location) gets its ordinal, so the n-th matches the other run's n-th."""
+    out: dict[tuple[str, ...], Finding] = {}
+    for f in findings:
+        key: tuple[str, ...] = finding_key(f)
+        n = 1
+        while key in out:
+            n += 1
+            key = (*finding_key(f), f"#{n}")
+        out[key] = f
+    return out
+
+
+def _entry(key: tuple[str, ...], a: Finding | None, b: Finding | None) -> dict[str, Any]:
+    f = b or a
+    assert f is not None
+    return {"key": list(key), "rule": f.rule, "location": f.location, "title": f.title,
+            "a_severity": a.severity if a else None, "b_severity": b.severity if b else None,
+            "a_cost_s": a.cost_s if a else None, "b_cost_s": b.cost_s if b else None}
+
+
+def _changed(a: Finding, b: Finding) -> bool:
+    if a.severity != b.severity:
+        return True
+    delta = abs(b.cost_s - a.cost_s)
+    return delta >= MIN_COST_CHANGE_S and delta >= CHANGED_COST * max(abs(a.cost_s), abs(b.cost_s))
+
+
+def findings_delta(a: Sequence[Finding], b: Sequence[Finding]) -> dict[str, list[dict[str, Any]]]:
+    """Findings new in B, gone from B, changed and the same, matched by finding_key."""
+    by_a, by_b = keyed(a), keyed(b)
+    out: dict[str, list[dict[str, Any]]] = {"new": [], "gone": [], "changed": [], "same": []}
+    for key, fb in by_b.items():
+        fa = by_a.get(key)
+        kind = "new" if fa is None else "changed" if _changed(fa, fb) else "same"
+        out[kind].append(_entry(key, fa, fb))
+    out["gone"] = [_entry(key, fa, None) for key, fa in by_a.items() if key not in by_b]
+    return out
+
+
+def _identity(summary: dict[str, Any], steps: int) -> dict[str, Any]:
+    keys = ("run_id", "name", "backend", "device_kind", "steps", "steps_judged", "exit_code")
+    return {**{k: summary.get(k) for k in keys}, "judged_steps_timed": steps}
+
+
+def compare(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
+            confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """Everything `tpuscope diff` reports, B against A."""
+    sa, sb = a.summary, b.summary
+    return {
+        "a": _identity(sa, len(a.step_ns)),
+        "b": _identity(sb, len(b.step_ns)),
+        "step_time": step_time(a.step_ns, b.step_ns, seed, resamples, confidence),
+        "compiles": _count(int(sa.get("compiles") or 0), int(sb.get("compiles") or 0)),
+        "recompiles": _count(int(sa.get("recompiles") or 0), int(sb.get("recompiles") or 0)),
+        "compile_s": _count(float(sa.get("compile_s") or 0), float(sb.get("compile_s") or 0)),
+        "recompile_s": _count(float(sa.get("recompile_s") or 0), float(sb.get("recompile_s") or 0)),
+        "fallbacks": _fallback_rates(sa, sb),
+        "findings": findings_delta(a.findings, b.findings),
+    }
+
+
+def regressions(diff: dict[str, Any], pct: float) -> list[str]:
+    """Why B is a regression of A (empty: it is not): its median judged step time is more
+    than pct% worse with the whole interval of B/A above 1 + pct/100, or B has a finding
+    of high severity that A did not have at that severity (new, or changed to high)."""
+    out = []
+    st = diff["step_time"]
+    if st.get("ratio_ci") and st["ratio_ci"][0] > 1 + pct / 100:
+        lo, hi = st["ratio_ci"]
+        out.append(f"median judged step time {100 * (st['ratio'] - 1):+.1f}% "
+                   f"({100 * (lo - 1):+.1f}%..{100 * (hi - 1):+.1f}%) > {pct:g}%")
+    new_high = [f for kind in ("new", "changed") for f in diff["findings"][kind]
+                if f["b_severity"] == "high" and f["a_severity"] != "high"]
+    out.extend(f"{'new' if f['a_severity'] is None else 'now'} high-severity {f['rule']}"
+               f"{' at ' + f['location'].rsplit('/', 1)[-1] if f['location'] else ''}" for f in new_high)
+    return out

@@ -1,0 +1,116 @@
+"""`tpuscope diff A B` rendered: a rich table on the terminal, Markdown for a CI comment.
+
+The figures come from tpuscope.analyze.compare (pure); this module only reads the two
+runs' analyses (tpuscope.analysis.current: the one analysis written into each run)
+and words the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tpuscope.analysis import current
+from tpuscope.analyze.compare import Side
+from tpuscope.analyze.judge import judged_steps
+from tpuscope.report.console import where
+from tpuscope.store import Run
+
+
+def side_of(run: Run) -> Side:
+    """A run as the comparison takes it: its analysis and its judged steps' wall times."""
+    report = current(run)
+    steps = judged_steps(run.steps, int(report.summary.get("warmup", 2)))
+    wall = steps["wall_ns"].dropna().tolist() if not steps.empty else []
+    return Side(summary=report.summary, findings=report.findings, step_ns=wall)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f} ms"
+
+
+def ratio_text(st: dict[str, Any]) -> str:
+    """'x0.5 (95% CI x0.4..x0.6), faster': B/A with its interval and what it means."""
+    if st.get("ratio") is None:
+        return str(st.get("note", "no ratio"))
+    ratio = f"x{st['ratio']:.3g}"
+    if not st.get("ratio_ci"):
+        return f"{ratio} ({st.get('note')})"
+    lo, hi = st["ratio_ci"]
+    return f"{ratio} ({round(100 * st['confidence'])}% CI x{lo:.3g}..x{hi:.3g}), {st['verdict']}"
+
+
+def difference_text(st: dict[str, Any]) -> str:
+    """'-2.00 ms (95% CI -2.50..-1.50 ms)': B - A with its interval."""
+    if st.get("diff_ms") is None:
+        return ""
+    if not st.get("diff_ci_ms"):
+        return f"{st['diff_ms']:+,.2f} ms"
+    lo, hi = st["diff_ci_ms"]
+    return f"{st['diff_ms']:+,.2f} ms ({round(100 * st['confidence'])}% CI {lo:+,.2f}..{hi:+,.2f} ms)"
+
+
+def _delta(c: dict[str, float], digits: int = 0) -> str:
+    fmt = f"{{:+,.{digits}f}}"
+    return "same" if c["delta"] == 0 else fmt.format(c["delta"])
+
+
+def rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, A, B, change) rows shared by the terminal and Markdown tables."""
+    a, b, st, fb = diff["a"], diff["b"], diff["step_time"], diff["fallbacks"]
+    out = [
+        ("run", str(a["run_id"]), str(b["run_id"]), ""),
+        ("device", f"{a['backend']} {a['device_kind'] or ''}".strip(), f"{b['backend']} {b['device_kind'] or ''}".strip(), ""),
+        ("judged steps", str(a["steps_judged"]), str(b["steps_judged"]), ""),
+        ("median judged step time", _ms(st["a_median_ms"]), _ms(st["b_median_ms"]), ratio_text(st)),
+        ("step time B - A", "", "", difference_text(st)),
+        ("compiles", str(diff["compiles"]["a"]), str(diff["compiles"]["b"]), _delta(diff["compiles"])),
+        ("recompiles", str(diff["recompiles"]["a"]), str(diff["recompiles"]["b"]), _delta(diff["recompiles"])),
+        ("recompile time", f"{diff['recompile_s']['a']:.2f} s", f"{diff['recompile_s']['b']:.2f} s",
+         _delta(diff["recompile_s"], 2) + (" s" if diff["recompile_s"]["delta"] else "")),
+        ("CPU fallback calls / step", f"{fb['a_per_step']:.2f}", f"{fb['b_per_step']:.2f}",
+         _delta({"delta": fb["b_per_step"] - fb["a_per_step"]}, 2)),
+    ]
+    return out
+
+
+def _finding_text(f: dict[str, Any]) -> str:
+    sev = (f"{f['a_severity']} -> {f['b_severity']}" if f["a_severity"] and f["b_severity"]
+           else f["b_severity"] or f["a_severity"])
+    cost = " -> ".join(f"{c:.3f} s" for c in (f["a_cost_s"], f["b_cost_s"]) if c is not None)
+    return f"{f['rule']} ({sev}, {cost}) at {where(f['location'])}: {f['title']}"
+
+
+def render(diff: dict[str, Any], console: Console) -> None:
+    """The comparison on the terminal."""
+    table = Table(title="tpuscope diff: B against A", title_justify="left")
+    for name in ("", "A", "B", "B vs A"):
+        table.add_column(name)
+    for row in rows(diff):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"[dim]interval: {diff['step_time']['method']}[/dim]", soft_wrap=True)
+    for kind in ("new", "gone", "changed"):
+        items = diff["findings"][kind]
+        console.print(f"[bold]findings {kind}[/bold] ({len(items)})")
+        for f in items:
+            console.print(f"  {_finding_text(f)}", soft_wrap=True, markup=False)
+    console.print(f"findings the same: {len(diff['findings']['same'])}")
+
+
+def markdown(diff: dict[str, Any], failed: list[str] | None = None) -> str:
+    """The comparison as Markdown (a table and the findings new / gone / changed), for a CI comment."""
+    lines = ["### tpuscope diff", "", "| | A | B | B vs A |", "|---|---|---|---|"]
+    lines += [f"| {' | '.join(cell.replace('|', '/') for cell in row)} |" for row in rows(diff)]
+    lines += ["", f"Interval: {diff['step_time']['method']}.", ""]
+    for kind in ("new", "gone", "changed"):
+        items = diff["findings"][kind]
+        lines.append(f"**Findings {kind}** ({len(items)})" + ("" if items else ": none"))
+        lines += [f"- {_finding_text(f)}" for f in items]
+        lines.append("")
+    lines.append(f"Findings the same: {len(diff['findings']['same'])}.")
+    if failed is not None:
+        lines += ["", f"**Regression:** {'; '.join(failed)}" if failed else "No regression."]
+    return "\n".join(lines) + "\n"
