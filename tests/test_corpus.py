@@ -80,7 +80,10 @@ CARDS = {card.program: card for card in [
          _at("corpus_jax_shortbatch.py", ("recompile", "step-call"))),
     # the varying length is the recompile card's shape-churn facet, not a card of its own; the
     # per-graph input shapes that name the dim come with --deep (the default mode says so)
-    Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync")),
+    # --deep also prices the step graph on the target TPU: a tiny f32 GPT-2 runs its matmuls in
+    # f32 (truth: every dot is f32), named at the user's model() line, not transformers' code
+    Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync"),
+                                              ("tensorcore_underuse", "model-call")),
          tpuscope_args=("--deep",)),
     # the forward falls back at the user's forward line (the innermost user frame), the
     # backward's fallback runs inside `loss.backward()`.
@@ -190,7 +193,10 @@ def test_truth_eager_runs_op_by_op(truth: Callable[[str], Truth]) -> None:
     t = truth("corpus_xla_eager.py")
     steady = t.per_phase("ExecuteComputation", "train:")[2:]
     assert len(steady) == 6 and all(n == steady[0] for n in steady) and steady[0] >= 30
-    assert t.per_phase("metric:EagerOpExecuteTime", "train:")[2:] == steady
+    # every execution is one EagerOpExecuteTime sample; samples land when the async execution
+    # ends, so they are split between neighbouring marks, but none is lost
+    samples = t.per_phase("metric:EagerOpExecuteTime", "train:")[2:]
+    assert abs(sum(samples) - sum(steady)) <= steady[0]  # at most one step's samples still in flight
     assert t.fallback_ops == []
 
 
