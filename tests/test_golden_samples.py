@@ -89,9 +89,11 @@ def test_clean_run_has_no_recompile_churn_or_fallback() -> None:
     assert not [f.title for f in findings("clean_static") if f.rule in MY_RULES]
 
 
-def test_the_report_leads_with_the_most_severe_finding_and_its_fix() -> None:
-    proc = run_tpuscope("show", str(SAMPLES / "shape_churn"), "--json", "--reanalyze",
-                        env={"TPUSCOPE_STORE": str(SAMPLES)})
+def test_the_report_leads_with_the_most_severe_finding_and_its_fix(tmp_path: Path) -> None:
+    import shutil
+
+    copy = shutil.copytree(SAMPLES / "shape_churn", tmp_path / "shape_churn")  # --reanalyze writes
+    proc = run_tpuscope("show", str(copy), "--json", "--reanalyze", env={"TPUSCOPE_STORE": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     first = report["findings"][0]
