@@ -56,15 +56,16 @@ def _stored(run: Run) -> RunReport | None:
     return RunReport(summary={**stored, **now}, findings=sorted(run.findings_list(), key=order))
 
 
-def current(run: Run) -> RunReport:
-    """The run's analysis as written, or (a run still going, one changed since, or one from an
-    older tpuscope) computed now without writing: readers such as the dashboard never write."""
-    stored = _stored(run)
-    if stored is not None:
-        return stored
+def _compute(run: Run) -> RunReport:
     tables = RunTables.from_run(run)
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)
+
+
+def current(run: Run) -> RunReport:
+    """The run's analysis as written, or (a run still going, one changed since, or one from an
+    older tpuscope) computed now without writing: readers such as the dashboard never write."""
+    return _stored(run) or _compute(run)
 
 
 def analyze(run: Run, redetect: bool = True) -> RunReport:
@@ -73,9 +74,7 @@ def analyze(run: Run, redetect: bool = True) -> RunReport:
     stored = None if redetect else _stored(run)
     if stored is not None:
         return stored
-    tables = RunTables.from_run(run)
-    findings = detect(tables)
-    summary = _summary(tables, findings)
-    run.write_findings(findings)
-    run.write_analysis(summary)
-    return RunReport(summary=summary, findings=findings)
+    report = _compute(run)
+    run.write_findings(report.findings)
+    run.write_analysis(report.summary)
+    return report

@@ -31,7 +31,7 @@ COLUMNS: list[dict[str, Any]] = [
     {"field": "first_step", "headerName": "first step", **NUM},
     {"field": "last_step", "headerName": "last step", **NUM},
 ]
-SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
+
 SITE_COLUMNS: list[dict[str, Any]] = [
     {"field": "kind", "maxWidth": 150}, {"field": "name", "headerName": "what", "minWidth": 140},
     site_column(),
@@ -70,7 +70,6 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     fallbacks = data.table(run_id, "fallbacks")
     steps = data.table(run_id, "steps")
     call_sites = data.table(run_id, "call_sites")
-    syncs = int(fallbacks.loc[fallbacks["op"].isin(SYNC_OPS), "count"].sum()) if not fallbacks.empty else 0
     transfers = int(steps["transfers_from_device"].sum()) if not steps.empty else 0
     findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
     per_step = summary["fallback_count"] / summary["steps"] if summary["steps"] else None
@@ -80,7 +79,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
             stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
                  f"{fmt_num(per_step, 2)} per step (value reads not included)"),
             stat("distinct ops", fmt_num(summary["fallback_op_kinds"]), "stat-fallback-ops"),
-            stat("scalar reads (.item())", fmt_num(syncs), "stat-syncs", "aten::_local_scalar_dense calls"),
+            stat("scalar reads (.item())", fmt_num(summary["value_reads"]), "stat-syncs",
+                 "aten::_local_scalar_dense calls"),
             stat("device-to-host transfers", fmt_num(transfers), "stat-transfers",
                  f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per timed step"),
         ]),

@@ -106,6 +106,11 @@ def _problem(kind: str, ops: pd.DataFrame, cost_col: str) -> Problem:
     return Problem(kind, ops, float(ops[cost_col].sum()) if not ops.empty else 0.0)
 
 
+def is_library_path(location: str) -> bool:
+    """A stored path in an installed package or the standard library (not the user's code)."""
+    return any(marker in location for marker in _LIBRARY)
+
+
 def user_location(ops: pd.DataFrame) -> tuple[str | None, list[str]]:
     """(the most common source line in the user's code, every distinct source line),
     falling back to library lines (torch's linear.py) when no user line is known."""

@@ -81,7 +81,7 @@ def _site(row: dict[str, Any]) -> str:
     return location if isinstance(location, str) and location else (row.get("cause") or "unknown call site")
 
 
-def _items(tables: RunTables, again: pd.DataFrame) -> list[dict[str, Any]]:
+def _items(tables: RunTables) -> list[dict[str, Any]]:
     """Each recompile with what changed against its family's closest earlier compile."""
     families = tables.families
     retraces = tables.extra.get("retraces", pd.DataFrame())
@@ -234,6 +234,6 @@ def detect_recompile(tables: RunTables) -> list[Finding]:
         return _imported_totals(tables) if tables.steps.empty else []
     wall = common.run_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
-    for item in _items(tables, again):
+    for item in _items(tables):
         by_site.setdefault(_site(item | {"backend": tables.backend}), []).append(item)
     return [_finding(tables, site, items, wall) for site, items in by_site.items()]

@@ -20,7 +20,7 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.cost_compare import target_of
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
-from tpuscope.analyze.tensorcore import Problem, analyze, waste_by_generation
+from tpuscope.analyze.tensorcore import Problem, analyze, is_library_path, waste_by_generation
 from tpuscope.detect.common import judged_steps, short_path
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
@@ -222,9 +222,9 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
     line where the step graph is cut (graph_site)."""
     ordered = sorted(findings, key=lambda f: -f.cost_s)
     lead = ordered[0]
-    user = [f.location for f in ordered if f.location and not _is_library(f.location)]
+    user = [f.location for f in ordered if f.location and not is_library_path(f.location)]
     location = user[0] if user else site
-    library = sorted({f.location for f in findings if f.location and _is_library(f.location)})
+    library = sorted({f.location for f in findings if f.location and is_library_path(f.location)})
     facets = [{"title": f.title, "cost_s": f.cost_s, "fix": f.fix, "location": f.location,
                **{k: v for k, v in f.evidence.items() if k != "roofline"}} for f in ordered]
     share = min(sum(f.evidence.get("share_of_step") or 0.0 for f in ordered), 1.0)
@@ -237,10 +237,6 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
                 "library_lines": library, "graph_site": site, "share_of_step": round(share, 4)}
     return Finding(RULE, _severity(share), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
                    detail, fix, location, sum(f.cost_s for f in ordered), [], evidence)
-
-
-def _is_library(location: str) -> bool:
-    return any(marker in location for marker in ("/site-packages/", "/dist-packages/", "/lib/python"))
 
 
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
