@@ -38,7 +38,7 @@ from tpuscope.collect.torch_tpu.collector import (
 )
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS
 from tpuscope.detect.run_analysis import analyze
-from tpuscope.launch.program import tpu_present
+from tpuscope.launch.env import tpu_present
 from tpuscope.store import RunStore
 
 torch = pytest.importorskip("torch")

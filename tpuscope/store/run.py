@@ -52,6 +52,13 @@ class Run:
             return frame
         raise AttributeError(name)
 
+    def reload(self) -> None:
+        """Forget what was read, so the next access reads the folder as it is now (a run
+        read while it was being written, or re-analysed)."""
+        path = self.path
+        self.__dict__.clear()
+        self.path = path
+
     def findings_list(self) -> list[Finding]:
         return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]
 

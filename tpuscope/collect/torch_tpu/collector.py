@@ -185,6 +185,10 @@ class TpuCollector:
             self._claim()
         return self
 
+    def close_open_step(self) -> None:
+        """Nothing to do: a TorchTPU step ends at each optimizer step (a post-step hook), and
+        the uninstall that follows records nothing after it."""
+
     def uninstall(self) -> None:
         if self._hook is not None:
             self._hook.remove()
