@@ -1,23 +1,17 @@
 """The TorchTPU adapter (tpuscope.collect.tpu).
 
-torch_tpu needs torch>=2.11 and, for anything but its settings, a TPU. Here:
-- the collector runs with real torch (optimizer hooks, warnings), a real Session
-  and real Parquet, against a stand-in for the parts of torch_tpu that need a chip
-  (cache statistics that move, the device flag, the profiler), shaped exactly like
-  torch_tpu 0.2.0's objects (names and types read from the wheel);
-- with TPUSCOPE_TORCH_TPU_PYTHON pointing at an interpreter that has torch_tpu,
-  the adapter runs against the real package (no chip needed);
-- tests marked `tpu` run on a TPU host only.
+torch_tpu needs torch>=2.11 and, for anything but its settings, a TPU. Here the
+collector runs with real torch (optimizer hooks, warnings), a real Session and real
+Parquet, against a stand-in for the parts of torch_tpu that only a chip makes move
+(cache statistics, the device flag, the profiler's output), shaped like torch_tpu
+0.2.0's objects. The same adapter against the real package (no chip) and on a chip:
+tests/tpu_real/, run in .venv-torch-tpu by tests/test_tpu_real.py.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-import os
 import socket
-import subprocess
-import sys
 import time
 import warnings
 from datetime import timedelta
@@ -27,12 +21,10 @@ from types import SimpleNamespace
 import pytest
 
 import tpuscope
-from tests.conftest import ROOT, run_tpuscope
 from tpuscope.analysis import analyze
 from tpuscope.collect.session import Session
 from tpuscope.collect.tpu import CacheStats, TorchTpuApi, TpuCollector, duration_ns, mode_label
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS
-from tpuscope.runner import tpu_present
 from tpuscope.store import RunStore
 
 torch = pytest.importorskip("torch")
@@ -220,63 +212,3 @@ def test_trace_steps_write_xplane_files_into_the_run(tmp_path: Path, optimizer, 
     [xplane] = proc["trace_files"]
     assert xplane.startswith(str(run.path / "trace" / "torch_tpu-")) and xplane.endswith("_0.xplane.pb")
     assert Path(xplane).is_file()
-
-
-# -- the real package, no chip (opt-in) ----------------------------------------------------
-
-TORCH_TPU_PYTHON = os.environ.get("TPUSCOPE_TORCH_TPU_PYTHON")
-
-
-@pytest.mark.skipif(not TORCH_TPU_PYTHON, reason="set TPUSCOPE_TORCH_TPU_PYTHON to an interpreter with "
-                    "torch>=2.11 and torch_tpu installed to check the adapter against the real package")
-def test_adapter_against_the_real_torch_tpu_package_without_a_chip() -> None:
-    import pyarrow
-
-    env = {**os.environ, "TPUSCOPE_SRC": str(ROOT),
-           "TPUSCOPE_EXTRA_PATH": str(Path(pyarrow.__file__).parent.parent)}
-    proc = subprocess.run([TORCH_TPU_PYTHON, str(ROOT / "tests" / "programs" / "torch_tpu_probe.py")],
-                          env=env, capture_output=True, text=True, timeout=600)
-    result = next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")), None)
-    assert result is not None, proc.stderr[-3000:]
-    assert result["version"] == "0.2.0" or result["version"]
-    assert (result["mode"], result["mode_in_context"], result["mode_after_set"]) == ("DEFER_NEVER", "fused", "debug")
-    assert result["cpu_fallback"] is False and result["initialized"] is False
-    assert result["stats"]["requests"] == 0 and result["stats"]["entry_ns"] == []
-    assert "run_dir:/tmp/x" in result["profiler_config"]
-    assert result["steps_before_init"] == 0
-    assert [s["step"] for s in result["steps"]] == [0, 1]
-    assert "torch_tpu.eager_mode/strict" in result["metrics"]
-    assert result["meta"]["backend"] == "torch_tpu" and result["meta"]["eager_mode"] == "strict"
-
-
-# -- a real TPU -----------------------------------------------------------------------------
-
-def _torch_tpu_installed() -> bool:
-    from importlib.util import find_spec
-
-    return find_spec("torch_tpu") is not None
-
-
-@pytest.mark.tpu
-@pytest.mark.skipif(not (tpu_present() and _torch_tpu_installed()),
-                    reason="needs a TPU host with torch_tpu installed (no TPU device or no torch_tpu here)")
-def test_torch_tpu_training_on_a_chip(tmp_path: Path) -> None:
-    program = tmp_path / "train_tpu.py"
-    program.write_text(
-        "import torch\n"
-        "model = torch.nn.Linear(128, 128).to('tpu')\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for i in range(6):\n"
-        "    n = 32 if i < 5 else 16\n"
-        "    loss = model(torch.ones(n, 128, device='tpu')).pow(2).mean()\n"
-        "    loss.backward(); opt.step(); opt.zero_grad()\n"
-        "print(float(loss))\n")
-    proc = run_tpuscope("run", "--store", str(tmp_path / "store"), "--quiet", sys.executable, str(program),
-                        env={ENV_TRACE_STEPS: "2:4"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run_dir] = list((tmp_path / "store").iterdir())
-    run = tpuscope.load_run(run_dir)
-    proc_meta = run.meta["processes"][0]
-    assert proc_meta["backend"] == "torch_tpu" and proc_meta["eager_mode"] == "strict"
-    assert len(run.steps) == 6 and run.steps["compiles"].sum() >= 1
-    assert proc_meta["trace_files"] and all(Path(f).is_file() for f in proc_meta["trace_files"])

@@ -116,8 +116,17 @@ class TorchTpuApi:
         return bool(getattr(self.loader, "_DEVICE_INITIALIZED", False))
 
     def eager_mode(self) -> str | None:
+        """The C++ name of the mode in force: DEFER_NEVER, DEFER_AND_FUSE, ...
+
+        torch_tpu wraps the C++ `_EagerMode` in the public `EagerMode` enum when it can
+        (its `.value` is the C++ member) and returns the C++ member itself otherwise
+        (INTERNAL_DEFER_ALL). The public member of INTERNAL_COMPILE_FX_GRAPH is named
+        `_INTERNAL_COMPILE_FX_GRAPH`, so the C++ name is the one that does not vary.
+        """
         mode = _quiet(lambda: self.execution_mode.eager_mode)
-        return getattr(mode, "name", None) if mode is not None else None
+        if mode is None:
+            return None
+        return getattr(getattr(mode, "value", None), "name", None) or getattr(mode, "name", None)
 
     def cpu_fallback_enabled(self) -> bool | None:
         value = _quiet(lambda: self.execution_mode.enable_cpu_fallback)
