@@ -23,7 +23,11 @@ def test_an_absent_real_trace_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_present_real_trace_is_its_path() -> None:
-    present = next((p for p in sorted(SHARED.rglob("*")) if p.is_file()), None) if SHARED.is_dir() else None
+    present = (
+        next((p for p in sorted(SHARED.rglob("*")) if p.is_file()), None)
+        if SHARED.is_dir()
+        else None
+    )
     if present is None:
         real_trace("xplane")  # the folder is absent: skips here, fails in CI
     assert real_trace(str(present.relative_to(SHARED))) == present

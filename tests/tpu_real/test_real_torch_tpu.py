@@ -86,9 +86,16 @@ def test_cache_stats_are_the_fields_the_wheel_declares(api: TorchTpuApi) -> None
     """The pybind signatures say what a chip would fill in: counts as int, durations as
     timedelta, peak host bytes as `int | None`."""
     perf = torch.tpu._get_cache_stats()
-    declared = {name: _signature(type(perf), name) for name in (
-        "num_cache_reqs", "num_cache_hits", "num_compilations",
-        "peak_compilation_host_memory_bytes", "per_entry_stats")}
+    declared = {
+        name: _signature(type(perf), name)
+        for name in (
+            "num_cache_reqs",
+            "num_cache_hits",
+            "num_compilations",
+            "peak_compilation_host_memory_bytes",
+            "per_entry_stats",
+        )
+    }
     assert all(doc.endswith("-> int") for name, doc in declared.items() if name.startswith("num_"))
     assert declared["peak_compilation_host_memory_bytes"].endswith("-> int | None")
     assert declared["per_entry_stats"].endswith("EntryStats]")
@@ -97,7 +104,10 @@ def test_cache_stats_are_the_fields_the_wheel_declares(api: TorchTpuApi) -> None
     assert duration_ns(datetime.timedelta(seconds=1.5)) == 1_500_000_000
     stats = api.cache_stats()
     expected = (perf.num_cache_reqs, perf.num_cache_hits, perf.num_compilations)
-    assert isinstance(stats, CacheStats) and (stats.requests, stats.hits, stats.compilations) == expected
+    assert (
+        isinstance(stats, CacheStats)
+        and (stats.requests, stats.hits, stats.compilations) == expected
+    )
     assert len(stats.entry_ns) == len(perf.per_entry_stats)
 
 
@@ -117,7 +127,8 @@ def test_the_mode_table_is_the_cpp_enum() -> None:
     assert set(EAGER_MODES) == set(execution_mode_impl._EagerMode.__members__)
     public = _quietly(lambda: torch.tpu.EagerMode)
     assert {"DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING"} <= set(
-        public.__members__)
+        public.__members__
+    )
     assert all(hasattr(public, name) for name in tpu_modes._EAGER_MODE.values())
 
 
@@ -144,17 +155,28 @@ MODE_ENVS = {
 
 def test_environment_variables_set_the_first_mode() -> None:
     """TorchTPU reads them once, at import: one fresh process each, started together."""
-    code = ("from tpuscope.collect.tpu import TorchTpuApi, mode_label\n"
-            "print('MODE', mode_label(TorchTpuApi.from_package().eager_mode()), flush=True)\n"
-            "import os; os._exit(0)\n")  # skips torch_tpu's slow interpreter shutdown
-    procs = {case: subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **env},
-                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
-             for case, env in MODE_ENVS.items()}
+    code = (
+        "from tpuscope.collect.tpu import TorchTpuApi, mode_label\n"
+        "print('MODE', mode_label(TorchTpuApi.from_package().eager_mode()), flush=True)\n"
+        "import os; os._exit(0)\n"
+    )  # skips torch_tpu's slow interpreter shutdown
+    procs = {
+        case: subprocess.Popen(
+            [sys.executable, "-c", code],
+            env={**os.environ, **env},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for case, env in MODE_ENVS.items()
+    }
     modes = {}
     for case, proc in procs.items():
         out, err = proc.communicate(timeout=300)
-        modes[case] = next((line[5:] for line in out.splitlines() if line.startswith("MODE ")), err[-2000:])
+        modes[case] = next(
+            (line[5:] for line in out.splitlines() if line.startswith("MODE ")), err[-2000:]
+        )
     assert modes == {"fused": "fused", "debug": "debug", "both": "debug"}  # launch-blocking wins
 
 
@@ -203,7 +225,8 @@ def test_nothing_is_recorded_without_a_chip(tmp_path: Path, api: TorchTpuApi, op
 
 
 def test_steps_through_the_real_getters_once_the_device_flag_is_up(
-        tmp_path: Path, api: TorchTpuApi, optimizer, monkeypatch) -> None:
+    tmp_path: Path, api: TorchTpuApi, optimizer, monkeypatch
+) -> None:
     """Only the flag a chip would raise is set: the mode, cache statistics, fallback
     setting and device queries are the real package's (zeros without a chip)."""
     monkeypatch.setattr(torch_tpu._loader, "_DEVICE_INITIALIZED", True)
@@ -216,12 +239,18 @@ def test_steps_through_the_real_getters_once_the_device_flag_is_up(
     run = tpuscope.load_run(session.run_dir)
     meta = run.meta["processes"][0]
     assert (meta["backend"], meta["eager_mode"], meta["torch_tpu_eager_mode"]) == (
-        "torch_tpu", "strict", "DEFER_NEVER")
+        "torch_tpu",
+        "strict",
+        "DEFER_NEVER",
+    )
     assert meta["torch_tpu_cpu_fallback"] is False
     assert meta["device_count"] == torch.accelerator.device_count()
     assert list(run.steps["boundary"]) == ["optimizer.step"] * 2
     assert list(run.steps["compiles"]) == [0, 0] and list(run.steps["executions"]) == [0, 0]
-    assert sorted(run.metrics["name"]) == ["torch_tpu.eager_mode/fused", "torch_tpu.eager_mode/strict"]
+    assert sorted(run.metrics["name"]) == [
+        "torch_tpu.eager_mode/fused",
+        "torch_tpu.eager_mode/strict",
+    ]
 
 
 def test_torch_tpu_optimizer_patch_keeps_the_step_hook(optimizer) -> None:
@@ -253,14 +282,30 @@ def test_tpuscope_run_hooks_torch_tpu_through_autostart(tmp_path: Path) -> None:
     """The real import path: torch loads torch_tpu, autostart's import hook installs the
     collector, which waits for a device that never comes here."""
     program = tmp_path / "train.py"
-    program.write_text("import torch\n"
-                       "opt = torch.optim.SGD(torch.nn.Linear(4, 2).parameters(), lr=0.1)\n"
-                       "for _ in range(3):\n"
-                       "    opt.step()\n"
-                       "print('has torch.tpu', hasattr(torch, 'tpu'))\n")
+    program.write_text(
+        "import torch\n"
+        "opt = torch.optim.SGD(torch.nn.Linear(4, 2).parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    opt.step()\n"
+        "print('has torch.tpu', hasattr(torch, 'tpu'))\n"
+    )
     store = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--quiet",
-                           sys.executable, str(program)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpuscope",
+            "run",
+            "--store",
+            str(store),
+            "--quiet",
+            sys.executable,
+            str(program),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "has torch.tpu True" in proc.stdout and "collection disabled" not in proc.stderr
     [run_dir] = store.iterdir()
@@ -278,8 +323,10 @@ def test_tpuscope_run_hooks_torch_tpu_through_autostart(tmp_path: Path) -> None:
 def test_the_bench_refuses_cleanly_without_a_chip() -> None:
     assert torch.accelerator.current_accelerator() is None
     reason = tpu_modes.unavailable_reason()
-    assert reason == ("torch_tpu is installed but found no TPU to initialise "
-                      "(torch.accelerator.current_accelerator() is none)")
+    assert reason == (
+        "torch_tpu is installed but found no TPU to initialise "
+        "(torch.accelerator.current_accelerator() is none)"
+    )
     with pytest.raises(Unavailable, match="found no TPU"):
         tpu_modes.make_runner("fused")
     assert precheck("torch_tpu", "strict") == "no TPU on this machine (TorchTPU runs only on a TPU)"
@@ -312,11 +359,25 @@ def test_torch_tpu_training_on_a_chip(tmp_path: Path) -> None:
         "    n = 32 if i < 5 else 16\n"
         "    loss = model(torch.ones(n, 128, device='tpu')).pow(2).mean()\n"
         "    loss.backward(); opt.step(); opt.zero_grad()\n"
-        "print(float(loss))\n")
-    proc = subprocess.run([sys.executable, "-m", "tpuscope", "run", "--store", str(tmp_path / "store"),
-                           "--quiet", sys.executable, str(program)],
-                          env={**os.environ, ENV_TRACE_STEPS: "2:4"}, capture_output=True, text=True,
-                          timeout=1200)
+        "print(float(loss))\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpuscope",
+            "run",
+            "--store",
+            str(tmp_path / "store"),
+            "--quiet",
+            sys.executable,
+            str(program),
+        ],
+        env={**os.environ, ENV_TRACE_STEPS: "2:4"},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run_dir] = list((tmp_path / "store").iterdir())
     run = tpuscope.load_run(run_dir)

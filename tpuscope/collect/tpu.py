@@ -1,22 +1,24 @@
 """TorchTPU collector (PyPI `torch_tpu`, module `torch.tpu`; written against torch_tpu 0.2.0).
 
 What TorchTPU exposes and this collector reads (docs/backends.md says what was
-verified without a chip):
+verified without a chip; tests/tpu_real checks it against the real wheel in CI):
 - the eager mode in force: DEFER_NEVER (Strict), DEFER_AND_FUSE (Fused),
   DEFER_NEVER_AND_LAUNCH_BLOCKING (Debug), read from
   `torch_tpu._internal.execution_mode.eager_mode` (the public `torch.tpu.eager_mode`
   warns on every first use), and the CPU-fallback switch `enable_cpu_fallback`;
 - compilation-cache statistics, `torch.tpu._get_cache_stats()`: requests, hits,
   compilations and one entry (with its compile duration) per cached executable.
-  The cache serves eager ops, DEFER_AND_FUSE groups and torch.compile alike, so a
-  new compilation after warm-up is a recompile;
+  The cache serves eager ops and DEFER_AND_FUSE groups (and, unverified without a
+  chip, torch.compile's graphs), so a new compilation after warm-up is a recompile;
 - CPU fallbacks: TorchTPU has no counter; its message "'<op>' is not implemented
   for TPU. Falling back to CPU" is caught when it is shown as a Python warning;
 - profiles: `torch.profiler.profile` with `torch.tpu.profiler.TpuProfilerConfig(run_dir=...)`
   for the steps in TPUSCOPE_TRACE_STEPS, written as xplane.pb under `<run>/trace/`.
 Steps end at every `optimizer.step()` (PyTorch's global optimizer post-hook): an
-eager backend has no mark_step. Nothing is recorded until TorchTPU has initialised
-a TPU, so a machine that merely has the package installed is left alone.
+eager backend has no mark_step (torch.tpu.optimizers' functional optimizers fire no
+hook). Nothing is recorded until TorchTPU has initialised a TPU, which its loader does
+at `import torch` only when its PCI scan finds one, so a machine that merely has the
+package installed is left alone.
 """
 
 from __future__ import annotations
