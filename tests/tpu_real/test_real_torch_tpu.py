@@ -13,6 +13,7 @@ server), so no test uses autograd. Tests that need a chip skip with that reason.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -385,3 +386,41 @@ def test_torch_tpu_training_on_a_chip(tmp_path: Path) -> None:
     assert proc_meta["backend"] == "torch_tpu" and proc_meta["eager_mode"] == "strict"
     assert len(run.steps) == 6 and run.steps["compiles"].sum() >= 1
     assert proc_meta["trace_files"] and all(Path(f).is_file() for f in proc_meta["trace_files"])
+
+
+@pytest.mark.tpu
+@pytest.mark.skipif(not CHIP, reason=NEEDS_CHIP)
+def test_bench_on_a_chip(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpuscope",
+            "bench",
+            "--store",
+            str(tmp_path),
+            "--model",
+            "transformer",
+            "--modes",
+            "strict,fused,debug,compiled",
+            "--backends",
+            "torch_tpu",
+            "--size",
+            "tiny",
+            "--steps",
+            "6",
+            "--warmup",
+            "2",
+            "--repeats",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["mode"]: r for r in json.loads(proc.stdout) if r["backend"] == "torch_tpu"}
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    assert rows["fused"]["step_time_p50_ms"] < rows["strict"]["step_time_p50_ms"]
