@@ -76,6 +76,8 @@ def _signature(cls: type, name: str) -> str:
 
 def test_from_package_resolves_the_live_modules(api: TorchTpuApi) -> None:
     assert api.version == metadata.version("torch_tpu") == "0.2.0"
+    # Without libtpu `import torch` dies here (a fatal check: TPU_LIBRARY_PATH is not set).
+    assert "libtpu>=0.0.50" in metadata.requires("torch_tpu") and metadata.version("libtpu")
     assert api.tpu is sys.modules["torch.tpu"] is torch.tpu
     assert api.loader is sys.modules["torch_tpu._loader"] and api.torch is torch
     assert api.execution_mode is execution_mode
