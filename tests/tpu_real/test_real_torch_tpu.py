@@ -33,7 +33,7 @@ from tests.conftest import ROOT
 from tpuscope.bench import tpu_modes
 from tpuscope.bench.modes import Unavailable, precheck
 from tpuscope.collect.session import Session
-from tpuscope.collect.tpu import (
+from tpuscope.collect.torch_tpu.collector import (
     EAGER_MODES,
     ENV_VARS,
     CacheStats,
@@ -159,7 +159,7 @@ MODE_ENVS = {
 def test_environment_variables_set_the_first_mode() -> None:
     """TorchTPU reads them once, at import: one fresh process each, started together."""
     code = (
-        "from tpuscope.collect.tpu import TorchTpuApi, mode_label\n"
+        "from tpuscope.collect.torch_tpu.collector import TorchTpuApi, mode_label\n"
         "print('MODE', mode_label(TorchTpuApi.from_package().eager_mode()), flush=True)\n"
         "import os; os._exit(0)\n"
     )  # skips torch_tpu's slow interpreter shutdown

@@ -27,7 +27,7 @@ import torch
 from tpuscope.bench import models
 from tpuscope.bench.models import Workload
 from tpuscope.bench.modes import CompileCount, ModeRunner, Unavailable
-from tpuscope.collect.tpu import CacheStats
+from tpuscope.collect.torch_tpu.collector import CacheStats
 
 _EAGER_MODE = {"strict": "DEFER_NEVER", "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING", "fused": "DEFER_AND_FUSE"}
 
