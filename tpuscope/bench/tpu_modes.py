@@ -29,7 +29,11 @@ from tpuscope.bench.models import Workload
 from tpuscope.bench.modes import CompileCount, ModeRunner, Unavailable
 from tpuscope.collect.torch_tpu.collector import CacheStats
 
-_EAGER_MODE = {"strict": "DEFER_NEVER", "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING", "fused": "DEFER_AND_FUSE"}
+_EAGER_MODE = {
+    "strict": "DEFER_NEVER",
+    "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
+    "fused": "DEFER_AND_FUSE",
+}
 
 
 class TpuRunner(ModeRunner):
@@ -43,8 +47,11 @@ class TpuRunner(ModeRunner):
         self._stack = contextlib.ExitStack()
         eager = _EAGER_MODE.get(mode, "DEFER_NEVER")  # compiled: ops outside the graph run strict
         self._stack.enter_context(torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, eager)))
-        self.mechanism = ('torch.compile(step, backend="tpu")' if mode == "compiled"
-                          else f"torch.tpu.set_eager_mode(EagerMode.{eager})")
+        self.mechanism = (
+            'torch.compile(step, backend="tpu")'
+            if mode == "compiled"
+            else f"torch.tpu.set_eager_mode(EagerMode.{eager})"
+        )
         self._device = torch.device("tpu")
 
     def device(self) -> Any:
@@ -88,8 +95,10 @@ def unavailable_reason() -> str | None:
     accelerator = torch.accelerator.current_accelerator()
     if accelerator is None or accelerator.type != "tpu":
         found = "none" if accelerator is None else accelerator.type
-        return ("torch_tpu is installed but found no TPU to initialise "
-                f"(torch.accelerator.current_accelerator() is {found})")
+        return (
+            "torch_tpu is installed but found no TPU to initialise "
+            f"(torch.accelerator.current_accelerator() is {found})"
+        )
     return None
 
 
