@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.tpu_real import HAS_CHIP, NEEDS_CHIP
 
 VENV_PYTHON = Path(
     os.environ.get("TPUSCOPE_TORCH_TPU_PYTHON") or ROOT / ".venv-torch-tpu" / "bin" / "python"
 )
-# The only skips allowed there: a test that needs a chip, or one true only without a chip.
-CHIP_SKIPS = ("needs a TPU chip", "a TPU is here")
+CHIP_SKIPS = (NEEDS_CHIP, HAS_CHIP)  # the only skips allowed there
 
 
 def _venv_python() -> Path:

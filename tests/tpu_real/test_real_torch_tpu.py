@@ -30,6 +30,7 @@ from torch_tpu._internal.utils import hardware
 
 import tpuscope
 from tests.conftest import ROOT
+from tests.tpu_real import HAS_CHIP, NEEDS_CHIP
 from tpuscope.bench import tpu_modes
 from tpuscope.bench.modes import Unavailable, precheck
 from tpuscope.collect.session import Session
@@ -46,7 +47,6 @@ from tpuscope.collect.trace_steps import ENV_TRACE_STEPS
 from tpuscope.store import RunStore
 
 CHIP = hardware.get_tpu_device_count() > 0  # torch_tpu's own test for a TPU (a PCI scan)
-NEEDS_CHIP = "needs a TPU chip: torch_tpu's PCI scan found none on this host"
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +214,7 @@ def _collect(tmp_path: Path, api: TorchTpuApi) -> tuple[Session, TpuCollector]:
     return session, TpuCollector(session, api).install()
 
 
-@pytest.mark.skipif(CHIP, reason="a TPU is here: the device is initialised and steps are recorded")
+@pytest.mark.skipif(CHIP, reason=f"{HAS_CHIP}: the device is initialised and steps are recorded")
 def test_nothing_is_recorded_without_a_chip(tmp_path: Path, api: TorchTpuApi, optimizer) -> None:
     session, collector = _collect(tmp_path, api)
     for _ in range(3):
@@ -322,7 +322,7 @@ def test_tpuscope_run_hooks_torch_tpu_through_autostart(tmp_path: Path) -> None:
 # -- the bench ---------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(CHIP, reason="a TPU is here: the bench runs for real")
+@pytest.mark.skipif(CHIP, reason=f"{HAS_CHIP}: the bench runs for real")
 def test_the_bench_refuses_cleanly_without_a_chip() -> None:
     assert torch.accelerator.current_accelerator() is None
     reason = tpu_modes.unavailable_reason()
