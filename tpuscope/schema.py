@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: compiles.backend, compiles.function, compiles.eager
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -79,6 +79,12 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("aliased_gb", pa.float64()),
             pa.field("intermediate_gb", pa.float64()),
             pa.field("program_gb", pa.float64()),
+            # who compiled: torch_xla, jax or torch_tpu; for JAX the jitted function (or the
+            # library function of an eager op, eager=True). Null in runs before schema 2,
+            # which analyze/families reads from the cause text instead.
+            pa.field("backend", _dict_str),
+            pa.field("function", pa.string()),
+            pa.field("eager", pa.bool_()),
         ]
     ),
     # One row per (step, aten op that ran on the host instead of the device, call site).
@@ -206,6 +212,23 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 SEVERITIES = ("high", "medium", "low")
+
+
+
+_PROCESS_NAMES = {f.name for f in PROCESS_FIELDS}
+_ROW_COLUMNS = {name: tuple(n for n in schema.names if n not in _PROCESS_NAMES)
+                for name, schema in TABLES.items()}
+
+
+def table_row(table: str, **fields: Any) -> dict[str, Any]:
+    """One row of `table` with every column the writer owns (the process fields are the
+    session's): absent ones are None, and a name the schema lacks is an error, so the
+    places that build rows cannot drift from the schema or from each other."""
+    names = _ROW_COLUMNS[table]
+    unknown = fields.keys() - names
+    if unknown:
+        raise KeyError(f"{table} has no column(s) {', '.join(sorted(unknown))}")
+    return {name: fields.get(name) for name in names}
 
 
 @dataclass

@@ -35,6 +35,7 @@ from typing import Any
 
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
+from tpuscope.schema import table_row
 
 # TorchTPU's eager modes under the names the rest of tpuscope (and the bench) use.
 EAGER_MODES = {
@@ -369,24 +370,11 @@ class TpuCollector:
     ) -> dict[str, Any]:
         self.compile_index += 1
         duration = new_entries[i] if i < len(new_entries) else None
-        return {
-            "step": self.step,
-            "index": self.compile_index - 1,
-            "time_ns": now,
-            "duration_ns": duration,
-            "graph_hash": None,
-            "cause": f"TorchTPU compilation cache miss ({mode} eager mode)",
-            "location": None,
-            "frames": [],
-            "num_inputs": None,
-            "num_outputs": None,
-            "input_shapes": None,
-            "input_gb": None,
-            "output_gb": None,
-            "aliased_gb": None,
-            "intermediate_gb": None,
-            "program_gb": None,
-        }
+        return table_row(
+            "compiles", backend="torch_tpu", step=self.step, index=self.compile_index - 1,
+            time_ns=now, duration_ns=duration, frames=[],
+            cause=f"TorchTPU compilation cache miss ({mode} eager mode)",
+        )
 
 
 def install(session: Session) -> TpuCollector:
