@@ -28,8 +28,12 @@ def _enable_debug_text() -> bool:
 
 @contextmanager
 def profile(store: str | Path | None = None, name: str = "profile", warmup: int = 2,
-            analyze_at_exit: bool = True) -> Iterator[Run]:
+            analyze_at_exit: bool = True, alerts: bool = False) -> Iterator[Run]:
     """Collect every torch_xla step in the block into a new run; yields the Run.
+
+    With `alerts=True`, new recompiles and CPU fallbacks are said on stderr while the block
+    runs (tpuscope/alerts.py; off by default: a notebook or a test shows its own output). The
+    watcher is a thread of this process, reading the flushed rows once a second.
 
     Example:
         with tpuscope.profile(store="runs", name="sweep") as run:
@@ -43,6 +47,11 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
     owns_debug = _enable_debug_text()
     autostart.start(run_dir, warmup=warmup, own_debug=owns_debug, install_handlers=False)
     run = Run(run_dir)
+    watcher = None
+    if alerts:
+        from tpuscope.alerts import AlertWatcher
+
+        watcher = AlertWatcher(run_dir).start()
     status, error = "finished", None
     try:
         yield run
@@ -51,6 +60,8 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
         raise
     finally:
         autostart.stop(status=status, error=error)
+        if watcher is not None:
+            watcher.stop()
         if owns_debug:
             os.environ.pop("PT_XLA_DEBUG_LEVEL", None)
             os.environ.pop("PT_XLA_DEBUG_FILE", None)
