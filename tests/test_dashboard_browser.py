@@ -27,9 +27,9 @@ from urllib.request import urlopen
 import pandas as pd
 import pytest
 
+from tests.conftest import ROOT, tpuscope_cmd
 from tpuscope.analysis import current
 from tpuscope.analyze.shapes import parse_shape
-from tests.conftest import ROOT, tpuscope_cmd
 from tpuscope.store import Run
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

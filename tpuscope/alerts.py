@@ -176,13 +176,10 @@ class AlertJudge:
                 for key, step in frame.groupby(["host", "pid"], dropna=False)["step"].max().items():
                     process = (str(key[0]), int(key[1]))
                     self._last_step[process] = max(self._last_step.get(process, -1), int(step))
-        if "retraces" in new:
-            self.retraces = pd.concat([self.retraces, new["retraces"]], ignore_index=True)
+        self.retraces = _grown(self.retraces, new.get("retraces"))
+        self.compiles = _grown(self.compiles, new.get("compiles"))
         problems: list[Problem] = []
         again: list[Again] = []
-        if "compiles" in new:
-            self.compiles = pd.concat([self.compiles, new["compiles"]], ignore_index=True) \
-                if not self.compiles.empty else new["compiles"].reset_index(drop=True)
         if not self.compiles.empty and ("compiles" in new or self._deferred):
             self._recompiles(meta, problems, again)
         if "fallbacks" in new:
@@ -307,6 +304,12 @@ class AlertJudge:
         return ", ".join(parts) + ": " if parts else ""
 
 
+def _grown(frame: pd.DataFrame, more: pd.DataFrame | None) -> pd.DataFrame:
+    if more is None or more.empty:
+        return frame
+    return more.reset_index(drop=True) if frame.empty else pd.concat([frame, more], ignore_index=True)
+
+
 def _before(family: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
     """The family's compiles before this one (families are in time order)."""
     same = (family["host"] == row["host"]) & (family["pid"] == row["pid"]) & (family["index"] == row["index"])
@@ -352,7 +355,7 @@ class AlertPrinter:
         self._folded: list[Problem] = []
         self._last_sum: float | None = None
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         out = self.out or sys.stderr
         out.write(f"tpuscope: {text}\n")
         out.flush()
@@ -370,7 +373,7 @@ class AlertPrinter:
             self._folded.append(problem)
             return
         self._new_times.append(now)
-        self._say(problem.line)
+        self.say(problem.line)
 
     def again(self, item: Again) -> None:
         self._totals[item.key] = self._totals.get(item.key, 0) + item.count
@@ -399,7 +402,7 @@ class AlertPrinter:
             parts.append(f"{n} more new problem{'s' * (n != 1)} ({', '.join(p.label for p in self._folded[:3])}"
                          f"{', ...' if n > 3 else ''}; the report lists them)")
         window = "" if final and since < 1 else f"in the last {since:.0f} s: "
-        self._say(window + "; ".join(parts))
+        self.say(window + "; ".join(parts))
         self._pending, self._folded = {}, []
         self._last_sum = now
         self.interval = min(self.interval * 2, self.max_interval)
@@ -423,6 +426,8 @@ class AlertWatcher:
         self._thread: threading.Thread | None = None
         self._broken = False
         self._lock = threading.Lock()
+        self.polls = 0
+        self.cpu_ns = 0  # the watcher's own CPU time (kept in the run's meta as alerts_cost)
 
     def start(self) -> AlertWatcher:
         self._thread = threading.Thread(target=self._loop, name="tpuscope-alerts", daemon=True)
@@ -448,22 +453,34 @@ class AlertWatcher:
         if self._broken:
             return
         with self._lock:
+            start = time.thread_time_ns()
             try:
-                new = self.tail.poll()
-                if not new and not ended:
-                    self.printer.tick()
-                    return
-                from tpuscope.store.runstore import read_meta
+                self._poll(ended)
+            finally:
+                self.cpu_ns += time.thread_time_ns() - start
+                self.polls += 1
 
-                meta = read_meta(self.run_dir)
-                problems, again = self.judge.update(new, meta, ended=ended)
-                for problem in problems:
-                    self.printer.new(problem)
-                for item in again:
-                    self.printer.again(item)
-                if not ended:
-                    self.printer.tick()
-            except Exception as exc:  # never a false alert, never a crash: stop and say so once
-                self._broken = True
-                self.printer._say(f"live alerts stopped ({type(exc).__name__}: {exc}); "
-                                  "the report at the end is not affected")
+    def _poll(self, ended: bool) -> None:
+        try:
+            new = self.tail.poll()
+            if not new and not ended:
+                self.printer.tick()
+                return
+            from tpuscope.store.runstore import read_meta
+
+            meta = read_meta(self.run_dir)
+            problems, again = self.judge.update(new, meta, ended=ended)
+            for problem in problems:
+                self.printer.new(problem)
+            for item in again:
+                self.printer.again(item)
+            if not ended:
+                self.printer.tick()
+        except Exception as exc:  # never a false alert, never a crash: stop and say so once
+            self._broken = True
+            self.printer.say(f"live alerts stopped ({type(exc).__name__}: {exc}); "
+                             "the report at the end is not affected")
+
+    @property
+    def cost(self) -> dict[str, float]:
+        return {"polls": self.polls, "cpu_s": round(self.cpu_ns / 1e9, 3), "lines": self.printer.lines}

@@ -202,6 +202,7 @@ def run_program(
     if watcher is not None:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C now skips the last count, not the run
             watcher.stop()  # the rows of the program's last seconds, then a last count
+        record(alerts_cost=watcher.cost)
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)

@@ -25,7 +25,7 @@ if mode == "storm":
     count = int(sys.argv[2])
     for n in range(8, 8 + count + 1):
         x = torch.ones(n, device=device) * 2 + 1  # a new length every step: a new graph
-        torch_xla.sync()
+        torch_xla.sync()  # alerts: storm-sync
     print("MARK", flush=True)
     end = time.monotonic() + hold
     while time.monotonic() < end:
@@ -51,7 +51,7 @@ def train_step(rows: int) -> None:
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    torch_xla.sync()
+    torch_xla.sync()  # alerts: step-sync
 
 
 step = 0
