@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -240,3 +241,23 @@ def test_nothing_counted_prints_nothing() -> None:
     printer.tick()
     printer.tick(final=True)
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["default", "alerts=True"])
+def test_profile_says_nothing_unless_asked(tmp_path: Path, asked: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"} | {"PJRT_DEVICE": "CPU"}
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "profile_alerts.py"), str(tmp_path),
+                           *(["alerts"] if asked else [])],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    lines = proc.stdout.splitlines()
+    [run_dir] = tmp_path.iterdir()
+    assert summary(run_dir)["recompiles"] == 1
+    said = alerts(lines)
+    if not asked:
+        assert said == []
+        return
+    line = _line(PROGRAMS / "profile_alerts.py", "profile: sync")
+    assert len(said) == 1 and said[0].startswith(
+        f"tpuscope: step 2: recompile of the graph from profile_alerts.py:{line} ("), lines
+    assert lines.index(said[0]) < lines.index("LAST")
