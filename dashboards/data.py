@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tpuscope.detect.registry import order
-from tpuscope.detect.run_analysis import current
+from tpuscope.detect.run_analysis import RunReport, current
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, read_meta, read_table
 from tpuscope.store.parts import read_part
@@ -195,18 +195,33 @@ class StoreData:
 
         return self.derived(run_id, "findings", ("findings",), load)
 
-    def summary(self, run_id: str) -> dict[str, Any]:
-        """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed in
-        memory for a run still going) plus the counts the pages show."""
+    def _report(self, run_id: str) -> RunReport:
+        """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed
+        in memory for a run still going), cached until the run's rows, meta or analysis change."""
         run_dir = self.run_dir(run_id)
-        names = ("steps", "compiles", "fallbacks", "findings")
+        names = ("steps", "compiles", "fallbacks", "findings", "retraces")
         signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
                      *(_signature(run_dir / n) for n in names))
+        return self._cached((run_id, "report"), signature, lambda: current(Run(run_dir)))
+
+    def live_findings(self, run_id: str) -> list[Finding]:
+        """The findings of the analysis so far (a live run has none stored yet)."""
+        findings = sorted(self._report(run_id).findings, key=order)
+        for item in findings:
+            if not isinstance(item.location, str) or not item.location:
+                item.location = None
+        return findings
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        """The run's one analysis (see _report) plus the counts the pages show."""
+        run_dir = self.run_dir(run_id)
+        signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
+                     *(_signature(run_dir / n) for n in ("steps", "compiles", "fallbacks", "findings", "retraces")))
         return self._cached((run_id, "summary"), signature, lambda: self._summarize(run_id))
 
     def _summarize(self, run_id: str) -> dict[str, Any]:
         meta = self.meta(run_id)
-        report = current(Run(self.run_dir(run_id)))
+        report = self._report(run_id)
         out = dict(report.summary)
         ops = out.get("fallback_ops") or []
         out["fallback_op_kinds"] = len(ops)
@@ -273,4 +288,5 @@ def runs_row(summary: dict[str, Any]) -> dict[str, Any]:
         "medium": sev.get("medium", 0),
         "low": sev.get("low", 0),
         "ended": summary.get("ended") or "-",
+        "live": summary.get("ended") == "running",
     }

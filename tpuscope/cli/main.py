@@ -49,12 +49,19 @@ def main() -> None:
               help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
 @click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
               help="TPU generation the TensorCore (MXU) estimates are made for.")
-@click.option("--quiet", "-q", is_flag=True, help="No report at the end.")
+@click.option("--alerts", type=click.Choice(["on", "off"]), default=None,
+              help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
+                   "(docs/alerts.md).  [default: on; off with --quiet]")
+@click.option("--quiet", "-q", is_flag=True, help="No report at the end and no live alerts.")
 @gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+        alerts: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
+
+    While it runs, each new problem (a recompile, a CPU fallback) is said once on stderr,
+    `tpuscope: step 812: recompile of the graph from train.py:44 (3.1 s): ...`, judged as
+    the report judges it; a storm is summed up in one line every 10 s or more.
 
     Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
     127 if PROGRAM cannot be found, 126 if it cannot be run, 2 for a bad command line.
@@ -72,6 +79,7 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
       tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
       tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
       tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
+      tpuscope run --alerts off python train.py
     """
     from tpuscope.launch.program import StartError, UsageError, resolve_program, run_program
     from tpuscope.launch.signals import exit_as
@@ -79,7 +87,8 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
     try:
         prog = resolve_program(list(program))
         run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep,
-                                    trace_steps=trace_steps, target=target)
+                                    trace_steps=trace_steps, target=target,
+                                    alerts=alerts == "on" if alerts else not quiet)
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:

@@ -74,11 +74,19 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
     return []
 
 
-def _site(row: dict[str, Any]) -> str:
+def site_of(row: dict[str, Any]) -> str:
     if row.get("backend") == "jax" and row.get("function"):
         return f"jit {row['function']}"
     location = row.get("location")
     return location if isinstance(location, str) and location else (row.get("cause") or "unknown call site")
+
+
+def where_text(site: str, location: str | None, function: str | None) -> str:
+    """How a card (and a live alert) names a call site: `train.py:44`, `step (train.py:44)`."""
+    where = common.file_and_line(location) if location else site
+    if function:
+        return f"{function} ({where})" if location else function
+    return where
 
 
 def _items(tables: RunTables) -> list[dict[str, Any]]:
@@ -90,13 +98,13 @@ def _items(tables: RunTables) -> list[dict[str, Any]]:
     for row in families.to_dict("records"):
         earlier = by_family.setdefault(row["family"], [])
         if row["recompile"]:
-            item = _item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
+            item = recompile_item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
             out.append(item)
         earlier.append(row)
     return out
 
 
-def _item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame,
+def recompile_item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame,
           diff: bool) -> dict[str, Any]:
     before = _closest(row, earlier) if diff else None
     diffs = jax_advice.diffs_of(retraces, int(row["index"]), row.get("function")) \
@@ -173,9 +181,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     cost = sum(i["duration_s"] for i in items)
     first = next((i for i in items if i["changes"]), items[0])
     location = next((i["location"] for i in reversed(items) if i["location"]), None)
-    where = common.file_and_line(location) if location else site
-    if items[0].get("function"):
-        where = f"{items[0]['function']} ({where})" if location else items[0]["function"]
+    where = where_text(site, location, items[0].get("function"))
     facet = _facet(tables, items)
     storm = _storm(tables, items)
     steps = common.steps_list(i["step"] for i in items)
@@ -235,5 +241,5 @@ def detect_recompile(tables: RunTables) -> list[Finding]:
     wall = common.run_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
     for item in _items(tables):
-        by_site.setdefault(_site(item | {"backend": tables.backend}), []).append(item)
+        by_site.setdefault(site_of(item | {"backend": tables.backend}), []).append(item)
     return [_finding(tables, site, items, wall) for site, items in by_site.items()]

@@ -8,6 +8,7 @@ analyses the run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tpuscope
 from tpuscope.analyze.mxu import DEFAULT_TARGET
@@ -26,6 +28,9 @@ from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
 from tpuscope.store import RunStore, update_meta
 from tpuscope.store.liveness import launcher_identity
+
+if TYPE_CHECKING:
+    from tpuscope.launch.alerts import AlertWatcher
 
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
@@ -103,10 +108,11 @@ class StartError(UsageError):
 
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
-    trace_steps: str | None = None, target: str | None = None,
+    trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
 ) -> tuple[Path | None, int]:
     """Run the program under collection; returns (run folder, or None when it could not be
-    written; the program's return code: negative when a signal killed it, as subprocess says)."""
+    written; the program's return code: negative when a signal killed it, as subprocess says).
+    With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts.py)."""
     device_options = _device_options(trace_steps, target)
     run_dir = open_run(store, name or program.name, warmup)
     child = build_env(run_dir, warmup, deep)
@@ -121,6 +127,7 @@ def run_program(
         env_left_to_user=child.left_to_user,
         launcher=launcher_identity(),
         tpuscope_version=tpuscope.__version__,
+        alerts=alerts,
         **device_options,
     )
     for note in child.notes:
@@ -131,12 +138,29 @@ def run_program(
         code = 126 if isinstance(exc, PermissionError) else 127  # what a shell exits with
         record.close("failed to start", error=str(exc), exit_code=code)
         raise StartError(f"cannot start {program.argv[0]}: {exc.strerror or exc}", code) from exc
+    watcher = _start_alerts(run_dir) if alerts else None
     code = running.wait()
     record.close(describe_exit(code), exit_code=code)
+    if watcher is not None:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C now skips the last count, not the run
+            watcher.stop()  # the rows of the program's last seconds, then a last count
+        record(alerts_cost=watcher.cost)
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
     return run_dir, code
+
+
+def _start_alerts(run_dir: Path) -> AlertWatcher | None:
+    """The live-alert watcher, on a thread of this launcher (never the program's process): started
+    once the child runs, so it inherits the signals blocked for Child.wait."""
+    from tpuscope.launch.alerts import AlertWatcher
+
+    try:
+        return AlertWatcher(run_dir).start()
+    except Exception as exc:  # alerts are a convenience: the run goes on without them
+        print(f"tpuscope: no live alerts: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
 
 
 class MetaRecorder:
