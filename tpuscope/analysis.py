@@ -17,7 +17,7 @@ from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
 
-ANALYSIS_VERSION = 2  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 3  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass

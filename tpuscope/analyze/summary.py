@@ -16,6 +16,7 @@ import pandas as pd
 
 from tpuscope.analyze.families import recompiles
 from tpuscope.analyze.judge import is_value_read, phases, wall_s
+from tpuscope.step_runs import step_runs
 
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
@@ -49,24 +50,22 @@ def compile_causes(families: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]
 
 
 def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any]]:
-    """Per aten op that ran on the host (value reads excluded): count, steps, count per step."""
+    """Per aten op that ran on the host (value reads excluded): count, its steps as runs
+    (tpuscope.step_runs), count per step, its first call site."""
     if fallbacks.empty:
         return []
     rows = fallbacks[~fallbacks["op"].map(is_value_read)]
     if rows.empty:
         return []
-    grouped = rows.groupby("op", observed=True).agg(
-        count=("count", "sum"),
-        steps=("step", lambda s: sorted(int(v) for v in s.unique())),
-        location=("location", lambda s: min(s.dropna(), default=None)),
-    )
-    out = [
-        {"op": str(op), "count": int(row["count"]), "steps": row["steps"][:50],
-         "per_step": float(row["count"] / loop_steps) if loop_steps else 0.0,
-         "location": row["location"] if isinstance(row["location"], str) else None}
-        for op, row in grouped.iterrows()
-    ]
-    return sorted(out, key=lambda r: -r["count"])
+    out = []
+    for op, group in rows.groupby("op", observed=True, sort=False):
+        count = int(group["count"].sum())
+        runs, n_steps = step_runs(group["step"])
+        located = group["location"].dropna()
+        out.append({"op": str(op), "count": count, "step_runs": runs, "step_count": n_steps,
+                    "per_step": float(count / loop_steps) if loop_steps else 0.0,
+                    "location": str(located.min()) if len(located) else None})
+    return sorted(out, key=lambda r: (-r["count"], r["op"]))
 
 
 def _value_reads(fallbacks: pd.DataFrame) -> int:

@@ -72,9 +72,11 @@ def value_read_site(tables: RunTables, steps: Iterable[int]) -> str | None:
     families = tables.families
     if families.empty or "cause" not in families:
         return None
-    wanted = set(steps)
-    rows = families[families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
-                    & families["step"].isin(wanted) & families["location"].notna()]
+    reads = families[families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
+                     & families["location"].notna()]
+    if reads.empty:
+        return None
+    rows = reads[reads["step"].isin(steps if hasattr(steps, "dtype") else list(steps))]
     return str(rows["location"].mode().iloc[0]) if not rows.empty else None
 
 
@@ -135,6 +137,3 @@ def short_path(location: str | None) -> str:
     name = path.rsplit("/", 1)[-1] if path else location
     return f"{name}:{line}" if path else name
 
-
-def steps_list(values: Iterable[Any]) -> list[int]:
-    return sorted({int(v) for v in values if v is not None and int(v) >= 0})

@@ -29,6 +29,7 @@ from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.registry import RunTables
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
 from tpuscope.schema import Finding
+from tpuscope.step_runs import runs_text
 
 RULE = "recompile"
 STORM_SHARE = 0.5
@@ -178,10 +179,10 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         where = f"{items[0]['function']} ({where})" if location else items[0]["function"]
     facet = _facet(tables, items)
     storm = _storm(tables, items)
-    steps = common.steps_list(i["step"] for i in items)
+    runs, count = Finding.of_steps([i["step"] for i in items])
     share = f", {100 * cost / wall:.1f}% of the judged steps' wall time" if wall else ""
     detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
-              f"compiled at {where} (steps {_steps_text(steps) or 'not known'}); cause: "
+              f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'}); cause: "
               f"{items[0]['cause'] or 'unknown'}. What changed against the closest earlier compile of the "
               f"same graph: {'; '.join(first['changes'][:4]) or 'not recorded (' + NO_SHAPES_HINT + ')'}."
               + (f" Shape churn: {facet_text(facet)}." if facet else "")
@@ -198,11 +199,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         evidence["storm"] = storm
     title = _title(items, where, storm, facet, cost)
     return Finding(RULE, common.severity(cost, tables), title, detail, _fix(tables, items, facet),
-                   location, cost, steps, evidence)
-
-
-def _steps_text(steps: list[int]) -> str:
-    return ", ".join(map(str, steps[:10])) + (f" ... ({len(steps)} steps)" if len(steps) > 10 else "")
+                   location, cost, runs, evidence, count)
 
 
 def _imported_totals(tables: RunTables) -> list[Finding]:
