@@ -29,7 +29,11 @@ def _as_array(steps: Any) -> Any:
     if values.size and values.dtype.kind == "f":
         values = values[~np.isnan(values)]
     values = values.astype(np.int64, copy=False)
-    return np.unique(values[values >= 0])
+    values = values[values >= 0]
+    if values.size > 1 and not bool((values[1:] >= values[:-1]).all()):  # tables are mostly in step order
+        values = np.sort(values)
+    # not np.unique: numpy 2's hash-based unique took 0.6 s on 2M steps here, this 20 ms
+    return values[np.concatenate([[True], values[1:] != values[:-1]])] if values.size else values
 
 
 def step_runs(steps: Any, cap: int = MAX_RUNS) -> tuple[StepRuns, int]:

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.families import recompiles
-from tpuscope.analyze.judge import is_value_read, phases, wall_s
+from tpuscope.analyze.judge import VALUE_READ_OPS, phases, wall_s
 from tpuscope.step_runs import step_runs
 
 NS_PER_S = 1e9
@@ -54,7 +54,7 @@ def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any
     (tpuscope.step_runs), count per step, its first call site."""
     if fallbacks.empty:
         return []
-    rows = fallbacks[~fallbacks["op"].map(is_value_read)]
+    rows = fallbacks[~fallbacks["op"].isin(VALUE_READ_OPS)]
     if rows.empty:
         return []
     out = []
@@ -71,7 +71,7 @@ def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any
 def _value_reads(fallbacks: pd.DataFrame) -> int:
     if fallbacks.empty:
         return 0
-    return int(fallbacks.loc[fallbacks["op"].map(is_value_read), "count"].sum())
+    return int(fallbacks.loc[fallbacks["op"].isin(VALUE_READ_OPS), "count"].sum())
 
 
 def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -> dict[str, Any] | None:
@@ -99,11 +99,13 @@ def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None
 
 
 def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
-              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None,
+              phase: pd.Series | None = None) -> dict[str, Any]:
     """The run's headline figures; `families` is analyze.families.graph_families(compiles);
-    `metrics` gives the compile totals of imported evidence that has no compile rows."""
+    `metrics` gives the compile totals of imported evidence that has no compile rows; `phase`
+    is phases(steps, warmup) when the caller has it already."""
     warmup = int(meta.get("warmup", 2))
-    phase = phases(steps, warmup)
+    phase = phases(steps, warmup) if phase is None else phase
     judged = steps[phase == "judged"] if not steps.empty else steps
     loop = steps[phase != "after"] if not steps.empty else steps
     again = recompiles(families)

@@ -132,7 +132,7 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
     if rows.empty:
         return []
     wall = common.wall_s(judged)
-    waits = transfer_share_ns(every_op, common.judged_rows(tables.metrics, judged))
+    waits = transfer_share_ns(every_op, common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged))
     findings = []
     for op, group in rows.groupby("op", sort=False):
         if not judged.empty:

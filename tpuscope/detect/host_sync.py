@@ -53,7 +53,7 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
     runs right after a read first shows up, often in warm-up).
     """
     fallbacks = tables.fallbacks
-    fallback_sites = set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna()) \
+    fallback_sites = set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna().unique()) \
         if not fallbacks.empty else set()
     sites: dict[str, dict[str, Any]] = {}
     calls = tables.extra.get("call_sites", pd.DataFrame())
@@ -144,7 +144,7 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     per_step, share, steps = _live_reads(tables, judged)
     if per_step < READS_PER_STEP:
         return []
-    wait = common.metric_per_step(common.judged_rows(tables.metrics, judged), TRANSFER_METRICS)
+    wait = common.metric_per_step(common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS)
     cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
     sites = _sites(tables) or _untraced_site(tables, steps)
     return [_finding(per_step, cost, common.run_wall_s(tables), steps, sites,

@@ -64,12 +64,13 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     metrics = tables.metrics
     if tables.steps.empty or metrics.empty:
         return []
-    if not (metrics["name"] == DISPATCH_METRIC).any():
+    dispatches = tables.metric_rows([DISPATCH_METRIC])
+    if dispatches.empty:
         return _xla_eager(tables)
     judged = _judged(tables)
     if judged.empty:
         return []
-    frame = _per_step(metrics, judged)
+    frame = _per_step(dispatches, judged)
     per_step = float(frame["count"].mean())
     if per_step < MIN_DISPATCHES_PER_STEP:
         return []
@@ -93,7 +94,8 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
     judged = _judged(tables)
     if judged.empty or tables.backend != "torch_xla":
         return []
-    eager = common.metric_per_step(common.judged_rows(tables.metrics, judged), [XLA_EAGER_METRIC], "count")
+    eager = common.metric_per_step(common.judged_rows(tables.metric_rows([XLA_EAGER_METRIC]), judged),
+                                   [XLA_EAGER_METRIC], "count")
     per_step = float(eager["count"].sum()) / len(judged)
     if per_step < MIN_DISPATCHES_PER_STEP:
         return []
