@@ -124,6 +124,8 @@ def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int,
     """Flat argument index -> the user's name (`batch['x']`). JAX's explanations name the
     changed arguments by pytree path but the shapes list is flat, so a name goes to the flat
     argument that has the explained shape after the change and before it in another compile."""
+    if not any(d["kind"] == "input_types" and d.get("arg") for item in items for d in item["diffs"]):
+        return {}  # nothing to name (torch_xla has no explanations): skip reading every graph's shapes
     shapes = {int(r["index"]): list(r["input_shapes"]) for r in rows.to_dict("records")
               if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)}
     names: dict[int, str] = {}
@@ -231,6 +233,7 @@ def detect_recompile(tables: RunTables) -> list[Finding]:
         return _imported_totals(tables) if tables.steps.empty else []
     wall = common.run_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
+    backend = tables.backend
     for item in _items(tables):
-        by_site.setdefault(_site(item | {"backend": tables.backend}), []).append(item)
+        by_site.setdefault(_site({**item, "backend": backend}), []).append(item)
     return [_finding(tables, site, items, wall) for site, items in by_site.items()]
