@@ -58,9 +58,13 @@ def cli(*args: str) -> float:
 
 def page_request(client: Any, path: str) -> int:
     """One router callback request as the browser sends it; returns the response's size."""
-    body = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
-            "inputs": [{"id": "url", "property": "pathname", "value": path}],
-            "changedPropIds": ["url.pathname"], "state": []}
+    body = {
+        "output": "page.children",
+        "outputs": {"id": "page", "property": "children"},
+        "inputs": [{"id": "url", "property": "pathname", "value": path}],
+        "changedPropIds": ["url.pathname"],
+        "state": [],
+    }
     response = client.post("/_dash-update-component", json=body)
     if response.status_code != 200:
         raise SystemExit(f"{path}: HTTP {response.status_code}")
@@ -74,7 +78,12 @@ def page_times(store: Path, path: str, repeat: int = 3) -> dict[str, float]:
     client = create_app(store).server.test_client()
     cold, cold_cpu, size = timed(lambda: page_request(client, path))
     warm = [timed(lambda: page_request(client, path))[0] for _ in range(repeat)]
-    return {"cold_s": cold, "cold_cpu_s": cold_cpu, "warm_s": statistics.median(warm), "payload_kb": size / 1024}
+    return {
+        "cold_s": cold,
+        "cold_cpu_s": cold_cpu,
+        "warm_s": statistics.median(warm),
+        "payload_kb": size / 1024,
+    }
 
 
 def analysis_times(run_dir: Path) -> dict[str, float]:
@@ -82,8 +91,12 @@ def analysis_times(run_dir: Path) -> dict[str, float]:
 
     wall, cpu, report = timed(lambda: analyze(Run(run_dir)))
     findings = sum(p.stat().st_size for p in (run_dir / "findings").glob("*.parquet"))
-    return {"analysis_s": wall, "analysis_cpu_s": cpu, "findings": len(report.findings),
-            "findings_kb": findings / 1024}
+    return {
+        "analysis_s": wall,
+        "analysis_cpu_s": cpu,
+        "findings": len(report.findings),
+        "findings_kb": findings / 1024,
+    }
 
 
 def show_times(store: Path, run_dir: Path) -> dict[str, float]:
@@ -91,8 +104,10 @@ def show_times(store: Path, run_dir: Path) -> dict[str, float]:
     from tpuscope.analysis import analyze
     from tpuscope.report.json_report import to_json
 
-    out = {"show_s": cli("show", run_dir.name, "--store", str(store)),
-           "show_json_s": cli("show", run_dir.name, "--json", "--store", str(store))}
+    out = {
+        "show_s": cli("show", run_dir.name, "--store", str(store)),
+        "show_json_s": cli("show", run_dir.name, "--json", "--store", str(store)),
+    }
     wall, cpu, text = timed(lambda: to_json(analyze(Run(run_dir), redetect=False)))
     out.update(show_json_inproc_s=wall, show_json_inproc_cpu_s=cpu, show_json_kb=len(text) / 1024)
     return out
@@ -102,41 +117,77 @@ def one_run(root: Path, steps: int, browser: Any) -> dict[str, Any]:
     """A run of `steps` steps in its own store: analysis, show, pages (and browser times)."""
     store = root / f"steps-{steps}"
     parts = 1 + steps // 20_000  # a 1M-step run in 51 parts per table
-    build, _, run_dir = timed(lambda: make_run(store, "scale", steps=steps, trace_events=min(steps, 200_000),
-                                               recompiles=min(300, steps // 10), metrics=True, parts=parts,
-                                               analyze=None))
+    build, _, run_dir = timed(
+        lambda: make_run(
+            store,
+            "scale",
+            steps=steps,
+            trace_events=min(steps, 200_000),
+            recompiles=min(300, steps // 10),
+            metrics=True,
+            parts=parts,
+            analyze=None,
+        )
+    )
     row: dict[str, Any] = {"steps": steps, "parts_per_table": parts, "build_s": build}
     row.update(analysis_times(run_dir))
     row.update(show_times(store, run_dir))
-    for name, path in (("Overview", f"/run/{run_dir.name}"), ("Trace", f"/run/{run_dir.name}/trace")):
+    for name, path in (
+        ("Overview", f"/run/{run_dir.name}"),
+        ("Trace", f"/run/{run_dir.name}/trace"),
+    ):
         row[name] = page_times(store, path)
     if browser is not None:
-        row["browser"] = browser_times(browser, store, {"Overview": (f"/run/{run_dir.name}", "page-overview", 1),
-                                                        "Trace": (f"/run/{run_dir.name}/trace", "page-trace", 2)})
+        row["browser"] = browser_times(
+            browser,
+            store,
+            {
+                "Overview": (f"/run/{run_dir.name}", "page-overview", 1),
+                "Trace": (f"/run/{run_dir.name}/trace", "page-trace", 2),
+            },
+        )
     return row
 
 
 def many_runs(root: Path, count: int, browser: Any) -> dict[str, Any]:
     """A store of `count` small analysed runs (copies of one): `ls` and the Runs page."""
     store = root / f"runs-{count}"
-    template = make_run(root / "template", "small", steps=1000, trace_events=0, recompiles=10, metrics=True,
-                        device=False, analyze=True) if not (root / "template").exists() else \
-        next((root / "template").iterdir())
+    template = (
+        make_run(
+            root / "template",
+            "small",
+            steps=1000,
+            trace_events=0,
+            recompiles=10,
+            metrics=True,
+            device=False,
+            analyze=True,
+        )
+        if not (root / "template").exists()
+        else next((root / "template").iterdir())
+    )
     for i in range(count):
         target = store / f"small-{i:05d}"
         shutil.copytree(template, target)
         update_meta(target, run_id=target.name, start_ns=time.time_ns() - i * 1_000_000_000)
         os.utime(target / "analysis.json")  # as written at the run's end: newer than its parts
     wall, cpu, runs = timed(lambda: RunStore(store).list_runs())
-    row: dict[str, Any] = {"runs": count, "ls_s": cli("ls", "--store", str(store)), "ls_inproc_s": wall,
-                           "ls_inproc_cpu_s": cpu, "Runs": page_times(store, "/")}
+    row: dict[str, Any] = {
+        "runs": count,
+        "ls_s": cli("ls", "--store", str(store)),
+        "ls_inproc_s": wall,
+        "ls_inproc_cpu_s": cpu,
+        "Runs": page_times(store, "/"),
+    }
     assert len(runs) == count
     if browser is not None:
         row["browser"] = browser_times(browser, store, {"Runs": ("/", "page-runs", 0)})
     return row
 
 
-def browser_times(browser: Any, store: Path, pages: dict[str, tuple[str, str, int]]) -> dict[str, float]:
+def browser_times(
+    browser: Any, store: Path, pages: dict[str, tuple[str, str, int]]
+) -> dict[str, float]:
     """Seconds from navigation until each page and its graphs are drawn and Dash is idle (a fresh
     server per store; the first load of the app shell is done before timing)."""
     import threading
@@ -157,10 +208,16 @@ def browser_times(browser: Any, store: Path, pages: dict[str, tuple[str, str, in
         for name, (path, ident, graphs) in pages.items():
             start = time.perf_counter()
             browser.get(base + path)
-            WebDriverWait(browser, 120, poll_frequency=0.05).until(lambda d, i=ident: d.find_elements(By.ID, i))
-            WebDriverWait(browser, 120, poll_frequency=0.05).until(lambda d, g=graphs: d.execute_script(
-                "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
-                " && !document.querySelector('[data-dash-is-loading=\"true\"]');", g))
+            WebDriverWait(browser, 120, poll_frequency=0.05).until(
+                lambda d, i=ident: d.find_elements(By.ID, i)
+            )
+            WebDriverWait(browser, 120, poll_frequency=0.05).until(
+                lambda d, g=graphs: d.execute_script(
+                    "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
+                    " && !document.querySelector('[data-dash-is-loading=\"true\"]');",
+                    g,
+                )
+            )
             out[name] = time.perf_counter() - start
     finally:
         server.shutdown()
@@ -174,42 +231,61 @@ def open_browser() -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
-                 f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
 def print_table(results: dict[str, Any]) -> None:
     load = os.getloadavg()[0]
-    print(f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)")
-    print(f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s':>7} {'--json s':>8} "
-          f"{'--json KB':>9} {'Overview cold/warm s':>21} {'Trace cold s':>12} {'KB':>6} {'browser Ov/Tr s':>16}")
+    print(
+        f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)"
+    )
+    print(
+        f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s':>7} {'--json s':>8} "
+        f"{'--json KB':>9} {'Overview cold/warm s':>21} {'Trace cold s':>12} {'KB':>6} {'browser Ov/Tr s':>16}"
+    )
     for r in results["runs"]:
         ov, tr, br = r["Overview"], r["Trace"], r.get("browser", {})
-        print(f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
-              f"{r['show_s']:7.2f} {r['show_json_s']:8.2f} {r['show_json_kb']:9.1f} "
-              f"{ov['cold_s']:10.2f}/{ov['warm_s']:<10.2f} {tr['cold_s']:12.2f} {tr['payload_kb']:6.0f} "
-              f"{br.get('Overview', float('nan')):7.2f}/{br.get('Trace', float('nan')):<8.2f}")
-    print(f"\n{'runs':>6} {'ls s':>6} {'list_runs s':>11} {'Runs cold s':>11} {'Runs warm s':>11} {'browser s':>9}")
+        print(
+            f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
+            f"{r['show_s']:7.2f} {r['show_json_s']:8.2f} {r['show_json_kb']:9.1f} "
+            f"{ov['cold_s']:10.2f}/{ov['warm_s']:<10.2f} {tr['cold_s']:12.2f} {tr['payload_kb']:6.0f} "
+            f"{br.get('Overview', float('nan')):7.2f}/{br.get('Trace', float('nan')):<8.2f}"
+        )
+    print(
+        f"\n{'runs':>6} {'ls s':>6} {'list_runs s':>11} {'Runs cold s':>11} {'Runs warm s':>11} {'browser s':>9}"
+    )
     for r in results["stores"]:
-        print(f"{r['runs']:>6} {r['ls_s']:6.2f} {r['ls_inproc_s']:11.3f} {r['Runs']['cold_s']:11.3f} "
-              f"{r['Runs']['warm_s']:11.3f} {r.get('browser', {}).get('Runs', float('nan')):9.2f}")
+        print(
+            f"{r['runs']:>6} {r['ls_s']:6.2f} {r['ls_inproc_s']:11.3f} {r['Runs']['cold_s']:11.3f} "
+            f"{r['Runs']['warm_s']:11.3f} {r.get('browser', {}).get('Runs', float('nan')):9.2f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="*", default=[1_000, 10_000, 100_000, 1_000_000])
     parser.add_argument("--runs", type=int, nargs="*", default=[10, 100, 1000])
-    parser.add_argument("--browser", action="store_true", help="also time pages in headless Chromium")
+    parser.add_argument(
+        "--browser", action="store_true", help="also time pages in headless Chromium"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args(argv)
     root = args.keep or Path(tempfile.mkdtemp(prefix="tpuscope-scale-"))
     browser = open_browser() if args.browser else None
     try:
-        results = {"runs": [one_run(root, n, browser) for n in args.steps],
-                   "stores": [many_runs(root, n, browser) for n in args.runs]}
+        results = {
+            "runs": [one_run(root, n, browser) for n in args.steps],
+            "stores": [many_runs(root, n, browser) for n in args.runs],
+        }
     finally:
         if browser is not None:
             browser.quit()

@@ -30,7 +30,9 @@ def _as_array(steps: Any) -> Any:
         values = values[~np.isnan(values)]
     values = values.astype(np.int64, copy=False)
     values = values[values >= 0]
-    if values.size > 1 and not bool((values[1:] >= values[:-1]).all()):  # tables are mostly in step order
+    if values.size > 1 and not bool(
+        (values[1:] >= values[:-1]).all()
+    ):  # tables are mostly in step order
         values = np.sort(values)
     # not np.unique: numpy 2's hash-based unique took 0.6 s on 2M steps here, this 20 ms
     return values[np.concatenate([[True], values[1:] != values[:-1]])] if values.size else values
@@ -69,6 +71,7 @@ def normalize_runs(value: Any) -> StepRuns:
 
 def runs_text(runs: StepRuns, count: int | None = None, limit: int = 6) -> str:
     """'0-2, 5, 7-8'; with more runs than `limit` (or capped runs): '0-2, 5, ... 90-99 (120 steps)'."""
+
     def one(pair: Iterable[int]) -> str:
         first, last = pair
         return str(first) if first == last else f"{first}-{last}"
@@ -80,7 +83,11 @@ def runs_text(runs: StepRuns, count: int | None = None, limit: int = 6) -> str:
     if len(runs) <= limit and covered == count:
         return ", ".join(map(one, runs))
     head = ", ".join(one(r) for r in runs[: min(limit, len(runs)) - 1])
-    return f"{head}, ... {one(runs[-1])} ({count:,} steps)" if head else f"{one(runs[0])} ({count:,} steps)"
+    return (
+        f"{head}, ... {one(runs[-1])} ({count:,} steps)"
+        if head
+        else f"{one(runs[0])} ({count:,} steps)"
+    )
 
 
 def expand(runs: StepRuns) -> list[int]:

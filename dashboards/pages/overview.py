@@ -23,7 +23,7 @@ TIMELINE_COLUMNS = {
 
 
 def timeline_tables(data: StoreData, run_id: str, name: str) -> Any:
-    return data.columns(run_id, name, TIMELINE_COLUMNS[name])
+    return data.columns(run_id, name, TIMELINE_COLUMNS[name], categories=name != "compiles")
 
 
 def headline(summary: dict[str, Any]) -> html.Div:
