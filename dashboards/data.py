@@ -245,6 +245,7 @@ class StoreData:
         from it), else the analysis computed now (a live run, or one changed since)."""
         meta = self.meta(run_id)
         run = Run(self.run_dir(run_id))
+        run.__dict__["meta"] = meta  # read once (cached above), not again by Run.meta
         out = stored_summary(run)
         if out is None:
             report = current(run)
