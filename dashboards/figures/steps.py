@@ -6,7 +6,16 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .common import COLORS, NS_PER_MS, NS_PER_S, PALETTE, base_figure, empty_figure, minmax_indices
+from .common import (
+    COLORS,
+    NS_PER_MS,
+    NS_PER_S,
+    PALETTE,
+    base_figure,
+    empty_figure,
+    minmax_indices,
+    per_step,
+)
 
 MAX_LANES = 8  # beyond this many processes the timeline shows the slowest rank per step
 MAX_MARKERS = 2000
@@ -33,7 +42,7 @@ def _in_range(frame: pd.DataFrame, x_range: tuple[float, float] | None) -> pd.Da
 
 def _step_wall_ms(steps: pd.DataFrame) -> pd.Series:
     """Step -> wall time (ms) of the slowest process, to place markers on the line."""
-    return steps.groupby("step")["wall_ns"].max() / NS_PER_MS
+    return per_step(steps, "wall_ns", "max") / NS_PER_MS
 
 
 def _compile_markers(compiles: pd.DataFrame, wall: pd.Series) -> go.Scatter | None:
@@ -60,9 +69,9 @@ def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
     """Host-run op calls per step (min/max decimated) with the ops and call site on hover."""
     if fallbacks.empty:
         return None
-    per_step = fallbacks.groupby("step")["count"].sum()
-    per_step = per_step.iloc[minmax_indices(per_step.to_numpy(), min(max_points, MAX_BARS))]
-    shown = fallbacks[fallbacks["step"].isin(per_step.index)]
+    counts = per_step(fallbacks, "count")
+    counts = counts.iloc[minmax_indices(counts.to_numpy(), min(max_points, MAX_BARS))]
+    shown = fallbacks[fallbacks["step"].isin(counts.index)]
     by_op = shown.groupby(["step", "op"], as_index=False, observed=True)["count"].sum().sort_values(
         ["step", "count"], ascending=[True, False])
     ops: dict[int, list[str]] = {}
@@ -71,8 +80,8 @@ def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
     where = shown.dropna(subset=["location"]).groupby("step")["location"].first().to_dict()
     text = [f"step {s}: {n} host-run op calls<br>" + "<br>".join(ops.get(s, [])[:6])
             + (f"<br>at {where[s]}" if s in where else "")
-            for s, n in zip(per_step.index.tolist(), per_step.tolist(), strict=True)]
-    return go.Bar(x=per_step.index, y=per_step.to_numpy(), name="CPU fallback calls",
+            for s, n in zip(counts.index.tolist(), counts.tolist(), strict=True)]
+    return go.Bar(x=counts.index, y=counts.to_numpy(), name="CPU fallback calls",
                   marker_color=COLORS["fallback"], hovertext=text, hoverinfo="text")
 
 
