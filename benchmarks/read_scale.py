@@ -4,7 +4,7 @@ Synthetic runs written straight into the store layout with pyarrow (dashboards/s
 steps, compiles, fallbacks in every step, six metrics rows per step, a trace, split into part
 files as a live run flushes them), at 1k, 10k, 100k and 1M steps, and stores of 10, 100 and
 1000 small runs. Times:
-  analysis       tpuscope.analysis.analyze on the run (what `tpuscope run` does at exit)
+  analysis       tpuscope.detect.run_analysis.analyze on the run (what `tpuscope run` does at exit)
   show, --json   `tpuscope show RUN` as a subprocess (CLI start-up included) and in process
   ls             `tpuscope ls` as a subprocess and RunStore.list_runs in process
   pages          the Dash app's own callback request (POST /_dash-update-component through
@@ -88,7 +88,7 @@ def page_times(store: Path, path: str, repeat: int = 3) -> dict[str, float]:
 
 
 def analysis_times(run_dir: Path) -> dict[str, float]:
-    from tpuscope.analysis import analyze
+    from tpuscope.detect.run_analysis import analyze
 
     wall, cpu, report = timed(lambda: analyze(Run(run_dir)))
     findings = sum(p.stat().st_size for p in (run_dir / "findings").glob("*.parquet"))
@@ -102,7 +102,7 @@ def analysis_times(run_dir: Path) -> dict[str, float]:
 
 def show_times(store: Path, run_dir: Path) -> dict[str, float]:
     """`show` and `show --json` as subprocesses, and what they do after their imports."""
-    from tpuscope.analysis import analyze
+    from tpuscope.detect.run_analysis import analyze
     from tpuscope.report.json_report import to_json
 
     out = {

@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.analysis import current, stored_summary
 from tpuscope.detect.registry import order
+from tpuscope.detect.run_analysis import current, stored_summary
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, read_meta, read_table
 from tpuscope.store.parts import read_part
@@ -233,7 +233,7 @@ class StoreData:
         return self._cached((run_id, "derived:findings"), _signature(run_dir / "findings"), load, small=True)
 
     def summary(self, run_id: str) -> dict[str, Any]:
-        """The run's one analysis (tpuscope.analysis: written at the run's end, computed in
+        """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed in
         memory for a run still going) plus the counts the pages show."""
         run_dir = self.run_dir(run_id)
         signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),

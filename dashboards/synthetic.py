@@ -219,7 +219,7 @@ def make_run(store: Path, name: str = "synthetic", steps: int = 200, trace_event
                 start_ns=t0, end_ns=end, status="finished", exit_code=0, synthetic=True,
                 argv=["python", "examples/train_varlen.py"])
     if analyze:
-        from tpuscope.analysis import analyze as analyze_run
+        from tpuscope.detect.run_analysis import analyze as analyze_run
 
         analyze_run(Run(run_dir))
     elif analyze is False:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_tpuscope
-from tpuscope.analysis import analyze
 from tpuscope.analyze.families import graph_families, process_backends, recompiles
+from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import Finding
 from tpuscope.step_runs import MAX_RUNS, expand, runs_text, step_runs
 from tpuscope.store import Run
