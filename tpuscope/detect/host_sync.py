@@ -69,7 +69,7 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
         reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
         for loc, rows in reads.groupby("location"):
             sites[loc] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
-                          "steps": set(rows["step"])}
+                          "steps": set(rows["step"].unique())}
     ordered = sorted(sites.values(), key=lambda s: -s["count"])
     return [{"location": s["location"], "calls": sorted(s["calls"]), "count": s["count"],
              "per_traced_step": s["count"] / max(len(s["steps"]), 1)} for s in ordered]
