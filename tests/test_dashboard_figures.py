@@ -211,7 +211,7 @@ def test_trace_timeline_shows_only_the_longest_events_of_the_window():
     events = trace_frame(50_000)
     fig = trace_timeline(events, origin_ns=1_000_000, max_events=3000)
     lanes = [t for t in fig.data if t.mode == "lines"]  # a trace per (line, colour): start, end, gap per event
-    widths = np.concatenate([np.asarray(t.customdata)[::3, 1] for t in lanes])
+    widths = np.concatenate([np.asarray(t.customdata)[::3, 0] for t in lanes])
     assert len(widths) == 3000 and sum(int(np.isnan(np.asarray(t.x, dtype=float)).sum()) for t in lanes) == 3000
     assert {t.name for t in fig.data} <= set(events["plane"].astype(str) + " / " + events["line"].astype(str))
     assert min(widths) * 1e6 >= np.sort(events["dur_ns"].to_numpy())[-3000] - 1
