@@ -371,4 +371,4 @@ def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], Co
     [card] = [f for f in corpus_run("corpus_hf_varlen.py").findings if f["rule"] == "recompile"]
     churn = card["evidence"]["shape_churn"]
     assert churn["dim"] == 1 and churn["values"] == [16, 24, 32]  # truth: lengths 16, 24, 32
-    assert card["steps"] == [3, 5] and "pad" in card["fix"]
+    assert card["step_runs"] == [[3, 3], [5, 5]] and "pad" in card["fix"]

@@ -143,9 +143,9 @@ def list_runs(store: Path, as_json: bool) -> None:
     """
     import json
 
-    from tpuscope.report.runs import runs_table
+    from tpuscope.report.runs import runs_table, with_briefs
 
-    runs = RunStore(store).list_runs()
+    runs = with_briefs(RunStore(store).list_runs(), store)
     if as_json:
         click.echo(json.dumps(runs, indent=2, default=str))
         return

@@ -100,4 +100,4 @@ def facet_text(facet: dict[str, Any]) -> str:
 
 def data_dependent_ops(fallbacks: pd.DataFrame) -> list[str]:
     """Fallback ops whose output length depends on the data (a varying index length's cause)."""
-    return sorted(set(fallbacks["op"]) & set(DATA_DEPENDENT_OPS)) if not fallbacks.empty else []
+    return sorted(set(fallbacks["op"].unique()) & set(DATA_DEPENDENT_OPS)) if not fallbacks.empty else []

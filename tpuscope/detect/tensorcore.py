@@ -140,17 +140,18 @@ def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
         return None
     idle_s = idle_share * total / 1e9
     devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
-    steps = sorted({int(s) for s in rows["step"] if s >= 0}) if not rows.empty else []
+    runs, count = Finding.of_steps(rows["step"] if not rows.empty else [])
     return Finding(
         RULE, "high" if idle_share >= 0.5 else "medium",
         f"device idle {100 * idle_share:.0f}% of the traced steps: the step is host-bound",
         f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
-        f"{len(steps) or 'the'} traced step(s) ({basis}); the rest the device waited for the host "
+        f"{count or 'the'} traced step(s) ({basis}); the rest the device waited for the host "
         f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
         "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
         "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
         "batch so each step has more device work.",
-        None, idle_s, steps, {"basis": basis, "cost_figure": "measured", "idle_share": round(idle_share, 4), "devices": devices, **measured})
+        None, idle_s, runs, {"basis": basis, "cost_figure": "measured", "idle_share": round(idle_share, 4),
+                             "devices": devices, **measured}, count)
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"

@@ -90,9 +90,10 @@ class Fallback:
 
     op: str
     count: int
-    steps: tuple[int, ...]
+    step_runs: list[list[int]]  # runs of consecutive steps (tpuscope.step_runs)
     location: str | None
     finding: Finding | None = None
+    step_count: int = 0
 
 
 class Watch:
@@ -220,9 +221,9 @@ class Watch:
             finding = next((f for f in rules if _finding_op(f) == op), None)
             locations = [loc for loc in rows["location"].dropna() if loc]
             location = locations[0] if locations else (finding.location if finding else None)
-            out.append(Fallback(op=str(op), count=int(rows["count"].sum()),
-                                steps=tuple(sorted(int(s) for s in rows["step"].unique())),
-                                location=location, finding=finding))
+            runs, n_steps = Finding.of_steps(rows["step"])
+            out.append(Fallback(op=str(op), count=int(rows["count"].sum()), step_runs=runs,
+                                location=location, finding=finding, step_count=n_steps))
         return sorted(out, key=lambda f: -f.count)
 
     def _recompile(self, row: dict[str, Any], run: Run, rules: list[Finding]) -> Recompile:
