@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tpuscope
-from tpuscope.analyze.mxu import DEFAULT_TARGET
+from tpuscope.analyze.chips import DEFAULT_TARGET
 from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.collect.xla_counters import ENV_ALL_METRICS
@@ -217,7 +217,7 @@ class MetaRecorder:
 
 def _device_options(trace_steps: str | None, target: str | None) -> dict[str, object]:
     """Meta for --trace-steps and --target; UsageError when either is malformed."""
-    from tpuscope.analyze.mxu import chip
+    from tpuscope.analyze.chips import chip
 
     try:
         window = parse_window(trace_steps)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from tpuscope.schema_consts import SCHEMA_VERSION, SEVERITIES  # noqa: F401  (re-exported)
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -204,8 +204,6 @@ TABLES: dict[str, pa.Schema] = {
         ]
     ),
 }
-
-SEVERITIES = ("high", "medium", "low")
 
 
 @dataclass
