@@ -1,9 +1,14 @@
 """Step time with and without tpuscope, alternating runs in one go; prints the median ratio.
 
-    python benchmarks/overhead.py [--reps 8] [--steps 100] [--deep]
+    python benchmarks/overhead.py [--program transformer|mlp|jax] [--reps 8] [--steps 100]
+                                  [--deep] [--debug-text]
 
-Each repetition runs benchmarks/timed_steps.py bare and under `tpuscope run` (and with
---deep also under `tpuscope run --deep`), in ABBA order (the order flips every
+Programs: `transformer` (benchmarks/timed_steps.py, the README example's model, ~25-80 ms
+steps), `mlp` (timed_mlp.py: torch_xla MLP 256-256-256, batch 32, ~1.5-2 ms steps) and
+`jax` (timed_jax.py: a jitted MLP step blocking on its result, ~0.3 ms). Each repetition
+runs the program bare and under `tpuscope run` (with --deep also under `tpuscope run
+--deep`; with --debug-text also bare with the PT_XLA_DEBUG settings `tpuscope run` makes,
+to measure torch_xla's own cost of writing its analysis), in ABBA order (the order flips every
 repetition, so a drift of the machine's speed cancels out). The program times its own
 steps; the first 10 steps of each run (compiles) are dropped. Printed:
 
@@ -36,8 +41,11 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROGRAM = HERE / "timed_steps.py"
+PROGRAMS = {"transformer": HERE / "timed_steps.py", "mlp": HERE / "timed_mlp.py", "jax": HERE / "timed_jax.py"}
+PROGRAM = PROGRAMS["transformer"]
 SKIP = 10
+# what `tpuscope run` sets for torch_xla's analysis text (runner.build_env), bare otherwise
+DEBUG_TEXT_ENV = {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_MAX_FRAME": "64"}
 
 
 def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
@@ -46,14 +54,16 @@ def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
     program = ["python", str(PROGRAM), str(out), "--steps", str(steps)]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     store = work / "store"
-    if mode == "bare":
+    if mode in ("bare", "debug-text"):
         cmd = program
+        if mode == "debug-text":
+            env.update(DEBUG_TEXT_ENV, PT_XLA_DEBUG_FILE=str(work / "pt_xla_debug.txt"))
     else:
         extra = ["--deep"] if mode == "deep" else []
         cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *extra, *program]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     step = statistics.median(json.loads(out.read_text())[SKIP:])
-    return step, (None if mode == "bare" else own_cost(store))
+    return step, (None if mode in ("bare", "debug-text") else own_cost(store))
 
 
 def own_cost(store: Path) -> float | None:
@@ -104,12 +114,17 @@ def median_interval(values: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="transformer")
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--deep", action="store_true", help="also measure tpuscope run --deep")
+    parser.add_argument("--debug-text", action="store_true",
+                        help="also measure the bare program with PT_XLA_DEBUG_LEVEL=1 (torch_xla programs)")
     parser.add_argument("--paired-steps", type=int, default=1000, help="0: skip the paired estimate")
     args = parser.parse_args()
-    modes = ["bare", "tpuscope"] + (["deep"] if args.deep else [])
+    global PROGRAM
+    PROGRAM = PROGRAMS[args.program]
+    modes = ["bare", "tpuscope"] + (["deep"] if args.deep else []) + (["debug-text"] if args.debug_text else [])
     medians: dict[str, list[float]] = {m: [] for m in modes}
     costs: dict[str, list[float]] = {m: [] for m in modes[1:]}
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,7 +145,7 @@ def main() -> None:
 
 def report(modes: list[str], medians: dict[str, list[float]], costs: dict[str, list[float]]) -> None:
     bare = statistics.median(medians["bare"])
-    print(f"\nmedian step time, bare:      {bare * 1e3:.3f} ms")
+    print(f"\n{PROGRAM.name}: median step time, bare:      {bare * 1e3:.3f} ms")
     for mode in modes[1:]:
         ratios = [t / b for t, b in zip(medians[mode], medians["bare"], strict=True)]
         print(f"{mode}: median ratio {statistics.median(ratios):.4f} "

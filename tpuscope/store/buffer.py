@@ -3,7 +3,9 @@
 This module imports nothing heavy: a profiled process loads it at start-up, and
 pyarrow (with the table schemas) is imported only by the first flush that has
 rows to write, in the flush thread, so a process that never records a row never
-pays for it. Adding rows never converts anything: dicts and column lists are kept
+pays for it. pyarrow itself imports pandas at its first conversion of Python values
+(its pandas shim checks every input), so that too waits for the first rows; the
+one-off CPU time is kept apart (`import_cpu_ns`) from the flushes' own. Adding rows never converts anything: dicts and column lists are kept
 as given and turned into Arrow tables by `flush`.
 """
 
@@ -12,11 +14,13 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 Columns = dict[str, list[Any]]
+_WARM: list[bool] = []  # pyarrow's first conversion (it imports pandas) was done in this process
 
 
 class PartWriter:
@@ -33,6 +37,7 @@ class PartWriter:
         self._rows: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         self._columns: defaultdict[str, list[Columns]] = defaultdict(list)
         self._seq = 0
+        self.import_cpu_ns = 0  # the first flush with rows imports pyarrow: a one-off, told apart
         self._lock = threading.Lock()  # adding vs taking the buffers
         self._flush_lock = threading.Lock()  # one flush at a time (flush thread, exit)
 
@@ -67,13 +72,19 @@ class PartWriter:
                 columns, self._columns = self._columns, defaultdict(list)
             if not rows and not columns:
                 return 0
-            from tpuscope.store.parts import write_rows  # pyarrow: only once there are rows
+            started = time.thread_time_ns()
+            from tpuscope.store import parts  # pyarrow: only once there are rows
+
+            if not _WARM:
+                parts.warm_up()
+                _WARM.append(True)
+            self.import_cpu_ns += time.thread_time_ns() - started
 
             written = 0
             for name, table_rows, chunks in _by_table(rows, columns):
                 self._seq += 1
                 path = self.run_dir / name / f"part-{self.tag}-{self._seq:06d}.parquet"
-                written += write_rows(path, name, table_rows, chunks)
+                written += parts.write_rows(path, name, table_rows, chunks)
             return written
 
     def reset_after_fork(self) -> None:

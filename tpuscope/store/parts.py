@@ -36,6 +36,12 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
         raise
 
 
+def warm_up() -> None:
+    """pyarrow imports pandas (if installed) at its first conversion of Python values, whatever
+    the values: done here, once, so the flush that pays for it can tell it apart (buffer)."""
+    pa.array([0], type=pa.int64())
+
+
 def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, list[Any]]]) -> int:
     """One part file of table `name` from dict rows and column chunks (columns a chunk
     leaves out are null); returns its row count. Called by the flush thread (buffer)."""
