@@ -22,7 +22,7 @@ import hashlib
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from tpuscope.collect.frames import is_user_file
@@ -73,6 +73,8 @@ class JaxCollector:
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
         self._hooks: list[Any] = []
         self._profiler: ProfilerWindow | None = None
+        self._hook_ns = 0  # hook time on the program's path since the last step closed
+        self._rows: deque[tuple[Timing, int, int]] = deque()  # steps whose rows wait for the flush
 
     # -- install / uninstall -------------------------------------------------------
     def install(self) -> JaxCollector:
@@ -98,6 +100,9 @@ class JaxCollector:
         if not self.session.proc_meta.get("backend"):
             meta["backend"] = "jax"
         self.session.set_meta(**meta)
+        self.session.before_flush.append(self._write_rows)
+        if hasattr(os, "register_at_fork"):  # a forked child must not write its parent's steps
+            os.register_at_fork(after_in_child=self._rows.clear)
         atexit.register(self.finish)
         return self
 
@@ -162,8 +167,25 @@ class JaxCollector:
         if self._profiler is not None:
             self._profiler.step_opened(self.step)
 
+    def charge(self, ns: int) -> None:
+        """Hooks report the time they spent on the program's path; each step's share goes to
+        the session's cost (ProfilerCost) when it closes, apart for steps that compiled."""
+        self._hook_ns += ns
+
+    def _charge_step(self, compiled: bool) -> None:
+        cost, spent, self._hook_ns = self.session.cost, self._hook_ns, 0
+        if not self._owns_steps():  # torch_xla's collector counts this process's steps
+            cost.hook_ns += spent
+        elif compiled:
+            cost.compile_hook_ns += spent
+            cost.compile_hook_calls += 1
+        else:
+            cost.hook_ns += spent
+            cost.hook_calls += 1
+
     def _close(self, t_ns: int) -> None:
         acc, self._acc = self._acc, StepAcc()
+        self._charge_step(bool(acc.compiles))
         self._open, self._last_end = False, t_ns
         self.clock.closed(acc, t_ns)  # its row is written once its outputs are ready
         if self._profiler is not None:
@@ -296,6 +318,14 @@ class JaxCollector:
 
     # -- rows --------------------------------------------------------------------------
     def _emit_step(self, timing: Timing, start_ns: int, end_ns: int) -> None:
+        """A step is done: its rows are built by the next flush (in the flush thread)."""
+        self._rows.append((timing, start_ns, end_ns))
+
+    def _write_rows(self) -> None:
+        while self._rows:
+            self._step_rows(*self._rows.popleft())
+
+    def _step_rows(self, timing: Timing, start_ns: int, end_ns: int) -> None:
         if not self._owns_steps():
             return
         acc, step = timing.acc, timing.step
