@@ -75,6 +75,9 @@ class JaxCollector:
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
         self._rows: deque[tuple[Timing, int, int]] = deque()  # steps whose rows wait for the flush
+        session.before_flush.append(self._write_rows)
+        if hasattr(os, "register_at_fork"):  # a forked child must not write its parent's steps
+            os.register_at_fork(after_in_child=self._rows.clear)
 
     # -- install / uninstall -------------------------------------------------------
     def install(self) -> JaxCollector:
@@ -100,9 +103,6 @@ class JaxCollector:
         if not self.session.proc_meta.get("backend"):
             meta["backend"] = "jax"
         self.session.set_meta(**meta)
-        self.session.before_flush.append(self._write_rows)
-        if hasattr(os, "register_at_fork"):  # a forked child must not write its parent's steps
-            os.register_at_fork(after_in_child=self._rows.clear)
         atexit.register(self.finish)
         return self
 
