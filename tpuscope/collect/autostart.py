@@ -73,6 +73,7 @@ def _on_torch_xla(module: Any) -> None:
         return
     from tpuscope.collect.xla import XlaCollector
 
+    session.expect_rows()
     debug_file = _active.get("debug_file") or (
         os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None)
     _active["collectors"].append(XlaCollector(session, debug_file).install())
@@ -102,6 +103,7 @@ def _on_jax(module: Any) -> None:
     if session is not None and not session._closed:
         from tpuscope.collect.jax import JaxCollector
 
+        session.expect_rows()
         try:
             _active["collectors"].append(JaxCollector(session).install())
         except Exception as exc:  # never break the user's program
@@ -113,6 +115,7 @@ def _on_torch_tpu(module: Any) -> None:
     if session is not None and not session._closed:
         from tpuscope.collect import tpu
 
+        session.expect_rows()
         try:
             _active["collectors"].append(tpu.install(session))
         except Exception as exc:  # never break the user's program

@@ -322,18 +322,27 @@ class JaxCollector:
         self._rows.append((timing, start_ns, end_ns))
 
     def _write_rows(self) -> None:
+        """The rows of the steps done since the last flush, one column chunk per table (runs in
+        the flush thread, or at close)."""
+        if not self._rows:
+            return
+        tables: dict[str, list[dict[str, Any]]] = {"steps": [], "metrics": [], "call_sites": []}
         while self._rows:
-            self._step_rows(*self._rows.popleft())
+            self._step_rows(tables, *self._rows.popleft())
+        for table, rows in tables.items():
+            if rows:
+                names = dict.fromkeys(name for row in rows for name in row)
+                self.session.add_columns(table, {name: [row.get(name) for row in rows] for name in names})
 
-    def _step_rows(self, timing: Timing, start_ns: int, end_ns: int) -> None:
+    def _step_rows(self, tables: dict[str, list[dict[str, Any]]], timing: Timing, start_ns: int, end_ns: int) -> None:
         if not self._owns_steps():
             return
         acc, step = timing.acc, timing.step
-        self.session.add("steps", step_row(acc, step, timing.boundary, start_ns, end_ns))
+        tables["steps"].append(step_row(acc, step, timing.boundary, start_ns, end_ns))
         if acc.calls or acc.eager or acc.syncs or acc.metrics:
-            self.session.add_many("metrics", metric_rows(acc, step))
+            tables["metrics"] += metric_rows(acc, step)
         if acc.sites:
-            self.session.add_many("call_sites", site_rows(acc, step))
+            tables["call_sites"] += site_rows(acc, step)
 
     def _device_meta(self) -> None:
         """Device kind and count, once the program's backend exists (never initialise it)."""

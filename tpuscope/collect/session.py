@@ -109,6 +109,7 @@ class Session:
         # collectors' row building, deferred from the program's steps to the flush
         self.before_flush: list[Callable[[], None]] = []
         self.cost = ProfilerCost()
+        self._prefetching = False
 
     # -- rows ------------------------------------------------------------------
     def process_fields(self) -> dict[str, Any]:
@@ -161,19 +162,36 @@ class Session:
                 os.register_at_fork(after_in_child=self._after_fork)
         return self
 
+    def expect_rows(self) -> None:
+        """A backend was imported: rows will follow. Import the Parquet writer now, in a
+        thread of its own (seconds before the first flush needs it, off the program's path),
+        and, at once, the one module of it that cannot be imported once the interpreter is
+        shutting down (concurrent.futures.thread registers a threading atexit hook), so
+        that a program which ends before the import finished still has its rows written."""
+        import concurrent.futures.thread  # noqa: F401  (~5 ms)
+
+        if not self._prefetching:
+            self._prefetching = True
+            threading.Thread(target=self._prepare_writer, name="tpuscope-import", daemon=True).start()
+
+    def _prepare_writer(self) -> None:
+        try:
+            self.writer.prepare()
+        except Exception as exc:  # said by the flush that needs it
+            print(f"tpuscope: {exc}", file=sys.stderr)
+
     def flush(self) -> None:
         """Build the rows collectors deferred from the step (before_flush), write the buffered
         rows; rewrite this process's meta file only when it changed
         (its cost figures are written at close): rewriting it every 2 s cost a fifth of
         the flush."""
         start = time.thread_time_ns()
-        imported = self.writer.import_cpu_ns
+        imported = self.writer.flush_import_ns
         for build_rows in self.before_flush:
             build_rows()
         self.writer.flush()
-        imported = self.writer.import_cpu_ns - imported
-        self.cost.import_cpu_ns += imported
-        start += imported
+        start += self.writer.flush_import_ns - imported  # a one-off, kept apart:
+        self.cost.import_cpu_ns = self.writer.import_cpu_ns
         if self._meta_changed:
             self._meta_changed = False
             self._write_proc_meta()
