@@ -13,7 +13,7 @@ import pyarrow as pa
 
 import tpuscope
 from tests.conftest import run_tpuscope
-from tpuscope.collect.xla_debug import DebugFileTail
+from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.schema import TABLES
 from tpuscope.store.buffer import PartWriter
 from tpuscope.store.parts import read_table
@@ -56,7 +56,7 @@ def test_the_launcher_imports_no_analysis_stack_for_a_run_without_rows(tmp_path:
         for line in proc.stderr.splitlines()
         if line.startswith("import time:")
     }
-    assert "tpuscope.runner" in imported and "click" in imported
+    assert "tpuscope.launch.program" in imported and "click" in imported
     assert not imported & {"pandas", "pyarrow", "numpy", "rich", "tpuscope.analysis"}
 
 
