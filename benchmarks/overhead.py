@@ -81,10 +81,12 @@ def flush_ms_per_step(store: Path) -> float:
     return cost["flush_cpu_ns"] / (cost["hook_calls"] + cost["compile_hook_calls"]) / 1e6
 
 
-def paired(steps: int, work: Path) -> None:
-    """One run, the hook switched off and on every two steps; prints the paired figures."""
+def paired(steps: int, work: Path, deep: bool = False) -> None:
+    """One run, the hook switched off and on every two steps; prints the paired figures.
+    With deep, the run is `tpuscope run --deep`: the hook's cost there (torch_xla's own
+    --deep costs, per-execution analysis and IR metadata, are in both halves)."""
     out, store = work / "paired.json", work / "paired-store"
-    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store),
+    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *(["--deep"] if deep else []),
            "python", str(PROGRAM), str(out), "--steps", str(steps), "--alternate"]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -97,7 +99,7 @@ def paired(steps: int, work: Path) -> None:
     low, high = (d * 1e3 for d in median_interval(diffs))
     bare = statistics.median(off) * 1e3
     flush = flush_ms_per_step(store)
-    print(f"paired ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
+    print(f"paired{' (--deep)' if deep else ''} ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
           f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
           f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "
           f"{(bare + hook + flush) / bare:.4f} (interval {(bare + low + flush) / bare:.4f} .. "
@@ -121,6 +123,7 @@ def main() -> None:
     parser.add_argument("--debug-text", action="store_true",
                         help="also measure the bare program with PT_XLA_DEBUG_LEVEL=1 (torch_xla programs)")
     parser.add_argument("--paired-steps", type=int, default=1000, help="0: skip the paired estimate")
+    parser.add_argument("--paired-deep", action="store_true", help="the paired run under tpuscope run --deep")
     args = parser.parse_args()
     global PROGRAM
     PROGRAM = PROGRAMS[args.program]
@@ -140,7 +143,7 @@ def main() -> None:
         if args.reps:
             report(modes, medians, costs)
         if args.paired_steps:
-            paired(args.paired_steps, work)
+            paired(args.paired_steps, work, deep=args.paired_deep)
 
 
 def report(modes: list[str], medians: dict[str, list[float]], costs: dict[str, list[float]]) -> None:

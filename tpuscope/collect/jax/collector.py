@@ -22,6 +22,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from typing import Any
 
@@ -43,6 +44,18 @@ from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_
 _TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 ANNOTATION = "StepTraceAnnotation"
 READY_WAIT_S = 5.0  # at exit, how long outputs still running may take to be ready
+
+
+_LIVE: weakref.WeakSet[JaxCollector] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for collector in list(_LIVE):
+        collector._rows.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class JaxCollector:
@@ -76,8 +89,7 @@ class JaxCollector:
         self._hook_ns = 0  # hook time on the program's path since the last step closed
         self._rows: deque[tuple[Timing, int, int]] = deque()  # steps whose rows wait for the flush
         session.before_flush.append(self._write_rows)
-        if hasattr(os, "register_at_fork"):  # a forked child must not write its parent's steps
-            os.register_at_fork(after_in_child=self._rows.clear)
+        _LIVE.add(self)  # a forked child must not write its parent's steps
 
     # -- install / uninstall -------------------------------------------------------
     def install(self) -> JaxCollector:

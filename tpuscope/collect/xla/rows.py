@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,18 @@ class StepRecord:
     modules: list[ModuleShapes] | None  # HLO modules dumped by the step's end (compile steps)
 
 
+_LIVE: weakref.WeakSet[StepRows] = weakref.WeakSet()  # reset in a forked child (one hook per process)
+
+
+def _after_fork_in_child() -> None:
+    for rows in list(_LIVE):
+        rows._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class StepRows:
     """Turns queued StepRecords into rows, in order, from whichever thread flushes."""
 
@@ -68,8 +81,7 @@ class StepRows:
         self.queue: deque[StepRecord] = deque()
         self._lock = threading.Lock()
         self._failed = False
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork)
+        _LIVE.add(self)
 
     def _after_fork(self) -> None:
         """A forked child must not write its parent's queued steps (nor wait on its lock)."""
