@@ -16,11 +16,8 @@ from typing import Any
 
 import wrapt
 
+from tpuscope.collect.envvars import ENV_OWNS_DEBUG, ENV_RUN_DIR, ENV_WARMUP  # noqa: F401  (re-exported)
 from tpuscope.collect.session import Session
-
-ENV_RUN_DIR = "TPUSCOPE_RUN_DIR"
-ENV_WARMUP = "TPUSCOPE_WARMUP"
-ENV_OWNS_DEBUG = "TPUSCOPE_OWNS_PT_XLA_DEBUG"  # "1" when tpuscope, not the user, enabled PT_XLA_DEBUG
 
 _active: dict[str, Any] = {}
 

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuscope.collect.envvars import ENV_LAUNCHER_PID
 from tpuscope.store.buffer import PartWriter
 from tpuscope.store.runstore import update_meta, write_json_atomic
 
 FLUSH_INTERVAL_S = 2.0
-ENV_LAUNCHER_PID = "TPUSCOPE_LAUNCHER_PID"  # set by `tpuscope run` for the program it starts
 
 
 def process_rank(spawn_index: int | None = None, runtime_ordinal: int | None = None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import tpuscope
 from tpuscope.analyze.chips import DEFAULT_TARGET
-from tpuscope.collect import autostart
+from tpuscope.collect import envvars
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.collect.xla.counters import ENV_ALL_METRICS
 from tpuscope.launch.signals import Child
@@ -113,8 +113,8 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     child = ChildEnv(env=dict(os.environ if base is None else base))
     env = child.env
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
-    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
-    env[autostart.ENV_WARMUP] = str(warmup)
+    env[envvars.ENV_RUN_DIR] = str(run_dir.resolve())
+    env[envvars.ENV_WARMUP] = str(warmup)
     env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
     if not tpu_present():
         child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
@@ -122,7 +122,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     # that is all library code, and the user's line is cut off
     child.set_default("PT_XLA_DEBUG_MAX_FRAME", "64")
     if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
-        env[autostart.ENV_OWNS_DEBUG] = "1"
+        env[envvars.ENV_OWNS_DEBUG] = "1"
         child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
     if deep:
         child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
