@@ -7,5 +7,7 @@ profiled command's cost.
 
 ENV_RUN_DIR = "TPUSCOPE_RUN_DIR"
 ENV_WARMUP = "TPUSCOPE_WARMUP"
-ENV_OWNS_DEBUG = "TPUSCOPE_OWNS_PT_XLA_DEBUG"  # "1" when tpuscope, not the user, enabled PT_XLA_DEBUG
+ENV_OWNS_DEBUG = (
+    "TPUSCOPE_OWNS_PT_XLA_DEBUG"  # "1" when tpuscope, not the user, enabled PT_XLA_DEBUG
+)
 ENV_LAUNCHER_PID = "TPUSCOPE_LAUNCHER_PID"  # set by `tpuscope run` for the program it starts

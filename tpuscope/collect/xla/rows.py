@@ -57,7 +57,9 @@ class StepRecord:
     modules: list[ModuleShapes] | None  # HLO modules dumped by the step's end (compile steps)
 
 
-_LIVE: weakref.WeakSet[StepRows] = weakref.WeakSet()  # reset in a forked child (one hook per process)
+_LIVE: weakref.WeakSet[StepRows] = (
+    weakref.WeakSet()
+)  # reset in a forked child (one hook per process)
 
 
 def _after_fork_in_child() -> None:
