@@ -93,13 +93,31 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
-    report = _report_run(run_dir, store, quiet) if run_dir is not None else None
+    report = _report_run(run_dir, store, quiet, policy.active) if run_dir is not None else None
     exit_as(judge_run(code, report, policy))
 
 
-def _report_run(run_dir: Path, store: Path, quiet: bool) -> RunReport | None:
+def _report_run(run_dir: Path, store: Path, quiet: bool, judged: bool = False) -> RunReport | None:
     """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
-    never changes the exit status, which stays the program's (or 4 when a limit was set)."""
+    never changes the exit status, which stays the program's (or 4 when a limit was set).
+    A run without rows (the program ran no backend) is not analysed unless limits are to be
+    judged: loading the analysis stack would be most of its cost (`show` analyses it later)."""
+    from tpuscope.store.buffer import has_parts
+
+    report = None
+    if not judged and not has_parts(run_dir):
+        if not quiet:
+            click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
+                       err=True)
+    else:
+        report = _analyze_and_render(run_dir, quiet)
+    if not quiet:
+        click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
+        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
+    return report
+
+
+def _analyze_and_render(run_dir: Path, quiet: bool) -> RunReport | None:
     report = None
     try:
         from rich.console import Console
@@ -118,9 +136,6 @@ def _report_run(run_dir: Path, store: Path, quiet: bool) -> RunReport | None:
         click.echo("tpuscope: report skipped (interrupted)", err=True)
     except Exception as exc:
         click.echo(f"tpuscope: no report: {type(exc).__name__}: {exc}", err=True)
-    if not quiet:
-        click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
-        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
     return report
 
 

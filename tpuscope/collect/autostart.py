@@ -17,11 +17,8 @@ from typing import Any, Protocol
 
 import wrapt
 
+from tpuscope.collect.envvars import ENV_OWNS_DEBUG, ENV_RUN_DIR, ENV_WARMUP  # noqa: F401  (re-exported)
 from tpuscope.collect.session import Session
-
-ENV_RUN_DIR = "TPUSCOPE_RUN_DIR"
-ENV_WARMUP = "TPUSCOPE_WARMUP"
-ENV_OWNS_DEBUG = "TPUSCOPE_OWNS_PT_XLA_DEBUG"  # "1" when tpuscope, not the user, enabled PT_XLA_DEBUG
 
 _active: dict[str, Any] = {}
 
@@ -111,6 +108,7 @@ def _install_collector(module: Any) -> None:
     if session is None or session._closed:
         return
     label, factory = BACKENDS[module.__name__]
+    session.expect_rows()  # a backend will write rows: start importing the writer (pyarrow) now
     try:
         _active["collectors"].append(factory(session))
     except Exception as exc:

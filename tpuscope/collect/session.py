@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuscope.store.parts import PartWriter
+from tpuscope.collect.envvars import ENV_LAUNCHER_PID
+from tpuscope.store.buffer import PartWriter
 from tpuscope.store.runstore import update_meta, write_json_atomic
 
 FLUSH_INTERVAL_S = 2.0
-ENV_LAUNCHER_PID = "TPUSCOPE_LAUNCHER_PID"  # set by `tpuscope run` for the program it starts
 
 
 def process_rank(spawn_index: int | None = None, runtime_ordinal: int | None = None) -> int:
@@ -74,6 +74,7 @@ class ProfilerCost:
     compile_hook_calls: int = 0
     flush_cpu_ns: int = 0
     flushes: int = 0
+    import_cpu_ns: int = 0  # one-off: pyarrow, imported by the first flush with rows (not in flush_cpu_ns)
 
     def hooked(self, start_ns: int, compiled: bool = False) -> None:
         """Count one step hook that started at perf_counter_ns() == start_ns."""
@@ -105,7 +106,10 @@ class Session:
         self._meta_changed = False
         self._prev_excepthook = sys.excepthook
         self.before_close: list[Callable[[], None]] = []  # collectors' last rows
+        # collectors' row building, deferred from the program's steps to the flush
+        self.before_flush: list[Callable[[], None]] = []
         self.cost = ProfilerCost()
+        self._prefetching = False
 
     # -- rows ------------------------------------------------------------------
     def process_fields(self) -> dict[str, Any]:
@@ -158,12 +162,36 @@ class Session:
                 os.register_at_fork(after_in_child=self._after_fork)
         return self
 
+    def expect_rows(self) -> None:
+        """A backend was imported: rows will follow. Import the Parquet writer now, in a
+        thread of its own (seconds before the first flush needs it, off the program's path),
+        and, at once, the one module of it that cannot be imported once the interpreter is
+        shutting down (concurrent.futures.thread registers a threading atexit hook), so
+        that a program which ends before the import finished still has its rows written."""
+        import concurrent.futures.thread  # noqa: F401  (~5 ms)
+
+        if not self._prefetching:
+            self._prefetching = True
+            threading.Thread(target=self._prepare_writer, name="tpuscope-import", daemon=True).start()
+
+    def _prepare_writer(self) -> None:
+        try:
+            self.writer.prepare()
+        except Exception as exc:  # said by the flush that needs it
+            print(f"tpuscope: {exc}", file=sys.stderr)
+
     def flush(self) -> None:
-        """Write the buffered rows; rewrite this process's meta file only when it changed
+        """Build the rows collectors deferred from the step (before_flush), write the buffered
+        rows; rewrite this process's meta file only when it changed
         (its cost figures are written at close): rewriting it every 2 s cost a fifth of
         the flush."""
         start = time.thread_time_ns()
+        imported = self.writer.flush_import_ns
+        for build_rows in self.before_flush:
+            build_rows()
         self.writer.flush()
+        start += self.writer.flush_import_ns - imported  # a one-off, kept apart:
+        self.cost.import_cpu_ns = self.writer.import_cpu_ns
         if self._meta_changed:
             self._meta_changed = False
             self._write_proc_meta()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import tpuscope
-from tpuscope.analyze.mxu import DEFAULT_TARGET
+from tpuscope.analyze.chips import DEFAULT_TARGET
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import close_run, open_run
@@ -189,7 +189,7 @@ class MetaRecorder:
 
 def _device_options(trace_steps: str | None, target: str | None) -> dict[str, object]:
     """Meta for --trace-steps and --target; UsageError when either is malformed."""
-    from tpuscope.analyze.mxu import chip
+    from tpuscope.analyze.chips import chip
 
     try:
         window = parse_window(trace_steps)

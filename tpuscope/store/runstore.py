@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tpuscope.schema import SCHEMA_VERSION
+from tpuscope.schema_consts import SCHEMA_VERSION
 from tpuscope.store.liveness import ended_unknown, launcher_gone
 
 DEFAULT_STORE = "./tpuscope-runs"
