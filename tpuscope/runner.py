@@ -24,8 +24,9 @@ from tpuscope.analyze.mxu import DEFAULT_TARGET
 from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.collect.xla_counters import ENV_ALL_METRICS
-from tpuscope.store import RunStore, update_meta
+from tpuscope.store import Run, RunStore, update_meta
 from tpuscope.store.liveness import launcher_identity
+from tpuscope.store.ship import host_tag
 from tpuscope.supervise import Child
 
 BOOT_DIR = Path(__file__).parent / "_boot"
@@ -194,6 +195,7 @@ def run_program(
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
+    Run(run_dir).compact(host_tag())  # a handful of files per table for every reader
     return run_dir, code
 
 
