@@ -143,7 +143,10 @@ def list_runs(store: str, as_json: bool) -> None:
 
     from tpuscope.report.runs import runs_table
 
-    runs = RunStore(store).list_runs()
+    try:
+        runs = RunStore(store).list_runs()
+    except StoreError as exc:
+        fail(str(exc))
     if as_json:
         click.echo(json.dumps(runs, indent=2, default=str))
         return
