@@ -1,10 +1,11 @@
-"""The dashboard's only door to the disk: validated run ids and cached table reads.
+"""The dashboard's only door to the store: validated run ids and cached table reads.
 
-Every path the dashboard opens is built here from the store root and a run id
-that passed `is_valid_run_id` (no separators, no `..`), so no URL or callback
-input can name a file outside the store. Tables are cached per run and
-re-read only when their part files change, so a live run (new parts every 2 s)
-shows new steps on the next page load while a finished one is read once.
+Every run the dashboard opens is `store.Run` (the one reader of run folders, local or in an
+object store) at the store root joined with a run id that passed `is_valid_run_id` (no
+separators, no `..`), so no URL or callback input can name a file outside the store.
+Tables are cached per run and re-read only when their part files change (a listing, one
+request per table on an object store), so a live run (new parts every 2 s) shows new steps
+on the next page load while a finished one is read once.
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from tpuscope.analysis import current
 from tpuscope.detect.registry import order
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import Run, RunStore, read_meta, read_table
-from tpuscope.store.parts import read_part
-from tpuscope.store.run import ANALYSIS_FILE
+from tpuscope.store import Run, RunStore, layout, read_meta
+from tpuscope.store.location import Location
+from tpuscope.store.run import table_to_frame
 from tpuscope.store.runstore import is_valid_run_id
 
-# Tables other parts of tpuscope add (device view); read when present even if this
-# version's schema module does not list them yet.
+# Tables other parts of tpuscope add (device view), all in the schema module now.
 OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "call_sites", "retraces",
                    "xprof_overview", "xprof_ops")
 # Big tables keep dictionary columns as pandas categoricals (1M strings as objects is slow).
@@ -40,56 +39,19 @@ class RunNotFound(LookupError):
     """A run id that is malformed or not in the store; the message is shown to the user."""
 
 
-def _signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
-    """Names, mtimes and sizes of a folder's part files: changes whenever a writer flushes."""
-    if not folder.is_dir():
-        return ()
-    entries = []
-    with os.scandir(folder) as scan:
-        for entry in scan:
-            if entry.name.startswith("part-") and entry.name.endswith(".parquet"):
-                stat = entry.stat()
-                entries.append((entry.name, stat.st_mtime_ns, stat.st_size))
-    return tuple(sorted(entries))
+def _signature(run: Run, name: str) -> tuple[tuple[str, int, int], ...]:
+    """Names, mtimes and sizes of a table's part files: changes whenever a writer flushes."""
+    return tuple((e.name, e.mtime_ns, e.size) for e in run.parts(name))
 
 
-def _file_signature(path: Path) -> tuple[int, int]:
-    try:
-        stat = path.stat()
-    except OSError:
-        return (0, 0)
-    return (stat.st_mtime_ns, stat.st_size)
+def _file_signature(run: Run, name: str) -> tuple[int, int]:
+    entry = next((e for e in run.loc.entries() if e.name == name), None)
+    return (0, 0) if entry is None else (entry.mtime_ns, entry.size)
 
 
-def _meta_signature(run_dir: Path) -> tuple[Any, ...]:
-    meta = run_dir / "meta.json"
-    procs = run_dir / "procs"
-    procs_sig = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in procs.glob("*.json"))) if procs.is_dir() else ()
-    return (meta.stat().st_mtime_ns if meta.is_file() else 0, procs_sig)
-
-
-def _to_frame(table: pa.Table, keep_categories: bool) -> pd.DataFrame:
-    """Strings as Python objects (as tpuscope.store does), except in the big tables.
-
-    pandas 3 reads strings as Arrow arrays, whose per-element iteration (which the
-    summary code does) is ~10x slower than objects'; categoricals stay as they are
-    in trace_events, where a million rows of objects would be.
-    """
-    frame = table.to_pandas()
-    if not keep_categories:
-        for col in frame.columns:
-            if isinstance(frame[col].dtype, pd.CategoricalDtype | pd.StringDtype):
-                frame[col] = frame[col].astype(object)
-    return frame
-
-
-def _read_parts(folder: Path) -> pa.Table | None:
-    """Union of a table's parts for tables without a schema in this version."""
-    parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not parts:
-        return None
-    tables = [t for t in map(read_part, parts) if t is not None]  # a damaged part is skipped, named
-    return pa.concat_tables(tables, promote_options="default") if tables else None
+def _meta_signature(run: Run) -> tuple[Any, ...]:
+    procs = tuple((e.name, e.mtime_ns) for e in (run.loc / layout.PROCS).entries())
+    return (_file_signature(run, layout.META), procs)
 
 
 def when(ns: Any) -> str:
@@ -105,7 +67,7 @@ def ended(meta: dict[str, Any]) -> str:
 
 
 class StoreData:
-    """Read-only, cached access to the runs of one store."""
+    """Read-only, cached access to the runs of one store (a folder or an fsspec URL)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, cache_size: int = 64) -> None:
         self.store = RunStore(root)
@@ -114,23 +76,30 @@ class StoreData:
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    # --- paths -----------------------------------------------------------------
-    def run_dir(self, run_id: Any) -> Path:
-        """The folder of a run id taken from a URL or callback; raises RunNotFound otherwise."""
+    # --- runs ------------------------------------------------------------------
+    def run(self, run_id: Any) -> Run:
+        """The run of an id taken from a URL or callback; raises RunNotFound otherwise."""
         if not isinstance(run_id, str) or not is_valid_run_id(run_id):
             raise RunNotFound(f"not a valid run id: {str(run_id)[:80]!r}")
-        path = self.root / run_id
-        if not (path / "meta.json").is_file():
+        loc = self.store.loc / run_id
+        if not (loc / layout.META).is_file():
             raise RunNotFound(f"no run {run_id!r} in the store {self.root}")
-        return path
+        return Run(loc)
+
+    def run_dir(self, run_id: Any) -> Path | Location:
+        """The run's folder (a Path when the store is local)."""
+        return self.run(run_id).path
 
     def run_ids(self) -> list[str]:
         """Every run id, newest first."""
         return [m["run_id"] for m in self.store.list_runs() if is_valid_run_id(str(m.get("run_id", "")))]
 
     def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
-        """Files inside the run folder matching glob patterns (for download links)."""
-        run_dir = self.run_dir(run_id).resolve()
+        """Files inside a local run folder matching glob patterns (for download links)."""
+        run = self.run(run_id)
+        if not run.local:
+            return []
+        run_dir = run.path.resolve()
         found: set[Path] = set()
         for pattern in patterns:
             for path in run_dir.glob(pattern):
@@ -155,32 +124,25 @@ class StoreData:
 
     # --- tables ----------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:
-        run_dir = self.run_dir(run_id)
-        return self._cached((run_id, "meta"), _meta_signature(run_dir), lambda: read_meta(run_dir))
+        run = self.run(run_id)
+        return self._cached((run_id, "meta"), _meta_signature(run), lambda: read_meta(run.loc))
 
     def has_table(self, run_id: str, name: str) -> bool:
-        return bool(_signature(self.run_dir(run_id) / name))
+        return self.run(run_id).has_table(name)
 
     def table(self, run_id: str, name: str) -> pd.DataFrame:
         """A run's table as a DataFrame (empty with the schema's columns when absent)."""
-        if name not in TABLES and name not in OPTIONAL_TABLES:
+        if name not in TABLES:
             raise KeyError(f"unknown table {name!r}")
-        run_dir = self.run_dir(run_id)
+        run = self.run(run_id)
         keep = name in _KEEP_CATEGORIES
-
-        def load() -> pd.DataFrame:
-            if name in TABLES:
-                return _to_frame(read_table(run_dir, name), keep)
-            table = _read_parts(run_dir / name)
-            return pd.DataFrame() if table is None else _to_frame(table, keep)
-
-        return self._cached((run_id, name), _signature(run_dir / name), load)
+        return self._cached((run_id, name), _signature(run, name), lambda: run.table(name, keep_categories=keep))
 
     def derived(self, run_id: str, key: str, tables: tuple[str, ...], compute: Callable[[], Any]) -> Any:
         """A value computed from some of a run's tables (a figure, an aggregate), cached until
         one of those tables changes. Callers must not mutate what they get back."""
-        run_dir = self.run_dir(run_id)
-        signature = tuple(_signature(run_dir / name) for name in tables)
+        run = self.run(run_id)
+        signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
 
     def findings(self, run_id: str) -> list[Finding]:
@@ -198,15 +160,15 @@ class StoreData:
     def summary(self, run_id: str) -> dict[str, Any]:
         """The run's one analysis (tpuscope.analysis: written at the run's end, computed in
         memory for a run still going) plus the counts the pages show."""
-        run_dir = self.run_dir(run_id)
+        run = self.run(run_id)
         names = ("steps", "compiles", "fallbacks", "findings")
-        signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
-                     *(_signature(run_dir / n) for n in names))
+        signature = (_meta_signature(run), _file_signature(run, layout.ANALYSIS),
+                     *(_signature(run, n) for n in names))
         return self._cached((run_id, "summary"), signature, lambda: self._summarize(run_id))
 
     def _summarize(self, run_id: str) -> dict[str, Any]:
         meta = self.meta(run_id)
-        report = current(Run(self.run_dir(run_id)))
+        report = current(self.run(run_id))
         out = dict(report.summary)
         ops = out.get("fallback_ops") or []
         out["fallback_op_kinds"] = len(ops)
@@ -218,17 +180,12 @@ class StoreData:
 
     def columns(self, run_id: str, name: str, columns: list[str]) -> pd.DataFrame:
         """Some columns of a table, read without the others (the Runs page reads 6 of ~40)."""
-        run_dir = self.run_dir(run_id)
-        signature = _signature(run_dir / name)
+        run = self.run(run_id)
 
         def load() -> pd.DataFrame:
-            read = (read_part(run_dir / name / part, columns=columns) for part, _, _ in signature)
-            parts = [t for t in read if t is not None]  # a damaged part is skipped, named
-            if not parts:
-                return pd.DataFrame(columns=columns)
-            return _to_frame(pa.concat_tables(parts, promote_options="default"), name in _KEEP_CATEGORIES)
+            return table_to_frame(run.arrow(name, columns=columns), name in _KEEP_CATEGORIES)
 
-        return self._cached((run_id, f"{name}:{','.join(columns)}"), signature, load)
+        return self._cached((run_id, f"{name}:{','.join(columns)}"), _signature(run, name), load)
 
     def header(self, run_id: str) -> dict[str, Any]:
         """Who the run is, from meta alone: name, backend, device, how it ended, command."""
