@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_tpuscope, tpuscope_cmd
-from tests.object_stores import ObjectStore, free_port, gcs_store, s3_store  # noqa: F401 (fixtures)
+from tests.object_stores import ObjectStore, free_port
 
 pytest.importorskip("torch_xla")
 PROGRAM = str(Path(__file__).parent / "programs" / "store_steps.py")
