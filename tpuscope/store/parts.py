@@ -21,8 +21,6 @@ import pyarrow.parquet as pq
 from tpuscope.schema import TABLES
 from tpuscope.store.location import Location
 from tpuscope.store.runstore import remove_quietly
-from tpuscope.store.sql import read_part as sql_read_part
-from tpuscope.store.sql import scan
 
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
@@ -112,10 +110,14 @@ def read_table(run_dir: str | Path | Location, name: str, warn: list[str] | None
 
     A part that is truncated or does not fit the schema is skipped and named, in `warn`
     when given, else once on stderr: one bad file never hides the rest of a run."""
+    from tpuscope.store.sql import scan  # DuckDB: imported by the readers only
+
     return scan(Location.of(run_dir), name, columns=columns, where=where, warn=warn)
 
 
 def read_part(path: str | Path | Location, schema: pa.Schema | None = None, columns: list[str] | None = None,
               warn: list[str] | None = None) -> pa.Table | None:
     """One part file, or None (and a warning naming it) when it is damaged or foreign."""
-    return sql_read_part(Location.of(path), schema, columns, warn)
+    from tpuscope.store.sql import read_part as read_one
+
+    return read_one(Location.of(path), schema, columns, warn)

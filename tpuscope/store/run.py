@@ -8,16 +8,18 @@ import os
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import layout, sql
+from tpuscope.store import layout
 from tpuscope.store.compact import active_parts, compact_run
 from tpuscope.store.location import Entry, Location
 from tpuscope.store.runstore import RunStore, read_meta, update_meta
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ANALYSIS_FILE = layout.ANALYSIS
 
@@ -26,6 +28,8 @@ def table_to_frame(table: pa.Table, keep_categories: bool = False) -> pd.DataFra
     """Arrow -> pandas with strings as Python objects (easier to compare and filter; pandas 3
     reads strings as Arrow arrays, ~10x slower to iterate). `keep_categories` leaves
     dictionary columns as categoricals, for tables of millions of rows (trace_events)."""
+    import pandas as pd  # not imported by `ls` or `query`: ~0.8 s of a command's start
+
     frame = table.to_pandas()
     for col in frame.columns:
         dtype = frame[col].dtype
@@ -79,6 +83,8 @@ class Run:
     def arrow(self, name: str, columns: Sequence[str] | None = None, where: str | None = None,
               warn: list[str] | None = None) -> pa.Table:
         """A table as Arrow, read by DuckDB: only `columns`, only the rows `where` keeps."""
+        from tpuscope.store import sql
+
         return sql.scan(self.loc, name, columns=columns, where=where, warn=warn)
 
     def table(self, name: str, columns: Sequence[str] | None = None, where: str | None = None,
@@ -89,6 +95,8 @@ class Run:
 
     def query(self, statement: str) -> pa.Table:
         """SQL over the run's tables, each a view named after it (DuckDB)."""
+        from tpuscope.store import sql
+
         return sql.query(self.loc, statement)
 
     def __getattr__(self, name: str) -> pd.DataFrame:
