@@ -112,12 +112,19 @@ def compact_table(folder: Location, tag: str, warn: list[str] | None = None) -> 
     return len(replaces)
 
 
+# findings is one part already; trace_events comes in a few big parts written a row group at
+# a time with delta-encoded times (store.row_groups): merging them would load the whole trace
+# into memory and drop that encoding, for no fewer objects worth having.
+NOT_MERGED = ("findings", "trace_events")
+
+
 def compact_run(run: Location, tag: str, tables: list[str] | None = None) -> int:
-    """Merge every table of a run (findings excepted: it is one part already); returns the
-    files removed. Problems are said on stderr, one line each, and never raise."""
+    """Merge every table of a run (but NOT_MERGED); returns the files removed. Problems are
+    said on stderr, one line each, and never raise."""
     removed = 0
     warn: list[str] = []
-    for name in tables or [n for n in TABLES if n != "findings"]:
+    present = set(run.folders())
+    for name in tables or [n for n in TABLES if n not in NOT_MERGED and n in present]:
         try:
             removed += compact_table(run / name, tag, warn)
         except Exception as exc:  # the parts are still there: nothing is lost

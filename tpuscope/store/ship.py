@@ -35,6 +35,7 @@ from tpuscope.store.location import Location
 
 SHIP_INTERVAL_S = float(os.environ.get("TPUSCOPE_SHIP_INTERVAL") or 5.0)
 ALWAYS_BY_NAME = ("findings",)  # tables replaced whole by the analysis: uploaded under their own name
+BIG_PART_BYTES = 8 << 20  # a part this big is one object already: sent as it is, never re-encoded
 
 
 def host_tag() -> str:
@@ -126,6 +127,11 @@ class Shipper:
             names = sorted(p.name for p in folder.iterdir() if layout.is_part(p.name))
             for name in (n for n in names if layout.is_compact(n) and n not in shipped):
                 self._ship_compact(folder, name, batches)
+            for name in names:
+                if name not in shipped and not layout.is_compact(name) and self._is_big(folder / name):
+                    self._put(f"{folder.name}/{name}", (folder / name).read_bytes())
+                    batches[name] = {name}
+                    shipped.add(name)
             pending = self._pending.get(folder.name)
             if pending is None:
                 new = [n for n in names if not layout.is_compact(n) and n not in shipped]
@@ -143,6 +149,13 @@ class Shipper:
                 self._put(f"{folder.name}/{batch}", _bytes(merged))
                 batches[batch] = set(tables)
             del self._pending[folder.name]
+
+    @staticmethod
+    def _is_big(path: Path) -> bool:
+        try:
+            return path.stat().st_size >= BIG_PART_BYTES
+        except FileNotFoundError:
+            return False
 
     def _ship_compact(self, folder: Path, name: str, batches: dict[str, set[str]]) -> None:
         """A merged part replaces the batches whose parts it holds (then they are removed)."""
