@@ -51,9 +51,11 @@ def test_a_run_into_an_object_store_reads_back_with_ls_show_and_query(object_sto
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ran 8 steps\n"  # the program's own output, unchanged
     assert not any((tmp_path / "stage").iterdir())  # every file arrived: the stage is gone
-    (listed,) = cli_json("ls", "--store", url, "--json", env=env)
+    (listed,) = cli_json("ls", "--json", env={**env, "TPUSCOPE_STORE": url})  # the store from the environment
     assert listed["status"] == "finished" and listed["store"] == url
     run_id = listed["run_id"]
+    same = cli_json("diff", "--store", url, run_id, run_id, "--json", env=env)
+    assert same["regression"] is None and same["a"]["run_id"] == same["b"]["run_id"] == run_id
     shown = cli_json("show", "--store", url, run_id, "--json", env=env)
     steps = cli_json("query", "--store", url, run_id, "SELECT step, wall_ns FROM steps ORDER BY step", "--json", env=env)
     assert shown["summary"]["steps"] == len(steps) >= 8

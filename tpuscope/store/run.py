@@ -16,6 +16,7 @@ from tpuscope.schema import TABLES, Finding
 from tpuscope.store import layout
 from tpuscope.store.compact import active_parts, compact_run
 from tpuscope.store.location import Entry, Location
+from tpuscope.store.parts import PartWriter
 from tpuscope.store.runstore import RunStore, read_meta, update_meta
 
 if TYPE_CHECKING:
@@ -71,6 +72,19 @@ class Run:
     def update_meta(self, **fields: Any) -> dict[str, Any]:
         self.__dict__.pop("meta", None)
         return update_meta(self.loc, **fields)
+
+    def write_proc(self, host: str, pid: int, data: dict[str, Any]) -> None:
+        """This process's own view of the run (procs/<host>-<pid>.json), written whole."""
+        (self.loc / layout.proc_file(host, pid)).write_json_atomic(data)
+
+    # -- writing rows and files (a local folder: object stores get a stage, store.ship) --
+    def writer(self, tag: str | None = None) -> PartWriter:
+        """A buffer of rows that flushes them as new part files of this run."""
+        return PartWriter(self.loc.as_path(), tag=tag)
+
+    def folder(self, name: str) -> Path:
+        """A folder of the run's files (layout.DEBUG, HLO, TRACE) for tools that write there."""
+        return self.loc.as_path() / name
 
     # -- tables -----------------------------------------------------------------------
     def parts(self, name: str) -> list[Entry]:

@@ -1,0 +1,37 @@
+"""Store roots given as a plain path, a file:// URL, or a URL of no known filesystem (a
+one-line error, never a local folder named after the scheme)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_tpuscope
+from tpuscope.store import PartWriter, RunStore, load_run
+
+
+def a_run(root: Path) -> str:
+    run_dir = RunStore(root).new_run("urls", status="finished", start_ns=1)
+    writer = PartWriter(run_dir, tag="h-1")
+    writer.extend("steps", [{"host": "h", "pid": 1, "rank": 0, "step": i, "wall_ns": 10 + i} for i in range(4)])
+    writer.flush()
+    return run_dir.name
+
+
+def test_a_path_and_a_file_url_name_the_same_store(tmp_path: Path) -> None:
+    run_id = a_run(tmp_path / "runs")
+    for store in (str(tmp_path / "runs"), f"file://{tmp_path / 'runs'}"):
+        proc = run_tpuscope("ls", "--store", store, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert [r["run_id"] for r in json.loads(proc.stdout)] == [run_id]
+        proc = run_tpuscope("query", "--store", store, run_id, "SELECT sum(wall_ns) AS s FROM steps", "--csv")
+        assert proc.stdout.splitlines() == ['"s"', str(sum(10 + i for i in range(4)))]
+    assert len(load_run(run_id, store=f"file://{tmp_path / 'runs'}").steps) == 4
+
+
+def test_a_url_of_no_known_filesystem_is_one_line_and_makes_no_folder(tmp_path: Path) -> None:
+    for command in (("ls",), ("show", "latest"), ("query", "latest", "SELECT 1")):
+        proc = run_tpuscope(*command, "--store", "nosuchfs://bucket/runs", cwd=tmp_path)
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tpuscope: ") and "nosuchfs://" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
