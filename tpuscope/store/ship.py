@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,6 +37,8 @@ from tpuscope.store.location import Location
 
 SHIP_INTERVAL_S = float(os.environ.get("TPUSCOPE_SHIP_INTERVAL") or 5.0)
 ALWAYS_BY_NAME = ("findings",)  # tables replaced whole by the analysis: uploaded under their own name
+_CLIENT_LOGGERS = ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore")
+SHIP_TIMEOUT_S = float(os.environ.get("TPUSCOPE_SHIP_TIMEOUT") or 60.0)  # the last batch, at the end
 BIG_PART_BYTES = 8 << 20  # a part this big is one object already: sent as it is, never re-encoded
 
 
@@ -64,11 +68,14 @@ class Shipper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None
+        self._done = False  # the last round's outcome (close)
         self.objects = 0
         self.bytes = 0
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> Shipper:
+        for name in _CLIENT_LOGGERS:  # their retry tracebacks, printed by logging's last resort
+            logging.getLogger(name).addHandler(logging.NullHandler())
         self._thread = threading.Thread(target=self._loop, name="tpuscope-shipper", daemon=True)
         self._thread.start()
         return self
@@ -77,18 +84,24 @@ class Shipper:
         while not self._stop.wait(self.interval):
             self.ship()
 
-    def close(self, timeout: float | None = None) -> bool:
-        """The last batch, the merged parts and the run's other files; the stage is removed
-        when all arrived (True), else kept and named on stderr (False)."""
+    def close(self, timeout: float = SHIP_TIMEOUT_S) -> bool:
+        """The last batch, the merged parts and the run's other files, within `timeout`
+        seconds; the stage is removed when all arrived (True), else kept (False, and the one
+        line said on failure named it)."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        done = self.ship(final=True)
+        last = threading.Thread(target=lambda: setattr(self, "_done", self.ship(final=True)),
+                                name="tpuscope-shipper-last", daemon=True)
+        last.start()
+        last.join(max(deadline - time.monotonic(), 1.0))
+        done = not last.is_alive() and self._done
         if done:
             shutil.rmtree(self.stage, ignore_errors=True)
-        else:
-            print(f"tpuscope: the run stays in {self.stage} (copy it to {self.target} when the store is back)",
-                  file=sys.stderr)
+        elif last.is_alive() and self.error is None:
+            print(f"tpuscope: the store {self.target} did not answer within {timeout:.0f} s: the run is kept in "
+                  f"{self.stage}", file=sys.stderr)
         return done
 
     def ship(self, final: bool = False) -> bool:
