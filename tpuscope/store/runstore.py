@@ -229,12 +229,24 @@ class RunStore:
     def list_runs(self, warn: list[str] | None = None) -> list[dict[str, Any]]:
         """Every readable run's meta, newest first; a run whose meta.json cannot be read is
         left out and named in `warn` (or on stderr)."""
-        metas = []
-        for path in self.run_dirs():
+        def read(path: Location) -> dict[str, Any] | str:
             try:
-                metas.append(read_meta(path))
+                return read_meta(path)
             except StoreError as exc:
-                _warn(warn, f"skipped a run: {exc}")
+                return f"skipped a run: {exc}"
+
+        dirs = list(self.run_dirs())
+        if self.local or len(dirs) < 2:
+            results = [read(d) for d in dirs]
+        else:  # an object store: a few requests per run, answered in parallel
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                results = list(pool.map(read, dirs))
+        for result in results:
+            if isinstance(result, str):
+                _warn(warn, result)
+        metas = [r for r in results if isinstance(r, dict)]
         return sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)
 
     def _run(self, run_id: str) -> Path | Location:
