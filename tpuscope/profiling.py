@@ -12,6 +12,7 @@ from pathlib import Path
 from tpuscope.analysis import analyze
 from tpuscope.collect import autostart
 from tpuscope.store import Run, RunStore, update_meta
+from tpuscope.store.ship import host_tag
 
 
 def _enable_debug_text() -> bool:
@@ -36,7 +37,8 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
             train(steps=10)
         print(run.steps, run.findings)
     """
-    run_dir = RunStore(store).new_run(
+    runs = RunStore(store)
+    run_dir = runs.new_run(
         name, argv=list(sys.argv), command="tpuscope.profile()", cwd=os.getcwd(),
         warmup=warmup, start_ns=time.time_ns(), status="running",
     )
@@ -55,8 +57,8 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
             os.environ.pop("PT_XLA_DEBUG_LEVEL", None)
             os.environ.pop("PT_XLA_DEBUG_FILE", None)
         update_meta(run_dir, status=status, error=error, end_ns=time.time_ns())
-        run.__dict__.clear()
-        run.path = run_dir
+        run.reopen(run_dir)  # rows read inside the block were partial
+        run.compact(host_tag())
         if analyze_at_exit:
             analyze(run)
-            run.__dict__.pop("findings", None)
+        run.reopen(runs.close_run(run_dir))  # an object store: shipped now, read from there

@@ -109,12 +109,14 @@ class Watch:
             raise ValueError(f"tpuscope: warmup_steps must be an integer >= 0, not {warmup_steps!r}")
         self.name = name
         self.warmup_steps = warmup_steps
-        self.store = Path(store) if store is not None else None
+        self.store = store if store is None or "://" in str(store) else Path(store)  # a folder or a URL
         self.meta = dict(meta or {})
         self.run: Run | None = None
         self.run_dir: Path | None = None
         self.status = "not started"
         self._temp: Path | None = None
+        self._runs: RunStore | None = None
+        self.saved_at: Any = None  # where the run is kept once the watch ended
 
     # -- life cycle -------------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -130,7 +132,8 @@ class Watch:
         meta = {"command": f"watch {self.name}", "cwd": os.getcwd(), "warmup": self.warmup_steps,
                 "start_ns": time.time_ns(), "status": "running", "env_set": dict(settings.set_vars),
                 **cleared, **self.meta}
-        self.run_dir = RunStore(root).new_run(self.name, **meta)
+        self._runs = RunStore(root)
+        self.run_dir = self._runs.new_run(self.name, **meta)
         with settings.exposed():
             autostart.start(self.run_dir, warmup=self.warmup_steps, install_handlers=False,
                             debug_file=settings.file)
@@ -162,8 +165,9 @@ class Watch:
         self._findings = analyze(run).findings
         for table in ("meta", "steps", "compiles", "fallbacks", "metrics", "findings", "retraces",
                       "call_sites"):
-            getattr(run, table)  # load now: a temporary folder goes away at exit
+            getattr(run, table)  # load now: a temporary folder (or an object store's stage) goes away
         self.run = run
+        self.saved_at = self._runs.close_run(self.run_dir)  # an object store: shipped now
 
     @property
     def running(self) -> bool:

@@ -47,6 +47,11 @@ class Run:
         # a Path for a local run (callers join names and open files); the Location otherwise
         self.path: Any = self.loc.as_path() if self.loc.local else self.loc
 
+    def reopen(self, path: str | os.PathLike[str] | Location) -> None:
+        """Forget what was read and read `path` from now on (the run grew, or was shipped)."""
+        self.__dict__.clear()
+        self.__init__(path)  # type: ignore[misc]
+
     @classmethod
     def create(cls, store: str | os.PathLike[str] | Location | None, name: str, **meta: Any) -> Run:
         """A new run (its folder and meta.json). For an object store this is the local stage
