@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -109,3 +110,35 @@ def test_an_unreachable_store_is_one_line_and_the_exit_status_is_the_programs(tm
     assert str(stage) in proc.stderr
     local = cli_json("query", "--store", str(tmp_path / "stage"), stage.name, "SELECT count(*) AS n FROM steps", "--json", env={})
     assert local == [{"n": 3}]
+
+
+WATCHED = '''
+import pytest
+import torch
+import torch_xla
+
+
+@pytest.mark.tpuscope(max_recompiles=0)
+def test_static_steps():
+    device = torch_xla.device()
+    w = torch.randn(4, 4, device=device)
+    for _ in range(4):
+        w = torch.tanh(w @ w)
+        torch_xla.sync()
+'''
+
+
+@pytest.mark.slow
+def test_the_pytest_plugin_saves_watched_tests_into_an_object_store(gcs_store: ObjectStore, tmp_path: Path) -> None:
+    url = gcs_store.url(f"pytest-{tmp_path.name}")
+    (tmp_path / "test_watched.py").write_text(WATCHED)
+    env = {**os.environ, **env_for(gcs_store, tmp_path)}
+    env.pop("PJRT_DEVICE", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--tpuscope-store={url}",
+                           "test_watched.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (tmp_path / "gs:").exists()  # not a local folder named after the scheme
+    (listed,) = cli_json("ls", "--store", url, "--json", env=env)
+    assert listed["test"] == "test_watched.py::test_static_steps"
+    steps = cli_json("query", "--store", url, listed["run_id"], "SELECT count(*) AS n FROM steps", "--json", env=env)
+    assert steps[0]["n"] >= 4
