@@ -35,3 +35,15 @@ def test_a_url_of_no_known_filesystem_is_one_line_and_makes_no_folder(tmp_path: 
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tpuscope: ") and "nosuchfs://" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tpuscope_compact_merges_a_run_and_keeps_its_rows(tmp_path: Path) -> None:
+    run_id = a_run(tmp_path / "runs")
+    writer = PartWriter(tmp_path / "runs" / run_id, tag="h-2")
+    writer.extend("steps", [{"host": "h", "pid": 2, "rank": 1, "step": 0, "wall_ns": 5}])
+    writer.flush()
+    proc = run_tpuscope("compact", "--store", str(tmp_path / "runs"), run_id)
+    assert proc.returncode == 0 and "merged 2 part file(s)" in proc.stderr, proc.stderr
+    (only,) = (tmp_path / "runs" / run_id / "steps").iterdir()
+    assert "-compact-" in only.name
+    assert sorted(load_run(run_id, store=tmp_path / "runs").steps["wall_ns"]) == [5, 10, 11, 12, 13]

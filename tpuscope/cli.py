@@ -384,5 +384,21 @@ def query(store: str, run_id: str, sql: str, fmt: str | None) -> None:
     sys.exit(query_main(store, run_id, sql, fmt or "table"))
 
 
+@main.command()
+@_store_option
+@click.argument("run_id")
+def compact(store: str, run_id: str) -> None:
+    """Merge RUN_ID's part files into one per table (as `tpuscope run` does when a run ends;
+    for imported runs, runs written by other tools, or leftovers of a merge that was killed).
+
+    \b
+    Example:
+      tpuscope compact exp42 --store gs://my-bucket/tpuscope
+    """
+    from tpuscope.cli_query import compact_main
+
+    sys.exit(compact_main(store, run_id))
+
+
 if __name__ == "__main__":
     main()

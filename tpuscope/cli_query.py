@@ -1,4 +1,5 @@
-"""`tpuscope query RUN "SQL"`: DuckDB over a run's tables, printed as a table, JSON or CSV."""
+"""`tpuscope query RUN "SQL"` (DuckDB over a run's tables, printed as a table, JSON or CSV) and
+`tpuscope compact RUN`."""
 
 from __future__ import annotations
 
@@ -60,4 +61,18 @@ def query_main(store: str, run_id: str, statement: str, fmt: str) -> int:
         click.echo(f"tpuscope: the query failed: {str(exc).splitlines()[0]}", err=True)
         return 2
     render(result, fmt)
+    return 0
+
+
+def compact_main(store: str, run_id: str) -> int:
+    from tpuscope.store import Run, RunStore, StoreError
+    from tpuscope.store.ship import host_tag
+
+    try:
+        run = Run(RunStore(store).resolve(run_id))
+    except StoreError as exc:
+        click.echo(f"tpuscope: {exc}", err=True)
+        return 2
+    removed = run.compact(host_tag())
+    click.echo(f"tpuscope: merged {removed} part file(s) of {run.loc}", err=True)
     return 0
