@@ -20,8 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analysis import current
 from tpuscope.detect.registry import order
+from tpuscope.detect.run_analysis import current
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, layout, read_meta
 from tpuscope.store.location import Location
@@ -158,7 +158,7 @@ class StoreData:
         return self.derived(run_id, "findings", ("findings",), load)
 
     def summary(self, run_id: str) -> dict[str, Any]:
-        """The run's one analysis (tpuscope.analysis: written at the run's end, computed in
+        """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed in
         memory for a run still going) plus the counts the pages show."""
         run = self.run(run_id)
         names = ("steps", "compiles", "fallbacks", "findings")

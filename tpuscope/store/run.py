@@ -152,7 +152,7 @@ class Run:
 
     @property
     def analysis(self) -> dict[str, Any] | None:
-        """The summary the last analysis wrote (tpuscope.analysis), None when there is none or
+        """The summary the last analysis wrote (tpuscope.detect.run_analysis), None when there is none or
         when a table part is newer than it (rows were added or a part changed since)."""
         entry = next((e for e in self.loc.entries() if e.name == layout.ANALYSIS), None)
         if entry is None or self._newest_part_ns() > entry.mtime_ns:
