@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tpuscope.cli.gate import diff_main, gate_options, judge_run, percent
-from tpuscope.store import RunStore, StoreError
+from tpuscope.store import RunStore, StoreError, layout
 
 if TYPE_CHECKING:
     from tpuscope.analyze.gate import Policy
@@ -321,7 +321,7 @@ def trace(store: str, run_id: str, output: Path | None, as_json: bool) -> None:
         fail(f"run {run_obj.run_id} has no trace: capture one with `tpuscope run --trace-steps 10:20 ...` "
              "or `tpuscope import LOGDIR`")
     view = device_view(run_obj)
-    default = run_obj.path / "trace" if run_obj.local else Path.cwd()  # a remote run: here
+    default = run_obj.path / layout.TRACE if run_obj.local else Path.cwd()  # a remote run: here
     target = output or default / f"{run_obj.run_id}.trace.json.gz"
     if events.num_rows:
         view["perfetto_trace"] = str(target)

@@ -17,6 +17,7 @@ from typing import Any
 import wrapt
 
 from tpuscope.collect.session import Session
+from tpuscope.store import layout
 
 ENV_RUN_DIR = "TPUSCOPE_RUN_DIR"
 ENV_WARMUP = "TPUSCOPE_WARMUP"
@@ -30,7 +31,7 @@ def active_session() -> Session | None:
 
 
 def debug_file_for(run_dir: Path) -> Path:
-    return run_dir / "debug" / f"pt_xla_debug-{socket.gethostname()}-{os.getpid()}.txt"
+    return run_dir / layout.debug_file(socket.gethostname(), os.getpid())
 
 
 def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,

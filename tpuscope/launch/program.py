@@ -25,7 +25,7 @@ from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.collect.xla.counters import ENV_ALL_METRICS
 from tpuscope.launch.signals import Child
-from tpuscope.store import Run, RunStore, update_meta
+from tpuscope.store import Run, RunStore, layout, update_meta
 from tpuscope.store.liveness import launcher_identity
 from tpuscope.store.ship import host_tag
 
@@ -124,7 +124,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     child.set_default("PT_XLA_DEBUG_MAX_FRAME", "64")
     if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
         env[autostart.ENV_OWNS_DEBUG] = "1"
-        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
     if deep:
         child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
         child.set_default("XLA_IR_DEBUG", "1")
@@ -133,7 +133,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         if "--xla_dump_to" in flags:
             child.left_to_user.append("XLA_FLAGS --xla_dump_to")
         else:
-            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+            dump = f"--xla_dump_to={run_dir.resolve() / layout.HLO} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
             env["XLA_FLAGS"] = f"{flags} {dump}".strip()
             child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
     return child
@@ -234,7 +234,7 @@ def _device_options(trace_steps: str | None, target: str | None) -> dict[str, ob
 
 def _ingest_device_view(run_dir: Path) -> None:
     """Traces and HLO dumps the program left become tables; a failure here never loses the run."""
-    if not ((run_dir / "trace").is_dir() or (run_dir / "hlo").is_dir()):
+    if not ((run_dir / layout.TRACE).is_dir() or (run_dir / layout.HLO).is_dir()):
         return  # nothing to read: skip importing the readers
     from tpuscope.ingest.device import ingest_run
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from tpuscope.report.cost import cost_view
 from tpuscope.report.cost import render as render_cost
-from tpuscope.store import Run
+from tpuscope.store import Run, layout
 
 XPROF_FIGURES = ("device_type", "device_core_count", "mxu_utilization_percent", "device_duty_cycle_percent",
                  "device_idle_time_percent", "hbm_utilization_percent",
@@ -21,7 +21,7 @@ def log_dirs(run_dir: Path | Any) -> list[Path]:
     (local runs: xprof opens folders; a run in an object store has none to name)."""
     if not isinstance(run_dir, Path):
         return []
-    found = {p.parent.parent.parent.parent for p in (run_dir / "trace").rglob("*.xplane.pb")
+    found = {p.parent.parent.parent.parent for p in (run_dir / layout.TRACE).rglob("*.xplane.pb")
              if p.parent.parent.name == "profile" and p.parent.parent.parent.name == "plugins"}
     return sorted(found)
 

@@ -31,7 +31,7 @@ def proc_file(host: str, pid: int) -> str:
     return f"{PROCS}/{host}-{pid}.json"
 
 
-def debug_file(host: str, pid: int) -> str:
+def debug_file(host: str, pid: int | str) -> str:
     return f"{DEBUG}/pt_xla_debug-{host}-{pid}.txt"
 
 

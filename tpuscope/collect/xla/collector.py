@@ -39,6 +39,7 @@ from tpuscope.collect.xla.fallback_sites import SiteTracer, site_rows
 from tpuscope.collect.xla.shapes import HloDumpShapes, ModuleShapes, pair_modules
 from tpuscope.collect.xla.steps import END, StepRule, boundary_name
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
+from tpuscope.store import layout
 
 _COMPILE_TIME = "CompileTime"
 _EAGER_COMPILE_TIME = "EagerOpCompileTime"
@@ -95,7 +96,7 @@ class XlaCollector:
         xm._run_step_closures = _run_step_closures
         self.session.before_close.append(self._at_close)
         session = self.session
-        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
+        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
         self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
