@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_tpuscope
 from tpuscope.store import PartWriter, RunStore, load_run
 
@@ -47,3 +49,18 @@ def test_tpuscope_compact_merges_a_run_and_keeps_its_rows(tmp_path: Path) -> Non
     (only,) = (tmp_path / "runs" / run_id / "steps").iterdir()
     assert "-compact-" in only.name
     assert sorted(load_run(run_id, store=tmp_path / "runs").steps["wall_ns"]) == [5, 10, 11, 12, 13]
+
+
+def test_the_dashboard_data_layer_reads_a_run_in_an_object_store(gcs_store, tmp_path: Path) -> None:
+    pytest.importorskip("dash")
+    from tpuscope_dashboards.data import StoreData
+
+    run_id = a_run(tmp_path / "runs")
+    fs = gcs_store.filesystem()
+    fs.put(str(tmp_path / "runs" / run_id), f"{gcs_store.bucket}/dash-{tmp_path.name}/{run_id}", recursive=True)
+    data = StoreData(gcs_store.url(f"dash-{tmp_path.name}"))
+    assert data.run_ids() == [run_id]
+    assert list(data.table(run_id, "steps")["wall_ns"]) == [10, 11, 12, 13]
+    assert list(data.columns(run_id, "steps", ["step"]).columns) == ["step"]
+    (row,) = data.run_rows()
+    assert row["run_id"] == run_id and row["steps"] == 4
