@@ -63,7 +63,7 @@ def last_write_ns(run_dir: Path | Location) -> int:
     for root, _, files in os.walk(loc.path):
         for name in files:
             try:
-                newest = max(newest, os.stat(os.path.join(root, name)).stmtime_ns)
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
             except OSError:
                 continue
     return newest
