@@ -47,12 +47,20 @@ def steps_table(host: str, rank: int, steps: int, rng: np.random.Generator) -> p
     end = 1_764_000_000_000_000_000 + np.cumsum(wall)
     zeros = np.zeros(steps, np.int64)
     columns = {
-        "host": pa.array([host] * steps).dictionary_encode(), "pid": pa.array(np.full(steps, 1000 + rank, np.int32)),
-        "rank": pa.array(np.full(steps, rank, np.int32)), "step": np.arange(steps, dtype=np.int64),
-        "start_ns": end - wall, "end_ns": end, "wall_ns": wall,
+        "host": pa.array([host] * steps).dictionary_encode(),
+        "pid": pa.array(np.full(steps, 1000 + rank, np.int32)),
+        "rank": pa.array(np.full(steps, rank, np.int32)),
+        "step": np.arange(steps, dtype=np.int64),
+        "start_ns": end - wall,
+        "end_ns": end,
+        "wall_ns": wall,
         "boundary": pa.array(["sync"] * steps).dictionary_encode(),
-        "compiles": np.where(np.arange(steps) < 2, 1, 0), "compile_ns": zeros, "executions": np.ones(steps, np.int64),
-        "execute_ns": wall // 2, "fallback_ops": zeros, "transfers_from_device": zeros,
+        "compiles": np.where(np.arange(steps) < 2, 1, 0),
+        "compile_ns": zeros,
+        "executions": np.ones(steps, np.int64),
+        "execute_ns": wall // 2,
+        "fallback_ops": zeros,
+        "transfers_from_device": zeros,
         "graph_hashes": pa.nulls(steps, pa.list_(pa.string())),
     }
     return pa.table({f.name: pa.array(columns[f.name]).cast(f.type) for f in TABLES["steps"]})
@@ -68,17 +76,54 @@ def make_run(root: Path, hosts: int, steps: int) -> str:
     for rank in range(hosts):
         host = f"host-{rank:02d}"
         tag = f"{host}-{1000 + rank}"
-        pq.write_table(steps_table(host, rank, steps, rng), run / "steps" / layout.compact_name(tag, 1))
-        compiles = pa.Table.from_pylist([{"host": host, "pid": 1000 + rank, "rank": rank, "step": s, "index": s,
-                                          "time_ns": 0, "duration_ns": 200_000_000, "graph_hash": f"g{s}",
-                                          "location": "train.py:12", "cause": "user torch_xla.sync"} for s in (0, 1)], schema=TABLES["compiles"])
+        pq.write_table(
+            steps_table(host, rank, steps, rng), run / "steps" / layout.compact_name(tag, 1)
+        )
+        compiles = pa.Table.from_pylist(
+            [
+                {
+                    "host": host,
+                    "pid": 1000 + rank,
+                    "rank": rank,
+                    "step": s,
+                    "index": s,
+                    "time_ns": 0,
+                    "duration_ns": 200_000_000,
+                    "graph_hash": f"g{s}",
+                    "location": "train.py:12",
+                    "cause": "user torch_xla.sync",
+                }
+                for s in (0, 1)
+            ],
+            schema=TABLES["compiles"],
+        )
         pq.write_table(compiles, run / "compiles" / layout.compact_name(tag, 1))
-        (run / layout.proc_file(host, 1000 + rank)).write_text(json.dumps(
-            {"host": host, "pid": 1000 + rank, "rank": rank, "backend": "torch_xla", "status": "finished"}))
-    (run / layout.META).write_text(json.dumps({
-        "run_id": run_id, "name": "pod", "schema_version": SCHEMA_VERSION, "status": "finished", "exit_code": 0,
-        "warmup": 2, "start_ns": 1_764_000_000_000_000_000, "end_ns": 1_764_000_000_000_000_000 + steps * 50_000_000,
-        "command": "python train.py"}))
+        (run / layout.proc_file(host, 1000 + rank)).write_text(
+            json.dumps(
+                {
+                    "host": host,
+                    "pid": 1000 + rank,
+                    "rank": rank,
+                    "backend": "torch_xla",
+                    "status": "finished",
+                }
+            )
+        )
+    (run / layout.META).write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "name": "pod",
+                "schema_version": SCHEMA_VERSION,
+                "status": "finished",
+                "exit_code": 0,
+                "warmup": 2,
+                "start_ns": 1_764_000_000_000_000_000,
+                "end_ns": 1_764_000_000_000_000_000 + steps * 50_000_000,
+                "command": "python train.py",
+            }
+        )
+    )
     return run_id
 
 
@@ -89,7 +134,9 @@ def timed(args: list[str], env: dict[str, str], repeats: int) -> tuple[float, fl
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "tpuscope", *args], env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tpuscope", *args], env=env, capture_output=True, text=True
+        )
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -98,18 +145,41 @@ def timed(args: list[str], env: dict[str, str], repeats: int) -> tuple[float, fl
     return statistics.median(walls), statistics.median(cpus)
 
 
-def measure(store: str, run_id: str, env: dict[str, str], repeats: int) -> dict[str, tuple[float, float]]:
-    out: dict[str, tuple[float, float]] = {"ls": timed(["ls", "--store", store, "--json"], env, repeats)}
-    out["show (analyses, writes analysis.json)"] = timed(["show", "--store", store, run_id, "--json"], env, 1)
-    out["show (stored analysis)"] = timed(["show", "--store", store, run_id, "--json"], env, repeats)
-    out["query p50 per host"] = timed(["query", "--store", store, run_id, QUERY, "--json"], env, repeats)
+def measure(
+    store: str, run_id: str, env: dict[str, str], repeats: int
+) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {
+        "ls": timed(["ls", "--store", store, "--json"], env, repeats)
+    }
+    out["show (analyses, writes analysis.json)"] = timed(
+        ["show", "--store", store, run_id, "--json"], env, 1
+    )
+    out["show (stored analysis)"] = timed(
+        ["show", "--store", store, run_id, "--json"], env, repeats
+    )
+    out["query p50 per host"] = timed(
+        ["query", "--store", store, run_id, QUERY, "--json"], env, repeats
+    )
     return out
 
 
 def gcs_server() -> tuple[subprocess.Popen, dict[str, str]]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                             "--port", str(port), "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(3)
     return proc, {**GCS_ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
 
@@ -132,16 +202,33 @@ def ship_minute(seconds: float, env: dict[str, str], stage: Path) -> dict[str, f
     start, step = time.monotonic(), 0
     while time.monotonic() - start < seconds:
         for _ in range(int(10 * FLUSH_INTERVAL_S)):
-            writer.append("steps", {"host": "host-00", "pid": 1, "rank": 0, "step": step, "wall_ns": 100_000_000})
-            writer.append("metrics", {"host": "host-00", "pid": 1, "rank": 0, "step": step, "name": "ExecuteTime",
-                                      "kind": "metric", "count": 1, "total": 1000})
+            writer.append(
+                "steps",
+                {"host": "host-00", "pid": 1, "rank": 0, "step": step, "wall_ns": 100_000_000},
+            )
+            writer.append(
+                "metrics",
+                {
+                    "host": "host-00",
+                    "pid": 1,
+                    "rank": 0,
+                    "step": step,
+                    "name": "ExecuteTime",
+                    "kind": "metric",
+                    "count": 1,
+                    "total": 1000,
+                },
+            )
             step += 1
         writer.flush()
         time.sleep(FLUSH_INTERVAL_S)
     shipper._stop.set()
     minutes = (time.monotonic() - start) / 60
-    return {"objects_per_min": shipper.objects / minutes, "bytes_per_min": shipper.bytes / minutes,
-            "interval_s": shipper.interval}
+    return {
+        "objects_per_min": shipper.objects / minutes,
+        "bytes_per_min": shipper.bytes / minutes,
+        "interval_s": shipper.interval,
+    }
 
 
 def main() -> None:
@@ -158,8 +245,10 @@ def main() -> None:
         run_id = make_run(root, args.hosts, args.steps)
         size = sum(p.stat().st_size for p in (root / run_id).rglob("*") if p.is_file())
         files = sum(1 for p in (root / run_id).rglob("*") if p.is_file())
-        print(f"run {run_id}: {args.hosts * args.steps:,} step rows, {files} files, {size / 1e6:.1f} MB "
-              f"(written in {time.perf_counter() - began:.1f} s)")
+        print(
+            f"run {run_id}: {args.hosts * args.steps:,} step rows, {files} files, {size / 1e6:.1f} MB "
+            f"(written in {time.perf_counter() - began:.1f} s)"
+        )
         env = {k: v for k, v in os.environ.items() if k != "TPUSCOPE_STORE"}
         results = {"local": measure(str(root), run_id, env, args.repeats)}
         server = None
@@ -181,8 +270,10 @@ def main() -> None:
                     print(f"{where:13s} {what:40s} {wall:7.2f} s wall {cpu:7.2f} s CPU")
             if args.ship_seconds:
                 shipped = ship_minute(args.ship_seconds, gcs_env, Path(tmp) / "stage")
-                print(f"one host, 10 steps/s, shipped every {shipped['interval_s']:.0f} s: "
-                      f"{shipped['objects_per_min']:.0f} objects and {shipped['bytes_per_min'] / 1e3:.0f} kB per minute")
+                print(
+                    f"one host, 10 steps/s, shipped every {shipped['interval_s']:.0f} s: "
+                    f"{shipped['objects_per_min']:.0f} objects and {shipped['bytes_per_min'] / 1e3:.0f} kB per minute"
+                )
         finally:
             if server is not None:
                 server.terminate()

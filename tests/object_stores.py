@@ -70,7 +70,11 @@ def _serve(argv: list[str], port: int, what: str) -> Iterator[subprocess.Popen]:
 
 
 GCS_ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-S3_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @pytest.fixture(scope="session")
@@ -78,10 +82,21 @@ def gcs_store() -> Iterator[ObjectStore]:
     pytest.importorskip("gcsfs")
     pytest.importorskip("gcp_storage_emulator")
     port = free_port()
-    argv = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-            "--port", str(port), "--in-memory"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gcp_storage_emulator",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--in-memory",
+    ]
     for _ in _serve(argv, port, "GCS emulator"):
-        store = ObjectStore("gs", {**GCS_ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}, "tpuscope-test")
+        store = ObjectStore(
+            "gs", {**GCS_ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}, "tpuscope-test"
+        )
         store.filesystem().mkdir(store.bucket)
         yield store
 
@@ -93,6 +108,8 @@ def s3_store() -> Iterator[ObjectStore]:
     port = free_port()
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     for _ in _serve(argv, port, "S3 (moto)"):
-        store = ObjectStore("s3", {**S3_KEYS, "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}, "tpuscope-test")
+        store = ObjectStore(
+            "s3", {**S3_KEYS, "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}, "tpuscope-test"
+        )
         store.filesystem().mkdir(store.bucket)
         yield store

@@ -21,14 +21,30 @@ def written_run(root: Path) -> Path:
     for pid in (101, 102):
         writer = PartWriter(run_dir, tag=f"host-a-{pid}")
         for flush in range(3):
-            writer.extend("steps", [{"host": "host-a", "pid": pid, "rank": pid - 101, "step": flush * 10 + i,
-                                     "wall_ns": 1000 * pid + i, "boundary": "sync"} for i in range(10)])
+            writer.extend(
+                "steps",
+                [
+                    {
+                        "host": "host-a",
+                        "pid": pid,
+                        "rank": pid - 101,
+                        "step": flush * 10 + i,
+                        "wall_ns": 1000 * pid + i,
+                        "boundary": "sync",
+                    }
+                    for i in range(10)
+                ],
+            )
             writer.flush()
     return run_dir
 
 
 def rows(run: Location | Path) -> list[tuple]:
-    table = Run(run).arrow("steps", columns=["pid", "step", "wall_ns"]).sort_by([("pid", "ascending"), ("step", "ascending")])
+    table = (
+        Run(run)
+        .arrow("steps", columns=["pid", "step", "wall_ns"])
+        .sort_by([("pid", "ascending"), ("step", "ascending")])
+    )
     return list(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
 
 
@@ -56,15 +72,21 @@ def test_a_merge_killed_before_removing_its_parts_never_shows_a_row_twice(tmp_pa
     assert rows(run_dir) == before
     # a later part (written after the merge) is read beside it; merging again takes both
     writer = PartWriter(run_dir, tag="host-a-103")
-    writer.extend("steps", [{"host": "host-a", "pid": 103, "rank": 2, "step": 0, "wall_ns": 7, "boundary": "sync"}])
+    writer.extend(
+        "steps",
+        [{"host": "host-a", "pid": 103, "rank": 2, "step": 0, "wall_ns": 7, "boundary": "sync"}],
+    )
     writer.flush()
     assert len(rows(run_dir)) == 61
-    assert compact_table(Location.of(run_dir / "steps"), "host-a-1") == 8  # 6 stale parts, the merged one, the new
+    # 6 stale parts, the merged one, the new one
+    assert compact_table(Location.of(run_dir / "steps"), "host-a-1") == 8
     (only,) = (run_dir / "steps").glob("part-*")
     assert rows(run_dir) == sorted([*before, (103, 0, 7)])
 
 
-def test_compaction_in_an_object_store_leaves_the_same_rows(gcs_store: ObjectStore, tmp_path: Path) -> None:
+def test_compaction_in_an_object_store_leaves_the_same_rows(
+    gcs_store: ObjectStore, tmp_path: Path
+) -> None:
     run_dir = written_run(tmp_path)
     before = rows(run_dir)
     fs = gcs_store.filesystem()
@@ -80,7 +102,9 @@ def test_compaction_in_an_object_store_leaves_the_same_rows(gcs_store: ObjectSto
     assert Run(loc).query("SELECT count(*) AS n FROM steps").column("n").to_pylist() == [60]
 
 
-def test_a_damaged_part_is_left_as_it_is_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_damaged_part_is_left_as_it_is_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = written_run(tmp_path)
     first = sorted((run_dir / "steps").glob("part-*"))[0]
     first.write_bytes(first.read_bytes()[:40])

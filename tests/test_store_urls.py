@@ -15,7 +15,10 @@ from tpuscope.store import PartWriter, RunStore, load_run
 def a_run(root: Path) -> str:
     run_dir = RunStore(root).new_run("urls", status="finished", start_ns=1)
     writer = PartWriter(run_dir, tag="h-1")
-    writer.extend("steps", [{"host": "h", "pid": 1, "rank": 0, "step": i, "wall_ns": 10 + i} for i in range(4)])
+    writer.extend(
+        "steps",
+        [{"host": "h", "pid": 1, "rank": 0, "step": i, "wall_ns": 10 + i} for i in range(4)],
+    )
     writer.flush()
     return run_dir.name
 
@@ -26,7 +29,9 @@ def test_a_path_and_a_file_url_name_the_same_store(tmp_path: Path) -> None:
         proc = run_tpuscope("ls", "--store", store, "--json")
         assert proc.returncode == 0, proc.stderr
         assert [r["run_id"] for r in json.loads(proc.stdout)] == [run_id]
-        proc = run_tpuscope("query", "--store", store, run_id, "SELECT sum(wall_ns) AS s FROM steps", "--csv")
+        proc = run_tpuscope(
+            "query", "--store", store, run_id, "SELECT sum(wall_ns) AS s FROM steps", "--csv"
+        )
         assert proc.stdout.splitlines() == ['"s"', str(sum(10 + i for i in range(4)))]
     assert len(load_run(run_id, store=f"file://{tmp_path / 'runs'}").steps) == 4
 
@@ -35,7 +40,11 @@ def test_a_url_of_no_known_filesystem_is_one_line_and_makes_no_folder(tmp_path: 
     for command in (("ls",), ("show", "latest"), ("query", "latest", "SELECT 1")):
         proc = run_tpuscope(*command, "--store", "nosuchfs://bucket/runs", cwd=tmp_path)
         assert proc.returncode == 2
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tpuscope: ") and "nosuchfs://" in proc.stderr
+        assert (
+            proc.stderr.count("\n") == 1
+            and proc.stderr.startswith("tpuscope: ")
+            and "nosuchfs://" in proc.stderr
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -57,7 +66,11 @@ def test_the_dashboard_data_layer_reads_a_run_in_an_object_store(gcs_store, tmp_
 
     run_id = a_run(tmp_path / "runs")
     fs = gcs_store.filesystem()
-    fs.put(str(tmp_path / "runs" / run_id), f"{gcs_store.bucket}/dash-{tmp_path.name}/{run_id}", recursive=True)
+    fs.put(
+        str(tmp_path / "runs" / run_id),
+        f"{gcs_store.bucket}/dash-{tmp_path.name}/{run_id}",
+        recursive=True,
+    )
     data = StoreData(gcs_store.url(f"dash-{tmp_path.name}"))
     assert data.run_ids() == [run_id]
     assert list(data.table(run_id, "steps")["wall_ns"]) == [10, 11, 12, 13]

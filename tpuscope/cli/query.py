@@ -36,8 +36,13 @@ def render(table: pa.Table, fmt: str) -> None:
 
     out = Table(show_edge=False, header_style="bold")
     for name in table.column_names:
-        out.add_column(name, justify="right" if pa.types.is_floating(table.schema.field(name).type)
-                       or pa.types.is_integer(table.schema.field(name).type) else "left")
+        out.add_column(
+            name,
+            justify="right"
+            if pa.types.is_floating(table.schema.field(name).type)
+            or pa.types.is_integer(table.schema.field(name).type)
+            else "left",
+        )
     for row in table.to_pylist():
         out.add_row(*(_cell(v) for v in row.values()))
     console = Console()

@@ -60,13 +60,19 @@ def _read(part: Location, schema: pa.Schema | None, warn: list[str]) -> pa.Table
         with part.fs.open(part.path, "rb") as handle:
             return pq.read_table(handle, schema=schema)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        warn.append(f"left the damaged part {part.url} as it is: {str(exc).splitlines()[0] if str(exc) else exc}")
+        warn.append(
+            f"left the damaged part {part.url} as it is: {str(exc).splitlines()[0] if str(exc) else exc}"
+        )
         return None
 
 
 def _next_seq(names: list[str], tag: str) -> int:
     prefix = f"part-{tag}{layout.COMPACT_MARK}"
-    seqs = [int(n[len(prefix):-8]) for n in names if n.startswith(prefix) and n[len(prefix):-8].isdigit()]
+    seqs = [
+        int(n[len(prefix) : -8])
+        for n in names
+        if n.startswith(prefix) and n[len(prefix) : -8].isdigit()
+    ]
     return max(seqs, default=0) + 1
 
 
@@ -104,8 +110,9 @@ def compact_table(folder: Location, tag: str, warn: list[str] | None = None) -> 
     merged = pa.concat_tables(list(tables.values()), promote_options="default") if tables else None
     replaces = sorted(set(tables) | stale)
     if merged is not None:
-        merged = merged.replace_schema_metadata({**(merged.schema.metadata or {}),
-                                                 REPLACES_KEY: json.dumps(replaces).encode()})
+        merged = merged.replace_schema_metadata(
+            {**(merged.schema.metadata or {}), REPLACES_KEY: json.dumps(replaces).encode()}
+        )
         _write(folder / layout.compact_name(tag, _next_seq(names, tag)), merged)
     for name in replaces:
         (folder / name).remove()

@@ -20,7 +20,14 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-_PROTOCOL_PACKAGES = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs", "s3a": "s3fs", "az": "adlfs", "abfs": "adlfs"}
+_PROTOCOL_PACKAGES = {
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+}
 
 
 class LocationError(Exception):
@@ -73,8 +80,9 @@ class Location:
         except ImportError as exc:
             scheme = text.split("://", 1)[0]
             package = _PROTOCOL_PACKAGES.get(scheme, f"the fsspec filesystem for {scheme}://")
-            raise LocationError(f"cannot open {text}: install {package} "
-                                "(pip install 'tpuscope[remote]')") from exc
+            raise LocationError(
+                f"cannot open {text}: install {package} (pip install 'tpuscope[remote]')"
+            ) from exc
         except ValueError as exc:
             raise LocationError(f"cannot open {text}: {exc}") from exc
         return cls(fs, path.rstrip("/"))
@@ -122,8 +130,18 @@ class Location:
             infos = self.fs.ls(self.path, detail=True)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted((Entry(str(i["name"]).rstrip("/").rsplit("/", 1)[-1], int(i.get("size") or 0), mtime_ns(i))
-                       for i in infos if i.get("type") == "file"), key=lambda e: e.name)
+        return sorted(
+            (
+                Entry(
+                    str(i["name"]).rstrip("/").rsplit("/", 1)[-1],
+                    int(i.get("size") or 0),
+                    mtime_ns(i),
+                )
+                for i in infos
+                if i.get("type") == "file"
+            ),
+            key=lambda e: e.name,
+        )
 
     def folders(self) -> list[str]:
         """Names of the folders directly in this one."""
@@ -131,7 +149,11 @@ class Location:
             infos = self.fs.ls(self.path, detail=True)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(str(i["name"]).rstrip("/").rsplit("/", 1)[-1] for i in infos if i.get("type") == "directory")
+        return sorted(
+            str(i["name"]).rstrip("/").rsplit("/", 1)[-1]
+            for i in infos
+            if i.get("type") == "directory"
+        )
 
     # -- writing ---------------------------------------------------------------------
     def write_bytes_atomic(self, data: bytes, make_folder: bool = True) -> None:
@@ -143,7 +165,8 @@ class Location:
         path = Path(self.path)
         if make_folder:
             path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # flusher and main may race
+        # the flush thread and the main thread may race
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             tmp.write_bytes(data)
             os.replace(tmp, path)
@@ -153,7 +176,9 @@ class Location:
             raise
 
     def write_json_atomic(self, data: dict[str, Any], make_folder: bool = True) -> None:
-        self.write_bytes_atomic(json.dumps(data, indent=2, default=str, sort_keys=True).encode(), make_folder)
+        self.write_bytes_atomic(
+            json.dumps(data, indent=2, default=str, sort_keys=True).encode(), make_folder
+        )
 
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):

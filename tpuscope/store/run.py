@@ -34,7 +34,9 @@ def table_to_frame(table: pa.Table, keep_categories: bool = False) -> pd.DataFra
     frame = table.to_pandas()
     for col in frame.columns:
         dtype = frame[col].dtype
-        if (isinstance(dtype, pd.CategoricalDtype) and not keep_categories) or isinstance(dtype, pd.StringDtype):
+        if (isinstance(dtype, pd.CategoricalDtype) and not keep_categories) or isinstance(
+            dtype, pd.StringDtype
+        ):
             frame[col] = frame[col].astype(object)
     return frame
 
@@ -99,15 +101,25 @@ class Run:
     def has_table(self, name: str) -> bool:
         return bool(self.parts(name))
 
-    def arrow(self, name: str, columns: Sequence[str] | None = None, where: str | None = None,
-              warn: list[str] | None = None) -> pa.Table:
+    def arrow(
+        self,
+        name: str,
+        columns: Sequence[str] | None = None,
+        where: str | None = None,
+        warn: list[str] | None = None,
+    ) -> pa.Table:
         """A table as Arrow, read by DuckDB: only `columns`, only the rows `where` keeps."""
         from tpuscope.store import sql
 
         return sql.scan(self.loc, name, columns=columns, where=where, warn=warn)
 
-    def table(self, name: str, columns: Sequence[str] | None = None, where: str | None = None,
-              keep_categories: bool = False) -> pd.DataFrame:
+    def table(
+        self,
+        name: str,
+        columns: Sequence[str] | None = None,
+        where: str | None = None,
+        keep_categories: bool = False,
+    ) -> pd.DataFrame:
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
         return table_to_frame(self.arrow(name, columns, where), keep_categories)
@@ -165,8 +177,16 @@ class Run:
     def _newest_part_ns(self) -> int:
         """mtime of the newest Parquet part of any table but findings (which analysis writes)."""
         present = set(self.loc.folders())
-        return max((e.mtime_ns for name in TABLES if name != "findings" and name in present
-                    for e in (self.loc / name).entries() if e.name.endswith(".parquet")), default=0)
+        return max(
+            (
+                e.mtime_ns
+                for name in TABLES
+                if name != "findings" and name in present
+                for e in (self.loc / name).entries()
+                if e.name.endswith(".parquet")
+            ),
+            default=0,
+        )
 
     def write_analysis(self, summary: dict[str, Any]) -> None:
         """Replace analysis.json, atomically (a reader never sees half a file)."""

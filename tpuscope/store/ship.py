@@ -36,9 +36,11 @@ from tpuscope.store.compact import REPLACES_KEY, replaced_by
 from tpuscope.store.location import Location
 
 SHIP_INTERVAL_S = float(os.environ.get("TPUSCOPE_SHIP_INTERVAL") or 5.0)
-ALWAYS_BY_NAME = ("findings",)  # tables replaced whole by the analysis: uploaded under their own name
+# tables replaced whole by the analysis: uploaded under their own name
+ALWAYS_BY_NAME = ("findings",)
 _CLIENT_LOGGERS = ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore")
-SHIP_TIMEOUT_S = float(os.environ.get("TPUSCOPE_SHIP_TIMEOUT") or 60.0)  # the last batch, at the end
+# the last batch, at the end
+SHIP_TIMEOUT_S = float(os.environ.get("TPUSCOPE_SHIP_TIMEOUT") or 60.0)
 BIG_PART_BYTES = 8 << 20  # a part this big is one object already: sent as it is, never re-encoded
 
 
@@ -61,7 +63,8 @@ class Shipper:
         self.interval = interval
         self.tag = host_tag()
         self._seq = 0
-        self._batches: dict[str, dict[str, set[str]]] = {}  # table -> remote batch -> its local parts
+        # table -> remote batch -> its local parts
+        self._batches: dict[str, dict[str, set[str]]] = {}
         self._pending: dict[str, tuple[str, list[str]]] = {}  # table -> batch being sent, its parts
         self._sent: dict[str, tuple[int, int]] = {}  # relative path -> (mtime_ns, size) uploaded
         self._lock = threading.Lock()
@@ -92,16 +95,22 @@ class Shipper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        last = threading.Thread(target=lambda: setattr(self, "_done", self.ship(final=True)),
-                                name="tpuscope-shipper-last", daemon=True)
+        last = threading.Thread(
+            target=lambda: setattr(self, "_done", self.ship(final=True)),
+            name="tpuscope-shipper-last",
+            daemon=True,
+        )
         last.start()
         last.join(max(deadline - time.monotonic(), 1.0))
         done = not last.is_alive() and self._done
         if done:
             shutil.rmtree(self.stage, ignore_errors=True)
         elif last.is_alive() and self.error is None:
-            print(f"tpuscope: the store {self.target} did not answer within {timeout:.0f} s: the run is kept in "
-                  f"{self.stage}", file=sys.stderr)
+            print(
+                f"tpuscope: the store {self.target} did not answer within {timeout:.0f} s: the run is kept in "
+                f"{self.stage}",
+                file=sys.stderr,
+            )
         return done
 
     def ship(self, final: bool = False) -> bool:
@@ -113,9 +122,11 @@ class Shipper:
             except Exception as exc:  # the store is slow, full, gone: the program goes on
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if self.error is None:
-                    print(f"tpuscope: cannot write to the store {self.target}: {type(exc).__name__}: "
-                          f"{reason[:200]} (the program is not affected; the run is kept in {self.stage})",
-                          file=sys.stderr)
+                    print(
+                        f"tpuscope: cannot write to the store {self.target}: {type(exc).__name__}: "
+                        f"{reason[:200]} (the program is not affected; the run is kept in {self.stage})",
+                        file=sys.stderr,
+                    )
                 self.error = reason
                 return False
             self.error = None
@@ -128,8 +139,15 @@ class Shipper:
         self.bytes += len(data)
 
     def _tables(self) -> list[Path]:
-        return sorted(p for p in self.stage.iterdir() if p.is_dir() and p.name not in (
-            layout.PROCS, *layout.ARTIFACT_FOLDERS)) if self.stage.is_dir() else []
+        return (
+            sorted(
+                p
+                for p in self.stage.iterdir()
+                if p.is_dir() and p.name not in (layout.PROCS, *layout.ARTIFACT_FOLDERS)
+            )
+            if self.stage.is_dir()
+            else []
+        )
 
     def _ship_tables(self) -> None:
         for folder in self._tables():
@@ -141,7 +159,11 @@ class Shipper:
             for name in (n for n in names if layout.is_compact(n) and n not in shipped):
                 self._ship_compact(folder, name, batches)
             for name in names:
-                if name not in shipped and not layout.is_compact(name) and self._is_big(folder / name):
+                if (
+                    name not in shipped
+                    and not layout.is_compact(name)
+                    and self._is_big(folder / name)
+                ):
                     self._put(f"{folder.name}/{name}", (folder / name).read_bytes())
                     batches[name] = {name}
                     shipped.add(name)
@@ -151,8 +173,12 @@ class Shipper:
                 if not new:
                     continue
                 self._seq += 1
-                pending = self._pending[folder.name] = (f"part-{self.tag}-s{self._seq:06d}.parquet", new)
-            batch, parts = pending  # a batch that failed is sent again under the same name: never twice
+                pending = self._pending[folder.name] = (
+                    f"part-{self.tag}-s{self._seq:06d}.parquet",
+                    new,
+                )
+            # a batch that failed is sent again under the same name: never twice
+            batch, parts = pending
             tables = {}
             for name in parts:
                 with contextlib.suppress(FileNotFoundError, pa.ArrowException, OSError):
@@ -175,8 +201,9 @@ class Shipper:
         holds = replaced_by(Location.of(folder / name))
         covered = sorted(b for b, parts in batches.items() if parts <= holds)
         table = pq.read_table(folder / name)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               REPLACES_KEY: json.dumps(covered).encode()})
+        table = table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), REPLACES_KEY: json.dumps(covered).encode()}
+        )
         self._put(f"{folder.name}/{name}", _bytes(table))
         for batch in covered:
             (self.target / folder.name / batch).remove()

@@ -45,8 +45,12 @@ def _warn(message: str, warn: list[str] | None) -> None:
         print(f"tpuscope: {message}", file=sys.stderr)
 
 
-def read_part(part: Location, schema: pa.Schema | None = None, columns: Sequence[str] | None = None,
-              warn: list[str] | None = None) -> pa.Table | None:
+def read_part(
+    part: Location,
+    schema: pa.Schema | None = None,
+    columns: Sequence[str] | None = None,
+    warn: list[str] | None = None,
+) -> pa.Table | None:
     """One part file, or None (and a warning naming it) when it is damaged or foreign."""
     try:
         with part.fs.open(part.path, "rb") as handle:
@@ -70,18 +74,30 @@ def conform(table: pa.Table, schema: pa.Schema | None, columns: Sequence[str] | 
         else:
             arrays.append(pa.nulls(table.num_rows, field.type))
     extra = [c for c in (columns or []) if c not in schema.names and c in table.column_names]
-    return pa.table(arrays + [table.column(c) for c in extra],
-                    names=[f.name for f in fields] + extra)
+    return pa.table(
+        arrays + [table.column(c) for c in extra], names=[f.name for f in fields] + extra
+    )
 
 
-def _pyarrow_union(run: Location, name: str, schema: pa.Schema | None, warn: list[str] | None) -> pa.Table | None:
+def _pyarrow_union(
+    run: Location, name: str, schema: pa.Schema | None, warn: list[str] | None
+) -> pa.Table | None:
     folder = run / name
-    tables = [t for t in (read_part(folder / e.name, schema, warn=warn) for e in active_parts(folder)) if t is not None]
+    tables = [
+        t
+        for t in (read_part(folder / e.name, schema, warn=warn) for e in active_parts(folder))
+        if t is not None
+    ]
     return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
-def scan(run: Location, name: str, columns: Sequence[str] | None = None, where: str | None = None,
-         warn: list[str] | None = None) -> pa.Table:
+def scan(
+    run: Location,
+    name: str,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
+    warn: list[str] | None = None,
+) -> pa.Table:
     """Rows of one table (all, or those `where` keeps), only `columns` when given."""
     schema = TABLES.get(name)
     urls = part_urls(run, name)
@@ -92,7 +108,9 @@ def scan(run: Location, name: str, columns: Sequence[str] | None = None, where: 
     try:
         files = _list(urls)
         present = {r[0] for r in con.sql(f"SELECT name FROM parquet_schema({files})").fetchall()}
-        wanted = [c for c in (columns or (schema.names if schema is not None else [])) if c in present]
+        wanted = [
+            c for c in (columns or (schema.names if schema is not None else [])) if c in present
+        ]
         select = ", ".join(f'"{c}"' for c in wanted) if (columns or schema is not None) else "*"
         sql = f"SELECT {select or 'NULL AS _none'} FROM read_parquet({files}, union_by_name=true)"
         table = con.sql(sql + (f" WHERE {where}" if where else "")).to_arrow_table()
@@ -100,7 +118,9 @@ def scan(run: Location, name: str, columns: Sequence[str] | None = None, where: 
     except (duckdb.Error, pa.ArrowException):
         whole = _pyarrow_union(run, name, schema, warn)
         if whole is None:
-            return conform(schema.empty_table() if schema is not None else pa.table({}), schema, columns)
+            return conform(
+                schema.empty_table() if schema is not None else pa.table({}), schema, columns
+            )
         table = con.sql(f"SELECT * FROM whole{f' WHERE {where}' if where else ''}").to_arrow_table()
         return conform(table, schema, columns).combine_chunks()
     finally:
@@ -115,7 +135,9 @@ def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Ta
         for name in tables or TABLES:
             urls = part_urls(run, name)
             if urls:
-                con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({_list(urls)}, union_by_name=true)')
+                con.execute(
+                    f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({_list(urls)}, union_by_name=true)'
+                )
             elif name in TABLES:
                 empty = TABLES[name].empty_table()  # noqa: F841  (read by DuckDB by name)
                 con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM empty')
