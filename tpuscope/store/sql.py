@@ -27,6 +27,8 @@ _WARNED: set[str] = set()
 def connect(where: Location) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that reads `where`'s filesystem (fsspec, for remote stores)."""
     con = duckdb.connect()
+    # a table's footers are read once per connection, not once per pass over its parts
+    con.execute("SET parquet_metadata_cache = true")
     if not where.local:
         con.register_filesystem(where.fs)
     return con
