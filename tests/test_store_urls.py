@@ -77,3 +77,26 @@ def test_the_dashboard_data_layer_reads_a_run_in_an_object_store(gcs_store, tmp_
     assert list(data.columns(run_id, "steps", ["step"]).columns) == ["step"]
     (row,) = data.run_rows()
     assert row["run_id"] == run_id and row["steps"] == 4
+
+
+def test_import_into_an_object_store(gcs_store, tmp_path: Path) -> None:
+    from tests.conftest import real_trace
+
+    report = real_trace("metrics_reports/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt")
+    url = gcs_store.url(f"import-{tmp_path.name}")
+    env = {**gcs_store.env, "TPUSCOPE_STAGE": str(tmp_path / "stage")}
+    proc = run_tpuscope("import", "--store", url, "--name", "imp", "-q", str(report), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"as {url}/imp-" in proc.stderr and not any((tmp_path / "stage").iterdir())
+    listed = json.loads(run_tpuscope("ls", "--store", url, "--json", env=env).stdout)
+    assert [r["status"] for r in listed] == ["imported"]
+    counted = run_tpuscope(
+        "query",
+        "--store",
+        url,
+        listed[0]["run_id"],
+        "SELECT count(*) AS n FROM metrics",
+        "--json",
+        env=env,
+    )
+    assert json.loads(counted.stdout)[0]["n"] > 0
