@@ -146,7 +146,8 @@ class Bucketing:
         return "{" + ", ".join(map(str, self.buckets)) + "}"
 
 
-def padding_waste(values: Sequence[int], buckets: Sequence[int]) -> float:
+def bucket_padding(values: Sequence[int], buckets: Sequence[int]) -> float:
+    """The share of padded elements when each value is padded up to its bucket (a bucketing plan's cost)."""
     padded = [next(b for b in buckets if b >= v) for v in values]
     total = sum(padded)
     return (total - sum(values)) / total if total else 0.0
@@ -204,7 +205,7 @@ def suggest_buckets(values: Sequence[int], max_waste: float = 0.10, multiple: in
     for rounded in ((True, False) if round_ok else (False,)):
         bound_of = {v: _round_up(v, multiple) if rounded else v for v in distinct}
         for buckets in _partitions(distinct, weights, bound_of):
-            waste = padding_waste(observed, buckets)
+            waste = bucket_padding(observed, buckets)
             if waste <= max_waste + 1e-12:
                 plans.append(Bucketing(buckets, waste, observed))
                 break

@@ -127,7 +127,7 @@ def rate_per_step(counts: dict[tuple[Any, ...], float], steps: dict[tuple[Any, .
     return sum(counts[k] for k in known) / total_steps if total_steps else None
 
 
-def short_path(location: str | None) -> str:
+def file_and_line(location: str | None) -> str:
     """'/work/main/examples/train.py:67' -> 'train.py:67' (titles stay short; `location` keeps all)."""
     if not isinstance(location, str) or not location:  # None, or NaN from a pandas column
         return "unknown line"

@@ -98,14 +98,14 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
     steps = common.steps_list(rows["step"])
     cost = wait_ns / common.NS
     alternative = ALTERNATIVES.get(op, GENERIC)
-    where = ", ".join(f"{common.short_path(s['location'])} ({s['per_traced_step']:g} per step)"
+    where = ", ".join(f"{common.file_and_line(s['location'])} ({s['per_traced_step']:g} per step)"
                       for s in sites[:3])
     where = (f"{where} (traced in steps {', '.join(map(str, traced[:5]))})" if sites else
-             f"{common.short_path(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
+             f"{common.file_and_line(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
              if untraced_site else "not traced")
     counted = f"{count} times" if count else "an unknown number of times (the source names it without a count)"
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
-        f" at {common.short_path(location)}" if location else "")
+        f" at {common.file_and_line(location)}" if location else "")
     detail = (f"{op} has no XLA lowering: torch_xla cut the graph, copied its inputs to the host, ran it on "
               f"the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
               f"({_per_step_text(per_step)}). "
@@ -115,7 +115,7 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
     severity = judge.severity(cost, wall)
     evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_steps": traced,
                 "steps": steps[:200], "alternative": alternative if op in ALTERNATIVES else None}
-    return Finding(RULE, severity, title, detail, f"At {common.short_path(location) if location else 'the call site'}: "
+    return Finding(RULE, severity, title, detail, f"At {common.file_and_line(location) if location else 'the call site'}: "
                    f"{alternative}.", location, cost, steps, evidence)
 
 

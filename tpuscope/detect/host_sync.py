@@ -97,11 +97,11 @@ def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, 
 def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites: list[dict[str, Any]],
              extra: dict[str, Any], fix: str = FIX) -> Finding:
     location = sites[0]["location"] if sites else None
-    calls = ", ".join(f"{'/'.join(s['calls'])} at {common.short_path(s['location'])} "
+    calls = ", ".join(f"{'/'.join(s['calls'])} at {common.file_and_line(s['location'])} "
                       + (f"({s['source']})" if s.get("source") else f"({s['per_traced_step']:g} per traced step)")
                       for s in sites[:3]) or "call sites not traced"
     title = f"{per_step:.1f} device-to-host reads per step" + (
-        f" ({sites[0]['calls'][0]} at {common.short_path(location)})" if location else "")
+        f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else "")
     span = (f"{len(steps)} steps" if "step_markers" not in extra
             else f"over {extra['step_markers']} step markers of the imported evidence")
     detail = (f"The step reads values back from the device {per_step:.1f} times per step on average "

@@ -128,7 +128,7 @@ def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, shar
     ops = ", ".join(str(p["name"]) for p in primitives[:3] if p["name"]) or "various"
     calls = "no jitted function was called in these steps" if jit_calls == 0 else \
         f"{jit_calls:.1f} jitted calls per step"
-    where = f" from {common.short_path(location)}" if location else ""
+    where = f" from {common.file_and_line(location)}" if location else ""
     return Finding(
         rule=RULE, severity=severity,
         title=f"{per_step:.0f} ops per step dispatched one by one outside jit{where}",

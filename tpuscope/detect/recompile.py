@@ -173,7 +173,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     cost = sum(i["duration_s"] for i in items)
     first = next((i for i in items if i["changes"]), items[0])
     location = next((i["location"] for i in reversed(items) if i["location"]), None)
-    where = common.short_path(location) if location else site
+    where = common.file_and_line(location) if location else site
     if items[0].get("function"):
         where = f"{items[0]['function']} ({where})" if location else items[0]["function"]
     facet = _facet(tables, items)

@@ -2,48 +2,35 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tpuscope.collect import autostart
 from tpuscope.detect.run_analysis import analyze
-from tpuscope.store import Run, RunStore, update_meta
-from tpuscope.store.ship import host_tag
-
-
-def _enable_debug_text() -> bool:
-    """Turn PT_XLA_DEBUG on for compile causes, unless the user chose a level themselves.
-
-    torch_xla reads the level when it first needs it, so this helps only when
-    nothing has compiled yet in this process; compiles then still get times.
-    """
-    if "PT_XLA_DEBUG_LEVEL" in os.environ:
-        return False
-    os.environ["PT_XLA_DEBUG_LEVEL"] = "1"
-    return True
+from tpuscope.launch import env
+from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.store import Run
+from tpuscope.store.ship import finish_shipping, host_tag
 
 
 @contextmanager
 def profile(store: str | Path | None = None, name: str = "profile", warmup: int = 2,
             analyze_at_exit: bool = True) -> Iterator[Run]:
-    """Collect every torch_xla step in the block into a new run; yields the Run.
+    """Collect every step in the block into a new run; yields the Run.
+
+    The environment rules are the watch's (launch/env.prepare): PT_XLA_DEBUG is turned on
+    only if torch_xla has not compiled yet in this process and the user did not set it;
+    XLA's HLO dump stays off (it costs 30-45% CPU per compile).
 
     Example:
         with tpuscope.profile(store="runs", name="sweep") as run:
             train(steps=10)
         print(run.steps, run.findings)
     """
-    runs = RunStore(store)
-    run_dir = runs.new_run(
-        name, argv=list(sys.argv), command="tpuscope.profile()", cwd=os.getcwd(),
-        warmup=warmup, start_ns=time.time_ns(), status="running",
-    )
-    owns_debug = _enable_debug_text()
-    autostart.start(run_dir, warmup=warmup, own_debug=owns_debug, install_handlers=False)
+    settings = env.prepare(shapes=False)
+    run_dir = collect_here(store, name, warmup, settings, argv=list(sys.argv),
+                           command="tpuscope.profile()")
     run = Run(run_dir)
     status, error = "finished", None
     try:
@@ -52,13 +39,9 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
         status, error = "exception", f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        autostart.stop(status=status, error=error)
-        if owns_debug:
-            os.environ.pop("PT_XLA_DEBUG_LEVEL", None)
-            os.environ.pop("PT_XLA_DEBUG_FILE", None)
-        update_meta(run_dir, status=status, error=error, end_ns=time.time_ns())
-        run.reopen(run_dir)  # rows read inside the block were partial
-        run.compact(host_tag())
+        stop_here(run_dir, status, error, settings)
+        run.reload()
+        run.compact(host_tag())  # one file per table for every reader
         if analyze_at_exit:
             analyze(run)
-        run.reopen(runs.close_run(run_dir))  # an object store: shipped now, read from there
+        run.reopen(finish_shipping(run_dir))  # an object store: shipped now, read from there

@@ -8,28 +8,26 @@ analyses the run.
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import os
 import re
 import shlex
 import signal
 import sys
-import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import tpuscope
 from tpuscope.analyze.mxu import DEFAULT_TARGET
-from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
-from tpuscope.collect.xla.counters import ENV_ALL_METRICS
+from tpuscope.launch.env import build_env
+from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
 from tpuscope.store import Run, RunStore, layout, update_meta
 from tpuscope.store.liveness import launcher_identity
 from tpuscope.store.ship import host_tag
 
-BOOT_DIR = Path(__file__).parent.parent / "_boot"
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
 
@@ -87,58 +85,6 @@ def _module_missing(module: str) -> bool:
         sys.path.pop(0)
 
 
-def tpu_present() -> bool:
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
-                or os.environ.get("TPU_ACCELERATOR_TYPE"))
-
-
-@dataclass
-class ChildEnv:
-    """The child's environment and the variables tpuscope set in it (kept in meta)."""
-
-    env: dict[str, str]
-    set_by_tpuscope: dict[str, str] = field(default_factory=dict)
-    left_to_user: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def set_default(self, name: str, value: str) -> bool:
-        if name in self.env:
-            self.left_to_user.append(name)
-            return False
-        self.env[name] = value
-        self.set_by_tpuscope[name] = value
-        return True
-
-
-def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None) -> ChildEnv:
-    child = ChildEnv(env=dict(os.environ if base is None else base))
-    env = child.env
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
-    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
-    env[autostart.ENV_WARMUP] = str(warmup)
-    env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
-    if not tpu_present():
-        child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
-    # torch_xla prints 8 Python frames per compile by default: inside transformers' generate()
-    # that is all library code, and the user's line is cut off
-    child.set_default("PT_XLA_DEBUG_MAX_FRAME", "64")
-    if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
-        env[autostart.ENV_OWNS_DEBUG] = "1"
-        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
-    if deep:
-        child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
-        child.set_default("XLA_IR_DEBUG", "1")
-        child.set_default("XLA_HLO_DEBUG", "1")
-        flags = env.get("XLA_FLAGS", "")
-        if "--xla_dump_to" in flags:
-            child.left_to_user.append("XLA_FLAGS --xla_dump_to")
-        else:
-            dump = f"--xla_dump_to={run_dir.resolve() / layout.HLO} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
-            env["XLA_FLAGS"] = f"{flags} {dump}".strip()
-            child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
-    return child
-
-
 def describe_exit(code: int) -> str:
     """The run's status from the program's return code."""
     if code == 0:
@@ -163,7 +109,7 @@ def run_program(
     """Run the program under collection; returns (run folder, or None when it could not be
     written; the program's return code: negative when a signal killed it, as subprocess says)."""
     device_options = _device_options(trace_steps, target)
-    run_dir = store.new_run(name or program.name)
+    run_dir = open_run(store, name or program.name, warmup)
     child = build_env(run_dir, warmup, deep)
     if trace_steps:
         child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
@@ -171,13 +117,9 @@ def run_program(
     record(
         argv=program.argv,
         command=shlex.join(program.argv),
-        cwd=os.getcwd(),
-        warmup=warmup,
         deep=deep,
         env_set=child.set_by_tpuscope,
         env_left_to_user=child.left_to_user,
-        start_ns=time.time_ns(),
-        status="running",
         launcher=launcher_identity(),
         tpuscope_version=tpuscope.__version__,
         **device_options,
@@ -188,10 +130,10 @@ def run_program(
         running = Child(program.argv, child.env)
     except OSError as exc:
         code = 126 if isinstance(exc, PermissionError) else 127  # what a shell exits with
-        record(status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=code)
+        record.close("failed to start", error=str(exc), exit_code=code)
         raise StartError(f"cannot start {program.argv[0]}: {exc.strerror or exc}", code) from exc
     code = running.wait()
-    record(status=describe_exit(code), exit_code=code, end_ns=time.time_ns())
+    record.close(describe_exit(code), exit_code=code)
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
@@ -208,8 +150,14 @@ class MetaRecorder:
         self.failed = False
 
     def __call__(self, **fields: object) -> None:
+        self._guarded(update_meta, self.run_dir, **fields)
+
+    def close(self, status: str, **fields: object) -> None:
+        self._guarded(close_run, self.run_dir, status, **fields)
+
+    def _guarded(self, write: Callable[..., object], *args: object, **fields: object) -> None:
         try:
-            update_meta(self.run_dir, **fields)
+            write(*args, **fields)
         except OSError as exc:
             if not self.failed:
                 print(f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "

@@ -141,6 +141,11 @@ class Run:
         """Merge each table's parts into one file (crash-safe, see store.compact)."""
         return compact_run(self.loc, tag)
 
+    def reload(self) -> None:
+        """Forget what was read, so the next access reads the folder as it is now (a run
+        read while it was being written, or re-analysed)."""
+        self.reopen(self.loc)
+
     # -- findings and analysis --------------------------------------------------------
     def findings_list(self) -> list[Finding]:
         return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]

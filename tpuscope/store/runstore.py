@@ -169,7 +169,6 @@ class RunStore:
             raise StoreError(str(exc)) from exc
         # what messages name: the folder (a Path, as before) or the URL
         self.root: Path | str = self.loc.as_path() if self.loc.local else self.loc.url
-        self._shippers: dict[Path, Any] = {}  # stage folder -> its store.ship.Shipper
 
     @property
     def local(self) -> bool:
@@ -203,18 +202,17 @@ class RunStore:
         except OSError as exc:
             raise StoreError(f"cannot write to the store {folder}: {exc.strerror or exc}") from exc
         if not self.local:
-            from tpuscope.store.ship import Shipper
+            from tpuscope.store.ship import start_shipping
 
-            self._shippers[run_dir] = Shipper(run_dir, self.loc / run_id).start()
+            start_shipping(run_dir, self.loc / run_id)
         return run_dir
 
     def close_run(self, run_dir: Path) -> Path | Location:
         """Where the run now is: for an object store, after its last batch, merged parts and
         files arrived (the stage is then removed), or the stage kept when they could not."""
-        shipper = self._shippers.pop(Path(run_dir), None)
-        if shipper is None:
-            return run_dir
-        return shipper.target if shipper.close() else run_dir
+        from tpuscope.store.ship import finish_shipping
+
+        return finish_shipping(run_dir)
 
     def run_dirs(self) -> Iterator[Location]:
         """Every run folder (one holding a meta.json)."""

@@ -228,3 +228,25 @@ class Shipper:
                 continue
             self._put(relative, path.read_bytes())
             self._sent[relative] = (stat.st_mtime_ns, stat.st_size)
+
+
+_SHIPPERS: dict[Path, Shipper] = {}  # stage folder -> the shipper copying it
+_SHIPPERS_LOCK = threading.Lock()
+
+
+def start_shipping(stage: Path, target: Location) -> Shipper:
+    """Start copying a run's stage to `target` (RunStore.new_run does, for object stores)."""
+    shipper = Shipper(stage, target).start()
+    with _SHIPPERS_LOCK:
+        _SHIPPERS[Path(stage)] = shipper
+    return shipper
+
+
+def finish_shipping(run_dir: Path) -> Path | Location:
+    """Where the run is once its end was shipped: the object store's copy, or `run_dir`
+    itself (a local run, or a stage kept because the store failed)."""
+    with _SHIPPERS_LOCK:
+        shipper = _SHIPPERS.pop(Path(run_dir), None)
+    if shipper is None:
+        return run_dir
+    return shipper.target if shipper.close() else run_dir

@@ -17,7 +17,7 @@ from tpuscope.analyze.gate import fallback_name
 MAX_LINES = 6  # recompiles or ops listed in full; the rest are counted
 
 
-def short_path(path: str) -> str:
+def relative_path(path: str) -> str:
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
@@ -28,7 +28,7 @@ def short_path(path: str) -> str:
 def site(location: str) -> str:
     """`/abs/test_x.py:12` -> `test_x.py:12` (relative when under the current folder)."""
     path, _, line = location.rpartition(":")
-    return f"{short_path(path)}:{line}" if path and line.isdigit() else location
+    return f"{relative_path(path)}:{line}" if path and line.isdigit() else location
 
 
 def where(location: str | None) -> str:
@@ -39,7 +39,7 @@ def where(location: str | None) -> str:
     if not path or not line.isdigit():
         return f"at {location}"
     source = linecache.getline(path, int(line)).strip()
-    text = f"at {short_path(path)}:{line}"
+    text = f"at {relative_path(path)}:{line}"
     return f"{text}: {source}" if source else text
 
 

@@ -126,6 +126,9 @@ class JaxCollector:
         self._hooks = []
         self.tracker.uninstall()
 
+    def close_open_step(self) -> None:
+        """Nothing to do here: `uninstall` always closes the open step (`finish`)."""
+
     def finish(self) -> None:
         """Close the open step (or write the one whole-run step) and record the devices."""
         self.clock.wait_idle(READY_WAIT_S)
