@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
+from tpuscope.store import layout
 from tpuscope.store.buffer import PartWriter
 from tpuscope.store.runstore import update_meta, write_json_atomic
 
@@ -225,7 +226,7 @@ class Session:
         record_end_if_orphaned(self.run_dir, self.proc_meta)
 
     def _write_proc_meta(self) -> None:
-        write_json_atomic(self.run_dir / "procs" / f"{self.host}-{self.pid}.json", self.proc_meta)
+        write_json_atomic(self.run_dir / layout.proc_file(self.host, self.pid), self.proc_meta)
 
     def _start_flusher(self) -> None:
         self._stop = threading.Event()

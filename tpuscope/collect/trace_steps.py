@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuscope.store import layout
+
 ENV_TRACE_STEPS = "TPUSCOPE_TRACE_STEPS"
 
 
@@ -58,7 +60,7 @@ def window_from_env() -> StepWindow | None:
 
 def trace_dir(run_dir: str | Path, backend: str) -> Path:
     """This process's profiler output folder inside the run."""
-    return Path(run_dir) / "trace" / f"{backend}-{socket.gethostname()}-{os.getpid()}"
+    return Path(run_dir) / layout.TRACE / f"{backend}-{socket.gethostname()}-{os.getpid()}"
 
 
 def xplane_files(directory: str | Path) -> list[str]:

@@ -41,6 +41,7 @@ import tpuscope
 from tpuscope.collect import envvars
 from tpuscope.collect.envvars import ENV_OWNS_DEBUG
 from tpuscope.collect.xla.counters import ENV_ALL_METRICS
+from tpuscope.store import layout
 
 LEVEL, FILE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
 BOOT_DIR = Path(__file__).parent.parent / "_boot"
@@ -85,7 +86,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         child.set_default(name, value)
     if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
         env[ENV_OWNS_DEBUG] = "1"
-        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
     if deep:
         child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
         child.set_default("XLA_IR_DEBUG", "1")
@@ -94,7 +95,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         if "--xla_dump_to" in flags:
             child.left_to_user.append("XLA_FLAGS --xla_dump_to")
         else:
-            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+            dump = f"--xla_dump_to={run_dir.resolve() / layout.HLO} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
             env["XLA_FLAGS"] = f"{flags} {dump}".strip()
             child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
     return child

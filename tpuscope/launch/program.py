@@ -26,7 +26,7 @@ from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
-from tpuscope.store import RunStore, update_meta
+from tpuscope.store import RunStore, layout, update_meta
 from tpuscope.store.liveness import launcher_identity
 
 if TYPE_CHECKING:
@@ -148,7 +148,20 @@ def run_program(
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
+    _compact(run_dir)
     return run_dir, code
+
+
+def _compact(run_dir: Path) -> None:
+    """A handful of files per table for every reader; a run without rows has nothing to merge
+    (and then never imports pyarrow: `tpuscope run python -c pass` stays cheap)."""
+    from tpuscope.store.buffer import has_parts
+
+    if has_parts(run_dir):
+        from tpuscope.store import Run
+        from tpuscope.store.ship import host_tag
+
+        Run(run_dir).compact(host_tag())
 
 
 def _start_alerts(run_dir: Path) -> AlertWatcher | None:
@@ -204,7 +217,7 @@ def _device_options(trace_steps: str | None, target: str | None) -> dict[str, ob
 
 def _ingest_device_view(run_dir: Path) -> None:
     """Traces and HLO dumps the program left become tables; a failure here never loses the run."""
-    if not ((run_dir / "trace").is_dir() or (run_dir / "hlo").is_dir()):
+    if not ((run_dir / layout.TRACE).is_dir() or (run_dir / layout.HLO).is_dir()):
         return  # nothing to read: skip importing the readers
     from tpuscope.ingest.device import ingest_run
 

@@ -11,7 +11,6 @@ because no two share a part name. The in-memory buffer is `buffer.PartWriter`
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
 from tpuscope.store.buffer import PartWriter  # noqa: F401  (re-exported)
+from tpuscope.store.location import Location
 from tpuscope.store.runstore import remove_quietly
 
 
@@ -59,36 +59,21 @@ def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[d
     return table.num_rows
 
 
-def read_table(run_dir: Path, name: str, warn: list[str] | None = None,
-               columns: list[str] | None = None) -> pa.Table:
-    """Union of every part of one table (an empty table with the schema if none); only
-    `columns` when given (Parquet reads just those column chunks).
+def read_table(run_dir: str | Path | Location, name: str, warn: list[str] | None = None,
+               columns: list[str] | None = None, where: str | None = None) -> pa.Table:
+    """Union of every part of one table (an empty table with the schema if none), read by
+    DuckDB (`store.sql.scan`): only `columns` when given, only rows `where` keeps.
 
     A part that is truncated or does not fit the schema is skipped and named, in `warn`
     when given, else once on stderr: one bad file never hides the rest of a run."""
-    schema = TABLES[name]
-    folder = Path(run_dir) / name
-    parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    tables = [t for t in (read_part(p, schema, columns=columns, warn=warn) for p in parts) if t is not None]
-    if not tables:
-        empty = schema.empty_table()
-        return empty.select(columns) if columns is not None else empty
-    return pa.concat_tables(tables).combine_chunks()
+    from tpuscope.store.sql import scan  # DuckDB: imported by the readers only
+
+    return scan(Location.of(run_dir), name, columns=columns, where=where, warn=warn)
 
 
-_WARNED: set[Path] = set()
-
-
-def read_part(path: Path, schema: pa.Schema | None = None, columns: list[str] | None = None,
+def read_part(path: str | Path | Location, schema: pa.Schema | None = None, columns: list[str] | None = None,
               warn: list[str] | None = None) -> pa.Table | None:
     """One part file, or None (and a warning naming it) when it is damaged or foreign."""
-    try:
-        return pq.read_table(path, schema=schema, columns=columns)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        message = f"skipped the damaged part {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        if warn is not None:
-            warn.append(message)
-        elif path not in _WARNED:
-            _WARNED.add(path)
-            print(f"tpuscope: {message}", file=sys.stderr)
-        return None
+    from tpuscope.store.sql import read_part as read_one
+
+    return read_one(Location.of(path), schema, columns, warn)

@@ -37,6 +37,7 @@ from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
 from tpuscope.collect.xla.steps import END, StepRule, boundary_name
 from tpuscope.parse.pt_xla_debug import DebugFileTail
+from tpuscope.store import layout
 
 
 class XlaCollector:
@@ -89,7 +90,7 @@ class XlaCollector:
         self.session.before_close.append(self._at_close)
         self.session.before_flush.append(self.rows.drain)
         session = self.session
-        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
+        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
         self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
