@@ -49,11 +49,14 @@ def main() -> None:
               help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
 @click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
               help="TPU generation the TensorCore (MXU) estimates are made for.")
+@click.option("--run-id", envvar="TPUSCOPE_RUN_ID", metavar="ID",
+              help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
+                   "writes one run, each its own files (docs/pods.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report at the end.")
 @gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+        run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
     Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
@@ -72,6 +75,7 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
       tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
       tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
       tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
+      tpuscope run --run-id exp42 python train.py     # on every host of a pod: one run
     """
     from tpuscope.runner import StartError, UsageError, resolve_program, run_program
     from tpuscope.supervise import exit_as
@@ -79,7 +83,7 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
     try:
         prog = resolve_program(list(program))
         run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep,
-                                    trace_steps=trace_steps, target=target)
+                                    trace_steps=trace_steps, target=target, run_id=run_id)
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:

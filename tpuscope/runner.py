@@ -25,6 +25,7 @@ from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.collect.xla_counters import ENV_ALL_METRICS
 from tpuscope.store import RunStore, update_meta
+from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host, join_run, update_host_meta
 from tpuscope.store.liveness import launcher_identity
 from tpuscope.supervise import Child
 
@@ -157,17 +158,28 @@ class StartError(UsageError):
 
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
-    trace_steps: str | None = None, target: str | None = None,
+    trace_steps: str | None = None, target: str | None = None, run_id: str | None = None,
 ) -> tuple[Path | None, int]:
     """Run the program under collection; returns (run folder, or None when it could not be
-    written; the program's return code: negative when a signal killed it, as subprocess says)."""
+    written; the program's return code: negative when a signal killed it, as subprocess says).
+
+    With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
+    keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
     device_options = _device_options(trace_steps, target)
-    run_dir = store.new_run(name or program.name)
+    host = file_host()
+    if run_id:
+        run_dir = join_run(store.root, run_id, name=name or program.name)
+    else:
+        run_dir = store.new_run(name or program.name)
     child = build_env(run_dir, warmup, deep)
+    if run_id:
+        child.set_default(ENV_HOST, host)  # every process of this host writes as this host
+        child.set_default(ENV_RUN_ID, run_id)
     if trace_steps:
         child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
-    record = MetaRecorder(run_dir)
+    record = MetaRecorder(run_dir, host if run_id else None)
     record(
+        host=host,
         argv=program.argv,
         command=shlex.join(program.argv),
         cwd=os.getcwd(),
@@ -201,13 +213,17 @@ class MetaRecorder:
     """The launcher's writes of meta.json: a full or vanished store is said once, in one line,
     and never stops the program or changes its exit status."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, host: str | None = None) -> None:
         self.run_dir = run_dir
+        self.host = host  # a run of many hosts: this launcher writes only hosts/<host>.json
         self.failed = False
 
     def __call__(self, **fields: object) -> None:
         try:
-            update_meta(self.run_dir, **fields)
+            if self.host:
+                update_host_meta(self.run_dir, self.host, **fields)
+            else:
+                update_meta(self.run_dir, **fields)
         except OSError as exc:
             if not self.failed:
                 print(f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "

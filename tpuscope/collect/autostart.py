@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import wrapt
 
 from tpuscope.collect.session import Session
+from tpuscope.store.hosts import file_host
 
 ENV_RUN_DIR = "TPUSCOPE_RUN_DIR"
 ENV_WARMUP = "TPUSCOPE_WARMUP"
@@ -30,7 +30,7 @@ def active_session() -> Session | None:
 
 
 def debug_file_for(run_dir: Path) -> Path:
-    return run_dir / "debug" / f"pt_xla_debug-{socket.gethostname()}-{os.getpid()}.txt"
+    return run_dir / "debug" / f"pt_xla_debug-{file_host()}-{os.getpid()}.txt"
 
 
 def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,

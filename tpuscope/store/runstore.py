@@ -3,6 +3,7 @@
 Layout (documented in docs/store.md):
     <store>/<run_id>/meta.json              launcher's view: argv, status, times, env set
     <store>/<run_id>/procs/<host>-<pid>.json  each process's view: versions, device, rank, end
+    <store>/<run_id>/hosts/<host>.json       a run joined by --run-id: each host's launcher view
     <store>/<run_id>/<table>/part-*.parquet  rows, appended by any number of processes
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.schema import SCHEMA_VERSION
+from tpuscope.store.hosts import combine, is_pod_run
 from tpuscope.store.liveness import ended_unknown, launcher_gone
 
 DEFAULT_STORE = "./tpuscope-runs"
@@ -119,12 +121,14 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
         except StoreError as exc:
             warnings.append(str(exc))
     meta["processes"] = [p for p in procs if p]
+    if is_pod_run(run_dir):  # one run of many hosts: each host's launcher wrote its own meta
+        meta = combine(meta, run_dir, warnings)
     if warnings:
         meta["warnings"] = warnings
     if meta.get("run_id") not in (None, run_dir.name):
         meta["recorded_run_id"] = meta["run_id"]
     meta["run_id"] = run_dir.name
-    if meta.get("status") == "running" and launcher_gone(meta.get("launcher")):
+    if meta.get("status") == "running" and not meta.get("hosts") and launcher_gone(meta.get("launcher")):
         meta["status"] = ended_unknown(run_dir)
     return meta
 
