@@ -65,7 +65,9 @@ def _meta_signature(run_dir: Path) -> tuple[Any, ...]:
     meta = run_dir / "meta.json"
     procs = run_dir / "procs"
     procs_sig = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in procs.glob("*.json"))) if procs.is_dir() else ()
-    return (meta.stat().st_mtime_ns if meta.is_file() else 0, procs_sig)
+    hosts = run_dir / "hosts"  # a run of many hosts: each host's launcher meta
+    hosts_sig = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in hosts.glob("*.json"))) if hosts.is_dir() else ()
+    return (meta.stat().st_mtime_ns if meta.is_file() else 0, procs_sig, hosts_sig)
 
 
 def _to_frame(table: pa.Table, keep_categories: bool) -> pd.DataFrame:

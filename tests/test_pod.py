@@ -1,10 +1,8 @@
-"""A simulated pod: five real torch_xla processes on the CPU, each its own host, one run.
+"""A simulated pod (tests/pod_run.py): five real torch_xla processes on the CPU, one run.
 
-Every host runs tests/programs/pod.py under `tpuscope run --run-id` into one local store:
-host-3 sleeps in its step (a straggler), host-1 compiles its own graph twice (a rank-only
-graph family, recompiled), host-2 reads the loss with `.item()` (rank-0-style logging), and
-host-4 hangs in step 6 and is SIGKILLed with its launcher (a lost host). The findings must
-name exactly those hosts and lines, and the killed host's flushed rows must be in the run.
+host-3 is slow, host-1 compiles its own graph twice, host-2 reads `.item()`, host-4 is lost
+(SIGKILL with its launcher). The findings must name exactly those hosts and lines, and the
+lost host's flushed rows must be in the run.
 """
 
 from __future__ import annotations
@@ -12,76 +10,28 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import ROOT, run_tpuscope, tpuscope_cmd
+from tests.conftest import run_tpuscope
+from tests.pod_run import HOSTS, RUN_ID, STEPS, WARMUP, marked_line, pod_run
 from tpuscope.analysis import analyze
 from tpuscope.schema import TABLES
 from tpuscope.store import Run, RunStore, StoreError
 from tpuscope.store.hosts import combined_status, host_name, join_run
-
-PROGRAM = ROOT / "tests" / "programs" / "pod.py"
-HOSTS = 5
-STEPS = 12
-WARMUP = 3  # steps 0-1 compile, step 2 holds the barrier that starts the hosts together
-RUN_ID = "exp42"
-
-
-def marked_line(marker: str) -> str:
-    """'pod.py:NN' of the line of the pod program that carries the marker comment."""
-    for number, line in enumerate(PROGRAM.read_text().splitlines(), 1):
-        if marker in line:
-            return f"pod.py:{number}"
-    raise AssertionError(marker)
 
 
 def short(location: str | None) -> str:
     return Path(location).name if location else ""
 
 
-def _launch(store: Path, rank: int, barrier: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-    env.update(TPUSCOPE_HOST=f"host-{rank}", RANK=str(rank))
-    args = [str(STEPS), "slow=3", "extra=1", "item=2", "hang=4:6", f"barrier={barrier}:{HOSTS}"]
-    cmd = tpuscope_cmd("run", "--store", str(store), "--run-id", RUN_ID, "--warmup", str(WARMUP), "--quiet",
-                       "python", str(PROGRAM), *args)
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own group: host-4 is killed with its launcher
-
-
-def _host4_flushed(run_dir: Path) -> bool:
-    """host-4's rows of step 5 (the last before it hangs) are in a part file."""
-    for part in (run_dir / "steps").glob("part-host-4-*.parquet"):
-        if 5 in pq.read_table(part, columns=["step"]).column("step").to_pylist():
-            return True
-    return False
-
-
 @pytest.fixture(scope="module")
 def pod(tmp_path_factory) -> SimpleNamespace:
-    store = tmp_path_factory.mktemp("pod-store")
-    barrier = tmp_path_factory.mktemp("pod-barrier")
-    procs = [_launch(store, rank, barrier) for rank in range(HOSTS)]
-    outputs = {rank: procs[rank].communicate(timeout=600) for rank in range(HOSTS - 1)}
-    run_dir = store / RUN_ID
-    deadline = time.monotonic() + 60
-    while not _host4_flushed(run_dir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    # the host is lost: its launcher and program die at once, no one is left to record an end
-    (child,) = [json.loads(p.read_text())["pid"] for p in (run_dir / "procs").glob("host-4-*.json")]
-    os.kill(procs[-1].pid, signal.SIGSTOP)  # (the program runs in its own process group)
-    os.kill(child, signal.SIGKILL)
-    os.kill(procs[-1].pid, signal.SIGKILL)
-    procs[-1].wait(30)
-    report = analyze(Run(run_dir))
-    return SimpleNamespace(store=store, run_dir=run_dir, procs=procs, outputs=outputs, report=report)
+    made = pod_run(tmp_path_factory.getbasetemp())
+    return SimpleNamespace(**vars(made), report=analyze(Run(made.run_dir)))
 
 
 def by_rule(report, rule: str) -> list:
@@ -121,7 +71,9 @@ def test_each_host_writes_only_parts_named_by_it(pod):
             host, pid = re.match(r"part-(host-\d+)-(\d+)-\d+\.parquet", part.name).groups()
             assert int(pid) == pids[host]
             assert set(pq.read_table(part, columns=["host"]).column("host").to_pylist()) == {host}
-    assert sorted(p.name for p in (pod.run_dir / "hosts").iterdir()) == [f"host-{k}.json" for k in range(HOSTS)]
+    assert sorted(p.name for p in (pod.run_dir / "hosts").iterdir()) == [
+        f"host-{k}.json" for k in range(HOSTS)
+    ]
 
 
 def test_straggler_is_the_slow_host(pod):
@@ -134,9 +86,17 @@ def test_straggler_is_the_slow_host(pod):
 
 
 def test_rank_divergence_names_the_hosts_and_lines(pod):
-    found = {(tuple(f.evidence["hosts"]), short(f.location)) for f in by_rule(pod.report, "rank_divergence")}
-    assert found == {(("host-1",), marked_line("POD_EXTRA_LINE")), (("host-2",), marked_line("POD_ITEM_LINE"))}
-    extra = next(f for f in by_rule(pod.report, "rank_divergence") if f.evidence["hosts"] == ["host-1"])
+    found = {
+        (tuple(f.evidence["hosts"]), short(f.location))
+        for f in by_rule(pod.report, "rank_divergence")
+    }
+    assert found == {
+        (("host-1",), marked_line("POD_EXTRA_LINE")),
+        (("host-2",), marked_line("POD_ITEM_LINE")),
+    }
+    extra = next(
+        f for f in by_rule(pod.report, "rank_divergence") if f.evidence["hosts"] == ["host-1"]
+    )
     assert extra.steps[0] == 4  # host-1's own graph first compiled in step 4
 
 
@@ -146,7 +106,9 @@ def test_per_host_facets_of_the_rules(pod):
     assert short(recompile.location) == marked_line("POD_EXTRA_LINE")
     assert "[hosts: host-1 (1 of 5)]" in recompile.title
     (sync,) = by_rule(pod.report, "host_sync")
-    assert sync.evidence["hosts"] == ["host-2"] and short(sync.location) == marked_line("POD_ITEM_LINE")
+    assert sync.evidence["hosts"] == ["host-2"] and short(sync.location) == marked_line(
+        "POD_ITEM_LINE"
+    )
     named = {h for f in pod.report.findings for h in f.evidence.get("hosts", [])}
     assert named == {"host-1", "host-2", "host-3"}  # host-0 and the lost host-4 did nothing wrong
 
@@ -165,8 +127,10 @@ def test_host_identity_from_the_environment():
     assert host_name({"TPUSCOPE_HOST": "host-7", "TPU_WORKER_ID": "3"}) == "host-7"
     assert host_name({"TPU_WORKER_ID": "3"}) == "worker-3"
     assert host_name({"CLOUD_TPU_TASK_ID": "2"}) == "worker-2"
-    assert host_name({"TPU_WORKER_ID": "1", "MEGASCALE_SLICE_ID": "2", "MEGASCALE_NUM_SLICES": "4"}) == \
-        "slice2-worker-1"
+    assert (
+        host_name({"TPU_WORKER_ID": "1", "MEGASCALE_SLICE_ID": "2", "MEGASCALE_NUM_SLICES": "4"})
+        == "slice2-worker-1"
+    )
     assert host_name({}) == os.uname().nodename
 
 
@@ -182,4 +146,6 @@ def test_a_run_id_never_joins_a_single_host_run(tmp_path):
 def test_combined_status():
     assert combined_status(["finished", "finished"]) == "finished"
     assert combined_status(["finished", "running"]) == "running (1 of 2 hosts)"
-    assert combined_status(["finished", "lost (last write at x)", "finished"]) == "2 finished, 1 lost"
+    assert (
+        combined_status(["finished", "lost (last write at x)", "finished"]) == "2 finished, 1 lost"
+    )

@@ -24,9 +24,16 @@ NS_PER_MS = 1e6
 COMPONENTS = {
     "compile": ("compile_ns", "its own compiles"),
     "execute": ("execute_ns", "device execution"),
-    "host": ("host_ns", "time outside compiles and execution (input pipeline, Python work, sleeps)"),
+    "host": (
+        "host_ns",
+        "time outside compiles and execution (input pipeline, Python work, sleeps)",
+    ),
 }
-COUNTS = {"compiles": "compiles", "fallback_ops": "CPU fallbacks", "transfers_from_device": "host syncs"}
+COUNTS = {
+    "compiles": "compiles",
+    "fallback_ops": "CPU fallbacks",
+    "transfers_from_device": "host syncs",
+}
 
 
 def natural_key(host: Any) -> list[Any]:
@@ -46,14 +53,19 @@ def hosts_of(*frames: pd.DataFrame) -> list[str]:
 def per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
     """One row per (host, step): the slowest process's wall time and the host's counts."""
     if judged.empty:
-        return pd.DataFrame(columns=["host", "step", "wall_ns", "host_ns", *[c for c, _ in COMPONENTS.values()]])
+        return pd.DataFrame(
+            columns=["host", "step", "wall_ns", "host_ns", *[c for c, _ in COMPONENTS.values()]]
+        )
     frame = judged.assign(host=judged["host"].astype(str))
     numeric = [c for c in ("compile_ns", "execute_ns", *COUNTS) if c in frame.columns]
     frame = frame.assign(**{c: frame[c].fillna(0) for c in numeric})
-    grouped = frame.groupby(["host", "step"], sort=False).agg(wall_ns=("wall_ns", "max"),
-                                                              **{c: (c, "sum") for c in numeric})
+    grouped = frame.groupby(["host", "step"], sort=False).agg(
+        wall_ns=("wall_ns", "max"), **{c: (c, "sum") for c in numeric}
+    )
     grouped = grouped.reset_index()
-    grouped["host_ns"] = (grouped["wall_ns"] - grouped.get("compile_ns", 0) - grouped.get("execute_ns", 0)).clip(lower=0)
+    grouped["host_ns"] = (
+        grouped["wall_ns"] - grouped.get("compile_ns", 0) - grouped.get("execute_ns", 0)
+    ).clip(lower=0)
     return grouped
 
 
@@ -67,7 +79,9 @@ def step_matrix(judged: pd.DataFrame) -> pd.DataFrame:
 
 
 def _noise_ns(rows: pd.DataFrame) -> float:
-    spread = rows.groupby("host")["wall_ns"].agg(lambda s: MAD_TO_SIGMA * (s - s.median()).abs().median())
+    spread = rows.groupby("host")["wall_ns"].agg(
+        lambda s: MAD_TO_SIGMA * (s - s.median()).abs().median()
+    )
     return float(spread.median()) if not spread.empty else 0.0
 
 
@@ -79,9 +93,14 @@ def pod_view(judged: pd.DataFrame) -> dict[str, Any]:
     if len(hosts) < 2:
         return {}
     pod_step = rows.groupby("step")["wall_ns"].transform("median")
-    rows = rows.assign(excess_ns=rows["wall_ns"] - pod_step, **{f"pod_{c}": rows.groupby("step")[c].transform("median")
-                                                              for c in ("compile_ns", "execute_ns", "host_ns",
-                                                                        *COUNTS) if c in rows.columns})
+    rows = rows.assign(
+        excess_ns=rows["wall_ns"] - pod_step,
+        **{
+            f"pod_{c}": rows.groupby("step")[c].transform("median")
+            for c in ("compile_ns", "execute_ns", "host_ns", *COUNTS)
+            if c in rows.columns
+        },
+    )
     pod_p50 = float(rows.groupby("host")["wall_ns"].median().median())
     noise = _noise_ns(rows)
     threshold = max(NOISE_FACTOR * noise, MIN_SHARE * pod_p50)
@@ -89,27 +108,49 @@ def pod_view(judged: pd.DataFrame) -> dict[str, Any]:
     for host in hosts:
         mine = rows[rows["host"] == host]
         slow = mine[mine["excess_ns"] > threshold]
-        per_host.append({"host": host, "steps": int(len(mine)), "p50_ms": float(mine["wall_ns"].median()) / NS_PER_MS,
-                         "excess_ms": float(mine["excess_ns"].median()) / NS_PER_MS,
-                         "slow_steps": [int(s) for s in sorted(slow["step"])],
-                         "straggler": bool(mine["excess_ns"].median() > threshold),
-                         "cause": _cause(slow) if len(slow) else None})
-    return {"hosts": per_host, "pod_p50_ms": pod_p50 / NS_PER_MS, "noise_ms": noise / NS_PER_MS,
-            "threshold_ms": threshold / NS_PER_MS}
+        per_host.append(
+            {
+                "host": host,
+                "steps": int(len(mine)),
+                "p50_ms": float(mine["wall_ns"].median()) / NS_PER_MS,
+                "excess_ms": float(mine["excess_ns"].median()) / NS_PER_MS,
+                "slow_steps": [int(s) for s in sorted(slow["step"])],
+                "straggler": bool(mine["excess_ns"].median() > threshold),
+                "cause": _cause(slow) if len(slow) else None,
+            }
+        )
+    return {
+        "hosts": per_host,
+        "pod_p50_ms": pod_p50 / NS_PER_MS,
+        "noise_ms": noise / NS_PER_MS,
+        "threshold_ms": threshold / NS_PER_MS,
+    }
 
 
 def _cause(slow: pd.DataFrame) -> dict[str, Any]:
     """Which of the step's parts the slow steps' excess went to, and the counts the host had more of."""
-    excess = {name: float((slow[col] - slow[f"pod_{col}"]).median())
-              for name, (col, _) in COMPONENTS.items() if col in slow.columns}
+    excess = {
+        name: float((slow[col] - slow[f"pod_{col}"]).median())
+        for name, (col, _) in COMPONENTS.items()
+        if col in slow.columns
+    }
     name = max(excess, key=excess.get)
-    more = {label: float((slow[c] - slow[f"pod_{c}"]).sum()) for c, label in COUNTS.items()
-            if c in slow.columns and float((slow[c] - slow[f"pod_{c}"]).sum()) > 0}
-    return {"part": name, "text": COMPONENTS[name][1], "excess_ms": excess[name] / NS_PER_MS,
-            "more_than_pod": more}
+    more = {
+        label: float((slow[c] - slow[f"pod_{c}"]).sum())
+        for c, label in COUNTS.items()
+        if c in slow.columns and float((slow[c] - slow[f"pod_{c}"]).sum()) > 0
+    }
+    return {
+        "part": name,
+        "text": COMPONENTS[name][1],
+        "excess_ms": excess[name] / NS_PER_MS,
+        "more_than_pod": more,
+    }
 
 
-def host_summary(steps: pd.DataFrame, judged: pd.DataFrame, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def host_summary(
+    steps: pd.DataFrame, judged: pd.DataFrame, meta: dict[str, Any]
+) -> list[dict[str, Any]]:
     """For the report and the dashboard: each host's processes, steps, median step and how it ended."""
     ended = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
     procs: dict[str, int] = {}
@@ -119,15 +160,21 @@ def host_summary(steps: pd.DataFrame, judged: pd.DataFrame, meta: dict[str, Any]
     out = []
     for host in hosts_of(steps):
         mine = rows[rows["host"] == host] if not rows.empty else rows
-        out.append({"host": host, "processes": procs.get(host, 0),
-                    "steps": int((steps["host"].astype(str) == host).sum()),
-                    "p50_ms": float(mine["wall_ns"].median()) / NS_PER_MS if len(mine) else None,
-                    "status": ended.get(host)})
+        out.append(
+            {
+                "host": host,
+                "processes": procs.get(host, 0),
+                "steps": int((steps["host"].astype(str) == host).sum()),
+                "p50_ms": float(mine["wall_ns"].median()) / NS_PER_MS if len(mine) else None,
+                "status": ended.get(host),
+            }
+        )
     return out
 
 
-def hosts_section(meta: dict[str, Any], steps: pd.DataFrame, judged: pd.DataFrame,
-                  findings: list[Any]) -> list[dict[str, Any]] | None:
+def hosts_section(
+    meta: dict[str, Any], steps: pd.DataFrame, judged: pd.DataFrame, findings: list[Any]
+) -> list[dict[str, Any]] | None:
     """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
     a straggler and the rules whose findings name it."""
     rows = host_summary(steps, judged, meta)
@@ -135,8 +182,17 @@ def hosts_section(meta: dict[str, Any], steps: pd.DataFrame, judged: pd.DataFram
         return None
     view = {h["host"]: h for h in pod_view(judged).get("hosts", [])}
     for row in rows:
-        named = sorted({f.rule for f in findings if row["host"] in (f.evidence.get("hosts") or [])
-                        and len(f.evidence.get("hosts") or []) < len(rows)})
-        row.update(rules=named, straggler=bool(view.get(row["host"], {}).get("straggler")),
-                   excess_ms=view.get(row["host"], {}).get("excess_ms"))
+        named = sorted(
+            {
+                f.rule
+                for f in findings
+                if row["host"] in (f.evidence.get("hosts") or [])
+                and len(f.evidence.get("hosts") or []) < len(rows)
+            }
+        )
+        row.update(
+            rules=named,
+            straggler=bool(view.get(row["host"], {}).get("straggler")),
+            excess_ms=view.get(row["host"], {}).get("excess_ms"),
+        )
     return rows

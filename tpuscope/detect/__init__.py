@@ -8,8 +8,8 @@ registry. Docs of every rule: docs/detectors.md.
 from tpuscope.detect.cpu_fallback import detect_cpu_fallback
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.op_by_op import detect_op_by_op
-from tpuscope.detect.recompile import detect_recompile
 from tpuscope.detect.rank_divergence import detect_rank_divergence
+from tpuscope.detect.recompile import detect_recompile
 from tpuscope.detect.registry import DETECTORS, POD_DETECTORS, RunTables, detect
 from tpuscope.detect.straggler import detect_straggler
 from tpuscope.detect.tensorcore import detect_tensorcore_underuse

@@ -54,11 +54,18 @@ def run_hosts(tables: RunTables) -> list[str]:
 
 def for_host(tables: RunTables, host: str) -> RunTables:
     """The run as one host saw it: its rows, its processes' meta, its graph families."""
-    meta = {**tables.meta, "processes": [p for p in tables.meta.get("processes", [])
-                                          if str(p.get("host")) == host]}
-    one = RunTables(meta=meta, steps=only_host(tables.steps, host), compiles=only_host(tables.compiles, host),
-                    fallbacks=only_host(tables.fallbacks, host), metrics=only_host(tables.metrics, host),
-                    extra=HostTables(tables.extra, host))
+    meta = {
+        **tables.meta,
+        "processes": [p for p in tables.meta.get("processes", []) if str(p.get("host")) == host],
+    }
+    one = RunTables(
+        meta=meta,
+        steps=only_host(tables.steps, host),
+        compiles=only_host(tables.compiles, host),
+        fallbacks=only_host(tables.fallbacks, host),
+        metrics=only_host(tables.metrics, host),
+        extra=HostTables(tables.extra, host),
+    )
     one.__dict__["families"] = only_host(tables.families, host)  # families are per process already
     return one
 
@@ -72,7 +79,9 @@ def hosts_text(named: list[str], total: int) -> str:
     """'host-3 (1 of 4)', 'host-1, host-2 (2 of 4)', 'all 4 hosts'."""
     if len(named) == total:
         return f"all {total} hosts"
-    shown = ", ".join(named[:HOSTS_SHOWN]) + (f" +{len(named) - HOSTS_SHOWN} more" if len(named) > HOSTS_SHOWN else "")
+    shown = ", ".join(named[:HOSTS_SHOWN]) + (
+        f" +{len(named) - HOSTS_SHOWN} more" if len(named) > HOSTS_SHOWN else ""
+    )
     return f"{shown} ({len(named)} of {total})"
 
 
@@ -81,17 +90,32 @@ def _merge(found: list[tuple[str, Finding]], total: int) -> Finding:
     hosts = [h for h, _ in found]
     worst_host, worst = max(found, key=lambda hf: (-SEVERITIES.index(hf[1].severity), hf[1].cost_s))
     where = hosts_text(hosts, total)
-    evidence = {**worst.evidence, "hosts": hosts, "hosts_total": total, "worst_host": worst_host,
-                "cost_s_per_host": {h: round(f.cost_s, 6) for h, f in found}}
+    evidence = {
+        **worst.evidence,
+        "hosts": hosts,
+        "hosts_total": total,
+        "worst_host": worst_host,
+        "cost_s_per_host": {h: round(f.cost_s, 6) for h, f in found},
+    }
     steps = sorted({s for _, f in found for s in f.steps})
     title = worst.title if len(hosts) == total else f"{worst.title} [hosts: {where}]"
     detail = f"{worst.detail} On {where}; figures of {worst_host}, the costliest."
-    return Finding(worst.rule, worst.severity, title, detail, worst.fix, worst.location, worst.cost_s, steps,
-                   evidence)
+    return Finding(
+        worst.rule,
+        worst.severity,
+        title,
+        detail,
+        worst.fix,
+        worst.location,
+        worst.cost_s,
+        steps,
+        evidence,
+    )
 
 
-def detect_per_host(tables: RunTables, rules: list[Callable[[RunTables], list[Finding]]],
-                    hosts: list[str]) -> list[Finding]:
+def detect_per_host(
+    tables: RunTables, rules: list[Callable[[RunTables], list[Finding]]], hosts: list[str]
+) -> list[Finding]:
     """Every rule on every host alone, the same root cause merged across hosts."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
     for host in hosts:

@@ -28,21 +28,35 @@ from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
 
 RULE = "rank_divergence"
-FIX = ("Make every host run the same step: keep rank-dependent work (logging, `.item()`, checkpoint writes) "
-       "out of the traced step or behind `xm.add_step_closure`/every-N-steps on all hosts alike, and give every "
-       "host's data the same shapes (pad to a common size), so each host compiles and runs the same graphs.")
-_UNSHARED = (" | eager #", " | unknown #")  # families numbered per process: not comparable across hosts
+FIX = (
+    "Make every host run the same step: keep rank-dependent work (logging, `.item()`, checkpoint writes) "
+    "out of the traced step or behind `xm.add_step_closure`/every-N-steps on all hosts alike, and give every "
+    "host's data the same shapes (pad to a common size), so each host compiles and runs the same graphs."
+)
+_UNSHARED = (
+    " | eager #",
+    " | unknown #",
+)  # families numbered per process: not comparable across hosts
 
 
 def _family_items(families: pd.DataFrame) -> pd.DataFrame:
     """(kind, key, location, host, step, n, seconds) per graph family and host."""
     if families.empty:
         return pd.DataFrame()
-    frame = families[~families["family"].str.contains("|".join(map(lambda s: s.replace("|", r"\|"), _UNSHARED)))]
-    frame = frame.assign(key=frame["family"].str.split(" | ", n=1, regex=False).str[1],
-                         host=frame["host"].astype(str), seconds=frame["duration_ns"].fillna(0) / common.NS)
+    frame = families[
+        ~families["family"].str.contains("|".join(map(lambda s: s.replace("|", r"\|"), _UNSHARED)))
+    ]
+    frame = frame.assign(
+        key=frame["family"].str.split(" | ", n=1, regex=False).str[1],
+        host=frame["host"].astype(str),
+        seconds=frame["duration_ns"].fillna(0) / common.NS,
+    )
     grouped = frame.groupby(["key", "host"], dropna=False).agg(
-        location=("location", "first"), step=("step", "min"), n=("step", "size"), seconds=("seconds", "sum"))
+        location=("location", "first"),
+        step=("step", "min"),
+        n=("step", "size"),
+        seconds=("seconds", "sum"),
+    )
     return grouped.reset_index().assign(kind="graph")
 
 
@@ -50,9 +64,12 @@ def _site_items(frame: pd.DataFrame, kind: str, name_col: str) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame()
     located = frame.dropna(subset=["location"]).assign(host=lambda f: f["host"].astype(str))
-    located = located.assign(key=located[name_col].astype(str) + " at " + located["location"].astype(str))
-    grouped = located.groupby(["key", "host"]).agg(location=("location", "first"), step=("step", "min"),
-                                                  n=("count", "sum"))
+    located = located.assign(
+        key=located[name_col].astype(str) + " at " + located["location"].astype(str)
+    )
+    grouped = located.groupby(["key", "host"]).agg(
+        location=("location", "first"), step=("step", "min"), n=("count", "sum")
+    )
     return grouped.reset_index().assign(kind=kind, seconds=0.0)
 
 
@@ -60,19 +77,33 @@ def _items(tables: RunTables) -> pd.DataFrame:
     fallbacks = tables.fallbacks
     calls = tables.extra.get("call_sites", pd.DataFrame())
     syncs = calls[calls["kind"] == "host_sync"] if not calls.empty else calls
-    reads = fallbacks[fallbacks["op"].map(judge.is_value_read)] if not fallbacks.empty else fallbacks
-    parts = [_family_items(tables.families),
-             _site_items(fallbacks[~fallbacks["op"].map(judge.is_value_read)] if not fallbacks.empty else fallbacks,
-                         "fallback", "op"),
-             _site_items(syncs, "host_sync", "name") if not syncs.empty else _site_items(reads, "host_sync", "op")]
+    reads = (
+        fallbacks[fallbacks["op"].map(judge.is_value_read)] if not fallbacks.empty else fallbacks
+    )
+    parts = [
+        _family_items(tables.families),
+        _site_items(
+            fallbacks[~fallbacks["op"].map(judge.is_value_read)]
+            if not fallbacks.empty
+            else fallbacks,
+            "fallback",
+            "op",
+        ),
+        _site_items(syncs, "host_sync", "name")
+        if not syncs.empty
+        else _site_items(reads, "host_sync", "op"),
+    ]
     parts = [p for p in parts if not p.empty]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def _last_steps(tables: RunTables) -> dict[str, int]:
     steps = tables.steps
-    return {str(h): int(s) for h, s in steps.groupby(steps["host"].astype(str))["step"].max().items()} \
-        if not steps.empty else {}
+    return (
+        {str(h): int(s) for h, s in steps.groupby(steps["host"].astype(str))["step"].max().items()}
+        if not steps.empty
+        else {}
+    )
 
 
 def _what(rows: pd.DataFrame) -> str:
@@ -80,8 +111,10 @@ def _what(rows: pd.DataFrame) -> str:
     out = []
     graphs = rows[rows["kind"] == "graph"]
     if len(graphs):
-        out.append(f"compiled {graphs['key'].nunique()} graph famil{'ies' if graphs['key'].nunique() > 1 else 'y'} "
-                   f"({int(graphs['n'].max())} compile{'s' * (int(graphs['n'].max()) > 1)} on the costliest host)")
+        out.append(
+            f"compiled {graphs['key'].nunique()} graph famil{'ies' if graphs['key'].nunique() > 1 else 'y'} "
+            f"({int(graphs['n'].max())} compile{'s' * (int(graphs['n'].max()) > 1)} on the costliest host)"
+        )
     for kind, label in (("host_sync", "host sync"), ("fallback", "CPU fallback")):
         mine = rows[rows["kind"] == kind]
         if len(mine):
@@ -90,8 +123,14 @@ def _what(rows: pd.DataFrame) -> str:
     return " and ".join(out)
 
 
-def _finding(location: Any, present: list[str], missing: list[str], rows: pd.DataFrame, total: int,
-             wall: float) -> Finding:
+def _finding(
+    location: Any,
+    present: list[str],
+    missing: list[str],
+    rows: pd.DataFrame,
+    total: int,
+    wall: float,
+) -> Finding:
     only = len(present) <= len(missing)
     named = present if only else missing
     where = common.short_path(location) if isinstance(location, str) else "an unknown line"
@@ -101,23 +140,44 @@ def _finding(location: Any, present: list[str], missing: list[str], rows: pd.Dat
         detail = f"At {where}, hosts {hosts_text(named, total)} {what}; the other hosts did not."
     else:
         title = f"Rank divergence at {where}: {hosts_text(named, total)} did not do what the other hosts did"
-        detail = (f"At {where}, hosts {hosts_text(present, total)} {what}; {', '.join(named)} did not "
-                  "(and reached that step).")
+        detail = (
+            f"At {where}, hosts {hosts_text(present, total)} {what}; {', '.join(named)} did not "
+            "(and reached that step)."
+        )
     steps = common.steps_list(rows["step"])
     cost = float(rows.groupby("host")["seconds"].sum().max())
-    detail += (f" First at step {steps[0] if steps else 'unknown'}. Every collective of the pod waits for the host "
-               f"that does extra work. Cost: the compile time of those graphs on the costliest host, {cost:.3f} s.")
+    detail += (
+        f" First at step {steps[0] if steps else 'unknown'}. Every collective of the pod waits for the host "
+        f"that does extra work. Cost: the compile time of those graphs on the costliest host, {cost:.3f} s."
+    )
     severity = judge.severity(cost, wall)
-    evidence = {"hosts": named, "present_on": present, "missing_on": missing, "hosts_total": total,
-                "items": rows[["kind", "key", "host", "step", "n"]].to_dict("records")[:100], "only": only}
-    return Finding(RULE, "medium" if severity == "low" else severity, title, detail, FIX,
-                   location if isinstance(location, str) else None, cost, steps, evidence)
+    evidence = {
+        "hosts": named,
+        "present_on": present,
+        "missing_on": missing,
+        "hosts_total": total,
+        "items": rows[["kind", "key", "host", "step", "n"]].to_dict("records")[:100],
+        "only": only,
+    }
+    return Finding(
+        RULE,
+        "medium" if severity == "low" else severity,
+        title,
+        detail,
+        FIX,
+        location if isinstance(location, str) else None,
+        cost,
+        steps,
+        evidence,
+    )
 
 
-def _divergent(items: pd.DataFrame, hosts: list[str], last: dict[str, int]) -> list[tuple[Any, list, list, pd.DataFrame]]:
+def _divergent(
+    items: pd.DataFrame, hosts: list[str], last: dict[str, int]
+) -> list[tuple[Any, list, list, pd.DataFrame]]:
     """(location, hosts with it, hosts without it, rows) for items not on every host that could have."""
     groups: dict[tuple[Any, tuple[str, ...], tuple[str, ...]], list[pd.DataFrame]] = {}
-    for key, rows in items.groupby("key", sort=False):
+    for _key, rows in items.groupby("key", sort=False):
         present = sorted(rows["host"].unique(), key=natural_key)
         first = int(rows["step"].min())
         missing = [h for h in hosts if h not in present and last.get(h, -1) >= first]
@@ -127,10 +187,15 @@ def _divergent(items: pd.DataFrame, hosts: list[str], last: dict[str, int]) -> l
     return [(loc, list(p), list(m), pd.concat(r)) for (loc, p, m), r in groups.items()]
 
 
-def _count_finding(tables: RunTables, items: pd.DataFrame, divergent: set[str], hosts: list[str],
-                   wall: float) -> list[Finding]:
+def _count_finding(
+    tables: RunTables, items: pd.DataFrame, divergent: set[str], hosts: list[str], wall: float
+) -> list[Finding]:
     """Hosts that compiled the same families a different number of times."""
-    graphs = items[(items["kind"] == "graph") & ~items["key"].isin(divergent)] if not items.empty else items
+    graphs = (
+        items[(items["kind"] == "graph") & ~items["key"].isin(divergent)]
+        if not items.empty
+        else items
+    )
     if graphs.empty:
         return []
     counts = graphs.groupby("host")["n"].sum().reindex(hosts, fill_value=0)
@@ -140,9 +205,15 @@ def _count_finding(tables: RunTables, items: pd.DataFrame, divergent: set[str], 
         return []
     text = ", ".join(f"{h} {int(counts[h])}" for h in odd)
     title = f"Rank divergence: {hosts_text(odd, len(hosts))} compiled another number of graphs ({text}; usual {usual})"
-    detail = (f"Of the graph families every host compiled, hosts {text} compiled a different number of graphs "
-              f"than the usual {usual}: recompiles on some hosts only (see the recompile finding's hosts).")
-    evidence = {"hosts": odd, "hosts_total": len(hosts), "graphs_per_host": {h: int(counts[h]) for h in hosts}}
+    detail = (
+        f"Of the graph families every host compiled, hosts {text} compiled a different number of graphs "
+        f"than the usual {usual}: recompiles on some hosts only (see the recompile finding's hosts)."
+    )
+    evidence = {
+        "hosts": odd,
+        "hosts_total": len(hosts),
+        "graphs_per_host": {h: int(counts[h]) for h in hosts},
+    }
     return [Finding(RULE, "medium", title, detail, FIX, None, 0.0, [], evidence)]
 
 

@@ -23,46 +23,79 @@ from tpuscope.schema import Finding
 
 RULE = "straggler"
 FIXES = {
-    "compile": ("Find what this host compiles that the others do not (the rank_divergence finding names the "
-                "line): rank-dependent Python (`if rank == 0:`) traced into the step, or shapes that differ on "
-                "this host's shard of the data."),
-    "execute": ("The device of this host runs the same step slower: check its chips (`tpu-info`), its data "
-                "shard's sizes (padding to a common shape keeps every host's graph the same) and thermal or "
-                "hardware alerts for that worker."),
-    "host": ("This host spends longer outside XLA in each step: its input pipeline (more workers or "
-             "prefetch, data local to the host), rank-specific logging or checkpointing (move it off the step "
-             "or to every N steps), or `.item()`/print reads that only this host makes."),
+    "compile": (
+        "Find what this host compiles that the others do not (the rank_divergence finding names the "
+        "line): rank-dependent Python (`if rank == 0:`) traced into the step, or shapes that differ on "
+        "this host's shard of the data."
+    ),
+    "execute": (
+        "The device of this host runs the same step slower: check its chips (`tpu-info`), its data "
+        "shard's sizes (padding to a common shape keeps every host's graph the same) and thermal or "
+        "hardware alerts for that worker."
+    ),
+    "host": (
+        "This host spends longer outside XLA in each step: its input pipeline (more workers or "
+        "prefetch, data local to the host), rank-specific logging or checkpointing (move it off the step "
+        "or to every N steps), or `.item()`/print reads that only this host makes."
+    ),
 }
 
 
 def _steps_text(steps: list[int]) -> str:
-    return ", ".join(map(str, steps[:10])) + (f" ... ({len(steps)} steps)" if len(steps) > 10 else "")
+    return ", ".join(map(str, steps[:10])) + (
+        f" ... ({len(steps)} steps)" if len(steps) > 10 else ""
+    )
 
 
 def _cause_text(cause: dict[str, Any] | None) -> str:
     if not cause:
         return "not told apart by the tables"
     more = "; ".join(f"{n:g} more {label}" for label, n in cause["more_than_pod"].items())
-    return f"{cause['text']}, +{cause['excess_ms']:.1f} ms per slow step" + (f" ({more} than the pod's median)"
-                                                                               if more else "")
+    return f"{cause['text']}, +{cause['excess_ms']:.1f} ms per slow step" + (
+        f" ({more} than the pod's median)" if more else ""
+    )
 
 
-def _finding(host: dict[str, Any], view: dict[str, Any], total_hosts: int, pod_wall_s: float) -> Finding:
+def _finding(
+    host: dict[str, Any], view: dict[str, Any], total_hosts: int, pod_wall_s: float
+) -> Finding:
     slow = host["slow_steps"]
     cost = host["excess_ms"] * len(slow) / 1e3
-    title = (f"Straggler {host['host']}: {host['excess_ms']:.1f} ms slower per step than the pod's median "
-             f"({view['pod_p50_ms']:.1f} ms) on {len(slow)} of {host['steps']} judged steps")
-    detail = (f"Host {host['host']} (1 of {total_hosts}) took {host['p50_ms']:.1f} ms per judged step against the "
-              f"pod's median of {view['pod_p50_ms']:.1f} ms: a median excess of {host['excess_ms']:.1f} ms, above "
-              f"the noise between steps ({view['noise_ms']:.2f} ms; threshold {view['threshold_ms']:.2f} ms). "
-              f"Slow steps: {_steps_text(slow)}. Where the time went: {_cause_text(host['cause'])}. Every "
-              f"collective of the pod waits for the slowest host. Cost: its excess over the pod's step times "
-              f"summed over those steps, {cost:.3f} s.")
+    title = (
+        f"Straggler {host['host']}: {host['excess_ms']:.1f} ms slower per step than the pod's median "
+        f"({view['pod_p50_ms']:.1f} ms) on {len(slow)} of {host['steps']} judged steps"
+    )
+    detail = (
+        f"Host {host['host']} (1 of {total_hosts}) took {host['p50_ms']:.1f} ms per judged step against the "
+        f"pod's median of {view['pod_p50_ms']:.1f} ms: a median excess of {host['excess_ms']:.1f} ms, above "
+        f"the noise between steps ({view['noise_ms']:.2f} ms; threshold {view['threshold_ms']:.2f} ms). "
+        f"Slow steps: {_steps_text(slow)}. Where the time went: {_cause_text(host['cause'])}. Every "
+        f"collective of the pod waits for the slowest host. Cost: its excess over the pod's step times "
+        f"summed over those steps, {cost:.3f} s."
+    )
     part = (host["cause"] or {}).get("part", "host")
-    evidence = {"host": host["host"], "p50_ms": host["p50_ms"], "pod_p50_ms": view["pod_p50_ms"],
-                "excess_ms": host["excess_ms"], "noise_ms": view["noise_ms"], "threshold_ms": view["threshold_ms"],
-                "cause": host["cause"], "hosts": [host["host"]], "hosts_total": total_hosts}
-    return Finding(RULE, judge.severity(cost, pod_wall_s), title, detail, FIXES[part], None, cost, slow, evidence)
+    evidence = {
+        "host": host["host"],
+        "p50_ms": host["p50_ms"],
+        "pod_p50_ms": view["pod_p50_ms"],
+        "excess_ms": host["excess_ms"],
+        "noise_ms": view["noise_ms"],
+        "threshold_ms": view["threshold_ms"],
+        "cause": host["cause"],
+        "hosts": [host["host"]],
+        "hosts_total": total_hosts,
+    }
+    return Finding(
+        RULE,
+        judge.severity(cost, pod_wall_s),
+        title,
+        detail,
+        FIXES[part],
+        None,
+        cost,
+        slow,
+        evidence,
+    )
 
 
 def detect_straggler(tables: RunTables) -> list[Finding]:
@@ -73,4 +106,6 @@ def detect_straggler(tables: RunTables) -> list[Finding]:
         return []
     # the pod's judged time: its median host's judged steps (the hosts run side by side)
     pod_wall_s = view["pod_p50_ms"] * max(h["steps"] for h in view["hosts"]) / 1e3
-    return [_finding(h, view, len(view["hosts"]), pod_wall_s) for h in view["hosts"] if h["straggler"]]
+    return [
+        _finding(h, view, len(view["hosts"]), pod_wall_s) for h in view["hosts"] if h["straggler"]
+    ]

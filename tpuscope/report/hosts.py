@@ -14,17 +14,28 @@ def hosts_table(hosts: list[dict[str, Any]] | None) -> Table | None:
     if not hosts:
         return None
     table = Table(title=f"Hosts ({len(hosts)})", title_justify="left")
-    for col, kw in (("host", {}), ("procs", {"justify": "right"}), ("steps", {"justify": "right"}),
-                    ("p50 (ms)", {"justify": "right"}), ("vs pod (ms)", {"justify": "right"}),
-                    ("ended", {}), ("findings naming it", {})):
+    for col, kw in (
+        ("host", {}),
+        ("procs", {"justify": "right"}),
+        ("steps", {"justify": "right"}),
+        ("p50 (ms)", {"justify": "right"}),
+        ("vs pod (ms)", {"justify": "right"}),
+        ("ended", {}),
+        ("findings naming it", {}),
+    ):
         table.add_column(col, **kw)
     for h in hosts:
         excess = h.get("excess_ms")
-        table.add_row(h["host"], str(h.get("processes", "-")), str(h.get("steps", "-")),
-                      f"{h['p50_ms']:.2f}" if h.get("p50_ms") is not None else "-",
-                      f"{excess:+.2f}" if excess is not None else "-", str(h.get("status") or "-"),
-                      ", ".join(h.get("rules") or []) or "-",
-                      style="bold red" if h.get("straggler") else None)
+        table.add_row(
+            h["host"],
+            str(h.get("processes", "-")),
+            str(h.get("steps", "-")),
+            f"{h['p50_ms']:.2f}" if h.get("p50_ms") is not None else "-",
+            f"{excess:+.2f}" if excess is not None else "-",
+            str(h.get("status") or "-"),
+            ", ".join(h.get("rules") or []) or "-",
+            style="bold red" if h.get("straggler") else None,
+        )
     return table
 
 

@@ -46,7 +46,11 @@ def host_name(env: Mapping[str, str] | None = None) -> str:
     worker = env.get("TPU_WORKER_ID") or env.get("CLOUD_TPU_TASK_ID")
     if worker and worker.strip().isdigit():
         slice_id = env.get("MEGASCALE_SLICE_ID", "").strip()
-        prefix = f"slice{slice_id}-" if slice_id.isdigit() and env.get("MEGASCALE_NUM_SLICES", "1") != "1" else ""
+        prefix = (
+            f"slice{slice_id}-"
+            if slice_id.isdigit() and env.get("MEGASCALE_NUM_SLICES", "1") != "1"
+            else ""
+        )
         return f"{prefix}worker-{int(worker)}"
     return socket.gethostname()
 
@@ -71,7 +75,11 @@ def _last_write_ns(run_dir: Path, host: str) -> int:
     newest = 0
     for root, _, files in os.walk(run_dir):
         for name in files:
-            if tag in name or name == f"{safe_host(host)}.json" or name.startswith(f"{safe_host(host)}-"):
+            if (
+                tag in name
+                or name == f"{safe_host(host)}.json"
+                or name.startswith(f"{safe_host(host)}-")
+            ):
                 try:
                     newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
                 except OSError:
@@ -89,7 +97,9 @@ def host_status(run_dir: Path, host_meta: dict[str, Any]) -> str:
     status = str(host_meta.get("status") or "unknown")
     if status == "running" and launcher_gone(host_meta.get("launcher")):
         written = _last_write_ns(run_dir, str(host_meta.get("host")))
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(written / 1e9)) if written else "?"
+        stamp = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(written / 1e9)) if written else "?"
+        )
         return f"lost (last write at {stamp})"
     return status
 
@@ -132,19 +142,34 @@ def combine(meta: dict[str, Any], run_dir: Path, warnings: list[str]) -> dict[st
     if not hosts:
         return meta
     first = hosts[0]
-    for key in ("argv", "command", "cwd", "warmup", "deep", "env_set", "env_left_to_user", "target",
-                "trace_steps", "tpuscope_version"):
+    for key in (
+        "argv",
+        "command",
+        "cwd",
+        "warmup",
+        "deep",
+        "env_set",
+        "env_left_to_user",
+        "target",
+        "trace_steps",
+        "tpuscope_version",
+    ):
         if key in first and key not in meta:
             meta[key] = first[key]
     starts = [h["start_ns"] for h in hosts if h.get("start_ns")]
     ends = [h.get("end_ns") for h in hosts]
     codes = [h.get("exit_code") for h in hosts if h.get("exit_code") not in (None, 0)]
     meta.update(
-        hosts=[{k: h.get(k) for k in ("host", "status", "exit_code", "start_ns", "end_ns")} for h in hosts],
+        hosts=[
+            {k: h.get(k) for k in ("host", "status", "exit_code", "start_ns", "end_ns")}
+            for h in hosts
+        ],
         status=combined_status([h["status"] for h in hosts]),
         start_ns=min(starts) if starts else meta.get("start_ns"),
         end_ns=max(ends) if ends and all(ends) else None,
-        exit_code=codes[0] if codes else (0 if all(h.get("exit_code") == 0 for h in hosts) else None),
+        exit_code=codes[0]
+        if codes
+        else (0 if all(h.get("exit_code") == 0 for h in hosts) else None),
     )
     return meta
 
@@ -177,16 +202,29 @@ def join_run(root: Path, run_id: str, **shared: Any) -> Path:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         if (run_dir / "meta.json").is_file() and not is_pod_run(run_dir):
-            raise StoreError(f"run {run_id} already exists in {root} and was not started with --run-id: "
-                             "pick another id")
+            raise StoreError(
+                f"run {run_id} already exists in {root} and was not started with --run-id: "
+                "pick another id"
+            )
         (run_dir / HOSTS_DIR).mkdir(exist_ok=True)
         meta = run_dir / "meta.json"
         if not meta.exists():
             tmp = run_dir / f".meta.json.{os.getpid()}.{safe_host(host_name())}.tmp"
             import json
 
-            tmp.write_text(json.dumps({"run_id": run_id, "name": shared.pop("name", run_id), "pod": True,
-                                       "schema_version": SCHEMA_VERSION, **shared}, indent=2, default=str))
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "run_id": run_id,
+                        "name": shared.pop("name", run_id),
+                        "pod": True,
+                        "schema_version": SCHEMA_VERSION,
+                        **shared,
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
             try:
                 os.link(tmp, meta)
             except FileExistsError:
