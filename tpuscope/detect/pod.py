@@ -48,8 +48,16 @@ def only_host(frame: pd.DataFrame, host: str) -> pd.DataFrame:
 
 
 def run_hosts(tables: RunTables) -> list[str]:
-    """The hosts whose rows the run holds (steps, compiles, fallbacks)."""
-    return hosts_of(tables.steps, tables.compiles, tables.fallbacks)
+    """The hosts of a live run: those of its profiled processes (procs/) that wrote rows.
+
+    Imported evidence is not (each imported file is a process of status "imported" whose
+    `host` is the file's name), so an import of many files is judged as one run, as before."""
+    live = {
+        str(p.get("host"))
+        for p in tables.meta.get("processes", [])
+        if p.get("host") and p.get("status") != "imported"
+    }
+    return [h for h in hosts_of(tables.steps, tables.compiles, tables.fallbacks) if h in live]
 
 
 def for_host(tables: RunTables, host: str) -> RunTables:
