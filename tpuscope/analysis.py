@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpuscope.analyze.hosts import hosts_section
-from tpuscope.analyze.judge import judged_steps
 from tpuscope.analyze.summary import summarize
 from tpuscope.detect import RunTables, detect
+from tpuscope.detect.pod import hosts_section
 from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
@@ -40,7 +39,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
                                    for rule in sorted({f.rule for f in findings})}
     summary["analysis_version"] = ANALYSIS_VERSION
-    hosts = hosts_section(tables.meta, tables.steps, judged_steps(tables.steps, tables.warmup), findings)
+    hosts = hosts_section(tables, findings)
     if hosts:  # a run of many hosts (a pod): each host's figures and the findings naming it
         summary["hosts"] = hosts
     return summary

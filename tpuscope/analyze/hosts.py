@@ -5,8 +5,8 @@ time of a step is the slowest of its processes' (a host is as late as its last r
 the pod's time of a step is the median over hosts. The noise between steps is the
 median over hosts of each host's robust spread of its own step times (1.4826 x MAD);
 a host is a straggler when its median excess over the pod's step times is above
-NOISE_FACTOR x that noise and above MIN_SHARE of the pod's median step, and its slow
-steps are those where its excess is. Pure: DataFrames in, plain data out.
+NOISE_FACTOR x that noise, above MIN_SHARE of the pod's median step and above 1 ms, and
+its slow steps are those where its excess is. Pure: DataFrames in, plain data out.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pandas as pd
 
 NOISE_FACTOR = 2.0
 MIN_SHARE = 0.05
+MIN_EXCESS_NS = 1_000_000  # 1 ms: below it, the OS's scheduling of a host's threads, not the program
 MAD_TO_SIGMA = 1.4826
 NS_PER_MS = 1e6
 # What a slow step's time went to, from the steps table's own columns.
@@ -56,13 +57,14 @@ def per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(
             columns=["host", "step", "wall_ns", "host_ns", *[c for c, _ in COMPONENTS.values()]]
         )
-    frame = judged.assign(host=judged["host"].astype(str))
+    frame = judged.assign(host=judged["host"].astype(str).astype("category"))  # fast to group by
     numeric = [c for c in ("compile_ns", "execute_ns", *COUNTS) if c in frame.columns]
     frame = frame.assign(**{c: frame[c].fillna(0) for c in numeric})
-    grouped = frame.groupby(["host", "step"], sort=False).agg(
+    grouped = frame.groupby(["host", "step"], sort=False, observed=True).agg(
         wall_ns=("wall_ns", "max"), **{c: (c, "sum") for c in numeric}
     )
     grouped = grouped.reset_index()
+    grouped["host"] = grouped["host"].astype(str)
     grouped["host_ns"] = (
         grouped["wall_ns"] - grouped.get("compile_ns", 0) - grouped.get("execute_ns", 0)
     ).clip(lower=0)
@@ -103,10 +105,11 @@ def pod_view(judged: pd.DataFrame) -> dict[str, Any]:
     )
     pod_p50 = float(rows.groupby("host")["wall_ns"].median().median())
     noise = _noise_ns(rows)
-    threshold = max(NOISE_FACTOR * noise, MIN_SHARE * pod_p50)
+    threshold = max(NOISE_FACTOR * noise, MIN_SHARE * pod_p50, MIN_EXCESS_NS)
     per_host = []
+    by_host = dict(list(rows.groupby("host", sort=False)))
     for host in hosts:
-        mine = rows[rows["host"] == host]
+        mine = by_host[host]
         slow = mine[mine["excess_ns"] > threshold]
         per_host.append(
             {
@@ -157,42 +160,15 @@ def host_summary(
     for proc in meta.get("processes", []):
         procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
     rows = per_host_steps(judged)
-    out = []
-    for host in hosts_of(steps):
-        mine = rows[rows["host"] == host] if not rows.empty else rows
-        out.append(
-            {
-                "host": host,
-                "processes": procs.get(host, 0),
-                "steps": int((steps["host"].astype(str) == host).sum()),
-                "p50_ms": float(mine["wall_ns"].median()) / NS_PER_MS if len(mine) else None,
-                "status": ended.get(host),
-            }
-        )
-    return out
-
-
-def hosts_section(
-    meta: dict[str, Any], steps: pd.DataFrame, judged: pd.DataFrame, findings: list[Any]
-) -> list[dict[str, Any]] | None:
-    """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
-    a straggler and the rules whose findings name it."""
-    rows = host_summary(steps, judged, meta)
-    if len(rows) < 2:
-        return None
-    view = {h["host"]: h for h in pod_view(judged).get("hosts", [])}
-    for row in rows:
-        named = sorted(
-            {
-                f.rule
-                for f in findings
-                if row["host"] in (f.evidence.get("hosts") or [])
-                and len(f.evidence.get("hosts") or []) < len(rows)
-            }
-        )
-        row.update(
-            rules=named,
-            straggler=bool(view.get(row["host"], {}).get("straggler")),
-            excess_ms=view.get(row["host"], {}).get("excess_ms"),
-        )
-    return rows
+    p50 = rows.groupby("host")["wall_ns"].median() / NS_PER_MS if not rows.empty else {}
+    counts = steps["host"].astype(str).value_counts() if not steps.empty else {}
+    return [
+        {
+            "host": host,
+            "processes": procs.get(host, 0),
+            "steps": int(counts.get(host, 0)),
+            "p50_ms": float(p50[host]) if host in p50 else None,
+            "status": ended.get(host),
+        }
+        for host in sorted(counts.keys() if len(counts) else [], key=natural_key)
+    ]

@@ -28,16 +28,24 @@ def _process_keys(frame: pd.DataFrame) -> list[str]:
 
 
 def judged_steps(tables: RunTables) -> pd.DataFrame:
-    """Steps past each process's warm-up, without the after-the-loop step (analyze/judge)."""
-    return judge.judged_steps(tables.steps, tables.warmup)
+    """Steps past each process's warm-up, without the after-the-loop step (analyze/judge).
+    Judged once per RunTables: every rule asks, and a pod's steps table has millions of rows."""
+    cached = tables.__dict__.get("_judged")
+    if cached is None or cached[0] is not tables.steps:
+        cached = tables.__dict__["_judged"] = (tables.steps, judge.judged_steps(tables.steps, tables.warmup))
+    return cached[1]
 
 
 def loop_steps(tables: RunTables) -> pd.DataFrame:
-    """Every step of the program's loop (warm-up included, the after-the-loop step not)."""
+    """Every step of the program's loop (warm-up included, the after-the-loop step not);
+    once per RunTables, as judged_steps."""
     steps = tables.steps
     if steps.empty:
         return steps
-    return steps[judge.phases(steps, tables.warmup) != "after"]
+    cached = tables.__dict__.get("_loop")
+    if cached is None or cached[0] is not steps:
+        cached = tables.__dict__["_loop"] = (steps, steps[judge.phases(steps, tables.warmup) != "after"])
+    return cached[1]
 
 
 def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:

@@ -16,35 +16,68 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.hosts import hosts_of
+from tpuscope.analyze.hosts import host_summary, hosts_of, pod_view
+from tpuscope.detect import common
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import SEVERITIES, Finding
 
 HOSTS_SHOWN = 6
 
 
+class HostSplit:
+    """A run's tables split by host, each table once (not once per host: a pod of 64 hosts
+    and 100k steps has 6.4M step rows), on first use."""
+
+    def __init__(self, tables: RunTables) -> None:
+        self._tables, self._parts = tables, {}
+
+    def get(self, name: str, host: str) -> pd.DataFrame:
+        if name not in self._parts:
+            frame = getattr(self._tables, name) if name in MAIN else self._tables.extra[name]
+            self._parts[name] = (
+                {str(h): part for h, part in frame.groupby("host", sort=False, observed=True)}
+                if not frame.empty and "host" in frame.columns
+                else None
+            )
+            self._parts[name + ":empty"] = frame.iloc[0:0]
+        return self._pick(name, host)
+
+    def derived(self, key: str, compute: Any, host: str) -> pd.DataFrame:
+        """compute(the whole run's tables), split by host once, this host's part."""
+        if key not in self._parts:
+            frame = compute(self._tables)
+            self._parts[key] = {
+                str(h): p for h, p in frame.groupby("host", sort=False, observed=True)
+            }
+            self._parts[key + ":empty"] = frame.iloc[0:0]
+        return self._pick(key, host)
+
+    def _pick(self, name: str, host: str) -> pd.DataFrame:
+        parts = self._parts[name]
+        if parts is None:  # no host column: every host sees the whole table
+            return getattr(self._tables, name) if name in MAIN else self._tables.extra[name]
+        return parts.get(host, self._parts[name + ":empty"])
+
+
+MAIN = ("steps", "compiles", "fallbacks", "metrics", "families")
+
+
 class HostTables(Mapping[str, pd.DataFrame]):
     """Another RunTables' extra tables, read lazily and cut to one host's rows."""
 
-    def __init__(self, extra: Mapping[str, pd.DataFrame], host: str) -> None:
-        self._extra, self._host, self._cache = extra, host, {}
+    def __init__(self, split: HostSplit, names: Mapping[str, pd.DataFrame], host: str) -> None:
+        self._split, self._names, self._host = split, names, host
 
     def __getitem__(self, name: str) -> pd.DataFrame:
-        if name not in self._cache:
-            self._cache[name] = only_host(self._extra[name], self._host)
-        return self._cache[name]
+        if name not in self._names:
+            raise KeyError(name)
+        return self._split.get(name, self._host)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._extra)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._extra)
-
-
-def only_host(frame: pd.DataFrame, host: str) -> pd.DataFrame:
-    if frame.empty or "host" not in frame.columns:
-        return frame
-    return frame[frame["host"].astype(str) == host]
+        return len(self._names)
 
 
 def run_hosts(tables: RunTables) -> list[str]:
@@ -60,21 +93,26 @@ def run_hosts(tables: RunTables) -> list[str]:
     return [h for h in hosts_of(tables.steps, tables.compiles, tables.fallbacks) if h in live]
 
 
-def for_host(tables: RunTables, host: str) -> RunTables:
+def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> RunTables:
     """The run as one host saw it: its rows, its processes' meta, its graph families."""
+    split = split or HostSplit(tables)
     meta = {
         **tables.meta,
         "processes": [p for p in tables.meta.get("processes", []) if str(p.get("host")) == host],
     }
     one = RunTables(
         meta=meta,
-        steps=only_host(tables.steps, host),
-        compiles=only_host(tables.compiles, host),
-        fallbacks=only_host(tables.fallbacks, host),
-        metrics=only_host(tables.metrics, host),
-        extra=HostTables(tables.extra, host),
+        steps=split.get("steps", host),
+        compiles=split.get("compiles", host),
+        fallbacks=split.get("fallbacks", host),
+        metrics=split.get("metrics", host),
+        extra=HostTables(split, tables.extra, host),
     )
-    one.__dict__["families"] = only_host(tables.families, host)  # families are per process already
+    one.__dict__["families"] = split.get("families", host)  # families are per process already
+    # steps are judged per process: the whole run's judged and loop steps, cut to this host
+    for key, whole in (("_judged", common.judged_steps), ("_loop", common.loop_steps)):
+        if not one.steps.empty:
+            one.__dict__[key] = (one.steps, split.derived(key, whole, host))
     return one
 
 
@@ -126,9 +164,41 @@ def detect_per_host(
 ) -> list[Finding]:
     """Every rule on every host alone, the same root cause merged across hosts."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
+    split = HostSplit(tables)
     for host in hosts:
-        one = for_host(tables, host)
+        one = for_host(tables, host, split)
         for rule in rules:
             for finding in rule(one):
                 groups.setdefault(_key(finding), []).append((host, finding))
     return [_merge(found, len(hosts)) for found in groups.values()]
+
+
+def pod_view_of(tables: RunTables) -> dict[str, Any]:
+    """analyze/hosts.pod_view of the run's judged steps, computed once per RunTables (the
+    straggler rule and the summary's hosts both read it)."""
+    if "_pod_view" not in tables.__dict__:
+        tables.__dict__["_pod_view"] = pod_view(common.judged_steps(tables))
+    return tables.__dict__["_pod_view"]
+
+
+def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, Any]] | None:
+    """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
+    a straggler and the rules whose findings name it (not every host)."""
+    rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta)
+    if len(rows) < 2:
+        return None
+    view = {h["host"]: h for h in pod_view_of(tables).get("hosts", [])}
+    for row in rows:
+        named = sorted(
+            {
+                f.rule
+                for f in findings
+                if row["host"] in (f.evidence.get("hosts") or [])
+                and len(f.evidence.get("hosts") or []) < len(rows)
+            }
+        )
+        mine = view.get(row["host"], {})
+        row.update(
+            rules=named, straggler=bool(mine.get("straggler")), excess_ms=mine.get("excess_ms")
+        )
+    return rows

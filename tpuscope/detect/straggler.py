@@ -4,7 +4,7 @@ In a pod every collective waits for the last host, so one slow host makes every 
 step as slow as its own. The rule compares each host's judged step times with the
 pod's median step time, step by step (analyze/hosts.pod_view): a host whose median
 excess is above the noise between steps (NOISE_FACTOR x the hosts' robust spread, and
-at least MIN_SHARE of the median step) is a straggler, on the steps where its excess
+at least MIN_SHARE of the median step and 1 ms) is a straggler, on the steps where its excess
 is. The cause is what its slow steps spent more on than the pod's: its own compiles,
 device execution, or time outside both (input pipeline, Python work, host syncs), with
 the compiles, CPU fallbacks and host syncs it had more of. Cost: its excess summed over
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuscope.analyze import hosts as pod
 from tpuscope.analyze import judge
-from tpuscope.detect import common
+from tpuscope.detect.pod import pod_view_of
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
 
@@ -100,8 +99,7 @@ def _finding(
 
 def detect_straggler(tables: RunTables) -> list[Finding]:
     """One finding per host that is slower than the pod by more than the noise between steps."""
-    judged = common.judged_steps(tables)
-    view = pod.pod_view(judged)
+    view = pod_view_of(tables)
     if not view:
         return []
     # the pod's judged time: its median host's judged steps (the hosts run side by side)
