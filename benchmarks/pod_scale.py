@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     from tpuscope_dashboards.app import route
     from tpuscope_dashboards.data import StoreData
 
-    from tpuscope.analysis import analyze
+    from tpuscope.detect.run_analysis import analyze
 
     with tempfile.TemporaryDirectory() as tmp:
         _, build_s = _timed(lambda: make_pod(Path(tmp), args.hosts, args.steps))

@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.analysis import current
 from tpuscope.detect.registry import order
+from tpuscope.detect.run_analysis import current
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, read_meta, read_table
 from tpuscope.store.parts import read_part
@@ -198,7 +198,7 @@ class StoreData:
         return self.derived(run_id, "findings", ("findings",), load)
 
     def summary(self, run_id: str) -> dict[str, Any]:
-        """The run's one analysis (tpuscope.analysis: written at the run's end, computed in
+        """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed in
         memory for a run still going) plus the counts the pages show."""
         run_dir = self.run_dir(run_id)
         names = ("steps", "compiles", "fallbacks", "findings")

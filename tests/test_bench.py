@@ -21,8 +21,8 @@ from tests.conftest import run_tpuscope
 from tpuscope.bench import stats
 from tpuscope.bench.modes import precheck
 from tpuscope.bench.script import ScriptError, parse_ref
-from tpuscope.cli import main
-from tpuscope.runner import tpu_present
+from tpuscope.cli.main import main
+from tpuscope.launch.program import tpu_present
 from tpuscope.store import RunStore, load_run
 
 FAST_XLA = {"XLA_FLAGS": "--xla_backend_optimization_level=1 --xla_cpu_multi_thread_eigen=false"}

@@ -24,8 +24,8 @@ from urllib.request import urlopen
 import pandas as pd
 import pytest
 
-from tpuscope.analysis import current
 from tpuscope.analyze.shapes import parse_shape
+from tpuscope.detect.run_analysis import current
 from tpuscope.store import Run
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -141,7 +141,7 @@ def text(browser, ident: str) -> str:
 
 
 def expected(store, run_id: str) -> tuple[Run, dict[str, Any]]:
-    """The run and its one analysis, as every surface reads it (tpuscope.analysis)."""
+    """The run and its one analysis, as every surface reads it (tpuscope.detect.run_analysis)."""
     run = Run(store.root / run_id)
     return run, current(run).summary
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED, real_trace, run_tpuscope
-from tpuscope.importers import IMPORTERS, Evidence, Importer, import_paths, register
-from tpuscope.importers.metrics_report import parse_metrics_report, parse_quantity
+from tpuscope.ingest import IMPORTERS, Evidence, Importer, import_paths, register
+from tpuscope.ingest.metrics_report import parse_metrics_report, parse_quantity
 from tpuscope.store import Run, RunStore
 
 REPORTS = "metrics_reports"
@@ -30,7 +30,7 @@ IMAGENET = "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imag
 
 
 def findings_by_rule(run_dir: Path) -> dict[str, list]:
-    from tpuscope.analysis import analyze
+    from tpuscope.detect.run_analysis import analyze
 
     out: dict[str, list] = {}
     for finding in analyze(Run(run_dir)).findings:

@@ -18,7 +18,7 @@ jnp = pytest.importorskip("jax.numpy")
 
 import tpuscope  # noqa: E402
 from tests.conftest import ROOT, run_tpuscope  # noqa: E402
-from tpuscope.collect.jax_explain import (  # noqa: E402
+from tpuscope.collect.jax.explain import (  # noqa: E402
     DEBUG_INFO,
     FIRST,
     INPUT_TYPES,
@@ -344,8 +344,8 @@ def test_sample_trace_jax_retrace_gives_its_expected_findings() -> None:
 
 def test_step_function_is_the_most_called_jitted_function(tmp_path: Path) -> None:
     """Eval steps first, then training: steps follow eval_step until train_step overtakes it."""
-    from tpuscope.collect.jax import JaxCollector
-    from tpuscope.collect.jax_hooks import JitTarget
+    from tpuscope.collect.jax.collector import JaxCollector
+    from tpuscope.collect.jax.hooks import JitTarget
     from tpuscope.collect.session import Session
     from tpuscope.store import RunStore
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import run_tpuscope
 from tests.pod_run import HOSTS, RUN_ID, STEPS, WARMUP, marked_line, pod_run
-from tpuscope.analysis import analyze
+from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
 from tpuscope.store import Run, RunStore, StoreError
 from tpuscope.store.hosts import combined_status, host_name, join_run

@@ -1,4 +1,4 @@
-"""The TorchTPU adapter (tpuscope.collect.tpu).
+"""The TorchTPU adapter (tpuscope.collect.torch_tpu.collector).
 
 torch_tpu needs torch>=2.11 and, for anything but its settings, a TPU. Here:
 - the collector runs with real torch (optimizer hooks, warnings), a real Session
@@ -28,11 +28,17 @@ import pytest
 
 import tpuscope
 from tests.conftest import ROOT, run_tpuscope
-from tpuscope.analysis import analyze
 from tpuscope.collect.session import Session
-from tpuscope.collect.tpu import CacheStats, TorchTpuApi, TpuCollector, duration_ns, mode_label
+from tpuscope.collect.torch_tpu.collector import (
+    CacheStats,
+    TorchTpuApi,
+    TpuCollector,
+    duration_ns,
+    mode_label,
+)
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS
-from tpuscope.runner import tpu_present
+from tpuscope.detect.run_analysis import analyze
+from tpuscope.launch.program import tpu_present
 from tpuscope.store import RunStore
 
 torch = pytest.importorskip("torch")

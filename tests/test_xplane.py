@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import real_trace, run_tpuscope
-from tpuscope.collect import trace_ingest, xplane, xplane_wire, xprof_tools
-from tpuscope.collect.xplane import XSpace, XSpaceDecodeError, read_xspace, space_info
+from tpuscope.ingest import traces as trace_ingest
+from tpuscope.parse import xplane, xplane_wire, xprof_tools
+from tpuscope.parse.xplane import XSpace, XSpaceDecodeError, read_xspace, space_info
 from tpuscope.report.device import device_view
 from tpuscope.report.perfetto import write_chrome_trace
 from tpuscope.store import Run, read_table

@@ -19,7 +19,7 @@ sys.path.append(os.environ["TPUSCOPE_SRC"])
 sys.path.extend(os.environ.get("TPUSCOPE_EXTRA_PATH", "").split(os.pathsep))  # pyarrow, pandas, ...
 
 from tpuscope.collect.session import Session  # noqa: E402
-from tpuscope.collect.tpu import TorchTpuApi, TpuCollector, mode_label  # noqa: E402
+from tpuscope.collect.torch_tpu.collector import TorchTpuApi, TpuCollector, mode_label  # noqa: E402
 from tpuscope.store import Run  # noqa: E402
 
 api = TorchTpuApi.from_package()

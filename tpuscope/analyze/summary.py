@@ -2,7 +2,7 @@
 
 Every surface (console report, `show --json`, the dashboard, the pytest plugin and
 imports) shows these figures as written into the run at analysis time
-(tpuscope.analysis), so they cannot disagree. Compiles are counted by graph family
+(tpuscope.detect.run_analysis), so they cannot disagree. Compiles are counted by graph family
 (analyze/families.py): `recompiles` are further compiles of a family that compiled
 before, wherever they happen; step times and per-step rates are over the judged steps
 (analyze/judge.py); value reads are host reads, not CPU fallbacks.

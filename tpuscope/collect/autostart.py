@@ -71,7 +71,7 @@ def _on_torch_xla(module: Any) -> None:
     session = active_session()
     if session is None or session._closed:
         return
-    from tpuscope.collect.xla import XlaCollector
+    from tpuscope.collect.xla.collector import XlaCollector
 
     debug_file = _active.get("debug_file") or (
         os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None)
@@ -100,7 +100,7 @@ def _on_mp_spawn(module: Any) -> None:
 def _on_jax(module: Any) -> None:
     session = active_session()
     if session is not None and not session._closed:
-        from tpuscope.collect.jax import JaxCollector
+        from tpuscope.collect.jax.collector import JaxCollector
 
         try:
             _active["collectors"].append(JaxCollector(session).install())
@@ -111,7 +111,7 @@ def _on_jax(module: Any) -> None:
 def _on_torch_tpu(module: Any) -> None:
     session = active_session()
     if session is not None and not session._closed:
-        from tpuscope.collect import tpu
+        from tpuscope.collect.torch_tpu import collector as tpu
 
         try:
             _active["collectors"].append(tpu.install(session))

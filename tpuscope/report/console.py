@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from tpuscope.analysis import RunReport
+from tpuscope.detect.run_analysis import RunReport
 from tpuscope.report.hosts import hosts_table
 from tpuscope.schema import Finding
 

@@ -70,7 +70,7 @@ class Run:
 
     @property
     def analysis(self) -> dict[str, Any] | None:
-        """The summary the last analysis wrote (tpuscope.analysis), None when there is none or
+        """The summary the last analysis wrote (tpuscope.detect.run_analysis), None when there is none or
         when a table part is newer than it (rows were added or a part changed since)."""
         path = self.path / ANALYSIS_FILE
         try:

@@ -1,0 +1,260 @@
+"""`tpuscope run`: launch the user's program unchanged with collection on, then finish the run.
+
+The program runs as a child process with tpuscope's sitecustomize on its path, so
+it (and every Python process it spawns) profiles itself into the run folder. This
+process only prepares the environment, waits, records how the program ended and
+analyses the run.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tpuscope
+from tpuscope.analyze.mxu import DEFAULT_TARGET
+from tpuscope.collect import autostart
+from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
+from tpuscope.collect.xla.counters import ENV_ALL_METRICS
+from tpuscope.launch.signals import Child
+from tpuscope.store import RunStore, update_meta
+from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host, join_run, update_host_meta
+from tpuscope.store.liveness import launcher_identity
+
+BOOT_DIR = Path(__file__).parent.parent / "_boot"
+_PYTHON = re.compile(r"^python[0-9.]*$")
+
+
+class UsageError(Exception):
+    """A bad command line or input: one line for the user, exit status 2."""
+
+
+@dataclass
+class Program:
+    """The command to run and what it names (script file, module or inline code)."""
+
+    argv: list[str]
+    name: str
+    script: Path | None = None
+    module: str | None = None
+
+
+def resolve_program(args: list[str]) -> Program:
+    """Accept `python train.py ...`, `train.py ...`, `-m pkg.mod ...` and `python -c CODE`."""
+    if not args:
+        raise UsageError("no program given: try 'tpuscope run python train.py'")
+    head = args[0]
+    if _PYTHON.match(os.path.basename(head)):
+        argv, rest = list(args), args[1:]
+    elif head.endswith(".py") or head in ("-m", "-c"):
+        argv, rest = [sys.executable, *args], list(args)
+    else:
+        return Program(argv=list(args), name=Path(head).stem)
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+        rest = rest[1:]  # interpreter flags such as -u or -X dev
+    if not rest:
+        raise UsageError("no script given to python")
+    if rest[0] == "-c":
+        return Program(argv=argv, name="python-c")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise UsageError("-m needs a module name")
+        module = rest[1]
+        if _module_missing(module):
+            raise UsageError(f"module not found: {module}")
+        return Program(argv=argv, name=module.rsplit(".", 1)[-1], module=module)
+    script = Path(rest[0])
+    if not script.is_file():
+        raise UsageError(f"script not found: {script}")
+    return Program(argv=argv, name=script.stem, script=script)
+
+
+def _module_missing(module: str) -> bool:
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+    finally:
+        sys.path.pop(0)
+
+
+def tpu_present() -> bool:
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+                or os.environ.get("TPU_ACCELERATOR_TYPE"))
+
+
+@dataclass
+class ChildEnv:
+    """The child's environment and the variables tpuscope set in it (kept in meta)."""
+
+    env: dict[str, str]
+    set_by_tpuscope: dict[str, str] = field(default_factory=dict)
+    left_to_user: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def set_default(self, name: str, value: str) -> bool:
+        if name in self.env:
+            self.left_to_user.append(name)
+            return False
+        self.env[name] = value
+        self.set_by_tpuscope[name] = value
+        return True
+
+
+def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None) -> ChildEnv:
+    child = ChildEnv(env=dict(os.environ if base is None else base))
+    env = child.env
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
+    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
+    env[autostart.ENV_WARMUP] = str(warmup)
+    env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
+    if not tpu_present():
+        child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
+    # torch_xla prints 8 Python frames per compile by default: inside transformers' generate()
+    # that is all library code, and the user's line is cut off
+    child.set_default("PT_XLA_DEBUG_MAX_FRAME", "64")
+    if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
+        env[autostart.ENV_OWNS_DEBUG] = "1"
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
+    if deep:
+        child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
+        child.set_default("XLA_IR_DEBUG", "1")
+        child.set_default("XLA_HLO_DEBUG", "1")
+        flags = env.get("XLA_FLAGS", "")
+        if "--xla_dump_to" in flags:
+            child.left_to_user.append("XLA_FLAGS --xla_dump_to")
+        else:
+            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+            env["XLA_FLAGS"] = f"{flags} {dump}".strip()
+            child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
+    return child
+
+
+def describe_exit(code: int) -> str:
+    """The run's status from the program's return code."""
+    if code == 0:
+        return "finished"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return "failed"
+
+
+class StartError(UsageError):
+    """The program could not be started; `code` is what a shell would exit with (127, 126)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def run_program(
+    program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
+    trace_steps: str | None = None, target: str | None = None, run_id: str | None = None,
+) -> tuple[Path | None, int]:
+    """Run the program under collection; returns (run folder, or None when it could not be
+    written; the program's return code: negative when a signal killed it, as subprocess says).
+
+    With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
+    keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
+    device_options = _device_options(trace_steps, target)
+    host = file_host()
+    if run_id:
+        run_dir = join_run(store.root, run_id, name=name or program.name)
+    else:
+        run_dir = store.new_run(name or program.name)
+    child = build_env(run_dir, warmup, deep)
+    if run_id:
+        child.set_default(ENV_HOST, host)  # every process of this host writes as this host
+        child.set_default(ENV_RUN_ID, run_id)
+    if trace_steps:
+        child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
+    record = MetaRecorder(run_dir, host if run_id else None)
+    record(
+        host=host,
+        argv=program.argv,
+        command=shlex.join(program.argv),
+        cwd=os.getcwd(),
+        warmup=warmup,
+        deep=deep,
+        env_set=child.set_by_tpuscope,
+        env_left_to_user=child.left_to_user,
+        start_ns=time.time_ns(),
+        status="running",
+        launcher=launcher_identity(),
+        tpuscope_version=tpuscope.__version__,
+        **device_options,
+    )
+    for note in child.notes:
+        print(f"tpuscope: {note}", file=sys.stderr)
+    try:
+        running = Child(program.argv, child.env)
+    except OSError as exc:
+        code = 126 if isinstance(exc, PermissionError) else 127  # what a shell exits with
+        record(status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=code)
+        raise StartError(f"cannot start {program.argv[0]}: {exc.strerror or exc}", code) from exc
+    code = running.wait()
+    record(status=describe_exit(code), exit_code=code, end_ns=time.time_ns())
+    if record.failed:  # the store is full or gone: said once already, nothing more to read
+        return None, code
+    _ingest_device_view(run_dir)
+    return run_dir, code
+
+
+class MetaRecorder:
+    """The launcher's writes of meta.json: a full or vanished store is said once, in one line,
+    and never stops the program or changes its exit status."""
+
+    def __init__(self, run_dir: Path, host: str | None = None) -> None:
+        self.run_dir = run_dir
+        self.host = host  # a run of many hosts: this launcher writes only hosts/<host>.json
+        self.failed = False
+
+    def __call__(self, **fields: object) -> None:
+        try:
+            if self.host:
+                update_host_meta(self.run_dir, self.host, **fields)
+            else:
+                update_meta(self.run_dir, **fields)
+        except OSError as exc:
+            if not self.failed:
+                print(f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "
+                      "(the program is not affected)", file=sys.stderr)
+            self.failed = True
+
+
+def _device_options(trace_steps: str | None, target: str | None) -> dict[str, object]:
+    """Meta for --trace-steps and --target; UsageError when either is malformed."""
+    from tpuscope.analyze.mxu import chip
+
+    try:
+        window = parse_window(trace_steps)
+        chip(target)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options: dict[str, object] = {"target": (target or DEFAULT_TARGET).lower()}
+    if window is not None:
+        options["trace_steps"] = [window.start, window.stop]
+    return options
+
+
+def _ingest_device_view(run_dir: Path) -> None:
+    """Traces and HLO dumps the program left become tables; a failure here never loses the run."""
+    if not ((run_dir / "trace").is_dir() or (run_dir / "hlo").is_dir()):
+        return  # nothing to read: skip importing the readers
+    from tpuscope.ingest.device import ingest_run
+
+    try:
+        notes = ingest_run(run_dir)
+    except Exception as exc:  # the run is complete without its device view
+        notes = [f"device view not ingested: {type(exc).__name__}: {exc}"]
+    for note in notes:
+        print(f"tpuscope: {note}", file=sys.stderr)
