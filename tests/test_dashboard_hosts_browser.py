@@ -16,9 +16,9 @@ import pytest
 from tests import test_dashboard_browser as base
 from tests.pod_run import RUN_ID, pod_run
 from tests.test_dashboard_browser import CHROMEDRIVER, CHROMIUM, plotted, text, visit, wait
-from tpuscope.detect.run_analysis import analyze
 from tpuscope.analyze.hosts import step_matrix
 from tpuscope.analyze.judge import judged_steps
+from tpuscope.detect.run_analysis import analyze
 from tpuscope.store import Run
 
 browser, shots = base.browser, base.shots  # the same fixtures: one Chromium, screenshots kept
