@@ -107,13 +107,15 @@ def _last_steps(tables: RunTables) -> dict[str, int]:
 
 
 def _what(rows: pd.DataFrame) -> str:
-    """'compiled 1 graph, made 12 host syncs (item)'."""
+    """'compiled 2 graph families (3 compiles per host) and made host syncs (item)'."""
     out = []
     graphs = rows[rows["kind"] == "graph"]
     if len(graphs):
+        families = graphs["key"].nunique()
+        compiles = int(graphs.groupby("host")["n"].sum().max())
         out.append(
-            f"compiled {graphs['key'].nunique()} graph famil{'ies' if graphs['key'].nunique() > 1 else 'y'} "
-            f"({int(graphs['n'].max())} compile{'s' * (int(graphs['n'].max()) > 1)} on the costliest host)"
+            f"compiled {families} graph famil{'ies' if families > 1 else 'y'} "
+            f"({compiles} compile{'s' * (compiles > 1)} per host, at most)"
         )
     for kind, label in (("host_sync", "host sync"), ("fallback", "CPU fallback")):
         mine = rows[rows["kind"] == kind]
@@ -137,11 +139,11 @@ def _finding(
     what = _what(rows)
     if only:
         title = f"Rank divergence at {where}: {hosts_text(named, total)} {what.split(' (')[0]} the other hosts did not"
-        detail = f"At {where}, hosts {hosts_text(named, total)} {what}; the other hosts did not."
+        detail = f"At {where}, {hosts_text(named, total)} {what}; the other hosts did not."
     else:
         title = f"Rank divergence at {where}: {hosts_text(named, total)} did not do what the other hosts did"
         detail = (
-            f"At {where}, hosts {hosts_text(present, total)} {what}; {', '.join(named)} did not "
+            f"At {where}, {hosts_text(present, total)} {what}; {', '.join(named)} did not "
             "(and reached that step)."
         )
     steps = common.steps_list(rows["step"])
