@@ -149,3 +149,21 @@ def test_combined_status():
     assert (
         combined_status(["finished", "lost (last write at x)", "finished"]) == "2 finished, 1 lost"
     )
+
+
+def test_a_bad_run_id_is_one_line_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    proc = run_tpuscope(
+        "run",
+        "--store",
+        str(tmp_path / "store"),
+        "--run-id",
+        "../up",
+        "python",
+        "-c",
+        f"open({str(marker)!r}, 'w')",
+    )
+    assert proc.returncode == 2 and not marker.exists()
+    assert proc.stderr.strip().splitlines() == [
+        "tpuscope: not a valid run id: '../up' (letters, digits, '.', '_', '-')"
+    ]
