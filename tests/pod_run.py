@@ -21,6 +21,8 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 
 from tests.conftest import ROOT, tpuscope_cmd
+from tpuscope.detect.run_analysis import current
+from tpuscope.store import Run
 
 PROGRAM = ROOT / "tests" / "programs" / "pod.py"
 HOSTS = 5
@@ -98,5 +100,9 @@ def pod_run(base: Path) -> SimpleNamespace:
         while not _flushed(run_dir, "host-4", 5) and time.monotonic() < deadline:
             time.sleep(0.2)
         _lose_host(run_dir, procs[-1], "host-4")
-        _MADE["pod"] = SimpleNamespace(store=store, run_dir=run_dir, procs=procs, outputs=outputs)
+        # what `tpuscope show` says before anyone re-analyses: the last launcher's analysis
+        before = current(Run(run_dir)).summary
+        _MADE["pod"] = SimpleNamespace(
+            store=store, run_dir=run_dir, procs=procs, outputs=outputs, before=before
+        )
     return _MADE["pod"]

@@ -113,6 +113,16 @@ def test_per_host_facets_of_the_rules(pod):
     assert named == {"host-1", "host-2", "host-3"}  # host-0 and the lost host-4 did nothing wrong
 
 
+def test_the_stored_analysis_says_how_each_host_ended_now(pod):
+    """Written by the last host to finish, while host-4 still ran: read now, host-4 is lost."""
+    hosts = {h["host"]: h for h in pod.before["hosts"]}
+    assert (
+        hosts["host-4"]["status"].startswith("lost")
+        and pod.before["status"] == "4 finished, 1 lost"
+    )
+    assert hosts["host-3"]["straggler"]
+
+
 def test_show_reports_the_pod_with_its_hosts(pod):
     shown = run_tpuscope("show", RUN_ID, "--store", str(pod.store), "--json")
     summary = json.loads(shown.stdout)["summary"]

@@ -202,3 +202,9 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
             rules=named, straggler=bool(mine.get("straggler")), excess_ms=mine.get("excess_ms")
         )
     return rows
+
+
+def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored summary's hosts with each one's status as the run's meta says now."""
+    status = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
+    return [{**h, "status": status.get(str(h["host"]), h.get("status"))} for h in hosts]

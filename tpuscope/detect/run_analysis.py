@@ -13,7 +13,7 @@ from typing import Any
 
 from tpuscope.analyze.summary import summarize
 from tpuscope.detect import RunTables, detect
-from tpuscope.detect.pod import hosts_section
+from tpuscope.detect.pod import hosts_ended_now, hosts_section
 from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
@@ -57,6 +57,8 @@ def _stored(run: Run) -> RunReport | None:
     now = {"run_id": run.run_id, "name": meta.get("name"), "command": meta.get("command"),
            "status": meta.get("status"), "exit_code": meta.get("exit_code"),
            "duration_s": (end - start) / 1e9 if start and end else None}
+    if stored.get("hosts"):  # a pod: how each host ended is read now too (a host lost since)
+        now["hosts"] = hosts_ended_now(stored["hosts"], meta)
     return RunReport(summary={**stored, **now}, findings=sorted(run.findings_list(), key=order))
 
 
