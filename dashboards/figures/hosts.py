@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
-from tpuscope.analyze.hosts import step_matrix
-
 from .common import base_figure, empty_figure
-
-MAX_COLUMNS = 200
-MAX_HOSTS = 256
-
-
-def binned_matrix(steps: pd.DataFrame, max_columns: int = MAX_COLUMNS) -> tuple[pd.DataFrame, int]:
-    """host x step ms (each host's slowest process), steps binned to at most max_columns columns
-    (a bin shows its median: one compile step does not paint a bin of 500 steps)."""
-    matrix = step_matrix(steps)
-    if matrix.empty:
-        return matrix, 1
-    lo, hi = int(matrix.columns.min()), int(matrix.columns.max())
-    width = max(1, math.ceil((hi - lo + 1) / max_columns))
-    if width > 1:
-        bins = lo + (matrix.columns.to_numpy() - lo) // width * width
-        matrix = matrix.T.groupby(bins).median().T
-    return matrix.iloc[:MAX_HOSTS], width
 
 
 def _color_top(values: np.ndarray) -> float | None:
@@ -36,26 +16,29 @@ def _color_top(values: np.ndarray) -> float | None:
     return float(np.percentile(finite, 95)) if finite.size else None
 
 
-def host_heatmap(steps: pd.DataFrame, max_columns: int = MAX_COLUMNS) -> go.Figure:
-    """Step time (ms) per host and step of the judged steps."""
-    matrix, width = binned_matrix(steps, max_columns)
-    if matrix.empty:
+def host_heatmap(record: dict[str, Any] | None) -> go.Figure:
+    """Step time (ms) per host and step of the judged steps, from the analysis' `host_steps`
+    (analyze/hosts.step_matrix_record: already binned, each host's slowest process)."""
+    if not record or not record.get("ms"):
         return empty_figure("No judged steps recorded in this run")
-    starts = matrix.columns.to_numpy()
+    values = np.array(
+        [[np.nan if v is None else v for v in row] for row in record["ms"]], dtype=float
+    )
+    width, starts = int(record["width"]), record["steps"]
     labels = [f"{s}" if width == 1 else f"{s}-{s + width - 1}" for s in starts]
-    custom = np.tile(np.array(labels, dtype=object), (len(matrix), 1))
+    custom = np.tile(np.array(labels, dtype=object), (len(values), 1))
     title = "Step time per host and step (ms, judged steps)" + (
         "" if width == 1 else f" ({width} steps per column)"
     )
-    fig = base_figure(title, height=max(260, 110 + 22 * len(matrix)))
+    fig = base_figure(title, height=max(260, 110 + 22 * len(values)))
     fig.add_trace(
         go.Heatmap(
-            z=matrix.to_numpy(),
+            z=values,
             x=starts,
-            y=[str(h) for h in matrix.index],
+            y=record["hosts"],
             customdata=custom,
             colorscale="Viridis",
-            zmax=_color_top(matrix.to_numpy()),  # a few compile steps must not wash out a straggler
+            zmax=_color_top(values),  # a few compile steps must not wash out a straggler
             colorbar={"title": {"text": "ms"}},
             hovertemplate="%{y}<br>step %{customdata}<br>%{z:.2f} ms<extra></extra>",
             xgap=1,

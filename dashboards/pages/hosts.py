@@ -7,8 +7,6 @@ from typing import Any
 import pandas as pd
 from dash import html
 
-from tpuscope.analyze.judge import judged_steps
-
 from ..components import (
     empty_state,
     findings_list,
@@ -22,7 +20,6 @@ from ..components import (
 from ..data import StoreData
 from ..figures.hosts import host_heatmap
 
-STEP_COLUMNS = ("host", "pid", "step", "boundary", "wall_ns")
 NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 HOST_COLUMNS: list[dict[str, Any]] = [
     {"field": "host", "minWidth": 120},
@@ -85,12 +82,6 @@ def divergence_rows(findings: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[c["field"] for c in DIVERGENCE_COLUMNS])
 
 
-def _heatmap(data: StoreData, run_id: str, summary: dict[str, Any]) -> Any:
-    """The heatmap from the five columns it needs (a pod's steps table has millions of rows)."""
-    steps = data.columns(run_id, "steps", list(STEP_COLUMNS))
-    return host_heatmap(judged_steps(steps, int(summary["warmup"])))
-
-
 def layout(data: StoreData, run_id: str) -> html.Div:
     summary = data.summary(run_id)
     hosts = summary.get("hosts") or []
@@ -111,9 +102,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     findings = data.findings(run_id)
     stragglers = [f for f in findings if f.rule == "straggler"]
     divergent = [f for f in findings if f.rule == "rank_divergence"]
-    heatmap = data.derived(
-        run_id, "host-heatmap", ("steps",), lambda: _heatmap(data, run_id, summary)
-    )
+    heatmap = host_heatmap(summary.get("host_steps"))  # from the analysis: no step is read here
     pod_p50 = next((f.evidence.get("pod_p50_ms") for f in stragglers), None)
     return html.Div(
         className="page",

@@ -11,6 +11,7 @@ its slow steps are those where its excess is. Pure: DataFrames in, plain data ou
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -18,8 +19,11 @@ import pandas as pd
 
 NOISE_FACTOR = 2.0
 MIN_SHARE = 0.05
-MIN_EXCESS_NS = 1_000_000  # 1 ms: below it, the OS's scheduling of a host's threads, not the program
+MIN_EXCESS_NS = (
+    1_000_000  # 1 ms: below it, the OS's scheduling of a host's threads, not the program
+)
 MAD_TO_SIGMA = 1.4826
+MAX_COLUMNS = 200  # steps binned to at most this many columns in the summary's host_steps
 NS_PER_MS = 1e6
 # What a slow step's time went to, from the steps table's own columns.
 COMPONENTS = {
@@ -78,6 +82,39 @@ def step_matrix(judged: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     matrix = rows.pivot(index="host", columns="step", values="wall_ns") / NS_PER_MS
     return matrix.loc[sorted(matrix.index, key=natural_key)]
+
+
+def binned_step_matrix(
+    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS
+) -> tuple[pd.DataFrame, int]:
+    """step_matrix with the steps binned to at most max_columns columns, and the bin width (a bin
+    shows its median: one compile step does not paint a bin of 500 steps)."""
+    matrix = step_matrix(judged)
+    if matrix.empty:
+        return matrix, 1
+    lo, hi = int(matrix.columns.min()), int(matrix.columns.max())
+    width = max(1, math.ceil((hi - lo + 1) / max_columns))
+    if width > 1:
+        bins = lo + (matrix.columns.to_numpy() - lo) // width * width
+        matrix = matrix.T.groupby(bins).median().T
+    return matrix, width
+
+
+def step_matrix_record(
+    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS
+) -> dict[str, Any] | None:
+    """The summary's `host_steps`: the binned host x step matrix as plain JSON (null: no step), so
+    the Hosts page draws a pod of millions of steps without reading them."""
+    matrix, width = binned_step_matrix(judged, max_columns)
+    if matrix.empty:
+        return None
+    values = matrix.to_numpy()
+    return {
+        "hosts": [str(h) for h in matrix.index],
+        "steps": [int(c) for c in matrix.columns],
+        "width": width,
+        "ms": [[None if v != v else round(float(v), 6) for v in row] for row in values],
+    }
 
 
 def _noise_ns(rows: pd.DataFrame) -> float:

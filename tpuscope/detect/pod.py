@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.hosts import host_summary, hosts_of, pod_view
+from tpuscope.analyze.hosts import host_summary, hosts_of, pod_view, step_matrix_record
 from tpuscope.detect import common
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import SEVERITIES, Finding
@@ -208,3 +208,11 @@ def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[d
     """A stored summary's hosts with each one's status as the run's meta says now."""
     status = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
     return [{**h, "status": status.get(str(h["host"]), h.get("status"))} for h in hosts]
+
+
+def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
+    """The summary's pod keys, {} for a run of one host: `hosts` and `host_steps`."""
+    hosts = hosts_section(tables, findings)
+    if not hosts:
+        return {}
+    return {"hosts": hosts, "host_steps": step_matrix_record(common.judged_steps(tables))}

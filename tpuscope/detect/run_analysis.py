@@ -13,7 +13,7 @@ from typing import Any
 
 from tpuscope.analyze.summary import summarize
 from tpuscope.detect import RunTables, detect
-from tpuscope.detect.pod import hosts_ended_now, hosts_section
+from tpuscope.detect.pod import hosts_ended_now, pod_summary
 from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
@@ -39,9 +39,8 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
                                    for rule in sorted({f.rule for f in findings})}
     summary["analysis_version"] = ANALYSIS_VERSION
-    hosts = hosts_section(tables, findings)
-    if hosts:  # a run of many hosts (a pod): each host's figures and the findings naming it
-        summary["hosts"] = hosts
+    # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
+    summary.update(pod_summary(tables, findings))
     return summary
 
 
