@@ -75,9 +75,9 @@ def per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
     return grouped
 
 
-def step_matrix(judged: pd.DataFrame) -> pd.DataFrame:
+def step_matrix(judged: pd.DataFrame, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """host x step wall time in ms (rows in natural host order): the Hosts page's heatmap."""
-    rows = per_host_steps(judged)
+    rows = per_host_steps(judged) if rows is None else rows
     if rows.empty:
         return pd.DataFrame()
     matrix = rows.pivot(index="host", columns="step", values="wall_ns") / NS_PER_MS
@@ -85,11 +85,11 @@ def step_matrix(judged: pd.DataFrame) -> pd.DataFrame:
 
 
 def binned_step_matrix(
-    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS
+    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS, rows: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame, int]:
     """step_matrix with the steps binned to at most max_columns columns, and the bin width (a bin
     shows its median: one compile step does not paint a bin of 500 steps)."""
-    matrix = step_matrix(judged)
+    matrix = step_matrix(judged, rows)
     if matrix.empty:
         return matrix, 1
     lo, hi = int(matrix.columns.min()), int(matrix.columns.max())
@@ -101,11 +101,11 @@ def binned_step_matrix(
 
 
 def step_matrix_record(
-    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS
+    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS, rows: pd.DataFrame | None = None
 ) -> dict[str, Any] | None:
     """The summary's `host_steps`: the binned host x step matrix as plain JSON (null: no step), so
     the Hosts page draws a pod of millions of steps without reading them."""
-    matrix, width = binned_step_matrix(judged, max_columns)
+    matrix, width = binned_step_matrix(judged, max_columns, rows)
     if matrix.empty:
         return None
     values = matrix.to_numpy()
@@ -124,10 +124,11 @@ def _noise_ns(rows: pd.DataFrame) -> float:
     return float(spread.median()) if not spread.empty else 0.0
 
 
-def pod_view(judged: pd.DataFrame) -> dict[str, Any]:
+def pod_view(judged: pd.DataFrame, rows: pd.DataFrame | None = None) -> dict[str, Any]:
     """Per host: median step, excess over the pod's step times, slow steps; and the pod's median,
-    noise and threshold. Empty when fewer than two hosts have judged steps."""
-    rows = per_host_steps(judged)
+    noise and threshold. Empty when fewer than two hosts have judged steps. (`rows`: the
+    judged steps' per_host_steps, when the caller has them already.)"""
+    rows = per_host_steps(judged) if rows is None else rows
     hosts = sorted(rows["host"].unique(), key=natural_key) if not rows.empty else []
     if len(hosts) < 2:
         return {}
@@ -189,14 +190,17 @@ def _cause(slow: pd.DataFrame) -> dict[str, Any]:
 
 
 def host_summary(
-    steps: pd.DataFrame, judged: pd.DataFrame, meta: dict[str, Any]
+    steps: pd.DataFrame,
+    judged: pd.DataFrame,
+    meta: dict[str, Any],
+    rows: pd.DataFrame | None = None,
 ) -> list[dict[str, Any]]:
     """For the report and the dashboard: each host's processes, steps, median step and how it ended."""
     ended = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
     procs: dict[str, int] = {}
     for proc in meta.get("processes", []):
         procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
-    rows = per_host_steps(judged)
+    rows = per_host_steps(judged) if rows is None else rows
     p50 = rows.groupby("host")["wall_ns"].median() / NS_PER_MS if not rows.empty else {}
     counts = steps["host"].astype(str).value_counts() if not steps.empty else {}
     return [
