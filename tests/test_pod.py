@@ -49,9 +49,11 @@ def test_every_host_ran_unchanged_and_the_lost_one_is_shown(pod):
     assert status["host-4"].startswith("lost (last write at ")
     assert meta["status"] == "4 finished, 1 lost"
     listing = run_tpuscope("ls", "--store", str(pod.store), "--json")
-    (run,) = json.loads(listing.stdout)
+    (run,) = [
+        r for r in json.loads(listing.stdout) if r["run_id"] == RUN_ID
+    ]  # one run for all hosts
     assert run["run_id"] == RUN_ID and len(run["hosts"]) == HOSTS
-    table = run_tpuscope("ls", "--store", str(pod.store), env={"COLUMNS": "200"})
+    table = run_tpuscope("ls", "--store", str(pod.store), env={"COLUMNS": "500"})
     assert "5: 4 finished, 1 lost" in table.stdout
 
 
