@@ -64,7 +64,8 @@ def _shell() -> html.Div:
             dcc.Link("tpuscope", href="/", className="brand"),
             dcc.Link("Runs", href="/", className="nav"),
         ]),
-        dcc.Loading(html.Main(id="page"), type="dot", delay_show=400),
+        # only a new page shows the spinner: a live run's pages re-read it every 2 s in place
+        dcc.Loading(html.Main(id="page"), type="dot", delay_show=400, target_components={"page": "children"}),
     ])
 
 

@@ -97,8 +97,6 @@ def finding_card(finding: Finding, index: int) -> html.Div:
     if evidence and len(evidence) > MAX_EVIDENCE:  # a storm's evidence can be megabytes
         evidence = (evidence[:MAX_EVIDENCE] + f"\n... ({len(evidence) - MAX_EVIDENCE:,} more characters: "
                     "tpuscope show RUN --json has all of it)")
-    steps = finding.steps
-    steps_text = ", ".join(map(str, steps[:12])) + (f" ... ({len(steps)} steps)" if len(steps) > 12 else "")
     return html.Div(className=f"card finding sev-border-{finding.severity}", id=f"finding-{index}", children=[
         html.Div(className="card-head", children=[
             severity_badge(finding.severity), html.Span(finding.rule, className="rule"),
@@ -108,7 +106,7 @@ def finding_card(finding: Finding, index: int) -> html.Div:
         html.P(finding.detail),
         html.P([html.B("Fix: "), finding.fix], className="fix"),
         html.P([html.B("Where: "), html.Code(finding.location)], className="where") if finding.location else None,
-        html.P([html.B("Steps: "), steps_text]) if steps else None,
+        html.P([html.B("Steps: "), finding.steps_text]) if finding.step_runs else None,
         html.Details([html.Summary("Evidence"), html.Pre(evidence)]) if evidence else None,
     ])
 
@@ -137,8 +135,28 @@ def grid(ident: str, frame: pd.DataFrame | list[dict[str, Any]], columns: list[d
     )
 
 
+LIVE_MS = 2000  # how often a page of a live run reads it again (the program flushes every 2 s)
+LIVE_STATUS = "running"  # meta status of a run in progress (store/liveness.py: launcher still alive)
+
+
+def is_live(summary: dict[str, Any]) -> bool:
+    """A run still in progress: its launcher is alive and has not recorded an end."""
+    return summary.get("ended") == LIVE_STATUS
+
+
+def live_badge(live: bool, ident: str = "live-badge") -> html.Span | None:
+    return html.Span("live", id=ident, className="badge live",
+                     title="in progress: this page updates by itself until the run ends") if live else None
+
+
+def live_timer(ident: str, live: bool) -> dcc.Interval:
+    """Ticks while the run is live; the page's callback turns it off when the run has ended."""
+    return dcc.Interval(id=ident, interval=LIVE_MS, disabled=not live)
+
+
 def run_header(run_id: str, summary: dict[str, Any], active: str) -> html.Div:
-    """Title, one-line identity of the run, and the tabs of its pages."""
+    """Title (with the "live" mark while the run is in progress), one-line identity of the
+    run, and the tabs of its pages."""
     base = f"/run/{run_id}"
     tabs = [dcc.Link(label, href=base + suffix, id=f"tab-{key}",
                      className="tab active" if key == active else "tab")
@@ -146,7 +164,7 @@ def run_header(run_id: str, summary: dict[str, Any], active: str) -> html.Div:
     identity = (f"{summary.get('backend') or '-'} on {summary.get('device_kind') or '-'} · "
                 f"{summary.get('ended') or '-'} · {summary.get('command') or ''}")
     return html.Div(className="run-header", children=[
-        html.H2(summary.get("name") or run_id, id="run-title"),
+        html.H2([summary.get("name") or run_id, live_badge(is_live(summary))], id="run-title"),
         html.Div([html.Code(run_id, id="run-id"), html.Span(" · " + identity)], className="run-identity"),
         html.Nav(tabs, className="tabs"),
     ])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -136,7 +137,7 @@ def corpus_run(corpus_store: Path) -> Callable[[str], CorpusRun]:
         if program not in cache:
             card = CARDS[program]
             name = f"c{len(cache)}-{Path(program).stem}"
-            proc = run_tpuscope("run", "--store", str(corpus_store), "--name", name, "--quiet",
+            proc = run_tpuscope("run", "--store", str(corpus_store), "--name", name, "--quiet", "--alerts", "on",
                                 *card.tpuscope_args, "python", str(CORPUS / program),
                                 cwd=corpus_store.parent)
             runs = sorted(p for p in corpus_store.iterdir() if p.name.startswith(f"{name}-"))
@@ -302,6 +303,27 @@ def test_exact_findings(program: str, corpus_run: Callable[[str], CorpusRun]) ->
     assert run.pairs() == CARDS[program].expected(), [f["title"] for f in run.findings]
 
 
+_ALERTED = re.compile(r"^tpuscope: (?:step \d+: )?(?:(recompile) of (?:the graph from )?(?:\S+ at )?|new CPU "
+                      r"(fallback) \S+ at )(\S+:\d+) \(")
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_live_alerts_name_the_reports_recompiles_and_fallbacks(program: str,
+                                                               corpus_run: Callable[[str], CorpusRun]) -> None:
+    """`--alerts on`: one line per recompile site and fallback op of the report, at its line, and
+    nothing for a program whose report has neither (tpuscope/launch/alerts.py: the same rules)."""
+    run = corpus_run(program)
+    said = [line for line in run.proc.stderr.splitlines()
+            if re.match(r"tpuscope: (?:step \d+: )?(?:recompile of|new CPU fallback)", line)]
+    pairs = set()
+    for line in said:
+        match = _ALERTED.match(line)
+        assert match, line
+        pairs.add(("recompile" if match[1] else "cpu_fallback", _short(match[3])))
+    assert len(pairs) == len(said), said  # once per problem
+    assert pairs == {p for p in run.pairs() if p[0] in ("recompile", "cpu_fallback")}, said
+
+
 @pytest.mark.parametrize("program", JAX_PROGRAMS)
 def test_jax_findings_say_nothing_of_torch_xla(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
     run = corpus_run(program)
@@ -349,4 +371,4 @@ def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], Co
     [card] = [f for f in corpus_run("corpus_hf_varlen.py").findings if f["rule"] == "recompile"]
     churn = card["evidence"]["shape_churn"]
     assert churn["dim"] == 1 and churn["values"] == [16, 24, 32]  # truth: lengths 16, 24, 32
-    assert card["steps"] == [3, 5] and "pad" in card["fix"]
+    assert card["step_runs"] == [[3, 3], [5, 5]] and "pad" in card["fix"]

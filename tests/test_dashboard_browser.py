@@ -10,12 +10,15 @@ TPUSCOPE_SCREENSHOTS=docs/screenshots to refresh the committed ones.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +27,7 @@ from urllib.request import urlopen
 import pandas as pd
 import pytest
 
+from tests.conftest import ROOT, tpuscope_cmd
 from tpuscope.analyze.shapes import parse_shape
 from tpuscope.detect.run_analysis import current
 from tpuscope.store import Run
@@ -58,17 +62,26 @@ def store(example_run, tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(root=root, real=real_dir.name, traced=traced_dir.name, synth=synth.name)
 
 
-@pytest.fixture(scope="module")
-def server(store):
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """The dashboard over `root` on a free loopback port, in a thread; yields its URL."""
     from tpuscope_dashboards import create_app
     from werkzeug.serving import make_server
 
-    srv = make_server("127.0.0.1", 0, create_app(store.root).server, threaded=True)
+    srv = make_server("127.0.0.1", 0, create_app(root).server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    with serving(store.root) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +116,8 @@ def plotted(browser, ident: str) -> list[dict[str, Any]]:
         "const plain = v => v == null ? null : ArrayBuffer.isView(v) ? Array.from(v)"
         "  : Array.isArray(v) ? v.map(plain) : v._inputArray ? plain(v._inputArray) : v;"
         "const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
-        "return gd && gd.data ? gd.data.map(t => ({name: t.name, x: plain(t.x), y: plain(t.y), z: plain(t.z)}))"
+        "return gd && gd.data ? gd.data.map(t => ({name: t.name, mode: t.mode, x: plain(t.x), y: plain(t.y),"
+        " z: plain(t.z)}))"
         " : null;", ident)
 
 
@@ -276,7 +290,8 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
         return f"all {in_view:,} events in view" in d.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle").text
 
     wait(browser, zoomed, timeout=60)
-    assert len(plotted(browser, "trace-timeline")[0]["x"]) == in_view
+    drawn = plotted(browser, "trace-timeline")  # line segments: start, end and a gap per event
+    assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * in_view
 
 
 def test_tensorcore_and_trace_pages_of_a_real_traced_run(browser, server, store, shots):
@@ -309,6 +324,88 @@ def test_pages_without_data_say_so_and_how_to_get_it(browser, server, store, sho
 def test_bad_run_ids_give_an_error_page(browser, server, shots, path, message):
     visit(browser, server, path, "error-message", shots, "error-" + re.sub(r"\W+", "-", path))
     assert message in text(browser, "error-message")
+
+
+LIVE = ROOT / "tests" / "programs" / "live.py"
+
+
+LIVE_S = 2.0  # the dashboard's tick for live runs (components.LIVE_MS)
+
+
+def _callbacks(browser) -> int:
+    """Callback requests the page has made since it loaded."""
+    return browser.execute_script("return performance.getEntriesByType('resource')"
+                                  ".filter(e => e.name.includes('_dash-update-component')).length")
+
+
+def _now(browser, ident: str) -> str:
+    """The text of an element that a live page may be replacing this very moment."""
+    return browser.execute_script("const el = document.getElementById(arguments[0]);"
+                                  "return el === null ? null : el.textContent;", ident)
+
+
+def _step_count(browser) -> int:
+    return int((_now(browser, "stat-steps") or "0").replace(",", ""))
+
+
+def test_a_run_in_progress_is_live_and_its_pages_update_by_themselves(browser, tmp_path, shots):
+    """A real torch_xla program still running: the Runs page marks it live, its Overview shows
+    new steps and its Recompiles page a new recompile without a reload, and both stop updating
+    (the mark gone, the final numbers shown) once the program has ended."""
+    from selenium.webdriver.common.by import By
+
+    root, control = tmp_path / "store", tmp_path / "control"
+    control.mkdir()
+    proc = subprocess.Popen(tpuscope_cmd("run", "--store", str(root), "--name", "live", "--quiet",
+                                         "python", str(LIVE), str(control)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(root.glob("live-*/steps/part-*.parquet")):  # the first steps are flushed
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        run_id = next(root.glob("live-*")).name
+        with serving(root) as url:
+            visit(browser, url, "/", "page-runs", shots, "live-runs")
+            badge = wait(browser, lambda d: d.find_elements(
+                By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] div[col-id="link"] .badge.live'))
+            assert badge[0].text.lower() == "live"
+            assert cell(browser, run_id, "ended") == "running"
+
+            visit(browser, url, f"/run/{run_id}", "page-overview", shots, "live-overview", graphs=1)
+            assert _now(browser, "live-badge").lower() == "live"
+            first = _step_count(browser)
+            wait(browser, lambda d: _step_count(d) >= first + 4, timeout=60)  # no reload: the page ticks
+            assert len(plotted(browser, "step-timeline")[0]["x"]) >= first + 4
+
+            visit(browser, url, f"/run/{run_id}/recompiles", "page-recompiles", shots, "live-recompiles",
+                  graphs=1)
+            assert _now(browser, "stat-recompiles") == "0"
+            (control / "recompile").touch()  # the program's next step gets a short batch
+            wait(browser, lambda d: _now(d, "stat-recompiles") == "1", timeout=60)
+            wait(browser, lambda d: d.execute_script(
+                "return [...document.querySelectorAll('#compiles-grid .ag-row [col-id=\"when\"]')]"
+                ".some(c => c.textContent === 'recompile');"))
+
+            (control / "stop").touch()
+            assert proc.wait(120) == 0, proc.stderr.read()
+            wait(browser, lambda d: not d.find_elements(By.ID, "live-badge"), timeout=30)
+            run, summary = expected(SimpleNamespace(root=root), run_id)
+            assert _now(browser, "stat-recompiles") == str(summary["recompiles"]) == "1"
+            assert _now(browser, "stat-compiles") == str(len(run.compiles))
+            updates = _callbacks(browser)
+            time.sleep(3 * LIVE_S)
+            assert _callbacks(browser) == updates  # the timer stopped with the run
+            problems = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+            assert not problems, problems
+            visit(browser, url, f"/run/{run_id}", "page-overview", shots, "ended-overview", graphs=1)
+            assert not browser.find_elements(By.ID, "live-badge")
+            assert _step_count(browser) == summary["steps"]
+    finally:
+        (control / "stop").touch()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
 
 
 def test_cli_serves_on_loopback_and_prints_the_url(store):

@@ -20,6 +20,7 @@ from tests.conftest import run_tpuscope
 from tests.pod_run import HOSTS, RUN_ID, STEPS, WARMUP, marked_line, pod_run
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
+from tpuscope.step_runs import expand
 from tpuscope.store import Run, RunStore, StoreError
 from tpuscope.store.hosts import combined_status, host_name, join_run
 
@@ -82,7 +83,8 @@ def test_straggler_is_the_slow_host(pod):
     (finding,) = by_rule(pod.report, "straggler")
     assert finding.evidence["hosts"] == ["host-3"]
     judged = list(range(WARMUP, STEPS))
-    assert set(finding.steps) <= set(judged) and len(finding.steps) >= len(judged) // 2
+    slow = expand(finding.step_runs)
+    assert set(slow) <= set(judged) and len(slow) >= len(judged) // 2
     assert finding.evidence["excess_ms"] > finding.evidence["threshold_ms"]
     assert finding.evidence["cause"]["part"] == "host"  # the sleep is time outside XLA
 
@@ -99,12 +101,12 @@ def test_rank_divergence_names_the_hosts_and_lines(pod):
     extra = next(
         f for f in by_rule(pod.report, "rank_divergence") if f.evidence["hosts"] == ["host-1"]
     )
-    assert extra.steps[0] == 4  # host-1's own graph first compiled in step 4
+    assert expand(extra.step_runs)[0] == 4  # host-1's own graph first compiled in step 4
 
 
 def test_per_host_facets_of_the_rules(pod):
     (recompile,) = by_rule(pod.report, "recompile")
-    assert recompile.evidence["hosts"] == ["host-1"] and recompile.steps == [6]
+    assert recompile.evidence["hosts"] == ["host-1"] and expand(recompile.step_runs) == [6]
     assert short(recompile.location) == marked_line("POD_EXTRA_LINE")
     assert "[hosts: host-1 (1 of 5)]" in recompile.title
     (sync,) = by_rule(pod.report, "host_sync")

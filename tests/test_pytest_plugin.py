@@ -89,7 +89,7 @@ def test_boolean_mask_allowed():
 
 
 def test_fixture_api(tpuscope):
-    with tpuscope.watch.engine(warmup_steps=1) as w:
+    with tpuscope.watch(warmup_steps=1) as w:
         for n in (21, 22):
             y = torch.ones(n, device=DEV) * 3
             torch_xla.sync()
@@ -101,7 +101,7 @@ def test_fixture_api(tpuscope):
 
 
 def test_fixture_fallbacks(tpuscope):
-    with tpuscope.watch.engine() as w:
+    with tpuscope.watch() as w:
         x = torch.arange(10.0, device=DEV)
         total = x[x > 5].sum().item()
     assert total == 30.0

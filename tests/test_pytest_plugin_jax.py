@@ -105,7 +105,7 @@ def test_eager_ops_are_not_judged():
 
 
 def test_fixture_api(tpuscope):
-    with tpuscope.watch.engine() as w:
+    with tpuscope.watch() as w:
         for n in (16, 16, 24):
             train_step(W, {"x": jnp.ones((n, 64))})  # FIXTURE CALL
     assert (w.compiles_after_warmup, w.fallbacks) == (1, {})
@@ -121,11 +121,11 @@ def test_fixture_api(tpuscope):
 def test_warmed_up_before_the_watch(tpuscope):
     batch = {"x": jnp.ones((40, 64))}
     train_step(W, batch)
-    with tpuscope.watch.engine(warmup_steps=0) as warm:
+    with tpuscope.watch(warmup_steps=0) as warm:
         for _ in range(3):
             train_step(W, batch)
     assert (warm.compiles, warm.compiles_after_warmup) == (0, 0)
-    with tpuscope.watch.engine(warmup_steps=0) as cold:
+    with tpuscope.watch(warmup_steps=0) as cold:
         train_step(W, {"x": jnp.ones((48, 64))})
     assert [(r.function, r.number) for r in cold.recompiles] == [("train_step", 1)]
     (change,) = cold.recompiles[0].changes  # against JAX's closest earlier key: any earlier batch
@@ -134,7 +134,7 @@ def test_warmed_up_before_the_watch(tpuscope):
 
 def test_without_explanations(tpuscope, monkeypatch):
     monkeypatch.setenv("JAX_EXPLAIN_CACHE_MISSES", "0")  # the user's choice: JAX explains nothing
-    with tpuscope.watch.engine() as w:
+    with tpuscope.watch() as w:
         for n in (56, 56, 60):
             train_step(W, {"x": jnp.ones((n, 64))})
     mine = [r for r in w.recompiles if r.function == "train_step"]

@@ -1,6 +1,6 @@
 """The text parsers behind compiles: PT_XLA_DEBUG blocks and HLO module headers, on real text.
 
-Inputs are third-party logs and HLO from ../shared/real_traces (skipped when absent)
+Inputs are third-party logs and HLO from ../shared/real_traces (skipped when absent, failing in CI)
 and a small HLO dump made here by XLA itself. Runs in about 1 s.
 """
 

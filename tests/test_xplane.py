@@ -1,6 +1,6 @@
 """The XSpace reader and trace import: real TPU/GPU/CPU xplanes, a real corrupt file, edge cases.
 
-Real inputs come from ../shared/real_traces (skipped when absent) and are never
+Real inputs come from ../shared/real_traces (skipped when absent, failing in CI) and are never
 written to: xprof runs on private copies. Synthetic XSpaces (built with the reader's
 own message classes) cover what no sample file has: uint64 program ids, doubles as
 flops, invalid UTF-8, unknown metadata ids, negative offsets, aggregated events,

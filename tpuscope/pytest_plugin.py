@@ -5,7 +5,7 @@
     def test_decode_step_is_static(model, batch): ...
 
     def test_train_loop(tpuscope):
-        with tpuscope.watch.engine(warmup_steps=1) as w:
+        with tpuscope.watch(warmup_steps=1) as w:
             train_a_few_steps()
         w.assert_no_recompiles()
 
@@ -271,8 +271,8 @@ class WatchRunner:
     torch_xla's first compile), wraps each watched test's call and judges it."""
 
     def __init__(self, options: Options) -> None:
+        from tpuscope.launch import env as process_env
         from tpuscope.watch import engine as watch
-        from tpuscope.watch import env as watch_env
 
         self.watch_module = watch
         self.options = options
@@ -280,7 +280,7 @@ class WatchRunner:
         # Without --tpuscope-store the runs go to this session's scratch folder (removed
         # at the end): one folder for all is cheaper than a temporary folder per test.
         self.store = options.store or self.folder / "runs"
-        self.settings = watch_env.prepare(self.folder, shapes=options.shapes)
+        self.settings = process_env.prepare(self.folder, shapes=options.shapes)
 
     def new_watch(self, item: pytest.Item, warmup_steps: int, name: str | None = None) -> Watch:
         watches = item.stash.setdefault(WATCHES_KEY, [])
@@ -327,14 +327,14 @@ class WatchRunner:
         self.settings.release_if_read()  # torch_xla may first compile in an unwatched test
 
     def close(self) -> None:
-        from tpuscope.watch import env as watch_env
+        from tpuscope.launch import env as process_env
 
-        watch_env.reset()
+        process_env.reset()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class TpuscopeFixture:
-    """What the `tpuscope` fixture gives a test: `with tpuscope.watch.engine(warmup_steps=1) as w:`."""
+    """What the `tpuscope` fixture gives a test: `with tpuscope.watch(warmup_steps=1) as w:`."""
 
     def __init__(self, item: pytest.Item, runner: WatchRunner, spec: Spec) -> None:
         self._item = item

@@ -7,6 +7,11 @@ dagcomponentfuncs.RunLink = function (props) {
   if (!id) {
     return String(props.value == null ? "" : props.value);
   }
-  return React.createElement("a", {href: "/run/" + encodeURIComponent(id), className: "run-link"},
-                             String(props.value == null ? id : props.value));
+  var link = React.createElement("a", {href: "/run/" + encodeURIComponent(id), className: "run-link"},
+                                 String(props.value == null ? id : props.value));
+  if (!props.data.live) {
+    return link;
+  }
+  return React.createElement("span", null, link,
+                             React.createElement("span", {className: "badge live", title: "in progress"}, "live"));
 };

@@ -15,6 +15,8 @@ from ..components import (
     fmt_pct,
     graph,
     grid,
+    is_live,
+    live_timer,
     run_header,
     short_site,
     site_column,
@@ -112,39 +114,59 @@ def compile_detail(ordered: pd.DataFrame, diffs: pd.DataFrame, n: int) -> html.D
     ])
 
 
-def layout(data: StoreData, run_id: str) -> html.Div:
-    summary = data.summary(run_id)
+def _stats(data: StoreData, run_id: str, summary: dict[str, Any]) -> html.Div:
     compiles = data.table(run_id, "compiles")
-    retraces = data.table(run_id, "retraces")
-    ordered, diffs = ordered_compiles(data, run_id)
-    rows = compile_rows(ordered, diffs)
+    graphs = compiles["graph_hash"].nunique() if not compiles.empty else 0
+    return stats_row([
+        stat("compiles", fmt_num(summary["compiles"]), "stat-compiles"),
+        stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles"),
+        stat("distinct graphs", fmt_num(int(graphs)), "stat-graphs"),
+        stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
+        stat("recompiling", fmt_num(summary["recompile_s"], 2, "s"), "stat-recompile-s",
+             f"{fmt_pct(summary['recompile_share'])} of the timed steps' wall time"),
+    ])
+
+
+def _rows(data: StoreData, run_id: str) -> tuple[list[dict[str, Any]], str]:
+    rows = compile_rows(*ordered_compiles(data, run_id))
     shown = rows.head(MAX_ROWS)
     note = "" if len(shown) == len(rows) else f" (the first {MAX_ROWS:,} of {len(rows):,}; the chart has all)"
-    findings = [f for f in data.findings(run_id) if f.rule == "recompile"]
-    graphs = compiles["graph_hash"].nunique() if not compiles.empty else 0
+    return shown.to_dict("records"), "Compiled graphs" + note
+
+
+def _retraces(data: StoreData, run_id: str) -> list[Any]:
+    retraces = data.table(run_id, "retraces")
+    if retraces.empty:
+        return []
+    return [html.H3("Why JAX traced again"), grid("retraces-grid", retrace_rows(retraces), RETRACE_COLUMNS)]
+
+
+def _findings(data: StoreData, run_id: str, summary: dict[str, Any]) -> html.Div:
+    found = data.live_findings(run_id) if is_live(summary) else data.findings(run_id)
+    return findings_list([f for f in found if f.rule == "recompile"],
+                         "No recompile or compile-time finding: graphs were reused after warm-up.")
+
+
+def layout(data: StoreData, run_id: str) -> html.Div:
+    summary = data.summary(run_id)
+    ordered, _ = ordered_compiles(data, run_id)
+    rows, title = _rows(data, run_id)
     return html.Div(className="page", id="page-recompiles", children=[
-        run_header(run_id, summary, "recompiles"),
-        stats_row([
-            stat("compiles", fmt_num(summary["compiles"]), "stat-compiles"),
-            stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles"),
-            stat("distinct graphs", fmt_num(int(graphs)), "stat-graphs"),
-            stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
-            stat("recompiling", fmt_num(summary["recompile_s"], 2, "s"), "stat-recompile-s",
-                 f"{fmt_pct(summary['recompile_share'])} of the timed steps' wall time"),
-        ]),
+        html.Div(run_header(run_id, summary, "recompiles"), id="recompiles-head"),
+        html.Div(_stats(data, run_id, summary), id="recompiles-stats"),
+        live_timer("recompiles-live", is_live(summary)),
         html.Div(graph(compile_bars(ordered), "compile-bars"), className="panel"),
-        html.H3("Compiled graphs" + note),
+        html.H3(title, id="compiles-title"),
         html.P("Select a row for its Python frames and the argument-by-argument shape change.",
                className="muted"),
-        grid("compiles-grid", shown, COLUMNS, getRowId="params.data.id",
+        grid("compiles-grid", rows, COLUMNS, getRowId="params.data.id",
              dashGridOptions={"rowSelection": {"mode": "singleRow", "checkboxes": False,
                                                "enableClickSelection": True}}),
         dcc.Store(id="recompiles-run", data=run_id),
         html.Div(id="compile-detail-slot"),
-        *([html.H3("Why JAX traced again"), grid("retraces-grid", retrace_rows(retraces), RETRACE_COLUMNS)]
-          if not retraces.empty else []),
+        html.Div(_retraces(data, run_id), id="retraces-slot"),
         html.H3("Related findings"),
-        findings_list(findings, "No recompile or compile-time finding: graphs were reused after warm-up."),
+        html.Div(_findings(data, run_id, summary), id="recompiles-findings"),
     ])
 
 
@@ -155,3 +177,18 @@ def register(app: Dash, data: StoreData) -> None:
         if not selected:
             return html.Div()
         return compile_detail(*ordered_compiles(data, run_id), int(selected[0]["n"]))
+
+    @app.callback(Output("recompiles-head", "children"), Output("recompiles-stats", "children"),
+                  Output("compile-bars", "figure"), Output("compiles-title", "children"),
+                  Output("compiles-grid", "rowData"), Output("retraces-slot", "children"),
+                  Output("recompiles-findings", "children"), Output("recompiles-live", "disabled"),
+                  Input("recompiles-live", "n_intervals"), State("recompiles-run", "data"),
+                  prevent_initial_call=True)
+    def _live(_: int, run_id: str) -> tuple[Any, ...]:
+        """A live run read again (new compiles appear in the chart and the grid, which keeps its
+        selection: rows have stable ids); the tick that sees the run ended stops the timer."""
+        summary = data.summary(run_id)
+        rows, title = _rows(data, run_id)
+        return (run_header(run_id, summary, "recompiles"), _stats(data, run_id, summary),
+                compile_bars(ordered_compiles(data, run_id)[0]), title, rows, _retraces(data, run_id),
+                _findings(data, run_id, summary), not is_live(summary))

@@ -49,15 +49,22 @@ def main() -> None:
               help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
 @click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
               help="TPU generation the TensorCore (MXU) estimates are made for.")
+@click.option("--alerts", type=click.Choice(["on", "off"]), default=None,
+              help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
+                   "(docs/alerts.md).  [default: on; off with --quiet]")
 @click.option("--run-id", envvar="TPUSCOPE_RUN_ID", metavar="ID",
               help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
                    "writes one run, each its own files (docs/pods.md).")
-@click.option("--quiet", "-q", is_flag=True, help="No report at the end.")
+@click.option("--quiet", "-q", is_flag=True, help="No report at the end and no live alerts.")
 @gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+        alerts: str | None, run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
+
+    While it runs, each new problem (a recompile, a CPU fallback) is said once on stderr,
+    `tpuscope: step 812: recompile of the graph from train.py:44 (3.1 s): ...`, judged as
+    the report judges it; a storm is summed up in one line every 10 s or more.
 
     Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
     127 if PROGRAM cannot be found, 126 if it cannot be run, 2 for a bad command line.
@@ -75,6 +82,7 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
       tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
       tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
       tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
+      tpuscope run --alerts off python train.py
       tpuscope run --run-id exp42 python train.py     # on every host of a pod: one run
     """
     from tpuscope.launch.program import StartError, UsageError, resolve_program, run_program
@@ -83,7 +91,8 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
     try:
         prog = resolve_program(list(program))
         run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep,
-                                    trace_steps=trace_steps, target=target, run_id=run_id)
+                                    trace_steps=trace_steps, target=target,
+                                    alerts=alerts == "on" if alerts else not quiet, run_id=run_id)
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
@@ -138,9 +147,9 @@ def list_runs(store: Path, as_json: bool) -> None:
     """
     import json
 
-    from tpuscope.report.runs import runs_table
+    from tpuscope.report.runs import runs_table, with_briefs
 
-    runs = RunStore(store).list_runs()
+    runs = with_briefs(RunStore(store).list_runs(), store)
     if as_json:
         click.echo(json.dumps(runs, indent=2, default=str))
         return

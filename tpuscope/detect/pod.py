@@ -116,9 +116,9 @@ def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> Ru
     )
     one.__dict__["families"] = split.get("families", host)  # families are per process already
     # steps are judged per process: the whole run's judged and loop steps, cut to this host
-    for key, whole in (("_judged", common.judged_steps), ("_loop", common.loop_steps)):
-        if not one.steps.empty:
-            one.__dict__[key] = (one.steps, split.derived(key, whole, host))
+    for key, whole in (("judged", common.judged_steps), ("loop", common.loop_steps)):
+        if not one.steps.empty:  # RunTables' cached properties, filled from the whole run's
+            one.__dict__[key] = split.derived(key, whole, host)
     return one
 
 
@@ -149,7 +149,7 @@ def _merge(found: list[tuple[str, Finding]], total: int) -> Finding:
         "worst_host": worst_host,
         "cost_s_per_host": {h: round(f.cost_s, 6) for h, f in found},
     }
-    steps = sorted({s for _, f in found for s in f.steps})
+    runs, count = Finding.of_steps(_union([f.step_runs for _, f in found]))
     title = worst.title if len(hosts) == total else f"{worst.title} [hosts: {where}]"
     detail = f"{worst.detail} On {where}; figures of {worst_host}, the costliest."
     return Finding(
@@ -160,9 +160,18 @@ def _merge(found: list[tuple[str, Finding]], total: int) -> Finding:
         worst.fix,
         worst.location,
         worst.cost_s,
-        steps,
+        runs,
         evidence,
+        count,
     )
+
+
+def _union(all_runs: list[list[list[int]]]) -> Any:
+    """Every step any of these step runs covers (an array: a run can span 100k steps)."""
+    import numpy as np
+
+    spans = [np.arange(first, last + 1) for runs in all_runs for first, last in runs]
+    return np.concatenate(spans) if spans else np.array([], dtype=np.int64)
 
 
 def detect_per_host(

@@ -135,7 +135,7 @@ def _finding(
 ) -> Finding:
     only = len(present) <= len(missing)
     named = present if only else missing
-    where = common.short_path(location) if isinstance(location, str) else "an unknown line"
+    where = common.file_and_line(location) if isinstance(location, str) else "an unknown line"
     what = _what(rows)
     if only:
         title = f"Rank divergence at {where}: {hosts_text(named, total)} {what.split(' (')[0]} the other hosts did not"
@@ -146,13 +146,14 @@ def _finding(
             f"At {where}, {hosts_text(present, total)} {what}; {', '.join(named)} did not "
             "(and reached that step)."
         )
-    steps = common.steps_list(rows["step"])
+    steps = sorted({int(v) for v in rows["step"] if int(v) >= 0})
     cost = float(rows.groupby("host")["seconds"].sum().max())
     detail += (
         f" First at step {steps[0] if steps else 'unknown'}. Every collective of the pod waits for the host "
         f"that does extra work. Cost: the compile time of those graphs on the costliest host, {cost:.3f} s."
     )
     severity = judge.severity(cost, wall)
+    runs, count = Finding.of_steps(steps)
     evidence = {
         "hosts": named,
         "present_on": present,
@@ -169,8 +170,9 @@ def _finding(
         FIX,
         location if isinstance(location, str) else None,
         cost,
-        steps,
+        runs,
         evidence,
+        count,
     )
 
 

@@ -29,6 +29,7 @@ from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.registry import RunTables
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
 from tpuscope.schema import Finding
+from tpuscope.step_runs import runs_text
 
 RULE = "recompile"
 STORM_SHARE = 0.5
@@ -74,11 +75,19 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
     return []
 
 
-def _site(row: dict[str, Any]) -> str:
+def site_of(row: dict[str, Any]) -> str:
     if row.get("backend") == "jax" and row.get("function"):
         return f"jit {row['function']}"
     location = row.get("location")
     return location if isinstance(location, str) and location else (row.get("cause") or "unknown call site")
+
+
+def where_text(site: str, location: str | None, function: str | None) -> str:
+    """How a card (and a live alert) names a call site: `train.py:44`, `step (train.py:44)`."""
+    where = common.file_and_line(location) if location else site
+    if function:
+        return f"{function} ({where})" if location else function
+    return where
 
 
 def _items(tables: RunTables) -> list[dict[str, Any]]:
@@ -90,13 +99,13 @@ def _items(tables: RunTables) -> list[dict[str, Any]]:
     for row in families.to_dict("records"):
         earlier = by_family.setdefault(row["family"], [])
         if row["recompile"]:
-            item = _item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
+            item = recompile_item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
             out.append(item)
         earlier.append(row)
     return out
 
 
-def _item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame,
+def recompile_item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame,
           diff: bool) -> dict[str, Any]:
     before = _closest(row, earlier) if diff else None
     diffs = jax_advice.diffs_of(retraces, int(row["index"]), row.get("function")) \
@@ -123,6 +132,8 @@ def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int,
     """Flat argument index -> the user's name (`batch['x']`). JAX's explanations name the
     changed arguments by pytree path but the shapes list is flat, so a name goes to the flat
     argument that has the explained shape after the change and before it in another compile."""
+    if not any(d["kind"] == "input_types" and d.get("arg") for item in items for d in item["diffs"]):
+        return {}  # nothing to name (torch_xla has no explanations): skip reading every graph's shapes
     shapes = {int(r["index"]): list(r["input_shapes"]) for r in rows.to_dict("records")
               if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)}
     names: dict[int, str] = {}
@@ -173,15 +184,13 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     cost = sum(i["duration_s"] for i in items)
     first = next((i for i in items if i["changes"]), items[0])
     location = next((i["location"] for i in reversed(items) if i["location"]), None)
-    where = common.short_path(location) if location else site
-    if items[0].get("function"):
-        where = f"{items[0]['function']} ({where})" if location else items[0]["function"]
+    where = where_text(site, location, items[0].get("function"))
     facet = _facet(tables, items)
     storm = _storm(tables, items)
-    steps = common.steps_list(i["step"] for i in items)
+    runs, count = Finding.of_steps([i["step"] for i in items])
     share = f", {100 * cost / wall:.1f}% of the judged steps' wall time" if wall else ""
     detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
-              f"compiled at {where} (steps {_steps_text(steps) or 'not known'}); cause: "
+              f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'}); cause: "
               f"{items[0]['cause'] or 'unknown'}. What changed against the closest earlier compile of the "
               f"same graph: {'; '.join(first['changes'][:4]) or 'not recorded (' + NO_SHAPES_HINT + ')'}."
               + (f" Shape churn: {facet_text(facet)}." if facet else "")
@@ -198,11 +207,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         evidence["storm"] = storm
     title = _title(items, where, storm, facet, cost)
     return Finding(RULE, common.severity(cost, tables), title, detail, _fix(tables, items, facet),
-                   location, cost, steps, evidence)
-
-
-def _steps_text(steps: list[int]) -> str:
-    return ", ".join(map(str, steps[:10])) + (f" ... ({len(steps)} steps)" if len(steps) > 10 else "")
+                   location, cost, runs, evidence, count)
 
 
 def _imported_totals(tables: RunTables) -> list[Finding]:
@@ -234,6 +239,7 @@ def detect_recompile(tables: RunTables) -> list[Finding]:
         return _imported_totals(tables) if tables.steps.empty else []
     wall = common.run_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
+    backend = tables.backend
     for item in _items(tables):
-        by_site.setdefault(_site(item | {"backend": tables.backend}), []).append(item)
+        by_site.setdefault(site_of({**item, "backend": backend}), []).append(item)
     return [_finding(tables, site, items, wall) for site, items in by_site.items()]

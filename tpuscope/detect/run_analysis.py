@@ -18,7 +18,7 @@ from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
 
-ANALYSIS_VERSION = 2  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 3  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
@@ -33,7 +33,8 @@ class RunReport:
 
 
 def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
-    summary = summarize(tables.meta, tables.steps, tables.families, tables.fallbacks, tables.metrics)
+    summary = summarize(tables.meta, tables.steps, tables.families, tables.fallbacks, tables.metrics,
+                        tables.phase)
     summary["findings_by_severity"] = {
         sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
@@ -44,10 +45,11 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     return summary
 
 
-def _stored(run: Run) -> RunReport | None:
-    """The written analysis while it is current (analysis.json newer than every table part, and
+def stored_summary(run: Run) -> dict[str, Any] | None:
+    """The written summary while it is current (analysis.json newer than every table part, and
     from this version of the analysis), with who the run is and how it ended read from meta now:
-    a run copied or renamed is its folder, a run ended since says so."""
+    a run copied or renamed is its folder, a run ended since says so. Reads no table: what the
+    Runs page and `ls` show of hundreds of runs."""
     meta = run.meta  # read first: a run from a newer tpuscope is refused here
     stored = run.analysis
     if stored is None or stored.get("analysis_version") != ANALYSIS_VERSION:
@@ -58,7 +60,15 @@ def _stored(run: Run) -> RunReport | None:
            "duration_s": (end - start) / 1e9 if start and end else None}
     if stored.get("hosts"):  # a pod: how each host ended is read now too (a host lost since)
         now["hosts"] = hosts_ended_now(stored["hosts"], meta)
-    return RunReport(summary={**stored, **now}, findings=sorted(run.findings_list(), key=order))
+    return {**stored, **now}
+
+
+def _stored(run: Run) -> RunReport | None:
+    """The written analysis (stored_summary and the findings table) while it is current."""
+    summary = stored_summary(run)
+    if summary is None:
+        return None
+    return RunReport(summary=summary, findings=sorted(run.findings_list(), key=order))
 
 
 def _compute(run: Run) -> RunReport:

@@ -84,6 +84,7 @@ def _finding(
         "hosts": [host["host"]],
         "hosts_total": total_hosts,
     }
+    runs, count = Finding.of_steps(slow)
     return Finding(
         RULE,
         judge.severity(cost, pod_wall_s),
@@ -92,8 +93,9 @@ def _finding(
         FIXES[part],
         None,
         cost,
-        slow,
+        runs,
         evidence,
+        count,
     )
 
 

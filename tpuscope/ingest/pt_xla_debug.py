@@ -18,6 +18,7 @@ from typing import Any
 
 from tpuscope.ingest.registry import Evidence, Importer, register
 from tpuscope.parse.pt_xla_debug import DebugLog, GraphRecord, parse_debug_text
+from tpuscope.schema import table_row
 
 _FREQUENT = re.compile(r"^(?P<name>\w+) too frequent: (?P<count>\d+) counts during (?P<steps>\d+) steps")
 _NOT_LOWERED = re.compile(r"^Op\(s\) not lowered: (?P<ops>.*?)(?:\s+Please open.*)?$")
@@ -25,15 +26,12 @@ SNIFF = re.compile(rb"^(Compilation Analysis: |Execution Analysis: |pt-xla-profi
 
 
 def _compile_row(index: int, record: GraphRecord) -> dict[str, Any]:
-    return {
-        "step": -1, "index": index, "time_ns": None, "duration_ns": None,
-        "graph_hash": record.graph_hash or None, "cause": record.cause or None,
-        "location": record.location, "frames": record.frames,
-        "num_inputs": record.num_inputs, "num_outputs": record.num_outputs,
-        "input_shapes": None, "output_shapes": None,
-        **{key: record.sizes.get(key) for key in
-           ("input_gb", "output_gb", "aliased_gb", "intermediate_gb", "program_gb")},
-    }
+    return table_row(
+        "compiles", backend="torch_xla", step=-1, index=index,
+        graph_hash=record.graph_hash or None, cause=record.cause or None,
+        location=record.location, frames=record.frames, num_inputs=record.num_inputs,
+        num_outputs=record.num_outputs, **record.sizes,
+    )
 
 
 def _notes(notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

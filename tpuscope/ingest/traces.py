@@ -147,7 +147,7 @@ def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: boo
 
 def add_xprof(out: TraceSet, files: list[Path]) -> None:
     """xprof's analyses of one profile (its hosts' files together), labelled with its first host."""
-    result = xprof_tools.analyze(files)
+    result = xprof_tools.run_tools(files)
     host = files[0].name.removesuffix(".xplane.pb") if len(files) == 1 else files[0].parent.name
     fields = {"host": host, "pid": 0, "rank": 0}
     out.add("xprof_overview", pa.Table.from_pylist([{**fields, **r} for r in result.overview],

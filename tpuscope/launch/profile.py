@@ -2,47 +2,44 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tpuscope.collect import autostart
 from tpuscope.detect.run_analysis import analyze
-from tpuscope.store import Run, RunStore, update_meta
-
-
-def _enable_debug_text() -> bool:
-    """Turn PT_XLA_DEBUG on for compile causes, unless the user chose a level themselves.
-
-    torch_xla reads the level when it first needs it, so this helps only when
-    nothing has compiled yet in this process; compiles then still get times.
-    """
-    if "PT_XLA_DEBUG_LEVEL" in os.environ:
-        return False
-    os.environ["PT_XLA_DEBUG_LEVEL"] = "1"
-    return True
+from tpuscope.launch import env
+from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.store import Run
 
 
 @contextmanager
 def profile(store: str | Path | None = None, name: str = "profile", warmup: int = 2,
-            analyze_at_exit: bool = True) -> Iterator[Run]:
-    """Collect every torch_xla step in the block into a new run; yields the Run.
+            analyze_at_exit: bool = True, alerts: bool = False) -> Iterator[Run]:
+    """Collect every step in the block into a new run; yields the Run.
+
+    With `alerts=True`, new recompiles and CPU fallbacks are said on stderr while the block
+    runs (tpuscope/launch/alerts.py; off by default: a notebook or a test shows its own output).
+    The watcher is a thread of this process, reading the flushed rows once a second.
+
+    The environment rules are the watch's (launch/env.prepare): PT_XLA_DEBUG is turned on
+    only if torch_xla has not compiled yet in this process and the user did not set it;
+    XLA's HLO dump stays off (it costs 30-45% CPU per compile).
 
     Example:
         with tpuscope.profile(store="runs", name="sweep") as run:
             train(steps=10)
         print(run.steps, run.findings)
     """
-    run_dir = RunStore(store).new_run(
-        name, argv=list(sys.argv), command="tpuscope.profile()", cwd=os.getcwd(),
-        warmup=warmup, start_ns=time.time_ns(), status="running",
-    )
-    owns_debug = _enable_debug_text()
-    autostart.start(run_dir, warmup=warmup, own_debug=owns_debug, install_handlers=False)
+    settings = env.prepare(shapes=False)
+    run_dir = collect_here(store, name, warmup, settings, argv=list(sys.argv),
+                           command="tpuscope.profile()")
     run = Run(run_dir)
+    watcher = None
+    if alerts:
+        from tpuscope.launch.alerts import AlertWatcher
+
+        watcher = AlertWatcher(run_dir).start()
     status, error = "finished", None
     try:
         yield run
@@ -50,13 +47,10 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
         status, error = "exception", f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        autostart.stop(status=status, error=error)
-        if owns_debug:
-            os.environ.pop("PT_XLA_DEBUG_LEVEL", None)
-            os.environ.pop("PT_XLA_DEBUG_FILE", None)
-        update_meta(run_dir, status=status, error=error, end_ns=time.time_ns())
-        run.__dict__.clear()
-        run.path = run_dir
+        stop_here(run_dir, status, error, settings)
+        if watcher is not None:
+            watcher.stop()
+        run.reload()
         if analyze_at_exit:
             analyze(run)
-            run.__dict__.pop("findings", None)
+            run.reload()

@@ -8,7 +8,7 @@ analyses the run.
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import importlib.util
 import os
 import re
@@ -16,20 +16,24 @@ import shlex
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tpuscope
 from tpuscope.analyze.mxu import DEFAULT_TARGET
-from tpuscope.collect import autostart
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
-from tpuscope.collect.xla.counters import ENV_ALL_METRICS
+from tpuscope.launch.env import build_env
+from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
 from tpuscope.store import RunStore, update_meta
 from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host, join_run, update_host_meta
 from tpuscope.store.liveness import launcher_identity
 
-BOOT_DIR = Path(__file__).parent.parent / "_boot"
+if TYPE_CHECKING:
+    from tpuscope.launch.alerts import AlertWatcher
+
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
 
@@ -87,58 +91,6 @@ def _module_missing(module: str) -> bool:
         sys.path.pop(0)
 
 
-def tpu_present() -> bool:
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
-                or os.environ.get("TPU_ACCELERATOR_TYPE"))
-
-
-@dataclass
-class ChildEnv:
-    """The child's environment and the variables tpuscope set in it (kept in meta)."""
-
-    env: dict[str, str]
-    set_by_tpuscope: dict[str, str] = field(default_factory=dict)
-    left_to_user: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def set_default(self, name: str, value: str) -> bool:
-        if name in self.env:
-            self.left_to_user.append(name)
-            return False
-        self.env[name] = value
-        self.set_by_tpuscope[name] = value
-        return True
-
-
-def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None) -> ChildEnv:
-    child = ChildEnv(env=dict(os.environ if base is None else base))
-    env = child.env
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
-    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
-    env[autostart.ENV_WARMUP] = str(warmup)
-    env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
-    if not tpu_present():
-        child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
-    # torch_xla prints 8 Python frames per compile by default: inside transformers' generate()
-    # that is all library code, and the user's line is cut off
-    child.set_default("PT_XLA_DEBUG_MAX_FRAME", "64")
-    if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
-        env[autostart.ENV_OWNS_DEBUG] = "1"
-        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
-    if deep:
-        child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
-        child.set_default("XLA_IR_DEBUG", "1")
-        child.set_default("XLA_HLO_DEBUG", "1")
-        flags = env.get("XLA_FLAGS", "")
-        if "--xla_dump_to" in flags:
-            child.left_to_user.append("XLA_FLAGS --xla_dump_to")
-        else:
-            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
-            env["XLA_FLAGS"] = f"{flags} {dump}".strip()
-            child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
-    return child
-
-
 def describe_exit(code: int) -> str:
     """The run's status from the program's return code."""
     if code == 0:
@@ -158,19 +110,22 @@ class StartError(UsageError):
 
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
-    trace_steps: str | None = None, target: str | None = None, run_id: str | None = None,
+    trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
+    run_id: str | None = None,
 ) -> tuple[Path | None, int]:
     """Run the program under collection; returns (run folder, or None when it could not be
     written; the program's return code: negative when a signal killed it, as subprocess says).
-
+    With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts.py).
     With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
     keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
     device_options = _device_options(trace_steps, target)
     host = file_host()
     if run_id:
         run_dir = join_run(store.root, run_id, name=name or program.name)
+        update_host_meta(run_dir, host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(),
+                         status="running")  # what open_run puts in a one-host run's meta.json
     else:
-        run_dir = store.new_run(name or program.name)
+        run_dir = open_run(store, name or program.name, warmup)
     child = build_env(run_dir, warmup, deep)
     if run_id:
         child.set_default(ENV_HOST, host)  # every process of this host writes as this host
@@ -182,15 +137,12 @@ def run_program(
         host=host,
         argv=program.argv,
         command=shlex.join(program.argv),
-        cwd=os.getcwd(),
-        warmup=warmup,
         deep=deep,
         env_set=child.set_by_tpuscope,
         env_left_to_user=child.left_to_user,
-        start_ns=time.time_ns(),
-        status="running",
         launcher=launcher_identity(),
         tpuscope_version=tpuscope.__version__,
+        alerts=alerts,
         **device_options,
     )
     for note in child.notes:
@@ -199,14 +151,31 @@ def run_program(
         running = Child(program.argv, child.env)
     except OSError as exc:
         code = 126 if isinstance(exc, PermissionError) else 127  # what a shell exits with
-        record(status="failed to start", error=str(exc), end_ns=time.time_ns(), exit_code=code)
+        record.close("failed to start", error=str(exc), exit_code=code)
         raise StartError(f"cannot start {program.argv[0]}: {exc.strerror or exc}", code) from exc
+    watcher = _start_alerts(run_dir) if alerts else None
     code = running.wait()
-    record(status=describe_exit(code), exit_code=code, end_ns=time.time_ns())
+    record.close(describe_exit(code), exit_code=code)
+    if watcher is not None:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C now skips the last count, not the run
+            watcher.stop()  # the rows of the program's last seconds, then a last count
+        record(alerts_cost=watcher.cost)
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
     return run_dir, code
+
+
+def _start_alerts(run_dir: Path) -> AlertWatcher | None:
+    """The live-alert watcher, on a thread of this launcher (never the program's process): started
+    once the child runs, so it inherits the signals blocked for Child.wait."""
+    from tpuscope.launch.alerts import AlertWatcher
+
+    try:
+        return AlertWatcher(run_dir).start()
+    except Exception as exc:  # alerts are a convenience: the run goes on without them
+        print(f"tpuscope: no live alerts: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
 
 
 class MetaRecorder:
@@ -219,11 +188,21 @@ class MetaRecorder:
         self.failed = False
 
     def __call__(self, **fields: object) -> None:
+        if self.host:
+            self._guarded(update_host_meta, self.run_dir, self.host, **fields)
+        else:
+            self._guarded(update_meta, self.run_dir, **fields)
+
+    def close(self, status: str, **fields: object) -> None:
+        if self.host:  # the end of this host, in its own file (close_run writes meta.json)
+            self._guarded(update_host_meta, self.run_dir, self.host, status=status,
+                          end_ns=time.time_ns(), **fields)
+        else:
+            self._guarded(close_run, self.run_dir, status, **fields)
+
+    def _guarded(self, write: Callable[..., object], *args: object, **fields: object) -> None:
         try:
-            if self.host:
-                update_host_meta(self.run_dir, self.host, **fields)
-            else:
-                update_meta(self.run_dir, **fields)
+            write(*args, **fields)
         except OSError as exc:
             if not self.failed:
                 print(f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "

@@ -69,7 +69,7 @@ def number(value: Any) -> float | None:
     return None
 
 
-def analyze(paths: Sequence[str | Path], tools: Sequence[str] = TOOLS) -> XprofResult:
+def run_tools(paths: Sequence[str | Path], tools: Sequence[str] = TOOLS) -> XprofResult:
     """Run xprof's tools over the xplane files of one profile (several hosts allowed)."""
     from xprof.convert import raw_to_tool_data
 

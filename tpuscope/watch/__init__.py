@@ -7,7 +7,7 @@ on first use so that importing `tpuscope.watch.text` from a lower layer stays ch
 
 from typing import Any
 
-__all__ = ["Limits", "Watch"]
+__all__ = ["Limits", "Watch", "watch"]
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +33,10 @@ from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
 from tpuscope.detect import jax_advice
 from tpuscope.detect.run_analysis import analyze
+from tpuscope.launch import env as process_env
+from tpuscope.launch.lifecycle import collect_here, stop_here
 from tpuscope.schema import Finding
-from tpuscope.store import Run, RunStore, update_meta
-from tpuscope.watch import env as watch_env
+from tpuscope.store import Run
 from tpuscope.watch import jax_rules as watch_jax
 from tpuscope.watch.text import describe_fallbacks, describe_recompiles, plural
 
@@ -90,9 +90,10 @@ class Fallback:
 
     op: str
     count: int
-    steps: tuple[int, ...]
+    step_runs: list[list[int]]  # runs of consecutive steps (tpuscope.step_runs)
     location: str | None
     finding: Finding | None = None
+    step_count: int = 0
 
 
 class Watch:
@@ -122,19 +123,14 @@ class Watch:
         if autostart.active_session() is not None:
             raise WatchError("tpuscope: this process is already being profiled (tpuscope run, "
                              "tpuscope.profile() or another watch); watches do not nest")
-        settings = watch_env.prepare()
+        settings = process_env.prepare()
         settings.clear_dump()
         cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_steps) else {}
         root = self.store
         if root is None:
             root = self._temp = Path(tempfile.mkdtemp(prefix="tpuscope-watch-"))
-        meta = {"command": f"watch {self.name}", "cwd": os.getcwd(), "warmup": self.warmup_steps,
-                "start_ns": time.time_ns(), "status": "running", "env_set": dict(settings.set_vars),
-                **cleared, **self.meta}
-        self.run_dir = RunStore(root).new_run(self.name, **meta)
-        with settings.exposed():
-            autostart.start(self.run_dir, warmup=self.warmup_steps, install_handlers=False,
-                            debug_file=settings.file)
+        meta = {"command": f"watch {self.name}", **cleared, **self.meta}  # the caller's meta wins
+        self.run_dir = collect_here(root, self.name, self.warmup_steps, settings, **meta)
         self.status = "running"
         return self
 
@@ -142,8 +138,9 @@ class Watch:
         self.status = "finished" if exc_type is None else "exception"
         error = None if exc is None else f"{exc_type.__name__}: {exc}"
         try:
-            autostart.stop(status=self.status, error=error, close_open_step=True)
-            self._finish(error)
+            assert self.run_dir is not None
+            stop_here(self.run_dir, self.status, error, process_env.prepare())
+            self._finish()
         except Exception as failure:
             if exc_type is None:
                 raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
@@ -152,13 +149,9 @@ class Watch:
         finally:
             if self._temp is not None:
                 shutil.rmtree(self._temp, ignore_errors=True)
-            settings = watch_env.current()
-            if settings is not None:
-                settings.release_if_read()
 
-    def _finish(self, error: str | None) -> None:
+    def _finish(self) -> None:
         assert self.run_dir is not None
-        update_meta(self.run_dir, status=self.status, error=error, end_ns=time.time_ns())
         run = Run(self.run_dir)
         self._findings = analyze(run).findings
         for table in ("meta", "steps", "compiles", "fallbacks", "metrics", "findings", "retraces",
@@ -228,9 +221,9 @@ class Watch:
             finding = next((f for f in rules if _finding_op(f) == op), None)
             locations = [loc for loc in rows["location"].dropna() if loc]
             location = locations[0] if locations else (finding.location if finding else None)
-            out.append(Fallback(op=str(op), count=int(rows["count"].sum()),
-                                steps=tuple(sorted(int(s) for s in rows["step"].unique())),
-                                location=location, finding=finding))
+            runs, n_steps = Finding.of_steps(rows["step"])
+            out.append(Fallback(op=str(op), count=int(rows["count"].sum()), step_runs=runs,
+                                location=location, finding=finding, step_count=n_steps))
         return sorted(out, key=lambda f: -f.count)
 
     def _recompile(self, row: dict[str, Any], run: Run, rules: list[Finding]) -> Recompile:
@@ -253,7 +246,7 @@ class Watch:
         out = []
         recompiles = self.recompiles
         if limits.max_recompiles is not None and len(recompiles) > limits.max_recompiles:
-            settings = watch_env.current()
+            settings = process_env.current()
             note = settings.note if settings is not None else None
             out.append(describe_recompiles(recompiles, limits.max_recompiles, self.warmup_steps, note))
         denied = self._denied(limits)
@@ -311,7 +304,7 @@ class Watch:
 
 
 def watch(name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None) -> Watch:
-    """`with tpuscope.watch.engine.watch(warmup_steps=1) as w: ...` outside pytest."""
+    """`with tpuscope.watch.watch(warmup_steps=1) as w: ...` outside pytest."""
     return Watch(name=name, warmup_steps=warmup_steps, store=store)
 
 

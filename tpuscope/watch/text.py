@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from tpuscope.analyze.gate import fallback_name
+from tpuscope.step_runs import runs_text
 
 MAX_LINES = 6  # recompiles or ops listed in full; the rest are counted
 
 
-def short_path(path: str) -> str:
+def relative_path(path: str) -> str:
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
@@ -28,7 +29,7 @@ def short_path(path: str) -> str:
 def site(location: str) -> str:
     """`/abs/test_x.py:12` -> `test_x.py:12` (relative when under the current folder)."""
     path, _, line = location.rpartition(":")
-    return f"{short_path(path)}:{line}" if path and line.isdigit() else location
+    return f"{relative_path(path)}:{line}" if path and line.isdigit() else location
 
 
 def where(location: str | None) -> str:
@@ -39,23 +40,8 @@ def where(location: str | None) -> str:
     if not path or not line.isdigit():
         return f"at {location}"
     source = linecache.getline(path, int(line)).strip()
-    text = f"at {short_path(path)}:{line}"
+    text = f"at {relative_path(path)}:{line}"
     return f"{text}: {source}" if source else text
-
-
-def step_ranges(steps: Iterable[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    values = sorted(set(steps))
-    parts: list[str] = []
-    start = prev = None
-    for value in [*values, None]:
-        if start is not None and value is not None and value == prev + 1:
-            prev = value
-            continue
-        if start is not None:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = value
-    return ", ".join(parts)
 
 
 def plural(count: int, word: str) -> str:
@@ -110,7 +96,7 @@ def describe_fallbacks(fallbacks: list[Any], limit: int, allowed: Iterable[str] 
     lines = [head + (f" (allowed: {allow})" if allow else "")]
     for item in fallbacks[:MAX_LINES]:
         lines.append(f"  {item.op} ran on the host {plural(item.count, 'time')} "
-                     f"(steps {step_ranges(item.steps)})")
+                     f"(steps {runs_text(item.step_runs, item.step_count)})")
         lines.append(f"    {where(item.location)}")
         if item.finding is not None and item.finding.fix:
             lines.append(f"    fix: {item.finding.fix}")

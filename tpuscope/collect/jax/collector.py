@@ -39,6 +39,7 @@ from tpuscope.collect.jax.ready import StepClock, Timing
 from tpuscope.collect.jax.rows import StepAcc, metric_rows, site_rows, step_row
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
+from tpuscope.schema import table_row
 
 _TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 ANNOTATION = "StepTraceAnnotation"
@@ -125,6 +126,9 @@ class JaxCollector:
             hook.uninstall()
         self._hooks = []
         self.tracker.uninstall()
+
+    def close_open_step(self) -> None:
+        """Nothing to do here: `uninstall` always closes the open step (`finish`)."""
 
     def finish(self) -> None:
         """Close the open step (or write the one whole-run step) and record the devices."""
@@ -259,25 +263,26 @@ class JaxCollector:
             self.session.add_many("retraces", _retrace_rows(event, step, index))
 
     def _compile_row(self, event: CompileEvent, step: int, index: int, duration_ns: int) -> dict[str, Any]:
+        eager = False
         if event.explanation is not None:
             cause = cause_text(event.explanation, event.function)
         elif event.function in self._jitted_names:  # jax.jit of a library function, e.g. model.init
             cause = f"compile of jitted {event.function} (library code, which JAX does not explain)"
         elif self.tracker.explaining():
             cause = f"JAX library function {event.function} compiled for a call outside jit (eager op)"
+            eager = True
         else:
             cause = f"compile of {event.function}"
         if event.persistent_cache:
             cause += f" [persistent cache {event.persistent_cache}]"
-        return {
-            "step": step, "index": index, "time_ns": int(event.start_s * 1e9),
-            "duration_ns": duration_ns, "graph_hash": self._graph_hash(event), "cause": cause,
-            "location": event.location, "frames": event.frames,
-            "num_inputs": len(event.input_shapes) if event.input_shapes is not None else None,
-            "num_outputs": None, "input_shapes": event.input_shapes,
-            "input_gb": None, "output_gb": None, "aliased_gb": None,
-            "intermediate_gb": None, "program_gb": None,
-        }
+        function = event.explanation.function if event.explanation is not None else event.function
+        return table_row(
+            "compiles", backend="jax", function=function if function != "?" else event.function,
+            eager=eager, step=step, index=index, time_ns=int(event.start_s * 1e9),
+            duration_ns=duration_ns, graph_hash=self._graph_hash(event), cause=cause,
+            location=event.location, frames=event.frames, input_shapes=event.input_shapes,
+            num_inputs=len(event.input_shapes) if event.input_shapes is not None else None,
+        )
 
     def _graph_hash(self, event: CompileEvent) -> str:
         """A digest of what makes a JAX executable distinct: function, definition site,

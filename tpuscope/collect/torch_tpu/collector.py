@@ -1,22 +1,24 @@
 """TorchTPU collector (PyPI `torch_tpu`, module `torch.tpu`; written against torch_tpu 0.2.0).
 
 What TorchTPU exposes and this collector reads (docs/backends.md says what was
-verified without a chip):
+verified without a chip; tests/tpu_real checks it against the real wheel in CI):
 - the eager mode in force: DEFER_NEVER (Strict), DEFER_AND_FUSE (Fused),
   DEFER_NEVER_AND_LAUNCH_BLOCKING (Debug), read from
   `torch_tpu._internal.execution_mode.eager_mode` (the public `torch.tpu.eager_mode`
   warns on every first use), and the CPU-fallback switch `enable_cpu_fallback`;
 - compilation-cache statistics, `torch.tpu._get_cache_stats()`: requests, hits,
   compilations and one entry (with its compile duration) per cached executable.
-  The cache serves eager ops, DEFER_AND_FUSE groups and torch.compile alike, so a
-  new compilation after warm-up is a recompile;
+  The cache serves eager ops and DEFER_AND_FUSE groups (and, unverified without a
+  chip, torch.compile's graphs), so a new compilation after warm-up is a recompile;
 - CPU fallbacks: TorchTPU has no counter; its message "'<op>' is not implemented
   for TPU. Falling back to CPU" is caught when it is shown as a Python warning;
 - profiles: `torch.profiler.profile` with `torch.tpu.profiler.TpuProfilerConfig(run_dir=...)`
   for the steps in TPUSCOPE_TRACE_STEPS, written as xplane.pb under `<run>/trace/`.
 Steps end at every `optimizer.step()` (PyTorch's global optimizer post-hook): an
-eager backend has no mark_step. Nothing is recorded until TorchTPU has initialised
-a TPU, so a machine that merely has the package installed is left alone.
+eager backend has no mark_step (torch.tpu.optimizers' functional optimizers fire no
+hook). Nothing is recorded until TorchTPU has initialised a TPU, which its loader does
+at `import torch` only when its PCI scan finds one, so a machine that merely has the
+package installed is left alone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
+from tpuscope.schema import table_row
 
 # TorchTPU's eager modes under the names the rest of tpuscope (and the bench) use.
 EAGER_MODES = {
@@ -42,9 +45,16 @@ EAGER_MODES = {
     "INTERNAL_COMPILE_FX_GRAPH": "compile_fx_graph",
     "INTERNAL_DEFER_ALL": "defer_all",
 }
-ENV_VARS = ("TORCH_TPU_DEFER_AND_FUSE", "TORCH_TPU_LAUNCH_BLOCKING", "TORCH_DEVICE_BACKEND_AUTOLOAD",
-            "TORCH_TPU_PROFILER_OUTPUT_DIR", "TORCH_TRACE", "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT",
-            "TORCH_TPU_ENABLE_DEBUG_CHECKS", "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS")
+ENV_VARS = (
+    "TORCH_TPU_DEFER_AND_FUSE",
+    "TORCH_TPU_LAUNCH_BLOCKING",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "TORCH_TPU_PROFILER_OUTPUT_DIR",
+    "TORCH_TRACE",
+    "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT",
+    "TORCH_TPU_ENABLE_DEBUG_CHECKS",
+    "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS",
+)
 FALLBACK_MESSAGE = re.compile(r"'(?P<op>[^']+)' is not implemented for TPU\. Falling back to CPU")
 
 
@@ -77,7 +87,8 @@ class CacheStats:
     def of(cls, perf: Any) -> CacheStats:
         entries = list(getattr(perf, "per_entry_stats", None) or [])
         return cls(
-            requests=int(perf.num_cache_reqs), hits=int(perf.num_cache_hits),
+            requests=int(perf.num_cache_reqs),
+            hits=int(perf.num_cache_hits),
             compilations=int(perf.num_compilations),
             peak_host_bytes=int(getattr(perf, "peak_compilation_host_memory_bytes", 0) or 0),
             entry_ns=[duration_ns(getattr(e, "compilation_duration", None)) for e in entries],
@@ -110,14 +121,29 @@ class TorchTpuApi:
             version = metadata.version("torch_tpu")
         except metadata.PackageNotFoundError:
             version = None
-        return cls(tpu=torch.tpu, execution_mode=execution_mode, loader=loader, torch=torch, version=version)
+        return cls(
+            tpu=torch.tpu,
+            execution_mode=execution_mode,
+            loader=loader,
+            torch=torch,
+            version=version,
+        )
 
     def device_initialized(self) -> bool:
         return bool(getattr(self.loader, "_DEVICE_INITIALIZED", False))
 
     def eager_mode(self) -> str | None:
+        """The C++ name of the mode in force: DEFER_NEVER, DEFER_AND_FUSE, ...
+
+        torch_tpu wraps the C++ `_EagerMode` in the public `EagerMode` enum when it can
+        (its `.value` is the C++ member) and returns the C++ member itself otherwise
+        (INTERNAL_DEFER_ALL). The public member of INTERNAL_COMPILE_FX_GRAPH is named
+        `_INTERNAL_COMPILE_FX_GRAPH`, so the C++ name is the one that does not vary.
+        """
         mode = _quiet(lambda: self.execution_mode.eager_mode)
-        return getattr(mode, "name", None) if mode is not None else None
+        if mode is None:
+            return None
+        return getattr(getattr(mode, "value", None), "name", None) or getattr(mode, "name", None)
 
     def cpu_fallback_enabled(self) -> bool | None:
         value = _quiet(lambda: self.execution_mode.enable_cpu_fallback)
@@ -185,6 +211,10 @@ class TpuCollector:
             self._claim()
         return self
 
+    def close_open_step(self) -> None:
+        """Nothing to do: a TorchTPU step ends at each optimizer step (a post-step hook), and
+        the uninstall that follows records nothing after it."""
+
     def uninstall(self) -> None:
         if self._hook is not None:
             self._hook.remove()
@@ -197,8 +227,13 @@ class TpuCollector:
     def _claim(self) -> None:
         """Meta and tracing, once TorchTPU runs on a TPU in this process."""
         mode = self.api.eager_mode()
-        meta = {"eager_mode": mode_label(mode), "torch_tpu_eager_mode": mode, "torch_tpu_device_initialized": True,
-                "torch_tpu_cpu_fallback": self.api.cpu_fallback_enabled(), **self.api.device_meta()}
+        meta = {
+            "eager_mode": mode_label(mode),
+            "torch_tpu_eager_mode": mode,
+            "torch_tpu_device_initialized": True,
+            "torch_tpu_cpu_fallback": self.api.cpu_fallback_enabled(),
+            **self.api.device_meta(),
+        }
         if not self.session.proc_meta.get("backend"):
             meta["backend"] = "torch_tpu"
         self.session.set_meta(**meta)
@@ -221,15 +256,23 @@ class TpuCollector:
             holder.pop("profile").__exit__(None, None, None)
 
         self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
-        return ProfilerWindow(window, directory, start, stop,
-                              lambda files: self.session.set_meta(trace_files=files))
+        return ProfilerWindow(
+            window, directory, start, stop, lambda files: self.session.set_meta(trace_files=files)
+        )
 
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         with contextlib.suppress(Exception):  # never break the program's optimizer.step()
             self.on_step_end("optimizer.step")
 
-    def _on_warning(self, message: Any, category: Any, filename: str, lineno: int,
-                    file: Any = None, line: Any = None) -> None:
+    def _on_warning(
+        self,
+        message: Any,
+        category: Any,
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: Any = None,
+    ) -> None:
         match = FALLBACK_MESSAGE.search(str(message))
         if match:
             op = match["op"] if "::" in match["op"] else f"aten::{match['op']}"
@@ -238,7 +281,10 @@ class TpuCollector:
 
     # -- per step --------------------------------------------------------------------
     def on_step_end(self, boundary: str) -> None:
-        if not self.api.device_initialized() or self.session.proc_meta.get("backend") not in (None, "torch_tpu"):
+        if not self.api.device_initialized() or self.session.proc_meta.get("backend") not in (
+            None,
+            "torch_tpu",
+        ):
             return
         if "eager_mode" not in self.session.proc_meta:
             self._claim()
@@ -247,7 +293,7 @@ class TpuCollector:
         prev = self._prev or CacheStats()
         mode = mode_label(self.api.eager_mode()) or "unknown"
         self._modes_seen.add(mode)
-        new_entries = stats.entry_ns[len(prev.entry_ns):]
+        new_entries = stats.entry_ns[len(prev.entry_ns) :]
         compiles = max(0, stats.compilations - prev.compilations)
         fallbacks, self._fallbacks = self._fallbacks, Counter()
         self._emit(now, boundary, stats, prev, mode, compiles, new_entries, fallbacks)
@@ -257,40 +303,78 @@ class TpuCollector:
         self._prev, self._step_start = stats, now
         self.step += 1
 
-    def _emit(self, now: int, boundary: str, stats: CacheStats, prev: CacheStats, mode: str,
-              compiles: int, new_entries: list[int | None], fallbacks: Counter) -> None:
+    def _emit(
+        self,
+        now: int,
+        boundary: str,
+        stats: CacheStats,
+        prev: CacheStats,
+        mode: str,
+        compiles: int,
+        new_entries: list[int | None],
+        fallbacks: Counter,
+    ) -> None:
         known = [ns for ns in new_entries if ns is not None]
-        self.session.add("steps", {
-            "step": self.step, "start_ns": self._step_start, "end_ns": now, "wall_ns": now - self._step_start,
-            "boundary": boundary, "compiles": compiles, "compile_ns": sum(known) if known else None,
-            "executions": stats.requests - prev.requests, "execute_ns": None,
-            "fallback_ops": sum(fallbacks.values()), "transfers_from_device": None, "graph_hashes": [],
-        })
-        counters = {"torch_tpu.cache_requests": stats.requests - prev.requests,
-                    "torch_tpu.cache_hits": stats.hits - prev.hits,
-                    "torch_tpu.compilations": compiles, f"torch_tpu.eager_mode/{mode}": 1}
-        rows = [{"step": self.step, "name": n, "kind": "counter", "count": c, "total": 0.0}
-                for n, c in counters.items() if c]
+        self.session.add(
+            "steps",
+            {
+                "step": self.step,
+                "start_ns": self._step_start,
+                "end_ns": now,
+                "wall_ns": now - self._step_start,
+                "boundary": boundary,
+                "compiles": compiles,
+                "compile_ns": sum(known) if known else None,
+                "executions": stats.requests - prev.requests,
+                "execute_ns": None,
+                "fallback_ops": sum(fallbacks.values()),
+                "transfers_from_device": None,
+                "graph_hashes": [],
+            },
+        )
+        counters = {
+            "torch_tpu.cache_requests": stats.requests - prev.requests,
+            "torch_tpu.cache_hits": stats.hits - prev.hits,
+            "torch_tpu.compilations": compiles,
+            f"torch_tpu.eager_mode/{mode}": 1,
+        }
+        rows = [
+            {"step": self.step, "name": n, "kind": "counter", "count": c, "total": 0.0}
+            for n, c in counters.items()
+            if c
+        ]
         if known:
-            rows.append({"step": self.step, "name": "torch_tpu.compile_time", "kind": "metric",
-                         "count": len(known), "total": float(sum(known))})
+            rows.append(
+                {
+                    "step": self.step,
+                    "name": "torch_tpu.compile_time",
+                    "kind": "metric",
+                    "count": len(known),
+                    "total": float(sum(known)),
+                }
+            )
         self.session.add_many("metrics", rows)
-        self.session.add_many("compiles", [self._compile_row(now, mode, new_entries, i) for i in range(compiles)])
-        self.session.add_many("fallbacks", [
-            {"step": self.step, "op": op, "count": count, "location": location}
-            for (op, location), count in fallbacks.items()
-        ])
+        self.session.add_many(
+            "compiles", [self._compile_row(now, mode, new_entries, i) for i in range(compiles)]
+        )
+        self.session.add_many(
+            "fallbacks",
+            [
+                {"step": self.step, "op": op, "count": count, "location": location}
+                for (op, location), count in fallbacks.items()
+            ],
+        )
 
-    def _compile_row(self, now: int, mode: str, new_entries: list[int | None], i: int) -> dict[str, Any]:
+    def _compile_row(
+        self, now: int, mode: str, new_entries: list[int | None], i: int
+    ) -> dict[str, Any]:
         self.compile_index += 1
         duration = new_entries[i] if i < len(new_entries) else None
-        return {
-            "step": self.step, "index": self.compile_index - 1, "time_ns": now, "duration_ns": duration,
-            "graph_hash": None, "cause": f"TorchTPU compilation cache miss ({mode} eager mode)",
-            "location": None, "frames": [], "num_inputs": None, "num_outputs": None, "input_shapes": None,
-            "input_gb": None, "output_gb": None, "aliased_gb": None, "intermediate_gb": None,
-            "program_gb": None,
-        }
+        return table_row(
+            "compiles", backend="torch_tpu", step=self.step, index=self.compile_index - 1,
+            time_ns=now, duration_ns=duration, frames=[],
+            cause=f"TorchTPU compilation cache miss ({mode} eager mode)",
+        )
 
 
 def install(session: Session) -> TpuCollector:

@@ -39,6 +39,7 @@ from tpuscope.collect.xla.fallback_sites import SiteTracer, site_rows
 from tpuscope.collect.xla.shapes import HloDumpShapes, ModuleShapes, pair_modules
 from tpuscope.collect.xla.steps import END, StepRule, boundary_name
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
+from tpuscope.schema import table_row
 
 _COMPILE_TIME = "CompileTime"
 _EAGER_COMPILE_TIME = "EagerOpCompileTime"
@@ -264,22 +265,9 @@ class XlaCollector:
 
     def _compile_row(self, record: GraphRecord, time_ns: int, duration_ns: int) -> dict[str, Any]:
         self.compile_index += 1
-        sizes = record.sizes
-        return {
-            "step": self.step,
-            "index": self.compile_index - 1,
-            "time_ns": time_ns,
-            "duration_ns": duration_ns,
-            "graph_hash": record.graph_hash or None,
-            "cause": record.cause or None,
-            "location": record.location,
-            "frames": record.frames,
-            "num_inputs": record.num_inputs,
-            "num_outputs": record.num_outputs,
-            "input_shapes": None,
-            "input_gb": sizes.get("input_gb"),
-            "output_gb": sizes.get("output_gb"),
-            "aliased_gb": sizes.get("aliased_gb"),
-            "intermediate_gb": sizes.get("intermediate_gb"),
-            "program_gb": sizes.get("program_gb"),
-        }
+        return table_row(
+            "compiles", backend="torch_xla", step=self.step, index=self.compile_index - 1,
+            time_ns=time_ns, duration_ns=duration_ns, graph_hash=record.graph_hash or None,
+            cause=record.cause or None, location=record.location, frames=record.frames,
+            num_inputs=record.num_inputs, num_outputs=record.num_outputs, **record.sizes,
+        )

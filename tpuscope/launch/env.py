@@ -1,7 +1,13 @@
-"""The settings a watched process needs before torch_xla starts, made at the last safe moment.
+"""The one environment policy: what tpuscope sets so torch_xla and XLA tell it what it needs.
 
-torch_xla reads PT_XLA_DEBUG_LEVEL and PT_XLA_DEBUG_FILE once, at its first compile
-(measured: a file named later is never written), and keeps writing that one file for
+Two ways, one set of rules (a variable the user set is read, never replaced):
+- a child (`tpuscope run`): `build_env` writes the variables into the child's environment
+  before it starts, so they are in place before anything reads them;
+- this process (`tpuscope.profile()`, a pytest watch): `prepare` sets them at the last safe
+  moment, described below.
+
+In this process: torch_xla reads PT_XLA_DEBUG_LEVEL and PT_XLA_DEBUG_FILE once, at its first
+compile (measured: a file named later is never written), and keeps writing that one file for
 the life of the process. A test process starts torch_xla long before any watch, so
 `prepare()` arranges for the variables to be set when torch_xla is imported (a
 post-import hook; at once if it already is and has not compiled yet), and
@@ -15,13 +21,13 @@ at a test module's import), so the HLO dump that gives each compile its input sh
 same moment, into one folder for the process that every watch empties as it starts
 and shows to its collector through `exposed()`.
 
-A variable the user set is read, never replaced. Values tpuscope set carry
-TPUSCOPE_OWNS_PT_XLA_DEBUG=1, so a process started meanwhile (another pytest,
-`tpuscope run`) takes its own file instead of writing into this one.
+Values tpuscope set carry TPUSCOPE_OWNS_PT_XLA_DEBUG=1, so a process started meanwhile
+(another pytest, `tpuscope run`) takes its own file instead of writing into this one.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import sys
@@ -33,10 +39,67 @@ from pathlib import Path
 
 import wrapt
 
+import tpuscope
 from tpuscope.collect import autostart
 from tpuscope.collect.autostart import ENV_OWNS_DEBUG
+from tpuscope.collect.xla.counters import ENV_ALL_METRICS
 
 LEVEL, FILE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
+BOOT_DIR = Path(__file__).parent.parent / "_boot"
+# torch_xla prints 8 Python frames per compile by default: inside transformers' generate()
+# that is all library code, and the user's line is cut off
+DEBUG_DEFAULTS = {"PT_XLA_DEBUG_MAX_FRAME": "64"}
+
+
+def tpu_present() -> bool:
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+                or os.environ.get("TPU_ACCELERATOR_TYPE"))
+
+
+@dataclass
+class ChildEnv:
+    """The child's environment and the variables tpuscope set in it (kept in meta)."""
+
+    env: dict[str, str]
+    set_by_tpuscope: dict[str, str] = field(default_factory=dict)
+    left_to_user: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def set_default(self, name: str, value: str) -> bool:
+        if name in self.env:
+            self.left_to_user.append(name)
+            return False
+        self.env[name] = value
+        self.set_by_tpuscope[name] = value
+        return True
+
+
+def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None) -> ChildEnv:
+    child = ChildEnv(env=dict(os.environ if base is None else base))
+    env = child.env
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
+    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
+    env[autostart.ENV_WARMUP] = str(warmup)
+    env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
+    if not tpu_present():
+        child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
+    for name, value in DEBUG_DEFAULTS.items():
+        child.set_default(name, value)
+    if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
+        env[autostart.ENV_OWNS_DEBUG] = "1"
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
+    if deep:
+        child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
+        child.set_default("XLA_IR_DEBUG", "1")
+        child.set_default("XLA_HLO_DEBUG", "1")
+        flags = env.get("XLA_FLAGS", "")
+        if "--xla_dump_to" in flags:
+            child.left_to_user.append("XLA_FLAGS --xla_dump_to")
+        else:
+            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+            env["XLA_FLAGS"] = f"{flags} {dump}".strip()
+            child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
+    return child
 
 
 @dataclass
@@ -161,6 +224,7 @@ def _enable_debug_text(state: ProcessSettings) -> None:
                           "instead of to tpuscope")
         return
     state.set_vars.update({LEVEL: level or "1", ENV_OWNS_DEBUG: "1"})
+    state.set_vars.update({k: v for k, v in DEBUG_DEFAULTS.items() if k not in os.environ})
     if inherited or not file:
         state.folder.mkdir(parents=True, exist_ok=True)
         state.set_vars[FILE] = str(state.folder / f"pt_xla_debug-{os.getpid()}.txt")
