@@ -56,8 +56,8 @@ def _file_signature(run: Run, name: str) -> tuple[int, int]:
 def _meta_signature(run: Run) -> tuple[Any, ...]:
     """meta.json's mtime and size and the process files': in a local run, the procs folder's
     mtime stands for them (each is written by a rename into it: two stats, not one per file)."""
-    if run.local:
-        return (_stat(run.path / layout.META), _stat(run.path / layout.PROCS))
+    if run.local:  # and a pod's hosts folder: each host's launcher keeps its own meta there
+        return (_stat(run.path / layout.META), _stat(run.path / layout.PROCS), _stat(run.path / "hosts"))
     procs = tuple((e.name, e.mtime_ns) for e in (run.loc / layout.PROCS).entries())
     return (_file_signature(run, layout.META), procs)
 

@@ -53,11 +53,14 @@ def main() -> None:
 @click.option("--alerts", type=click.Choice(["on", "off"]), default=None,
               help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
                    "(docs/alerts.md).  [default: on; off with --quiet]")
+@click.option("--run-id", envvar="TPUSCOPE_RUN_ID", metavar="ID",
+              help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
+                   "writes one run, each its own files (docs/pods.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report at the end and no live alerts.")
 @gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        alerts: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+        alerts: str | None, run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
     While it runs, each new problem (a recompile, a CPU fallback) is said once on stderr,
@@ -81,6 +84,7 @@ def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str 
       tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
       tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
       tpuscope run --alerts off python train.py
+      tpuscope run --run-id exp42 python train.py     # on every host of a pod: one run
     """
     from tpuscope.launch.program import StartError, UsageError, resolve_program, run_program
     from tpuscope.launch.signals import exit_as
@@ -90,7 +94,7 @@ def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str 
         runs = RunStore(store)
         run_dir, code = run_program(prog, runs, name=name, warmup=warmup, deep=deep,
                                     trace_steps=trace_steps, target=target,
-                                    alerts=alerts == "on" if alerts else not quiet)
+                                    alerts=alerts == "on" if alerts else not quiet, run_id=run_id)
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:

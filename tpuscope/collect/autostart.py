@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ import wrapt
 from tpuscope.collect.envvars import ENV_OWNS_DEBUG, ENV_RUN_DIR, ENV_WARMUP  # noqa: F401  (re-exported)
 from tpuscope.collect.session import Session
 from tpuscope.store import layout
+from tpuscope.store.hosts import file_host
 
 _active: dict[str, Any] = {}
 
@@ -29,7 +29,7 @@ def active_session() -> Session | None:
 
 
 def debug_file_for(run_dir: Path) -> Path:
-    return run_dir / layout.debug_file(socket.gethostname(), os.getpid())
+    return run_dir / layout.debug_file(file_host(), os.getpid())
 
 
 def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,

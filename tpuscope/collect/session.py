@@ -12,7 +12,6 @@ import atexit
 import functools
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
 from tpuscope.store import layout
 from tpuscope.store.buffer import PartWriter
+from tpuscope.store.hosts import file_host, is_pod_run, update_host_meta
 from tpuscope.store.runstore import update_meta, write_json_atomic
 
 FLUSH_INTERVAL_S = 2.0
@@ -94,8 +94,8 @@ class Session:
     def __init__(self, run_dir: str | Path, warmup: int = 2) -> None:
         self.run_dir = Path(run_dir)
         self.warmup = warmup
-        self.writer = PartWriter(self.run_dir)
-        self.host = socket.gethostname()
+        self.host = file_host()  # TPUSCOPE_HOST, the TPU worker, else the hostname (store/hosts.py)
+        self.writer = PartWriter(self.run_dir, host=self.host)
         self.pid = os.getpid()
         self.rank = process_rank()
         self._rank_facts: dict[str, int] = {}
@@ -290,9 +290,13 @@ def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
     if not launcher or os.getpid() != _FIRST_CHILD.get("pid") or str(os.getppid()) == launcher:
         return
     status = {"killed": "killed by SIGTERM", "exception": "failed"}.get(proc_meta.get("status"), "ended")
+    fields = {"status": status, "end_ns": proc_meta.get("end_ns") or time.time_ns(), "launcher_lost": True,
+              "exit_code": -signal.SIGTERM if status.startswith("killed") else None}
     try:
-        update_meta(run_dir, status=status, end_ns=proc_meta.get("end_ns") or time.time_ns(),
-                    launcher_lost=True, exit_code=-signal.SIGTERM if status.startswith("killed") else None)
+        if is_pod_run(run_dir):  # a run of many hosts: only this host's own meta
+            update_host_meta(run_dir, str(proc_meta.get("host")), **fields)
+        else:
+            update_meta(run_dir, **fields)
     except Exception as exc:
         print(f"tpuscope: cannot record the run's end in {run_dir}: {exc}", file=sys.stderr)
 

@@ -9,7 +9,6 @@ out of the profiled program.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from tpuscope.ingest import traces as trace_ingest
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
 from tpuscope.store import Run, layout, update_meta
+from tpuscope.store.hosts import file_host
 from tpuscope.store.parts import PartWriter
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
@@ -67,7 +67,7 @@ def ingest_run(run_dir: str | Path) -> list[str]:
         meta["trace_events"] = traces.rows("trace_events")
     dumps = dump_files(run_dir / layout.HLO, DUMP_STAGES) if (run_dir / layout.HLO).is_dir() else []
     if dumps:
-        count, refused = ingest_hlo(run_dir, dumps, host=socket.gethostname(), pid=0, rank=0)
+        count, refused = ingest_hlo(run_dir, dumps, host=file_host(), pid=0, rank=0)
         notes.append(f"{count} HLO module(s) parsed from {run_dir / layout.HLO}")
         notes += [f"cannot parse HLO {r['path']}: {r['reason']}" for r in refused]
         meta["hlo_modules"] = count

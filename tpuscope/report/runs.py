@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
+from tpuscope.report.hosts import hosts_cell
 from tpuscope.store.run import ANALYSIS_FILE
 
 # The figures `ls` shows of a run, as its analysis wrote them at the run's end (no table read:
@@ -43,7 +44,7 @@ def _findings(summary: dict[str, Any] | None) -> str:
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
     table = Table(title="tpuscope runs (newest first)", title_justify="left")
-    for col in ("run id", "started", "status", "backend", "steps", "p50 ms", "findings h/m/l", "command"):
+    for col in ("run id", "started", "status", "backend", "hosts", "steps", "p50 ms", "findings h/m/l", "command"):
         table.add_column(col)
     for meta in runs:
         procs = meta.get("processes", [])
@@ -51,6 +52,6 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
         summary = meta.get("analysis")
         p50 = (summary or {}).get("step_time_p50_ms")
         table.add_row(meta["run_id"], _when(meta.get("start_ns")), str(meta.get("status", "-")),
-                      str(backend), str((summary or {}).get("steps", "-")),
+                      str(backend), hosts_cell(meta), str((summary or {}).get("steps", "-")),
                       "-" if p50 is None else f"{p50:.2f}", _findings(summary), str(meta.get("command", ""))[:60])
     return table

@@ -31,9 +31,10 @@ class PartWriter:
     dict per row). A lock keeps a flush from taking half of a batch.
     """
 
-    def __init__(self, run_dir: Path, tag: str | None = None) -> None:
+    def __init__(self, run_dir: Path, tag: str | None = None, host: str | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.tag = tag or f"{socket.gethostname()}-{os.getpid()}"
+        self.host = host or socket.gethostname()  # the file-safe host (store/hosts.py)
+        self.tag = tag or f"{self.host}-{os.getpid()}"
         self._rows: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         self._columns: defaultdict[str, list[Columns]] = defaultdict(list)
         self._seq = 0
@@ -99,7 +100,7 @@ class PartWriter:
     def reset_after_fork(self) -> None:
         """A forked child must not re-write its parent's rows under the parent's name
         (nor wait on a lock another thread of the parent held at the fork)."""
-        self.__init__(self.run_dir)  # type: ignore[misc]
+        self.__init__(self.run_dir, host=self.host)  # type: ignore[misc]
 
 
 def _count(columns: Columns) -> int:

@@ -1,5 +1,6 @@
 """The run store: one folder per run (the layout is `store.layout`), in a local folder or at
-any fsspec URL (gs://, s3://); meta.json and the process files are read and written here."""
+any fsspec URL (gs://, s3://); meta.json, the process files and (a run joined by --run-id)
+each host's file are read and written here."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from tpuscope.schema_consts import SCHEMA_VERSION
 from tpuscope.store import layout
+from tpuscope.store.hosts import combine, is_pod_run
 from tpuscope.store.liveness import ended_unknown, launcher_gone
 from tpuscope.store.location import Location, LocationError
 
@@ -140,12 +142,14 @@ def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
     check_schema(meta, run)
     procs, warnings = _proc_metas(run)
     meta["processes"] = [p for p in procs if p]
+    if run.local and is_pod_run(run.as_path()):  # one run of many hosts: each host's own meta
+        meta = combine(meta, run.as_path(), warnings)
     if warnings:
         meta["warnings"] = warnings
     if meta.get("run_id") not in (None, run.name):
         meta["recorded_run_id"] = meta["run_id"]
     meta["run_id"] = run.name
-    if meta.get("status") == "running" and launcher_gone(meta.get("launcher")):
+    if meta.get("status") == "running" and not meta.get("hosts") and launcher_gone(meta.get("launcher")):
         meta["status"] = ended_unknown(run)
     return meta
 
