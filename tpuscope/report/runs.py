@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from tpuscope.report.hosts import hosts_cell
+from tpuscope.store.location import Location, LocationError
 from tpuscope.store.run import ANALYSIS_FILE
 
 # The figures `ls` shows of a run, as its analysis wrote them at the run's end (no table read:
@@ -21,19 +22,20 @@ def _when(ns: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9)) if ns else "-"
 
 
-def brief(run_dir: Path) -> dict[str, Any] | None:
+def brief(run_dir: str | Path | Location) -> dict[str, Any] | None:
     """The run's headline figures from analysis.json, None when it has none (a run still going,
     one never analysed) or it cannot be read."""
     try:
-        summary = json.loads((Path(run_dir) / ANALYSIS_FILE).read_text())
-    except (OSError, ValueError):
+        summary = json.loads((Location.of(run_dir) / ANALYSIS_FILE).read_text())
+    except (OSError, ValueError, LocationError):
         return None
     return {k: summary.get(k) for k in BRIEF_KEYS} if isinstance(summary, dict) else None
 
 
-def with_briefs(runs: list[dict[str, Any]], store: Path) -> list[dict[str, Any]]:
+def with_briefs(runs: list[dict[str, Any]], store: str | Path | Location) -> list[dict[str, Any]]:
     """Each run's meta with its `analysis` brief (None while it runs or when never analysed)."""
-    return [{**meta, "analysis": None if meta.get("status") == "running" else brief(store / meta["run_id"])}
+    root = Location.of(store)
+    return [{**meta, "analysis": None if meta.get("status") == "running" else brief(root / meta["run_id"])}
             for meta in runs]
 
 
