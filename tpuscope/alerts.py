@@ -391,7 +391,8 @@ class AlertPrinter:
         since = now - (self._last_sum if self._last_sum is not None else now)
         parts = []
         for key, item in sorted(self._pending.items(), key=lambda kv: -kv[1].count)[:3]:
-            steps = f"steps {min(item.steps)}-{max(item.steps)}; " if item.steps else ""
+            low, high = (min(item.steps), max(item.steps)) if item.steps else (None, None)
+            steps = "" if low is None else f"step {low}; " if low == high else f"steps {low}-{high}; "
             parts.append(f"{item.count} more recompile{'s' * (item.count != 1)} of {self._labels.get(key, key)} "
                          f"({steps}{self._totals[key]} in all)")
         hidden = len(self._pending) - 3
