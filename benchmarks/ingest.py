@@ -2,7 +2,7 @@
 
     python benchmarks/ingest.py [--events 1000000] [--runs 3] [--cache DIR] [--file X.xplane.pb]
 
-1. tpuscope: `tpuscope.collect.xplane.read_xspace` -> a pyarrow Table (and, as a second
+1. tpuscope: `tpuscope.parse.xplane.read_xspace` -> a pyarrow Table (and, as a second
    row, the whole import path `tpuscope import` and `tpuscope run --trace-steps` take:
    `trace_ingest.load_traces` (epoch times, steps, device busy, store schema) then
    `trace_ingest.write` of the Parquet part files into a temporary run folder);
@@ -108,8 +108,8 @@ def child(method: str, path: str) -> dict:
         work = tempfile.mkdtemp(prefix="tpuscope-bench-")
         path = shutil.copy(path, work)  # xprof writes cache files next to its input
     else:
-        from tpuscope.collect import trace_ingest
-        from tpuscope.collect.xplane import read_xspace
+        from tpuscope.ingest import traces as trace_ingest
+        from tpuscope.parse.xplane import read_xspace
     import numpy  # noqa: F401
     import pyarrow  # noqa: F401
 
@@ -143,7 +143,7 @@ def _generate(steps: int, out: Path) -> Path:
 
 
 def _count(path: Path) -> int:
-    from tpuscope.collect.xplane import read_xspace
+    from tpuscope.parse.xplane import read_xspace
 
     return read_xspace(path).num_rows
 

@@ -96,8 +96,6 @@ def finding_card(finding: Finding, index: int) -> html.Div:
     if evidence and len(evidence) > MAX_EVIDENCE:  # a storm's evidence can be megabytes
         evidence = (evidence[:MAX_EVIDENCE] + f"\n... ({len(evidence) - MAX_EVIDENCE:,} more characters: "
                     "tpuscope show RUN --json has all of it)")
-    steps = finding.steps
-    steps_text = ", ".join(map(str, steps[:12])) + (f" ... ({len(steps)} steps)" if len(steps) > 12 else "")
     return html.Div(className=f"card finding sev-border-{finding.severity}", id=f"finding-{index}", children=[
         html.Div(className="card-head", children=[
             severity_badge(finding.severity), html.Span(finding.rule, className="rule"),
@@ -107,7 +105,7 @@ def finding_card(finding: Finding, index: int) -> html.Div:
         html.P(finding.detail),
         html.P([html.B("Fix: "), finding.fix], className="fix"),
         html.P([html.B("Where: "), html.Code(finding.location)], className="where") if finding.location else None,
-        html.P([html.B("Steps: "), steps_text]) if steps else None,
+        html.P([html.B("Steps: "), finding.steps_text]) if finding.step_runs else None,
         html.Details([html.Summary("Evidence"), html.Pre(evidence)]) if evidence else None,
     ])
 

@@ -10,6 +10,7 @@ shows new steps on the next page load while a finished one is read once.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -20,18 +21,21 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.analysis import RunReport, current
 from tpuscope.detect.registry import order
+from tpuscope.detect.run_analysis import RunReport, current, stored_summary
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, read_meta, read_table
 from tpuscope.store.parts import read_part
 from tpuscope.store.run import ANALYSIS_FILE
-from tpuscope.store.runstore import is_valid_run_id
+from tpuscope.store.runstore import StoreError, is_valid_run_id
 
 # Tables other parts of tpuscope add (device view); read when present even if this
 # version's schema module does not list them yet.
 OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "call_sites", "retraces",
                    "xprof_overview", "xprof_ops")
+# Tables whose change makes a run's summary stale (any table part newer than analysis.json
+# does; these are the ones a summary is computed from, and findings, which analysis writes).
+SUMMARY_TABLES = ("steps", "compiles", "fallbacks", "metrics", "findings", "call_sites", "retraces")
 # Big tables keep dictionary columns as pandas categoricals (1M strings as objects is slow).
 _KEEP_CATEGORIES = {"trace_events"}
 
@@ -62,10 +66,18 @@ def _file_signature(path: Path) -> tuple[int, int]:
 
 
 def _meta_signature(run_dir: Path) -> tuple[Any, ...]:
-    meta = run_dir / "meta.json"
-    procs = run_dir / "procs"
-    procs_sig = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in procs.glob("*.json"))) if procs.is_dir() else ()
-    return (meta.stat().st_mtime_ns if meta.is_file() else 0, procs_sig)
+    """meta.json's mtime and size and the procs folder's mtime: every process file is written
+    by a rename into that folder, which changes its mtime (two stats, not one per file)."""
+    return (_file_signature(run_dir / "meta.json"), _file_signature(run_dir / "procs"))
+
+
+def _folder_mtime(folder: Path) -> int:
+    """A table folder's mtime: parts appear, are replaced and removed by renames, each of which
+    changes it. One stat instead of one per part (a long live run writes thousands of parts)."""
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _to_frame(table: pa.Table, keep_categories: bool) -> pd.DataFrame:
@@ -92,6 +104,16 @@ def _read_parts(folder: Path) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
+_SAID: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """On stderr once per process (the dashboard lists runs on every Runs-page request)."""
+    if message not in _SAID:
+        _SAID.add(message)
+        print(f"tpuscope: {message}", file=sys.stderr)
+
+
 def when(ns: Any) -> str:
     """Local wall-clock time of an int64 ns timestamp, or '-'."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9)) if ns else "-"
@@ -107,11 +129,16 @@ def ended(meta: dict[str, Any]) -> str:
 class StoreData:
     """Read-only, cached access to the runs of one store."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, cache_size: int = 64) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, cache_size: int = 64,
+                 small_cache_size: int = 8192) -> None:
         self.store = RunStore(root)
         self.root = self.store.root
+        # Two LRU caches: tables and figures (big, few) and per-run metas and summaries (a few KB
+        # each, one pair per run: the Runs page of 200 runs must not evict its own entries).
         self._cache: OrderedDict[tuple[str, str], tuple[Any, Any]] = OrderedDict()
+        self._small: OrderedDict[tuple[str, str], tuple[Any, Any]] = OrderedDict()
         self._cache_size = cache_size
+        self._small_size = small_cache_size
         self._lock = threading.Lock()
 
     # --- paths -----------------------------------------------------------------
@@ -125,8 +152,16 @@ class StoreData:
         return path
 
     def run_ids(self) -> list[str]:
-        """Every run id, newest first."""
-        return [m["run_id"] for m in self.store.list_runs() if is_valid_run_id(str(m.get("run_id", "")))]
+        """Every run id, newest first (metas cached: a request re-reads only runs that changed)."""
+        metas = []
+        for path in self.store.run_dirs():
+            if not is_valid_run_id(path.name):
+                continue
+            try:
+                metas.append(self.meta(path.name))
+            except StoreError as exc:
+                _warn_once(f"skipped a run: {exc}")
+        return [m["run_id"] for m in sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)]
 
     def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
         """Files inside the run folder matching glob patterns (for download links)."""
@@ -139,24 +174,25 @@ class StoreData:
         return sorted(found)
 
     # --- cache -----------------------------------------------------------------
-    def _cached(self, key: tuple[str, str], signature: Any, load: Callable[[], Any]) -> Any:
+    def _cached(self, key: tuple[str, str], signature: Any, load: Callable[[], Any], small: bool = False) -> Any:
+        cache, size = (self._small, self._small_size) if small else (self._cache, self._cache_size)
         with self._lock:
-            hit = self._cache.get(key)
+            hit = cache.get(key)
             if hit is not None and hit[0] == signature:
-                self._cache.move_to_end(key)
+                cache.move_to_end(key)
                 return hit[1]
         value = load()
         with self._lock:
-            self._cache[key] = (signature, value)
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            cache[key] = (signature, value)
+            cache.move_to_end(key)
+            while len(cache) > size:
+                cache.popitem(last=False)
         return value
 
     # --- tables ----------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:
         run_dir = self.run_dir(run_id)
-        return self._cached((run_id, "meta"), _meta_signature(run_dir), lambda: read_meta(run_dir))
+        return self._cached((run_id, "meta"), _meta_signature(run_dir), lambda: read_meta(run_dir), small=True)
 
     def has_table(self, run_id: str, name: str) -> bool:
         return bool(_signature(self.run_dir(run_id) / name))
@@ -193,15 +229,15 @@ class StoreData:
                     item.location = None
             return sorted(items, key=order)
 
-        return self.derived(run_id, "findings", ("findings",), load)
+        run_dir = self.run_dir(run_id)
+        return self._cached((run_id, "derived:findings"), _signature(run_dir / "findings"), load, small=True)
 
     def _report(self, run_id: str) -> RunReport:
-        """The run's one analysis (tpuscope.analysis: written at the run's end, computed in
-        memory for a run still going), cached until the run's rows, meta or analysis change."""
+        """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed
+        in memory for a run still going), cached until the run's rows, meta or analysis change."""
         run_dir = self.run_dir(run_id)
-        names = ("steps", "compiles", "fallbacks", "findings", "retraces")
         signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
-                     *(_signature(run_dir / n) for n in names))
+                     *(_folder_mtime(run_dir / n) for n in SUMMARY_TABLES))
         return self._cached((run_id, "report"), signature, lambda: current(Run(run_dir)))
 
     def live_findings(self, run_id: str) -> list[Finding]:
@@ -216,23 +252,32 @@ class StoreData:
         """The run's one analysis (see _report) plus the counts the pages show."""
         run_dir = self.run_dir(run_id)
         signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
-                     *(_signature(run_dir / n) for n in ("steps", "compiles", "fallbacks", "findings", "retraces")))
-        return self._cached((run_id, "summary"), signature, lambda: self._summarize(run_id))
+                     *(_folder_mtime(run_dir / n) for n in SUMMARY_TABLES))
+        return self._cached((run_id, "summary"), signature, lambda: self._summarize(run_id), small=True)
 
     def _summarize(self, run_id: str) -> dict[str, Any]:
+        """The written summary of an ended run (analysis.json, no table read; findings counted
+        from it), else the analysis computed now (a live run, or one changed since)."""
         meta = self.meta(run_id)
-        report = self._report(run_id)
-        out = dict(report.summary)
+        run = Run(self.run_dir(run_id))
+        run.__dict__["meta"] = meta  # read once (cached above), not again by Run.meta
+        out = stored_summary(run)
+        if out is None:
+            report = self._report(run_id)
+            out = {**report.summary, "findings": len(report.findings)}
+        else:
+            out = {**out, "findings": int(sum((out.get("findings_by_severity") or {}).values()))}
         ops = out.get("fallback_ops") or []
         out["fallback_op_kinds"] = len(ops)
         out["fallback_count"] = int(sum(op["count"] for op in ops))
-        out["findings"] = len(report.findings)
         out["start_ns"] = meta.get("start_ns")
         out["ended"] = ended(meta)
         return out
 
-    def columns(self, run_id: str, name: str, columns: list[str]) -> pd.DataFrame:
-        """Some columns of a table, read without the others (the Runs page reads 6 of ~40)."""
+    def columns(self, run_id: str, name: str, columns: list[str], categories: bool = False) -> pd.DataFrame:
+        """Some columns of a table, read without the others (the timeline reads 4 of 15 step
+        columns); with `categories`, dictionary columns stay pandas categoricals (2M op names
+        as Python strings cost 0.5 s to make, and their groupbys more)."""
         run_dir = self.run_dir(run_id)
         signature = _signature(run_dir / name)
 
@@ -241,9 +286,11 @@ class StoreData:
             parts = [t for t in read if t is not None]  # a damaged part is skipped, named
             if not parts:
                 return pd.DataFrame(columns=columns)
-            return _to_frame(pa.concat_tables(parts, promote_options="default"), name in _KEEP_CATEGORIES)
+            table = pa.concat_tables(parts, promote_options="default")
+            return _to_frame(table, categories or name in _KEEP_CATEGORIES)
 
-        return self._cached((run_id, f"{name}:{','.join(columns)}"), signature, load)
+        key = f"{name}:{','.join(columns)}" + (":categories" if categories else "")
+        return self._cached((run_id, key), signature, load)
 
     def header(self, run_id: str) -> dict[str, Any]:
         """Who the run is, from meta alone: name, backend, device, how it ended, command."""

@@ -28,8 +28,11 @@ def _categorical(codes: np.ndarray, names: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names))
 
 
-def _write(run_dir: Path, name: str, table: pa.Table) -> None:
-    write_table_atomic(run_dir / name / "part-synthetic-000001.parquet", table)
+def _write(run_dir: Path, name: str, table: pa.Table, parts: int = 1) -> None:
+    """The table as `parts` part files of consecutive rows (a live run flushes a part every 2 s)."""
+    size = max(1, -(-table.num_rows // max(parts, 1)))
+    for seq, start in enumerate(range(0, max(table.num_rows, 1), size), start=1):
+        write_table_atomic(run_dir / name / f"part-synthetic-{seq:06d}.parquet", table.slice(start, size))
 
 
 def _steps(n: int, rng: np.random.Generator, t0: int, recompile_steps: np.ndarray) -> pa.Table:
@@ -85,6 +88,33 @@ def _fallbacks(n: int) -> pa.Table:
         "location": pa.array(["examples/train_varlen.py:61"] * k + ["examples/train_varlen.py:70"] * k),
         "library_frame": pa.nulls(2 * k, pa.string()),
     }, schema=TABLES["fallbacks"])
+
+
+def _metrics(steps: pa.Table) -> pa.Table:
+    """The per-step metric rows a torch_xla step writes (long format): the step marker, the
+    execution, the device-to-host read, compile time on compiling steps and two more counters."""
+    step = steps.column("step").to_numpy()
+    n = len(step)
+    compiled = steps.column("compiles").to_numpy() > 0
+    reads = steps.column("transfers_from_device").to_numpy()
+    names = ["MarkStep", "ExecuteTime", "TransferFromDeviceTime", "CompileTime", "CachedCompile",
+             "xla::_to_copy"]
+    kinds = [0, 1, 1, 1, 0, 0]  # counter, metric
+    blocks = [(0, np.ones(n), np.zeros(n), np.ones(n, bool)),
+              (1, np.ones(n), steps.column("execute_ns").to_numpy().astype(float), np.ones(n, bool)),
+              (2, reads, reads * 0.2 * MS, reads > 0),
+              (3, np.ones(n), steps.column("compile_ns").to_numpy().astype(float), compiled),
+              (4, np.ones(n), np.zeros(n), ~compiled),
+              (5, np.full(n, 3), np.zeros(n), np.ones(n, bool))]
+    code = np.concatenate([np.full(int(m.sum()), i) for i, _, _, m in blocks])
+    k = len(code)
+    return pa.table({
+        "host": _categorical(np.zeros(k), ["vm"]), "pid": pa.array(np.full(k, 4242, np.int32)),
+        "rank": pa.array(np.zeros(k, np.int32)), "step": pa.array(np.concatenate([step[m] for *_, m in blocks])),
+        "name": _categorical(code, names), "kind": _categorical(np.asarray(kinds)[code], ["counter", "metric"]),
+        "count": pa.array(np.concatenate([c[m] for _, c, _, m in blocks]).astype(np.int64)),
+        "total": pa.array(np.concatenate([t[m] for _, _, t, m in blocks])),
+    }, schema=TABLES["metrics"]).sort_by("step")
 
 
 def _findings(run_dir: Path) -> list[Finding]:
@@ -158,17 +188,23 @@ def _trace_events(count: int, rng: np.random.Generator, t0: int) -> pa.Table:
 
 
 def make_run(store: Path, name: str = "synthetic", steps: int = 200, trace_events: int = 20_000,
-             recompiles: int = 12, seed: int = 0, device: bool = True) -> Path:
-    """A complete synthetic run folder; returns it. `device` adds hlo_ops and trace_events."""
+             recompiles: int = 12, seed: int = 0, device: bool = True, metrics: bool = False,
+             parts: int = 1, analyze: bool | None = False) -> Path:
+    """A complete synthetic run folder; returns it. `device` adds hlo_ops and trace_events,
+    `metrics` the per-step metrics rows; the per-step tables are split into `parts` part files.
+    analyze: False writes the detectors' findings, True the run's whole analysis (findings and
+    analysis.json, as a run that ended), None nothing (for timing the analysis itself)."""
     rng = np.random.default_rng(seed)
     t0 = time.time_ns()
     run_dir = RunStore(store).new_run(name)
     recompile_steps = np.unique(rng.integers(3, steps, recompiles)) if recompiles else np.array([], np.int64)
     lengths = [41, 53, 37, 64, 29, 77]
     step_table = _steps(steps, rng, t0, recompile_steps)
-    _write(run_dir, "steps", step_table)
+    _write(run_dir, "steps", step_table, parts)
     _write(run_dir, "compiles", _compiles(step_table, recompile_steps, lengths))
-    _write(run_dir, "fallbacks", _fallbacks(steps))
+    _write(run_dir, "fallbacks", _fallbacks(steps), parts)
+    if metrics:
+        _write(run_dir, "metrics", _metrics(step_table), parts)
     if device:
         _write(run_dir, "hlo_ops", _hlo_ops())
         _write(run_dir, "trace_events", _trace_events(trace_events, rng, t0))
@@ -182,5 +218,10 @@ def make_run(store: Path, name: str = "synthetic", steps: int = 200, trace_event
     update_meta(run_dir, command=f"python examples/train_varlen.py  # synthetic, {steps} steps", warmup=2,
                 start_ns=t0, end_ns=end, status="finished", exit_code=0, synthetic=True,
                 argv=["python", "examples/train_varlen.py"])
-    Run(run_dir).write_findings(_findings(run_dir))
+    if analyze:
+        from tpuscope.detect.run_analysis import analyze as analyze_run
+
+        analyze_run(Run(run_dir))
+    elif analyze is False:
+        Run(run_dir).write_findings(_findings(run_dir))
     return run_dir

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install tpuscope and everything it needs on a fresh machine (idempotent; fast when done).
 #   bash scripts/setup.sh          the package with torch 2.9.0 + torch_xla 2.9.0, JAX, Dash
-#   bash scripts/setup.sh --test   also the test tools and Debian's chromium + chromedriver
+#   bash scripts/setup.sh --test   also the test tools, Debian's chromium + chromedriver, and
+#                                  the real torch_tpu wheel in .venv-torch-tpu (setup_torch_tpu.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +18,8 @@ if [ "${1:-}" = "--test" ] && ! { command -v chromium && command -v chromedriver
   echo "tpuscope setup: installing Debian's chromium and chromium-driver for the browser tests" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+if [ "${1:-}" = "--test" ]; then
+  bash scripts/setup_torch_tpu.sh
 fi

@@ -7,6 +7,7 @@ per test session and hands back the run folder.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 SHARED = ROOT.parent / "shared" / "real_traces"
+
+# tests/tpu_real needs the real torch_tpu, which cannot share an environment with torch_xla
+# 2.9: it runs in .venv-torch-tpu, started by tests/test_tpu_real.py.
+collect_ignore = [] if importlib.util.find_spec("torch_tpu") else ["tpu_real"]
 
 
 def real_trace(relative: str) -> Path:

@@ -1,4 +1,4 @@
-"""Live alerts (tpuscope/alerts.py): real torch_xla and JAX programs under `tpuscope run`, and
+"""Live alerts (tpuscope/launch/alerts.py): real torch_xla and JAX programs under `tpuscope run`, and
 the rate limit on a fake clock.
 
 The programs (tests/programs/alerts.py, alerts_jax.py) print MARK after the step with the
@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, tpuscope_cmd
-from tpuscope.alerts import Again, AlertJudge, AlertPrinter, Problem
+from tpuscope.launch.alerts import Again, AlertJudge, AlertPrinter, Problem
 
 PROGRAMS = ROOT / "tests" / "programs"
 XLA, JAX = PROGRAMS / "alerts.py", PROGRAMS / "alerts_jax.py"
@@ -59,7 +59,7 @@ def test_a_recompile_is_said_while_the_program_runs(tmp_path: Path) -> None:
     lines, run_dir = run(tmp_path, "recompile", XLA, "recompile", "8")
     said = alerts(lines)
     [card] = [f for f in findings(run_dir) if f["rule"] == "recompile"]
-    step = card["steps"][0]
+    step = card["step_runs"][0][0]
     assert len(said) == 1, said
     head = f"tpuscope: step {step}: recompile of the graph from alerts.py:{_line(XLA, 'alerts: step-sync')} ("
     assert said[0].startswith(head), said
@@ -91,7 +91,7 @@ def test_a_cpu_fallback_is_said_once_at_the_users_line(tmp_path: Path) -> None:
     [said] = alerts(lines)
     [card] = [f for f in findings(run_dir) if f["rule"] == "cpu_fallback"]
     line = _line(XLA, "ticks[ticks > 7]")
-    assert said == f"tpuscope: step {card['steps'][0]}: new CPU fallback aten::nonzero at alerts.py:{line} (1 call per step)"
+    assert said == f"tpuscope: step {card['step_runs'][0][0]}: new CPU fallback aten::nonzero at alerts.py:{line} (1 call per step)"
     assert card["location"].endswith(f"alerts.py:{line}")
     assert lines.index(said) < lines.index("LAST")
 

@@ -21,8 +21,8 @@ from tests.conftest import run_tpuscope
 from tpuscope.bench import stats
 from tpuscope.bench.modes import precheck
 from tpuscope.bench.script import ScriptError, parse_ref
-from tpuscope.cli import main
-from tpuscope.runner import tpu_present
+from tpuscope.cli.main import main
+from tpuscope.launch.env import tpu_present
 from tpuscope.store import RunStore, load_run
 
 FAST_XLA = {"XLA_FLAGS": "--xla_backend_optimization_level=1 --xla_cpu_multi_thread_eigen=false"}
@@ -133,21 +133,10 @@ def test_each_mode_is_a_run_in_the_store(xla_bench):
 def test_torch_tpu_is_reported_unavailable_with_the_reason(xla_bench):
     tpu = by_mode(xla_bench[1], "torch_tpu")
     if importlib.util.find_spec("torch_tpu") and tpu_present():
-        pytest.skip("a TPU is present: torch_tpu runs for real (test_torch_tpu_on_a_tpu)")
+        pytest.skip("a TPU is present: torch_tpu runs for real (tests/tpu_real: test_bench_on_a_chip)")
     for row in tpu.values():
         assert row["status"] == "unavailable" and row["run_id"] is None
         assert "torch_tpu is not installed" in row["reason"] or "no TPU" in row["reason"]
-
-
-@pytest.mark.tpu
-@pytest.mark.skipif(not (importlib.util.find_spec("torch_tpu") and tpu_present()),
-                    reason="TorchTPU needs the torch_tpu package and a TPU chip; neither is here")
-def test_torch_tpu_on_a_tpu(tmp_path):
-    rows, _ = bench_json(tmp_path, "--model", "transformer", "--modes", "strict,fused,debug,compiled",
-                         "--backends", "torch_tpu", *TINY)
-    tpu = by_mode(rows, "torch_tpu")
-    assert all(r["status"] == "ok" for r in tpu.values()), rows
-    assert tpu["fused"]["step_time_p50_ms"] < tpu["strict"]["step_time_p50_ms"]
 
 
 # -- JAX, real -----------------------------------------------------------------------------

@@ -311,7 +311,7 @@ _ALERTED = re.compile(r"^tpuscope: (?:step \d+: )?(?:(recompile) of (?:the graph
 def test_live_alerts_name_the_reports_recompiles_and_fallbacks(program: str,
                                                                corpus_run: Callable[[str], CorpusRun]) -> None:
     """`--alerts on`: one line per recompile site and fallback op of the report, at its line, and
-    nothing for a program whose report has neither (tpuscope/alerts.py: the same rules)."""
+    nothing for a program whose report has neither (tpuscope/launch/alerts.py: the same rules)."""
     run = corpus_run(program)
     said = [line for line in run.proc.stderr.splitlines()
             if re.match(r"tpuscope: (?:step \d+: )?(?:recompile of|new CPU fallback)", line)]
@@ -371,4 +371,4 @@ def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], Co
     [card] = [f for f in corpus_run("corpus_hf_varlen.py").findings if f["rule"] == "recompile"]
     churn = card["evidence"]["shape_churn"]
     assert churn["dim"] == 1 and churn["values"] == [16, 24, 32]  # truth: lengths 16, 24, 32
-    assert card["steps"] == [3, 5] and "pad" in card["fix"]
+    assert card["step_runs"] == [[3, 3], [5, 5]] and "pad" in card["fix"]

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import real_trace, tpuscope_cmd
 from tpuscope.analyze import cost_model as cm
-from tpuscope.importers import import_paths
+from tpuscope.ingest import import_paths
 from tpuscope.report.cost import cost_view
 from tpuscope.store import Run, RunStore
 

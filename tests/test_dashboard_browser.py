@@ -28,8 +28,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, tpuscope_cmd
-from tpuscope.analysis import current
 from tpuscope.analyze.shapes import parse_shape
+from tpuscope.detect.run_analysis import current
 from tpuscope.store import Run
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -116,7 +116,8 @@ def plotted(browser, ident: str) -> list[dict[str, Any]]:
         "const plain = v => v == null ? null : ArrayBuffer.isView(v) ? Array.from(v)"
         "  : Array.isArray(v) ? v.map(plain) : v._inputArray ? plain(v._inputArray) : v;"
         "const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
-        "return gd && gd.data ? gd.data.map(t => ({name: t.name, x: plain(t.x), y: plain(t.y), z: plain(t.z)}))"
+        "return gd && gd.data ? gd.data.map(t => ({name: t.name, mode: t.mode, x: plain(t.x), y: plain(t.y),"
+        " z: plain(t.z)}))"
         " : null;", ident)
 
 
@@ -154,7 +155,7 @@ def text(browser, ident: str) -> str:
 
 
 def expected(store, run_id: str) -> tuple[Run, dict[str, Any]]:
-    """The run and its one analysis, as every surface reads it (tpuscope.analysis)."""
+    """The run and its one analysis, as every surface reads it (tpuscope.detect.run_analysis)."""
     run = Run(store.root / run_id)
     return run, current(run).summary
 
@@ -289,7 +290,8 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
         return f"all {in_view:,} events in view" in d.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle").text
 
     wait(browser, zoomed, timeout=60)
-    assert len(plotted(browser, "trace-timeline")[0]["x"]) == in_view
+    drawn = plotted(browser, "trace-timeline")  # line segments: start, end and a gap per event
+    assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * in_view
 
 
 def test_tensorcore_and_trace_pages_of_a_real_traced_run(browser, server, store, shots):

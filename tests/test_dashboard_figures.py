@@ -210,13 +210,16 @@ def trace_frame(n: int) -> pd.DataFrame:
 def test_trace_timeline_shows_only_the_longest_events_of_the_window():
     events = trace_frame(50_000)
     fig = trace_timeline(events, origin_ns=1_000_000, max_events=3000)
-    bars = fig.data[0]
-    assert len(bars.x) == 3000
-    assert min(bars.x) * 1e6 >= np.sort(events["dur_ns"].to_numpy())[-3000] - 1
+    lanes = [t for t in fig.data if t.mode == "lines"]  # a trace per (line, colour): start, end, gap per event
+    widths = np.concatenate([np.asarray(t.customdata)[::3, 0] for t in lanes])
+    assert len(widths) == 3000 and sum(int(np.isnan(np.asarray(t.x, dtype=float)).sum()) for t in lanes) == 3000
+    assert {t.name for t in fig.data} <= set(events["plane"].astype(str) + " / " + events["line"].astype(str))
+    assert min(widths) * 1e6 >= np.sort(events["dur_ns"].to_numpy())[-3000] - 1
     assert "3,000 longest of 50,000" in fig.layout.title.text
     window = (1_000_000 + 100 * 20_000, 1_000_000 + 200 * 20_000)
     zoomed = trace_timeline(events, 1_000_000, window=window, max_events=3000)
-    assert len(zoomed.data[0].x) == 101 and "all 101 events" in zoomed.layout.title.text
+    assert sum(len(t.x) for t in zoomed.data) == 3 * 101
+    assert "all 101 events" in zoomed.layout.title.text
 
 
 def test_activity_matrix_and_top_ops_account_for_every_event():

@@ -95,7 +95,7 @@ def test_recompile_names_the_argument_that_changed() -> None:
     assert finding.rule == "recompile" and finding.location == SITE
     assert finding.evidence["changes"] == ["arg 0: f32[4,41,128] -> f32[4,53,128]"]
     assert finding.evidence["compiles"][0]["against_graph"] == "b"  # closest graph, not the first
-    assert finding.steps == [5] and finding.cost_s == pytest.approx(0.7)
+    assert finding.step_runs == [[5, 5]] and finding.step_count == 1 and finding.cost_s == pytest.approx(0.7)
     assert "compile time" in finding.detail and "pad dim 1 of arg 0" in finding.fix
     assert finding.title == "1 recompile at train.py:67: dim 1 of arg 0 took 2 sizes"
 
@@ -115,7 +115,7 @@ def test_recompile_storm_is_one_high_finding() -> None:
     [finding] = detect_recompile(tables(steps(10, {i: 1 for i in range(10)}, compile_ms=900), compiles))
     assert finding.severity == "high"
     assert finding.title == "Recompile storm at train.py:67: 9 of 10 steps compiled again (8.1 s compiling)"
-    assert finding.steps == list(range(1, 10))
+    assert finding.step_runs == [[1, 9]] and finding.step_count == 9
     assert finding.evidence["shape_churn"]["values"] == list(range(8, 18))
     assert set(finding.evidence["facets"]) == {"compile_time", "shape_churn", "storm"}
     assert finding.cost_s == pytest.approx(9 * 0.9)
@@ -213,7 +213,7 @@ def test_cpu_fallback_per_op_with_site_alternative_and_cost() -> None:
                for i in range(6)]
     [finding] = detect_cpu_fallback(tables(steps(6, reads=3), fallbacks=rows, metrics=metrics))
     assert finding.rule == "cpu_fallback" and finding.evidence["op"] == "aten::nonzero"
-    assert finding.evidence["per_step"] == 2.0 and finding.steps == [0, 1, 2, 3, 4, 5]
+    assert finding.evidence["per_step"] == 2.0 and finding.step_runs == [[0, 5]] and finding.step_count == 6
     assert finding.location == where and finding.evidence["sites"][0]["per_traced_step"] == 2
     assert "torch.where(mask, x, 0)" in finding.fix
     assert finding.cost_s == pytest.approx(6 * 3e6 * 2 / 3 / 1e9)  # 2 of 3 reads, every step
@@ -223,7 +223,7 @@ def test_a_fallback_in_setup_is_still_a_fallback_priced_by_its_cost() -> None:
     rows = [{"step": 0, "op": "aten::median", "count": 1, "location": None}]
     metrics = [{"step": 0, "name": "TransferFromDeviceTime", "kind": "metric", "count": 1, "total": 1e5}]
     [finding] = detect_cpu_fallback(tables(steps(5), fallbacks=rows, metrics=metrics))
-    assert finding.steps == [0] and finding.severity == "low"  # 0.1 ms of 0.5 s
+    assert finding.step_runs == [[0, 0]] and finding.severity == "low"  # 0.1 ms of 0.5 s
 
 
 def test_unknown_op_gets_the_generic_advice() -> None:

@@ -36,4 +36,4 @@ def test_user_and_library_frames_of_a_call_inside_a_library() -> None:
     assert user == f"{__file__}:{sys._getframe().f_lineno - 1}"
     assert library == "somelib/api.py:2"
     assert frames.user_and_library(sys._getframe()) == (f"{__file__}:{sys._getframe().f_lineno}", None)
-    assert frames.short_path(f"{SITE}/transformers/x.py") == "transformers/x.py"
+    assert frames.import_path(f"{SITE}/transformers/x.py") == "transformers/x.py"

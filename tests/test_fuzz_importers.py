@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import real_trace
-from tpuscope.collect.xla_debug import DebugFileTail, DebugParser
-from tpuscope.importers import registry
-from tpuscope.importers.registry import ImportRefused
+from tpuscope.ingest import registry
+from tpuscope.ingest.registry import ImportRefused
+from tpuscope.parse.pt_xla_debug import DebugFileTail, DebugParser
 from tpuscope.store.parts import PartWriter, read_table
 
 SEEDS = [

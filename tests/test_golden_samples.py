@@ -46,7 +46,7 @@ def matches(finding: Finding, want: dict[str, Any]) -> bool:
         finding.rule == want["rule"],
         "severity" not in want or finding.severity == want["severity"],
         "location_endswith" not in want or (finding.location or "").endswith(want["location_endswith"]),
-        "steps" not in want or finding.steps == want["steps"],
+        "step_runs" not in want or finding.step_runs == want["step_runs"],
         contains(finding.evidence, want.get("evidence", {})),
         want.get("title_contains", "") in finding.title,
         want.get("detail_contains", "") in finding.detail,
@@ -98,7 +98,7 @@ def test_the_report_leads_with_the_most_severe_finding_and_its_fix(tmp_path: Pat
     report = json.loads(proc.stdout)
     first = report["findings"][0]
     assert first["rule"] == "recompile" and "pad dim 1 of arg 0" in first["fix"].lower()
-    assert set(first) >= {"rule", "severity", "title", "detail", "fix", "location", "cost_s", "steps", "evidence"}
+    assert set(first) >= {"rule", "severity", "title", "detail", "fix", "location", "cost_s", "step_runs", "step_count", "evidence"}
 
 
 def test_sample_traces_stay_small() -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import real_trace, run_tpuscope
-from tpuscope.collect.hlo import (
+from tpuscope.parse.hlo import (
     HloParseError,
     parse_instruction,
     parse_module,
     parse_modules,
     read_dump,
 )
-from tpuscope.collect.hlo_rows import matmul, module_rows
+from tpuscope.parse.hlo_rows import matmul, module_rows
 from tpuscope.store import load_run
 
 NEURON = "hlo/graphhelper_torch_neuronx"

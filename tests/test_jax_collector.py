@@ -18,7 +18,7 @@ jnp = pytest.importorskip("jax.numpy")
 
 import tpuscope  # noqa: E402
 from tests.conftest import ROOT, run_tpuscope  # noqa: E402
-from tpuscope.collect.jax_explain import (  # noqa: E402
+from tpuscope.collect.jax.explain import (  # noqa: E402
     DEBUG_INFO,
     FIRST,
     INPUT_TYPES,
@@ -272,7 +272,7 @@ def test_op_by_op_loop_with_step_annotations_and_a_trace(tmp_path: Path, monkeyp
 
     assert finding.rule == "op_by_op" and finding.cost_s > 0  # severity: its share of the judged wall
     assert finding.severity == severity(finding.cost_s, wall_s(judged_steps(run.steps, 2)))
-    assert finding.steps == [2, 3, 4]
+    assert finding.step_runs == [[2, 4]] and finding.step_count == 3
     assert finding.location.startswith(f"{HERE}:")
     assert finding.evidence["jit_calls_per_step"] == 0
     assert "jax.jit" in finding.fix
@@ -326,7 +326,7 @@ def test_sample_trace_jax_retrace_gives_its_expected_findings() -> None:
         finding = found[0]
         assert finding.severity == want["severity"]
         assert (finding.location or "").endswith(want["location_endswith"])
-        assert finding.steps == want["steps"]
+        assert finding.step_runs == want["step_runs"]
         text = f"{finding.title} {finding.detail} {json.dumps(finding.evidence)}"
         assert all(piece in text for piece in want["text_contains"]), text
     assert rules <= {w["rule"] for w in expected["findings"]} | set(expected["allowed"])
@@ -344,8 +344,8 @@ def test_sample_trace_jax_retrace_gives_its_expected_findings() -> None:
 
 def test_step_function_is_the_most_called_jitted_function(tmp_path: Path) -> None:
     """Eval steps first, then training: steps follow eval_step until train_step overtakes it."""
-    from tpuscope.collect.jax import JaxCollector
-    from tpuscope.collect.jax_hooks import JitTarget
+    from tpuscope.collect.jax.collector import JaxCollector
+    from tpuscope.collect.jax.hooks import JitTarget
     from tpuscope.collect.session import Session
     from tpuscope.store import RunStore
 

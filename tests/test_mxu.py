@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from tests.conftest import EXAMPLES, run_tpuscope
-from tpuscope.analysis import analyze
 from tpuscope.analyze import mxu
-from tpuscope.analyze.tensorcore import analyze as tensorcore_problems
+from tpuscope.analyze.tensorcore import tensorcore_problems
 from tpuscope.detect import RunTables
+from tpuscope.detect.run_analysis import analyze
 from tpuscope.detect.tensorcore import detect_tensorcore_underuse
 from tpuscope.store import Run
 

@@ -1,23 +1,17 @@
-"""The TorchTPU adapter (tpuscope.collect.tpu).
+"""The TorchTPU adapter (tpuscope.collect.torch_tpu.collector).
 
-torch_tpu needs torch>=2.11 and, for anything but its settings, a TPU. Here:
-- the collector runs with real torch (optimizer hooks, warnings), a real Session
-  and real Parquet, against a stand-in for the parts of torch_tpu that need a chip
-  (cache statistics that move, the device flag, the profiler), shaped exactly like
-  torch_tpu 0.2.0's objects (names and types read from the wheel);
-- with TPUSCOPE_TORCH_TPU_PYTHON pointing at an interpreter that has torch_tpu,
-  the adapter runs against the real package (no chip needed);
-- tests marked `tpu` run on a TPU host only.
+torch_tpu needs torch>=2.11 and, for anything but its settings, a TPU. Here the
+collector runs with real torch (optimizer hooks, warnings), a real Session and real
+Parquet, against a stand-in for the parts of torch_tpu that only a chip makes move
+(cache statistics, the device flag, the profiler's output), shaped like torch_tpu
+0.2.0's objects. The same adapter against the real package (no chip) and on a chip:
+tests/tpu_real/, run in .venv-torch-tpu by tests/test_tpu_real.py.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-import os
 import socket
-import subprocess
-import sys
 import time
 import warnings
 from datetime import timedelta
@@ -27,18 +21,23 @@ from types import SimpleNamespace
 import pytest
 
 import tpuscope
-from tests.conftest import ROOT, run_tpuscope
-from tpuscope.analysis import analyze
 from tpuscope.collect.session import Session
-from tpuscope.collect.tpu import CacheStats, TorchTpuApi, TpuCollector, duration_ns, mode_label
+from tpuscope.collect.torch_tpu.collector import (
+    CacheStats,
+    TorchTpuApi,
+    TpuCollector,
+    duration_ns,
+    mode_label,
+)
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS
-from tpuscope.runner import tpu_present
+from tpuscope.detect.run_analysis import analyze
 from tpuscope.store import RunStore
 
 torch = pytest.importorskip("torch")
 
 
 # -- a stand-in for the chip-side of torch_tpu 0.2.0 ----------------------------------------
+
 
 class EagerMode(enum.Enum):  # torch.tpu.EagerMode: members as in torch_tpu 0.2.0
     DEFER_AND_FUSE = 0
@@ -55,17 +54,24 @@ class Chip:
 
     def compile(self, seconds: float) -> None:
         self.requests += 1
-        self.entries.append(SimpleNamespace(compilation_duration=timedelta(seconds=seconds),
-                                            last_read=None, read_count=1))
+        self.entries.append(
+            SimpleNamespace(
+                compilation_duration=timedelta(seconds=seconds), last_read=None, read_count=1
+            )
+        )
 
     def hit(self, n: int = 1) -> None:
         self.requests += n
         self.hits += n
 
     def perf_stats(self) -> SimpleNamespace:  # a fresh PerfStats each call, like the pybind getter
-        return SimpleNamespace(num_cache_hits=self.hits, num_cache_reqs=self.requests,
-                               num_compilations=len(self.entries), peak_compilation_host_memory_bytes=1 << 20,
-                               per_entry_stats=list(self.entries))
+        return SimpleNamespace(
+            num_cache_hits=self.hits,
+            num_cache_reqs=self.requests,
+            num_compilations=len(self.entries),
+            peak_compilation_host_memory_bytes=1 << 20,
+            per_entry_stats=list(self.entries),
+        )
 
 
 class FakeProfile:
@@ -78,23 +84,40 @@ class FakeProfile:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        folder = Path(self.config.run_dir) / "plugins" / "profile" / time.strftime("%Y_%m_%d_%H_%M_%S")
+        folder = (
+            Path(self.config.run_dir) / "plugins" / "profile" / time.strftime("%Y_%m_%d_%H_%M_%S")
+        )
         folder.mkdir(parents=True)
-        (folder / f"{socket.gethostname()}_{self.config.worker_rank}.xplane.pb").write_bytes(b"\x0a\x00")
+        (folder / f"{socket.gethostname()}_{self.config.worker_rank}.xplane.pb").write_bytes(
+            b"\x0a\x00"
+        )
 
 
 def make_api(chip: Chip, initialized: bool = True) -> TorchTpuApi:
     execution_mode = SimpleNamespace(eager_mode=EagerMode.DEFER_NEVER, enable_cpu_fallback=False)
     tpu = SimpleNamespace(
-        _get_cache_stats=chip.perf_stats, get_device_name=lambda: "TPU v5e",
-        profiler=SimpleNamespace(TpuProfilerConfig=lambda run_dir, worker_rank: SimpleNamespace(
-            run_dir=run_dir, worker_rank=worker_rank)))
+        _get_cache_stats=chip.perf_stats,
+        get_device_name=lambda: "TPU v5e",
+        profiler=SimpleNamespace(
+            TpuProfilerConfig=lambda run_dir, worker_rank: SimpleNamespace(
+                run_dir=run_dir, worker_rank=worker_rank
+            )
+        ),
+    )
     fake_torch = SimpleNamespace(
         accelerator=SimpleNamespace(device_count=lambda: 4),
-        profiler=SimpleNamespace(profile=FakeProfile,
-                                 ProfilerActivity=SimpleNamespace(CPU="CPU", PrivateUse1="PrivateUse1")))
-    return TorchTpuApi(tpu=tpu, execution_mode=execution_mode, loader=SimpleNamespace(_DEVICE_INITIALIZED=initialized),
-                       torch=fake_torch, version="0.2.0")
+        profiler=SimpleNamespace(
+            profile=FakeProfile,
+            ProfilerActivity=SimpleNamespace(CPU="CPU", PrivateUse1="PrivateUse1"),
+        ),
+    )
+    return TorchTpuApi(
+        tpu=tpu,
+        execution_mode=execution_mode,
+        loader=SimpleNamespace(_DEVICE_INITIALIZED=initialized),
+        torch=fake_torch,
+        version="0.2.0",
+    )
 
 
 @pytest.fixture
@@ -115,9 +138,11 @@ def finish(session: Session, collector: TpuCollector) -> tpuscope.store.Run:
 
 # -- pure pieces -----------------------------------------------------------------------------
 
+
 def test_mode_names_and_duration_units() -> None:
-    assert [mode_label(m) for m in ("DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING")] == [
-        "strict", "fused", "debug"]
+    assert [
+        mode_label(m) for m in ("DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING")
+    ] == ["strict", "fused", "debug"]
     assert mode_label(None) is None and mode_label("SOMETHING_NEW") == "something_new"
     assert duration_ns(timedelta(milliseconds=1500)) == 1_500_000_000
     assert duration_ns(0.25) == 250_000_000 and duration_ns(7) is None and duration_ns(None) is None
@@ -125,36 +150,57 @@ def test_mode_names_and_duration_units() -> None:
     chip.compile(2.0)
     chip.hit(3)
     stats = CacheStats.of(chip.perf_stats())
-    assert (stats.requests, stats.hits, stats.compilations, stats.entry_ns) == (4, 3, 1, [2_000_000_000])
+    assert (stats.requests, stats.hits, stats.compilations, stats.entry_ns) == (
+        4,
+        3,
+        1,
+        [2_000_000_000],
+    )
 
 
 # -- the collector -------------------------------------------------------------------------
+
 
 def test_steps_compiles_and_eager_modes_per_optimizer_step(tmp_path: Path, optimizer) -> None:
     chip = Chip()
     api = make_api(chip)
     session, collector = collect(tmp_path, api)
-    chip.compile(1.5), chip.compile(0.5), optimizer.step()     # step 0: warm-up compiles
-    chip.hit(2), optimizer.step()                               # steps 1, 2: cache hits
+    chip.compile(1.5), chip.compile(0.5), optimizer.step()  # step 0: warm-up compiles
+    chip.hit(2), optimizer.step()  # steps 1, 2: cache hits
     chip.hit(2), optimizer.step()
     api.execution_mode.eager_mode = EagerMode.DEFER_AND_FUSE  # the program switches to Fused
-    chip.compile(0.75), chip.hit(), optimizer.step()            # step 3: a recompile
+    chip.compile(0.75), chip.hit(), optimizer.step()  # step 3: a recompile
     chip.hit(2), optimizer.step()
     run = finish(session, collector)
 
     proc = run.meta["processes"][0]
-    assert (proc["backend"], proc["eager_mode"], proc["torch_tpu_eager_mode"]) == ("torch_tpu", "strict", "DEFER_NEVER")
-    assert (proc["device_kind"], proc["device_count"], proc["torch_tpu_cpu_fallback"]) == ("TPU v5e", 4, False)
+    assert (proc["backend"], proc["eager_mode"], proc["torch_tpu_eager_mode"]) == (
+        "torch_tpu",
+        "strict",
+        "DEFER_NEVER",
+    )
+    assert (proc["device_kind"], proc["device_count"], proc["torch_tpu_cpu_fallback"]) == (
+        "TPU v5e",
+        4,
+        False,
+    )
     steps = run.steps
     assert list(steps["boundary"]) == ["optimizer.step"] * 5
     assert list(steps["compiles"]) == [2, 0, 0, 1, 0]
     assert list(steps["executions"]) == [2, 2, 2, 2, 2]
     assert list(steps["compile_ns"].fillna(0)) == [2_000_000_000, 0, 0, 750_000_000, 0]
     compiles = run.compiles
-    assert list(compiles["step"]) == [0, 0, 3] and list(compiles["duration_ns"]) == [1_500_000_000, 500_000_000, 750_000_000]
+    assert list(compiles["step"]) == [0, 0, 3] and list(compiles["duration_ns"]) == [
+        1_500_000_000,
+        500_000_000,
+        750_000_000,
+    ]
     assert compiles["cause"].iloc[2] == "TorchTPU compilation cache miss (fused eager mode)"
     modes = run.metrics[run.metrics["name"].str.startswith("torch_tpu.eager_mode/")]
-    assert list(modes["name"]) == ["torch_tpu.eager_mode/strict"] * 3 + ["torch_tpu.eager_mode/fused"] * 2
+    assert (
+        list(modes["name"])
+        == ["torch_tpu.eager_mode/strict"] * 3 + ["torch_tpu.eager_mode/fused"] * 2
+    )
 
 
 def test_detectors_run_on_torch_tpu_rows(tmp_path: Path, optimizer) -> None:
@@ -170,15 +216,21 @@ def test_detectors_run_on_torch_tpu_rows(tmp_path: Path, optimizer) -> None:
 def test_cpu_fallback_messages_become_fallback_rows(tmp_path: Path, optimizer) -> None:
     session, collector = collect(tmp_path, make_api(Chip()))
     original = collector._showwarning
-    collector._showwarning = lambda *args: None  # the program's display of warnings: not this test's subject
+    # the program's display of warnings: not this test's subject
+    collector._showwarning = lambda *args: None
+    message = "'aten::nonzero' is not implemented for TPU. Falling back to CPU"
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = collector._on_warning  # catch_warnings saved and will restore it
-        warnings.warn("'aten::nonzero' is not implemented for TPU. Falling back to CPU", stacklevel=1)  # fallback line
+        warnings.warn(message, stacklevel=1)  # fallback line
         warnings.warn("unrelated", stacklevel=1)
     optimizer.step()
     run = finish(session, collector)
-    line = next(i + 1 for i, text in enumerate(Path(__file__).read_text().splitlines()) if text.endswith("# fallback line"))
+    line = next(
+        i + 1
+        for i, text in enumerate(Path(__file__).read_text().splitlines())
+        if text.endswith("# fallback line")
+    )
     rows = run.fallbacks
     assert list(rows["op"]) == ["aten::nonzero"] and list(rows["count"]) == [1]
     assert list(rows["location"]) == [f"{Path(__file__).resolve()}:{line}"]
@@ -209,7 +261,9 @@ def test_nothing_is_recorded_until_torch_tpu_has_a_tpu(tmp_path: Path, optimizer
     assert len(run.steps) == 1 and run.meta["processes"][0]["backend"] == "torch_tpu"
 
 
-def test_trace_steps_write_xplane_files_into_the_run(tmp_path: Path, optimizer, monkeypatch) -> None:
+def test_trace_steps_write_xplane_files_into_the_run(
+    tmp_path: Path, optimizer, monkeypatch
+) -> None:
     monkeypatch.setenv(ENV_TRACE_STEPS, "1:3")
     session, collector = collect(tmp_path, make_api(Chip()))
     for _ in range(4):
@@ -218,65 +272,7 @@ def test_trace_steps_write_xplane_files_into_the_run(tmp_path: Path, optimizer, 
     proc = run.meta["processes"][0]
     assert proc["trace_steps"] == [1, 3]
     [xplane] = proc["trace_files"]
-    assert xplane.startswith(str(run.path / "trace" / "torch_tpu-")) and xplane.endswith("_0.xplane.pb")
+    assert xplane.startswith(str(run.path / "trace" / "torch_tpu-")) and xplane.endswith(
+        "_0.xplane.pb"
+    )
     assert Path(xplane).is_file()
-
-
-# -- the real package, no chip (opt-in) ----------------------------------------------------
-
-TORCH_TPU_PYTHON = os.environ.get("TPUSCOPE_TORCH_TPU_PYTHON")
-
-
-@pytest.mark.skipif(not TORCH_TPU_PYTHON, reason="set TPUSCOPE_TORCH_TPU_PYTHON to an interpreter with "
-                    "torch>=2.11 and torch_tpu installed to check the adapter against the real package")
-def test_adapter_against_the_real_torch_tpu_package_without_a_chip() -> None:
-    import pyarrow
-
-    env = {**os.environ, "TPUSCOPE_SRC": str(ROOT),
-           "TPUSCOPE_EXTRA_PATH": str(Path(pyarrow.__file__).parent.parent)}
-    proc = subprocess.run([TORCH_TPU_PYTHON, str(ROOT / "tests" / "programs" / "torch_tpu_probe.py")],
-                          env=env, capture_output=True, text=True, timeout=600)
-    result = next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")), None)
-    assert result is not None, proc.stderr[-3000:]
-    assert result["version"] == "0.2.0" or result["version"]
-    assert (result["mode"], result["mode_in_context"], result["mode_after_set"]) == ("DEFER_NEVER", "fused", "debug")
-    assert result["cpu_fallback"] is False and result["initialized"] is False
-    assert result["stats"]["requests"] == 0 and result["stats"]["entry_ns"] == []
-    assert "run_dir:/tmp/x" in result["profiler_config"]
-    assert result["steps_before_init"] == 0
-    assert [s["step"] for s in result["steps"]] == [0, 1]
-    assert "torch_tpu.eager_mode/strict" in result["metrics"]
-    assert result["meta"]["backend"] == "torch_tpu" and result["meta"]["eager_mode"] == "strict"
-
-
-# -- a real TPU -----------------------------------------------------------------------------
-
-def _torch_tpu_installed() -> bool:
-    from importlib.util import find_spec
-
-    return find_spec("torch_tpu") is not None
-
-
-@pytest.mark.tpu
-@pytest.mark.skipif(not (tpu_present() and _torch_tpu_installed()),
-                    reason="needs a TPU host with torch_tpu installed (no TPU device or no torch_tpu here)")
-def test_torch_tpu_training_on_a_chip(tmp_path: Path) -> None:
-    program = tmp_path / "train_tpu.py"
-    program.write_text(
-        "import torch\n"
-        "model = torch.nn.Linear(128, 128).to('tpu')\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for i in range(6):\n"
-        "    n = 32 if i < 5 else 16\n"
-        "    loss = model(torch.ones(n, 128, device='tpu')).pow(2).mean()\n"
-        "    loss.backward(); opt.step(); opt.zero_grad()\n"
-        "print(float(loss))\n")
-    proc = run_tpuscope("run", "--store", str(tmp_path / "store"), "--quiet", sys.executable, str(program),
-                        env={ENV_TRACE_STEPS: "2:4"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run_dir] = list((tmp_path / "store").iterdir())
-    run = tpuscope.load_run(run_dir)
-    proc_meta = run.meta["processes"][0]
-    assert proc_meta["backend"] == "torch_tpu" and proc_meta["eager_mode"] == "strict"
-    assert len(run.steps) == 6 and run.steps["compiles"].sum() >= 1
-    assert proc_meta["trace_files"] and all(Path(f).is_file() for f in proc_meta["trace_files"])

@@ -19,9 +19,10 @@ import pytest
 
 from tests.conftest import real_trace
 from tpuscope.analyze.device_time import assign_steps, busy_per_window, device_ops, step_windows
-from tpuscope.collect import trace_chunks, trace_ingest
-from tpuscope.collect.device_ingest import traced_steps
-from tpuscope.collect.xplane import XSpace, read_xspace, space_info
+from tpuscope.ingest import trace_chunks
+from tpuscope.ingest import traces as trace_ingest
+from tpuscope.ingest.device import traced_steps
+from tpuscope.parse.xplane import XSpace, read_xspace, space_info
 from tpuscope.store import Run, read_table
 from tpuscope.store.row_groups import write_row_groups_atomic
 

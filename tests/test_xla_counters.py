@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuscope.collect.xla_counters import split_by_step
+from tpuscope.collect.xla.counters import split_by_step
 
 S = 1_000_000_000  # ns per second; torch_xla stamps samples in seconds
 

@@ -1,6 +1,6 @@
 """The text parsers behind compiles: PT_XLA_DEBUG blocks and HLO module headers, on real text.
 
-Inputs are third-party logs and HLO from ../shared/real_traces (skipped when absent)
+Inputs are third-party logs and HLO from ../shared/real_traces (skipped when absent, failing in CI)
 and a small HLO dump made here by XLA itself. Runs in about 1 s.
 """
 
@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import real_trace
-from tpuscope.collect.fallback_sites import MAX_ARMED_STEPS, SiteTracer
-from tpuscope.collect.xla_debug import DebugParser, parse_debug_file, parse_debug_text
-from tpuscope.collect.xla_shapes import (
+from tpuscope.collect.xla.fallback_sites import MAX_ARMED_STEPS, SiteTracer
+from tpuscope.collect.xla.shapes import (
     HloDumpShapes,
     ModuleShapes,
     dump_dir_in,
@@ -23,6 +22,7 @@ from tpuscope.collect.xla_shapes import (
     parse_entry_signature,
     read_header,
 )
+from tpuscope.parse.pt_xla_debug import DebugParser, parse_debug_file, parse_debug_text
 
 IMAGENET = "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt"
 DECODER = "pt_xla_debug/pytorch_xla_troubleshooting_2024-05_parallel_loader_decoder_only.pt_xla_debug.txt"

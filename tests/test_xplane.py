@@ -1,6 +1,6 @@
 """The XSpace reader and trace import: real TPU/GPU/CPU xplanes, a real corrupt file, edge cases.
 
-Real inputs come from ../shared/real_traces (skipped when absent) and are never
+Real inputs come from ../shared/real_traces (skipped when absent, failing in CI) and are never
 written to: xprof runs on private copies. Synthetic XSpaces (built with the reader's
 own message classes) cover what no sample file has: uint64 program ids, doubles as
 flops, invalid UTF-8, unknown metadata ids, negative offsets, aggregated events,
@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import real_trace, run_tpuscope
-from tpuscope.collect import trace_ingest, xplane, xplane_wire, xprof_tools
-from tpuscope.collect.xplane import XSpace, XSpaceDecodeError, read_xspace, space_info
+from tpuscope.ingest import traces as trace_ingest
+from tpuscope.parse import xplane, xplane_wire, xprof_tools
+from tpuscope.parse.xplane import XSpace, XSpaceDecodeError, read_xspace, space_info
 from tpuscope.report.device import device_view
 from tpuscope.report.perfetto import write_chrome_trace
 from tpuscope.store import Run, read_table

@@ -12,7 +12,7 @@ __all__ = ["__version__", "load_run", "profile"]
 
 def __getattr__(name: str) -> Any:
     if name == "profile":
-        from tpuscope.profiling import profile
+        from tpuscope.launch.profile import profile
 
         return profile
     if name == "load_run":

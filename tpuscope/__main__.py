@@ -1,3 +1,3 @@
-from tpuscope.cli import main
+from tpuscope.cli.main import main
 
 main()

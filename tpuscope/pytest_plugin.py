@@ -1,5 +1,5 @@
 """tpuscope's pytest plugin: assert zero recompiles and zero CPU fallbacks in any test
-(torch_xla and JAX; how each is judged is in tpuscope.watch and tpuscope.watch_jax).
+(torch_xla and JAX; how each is judged is in tpuscope.watch.engine and tpuscope.watch.jax_rules).
 
     @pytest.mark.tpuscope(max_recompiles=0, max_fallbacks=0, warmup_steps=1)
     def test_decode_step_is_static(model, batch): ...
@@ -13,7 +13,7 @@ Loaded through the `pytest11` entry point and inert unless used: this module imp
 only pytest and the standard library, and nothing else happens (no framework import,
 no environment change, no per-test hook) until a collected test is watched — marked,
 taking the `tpuscope` fixture, or run under `--tpuscope`. The work lives in
-tpuscope.watch; this is the pytest shell around it (docs/pytest.md).
+tpuscope.watch.engine; this is the pytest shell around it (docs/pytest.md).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from tpuscope.watch import Limits, Watch
+    from tpuscope.watch.engine import Limits, Watch
 
 MARKER = FIXTURE = "tpuscope"
 PLUGIN_NAME = "tpuscope-session"
@@ -55,7 +55,7 @@ class Spec:
     manual: bool = False  # the test takes the fixture and places its own watches
 
     def limits(self) -> Limits:
-        from tpuscope.watch import Limits
+        from tpuscope.watch.engine import Limits
 
         return Limits(self.max_recompiles, self.max_fallbacks, self.allow_fallbacks)
 
@@ -271,7 +271,8 @@ class WatchRunner:
     torch_xla's first compile), wraps each watched test's call and judges it."""
 
     def __init__(self, options: Options) -> None:
-        from tpuscope import watch, watch_env
+        from tpuscope.launch import env as process_env
+        from tpuscope.watch import engine as watch
 
         self.watch_module = watch
         self.options = options
@@ -279,7 +280,7 @@ class WatchRunner:
         # Without --tpuscope-store the runs go to this session's scratch folder (removed
         # at the end): one folder for all is cheaper than a temporary folder per test.
         self.store = options.store or self.folder / "runs"
-        self.settings = watch_env.prepare(self.folder, shapes=options.shapes)
+        self.settings = process_env.prepare(self.folder, shapes=options.shapes)
 
     def new_watch(self, item: pytest.Item, warmup_steps: int, name: str | None = None) -> Watch:
         watches = item.stash.setdefault(WATCHES_KEY, [])
@@ -326,9 +327,9 @@ class WatchRunner:
         self.settings.release_if_read()  # torch_xla may first compile in an unwatched test
 
     def close(self) -> None:
-        from tpuscope import watch_env
+        from tpuscope.launch import env as process_env
 
-        watch_env.reset()
+        process_env.reset()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -9,12 +9,14 @@ names stays small. Bump SCHEMA_VERSION when a column changes meaning or type
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from tpuscope.step_runs import normalize_runs, runs_count, runs_text, step_runs
+
+SCHEMA_VERSION = 2  # 2: compiles.backend/function/eager; findings.step_runs/step_count (was steps)
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -79,6 +81,12 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("aliased_gb", pa.float64()),
             pa.field("intermediate_gb", pa.float64()),
             pa.field("program_gb", pa.float64()),
+            # who compiled: torch_xla, jax or torch_tpu; for JAX the jitted function (or the
+            # library function of an eager op, eager=True). Null in runs before schema 2,
+            # which analyze/families reads from the cause text instead.
+            pa.field("backend", _dict_str),
+            pa.field("function", pa.string()),
+            pa.field("eager", pa.bool_()),
         ]
     ),
     # One row per (step, aten op that ran on the host instead of the device, call site).
@@ -199,8 +207,11 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("fix", pa.string()),
             pa.field("location", pa.string()),
             pa.field("cost_s", pa.float64()),
-            pa.field("steps", pa.list_(pa.int64())),
+            # the steps as runs of consecutive steps, [[first, last], ...] (analyze/step_runs.py),
+            # and how many steps in all (more than the runs cover when they were capped)
+            pa.field("step_runs", pa.list_(pa.list_(pa.int64()))),
             pa.field("evidence", pa.string()),
+            pa.field("step_count", pa.int64()),
         ]
     ),
 }
@@ -208,9 +219,29 @@ TABLES: dict[str, pa.Schema] = {
 SEVERITIES = ("high", "medium", "low")
 
 
+
+_PROCESS_NAMES = {f.name for f in PROCESS_FIELDS}
+_ROW_COLUMNS = {name: tuple(n for n in schema.names if n not in _PROCESS_NAMES)
+                for name, schema in TABLES.items()}
+
+
+def table_row(table: str, **fields: Any) -> dict[str, Any]:
+    """One row of `table` with every column the writer owns (the process fields are the
+    session's): absent ones are None, and a name the schema lacks is an error, so the
+    places that build rows cannot drift from the schema or from each other."""
+    names = _ROW_COLUMNS[table]
+    unknown = fields.keys() - names
+    if unknown:
+        raise KeyError(f"{table} has no column(s) {', '.join(sorted(unknown))}")
+    return {name: fields.get(name) for name in names}
+
+
 @dataclass
 class Finding:
-    """One diagnosis: what is wrong, where, what it costs and the change that fixes it."""
+    """One diagnosis: what is wrong, where, what it costs and the change that fixes it.
+
+    Its steps are runs of consecutive steps ([[2, 999999]]) with their count, never a list of
+    every step (analyze/step_runs.py): `Finding.of_steps` makes both from any steps."""
 
     rule: str
     severity: str
@@ -219,17 +250,30 @@ class Finding:
     fix: str
     location: str | None = None
     cost_s: float = 0.0
-    steps: list[int] = field(default_factory=list)
+    step_runs: list[list[int]] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+    step_count: int = 0
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
         if not isinstance(self.location, str) or not self.location:
             self.location = None  # a missing location read from pandas arrives as NaN
+        self.step_runs = normalize_runs(self.step_runs)
+        self.step_count = int(self.step_count or 0) or runs_count(self.step_runs)
+
+    @staticmethod
+    def of_steps(steps: Any) -> tuple[list[list[int]], int]:
+        """(step_runs, step_count) of any steps (an array, a Series, a list)."""
+        return step_runs(steps)
+
+    @property
+    def steps_text(self) -> str:
+        """'2-999999', or '0-2, 5, ... 90-99 (120 steps)': the steps as every surface prints them."""
+        return runs_text(self.step_runs, self.step_count)
 
     def to_row(self) -> dict[str, Any]:
-        row = asdict(self)
+        row = self.to_dict()
         row["evidence"] = json.dumps(self.evidence, default=str, sort_keys=True)
         return row
 
@@ -237,7 +281,9 @@ class Finding:
     def from_row(cls, row: dict[str, Any]) -> Finding:
         data = dict(row)
         data["evidence"] = json.loads(data.get("evidence") or "{}")
-        data["steps"] = [int(s) for s in (data.get("steps") if data.get("steps") is not None else [])]
+        data["step_runs"] = normalize_runs(data.get("step_runs"))
+        count = data.get("step_count")
+        data["step_count"] = 0 if count is None or count != count else int(count)
         cost = data.get("cost_s")
         data["cost_s"] = 0.0 if cost is None or cost != cost else float(cost)
         if not isinstance(data.get("location"), str):  # pandas' str dtype reads nulls as NaN
@@ -245,4 +291,6 @@ class Finding:
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data; a shallow copy of the fields (dataclasses.asdict deep-copies every
+        nested value, seconds on a storm's evidence)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}

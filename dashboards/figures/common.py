@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
@@ -52,6 +53,19 @@ def empty_figure(message: str, height: int = 220) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
+
+
+def per_step(frame: pd.DataFrame, column: str, how: str = "sum") -> pd.Series:
+    """step -> sum (or max) of a column. Tables arrive in step order, where numpy's reduceat over
+    the runs of equal steps does it in one pass; a pandas groupby factorised 2M steps for 0.4 s."""
+    step = frame["step"].to_numpy()
+    values = frame[column].to_numpy()
+    if len(step) and values.dtype.kind in "iuf" and bool((step[1:] >= step[:-1]).all()):
+        starts = np.flatnonzero(np.concatenate([[True], step[1:] != step[:-1]]))
+        reduce = np.maximum if how == "max" else np.add
+        return pd.Series(reduce.reduceat(values, starts), index=pd.Index(step[starts], name="step"), name=column)
+    grouped = frame.groupby("step")[column]
+    return grouped.max() if how == "max" else grouped.sum()
 
 
 def minmax_indices(values: np.ndarray, max_points: int) -> np.ndarray:

@@ -6,17 +6,27 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .common import COLORS, NS_PER_MS, NS_PER_S, PALETTE, base_figure, empty_figure, minmax_indices
+from .common import (
+    COLORS,
+    NS_PER_MS,
+    NS_PER_S,
+    PALETTE,
+    base_figure,
+    empty_figure,
+    minmax_indices,
+    per_step,
+)
 
 MAX_LANES = 8  # beyond this many processes the timeline shows the slowest rank per step
 MAX_MARKERS = 2000
+MAX_BARS = 1000  # about a bar per pixel: each carries its hover text, 4000 of them were 330 KB
 
 
 def _lanes(steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """One series per process (host/rank), or the slowest process per step when there are many."""
-    if "rank" not in steps or steps[["host", "rank"]].drop_duplicates().shape[0] <= 1:
+    if "rank" not in steps or (steps["rank"].nunique(dropna=False) <= 1 and steps["host"].nunique(dropna=False) <= 1):
         return {"step time": steps}
-    groups = dict(tuple(steps.groupby(["host", "rank"], sort=True)))
+    groups = dict(tuple(steps.groupby(["host", "rank"], sort=True, observed=True)))
     if len(groups) > MAX_LANES:
         slowest = steps.groupby("step", as_index=False)["wall_ns"].max()
         return {f"slowest of {len(groups)} processes": slowest}
@@ -32,7 +42,7 @@ def _in_range(frame: pd.DataFrame, x_range: tuple[float, float] | None) -> pd.Da
 
 def _step_wall_ms(steps: pd.DataFrame) -> pd.Series:
     """Step -> wall time (ms) of the slowest process, to place markers on the line."""
-    return steps.groupby("step")["wall_ns"].max() / NS_PER_MS
+    return per_step(steps, "wall_ns", "max") / NS_PER_MS
 
 
 def _compile_markers(compiles: pd.DataFrame, wall: pd.Series) -> go.Scatter | None:
@@ -59,10 +69,10 @@ def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
     """Host-run op calls per step (min/max decimated) with the ops and call site on hover."""
     if fallbacks.empty:
         return None
-    per_step = fallbacks.groupby("step")["count"].sum()
-    per_step = per_step.iloc[minmax_indices(per_step.to_numpy(), max_points)]
-    shown = fallbacks[fallbacks["step"].isin(per_step.index)]
-    by_op = shown.groupby(["step", "op"], as_index=False)["count"].sum().sort_values(
+    counts = per_step(fallbacks, "count")
+    counts = counts.iloc[minmax_indices(counts.to_numpy(), min(max_points, MAX_BARS))]
+    shown = fallbacks[fallbacks["step"].isin(counts.index)]
+    by_op = shown.groupby(["step", "op"], as_index=False, observed=True)["count"].sum().sort_values(
         ["step", "count"], ascending=[True, False])
     ops: dict[int, list[str]] = {}
     for step, op, count in zip(by_op["step"].tolist(), by_op["op"].tolist(), by_op["count"].tolist(), strict=True):
@@ -70,8 +80,8 @@ def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
     where = shown.dropna(subset=["location"]).groupby("step")["location"].first().to_dict()
     text = [f"step {s}: {n} host-run op calls<br>" + "<br>".join(ops.get(s, [])[:6])
             + (f"<br>at {where[s]}" if s in where else "")
-            for s, n in zip(per_step.index.tolist(), per_step.tolist(), strict=True)]
-    return go.Bar(x=per_step.index, y=per_step.to_numpy(), name="CPU fallback calls",
+            for s, n in zip(counts.index.tolist(), counts.tolist(), strict=True)]
+    return go.Bar(x=counts.index, y=counts.to_numpy(), name="CPU fallback calls",
                   marker_color=COLORS["fallback"], hovertext=text, hoverinfo="text")
 
 
@@ -81,7 +91,7 @@ def step_timeline(steps: pd.DataFrame, compiles: pd.DataFrame, fallbacks: pd.Dat
     """Step wall time per step (log scale: compile steps dwarf the steady state)."""
     if steps.empty:
         return empty_figure("No steps recorded in this run")
-    steps = _in_range(steps.sort_values("step"), x_range)
+    steps = _in_range(steps if steps["step"].is_monotonic_increasing else steps.sort_values("step"), x_range)
     bars = fallback_bars(_in_range(fallbacks, x_range), max_points)
     fig = base_figure("Step time", height=380 if bars is None else 470)
     if bars is not None:

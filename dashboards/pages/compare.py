@@ -20,6 +20,9 @@ from ..components import finding_card, fmt_num, fmt_pct, graph
 from ..data import StoreData
 from ..figures.compare import grouped_counts, step_time_histograms
 
+# What judging steps needs (analyze/judge: process keys, step, boundary) and the wall time shown.
+JUDGE_COLUMNS = ["host", "pid", "step", "boundary", "wall_ns"]
+
 # (label, summary key, formatter, row id): the rows of the side-by-side table.
 ROWS: list[tuple[str, str, Callable[[Any], str], str]] = [
     ("steps", "steps", fmt_num, "steps"),
@@ -76,13 +79,13 @@ def _delta_column(title: str, items: list[Finding], ident: str) -> html.Div:
 def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     sa, sb = data.summary(run_a), data.summary(run_b)
     label_a, label_b = f"A: {sa['name'] or run_a}", f"B: {sb['name'] or run_b}"
-    steps = {label_a: judged_steps(data.table(run_a, "steps"), sa["warmup"])["wall_ns"],
-             label_b: judged_steps(data.table(run_b, "steps"), sb["warmup"])["wall_ns"]}
+    steps = {label_a: judged_steps(data.columns(run_a, "steps", JUDGE_COLUMNS), sa["warmup"])["wall_ns"],
+             label_b: judged_steps(data.columns(run_b, "steps", JUDGE_COLUMNS), sb["warmup"])["wall_ns"]}
     if label_a == label_b:
         steps = dict(zip([label_a + " (A)", label_b + " (B)"], steps.values(), strict=True))
 
     def fallback_counts(run_id: str) -> pd.Series:
-        frame = data.table(run_id, "fallbacks")
+        frame = data.columns(run_id, "fallbacks", ["op", "count"])
         return frame.groupby("op")["count"].sum() if not frame.empty else pd.Series(dtype=float)
 
     compiles = {label_a: pd.Series({"total": sa["compiles"], "recompiles": sa["recompiles"]}),

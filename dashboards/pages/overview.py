@@ -23,6 +23,17 @@ from ..figures.common import x_window
 from ..figures.steps import step_timeline
 
 MAX_POINTS = 4000
+# What the step timeline draws, read without the other columns (steps' graph_hashes alone is a
+# Python list per step): on a million steps, a third of the Parquet to decode.
+TIMELINE_COLUMNS = {
+    "steps": ["host", "rank", "step", "wall_ns"],
+    "compiles": ["step", "duration_ns", "cause", "location", "graph_hash"],
+    "fallbacks": ["step", "op", "count", "location"],
+}
+
+
+def timeline_tables(data: StoreData, run_id: str, name: str) -> Any:
+    return data.columns(run_id, name, TIMELINE_COLUMNS[name], categories=name != "compiles")
 
 
 def headline(summary: dict[str, Any]) -> html.Div:
@@ -50,8 +61,8 @@ def headline(summary: dict[str, Any]) -> html.Div:
 def timeline_figure(data: StoreData, run_id: str, x_range: tuple[float, float] | None = None) -> go.Figure:
     """The step timeline; the whole-run version is cached until the run's tables change."""
     def build() -> go.Figure:
-        fig = step_timeline(data.table(run_id, "steps"), data.table(run_id, "compiles"),
-                            data.table(run_id, "fallbacks"), int(data.summary(run_id)["warmup"]),
+        fig = step_timeline(timeline_tables(data, run_id, "steps"), timeline_tables(data, run_id, "compiles"),
+                            timeline_tables(data, run_id, "fallbacks"), int(data.summary(run_id)["warmup"]),
                             MAX_POINTS, x_range)
         return fig.update_layout(uirevision=run_id)
 
@@ -95,7 +106,7 @@ def register(app: Dash, data: StoreData) -> None:
                   State("overview-run", "data"), prevent_initial_call=True)
     def _zoom(relayout: dict[str, Any] | None, run_id: str) -> Any:
         window = x_window(relayout)
-        if window is None or len(data.table(run_id, "steps")) <= MAX_POINTS:
+        if window is None or len(timeline_tables(data, run_id, "steps")) <= MAX_POINTS:
             return no_update
         return timeline_figure(data, run_id, None if window == "reset" else window)
 

@@ -1,6 +1,6 @@
 """What got better or worse from run A to run B: `tpuscope diff A B` and the Compare page.
 
-Pure: each side is its analysis (summary + findings, tpuscope.analysis) and the wall
+Pure: each side is its analysis (summary + findings, tpuscope.detect.run_analysis) and the wall
 times of its judged steps (analyze/judge.py); the result is a plain dict. The runs may
 differ in length and machine, so step time is compared as medians of the judged steps
 with a percentile bootstrap interval (fixed seed, so the same runs always give the same

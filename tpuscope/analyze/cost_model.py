@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the HLO text parser loads on first use: dashboards import no collect module
-    from tpuscope.collect.hlo import Instruction, Shape
+    from tpuscope.parse.hlo import Instruction, Shape
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ _HOST_SPACE = "S(5)"
 
 def parse(expression: str | None) -> Instruction | None:
     """The HLO instruction of an op's text (trace event names and xprof expressions are HLO)."""
-    from tpuscope.collect.hlo import HloParseError, parse_instruction
+    from tpuscope.parse.hlo import HloParseError, parse_instruction
 
     if not expression or " = " not in expression:
         return None

@@ -31,7 +31,8 @@ import pandas as pd
 from tpuscope.analyze.shapes import parse_shape
 
 FAMILY_COLUMNS = ("family", "family_seq", "recompile", "function", "eager", "backend")
-# The JAX collector's cause vocabulary (collect/jax_explain.cause_text, docs/backends.md).
+# The JAX collector's cause vocabulary (collect/jax/explain.cause_text, docs/backends.md), read
+# only for runs written before schema 2 (compiles.backend / .function / .eager columns).
 _PERSISTENT = re.compile(r" \[persistent cache [a-z]+\]$")
 _JAX_EAGER = re.compile(r"^JAX library function (?P<fn>\S+) compiled for a call outside jit")
 _JAX_FUNCTION = (
@@ -61,6 +62,13 @@ def jax_program(cause: Any) -> tuple[str | None, bool]:
     return None, False
 
 
+def _jax_function(row: dict[str, Any]) -> tuple[str | None, bool]:
+    """The collector's own columns; the cause text only for runs written before schema 2."""
+    if _known(row.get("function")):
+        return row["function"], bool(row.get("eager"))
+    return jax_program(row.get("cause"))
+
+
 def _signature(row: dict[str, Any]) -> str:
     shapes = row.get("input_shapes")
     if _known(shapes) and len(shapes):
@@ -85,6 +93,8 @@ def _process(row: dict[str, Any]) -> str:
 
 
 def _backend(row: dict[str, Any], backends: dict[str, str]) -> str:
+    if _known(row.get("backend")):  # written by the collector (schema 2 on)
+        return row["backend"]
     known = backends.get(_process(row))
     if known == "jax" or (known is None and jax_program(row.get("cause"))[0]):
         return "jax"
@@ -110,7 +120,7 @@ def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = Non
     out: dict[str, list[Any]] = {name: [] for name in FAMILY_COLUMNS}
     for n, row in enumerate(ordered.to_dict("records")):
         backend = _backend(row, backends)
-        function, eager = jax_program(row.get("cause")) if backend == "jax" else (None, False)
+        function, eager = _jax_function(row) if backend == "jax" else (None, False)
         family = _family(row, n, backend, function, eager)
         seq = seen.get(family, 0)
         seen[family] = seq + 1

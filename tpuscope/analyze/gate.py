@@ -1,6 +1,6 @@
 """CI limits on one run's analysis: `tpuscope run --fail-on / --max-recompiles / --max-fallbacks`.
 
-Pure: the run's one analysis (summary + findings, tpuscope.analysis) in, the reasons it
+Pure: the run's one analysis (summary + findings, tpuscope.detect.run_analysis) in, the reasons it
 fails out. Nothing here re-derives a rule: recompiles are the summary's `recompiles`
 (graph families), fallback calls are the summary's `fallback_ops` (value reads such as
 `aten::_local_scalar_dense` are host syncs, never fallbacks), and findings are the ones
@@ -22,11 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuscope.schema import SEVERITIES, Finding
-from tpuscope.watch_text import fallback_name
 
 RULES = ("recompile", "cpu_fallback", "host_sync", "op_by_op", "tensorcore_underuse")
 EXIT_LIMIT = 3
 EXIT_UNJUDGED = 4
+
+
+def fallback_name(op: str) -> str:
+    """`nonzero` -> `aten::nonzero`; names with a namespace (or globs like `aten::*`) stay."""
+    return op if "::" in op else f"aten::{op}"
 
 
 def op_allowed(op: str, patterns: Iterable[str]) -> bool:

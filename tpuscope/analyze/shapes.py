@@ -11,6 +11,7 @@ import difflib
 import functools
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -112,10 +113,14 @@ def varying_dims(shape_lists: Iterable[Sequence[str]]) -> list[VaryingDim]:
     Only graphs with the same number of arguments and the same dtype and rank per
     argument are compared (others are different programs, not the same one resized).
     """
-    lists = [list(s) for s in shape_lists]
-    if len(lists) < 2:
+    graphs = [tuple(s) for s in shape_lists]
+    if len(graphs) < 2:
         return []
-    parsed = [[parse_shape(s) for s in shapes] for shapes in lists]
+    # A storm compiles the same few signatures thousands of times: parse each distinct one once
+    # and map the per-graph values back through the inverse index (numpy), not graph by graph.
+    index: dict[tuple[str, ...], int] = {}
+    inverse = np.fromiter((index.setdefault(g, len(index)) for g in graphs), dtype=np.int64, count=len(graphs))
+    parsed = [[parse_shape(s) for s in shapes] for shapes in index]
     width = len(parsed[0])
     if any(len(p) != width for p in parsed):
         return []
@@ -130,7 +135,8 @@ def varying_dims(shape_lists: Iterable[Sequence[str]]) -> list[VaryingDim]:
             values = [s.dims[dim] for s in column if s is not None]
             if any(v is None for v in values) or len(set(values)) < 2:
                 continue
-            found.append(VaryingDim(arg, dim, first.dtype, [int(v) for v in values if v is not None]))
+            per_graph = np.asarray(values, dtype=np.int64)[inverse]
+            found.append(VaryingDim(arg, dim, first.dtype, per_graph.tolist()))
     return found
 
 
@@ -146,10 +152,15 @@ class Bucketing:
         return "{" + ", ".join(map(str, self.buckets)) + "}"
 
 
-def padding_waste(values: Sequence[int], buckets: Sequence[int]) -> float:
-    padded = [next(b for b in buckets if b >= v) for v in values]
-    total = sum(padded)
-    return (total - sum(values)) / total if total else 0.0
+def bucket_padding(values: Sequence[int], buckets: Sequence[int]) -> float:
+    """Padded elements over elements after padding, each value padded to the next bucket."""
+    observed = np.asarray(values, dtype=np.int64)
+    bounds = np.sort(np.asarray(buckets, dtype=np.int64))
+    at = np.searchsorted(bounds, observed, side="left")
+    if at.size and at.max() >= len(bounds):
+        raise ValueError(f"a value is larger than every bucket {list(bounds)}")
+    total = int(bounds[at].sum()) if at.size else 0
+    return (total - int(observed.sum())) / total if total else 0.0
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -198,13 +209,14 @@ def suggest_buckets(values: Sequence[int], max_waste: float = 0.10, multiple: in
     """
     observed = [int(v) for v in values]
     distinct = sorted(set(observed))
-    weights = [observed.count(v) for v in distinct]
+    counts = Counter(observed)
+    weights = [counts[v] for v in distinct]
     plans: list[Bucketing] = []
     round_ok = multiple > 1 and distinct[0] >= multiple
     for rounded in ((True, False) if round_ok else (False,)):
         bound_of = {v: _round_up(v, multiple) if rounded else v for v in distinct}
         for buckets in _partitions(distinct, weights, bound_of):
-            waste = padding_waste(observed, buckets)
+            waste = bucket_padding(observed, buckets)
             if waste <= max_waste + 1e-12:
                 plans.append(Bucketing(buckets, waste, observed))
                 break

@@ -2,7 +2,7 @@
 
 Every surface (console report, `show --json`, the dashboard, the pytest plugin and
 imports) shows these figures as written into the run at analysis time
-(tpuscope.analysis), so they cannot disagree. Compiles are counted by graph family
+(tpuscope.detect.run_analysis), so they cannot disagree. Compiles are counted by graph family
 (analyze/families.py): `recompiles` are further compiles of a family that compiled
 before, wherever they happen; step times and per-step rates are over the judged steps
 (analyze/judge.py); value reads are host reads, not CPU fallbacks.
@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.families import recompiles
-from tpuscope.analyze.judge import is_value_read, phases, wall_s
+from tpuscope.analyze.judge import VALUE_READ_OPS, phases, wall_s
+from tpuscope.step_runs import step_runs
 
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
@@ -49,30 +50,28 @@ def compile_causes(families: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]
 
 
 def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any]]:
-    """Per aten op that ran on the host (value reads excluded): count, steps, count per step."""
+    """Per aten op that ran on the host (value reads excluded): count, its steps as runs
+    (tpuscope.step_runs), count per step, its first call site."""
     if fallbacks.empty:
         return []
-    rows = fallbacks[~fallbacks["op"].map(is_value_read)]
+    rows = fallbacks[~fallbacks["op"].isin(VALUE_READ_OPS)]
     if rows.empty:
         return []
-    grouped = rows.groupby("op", observed=True).agg(
-        count=("count", "sum"),
-        steps=("step", lambda s: sorted(int(v) for v in s.unique())),
-        location=("location", lambda s: min(s.dropna(), default=None)),
-    )
-    out = [
-        {"op": str(op), "count": int(row["count"]), "steps": row["steps"][:50],
-         "per_step": float(row["count"] / loop_steps) if loop_steps else 0.0,
-         "location": row["location"] if isinstance(row["location"], str) else None}
-        for op, row in grouped.iterrows()
-    ]
-    return sorted(out, key=lambda r: -r["count"])
+    out = []
+    for op, group in rows.groupby("op", observed=True, sort=False):
+        count = int(group["count"].sum())
+        runs, n_steps = step_runs(group["step"])
+        located = group["location"].dropna()
+        out.append({"op": str(op), "count": count, "step_runs": runs, "step_count": n_steps,
+                    "per_step": float(count / loop_steps) if loop_steps else 0.0,
+                    "location": str(located.min()) if len(located) else None})
+    return sorted(out, key=lambda r: (-r["count"], r["op"]))
 
 
 def _value_reads(fallbacks: pd.DataFrame) -> int:
     if fallbacks.empty:
         return 0
-    return int(fallbacks.loc[fallbacks["op"].map(is_value_read), "count"].sum())
+    return int(fallbacks.loc[fallbacks["op"].isin(VALUE_READ_OPS), "count"].sum())
 
 
 def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -> dict[str, Any] | None:
@@ -100,11 +99,13 @@ def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None
 
 
 def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
-              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None,
+              phase: pd.Series | None = None) -> dict[str, Any]:
     """The run's headline figures; `families` is analyze.families.graph_families(compiles);
-    `metrics` gives the compile totals of imported evidence that has no compile rows."""
+    `metrics` gives the compile totals of imported evidence that has no compile rows; `phase`
+    is phases(steps, warmup) when the caller has it already."""
     warmup = int(meta.get("warmup", 2))
-    phase = phases(steps, warmup)
+    phase = phases(steps, warmup) if phase is None else phase
     judged = steps[phase == "judged"] if not steps.empty else steps
     loop = steps[phase != "after"] if not steps.empty else steps
     again = recompiles(families)

@@ -50,7 +50,7 @@ def step_module(dots: pd.DataFrame, trace_modules: dict[str, int] | None = None)
     return [n for n in names if flops.get(n, 0) >= best * 0.999][-1]
 
 
-def analyze(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target: str,
+def tensorcore_problems(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target: str,
             trace_modules: dict[str, int] | None = None) -> tuple[list[Problem], dict[str, Any]]:
     """(problems of the step graph, its roofline summary) on the target chip."""
     dots = matmuls(hlo_ops)

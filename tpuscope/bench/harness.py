@@ -24,7 +24,7 @@ from typing import Any
 from tpuscope.bench import stats
 from tpuscope.bench.modes import precheck
 from tpuscope.bench.spec import WorkerSpec
-from tpuscope.runner import tpu_present
+from tpuscope.launch.env import tpu_present
 
 Progress = Callable[[WorkerSpec, int, int], None]
 

@@ -108,7 +108,7 @@ def precheck(backend: str, mode: str, model: str | None = None, script: str | No
         return f"{_PACKAGES[backend]} is not installed" + (
             " (TorchTPU needs torch>=2.11 and a TPU VM)" if backend == "torch_tpu" else "")
     if backend == "torch_tpu":
-        from tpuscope.runner import tpu_present
+        from tpuscope.launch.env import tpu_present
 
         if not tpu_present():
             return "no TPU on this machine (TorchTPU runs only on a TPU)"

@@ -8,16 +8,17 @@
 The mode is pushed with the `torch.tpu.set_eager_mode(...)` context manager for the
 whole process (the worker is a fresh process per mode). Facts used here, from the
 torch_tpu 0.2.0 wheel: `torch.tpu.synchronize()` refuses calls from user code on
-torch>=2.11, so the wait is `torch.accelerator.synchronize()`; compile statistics
-come from `torch.tpu._get_cache_stats()` (`num_compilations`, per-entry
-`compilation_duration`). This module needs a TPU and was not run on this project's
-CPU machines; the harness reports it unavailable there.
+torch>=2.11, so the wait is `torch.accelerator.synchronize()` (`torch.tpu.is_available()`
+refuses the same way: availability is `torch.accelerator.current_accelerator()`);
+compile statistics come from `torch.tpu._get_cache_stats()`, read as the collector
+reads them (`CacheStats`). Steps need a TPU and were not run on this project's CPU
+machines; there the runner refuses with `unavailable_reason()`'s words, which
+tests/tpu_real checks against the real package.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,13 @@ import torch
 from tpuscope.bench import models
 from tpuscope.bench.models import Workload
 from tpuscope.bench.modes import CompileCount, ModeRunner, Unavailable
+from tpuscope.collect.torch_tpu.collector import CacheStats
 
-_EAGER_MODE = {"strict": "DEFER_NEVER", "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING", "fused": "DEFER_AND_FUSE"}
+_EAGER_MODE = {
+    "strict": "DEFER_NEVER",
+    "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
+    "fused": "DEFER_AND_FUSE",
+}
 
 
 class TpuRunner(ModeRunner):
@@ -35,14 +41,17 @@ class TpuRunner(ModeRunner):
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        if not hasattr(torch, "tpu") or not torch.accelerator.is_available():
-            raise Unavailable("torch_tpu is installed but found no TPU to initialise "
-                              "(torch.accelerator.is_available() is False)")
+        reason = unavailable_reason()
+        if reason is not None:
+            raise Unavailable(reason)
         self._stack = contextlib.ExitStack()
         eager = _EAGER_MODE.get(mode, "DEFER_NEVER")  # compiled: ops outside the graph run strict
         self._stack.enter_context(torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, eager)))
-        self.mechanism = ('torch.compile(step, backend="tpu")' if mode == "compiled"
-                          else f"torch.tpu.set_eager_mode(EagerMode.{eager})")
+        self.mechanism = (
+            'torch.compile(step, backend="tpu")'
+            if mode == "compiled"
+            else f"torch.tpu.set_eager_mode(EagerMode.{eager})"
+        )
         self._device = torch.device("tpu")
 
     def device(self) -> Any:
@@ -60,11 +69,9 @@ class TpuRunner(ModeRunner):
         torch.accelerator.synchronize()
 
     def compile_count(self) -> CompileCount:
-        stats = torch.tpu._get_cache_stats()
-        durations = [_seconds(e.compilation_duration) for e in getattr(stats, "per_entry_stats", [])]
-        known = all(d is not None for d in durations)
-        return CompileCount(count=int(stats.num_compilations),
-                            ns=int(sum(durations) * 1e9) if known else None)
+        stats = CacheStats.of(torch.tpu._get_cache_stats())
+        known = all(ns is not None for ns in stats.entry_ns)
+        return CompileCount(count=stats.compilations, ns=sum(stats.entry_ns) if known else None)
 
     def device_memory(self) -> tuple[int | None, str | None]:
         try:
@@ -76,17 +83,30 @@ class TpuRunner(ModeRunner):
         return {"mechanism": self.mechanism, "device_kind": torch.tpu.get_device_name()}
 
 
+def unavailable_reason() -> str | None:
+    """Why TorchTPU cannot run the bench in this process, or None when it can.
+
+    torch_tpu is imported by `import torch` wherever it is installed, but it registers the
+    "tpu" device only when its PCI scan finds a chip, so the current accelerator says
+    whether TorchTPU has a TPU (a GPU host with torch_tpu installed has "cuda" there).
+    """
+    if not hasattr(torch, "tpu"):
+        return "torch_tpu is not loaded (torch.tpu is missing: not installed, or autoload off)"
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None or accelerator.type != "tpu":
+        found = "none" if accelerator is None else accelerator.type
+        return (
+            "torch_tpu is installed but found no TPU to initialise "
+            f"(torch.accelerator.current_accelerator() is {found})"
+        )
+    return None
+
+
 def _materialize_pending() -> None:
     """End a DEFER_AND_FUSE step: launch every deferred op, as torch_xla.sync() does for lazy tensors."""
     from torch_tpu._internal.sync import synchronize
 
     synchronize(wait=True)
-
-
-def _seconds(duration: Any) -> float | None:
-    if isinstance(duration, datetime.timedelta):
-        return duration.total_seconds()
-    return None  # unknown unit: report no compile time rather than a wrong one
 
 
 def make_runner(mode: str) -> TpuRunner:

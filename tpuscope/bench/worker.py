@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpuscope.analysis import analyze
 from tpuscope.bench.modes import ModeRunner, Unavailable, precheck, runner_for
 from tpuscope.bench.script import ScriptError, workload_from_factory
 from tpuscope.bench.spec import WorkerSpec
 from tpuscope.collect import autostart
-from tpuscope.profiling import profile
+from tpuscope.detect.run_analysis import analyze
+from tpuscope.launch.profile import profile
 from tpuscope.store import Run, update_meta
 
 

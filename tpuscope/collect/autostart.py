@@ -11,8 +11,9 @@ import functools
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import wrapt
 
@@ -49,9 +50,8 @@ def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,
     _active["session"] = session
     _active["collectors"] = []
     _active["debug_file"] = debug_file
-    _when_imported("torch_xla", _on_torch_xla)
-    _when_imported("jax", _on_jax)
-    _when_imported("torch_tpu", _on_torch_tpu)
+    for module_name in BACKENDS:
+        _when_imported(module_name, _install_collector)
     _when_imported("torch.multiprocessing.spawn", _on_mp_spawn)
     return session
 
@@ -67,15 +67,54 @@ def _when_imported(name: str, hook: Any) -> None:
         hook(sys.modules[name])
 
 
-def _on_torch_xla(module: Any) -> None:
-    session = active_session()
-    if session is None or session._closed:
-        return
-    from tpuscope.collect.xla import XlaCollector
+class Collector(Protocol):
+    """What every backend collector offers the session's owner: hooks in, hooks out, and the
+    work since the last step boundary recorded as a last step ("end") when a block closes."""
+
+    def uninstall(self) -> None: ...
+
+    def close_open_step(self) -> None: ...
+
+
+def _xla_collector(session: Session) -> Collector:
+    from tpuscope.collect.xla.collector import XlaCollector
 
     debug_file = _active.get("debug_file") or (
         os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None)
-    _active["collectors"].append(XlaCollector(session, debug_file).install())
+    return XlaCollector(session, debug_file).install()
+
+
+def _jax_collector(session: Session) -> Collector:
+    from tpuscope.collect.jax.collector import JaxCollector
+
+    return JaxCollector(session).install()
+
+
+def _torch_tpu_collector(session: Session) -> Collector:
+    from tpuscope.collect.torch_tpu import collector
+
+    return collector.install(session)
+
+
+# module that, once imported, gets its collector -> (name said when it fails, collector factory)
+BACKENDS: dict[str, tuple[str, Callable[[Session], Collector]]] = {
+    "torch_xla": ("torch_xla", _xla_collector),
+    "jax": ("JAX", _jax_collector),
+    "torch_tpu": ("TorchTPU", _torch_tpu_collector),
+}
+
+
+def _install_collector(module: Any) -> None:
+    """The one install path: a collector that fails to install says so in one line and the
+    program goes on without it (never break the user's program)."""
+    session = active_session()
+    if session is None or session._closed:
+        return
+    label, factory = BACKENDS[module.__name__]
+    try:
+        _active["collectors"].append(factory(session))
+    except Exception as exc:
+        print(f"tpuscope: {label} collection disabled: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _on_mp_spawn(module: Any) -> None:
@@ -97,28 +136,6 @@ def _on_mp_spawn(module: Any) -> None:
     module._wrap = _wrap
 
 
-def _on_jax(module: Any) -> None:
-    session = active_session()
-    if session is not None and not session._closed:
-        from tpuscope.collect.jax import JaxCollector
-
-        try:
-            _active["collectors"].append(JaxCollector(session).install())
-        except Exception as exc:  # never break the user's program
-            print(f"tpuscope: JAX collection disabled: {exc}", file=sys.stderr)
-
-
-def _on_torch_tpu(module: Any) -> None:
-    session = active_session()
-    if session is not None and not session._closed:
-        from tpuscope.collect import tpu
-
-        try:
-            _active["collectors"].append(tpu.install(session))
-        except Exception as exc:  # never break the user's program
-            print(f"tpuscope: TorchTPU collection disabled: {exc}", file=sys.stderr)
-
-
 def stop(status: str | None = None, error: str | None = None, close_open_step: bool = False) -> None:
     """Unhook every backend and close the session (profile() uses this; the CLI uses atexit).
 
@@ -126,7 +143,7 @@ def stop(status: str | None = None, error: str | None = None, close_open_step: b
     with `.item()` rather than a sync) as a last step, boundary "end".
     """
     for collector in _active.get("collectors", []):
-        if close_open_step and hasattr(collector, "close_open_step"):
+        if close_open_step:
             collector.close_open_step()
         collector.uninstall()
     session = _active.pop("session", None)

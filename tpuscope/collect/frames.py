@@ -52,7 +52,7 @@ def _is_plumbing(filename: str) -> bool:
     return filename.startswith(_STDLIB) and not any(m in filename for m in _INSTALLED)
 
 
-def short_path(filename: str) -> str:
+def import_path(filename: str) -> str:
     """A library file as its import path: '.../site-packages/transformers/x.py' -> 'transformers/x.py'."""
     for marker in _INSTALLED:
         cut = filename.rfind(marker + os.sep)
@@ -83,7 +83,7 @@ def user_and_library(frame: FrameType | None, skip: tuple[str, ...] = ()) -> tup
         if is_user_file(filename):
             return f"{filename}:{frame.f_lineno}", library
         if library is None and not _is_plumbing(filename) and not any(s in filename for s in skip):
-            library = f"{short_path(filename)}:{frame.f_lineno}"
+            library = f"{import_path(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, library
 

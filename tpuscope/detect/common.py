@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tpuscope.analyze import judge
@@ -29,27 +30,35 @@ def _process_keys(frame: pd.DataFrame) -> list[str]:
 
 def judged_steps(tables: RunTables) -> pd.DataFrame:
     """Steps past each process's warm-up, without the after-the-loop step (analyze/judge)."""
-    return judge.judged_steps(tables.steps, tables.warmup)
+    return tables.judged
 
 
 def loop_steps(tables: RunTables) -> pd.DataFrame:
     """Every step of the program's loop (warm-up included, the after-the-loop step not)."""
-    steps = tables.steps
-    if steps.empty:
-        return steps
-    return steps[judge.phases(steps, tables.warmup) != "after"]
+    return tables.loop
 
 
 def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     """Rows of a per-step table that fall in judged steps; whole-run rows (step -1) are kept."""
     if frame.empty:
         return frame
-    whole = frame[frame["step"] == WHOLE_RUN]
+    step = frame["step"].to_numpy()
+    whole = step == WHOLE_RUN
     if judged.empty:
-        return whole
+        return frame[whole]
     keys = [k for k in _process_keys(frame) if k in judged.columns]
-    index = judged[keys + ["step"]].drop_duplicates()
-    return pd.concat([frame.merge(index, on=keys + ["step"], how="inner"), whole], ignore_index=True)
+    if not keys:
+        return frame[np.isin(step, judged["step"].to_numpy()) | whole]
+    keep = whole.copy()
+    # per process a vectorised isin (a few processes): a merge on (host, pid, step) factorised
+    # the string keys of every row, seconds on a million steps
+    for key, rows in judged.groupby(keys, dropna=False, sort=False):
+        match = np.ones(len(frame), dtype=bool)
+        for name, value in zip(keys, key if isinstance(key, tuple) else (key,), strict=True):
+            column = frame[name]
+            match &= column.isna().to_numpy() if value != value or value is None else (column == value).to_numpy()
+        keep |= match & np.isin(step, rows["step"].to_numpy())
+    return frame[keep]
 
 
 def severity(cost_s: float, tables: RunTables) -> str:
@@ -72,9 +81,11 @@ def value_read_site(tables: RunTables, steps: Iterable[int]) -> str | None:
     families = tables.families
     if families.empty or "cause" not in families:
         return None
-    wanted = set(steps)
-    rows = families[families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
-                    & families["step"].isin(wanted) & families["location"].notna()]
+    reads = families[families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
+                     & families["location"].notna()]
+    if reads.empty:
+        return None
+    rows = reads[reads["step"].isin(steps if hasattr(steps, "dtype") else list(steps))]
     return str(rows["location"].mode().iloc[0]) if not rows.empty else None
 
 
@@ -127,7 +138,7 @@ def rate_per_step(counts: dict[tuple[Any, ...], float], steps: dict[tuple[Any, .
     return sum(counts[k] for k in known) / total_steps if total_steps else None
 
 
-def short_path(location: str | None) -> str:
+def file_and_line(location: str | None) -> str:
     """'/work/main/examples/train.py:67' -> 'train.py:67' (titles stay short; `location` keeps all)."""
     if not isinstance(location, str) or not location:  # None, or NaN from a pandas column
         return "unknown line"
@@ -135,6 +146,3 @@ def short_path(location: str | None) -> str:
     name = path.rsplit("/", 1)[-1] if path else location
     return f"{name}:{line}" if path else name
 
-
-def steps_list(values: Iterable[Any]) -> list[int]:
-    return sorted({int(v) for v in values if v is not None and int(v) >= 0})

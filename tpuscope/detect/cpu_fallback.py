@@ -23,6 +23,7 @@ from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.detect import common
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
+from tpuscope.step_runs import runs_text
 
 RULE = "cpu_fallback"
 HOST_SYNC_OPS = VALUE_READ_OPS
@@ -77,12 +78,13 @@ def transfer_share_ns(fallbacks: pd.DataFrame, metrics: pd.DataFrame) -> dict[st
     return merged.groupby("op")["share"].sum().to_dict()
 
 
-def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[int]]:
-    """Call sites with their calls per traced step, and the traced steps (any step: sites are code)."""
+def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], tuple[list[list[int]], int]]:
+    """Call sites with their calls per traced step, and the traced steps as (runs, count)
+    (any step: sites are code)."""
     located = rows[rows["location"].notna()]
-    traced = common.steps_list(located["step"])
+    traced = Finding.of_steps(located["step"])
     counts = located.groupby("location")["count"].sum().sort_values(ascending=False)
-    per = max(len(traced), 1)
+    per = max(traced[1], 1)
     return [{"location": loc, "count": int(n), "per_traced_step": n / per} for loc, n in counts.items()], traced
 
 
@@ -95,17 +97,17 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
     per_step = count / n_steps if n_steps and count else None
     sites, traced = _sites(all_rows)
     location = sites[0]["location"] if sites else untraced_site
-    steps = common.steps_list(rows["step"])
+    runs, n_runs = Finding.of_steps(rows["step"])
     cost = wait_ns / common.NS
     alternative = ALTERNATIVES.get(op, GENERIC)
-    where = ", ".join(f"{common.short_path(s['location'])} ({s['per_traced_step']:g} per step)"
+    where = ", ".join(f"{common.file_and_line(s['location'])} ({s['per_traced_step']:g} per step)"
                       for s in sites[:3])
-    where = (f"{where} (traced in steps {', '.join(map(str, traced[:5]))})" if sites else
-             f"{common.short_path(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
+    where = (f"{where} (traced in steps {runs_text(*traced, limit=5)})" if sites else
+             f"{common.file_and_line(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
              if untraced_site else "not traced")
     counted = f"{count} times" if count else "an unknown number of times (the source names it without a count)"
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
-        f" at {common.short_path(location)}" if location else "")
+        f" at {common.file_and_line(location)}" if location else "")
     detail = (f"{op} has no XLA lowering: torch_xla cut the graph, copied its inputs to the host, ran it on "
               f"the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
               f"({_per_step_text(per_step)}). "
@@ -113,10 +115,10 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
               "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
               "upload and the lost fusion come on top.")
     severity = judge.severity(cost, wall)
-    evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_steps": traced,
-                "steps": steps[:200], "alternative": alternative if op in ALTERNATIVES else None}
-    return Finding(RULE, severity, title, detail, f"At {common.short_path(location) if location else 'the call site'}: "
-                   f"{alternative}.", location, cost, steps, evidence)
+    evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_step_runs": traced[0],
+                "alternative": alternative if op in ALTERNATIVES else None}
+    return Finding(RULE, severity, title, detail, f"At {common.file_and_line(location) if location else 'the call site'}: "
+                   f"{alternative}.", location, cost, runs, evidence, n_runs)
 
 
 def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
@@ -130,7 +132,7 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
     if rows.empty:
         return []
     wall = common.wall_s(judged)
-    waits = transfer_share_ns(every_op, common.judged_rows(tables.metrics, judged))
+    waits = transfer_share_ns(every_op, common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged))
     findings = []
     for op, group in rows.groupby("op", sort=False):
         if not judged.empty:

@@ -53,7 +53,7 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
     runs right after a read first shows up, often in warm-up).
     """
     fallbacks = tables.fallbacks
-    fallback_sites = set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna()) \
+    fallback_sites = set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna().unique()) \
         if not fallbacks.empty else set()
     sites: dict[str, dict[str, Any]] = {}
     calls = tables.extra.get("call_sites", pd.DataFrame())
@@ -69,20 +69,20 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
         reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
         for loc, rows in reads.groupby("location"):
             sites[loc] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
-                          "steps": set(rows["step"])}
+                          "steps": set(rows["step"].unique())}
     ordered = sorted(sites.values(), key=lambda s: -s["count"])
     return [{"location": s["location"], "calls": sorted(s["calls"]), "count": s["count"],
              "per_traced_step": s["count"] / max(len(s["steps"]), 1)} for s in ordered]
 
 
-def _untraced_site(tables: RunTables, steps: list[int]) -> list[dict[str, Any]]:
+def _untraced_site(tables: RunTables, steps: pd.Series) -> list[dict[str, Any]]:
     """No traced call site: the line torch_xla's compile analyses name for the value reads."""
     site = common.value_read_site(tables, steps)
     return [{"location": site, "calls": ["value read"], "count": 0, "per_traced_step": 0,
              "source": "torch_xla's compile analyses (call sites not traced)"}] if site else []
 
 
-def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, list[int]]:
+def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, pd.Series]:
     """(reads per judged step, their share of the step's host reads, steps with reads)."""
     keys = [k for k in ("host", "pid", "step") if k in judged.columns]
     per_step = judged[keys + ["transfers_from_device"]].merge(
@@ -91,18 +91,19 @@ def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, 
     sync = sync.where(sync >= per_step["value_reads"], per_step["value_reads"])
     total = float(per_step["transfers_from_device"].sum())
     share = float(sync.sum()) / total if total else 1.0
-    return float(sync.mean()), min(share, 1.0), common.steps_list(per_step.loc[sync > 0, "step"])
+    return float(sync.mean()), min(share, 1.0), per_step.loc[sync > 0, "step"]
 
 
-def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites: list[dict[str, Any]],
+def _finding(per_step: float, cost: float, wall: float, steps: Any, sites: list[dict[str, Any]],
              extra: dict[str, Any], fix: str = FIX) -> Finding:
+    runs, count = Finding.of_steps(steps)
     location = sites[0]["location"] if sites else None
-    calls = ", ".join(f"{'/'.join(s['calls'])} at {common.short_path(s['location'])} "
+    calls = ", ".join(f"{'/'.join(s['calls'])} at {common.file_and_line(s['location'])} "
                       + (f"({s['source']})" if s.get("source") else f"({s['per_traced_step']:g} per traced step)")
                       for s in sites[:3]) or "call sites not traced"
     title = f"{per_step:.1f} device-to-host reads per step" + (
-        f" ({sites[0]['calls'][0]} at {common.short_path(location)})" if location else "")
-    span = (f"{len(steps)} steps" if "step_markers" not in extra
+        f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else "")
+    span = (f"{count} steps" if "step_markers" not in extra
             else f"over {extra['step_markers']} step markers of the imported evidence")
     detail = (f"The step reads values back from the device {per_step:.1f} times per step on average "
               f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
@@ -110,7 +111,7 @@ def _finding(per_step: float, cost: float, wall: float, steps: list[int], sites:
               "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share.")
     severity = judge.severity(cost, wall)
     evidence = {"reads_per_step": per_step, "sites": sites, **extra}
-    return Finding(RULE, severity, title, detail, fix, location, cost, steps, evidence)
+    return Finding(RULE, severity, title, detail, fix, location, cost, runs, evidence, count)
 
 
 def _imported(tables: RunTables) -> list[Finding]:
@@ -143,7 +144,7 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     per_step, share, steps = _live_reads(tables, judged)
     if per_step < READS_PER_STEP:
         return []
-    wait = common.metric_per_step(common.judged_rows(tables.metrics, judged), TRANSFER_METRICS)
+    wait = common.metric_per_step(common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS)
     cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
     sites = _sites(tables) or _untraced_site(tables, steps)
     return [_finding(per_step, cost, common.run_wall_s(tables), steps, sites,

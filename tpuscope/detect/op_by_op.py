@@ -64,12 +64,13 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     metrics = tables.metrics
     if tables.steps.empty or metrics.empty:
         return []
-    if not (metrics["name"] == DISPATCH_METRIC).any():
+    dispatches = tables.metric_rows([DISPATCH_METRIC])
+    if dispatches.empty:
         return _xla_eager(tables)
     judged = _judged(tables)
     if judged.empty:
         return []
-    frame = _per_step(metrics, judged)
+    frame = _per_step(dispatches, judged)
     per_step = float(frame["count"].mean())
     if per_step < MIN_DISPATCHES_PER_STEP:
         return []
@@ -84,8 +85,8 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     primitives = _top(sites, "name") if not sites.empty else []
     location = next((row["location"] for row in lines if row["location"]), None)
     severity = common.severity(cost_s, tables)
-    steps = common.steps_list(judged["step"])
-    return [_finding(per_step, jit_calls, cost_s, wall, share, severity, location, steps, lines, primitives)]
+    return [_finding(per_step, jit_calls, cost_s, wall, share, severity, location, judged["step"], lines,
+                     primitives)]
 
 
 def _xla_eager(tables: RunTables) -> list[Finding]:
@@ -93,12 +94,13 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
     judged = _judged(tables)
     if judged.empty or tables.backend != "torch_xla":
         return []
-    eager = common.metric_per_step(common.judged_rows(tables.metrics, judged), [XLA_EAGER_METRIC], "count")
+    eager = common.metric_per_step(common.judged_rows(tables.metric_rows([XLA_EAGER_METRIC]), judged),
+                                   [XLA_EAGER_METRIC], "count")
     per_step = float(eager["count"].sum()) / len(judged)
     if per_step < MIN_DISPATCHES_PER_STEP:
         return []
     cost = float((judged["wall_ns"] - judged["compile_ns"].fillna(0)).clip(lower=0).sum()) / common.NS
-    steps = common.steps_list(judged["step"])
+    runs, count = Finding.of_steps(judged["step"])
     return [Finding(
         rule=RULE, severity=common.severity(cost, tables),
         title=f"{per_step:.0f} ops per step executed one by one (torch_xla eager mode)",
@@ -112,7 +114,7 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
              "(`step = torch_xla.compile(train_step)`), which traces it into one graph even in eager mode, "
              "or turn eager mode off (torch_xla.experimental.eager_mode(False)) and end each step with "
              "torch_xla.sync()."),
-        location=_eager_mode_at(tables.meta), cost_s=cost, steps=steps,
+        location=_eager_mode_at(tables.meta), cost_s=cost, step_runs=runs, step_count=count,
         evidence={"executions_per_step": round(per_step, 1), "source": XLA_EAGER_METRIC,
                   "wall_s": round(common.wall_s(judged), 6), "backend": "torch_xla"})]
 
@@ -123,16 +125,17 @@ def _eager_mode_at(meta: dict[str, Any]) -> str | None:
 
 
 def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, share: float, severity: str,
-             location: str | None, steps: list[int], lines: list[dict[str, Any]],
+             location: str | None, steps: pd.Series, lines: list[dict[str, Any]],
              primitives: list[dict[str, Any]]) -> Finding:
+    runs, count = Finding.of_steps(steps)
     ops = ", ".join(str(p["name"]) for p in primitives[:3] if p["name"]) or "various"
     calls = "no jitted function was called in these steps" if jit_calls == 0 else \
         f"{jit_calls:.1f} jitted calls per step"
-    where = f" from {common.short_path(location)}" if location else ""
+    where = f" from {common.file_and_line(location)}" if location else ""
     return Finding(
         rule=RULE, severity=severity,
         title=f"{per_step:.0f} ops per step dispatched one by one outside jit{where}",
-        detail=(f"{len(steps)} steps ran {per_step:.1f} primitives each eagerly ({ops}): each is a separate "
+        detail=(f"{count} steps ran {per_step:.1f} primitives each eagerly ({ops}): each is a separate "
                 f"device launch from Python, with no fusion between them; {calls}. Cost: {cost_s:.3f} s = "
                 f"measured host time inside the eager dispatches ({share:.0%} of the steps' wall time), "
                 "compile time excluded; a lower bound, since jit also removes the Python work between "
@@ -140,7 +143,7 @@ def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, shar
         fix=("Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
              "value_and_grad call and the optimizer update inside it) so each step is one compiled "
              "dispatch; keep prints and Python control flow on traced values outside it."),
-        location=location, cost_s=cost_s, steps=steps,
+        location=location, cost_s=cost_s, step_runs=runs, step_count=count,
         evidence={"dispatches_per_step": round(per_step, 1), "jit_calls_per_step": round(jit_calls, 2),
                   "eager_dispatch_s": round(cost_s, 6), "wall_s": round(wall, 6),
                   "eager_time_share": round(share, 4), "top_lines": lines, "top_primitives": primitives},

@@ -29,6 +29,7 @@ from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.registry import RunTables
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
 from tpuscope.schema import Finding
+from tpuscope.step_runs import runs_text
 
 RULE = "recompile"
 STORM_SHARE = 0.5
@@ -83,7 +84,7 @@ def site_of(row: dict[str, Any]) -> str:
 
 def where_text(site: str, location: str | None, function: str | None) -> str:
     """How a card (and a live alert) names a call site: `train.py:44`, `step (train.py:44)`."""
-    where = common.short_path(location) if location else site
+    where = common.file_and_line(location) if location else site
     if function:
         return f"{function} ({where})" if location else function
     return where
@@ -131,6 +132,8 @@ def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int,
     """Flat argument index -> the user's name (`batch['x']`). JAX's explanations name the
     changed arguments by pytree path but the shapes list is flat, so a name goes to the flat
     argument that has the explained shape after the change and before it in another compile."""
+    if not any(d["kind"] == "input_types" and d.get("arg") for item in items for d in item["diffs"]):
+        return {}  # nothing to name (torch_xla has no explanations): skip reading every graph's shapes
     shapes = {int(r["index"]): list(r["input_shapes"]) for r in rows.to_dict("records")
               if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)}
     names: dict[int, str] = {}
@@ -184,10 +187,10 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     where = where_text(site, location, items[0].get("function"))
     facet = _facet(tables, items)
     storm = _storm(tables, items)
-    steps = common.steps_list(i["step"] for i in items)
+    runs, count = Finding.of_steps([i["step"] for i in items])
     share = f", {100 * cost / wall:.1f}% of the judged steps' wall time" if wall else ""
     detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
-              f"compiled at {where} (steps {_steps_text(steps) or 'not known'}); cause: "
+              f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'}); cause: "
               f"{items[0]['cause'] or 'unknown'}. What changed against the closest earlier compile of the "
               f"same graph: {'; '.join(first['changes'][:4]) or 'not recorded (' + NO_SHAPES_HINT + ')'}."
               + (f" Shape churn: {facet_text(facet)}." if facet else "")
@@ -204,11 +207,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         evidence["storm"] = storm
     title = _title(items, where, storm, facet, cost)
     return Finding(RULE, common.severity(cost, tables), title, detail, _fix(tables, items, facet),
-                   location, cost, steps, evidence)
-
-
-def _steps_text(steps: list[int]) -> str:
-    return ", ".join(map(str, steps[:10])) + (f" ... ({len(steps)} steps)" if len(steps) > 10 else "")
+                   location, cost, runs, evidence, count)
 
 
 def _imported_totals(tables: RunTables) -> list[Finding]:
@@ -240,6 +239,7 @@ def detect_recompile(tables: RunTables) -> list[Finding]:
         return _imported_totals(tables) if tables.steps.empty else []
     wall = common.run_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
+    backend = tables.backend
     for item in _items(tables):
-        by_site.setdefault(site_of(item | {"backend": tables.backend}), []).append(item)
+        by_site.setdefault(site_of({**item, "backend": backend}), []).append(item)
     return [_finding(tables, site, items, wall) for site, items in by_site.items()]

@@ -18,7 +18,7 @@ import pandas as pd
 from tpuscope.analyze.shapes import (
     Bucketing,
     VaryingDim,
-    padding_waste,
+    bucket_padding,
     suggest_buckets,
     varying_dims,
 )
@@ -49,7 +49,7 @@ def _plan(sizes: list[int]) -> tuple[Bucketing, str]:
     plan = suggest_buckets(sizes, MAX_WASTE)
     if len(plan.buckets) < len(sizes):
         return plan, f"fewest buckets with padding waste <= {100 * MAX_WASTE:.0f}%"
-    one = Bucketing([sizes[-1]], padding_waste(sizes, [sizes[-1]]), sizes)
+    one = Bucketing([sizes[-1]], bucket_padding(sizes, [sizes[-1]]), sizes)
     return one, f"no plan with fewer graphs stays under {100 * MAX_WASTE:.0f}% padding waste, so the largest size"
 
 
@@ -100,4 +100,4 @@ def facet_text(facet: dict[str, Any]) -> str:
 
 def data_dependent_ops(fallbacks: pd.DataFrame) -> list[str]:
     """Fallback ops whose output length depends on the data (a varying index length's cause)."""
-    return sorted(set(fallbacks["op"]) & set(DATA_DEPENDENT_OPS)) if not fallbacks.empty else []
+    return sorted(set(fallbacks["op"].unique()) & set(DATA_DEPENDENT_OPS)) if not fallbacks.empty else []

@@ -20,8 +20,13 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.cost_compare import target_of
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
-from tpuscope.analyze.tensorcore import Problem, analyze, is_library_path, waste_by_generation
-from tpuscope.detect.common import judged_steps, short_path
+from tpuscope.analyze.tensorcore import (
+    Problem,
+    is_library_path,
+    tensorcore_problems,
+    waste_by_generation,
+)
+from tpuscope.detect.common import file_and_line, judged_steps
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
 
@@ -58,7 +63,7 @@ def _measured(tables: RunTables) -> dict[str, float]:
 
 
 def _text_ops(info: dict[str, Any]) -> str:
-    lines = [short_path(x) for x in info.get("lines") or []][:4]
+    lines = [file_and_line(x) for x in info.get("lines") or []][:4]
     where = ", ".join(lines) or ", ".join(info.get("module_paths") or []) or "an unknown source line"
     return f"{info['count']} matmul(s), e.g. {', '.join(info['shapes'][:3])}, at {where}"
 
@@ -135,17 +140,18 @@ def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
         return None
     idle_s = idle_share * total / 1e9
     devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
-    steps = sorted({int(s) for s in rows["step"] if s >= 0}) if not rows.empty else []
+    runs, count = Finding.of_steps(rows["step"] if not rows.empty else [])
     return Finding(
         RULE, "high" if idle_share >= 0.5 else "medium",
         f"device idle {100 * idle_share:.0f}% of the traced steps: the step is host-bound",
         f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
-        f"{len(steps) or 'the'} traced step(s) ({basis}); the rest the device waited for the host "
+        f"{count or 'the'} traced step(s) ({basis}); the rest the device waited for the host "
         f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
         "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
         "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
         "batch so each step has more device work.",
-        None, idle_s, steps, {"basis": basis, "cost_figure": "measured", "idle_share": round(idle_share, 4), "devices": devices, **measured})
+        None, idle_s, runs, {"basis": basis, "cost_figure": "measured", "idle_share": round(idle_share, 4),
+                             "devices": devices, **measured}, count)
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
@@ -230,8 +236,8 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
     share = min(sum(f.evidence.get("share_of_step") or 0.0 for f in ordered), 1.0)
     others = "; ".join(f.title for f in ordered[1:])
     detail = lead.detail + (f" Also in this graph: {others}." if others else "") + (
-        f" The graph is cut at {short_path(site)}; torch's own lines: "
-        f"{', '.join(short_path(x) for x in library[:3])}." if library and site else "")
+        f" The graph is cut at {file_and_line(site)}; torch's own lines: "
+        f"{', '.join(file_and_line(x) for x in library[:3])}." if library and site else "")
     fix = " ".join(dict.fromkeys(f.fix for f in ordered))
     evidence = {**lead.evidence, "facets": facets, "kinds": [f.evidence.get("kind") for f in ordered],
                 "library_lines": library, "graph_site": site, "share_of_step": round(share, 4)}
@@ -249,7 +255,7 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
         return findings
     target = _target(tables)
     trace_modules = _trace_modules(tables.meta)
-    problems, summary = analyze(hlo_ops, tables.extra.get("hlo_modules", pd.DataFrame()), target, trace_modules)
+    problems, summary = tensorcore_problems(hlo_ops, tables.extra.get("hlo_modules", pd.DataFrame()), target, trace_modules)
     step_s = float(summary.get("time_s") or 0.0)
     runs = _executions(tables)
     estimated = [f for p in problems if (f := _estimated(p, step_s, runs, target, summary, measured))]

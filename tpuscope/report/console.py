@@ -10,8 +10,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from tpuscope.analysis import RunReport
+from tpuscope.detect.run_analysis import RunReport
 from tpuscope.schema import Finding
+from tpuscope.step_runs import runs_text
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -93,8 +94,7 @@ def fallbacks_table(ops: list[dict[str, Any]]) -> Table | None:
                     ("steps", {}), ("where", {})):
         table.add_column(col, **kw)
     for op in ops:
-        steps = op["steps"]
-        shown = ", ".join(map(str, steps[:8])) + (" ..." if len(steps) > 8 else "")
+        shown = runs_text(op.get("step_runs") or [], op.get("step_count"), limit=4)
         table.add_row(op["op"], str(op["count"]), f"{op['per_step']:.2f}", shown, where(op["location"]))
     return table
 
@@ -108,6 +108,9 @@ def finding_panel(index: int, finding: Finding) -> Panel:
     if finding.location:
         body.append("where: ", style="bold")
         body.append(finding.location + "\n")
+    if finding.step_runs:
+        body.append("steps: ", style="bold")
+        body.append(finding.steps_text + "\n")
     body.append(f"cost: ~{finding.cost_s:.3f} s", style="dim")
     title = Text.assemble((f"{index}. [{finding.severity}] ", style), (finding.rule, "bold"), f"  {finding.title}")
     return Panel(body, title=title, title_align="left", border_style=style or "white")

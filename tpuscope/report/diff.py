@@ -1,7 +1,7 @@
 """`tpuscope diff A B` rendered: a rich table on the terminal, Markdown for a CI comment.
 
 The figures come from tpuscope.analyze.compare (pure); this module only reads the two
-runs' analyses (tpuscope.analysis.current: the one analysis written into each run)
+runs' analyses (tpuscope.detect.run_analysis.current: the one analysis written into each run)
 and words the result.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tpuscope.analysis import current
 from tpuscope.analyze.compare import Side
 from tpuscope.analyze.judge import judged_steps
+from tpuscope.detect.run_analysis import current
 from tpuscope.report.console import where
 from tpuscope.store import Run
 

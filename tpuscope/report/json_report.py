@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from tpuscope.analysis import RunReport
+from tpuscope.detect.run_analysis import RunReport
 
 
 def _clean(value: Any) -> Any:

@@ -103,17 +103,20 @@ class PartWriter:
         self.__init__(self.run_dir)  # type: ignore[misc]
 
 
-def read_table(run_dir: Path, name: str, warn: list[str] | None = None) -> pa.Table:
-    """Union of every part of one table (an empty table with the schema if none).
+def read_table(run_dir: Path, name: str, warn: list[str] | None = None,
+               columns: list[str] | None = None) -> pa.Table:
+    """Union of every part of one table (an empty table with the schema if none); only
+    `columns` when given (Parquet reads just those column chunks).
 
     A part that is truncated or does not fit the schema is skipped and named, in `warn`
     when given, else once on stderr: one bad file never hides the rest of a run."""
     schema = TABLES[name]
     folder = Path(run_dir) / name
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    tables = [t for t in (read_part(p, schema, warn=warn) for p in parts) if t is not None]
+    tables = [t for t in (read_part(p, schema, columns=columns, warn=warn) for p in parts) if t is not None]
     if not tables:
-        return schema.empty_table()
+        empty = schema.empty_table()
+        return empty.select(columns) if columns is not None else empty
     return pa.concat_tables(tables).combine_chunks()
 
 

@@ -40,10 +40,13 @@ class Run:
     def meta(self) -> dict[str, Any]:
         return read_meta(self.path)
 
-    def table(self, name: str) -> pd.DataFrame:
+    def table(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """One table as a DataFrame; only `columns` (in that order) when given."""
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
-        return table_to_frame(read_table(self.path, name))
+        if columns is not None and (unknown := sorted(set(columns) - set(TABLES[name].names))):
+            raise KeyError(f"table {name!r} has no column {', '.join(unknown)}")
+        return table_to_frame(read_table(self.path, name, columns=columns))
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         if name in TABLES:
@@ -51,6 +54,13 @@ class Run:
             self.__dict__[name] = frame
             return frame
         raise AttributeError(name)
+
+    def reload(self) -> None:
+        """Forget what was read, so the next access reads the folder as it is now (a run
+        read while it was being written, or re-analysed)."""
+        path = self.path
+        self.__dict__.clear()
+        self.path = path
 
     def findings_list(self) -> list[Finding]:
         return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]
@@ -70,7 +80,7 @@ class Run:
 
     @property
     def analysis(self) -> dict[str, Any] | None:
-        """The summary the last analysis wrote (tpuscope.analysis), None when there is none or
+        """The summary the last analysis wrote (tpuscope.detect.run_analysis), None when there is none or
         when a table part is newer than it (rows were added or a part changed since)."""
         path = self.path / ANALYSIS_FILE
         try:

@@ -1,0 +1,320 @@
+"""Read paths at scale: the analysis at exit, `show`, `show --json`, `ls` and dashboard pages.
+
+Synthetic runs written straight into the store layout with pyarrow (dashboards/synthetic.py:
+steps, compiles, fallbacks in every step, six metrics rows per step, a trace, split into part
+files as a live run flushes them), at 1k, 10k, 100k and 1M steps, and stores of 10, 100 and
+1000 small runs. Times:
+  analysis       tpuscope.detect.run_analysis.analyze on the run (what `tpuscope run` does at exit)
+  show, --json   `tpuscope show RUN` as a subprocess (CLI start-up included) and in process
+  ls             `tpuscope ls` as a subprocess and RunStore.list_runs in process
+  pages          the Dash app's own callback request (POST /_dash-update-component through
+                 Flask's test client: routing, reading, figures, JSON), cold (a fresh app,
+                 nothing cached) and warm (the median of later requests)
+  browser        with --browser: a real headless Chromium (Debian's, through Selenium) from
+                 navigation until the page and its graphs are drawn and Dash is idle
+Wall times on a shared machine wait for a core; CPU times are given beside them.
+
+    python benchmarks/read_scale.py                       # 1k..1M steps, 10/100/1000 runs
+    python benchmarks/read_scale.py --steps 1000 100000 --runs 10 200 --browser --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tpuscope_dashboards.synthetic import make_run
+
+from tpuscope.store import Run, RunStore, update_meta
+
+TARGETS = {"show": 1.0, "show --json": 1.0, "Overview": 1.0, "Runs": 0.3}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall s, CPU s, result) of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - start, time.process_time() - cpu, result
+
+
+def cli(*args: str) -> float:
+    """Wall seconds of one `tpuscope ...` subprocess (its output is discarded, its status checked)."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "tpuscope", *args], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"tpuscope {' '.join(args)} failed: {proc.stderr[-500:]}")
+    return time.perf_counter() - start
+
+
+def page_request(client: Any, path: str) -> int:
+    """One router callback request as the browser sends it; returns the response's size."""
+    body = {
+        "output": "page.children",
+        "outputs": {"id": "page", "property": "children"},
+        "inputs": [{"id": "url", "property": "pathname", "value": path}],
+        "changedPropIds": ["url.pathname"],
+        "state": [],
+    }
+    response = client.post("/_dash-update-component", json=body)
+    if response.status_code != 200:
+        raise SystemExit(f"{path}: HTTP {response.status_code}")
+    return len(response.data)
+
+
+def page_times(store: Path, path: str, repeat: int = 3) -> dict[str, float]:
+    """Cold (fresh app) and warm server time of one page, and its payload."""
+    from tpuscope_dashboards.app import create_app
+
+    client = create_app(store).server.test_client()
+    cold, cold_cpu, size = timed(lambda: page_request(client, path))
+    warm = [timed(lambda: page_request(client, path))[0] for _ in range(repeat)]
+    return {
+        "cold_s": cold,
+        "cold_cpu_s": cold_cpu,
+        "warm_s": statistics.median(warm),
+        "payload_kb": size / 1024,
+    }
+
+
+def analysis_times(run_dir: Path) -> dict[str, float]:
+    from tpuscope.detect.run_analysis import analyze
+
+    wall, cpu, report = timed(lambda: analyze(Run(run_dir)))
+    findings = sum(p.stat().st_size for p in (run_dir / "findings").glob("*.parquet"))
+    return {
+        "analysis_s": wall,
+        "analysis_cpu_s": cpu,
+        "findings": len(report.findings),
+        "findings_kb": findings / 1024,
+    }
+
+
+def show_times(store: Path, run_dir: Path) -> dict[str, float]:
+    """`show` and `show --json` as subprocesses, and what they do after their imports."""
+    from tpuscope.detect.run_analysis import analyze
+    from tpuscope.report.json_report import to_json
+
+    out = {
+        "show_s": cli("show", run_dir.name, "--store", str(store)),
+        "show_json_s": cli("show", run_dir.name, "--json", "--store", str(store)),
+    }
+    wall, cpu, text = timed(lambda: to_json(analyze(Run(run_dir), redetect=False)))
+    out.update(show_json_inproc_s=wall, show_json_inproc_cpu_s=cpu, show_json_kb=len(text) / 1024)
+    return out
+
+
+def one_run(root: Path, steps: int, browser: Any) -> dict[str, Any]:
+    """A run of `steps` steps in its own store: analysis, show, pages (and browser times)."""
+    store = root / f"steps-{steps}"
+    parts = 1 + steps // 20_000  # a 1M-step run in 51 parts per table
+    build, _, run_dir = timed(
+        lambda: make_run(
+            store,
+            "scale",
+            steps=steps,
+            trace_events=min(steps, 200_000),
+            recompiles=min(300, steps // 10),
+            metrics=True,
+            parts=parts,
+            analyze=None,
+        )
+    )
+    row: dict[str, Any] = {"steps": steps, "parts_per_table": parts, "build_s": build}
+    row.update(analysis_times(run_dir))
+    row.update(show_times(store, run_dir))
+    for name, path in (
+        ("Overview", f"/run/{run_dir.name}"),
+        ("Trace", f"/run/{run_dir.name}/trace"),
+    ):
+        row[name] = page_times(store, path)
+    if browser is not None:
+        row["browser"] = browser_times(
+            browser,
+            store,
+            {
+                "Overview": (f"/run/{run_dir.name}", "page-overview", 1),
+                "Trace": (f"/run/{run_dir.name}/trace", "page-trace", 2),
+            },
+        )
+    return row
+
+
+def many_runs(root: Path, count: int, browser: Any) -> dict[str, Any]:
+    """A store of `count` small analysed runs (copies of one): `ls` and the Runs page."""
+    store = root / f"runs-{count}"
+    template = (
+        make_run(
+            root / "template",
+            "small",
+            steps=1000,
+            trace_events=0,
+            recompiles=10,
+            metrics=True,
+            device=False,
+            analyze=True,
+        )
+        if not (root / "template").exists()
+        else next((root / "template").iterdir())
+    )
+    for i in range(count):
+        target = store / f"small-{i:05d}"
+        shutil.copytree(template, target)
+        update_meta(target, run_id=target.name, start_ns=time.time_ns() - i * 1_000_000_000)
+        os.utime(target / "analysis.json")  # as written at the run's end: newer than its parts
+    wall, cpu, runs = timed(lambda: RunStore(store).list_runs())
+    row: dict[str, Any] = {
+        "runs": count,
+        "ls_s": cli("ls", "--store", str(store)),
+        "ls_inproc_s": wall,
+        "ls_inproc_cpu_s": cpu,
+        "Runs": page_times(store, "/"),
+    }
+    assert len(runs) == count
+    if browser is not None:
+        row["browser"] = browser_times(browser, store, {"Runs": ("/", "page-runs", 0)})
+    return row
+
+
+def browser_times(
+    browser: Any, store: Path, pages: dict[str, tuple[str, str, int]], repeat: int = 3
+) -> dict[str, dict[str, float]]:
+    """Seconds from navigation until each page and its graphs are drawn and Dash is idle (a fresh
+    server per store; the app's scripts are loaded once before timing): `first_s` with the
+    server cold, `best_s` the fastest of `repeat` more loads (server warm: what is left is the
+    browser's own work, and the least waiting for a core on a busy machine)."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from tpuscope_dashboards.app import create_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = make_server("127.0.0.1", 0, create_app(store).server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    out = {}
+    try:
+        browser.get(base + "/no-such-page")  # load the JS bundles once
+        WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CLASS_NAME, "topbar"))
+        for name, (path, ident, graphs) in pages.items():
+            times = [_load(browser, base + path, ident, graphs) for _ in range(1 + repeat)]
+            out[name] = {"first_s": times[0], "best_s": min(times[1:])}
+    finally:
+        server.shutdown()
+        thread.join(10)
+    return out
+
+
+def _load(browser: Any, url: str, ident: str, graphs: int) -> float:
+    """Seconds until the page's element is there, `graphs` Plotly graphs are drawn and no Dash
+    callback is loading."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get("about:blank")
+    start = time.perf_counter()
+    browser.get(url)
+    wait = WebDriverWait(browser, 120, poll_frequency=0.05)
+    wait.until(lambda d: d.find_elements(By.ID, ident))
+    wait.until(
+        lambda d: d.execute_script(
+            "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
+            " && !document.querySelector('[data-dash-is-loading=\"true\"]');",
+            graphs,
+        )
+    )
+    return time.perf_counter() - start
+
+
+def open_browser() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
+    ):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def _best(browser: dict[str, Any], page: str) -> float:
+    return browser[page]["best_s"] if page in browser else float("nan")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    load = os.getloadavg()[0]
+    print(
+        f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)"
+    )
+    print(
+        f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s':>7} {'--json s':>8} "
+        f"{'--json KB':>9} {'Overview cold/warm s':>21} {'Trace cold s':>12} {'KB':>6} {'browser best Ov/Tr s':>21}"
+    )
+    for r in results["runs"]:
+        ov, tr, br = r["Overview"], r["Trace"], r.get("browser", {})
+        print(
+            f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
+            f"{r['show_s']:7.2f} {r['show_json_s']:8.2f} {r['show_json_kb']:9.1f} "
+            f"{ov['cold_s']:10.2f}/{ov['warm_s']:<10.2f} {tr['cold_s']:12.2f} {tr['payload_kb']:6.0f} "
+            f"{_best(br, 'Overview'):7.2f}/{_best(br, 'Trace'):<8.2f}"
+        )
+    print(
+        f"\n{'runs':>6} {'ls s':>6} {'list_runs s':>11} {'Runs cold s':>11} {'Runs warm s':>11} {'browser s':>9}"
+    )
+    for r in results["stores"]:
+        print(
+            f"{r['runs']:>6} {r['ls_s']:6.2f} {r['ls_inproc_s']:11.3f} {r['Runs']['cold_s']:11.3f} "
+            f"{r['Runs']['warm_s']:11.3f} {_best(r.get('browser', {}), 'Runs'):9.2f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, nargs="*", default=[1_000, 10_000, 100_000, 1_000_000])
+    parser.add_argument("--runs", type=int, nargs="*", default=[10, 100, 1000])
+    parser.add_argument(
+        "--browser", action="store_true", help="also time pages in headless Chromium"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
+    args = parser.parse_args(argv)
+    root = args.keep or Path(tempfile.mkdtemp(prefix="tpuscope-scale-"))
+    browser = open_browser() if args.browser else None
+    try:
+        results = {
+            "runs": [one_run(root, n, browser) for n in args.steps],
+            "stores": [many_runs(root, n, browser) for n in args.runs],
+        }
+    finally:
+        if browser is not None:
+            browser.quit()
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

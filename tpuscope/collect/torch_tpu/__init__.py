@@ -1,0 +1,1 @@
+"""TorchTPU (`torch_tpu`, module `torch.tpu`) collection, read in the program."""

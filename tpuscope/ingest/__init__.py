@@ -1,0 +1,13 @@
+"""Importers: turn text and traces users already have into tpuscope runs.
+
+`import_paths(paths, store)` dispatches each file through the registry
+(`tpuscope.ingest.registry`): every importer whose sniff accepts a file reads
+it. The text importers (torch_xla metrics reports, PT_XLA_DEBUG logs) register
+here; other readers (xplane, HLO dumps) call `register(Importer(...))` the same way.
+"""
+
+from tpuscope.ingest import hlo_dump, metrics_report, pt_xla_debug, xplane, xprof_json  # noqa: F401  (they register themselves)
+from tpuscope.ingest.registry import IMPORTERS, Evidence, Importer, ImportRefused, register
+from tpuscope.ingest.run import ImportResult, import_paths
+
+__all__ = ["IMPORTERS", "Evidence", "ImportRefused", "ImportResult", "Importer", "import_paths", "register"]

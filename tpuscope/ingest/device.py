@@ -1,0 +1,76 @@
+"""Finish a run's device view: ingest the traces and HLO dumps its processes left in the run folder.
+
+`tpuscope run` calls `ingest_run` after the program exits: xplane files the profiler
+windows wrote under `<run>/trace/` (any backend) become trace_events, device_steps and
+xprof tables, with the run's own steps as windows; `--deep` HLO dumps under `<run>/hlo/`
+become hlo_modules and hlo_ops. Doing it once, in the launcher, keeps the parsing cost
+out of the profiled program.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tpuscope.ingest import traces as trace_ingest
+from tpuscope.parse.hlo import dump_files
+from tpuscope.parse.hlo_rows import load_dumps
+from tpuscope.store import Run, update_meta
+from tpuscope.store.parts import PartWriter
+
+DUMP_STAGES = ("before_optimizations", "after_optimizations")
+
+
+def ingest_hlo(run_dir: Path, files: list[Path], tag: str = "hlo", **fields: Any) -> tuple[int, list[dict[str, str]]]:
+    """Parse HLO text files into the run's hlo tables; (modules written, refusals)."""
+    rows, refused = load_dumps(files, **fields)
+    writer = PartWriter(run_dir, tag=tag)
+    for table, table_rows in rows.items():
+        writer.extend(table, table_rows)
+    writer.flush()
+    return len(rows["hlo_modules"]), refused
+
+
+def traced_steps(run: Run) -> pd.DataFrame:
+    """The run's steps a --trace-steps window asked for, its first and last opened up so the
+    trace's edges belong to them: the profiler starts just after the first step opens, and
+    stops after the device finished the last step's graph, which torch_xla runs after the
+    step's sync (so in the next step's wall time)."""
+    steps = run.steps
+    window = run.meta.get("trace_steps")
+    if steps.empty or not window:
+        return steps
+    mine = steps[(steps["step"] >= window[0]) & (steps["step"] < window[1])].copy()
+    if mine.empty:
+        return steps
+    per_process = mine.groupby(["host", "pid"])["step"]
+    mine.loc[mine["step"] == per_process.transform("min"), "start_ns"] = np.iinfo(np.int64).min
+    mine.loc[mine["step"] == per_process.transform("max"), "end_ns"] = np.iinfo(np.int64).max
+    return mine
+
+
+def ingest_run(run_dir: str | Path) -> list[str]:
+    """Ingest what the run's processes left; returns one line per thing found (for the user)."""
+    run_dir = Path(run_dir)
+    notes: list[str] = []
+    meta: dict[str, Any] = {}
+    files = trace_ingest.xplane_files(run_dir / "trace")
+    if files:
+        traces = trace_ingest.load_traces(files, steps=traced_steps(Run(run_dir)))
+        trace_ingest.write(run_dir, traces, "trace")
+        notes += traces.summary + [f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused]
+        meta.update({k: v for k, v in traces.meta.items() if k != "trace_hosts"})
+        meta["trace_events"] = traces.rows("trace_events")
+    dumps = dump_files(run_dir / "hlo", DUMP_STAGES) if (run_dir / "hlo").is_dir() else []
+    if dumps:
+        count, refused = ingest_hlo(run_dir, dumps, host=socket.gethostname(), pid=0, rank=0)
+        notes.append(f"{count} HLO module(s) parsed from {run_dir / 'hlo'}")
+        notes += [f"cannot parse HLO {r['path']}: {r['reason']}" for r in refused]
+        meta["hlo_modules"] = count
+    if meta:
+        update_meta(run_dir, device_view=meta)
+    return notes

@@ -1,0 +1,228 @@
+"""Read an XSpace (`*.xplane.pb`, what jax, torch_xla, TorchTPU and TensorFlow profilers
+write) into a pyarrow Table: one row per event of every line of every plane.
+
+Why a hand-written wire decoder: it was measured against every library that reads
+these files, on a 1.12M-event JAX CPU trace (28 MB; figures in docs/device_view.md):
+iterating `jax.profiler.ProfileData` events in Python peaks at 19x the file size and
+misses the stats TPU ops keep on their metadata; upb (protobuf's own parser) holds
+the whole message at 6.4x the file size and is only ~2x faster, because every event
+still needs a Python object; xprof's C++ events_db and trace_viewer converters are
+slower still and peak at 39x / 59x. The numpy decoder (xplane_wire) does no Python
+work per event: ~7-9x the ProfileData loop's events/s at 2.6x the file size. upb
+still reads what is small (plane metadata, lines under 64 KB), and `engine="upb"`
+is a strict whole-file parse that also validates the stat payloads the wire engine
+skips unparsed.
+
+Columns: plane, line, name (dictionary strings), start_ns, dur_ns (int64, exact:
+line.timestamp_ns + offset_ps // 1000, truncated toward zero like xprof's PicoToNano),
+then the stats present in the file (always=... forces some): hlo_op, hlo_module,
+hlo_category, source, tf_op, graph_hash (dictionary strings), program_id (uint64:
+XLA fingerprints use all 64 bits), flops, bytes_accessed, step_num (int64).
+Plane-level stats (device_type_string, peak_teraflops_per_second,
+profile_start_time, ...) and the hostnames are JSON in the schema metadata
+(`space_info(table)`). Errors: XSpaceDecodeError, a ValueError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from tpuscope.parse import xplane_wire as wire
+from tpuscope.parse.xplane_meta import PlaneMeta, merge_stats, upb_events, wire_stats
+from tpuscope.parse.xplane_proto import (
+    WireError,
+    XEvent,
+    XLine,
+    XPlane,
+    XSpace,
+    fields,
+    text,
+    varint,
+)
+from tpuscope.parse.xplane_table import META_KEY, TableBuilder
+
+STRING_STATS = ("hlo_op", "hlo_module", "hlo_category", "source", "tf_op", "graph_hash")
+NUMERIC_STATS: dict[str, Any] = {"program_id": np.uint64, "flops": np.int64, "bytes_accessed": np.int64,
+                                 "step_num": np.int64}
+ALWAYS = ("hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed")
+SMALL_LINE_BYTES = 1 << 16  # below this, numpy's per-call overhead exceeds upb's cost: upb reads the line
+BATCH_EVENTS = 1 << 16
+
+
+class XSpaceDecodeError(ValueError):
+    """The file is not a decodable XSpace protobuf; the message starts with its path."""
+
+
+def read_xspace(path: str | os.PathLike[str], *, engine: str = "wire",
+                numeric_stats: dict[str, Any] | None = None, string_stats: Sequence[str] = STRING_STATS,
+                always: Sequence[str] = ()) -> pa.Table:
+    """The events of one xplane.pb as a Table (columns in the module docstring)."""
+    if engine not in ("wire", "upb"):
+        raise ValueError(f"unknown engine {engine!r}: use 'wire' or 'upb'")
+    builder = TableBuilder(dict(NUMERIC_STATS if numeric_stats is None else numeric_stats),
+                           tuple(string_stats), always)
+    data = _read_bytes(path)
+    try:
+        (_read_wire if engine == "wire" else _read_upb)(data, builder)
+    except (WireError, DecodeError) as exc:
+        raise XSpaceDecodeError(f"{os.fspath(path)}: not a valid XSpace protobuf ({exc})") from exc
+    del data  # the columns never point into the file bytes: free them before the table is built
+    return builder.table()
+
+
+def space_info(table: pa.Table) -> dict[str, Any]:
+    """{hostnames: [...], planes: {plane name: {stat: value}}} of a table read_xspace made."""
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    return json.loads(raw) if raw else {"hostnames": [], "planes": {}}
+
+
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise XSpaceDecodeError(f"{name}: cannot read ({exc.strerror or exc})") from exc
+    if not data:
+        raise XSpaceDecodeError(f"{name}: empty file, not an XSpace protobuf")
+    if data[:2] == b"\x1f\x8b":
+        raise XSpaceDecodeError(f"{name}: gzip-compressed; decompress it first (xplane.pb files are raw protobuf)")
+    return data
+
+
+# --- engine "upb": whole-file parse ---------------------------------------------------
+def _read_upb(data: bytes, builder: TableBuilder) -> None:
+    space = XSpace.FromString(data)
+    builder.hostnames = [text(h) for h in space.hostnames]
+    for plane in space.planes:
+        meta = _plane_meta(plane, builder)
+        code = builder.planes.code(meta.name)
+        for line in plane.lines:
+            if len(line.events):
+                _add_upb_line(line, meta, code, builder)
+
+
+def _plane_meta(plane: Any, builder: TableBuilder) -> PlaneMeta:
+    meta = PlaneMeta(plane, builder.names, builder.strdicts, builder.want_numeric, builder.want_string)
+    builder.module_by_pid.update(meta.module_by_pid)
+    if meta.stats:
+        builder.plane_stats[meta.name] = meta.stats
+    return meta
+
+
+def _add_upb_line(line: Any, meta: PlaneMeta, plane_code: int, builder: TableBuilder) -> None:
+    name = text(line.name)
+    mid, offset, duration, ev_num, ev_str = upb_events(line.events, meta, builder.want_numeric, builder.strdicts)
+    rows = meta.lookup(mid)
+    num_cols, str_cols = merge_stats(meta, rows, ev_num, ev_str, builder.want_numeric, builder.want_string,
+                                     name, builder.strdicts, builder.module_by_pid)
+    builder.add(plane_code, builder.lines.code(name), meta.name_code[rows],
+                line.timestamp_ns + ps_to_ns(offset), ps_to_ns(duration), num_cols, str_cols)
+
+
+def ps_to_ns(ps: np.ndarray) -> np.ndarray:
+    """Integer picoseconds -> ns, truncated toward zero (C++ division, as xprof's PicoToNano)."""
+    ns = ps // 1000
+    negative = (ps < 0) & (ps % 1000 != 0)
+    return ns + negative if negative.any() else ns
+
+
+# --- engine "wire": numpy decoding of the big lines -------------------------------------
+def _read_wire(data: bytes, builder: TableBuilder) -> None:
+    buf = np.frombuffer(data, dtype=np.uint8)
+    for field_no, wire_type, _, start, end in fields(data, 0, len(data)):
+        if field_no == 4 and wire_type == 2:
+            builder.hostnames.append(text(data[start:end]))
+        if field_no != 1:
+            continue  # errors, warnings
+        if wire_type != 2:
+            raise WireError(f"XSpace.planes has wire type {wire_type}")
+        _read_plane(data, buf, start, end, builder)
+
+
+def _read_plane(data: bytes, buf: np.ndarray, start: int, end: int, builder: TableBuilder) -> None:
+    """Lines are read with numpy; the rest of the plane (metadata maps, stats) is copied
+    verbatim into a small message that upb parses."""
+    lines, rest = [], []
+    for field_no, wire_type, field_start, value_start, value_end in fields(data, start, end):
+        if field_no == 3 and wire_type == 2:
+            lines.append((value_start, value_end))
+        else:
+            rest.append(data[field_start:value_end])
+    meta = _plane_meta(XPlane.FromString(b"".join(rest)), builder)
+    del rest
+    code = builder.planes.code(meta.name)
+    want_ids = np.fromiter(meta.want.keys(), dtype=np.int64, count=len(meta.want))
+    for line_start, line_end in lines:
+        if line_end - line_start < SMALL_LINE_BYTES:
+            line = XLine.FromString(data[line_start:line_end])
+            if len(line.events):
+                _add_upb_line(line, meta, code, builder)
+        else:
+            _read_line(data, buf, line_start, line_end, meta, code, builder, want_ids)
+
+
+def _line_header(data: bytes, buf: np.ndarray, start: int, end: int) -> tuple[bytes, int, list[Any]]:
+    """(name, timestamp_ns, runs of event spans) of one XLine, in any field order."""
+    name, timestamp, runs = b"", 0, []
+    pos = start
+    while pos < end:
+        field_start = pos
+        field_no, wire_type, _, value_start, value_end = next(fields(data, pos, end))
+        if field_no == 4 and wire_type == 2:
+            starts, ends, run_end = wire.event_spans(buf, field_start, end)
+            runs.append((starts, ends))
+            pos = run_end
+            continue
+        if field_no == 3 and wire_type == 0:
+            value = varint(data, value_start, end)[0]
+            timestamp = value - (1 << 64) if value >= (1 << 63) else value
+        elif field_no == 2 and wire_type == 2:
+            name = data[value_start:value_end]
+        pos = value_end
+    return name, timestamp, runs
+
+
+def _read_line(data: bytes, buf: np.ndarray, start: int, end: int, meta: PlaneMeta, plane_code: int,
+               builder: TableBuilder, want_ids: np.ndarray) -> None:
+    raw_name, timestamp, runs = _line_header(data, buf, start, end)
+    name = text(raw_name)
+    line_code = builder.lines.code(name)
+    for all_starts, all_ends in runs:
+        for i in range(0, len(all_starts), BATCH_EVENTS):
+            starts, ends = all_starts[i:i + BATCH_EVENTS], all_ends[i:i + BATCH_EVENTS]
+            mid, offset, duration, ev_num, ev_str = _decode_events(data, buf, starts, ends, meta, builder, want_ids)
+            rows = meta.lookup(mid)
+            num_cols, str_cols = merge_stats(meta, rows, ev_num, ev_str, builder.want_numeric,
+                                             builder.want_string, name, builder.strdicts, builder.module_by_pid)
+            builder.add(plane_code, line_code, meta.name_code[rows], timestamp + ps_to_ns(offset),
+                        ps_to_ns(duration), num_cols, str_cols)
+
+
+def _decode_events(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, meta: PlaneMeta,
+                   builder: TableBuilder, want_ids: np.ndarray) -> tuple[Any, ...]:
+    """Lockstep-decode a batch of events; the few left with many fields go through upb."""
+    mid, offset, duration, ev, stat_starts, stat_ends, tail = wire.lockstep_events(
+        buf, starts, ends, len(buf), want_ids)
+    ev_num, ev_str = {}, {}
+    if ev.size:
+        decoded = wire.lockstep_stats(buf, stat_starts, stat_ends, len(buf))
+        ev_num, ev_str = wire_stats(data, meta, ev, *decoded, builder.want_numeric, builder.strdicts)
+    if tail.size:
+        events = [XEvent.FromString(data[a:b]) for a, b in zip(starts[tail].tolist(), ends[tail].tolist(), strict=True)]
+        t_mid, t_off, t_dur, t_num, t_str = upb_events(events, meta, builder.want_numeric, builder.strdicts)
+        mid[tail], offset[tail], duration[tail] = t_mid, t_off, t_dur
+        for target, source in ((ev_num, t_num), (ev_str, t_str)):
+            for col, (rows, values) in source.items():
+                rows = tail[rows]
+                before = target.get(col)
+                target[col] = (rows, values) if before is None else (
+                    np.concatenate([before[0], rows]), np.concatenate([before[1], values]))
+    return mid, offset, duration, ev_num, ev_str

@@ -1,0 +1,323 @@
+"""Watch a block of code for recompiles and CPU fallbacks: the engine of the pytest plugin.
+
+A Watch is a short in-process profile — a run in the store, collected by the same
+Session and backend collectors as `tpuscope run` and `tpuscope.profile()` — plus the
+judgement a test needs: which graphs compiled again (recompiles) and which ops fell back
+to the host, with messages that name the step, the cause, the user's line and what
+changed. It judges as the analysis does, by graph family (tpuscope.analyze.families:
+torch_xla, the user's line and the graph's structure; JAX, the jitted function): a
+further compile of a family is a recompile, whichever step it falls in. Value reads
+(`.item()`) are host syncs, not fallbacks. The API and messages are the same for both.
+
+    with Watch(name="decode", warmup_steps=1) as w:
+        for _ in range(5):
+            model.decode_step(batch)
+            torch_xla.sync()
+    w.assert_no_recompiles()
+    w.assert_no_fallbacks(allow=["aten::_local_scalar_dense"])
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpuscope.analyze.families import graph_families, process_backends
+from tpuscope.analyze.gate import fallback_name, op_allowed
+from tpuscope.analyze.judge import is_value_read
+from tpuscope.collect import autostart
+from tpuscope.detect import jax_advice
+from tpuscope.detect.run_analysis import analyze
+from tpuscope.launch import env as process_env
+from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.schema import Finding
+from tpuscope.store import Run
+from tpuscope.watch import jax_rules as watch_jax
+from tpuscope.watch.text import describe_fallbacks, describe_recompiles, plural
+
+__all__ = ["Fallback", "Limits", "Recompile", "Watch", "WatchError", "watch"]
+
+
+class WatchError(RuntimeError):
+    """A watch used the wrong way (nested, read while running); the message says how."""
+
+
+class LimitExceeded(AssertionError):
+    """More recompiles or fallbacks than allowed; the message is the diagnosis."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a watched block may do. None means "not checked"."""
+
+    max_recompiles: int | None = 0
+    max_fallbacks: int | None = 0
+    allow_fallbacks: tuple[str, ...] = ()
+
+    def allows(self, op: str) -> bool:
+        """allow entries are op names or globs, with or without the `aten::` prefix."""
+        return op_allowed(op, self.allow_fallbacks)
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """One recompile (a further compile of a graph family), with what the collector and
+    detectors know of it.
+
+    JAX compiles also name the jitted function, where it is defined and which of its
+    compiles this is (2 = its first recompile), with a fix for what JAX said differed."""
+
+    step: int
+    graph_hash: str | None
+    cause: str | None
+    location: str | None
+    changes: tuple[str, ...] = ()
+    finding: Finding | None = None
+    function: str | None = None
+    defined_at: str | None = None
+    number: int | None = None
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """One aten op that ran on the host inside the watch."""
+
+    op: str
+    count: int
+    step_runs: list[list[int]]  # runs of consecutive steps (tpuscope.step_runs)
+    location: str | None
+    finding: Finding | None = None
+    step_count: int = 0
+
+
+class Watch:
+    """Collects one block into a run and answers: recompiled? fell back to the CPU?
+
+    Without a store the run lives in a temporary folder removed at exit (its tables
+    stay in memory on `w.run`); with one it stays there for `tpuscope show` and the
+    dashboard. With warm-up, entering clears JAX's in-memory caches when JAX is
+    imported, so each watch judges its own calls alone (tpuscope.watch.jax_rules).
+    """
+
+    def __init__(self, name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
+        if not isinstance(warmup_steps, int) or isinstance(warmup_steps, bool) or warmup_steps < 0:
+            raise ValueError(f"tpuscope: warmup_steps must be an integer >= 0, not {warmup_steps!r}")
+        self.name = name
+        self.warmup_steps = warmup_steps
+        self.store = Path(store) if store is not None else None
+        self.meta = dict(meta or {})
+        self.run: Run | None = None
+        self.run_dir: Path | None = None
+        self.status = "not started"
+        self._temp: Path | None = None
+
+    # -- life cycle -------------------------------------------------------------
+    def __enter__(self) -> Watch:
+        if autostart.active_session() is not None:
+            raise WatchError("tpuscope: this process is already being profiled (tpuscope run, "
+                             "tpuscope.profile() or another watch); watches do not nest")
+        settings = process_env.prepare()
+        settings.clear_dump()
+        cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_steps) else {}
+        root = self.store
+        if root is None:
+            root = self._temp = Path(tempfile.mkdtemp(prefix="tpuscope-watch-"))
+        meta = {"command": f"watch {self.name}", **cleared, **self.meta}  # the caller's meta wins
+        self.run_dir = collect_here(root, self.name, self.warmup_steps, settings, **meta)
+        self.status = "running"
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.status = "finished" if exc_type is None else "exception"
+        error = None if exc is None else f"{exc_type.__name__}: {exc}"
+        try:
+            assert self.run_dir is not None
+            stop_here(self.run_dir, self.status, error, process_env.prepare())
+            self._finish()
+        except Exception as failure:
+            if exc_type is None:
+                raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
+            # the block's own exception matters more than tpuscope's: let it through
+            warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
+        finally:
+            if self._temp is not None:
+                shutil.rmtree(self._temp, ignore_errors=True)
+
+    def _finish(self) -> None:
+        assert self.run_dir is not None
+        run = Run(self.run_dir)
+        self._findings = analyze(run).findings
+        for table in ("meta", "steps", "compiles", "fallbacks", "metrics", "findings", "retraces",
+                      "call_sites"):
+            getattr(run, table)  # load now: a temporary folder goes away at exit
+        self.run = run
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    def _tables(self) -> Run:
+        if self.run is None:
+            state = "still running" if self.running else "not started"
+            raise WatchError(f"tpuscope: watch {self.name!r} is {state}; read it after the with block")
+        return self.run
+
+    # -- what happened ----------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        """Step boundaries seen (sync, mark_step, ...; work after the last one counts as one).
+        JAX: StepTraceAnnotation blocks or calls of a function jitted inside the block;
+        calls of functions jitted before it are invisible (docs/pytest.md)."""
+        return len(self._tables().steps)
+
+    @property
+    def compiles(self) -> int:
+        return len(self._tables().compiles)
+
+    @property
+    def compiles_after_warmup(self) -> int:
+        """len(recompiles), by its older name."""
+        return len(self.recompiles)
+
+    @property
+    def findings(self) -> list[Finding]:
+        self._tables()
+        return list(self._findings)
+
+    @property
+    def recompiles(self) -> list[Recompile]:
+        """Compiles of a graph family beyond its first `warmup_steps` compiles, oldest first
+        (analyze/families.py: the same families the analysis judges; warmup_steps=1 is its
+        rule exactly, 0 judges every compile, 2 lets each family compile twice)."""
+        run = self._tables()
+        families = graph_families(run.compiles, process_backends(run.meta))
+        if families.empty:
+            return []
+        judged = families[~families["eager"].astype(bool) & (families["family_seq"] >= self.warmup_steps)]
+        rules = [f for f in self._findings if f.rule == "recompile"]
+        return [self._recompile(row, run, rules) for row in judged.to_dict("records")]
+
+    @property
+    def fallbacks(self) -> dict[str, int]:
+        """{aten op: times it ran on the host} in judged steps (warm-up included)."""
+        return {f.op: f.count for f in self.fallback_ops}
+
+    @property
+    def fallback_ops(self) -> list[Fallback]:
+        frame = self._tables().fallbacks
+        frame = frame[~frame["op"].map(is_value_read)] if not frame.empty else frame
+        if frame.empty:
+            return []
+        rules = [f for f in self._findings if f.rule == "cpu_fallback"]
+        out = []
+        for op, rows in frame.groupby("op", sort=False):
+            finding = next((f for f in rules if _finding_op(f) == op), None)
+            locations = [loc for loc in rows["location"].dropna() if loc]
+            location = locations[0] if locations else (finding.location if finding else None)
+            runs, n_steps = Finding.of_steps(rows["step"])
+            out.append(Fallback(op=str(op), count=int(rows["count"].sum()), step_runs=runs,
+                                location=location, finding=finding, step_count=n_steps))
+        return sorted(out, key=lambda f: -f.count)
+
+    def _recompile(self, row: dict[str, Any], run: Run, rules: list[Finding]) -> Recompile:
+        step, graph, index = int(row["step"]), row.get("graph_hash") or None, int(row["index"])
+        finding = next((f for f in rules if any(isinstance(c, dict) and c.get("index") == index
+                                                for c in f.evidence.get("compiles", []))), None)
+        function = row.get("function") or None
+        diffs = jax_advice.diffs_of(run.retraces, index, function) if function else []
+        changes = jax_advice.changes_of(diffs) or _finding_changes(finding, index)
+        fix = jax_advice.fix_for(function, diffs, list(changes)) if function else None
+        defined_at = next((d["defined_at"] for d in diffs if d.get("defined_at")), None)
+        return Recompile(step=step, graph_hash=graph, cause=row.get("cause") or None,
+                         location=row.get("location") or None, changes=tuple(changes), finding=finding,
+                         function=function, defined_at=defined_at,
+                         number=int(row["family_seq"]) + 1 if function else None, fix=fix)
+
+    # -- judgement --------------------------------------------------------------
+    def problems(self, limits: Limits) -> list[str]:
+        """Message blocks for every limit exceeded (empty when within limits)."""
+        out = []
+        recompiles = self.recompiles
+        if limits.max_recompiles is not None and len(recompiles) > limits.max_recompiles:
+            settings = process_env.current()
+            note = settings.note if settings is not None else None
+            out.append(describe_recompiles(recompiles, limits.max_recompiles, self.warmup_steps, note))
+        denied = self._denied(limits)
+        if limits.max_fallbacks is not None and sum(f.count for f in denied) > limits.max_fallbacks:
+            out.append(describe_fallbacks(denied, limits.max_fallbacks, limits.allow_fallbacks))
+        return out
+
+    def over_limit(self, limits: Limits) -> list[str]:
+        """Short verdicts for a summary line: ["4 recompiles > 0", ...]."""
+        out = []
+        recompiles = len(self.recompiles)
+        if limits.max_recompiles is not None and recompiles > limits.max_recompiles:
+            out.append(f"{plural(recompiles, 'recompile')} > {limits.max_recompiles}")
+        calls = sum(f.count for f in self._denied(limits))
+        if limits.max_fallbacks is not None and calls > limits.max_fallbacks:
+            out.append(f"{plural(calls, 'fallback')} > {limits.max_fallbacks}")
+        return out
+
+    def _denied(self, limits: Limits) -> list[Fallback]:
+        return [f for f in self.fallback_ops if not limits.allows(f.op)]
+
+    def assert_within(self, max_recompiles: int | None = 0, max_fallbacks: int | None = 0,
+                      allow_fallbacks: list[str] | tuple[str, ...] = ()) -> None:
+        """Raise LimitExceeded (an AssertionError) naming every limit exceeded."""
+        __tracebackhide__ = True
+        problems = self.problems(Limits(max_recompiles, max_fallbacks, tuple(allow_fallbacks)))
+        if problems:
+            raise LimitExceeded("\n".join(problems))
+
+    def assert_no_recompiles(self) -> None:
+        """No graph compiled after the first `warmup_steps` steps."""
+        __tracebackhide__ = True
+        self.assert_within(max_recompiles=0, max_fallbacks=None)
+
+    def assert_no_fallbacks(self, allow: list[str] | tuple[str, ...] = ()) -> None:
+        """No aten op ran on the host, except those in allow (names or globs)."""
+        __tracebackhide__ = True
+        self.assert_within(max_recompiles=None, max_fallbacks=0, allow_fallbacks=allow)
+
+    def summary(self, limits: Limits | None = None) -> dict[str, Any]:
+        """Plain JSON-able figures (they travel in pytest reports, also across xdist workers)."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "warmup_steps": self.warmup_steps,
+            "steps": self.steps,
+            "compiles": self.compiles,
+            "recompiles": len(self.recompiles),
+            "fallbacks": {op: int(n) for op, n in self.fallbacks.items()},
+            "run": str(self.run_dir),
+            "over_limit": self.over_limit(limits) if limits is not None else [],
+            "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+            "pid": os.getpid(),
+        }
+
+
+def watch(name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None) -> Watch:
+    """`with tpuscope.watch.watch(warmup_steps=1) as w: ...` outside pytest."""
+    return Watch(name=name, warmup_steps=warmup_steps, store=store)
+
+
+def _finding_op(finding: Finding) -> str | None:
+    op = finding.evidence.get("op")
+    return fallback_name(op) if isinstance(op, str) else None
+
+
+def _finding_changes(finding: Finding | None, index: int) -> list[str]:
+    """The recompile detector's diff for this compile ("arg 3: f32[4,41,128] -> f32[4,53,128]")."""
+    if finding is None:
+        return []
+    for item in finding.evidence.get("compiles", []):
+        if isinstance(item, dict) and item.get("index") == index:
+            return [str(c) for c in item.get("changes") or []]
+    return [str(c) for c in finding.evidence.get("changes") or []]
