@@ -1,14 +1,21 @@
 """Step time with and without tpuscope, alternating runs in one go; prints the median ratio.
 
-    python benchmarks/overhead.py [--reps 8] [--steps 100] [--deep]
+    python benchmarks/overhead.py [--program transformer|mlp|jax] [--reps 8] [--steps 100]
+                                  [--deep] [--debug-text]
 
-Each repetition runs benchmarks/timed_steps.py bare and under `tpuscope run` (and with
---deep also under `tpuscope run --deep`), in ABBA order (the order flips every
+Programs: `transformer` (benchmarks/timed_steps.py, the README example's model, ~25-80 ms
+steps), `mlp` (timed_mlp.py: torch_xla MLP 256-256-256, batch 32, ~1.5-2 ms steps) and
+`jax` (timed_jax.py: a jitted MLP step blocking on its result, ~0.3 ms). Each repetition
+runs the program bare and under `tpuscope run` (with --deep also under `tpuscope run
+--deep`; with --debug-text also bare with the PT_XLA_DEBUG settings `tpuscope run` makes,
+to measure torch_xla's own cost of writing its analysis), in ABBA order (the order flips every
 repetition, so a drift of the machine's speed cancels out). The program times its own
 steps; the first 10 steps of each run (compiles) are dropped. Printed:
 
-- the median over repetitions of (run median / bare median of the same repetition):
-  the figure of the target (default mode <= 1.02);
+- the median over repetitions of (run median / bare median of the same repetition), the
+  ratio of the medians (the figure of the target: default mode <= 1.02), and the ratio of
+  the runs' 10th-percentile steps (steps that interference spared: on a shared machine the
+  medians move by more than the cost measured);
 - what tpuscope measured of itself in those runs (time in its step hook plus its flush
   thread's CPU time, per step; `tpuscope show` prints the same line): an upper bound, as
   the first work after a step runs on cold caches whoever does it;
@@ -36,8 +43,12 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROGRAM = HERE / "timed_steps.py"
+PROGRAMS = {"transformer": HERE / "timed_steps.py", "mlp": HERE / "timed_mlp.py", "jax": HERE / "timed_jax.py"}
+PROGRAM = PROGRAMS["transformer"]
 SKIP = 10
+LOW: dict[str, list[float]] = {}  # per mode: each run's 10th-percentile step time
+# what `tpuscope run` sets for torch_xla's analysis text (runner.build_env), bare otherwise
+DEBUG_TEXT_ENV = {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_MAX_FRAME": "64"}
 
 
 def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
@@ -46,14 +57,17 @@ def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
     program = ["python", str(PROGRAM), str(out), "--steps", str(steps)]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     store = work / "store"
-    if mode == "bare":
+    if mode in ("bare", "debug-text"):
         cmd = program
+        if mode == "debug-text":
+            env.update(DEBUG_TEXT_ENV, PT_XLA_DEBUG_FILE=str(work / "pt_xla_debug.txt"))
     else:
         extra = ["--deep"] if mode == "deep" else []
         cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *extra, *program]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    step = statistics.median(json.loads(out.read_text())[SKIP:])
-    return step, (None if mode == "bare" else own_cost(store))
+    times = sorted(json.loads(out.read_text())[SKIP:])
+    LOW[mode].append(times[len(times) // 10])  # the 10th percentile: what interference spares
+    return statistics.median(times), (None if mode in ("bare", "debug-text") else own_cost(store))
 
 
 def own_cost(store: Path) -> float | None:
@@ -71,10 +85,12 @@ def flush_ms_per_step(store: Path) -> float:
     return cost["flush_cpu_ns"] / (cost["hook_calls"] + cost["compile_hook_calls"]) / 1e6
 
 
-def paired(steps: int, work: Path) -> None:
-    """One run, the hook switched off and on every two steps; prints the paired figures."""
+def paired(steps: int, work: Path, deep: bool = False) -> None:
+    """One run, the hook switched off and on every two steps; prints the paired figures.
+    With deep, the run is `tpuscope run --deep`: the hook's cost there (torch_xla's own
+    --deep costs, per-execution analysis and IR metadata, are in both halves)."""
     out, store = work / "paired.json", work / "paired-store"
-    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store),
+    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *(["--deep"] if deep else []),
            "python", str(PROGRAM), str(out), "--steps", str(steps), "--alternate"]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -87,7 +103,7 @@ def paired(steps: int, work: Path) -> None:
     low, high = (d * 1e3 for d in median_interval(diffs))
     bare = statistics.median(off) * 1e3
     flush = flush_ms_per_step(store)
-    print(f"paired ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
+    print(f"paired{' (--deep)' if deep else ''} ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
           f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
           f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "
           f"{(bare + hook + flush) / bare:.4f} (interval {(bare + low + flush) / bare:.4f} .. "
@@ -104,13 +120,20 @@ def median_interval(values: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="transformer")
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--deep", action="store_true", help="also measure tpuscope run --deep")
+    parser.add_argument("--debug-text", action="store_true",
+                        help="also measure the bare program with PT_XLA_DEBUG_LEVEL=1 (torch_xla programs)")
     parser.add_argument("--paired-steps", type=int, default=1000, help="0: skip the paired estimate")
+    parser.add_argument("--paired-deep", action="store_true", help="the paired run under tpuscope run --deep")
     args = parser.parse_args()
-    modes = ["bare", "tpuscope"] + (["deep"] if args.deep else [])
+    global PROGRAM
+    PROGRAM = PROGRAMS[args.program]
+    modes = ["bare", "tpuscope"] + (["deep"] if args.deep else []) + (["debug-text"] if args.debug_text else [])
     medians: dict[str, list[float]] = {m: [] for m in modes}
+    LOW.update({m: [] for m in modes})
     costs: dict[str, list[float]] = {m: [] for m in modes[1:]}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -125,17 +148,19 @@ def main() -> None:
         if args.reps:
             report(modes, medians, costs)
         if args.paired_steps:
-            paired(args.paired_steps, work)
+            paired(args.paired_steps, work, deep=args.paired_deep)
 
 
 def report(modes: list[str], medians: dict[str, list[float]], costs: dict[str, list[float]]) -> None:
     bare = statistics.median(medians["bare"])
-    print(f"\nmedian step time, bare:      {bare * 1e3:.3f} ms")
+    print(f"\n{PROGRAM.name}: median step time, bare:      {bare * 1e3:.3f} ms")
     for mode in modes[1:]:
         ratios = [t / b for t, b in zip(medians[mode], medians["bare"], strict=True)]
         print(f"{mode}: median ratio {statistics.median(ratios):.4f} "
               f"(per-rep {', '.join(f'{r:.3f}' for r in ratios)}); "
-              f"ratio of medians {statistics.median(medians[mode]) / bare:.4f}")
+              f"ratio of medians {statistics.median(medians[mode]) / bare:.4f}; "
+              f"ratio of the runs' median 10th-percentile steps "
+              f"{statistics.median(LOW[mode]) / statistics.median(LOW['bare']):.4f}")
         if costs[mode]:
             cost = statistics.median(costs[mode])
             print(f"{mode}: tpuscope's own measured cost {cost:.3f} ms per step "

@@ -3,7 +3,7 @@
 Routes (client-side, dcc.Location):
     /                          Runs
     /run/<id>                  Run overview
-    /run/<id>/<tab>            recompiles | fallbacks | churn | tensorcore | trace
+    /run/<id>/<tab>            recompiles | fallbacks | churn | tensorcore | trace | hosts
     /compare/<id_a>/<id_b>     Compare
     /download/<id>/<file>      a trace file listed in the run folder (server route)
 """
@@ -20,7 +20,7 @@ from dash import Dash, Input, Output, dcc, html
 
 from .components import error_page
 from .data import RunNotFound, StoreData
-from .pages import churn, compare, fallbacks, overview, recompiles, runs, tensorcore, trace
+from .pages import churn, compare, fallbacks, hosts, overview, recompiles, runs, tensorcore, trace
 from .serve import ALLOWED_HOSTS
 
 log = logging.getLogger("tpuscope.dashboard")
@@ -32,6 +32,7 @@ RUN_PAGES: dict[str, Callable[[StoreData, str], Any]] = {
     "churn": churn.layout,
     "tensorcore": tensorcore.layout,
     "trace": trace.layout,
+    "hosts": hosts.layout,
 }
 
 

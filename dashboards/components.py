@@ -20,6 +20,7 @@ RUN_TABS = (
     ("churn", "Shape churn", "/churn"),
     ("tensorcore", "TensorCore", "/tensorcore"),
     ("trace", "Trace", "/trace"),
+    ("hosts", "Hosts", "/hosts"),
 )
 
 

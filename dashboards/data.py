@@ -1,10 +1,11 @@
-"""The dashboard's only door to the disk: validated run ids and cached table reads.
+"""The dashboard's only door to the store: validated run ids and cached table reads.
 
-Every path the dashboard opens is built here from the store root and a run id
-that passed `is_valid_run_id` (no separators, no `..`), so no URL or callback
-input can name a file outside the store. Tables are cached per run and
-re-read only when their part files change, so a live run (new parts every 2 s)
-shows new steps on the next page load while a finished one is read once.
+Every run the dashboard opens is `store.Run` (the one reader of run folders, local or in an
+object store) at the store root joined with a run id that passed `is_valid_run_id` (no
+separators, no `..`), so no URL or callback input can name a file outside the store.
+Tables are cached per run and re-read only when their part files change (a listing, one
+request per table on an object store), so a live run (new parts every 2 s) shows new steps
+on the next page load while a finished one is read once.
 """
 
 from __future__ import annotations
@@ -19,18 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from tpuscope.detect.registry import order
 from tpuscope.detect.run_analysis import RunReport, current, stored_summary
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import Run, RunStore, read_meta, read_table
-from tpuscope.store.parts import read_part
-from tpuscope.store.run import ANALYSIS_FILE
+from tpuscope.store import Run, RunStore, layout, read_meta
+from tpuscope.store.location import Location
+from tpuscope.store.run import table_to_frame
 from tpuscope.store.runstore import StoreError, is_valid_run_id
 
-# Tables other parts of tpuscope add (device view); read when present even if this
-# version's schema module does not list them yet.
+# Tables other parts of tpuscope add (device view), all in the schema module now.
 OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "call_sites", "retraces",
                    "xprof_overview", "xprof_ops")
 # Tables whose change makes a run's summary stale (any table part newer than analysis.json
@@ -44,20 +43,26 @@ class RunNotFound(LookupError):
     """A run id that is malformed or not in the store; the message is shown to the user."""
 
 
-def _signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
-    """Names, mtimes and sizes of a folder's part files: changes whenever a writer flushes."""
-    if not folder.is_dir():
-        return ()
-    entries = []
-    with os.scandir(folder) as scan:
-        for entry in scan:
-            if entry.name.startswith("part-") and entry.name.endswith(".parquet"):
-                stat = entry.stat()
-                entries.append((entry.name, stat.st_mtime_ns, stat.st_size))
-    return tuple(sorted(entries))
+def _signature(run: Run, name: str) -> tuple[tuple[str, int, int], ...]:
+    """Names, mtimes and sizes of a table's part files: changes whenever a writer flushes."""
+    return tuple((e.name, e.mtime_ns, e.size) for e in run.parts(name))
 
 
-def _file_signature(path: Path) -> tuple[int, int]:
+def _file_signature(run: Run, name: str) -> tuple[int, int]:
+    entry = next((e for e in run.loc.entries() if e.name == name), None)
+    return (0, 0) if entry is None else (entry.mtime_ns, entry.size)
+
+
+def _meta_signature(run: Run) -> tuple[Any, ...]:
+    """meta.json's mtime and size and the process files': in a local run, the procs folder's
+    mtime stands for them (each is written by a rename into it: two stats, not one per file)."""
+    if run.local:  # and a pod's hosts folder: each host's launcher keeps its own meta there
+        return (_stat(run.path / layout.META), _stat(run.path / layout.PROCS), _stat(run.path / "hosts"))
+    procs = tuple((e.name, e.mtime_ns) for e in (run.loc / layout.PROCS).entries())
+    return (_file_signature(run, layout.META), procs)
+
+
+def _stat(path: Path) -> tuple[int, int]:
     try:
         stat = path.stat()
     except OSError:
@@ -65,43 +70,12 @@ def _file_signature(path: Path) -> tuple[int, int]:
     return (stat.st_mtime_ns, stat.st_size)
 
 
-def _meta_signature(run_dir: Path) -> tuple[Any, ...]:
-    """meta.json's mtime and size and the procs folder's mtime: every process file is written
-    by a rename into that folder, which changes its mtime (two stats, not one per file)."""
-    return (_file_signature(run_dir / "meta.json"), _file_signature(run_dir / "procs"))
-
-
-def _folder_mtime(folder: Path) -> int:
-    """A table folder's mtime: parts appear, are replaced and removed by renames, each of which
-    changes it. One stat instead of one per part (a long live run writes thousands of parts)."""
-    try:
-        return folder.stat().st_mtime_ns
-    except OSError:
-        return 0
-
-
-def _to_frame(table: pa.Table, keep_categories: bool) -> pd.DataFrame:
-    """Strings as Python objects (as tpuscope.store does), except in the big tables.
-
-    pandas 3 reads strings as Arrow arrays, whose per-element iteration (which the
-    summary code does) is ~10x slower than objects'; categoricals stay as they are
-    in trace_events, where a million rows of objects would be.
-    """
-    frame = table.to_pandas()
-    if not keep_categories:
-        for col in frame.columns:
-            if isinstance(frame[col].dtype, pd.CategoricalDtype | pd.StringDtype):
-                frame[col] = frame[col].astype(object)
-    return frame
-
-
-def _read_parts(folder: Path) -> pa.Table | None:
-    """Union of a table's parts for tables without a schema in this version."""
-    parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not parts:
-        return None
-    tables = [t for t in map(read_part, parts) if t is not None]  # a damaged part is skipped, named
-    return pa.concat_tables(tables, promote_options="default") if tables else None
+def _table_stamp(run: Run, name: str) -> Any:
+    """What changes when a table does: a local table folder's mtime (parts appear, are replaced
+    and removed by renames: one stat, not one per part of a long live run), else its listing."""
+    if run.local:
+        return _stat(run.path / name)[0]
+    return _signature(run, name)
 
 
 _SAID: set[str] = set()
@@ -127,7 +101,7 @@ def ended(meta: dict[str, Any]) -> str:
 
 
 class StoreData:
-    """Read-only, cached access to the runs of one store."""
+    """Read-only, cached access to the runs of one store (a folder or an fsspec URL)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, cache_size: int = 64,
                  small_cache_size: int = 8192) -> None:
@@ -141,31 +115,38 @@ class StoreData:
         self._small_size = small_cache_size
         self._lock = threading.Lock()
 
-    # --- paths -----------------------------------------------------------------
-    def run_dir(self, run_id: Any) -> Path:
-        """The folder of a run id taken from a URL or callback; raises RunNotFound otherwise."""
+    # --- runs ------------------------------------------------------------------
+    def run(self, run_id: Any) -> Run:
+        """The run of an id taken from a URL or callback; raises RunNotFound otherwise."""
         if not isinstance(run_id, str) or not is_valid_run_id(run_id):
             raise RunNotFound(f"not a valid run id: {str(run_id)[:80]!r}")
-        path = self.root / run_id
-        if not (path / "meta.json").is_file():
+        loc = self.store.loc / run_id
+        if not (loc / layout.META).is_file():
             raise RunNotFound(f"no run {run_id!r} in the store {self.root}")
-        return path
+        return Run(loc)
+
+    def run_dir(self, run_id: Any) -> Path | Location:
+        """The run's folder (a Path when the store is local)."""
+        return self.run(run_id).path
 
     def run_ids(self) -> list[str]:
         """Every run id, newest first (metas cached: a request re-reads only runs that changed)."""
         metas = []
-        for path in self.store.run_dirs():
-            if not is_valid_run_id(path.name):
+        for loc in self.store.run_dirs():
+            if not is_valid_run_id(loc.name):
                 continue
             try:
-                metas.append(self.meta(path.name))
-            except StoreError as exc:
+                metas.append(self.meta(loc.name))
+            except (StoreError, RunNotFound) as exc:
                 _warn_once(f"skipped a run: {exc}")
         return [m["run_id"] for m in sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)]
 
     def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
-        """Files inside the run folder matching glob patterns (for download links)."""
-        run_dir = self.run_dir(run_id).resolve()
+        """Files inside a local run folder matching glob patterns (for download links)."""
+        run = self.run(run_id)
+        if not run.local:
+            return []
+        run_dir = run.path.resolve()
         found: set[Path] = set()
         for pattern in patterns:
             for path in run_dir.glob(pattern):
@@ -191,32 +172,25 @@ class StoreData:
 
     # --- tables ----------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:
-        run_dir = self.run_dir(run_id)
-        return self._cached((run_id, "meta"), _meta_signature(run_dir), lambda: read_meta(run_dir), small=True)
+        run = self.run(run_id)
+        return self._cached((run_id, "meta"), _meta_signature(run), lambda: read_meta(run.loc), small=True)
 
     def has_table(self, run_id: str, name: str) -> bool:
-        return bool(_signature(self.run_dir(run_id) / name))
+        return self.run(run_id).has_table(name)
 
     def table(self, run_id: str, name: str) -> pd.DataFrame:
         """A run's table as a DataFrame (empty with the schema's columns when absent)."""
-        if name not in TABLES and name not in OPTIONAL_TABLES:
+        if name not in TABLES:
             raise KeyError(f"unknown table {name!r}")
-        run_dir = self.run_dir(run_id)
+        run = self.run(run_id)
         keep = name in _KEEP_CATEGORIES
-
-        def load() -> pd.DataFrame:
-            if name in TABLES:
-                return _to_frame(read_table(run_dir, name), keep)
-            table = _read_parts(run_dir / name)
-            return pd.DataFrame() if table is None else _to_frame(table, keep)
-
-        return self._cached((run_id, name), _signature(run_dir / name), load)
+        return self._cached((run_id, name), _signature(run, name), lambda: run.table(name, keep_categories=keep))
 
     def derived(self, run_id: str, key: str, tables: tuple[str, ...], compute: Callable[[], Any]) -> Any:
         """A value computed from some of a run's tables (a figure, an aggregate), cached until
         one of those tables changes. Callers must not mutate what they get back."""
-        run_dir = self.run_dir(run_id)
-        signature = tuple(_signature(run_dir / name) for name in tables)
+        run = self.run(run_id)
+        signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
 
     def findings(self, run_id: str) -> list[Finding]:
@@ -229,16 +203,18 @@ class StoreData:
                     item.location = None
             return sorted(items, key=order)
 
-        run_dir = self.run_dir(run_id)
-        return self._cached((run_id, "derived:findings"), _signature(run_dir / "findings"), load, small=True)
+        run = self.run(run_id)
+        return self._cached((run_id, "derived:findings"), _signature(run, "findings"), load, small=True)
+
+    def _analysis_signature(self, run: Run) -> tuple[Any, ...]:
+        return (_meta_signature(run), _file_signature(run, layout.ANALYSIS),
+                *(_table_stamp(run, n) for n in SUMMARY_TABLES))
 
     def _report(self, run_id: str) -> RunReport:
         """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed
         in memory for a run still going), cached until the run's rows, meta or analysis change."""
-        run_dir = self.run_dir(run_id)
-        signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
-                     *(_folder_mtime(run_dir / n) for n in SUMMARY_TABLES))
-        return self._cached((run_id, "report"), signature, lambda: current(Run(run_dir)))
+        run = self.run(run_id)
+        return self._cached((run_id, "report"), self._analysis_signature(run), lambda: current(run))
 
     def live_findings(self, run_id: str) -> list[Finding]:
         """The findings of the analysis so far (a live run has none stored yet)."""
@@ -250,16 +226,15 @@ class StoreData:
 
     def summary(self, run_id: str) -> dict[str, Any]:
         """The run's one analysis (see _report) plus the counts the pages show."""
-        run_dir = self.run_dir(run_id)
-        signature = (_meta_signature(run_dir), _file_signature(run_dir / ANALYSIS_FILE),
-                     *(_folder_mtime(run_dir / n) for n in SUMMARY_TABLES))
-        return self._cached((run_id, "summary"), signature, lambda: self._summarize(run_id), small=True)
+        run = self.run(run_id)
+        return self._cached((run_id, "summary"), self._analysis_signature(run),
+                            lambda: self._summarize(run_id), small=True)
 
     def _summarize(self, run_id: str) -> dict[str, Any]:
         """The written summary of an ended run (analysis.json, no table read; findings counted
         from it), else the analysis computed now (a live run, or one changed since)."""
         meta = self.meta(run_id)
-        run = Run(self.run_dir(run_id))
+        run = self.run(run_id)
         run.__dict__["meta"] = meta  # read once (cached above), not again by Run.meta
         out = stored_summary(run)
         if out is None:
@@ -278,19 +253,13 @@ class StoreData:
         """Some columns of a table, read without the others (the timeline reads 4 of 15 step
         columns); with `categories`, dictionary columns stay pandas categoricals (2M op names
         as Python strings cost 0.5 s to make, and their groupbys more)."""
-        run_dir = self.run_dir(run_id)
-        signature = _signature(run_dir / name)
+        run = self.run(run_id)
 
         def load() -> pd.DataFrame:
-            read = (read_part(run_dir / name / part, columns=columns) for part, _, _ in signature)
-            parts = [t for t in read if t is not None]  # a damaged part is skipped, named
-            if not parts:
-                return pd.DataFrame(columns=columns)
-            table = pa.concat_tables(parts, promote_options="default")
-            return _to_frame(table, categories or name in _KEEP_CATEGORIES)
+            return table_to_frame(run.arrow(name, columns=columns), categories or name in _KEEP_CATEGORIES)
 
         key = f"{name}:{','.join(columns)}" + (":categories" if categories else "")
-        return self._cached((run_id, key), signature, load)
+        return self._cached((run_id, key), _signature(run, name), load)
 
     def header(self, run_id: str) -> dict[str, Any]:
         """Who the run is, from meta alone: name, backend, device, how it ended, command."""

@@ -10,8 +10,8 @@ import contextlib
 import io
 import ipaddress
 import logging
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
 LOOPBACK_NAMES = {"localhost"}
@@ -48,12 +48,24 @@ def allowed_hosts(host: str, port: int) -> set[str] | None:
     return {f"{name.lower()}:{port}" for name in names} | ({n.lower() for n in names} if port == 80 else set())
 
 
-def make_server(store: Path, host: str, port: int) -> Any:
-    """A threaded WSGI server for the dashboard over `store`, already bound (port 0 = any free port)."""
-    if not store.exists():
+def _check_store(store: str | os.PathLike[str]) -> None:
+    """A store that is there and a folder (a local path or an fsspec URL); ServeError otherwise."""
+    from tpuscope.store.location import Location, LocationError
+
+    try:
+        loc = Location.of(store)
+        there, folder = loc.fs.exists(loc.path), loc.is_dir()
+    except (LocationError, OSError) as exc:
+        raise ServeError(str(exc)) from None
+    if not there:
         raise ServeError(f"no run store at {store} (make a run first: tpuscope run --store {store} python train.py)")
-    if not store.is_dir():
+    if not folder:
         raise ServeError(f"the store {store} is not a folder")
+
+
+def make_server(store: str | os.PathLike[str], host: str, port: int) -> Any:
+    """A threaded WSGI server for the dashboard over `store`, already bound (port 0 = any free port)."""
+    _check_store(store)
     try:
         from werkzeug.serving import make_server as werkzeug_server
 
@@ -73,7 +85,7 @@ def make_server(store: Path, host: str, port: int) -> Any:
         raise ServeError(f"cannot listen on {host}:{port}: {reason} (try another --port)") from None
 
 
-def serve(store: Path, host: str = "127.0.0.1", port: int = 8050) -> None:
+def serve(store: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8050) -> None:
     """Serve until Ctrl+C, printing the URL first (stdout) and any warning (stderr)."""
     server = make_server(store, host, port)
     if not is_loopback(host):

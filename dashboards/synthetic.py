@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import Run, RunStore, update_meta
+from tpuscope.store import Run, RunStore, layout, update_meta
 from tpuscope.store.parts import write_table_atomic
 from tpuscope.store.runstore import write_json_atomic
 
@@ -214,7 +214,7 @@ def make_run(store: Path, name: str = "synthetic", steps: int = 200, trace_event
     end = int(step_table.column("end_ns").to_numpy()[-1])
     proc: dict[str, Any] = {"backend": "torch_xla", "device_kind": "TPU v5 lite (synthetic)", "host": "vm",
                             "pid": 4242, "rank": 0, "status": "finished", "start_ns": t0, "end_ns": end}
-    write_json_atomic(run_dir / "procs" / "vm-4242.json", proc)
+    write_json_atomic(run_dir / layout.proc_file("vm", 4242), proc)
     update_meta(run_dir, command=f"python examples/train_varlen.py  # synthetic, {steps} steps", warmup=2,
                 start_ns=t0, end_ns=end, status="finished", exit_code=0, synthetic=True,
                 argv=["python", "examples/train_varlen.py"])

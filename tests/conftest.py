@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.object_stores import gcs_store, s3_store  # noqa: F401 (real GCS / S3 API servers)
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 SHARED = ROOT.parent / "shared" / "real_traces"

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import real_trace, run_tpuscope
+from tpuscope.schema_consts import SCHEMA_VERSION
 from tpuscope.store import RunStore, read_table
 
 GRID = "metrics_reports/fastai_xla_extensions_XLA_run_debug_base_grid_sample_tpu_xrt.metrics_report.txt"
@@ -85,7 +86,7 @@ def test_a_run_from_a_newer_tpuscope_is_refused_clearly(made: Path, tmp_path: Pa
     proc = run_tpuscope("show", "--store", str(tmp_path), run_dir.name)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"tpuscope: run {run_dir.name} has schema version 99, newer than this "
-                                   "tpuscope reads (1): upgrade tpuscope to read it")
+                                   f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
     listing = run_tpuscope("ls", "--store", str(tmp_path), "--json")
     assert json.loads(listing.stdout) == [] and "schema version 99" in listing.stderr
 

@@ -82,8 +82,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tpuscope-max-fallbacks", type=_count, metavar="N", default=None,
                     help="fail a watched test whose aten ops run on the host more than N times "
                          "(implies --tpuscope; a marker's own value wins)")
-    group.addoption("--tpuscope-store", metavar="DIR", default=None,
-                    help="save every watched test as a run in DIR (tpuscope show, the dashboard)")
+    group.addoption("--tpuscope-store", metavar="DIR|URL", default=None,
+                    help="save every watched test as a run in DIR or an fsspec URL such as "
+                         "gs://bucket/runs (tpuscope show, the dashboard)")
     group.addoption("--tpuscope-no-shapes", action="store_true", default=False,
                     help="no XLA HLO dump: failures say no 'what changed', compiles run faster")
 
@@ -93,7 +94,7 @@ class Options:
     watch_all: bool
     max_recompiles: int | None
     max_fallbacks: int | None
-    store: Path | None
+    store: str | None  # a folder or an fsspec URL
     shapes: bool = True
 
     @classmethod
@@ -103,7 +104,7 @@ class Options:
         store = config.getoption("tpuscope_store")
         watch_all = bool(config.getoption("tpuscope")) or max_recompiles is not None \
             or max_fallbacks is not None
-        return cls(watch_all, max_recompiles, max_fallbacks, Path(store) if store else None,
+        return cls(watch_all, max_recompiles, max_fallbacks, str(store) if store else None,
                    shapes=not config.getoption("tpuscope_no_shapes"))
 
 
@@ -123,10 +124,21 @@ def _is_xdist_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
 
 
-def _check_store(store: Path) -> None:
+def _check_store(store: str) -> None:
+    """A folder that can be written (made if absent), or an fsspec URL that can be opened
+    (an object store is written through a local stage: a failure there is said per run)."""
+    from tpuscope.store import RunStore, StoreError
+
     try:
-        store.mkdir(parents=True, exist_ok=True)
-        probe = Path(tempfile.mkstemp(dir=store, prefix=".tpuscope-probe-")[1])
+        runs = RunStore(store)
+    except StoreError as exc:
+        raise pytest.UsageError(f"tpuscope: cannot use --tpuscope-store {store}: {exc}") from exc
+    if not runs.local:
+        return
+    root = Path(runs.loc.path)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = Path(tempfile.mkstemp(dir=root, prefix=".tpuscope-probe-")[1])
         probe.unlink()
     except OSError as exc:
         raise pytest.UsageError(
@@ -360,7 +372,7 @@ def tpuscope(request: pytest.FixtureRequest) -> TpuscopeFixture:
 
 
 # -- the terminal summary ---------------------------------------------------------------
-def summary_lines(results: list[dict[str, Any]], store: Path | None) -> list[str]:
+def summary_lines(results: list[dict[str, Any]], store: str | Path | None) -> list[str]:
     """One line per watch: steps, compiles, recompiles, fallback calls, test."""
     lines = [f"{'steps':>6} {'compiles':>9} {'recompiles':>11} {'fallbacks':>10}  test"]
     for result in results:

@@ -14,9 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from tpuscope.schema_consts import SCHEMA_VERSION, SEVERITIES  # noqa: F401  (re-exported)
 from tpuscope.step_runs import normalize_runs, runs_count, runs_text, step_runs
-
-SCHEMA_VERSION = 2  # 2: compiles.backend/function/eager; findings.step_runs/step_count (was steps)
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -215,8 +214,6 @@ TABLES: dict[str, pa.Schema] = {
         ]
     ),
 }
-
-SEVERITIES = ("high", "medium", "low")
 
 
 

@@ -19,9 +19,12 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tpuscope.schema import SEVERITIES, Finding
+from tpuscope.schema_consts import SEVERITIES
+
+if TYPE_CHECKING:
+    from tpuscope.schema import Finding
 
 RULES = ("recompile", "cpu_fallback", "host_sync", "op_by_op", "tensorcore_underuse")
 EXIT_LIMIT = 3

@@ -12,48 +12,17 @@ docs/tpu_generations.md. Everything here is pure table -> table.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-DEFAULT_TARGET = "v5e"
-TARGETS = ("v5e", "v5p", "v6e", "v7")
+from tpuscope.analyze.chips import DEFAULT_TARGET, GENERATIONS, TARGETS, Chip, _key, chip  # noqa: F401
+
 # torch_xla.backends.set_mat_mul_precision / jax.lax.Precision: f32 matmuls on TPU take
 # 1 (default: bf16), 3 (high) or 6 (highest) bf16 passes.
 PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}
 _BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "s8": 1, "u8": 1, "s32": 4, "f8e4m3fn": 1, "f8e5m2": 1}
 STAGE_PREFERENCE = ("before_optimizations", "tpu_trace")  # platform-independent dims and user metadata
-
-
-@dataclass(frozen=True)
-class Chip:
-    """One TPU generation, per chip (docs/tpu_generations.md cites each figure)."""
-
-    name: str
-    mxu: int  # systolic array edge
-    peak_flops: float  # bf16 FLOP/s
-    hbm_bandwidth: float  # bytes/s
-
-
-GENERATIONS: dict[str, Chip] = {
-    "v4": Chip("TPU v4", 128, 275e12, 1200e9),
-    "v5e": Chip("TPU v5e", 128, 197e12, 819e9),
-    "v5p": Chip("TPU v5p", 128, 459e12, 2765e9),
-    "v6e": Chip("TPU v6e (Trillium)", 256, 918e12, 1638e9),
-    "v7": Chip("TPU7x (Ironwood)", 256, 2307e12, 7380e9),
-}
-
-
-def _key(target: str | None) -> str:
-    key = (target or DEFAULT_TARGET).lower().removeprefix("tpu").lstrip("-_ ")
-    if key not in GENERATIONS:
-        raise ValueError(f"unknown TPU target {target!r}: use one of {', '.join(GENERATIONS)}")
-    return key
-
-
-def chip(target: str | None) -> Chip:
-    return GENERATIONS[_key(target)]
 
 
 def core_rates(target: str | None) -> tuple[float, float]:

@@ -11,7 +11,6 @@ import functools
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -85,7 +84,7 @@ def judge_run(code: int, report: RunReport | None, policy: Policy) -> int:
     return status
 
 
-def diff_main(store: Path, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
+def diff_main(store: str, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
               regression_pct: float | None) -> None:
     """Compare two runs, print the result, exit 3 on a regression when asked to."""
     import json

@@ -12,23 +12,24 @@ from tpuscope.ingest.run import ImportResult, import_paths
 from tpuscope.store import RunStore, StoreError
 
 
-def _import(store: Path, paths: list[Path], name: str | None, quiet: bool) -> ImportResult:
+def _import(runs: RunStore, paths: list[Path], name: str | None, quiet: bool) -> ImportResult:
     if quiet or not sys.stderr.isatty() or len(paths) < 2:
-        return import_paths(paths, RunStore(store), name)
+        return import_paths(paths, runs, name)
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
         progress.add_task(f"importing {len(paths)} files", total=None)
-        return import_paths(paths, RunStore(store), name)
+        return import_paths(paths, runs, name)
 
 
-def run_import(store: Path, paths: list[Path], name: str | None, as_json: bool, quiet: bool) -> int:
+def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, quiet: bool) -> int:
     """Exit status: 0 when every file was imported, 2 when any was refused or nothing could be."""
     from tpuscope.detect.run_analysis import analyze
     from tpuscope.store import Run
 
     try:
-        result = _import(store, paths, name, quiet)
+        runs = RunStore(store)
+        result = _import(runs, paths, name, quiet)
     except StoreError as exc:
         click.echo(f"tpuscope: {exc}", err=True)
         return 2
@@ -55,6 +56,7 @@ def run_import(store: Path, paths: list[Path], name: str | None, as_json: bool, 
         from tpuscope.report.console import render
 
         render(report, Console())
-    click.echo(f"tpuscope: imported {len(result.imported)} file(s) as {result.run_dir} "
+    where = runs.close_run(result.run_dir)  # an object store: the stage is shipped now
+    click.echo(f"tpuscope: imported {len(result.imported)} file(s) as {where} "
                f"(tpuscope show {result.run_dir.name} --store {store})", err=True)
     return 2 if result.refused else 0

@@ -9,15 +9,16 @@ from typing import TYPE_CHECKING
 import click
 
 from tpuscope.cli.gate import diff_main, gate_options, judge_run, percent
-from tpuscope.store import RunStore, StoreError
+from tpuscope.store import RunStore, StoreError, layout
 
 if TYPE_CHECKING:
     from tpuscope.analyze.gate import Policy
     from tpuscope.detect.run_analysis import RunReport
 
 _store_option = click.option(
-    "--store", type=click.Path(file_okay=False, path_type=Path), envvar="TPUSCOPE_STORE",
-    default="./tpuscope-runs", show_default=True, help="Run store folder (env TPUSCOPE_STORE).",
+    "--store", metavar="DIR|URL", envvar="TPUSCOPE_STORE", default="./tpuscope-runs", show_default=True,
+    help="Run store: a folder or an fsspec URL such as gs://bucket/runs or s3://bucket/runs "
+         "(env TPUSCOPE_STORE).",
 )
 
 
@@ -52,11 +53,14 @@ def main() -> None:
 @click.option("--alerts", type=click.Choice(["on", "off"]), default=None,
               help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
                    "(docs/alerts.md).  [default: on; off with --quiet]")
+@click.option("--run-id", envvar="TPUSCOPE_RUN_ID", metavar="ID",
+              help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
+                   "writes one run, each its own files (docs/pods.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report at the end and no live alerts.")
 @gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        alerts: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
+        alerts: str | None, run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
     While it runs, each new problem (a recompile, a CPU fallback) is said once on stderr,
@@ -80,26 +84,45 @@ def run(store: Path, name: str | None, warmup: int, deep: bool, trace_steps: str
       tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
       tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
       tpuscope run --alerts off python train.py
+      tpuscope run --run-id exp42 python train.py     # on every host of a pod: one run
     """
     from tpuscope.launch.program import StartError, UsageError, resolve_program, run_program
     from tpuscope.launch.signals import exit_as
 
     try:
         prog = resolve_program(list(program))
-        run_dir, code = run_program(prog, RunStore(store), name=name, warmup=warmup, deep=deep,
+        runs = RunStore(store)
+        run_dir, code = run_program(prog, runs, name=name, warmup=warmup, deep=deep,
                                     trace_steps=trace_steps, target=target,
-                                    alerts=alerts == "on" if alerts else not quiet)
+                                    alerts=alerts == "on" if alerts else not quiet, run_id=run_id)
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
-    report = _report_run(run_dir, store, quiet) if run_dir is not None else None
+    report = _report_run(run_dir, quiet, policy.active) if run_dir is not None else None
+    if run_dir is not None:
+        _say_saved(runs.close_run(run_dir), run_dir.name, store, quiet)
     exit_as(judge_run(code, report, policy))
 
 
-def _report_run(run_dir: Path, store: Path, quiet: bool) -> RunReport | None:
+def _report_run(run_dir: Path, quiet: bool, judged: bool = False) -> RunReport | None:
     """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
-    never changes the exit status, which stays the program's (or 4 when a limit was set)."""
+    never changes the exit status, which stays the program's (or 4 when a limit was set).
+    A run without rows (the program ran no backend) is not analysed unless limits are to be
+    judged: loading the analysis stack would be most of its cost (`show` analyses it later)."""
+    from tpuscope.store.buffer import has_parts
+
+    report = None
+    if not judged and not has_parts(run_dir):
+        if not quiet:
+            click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
+                       err=True)
+    else:
+        report = _analyze_and_render(run_dir, quiet)
+    return report
+
+
+def _analyze_and_render(run_dir: Path, quiet: bool) -> RunReport | None:
     report = None
     try:
         from rich.console import Console
@@ -118,10 +141,13 @@ def _report_run(run_dir: Path, store: Path, quiet: bool) -> RunReport | None:
         click.echo("tpuscope: report skipped (interrupted)", err=True)
     except Exception as exc:
         click.echo(f"tpuscope: no report: {type(exc).__name__}: {exc}", err=True)
-    if not quiet:
-        click.echo(f"tpuscope: run saved as {run_dir}  (tpuscope show {run_dir.name} --store {store})", err=True)
-        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
     return report
+
+
+def _say_saved(where: object, run_id: str, store: str, quiet: bool) -> None:
+    if not quiet:
+        click.echo(f"tpuscope: run saved as {where}  (tpuscope show {run_id} --store {store})", err=True)
+        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
 
 
 def backend_note(summary: dict, meta: dict) -> str | None:
@@ -134,7 +160,7 @@ def backend_note(summary: dict, meta: dict) -> str | None:
 @main.command(name="ls")
 @_store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
-def list_runs(store: Path, as_json: bool) -> None:
+def list_runs(store: str, as_json: bool) -> None:
     """List the runs in the store, newest first.
 
     \b
@@ -145,7 +171,10 @@ def list_runs(store: Path, as_json: bool) -> None:
 
     from tpuscope.report.runs import runs_table, with_briefs
 
-    runs = with_briefs(RunStore(store).list_runs(), store)
+    try:
+        runs = with_briefs(RunStore(store).list_runs(), store)
+    except StoreError as exc:
+        fail(str(exc))
     if as_json:
         click.echo(json.dumps(runs, indent=2, default=str))
         return
@@ -162,7 +191,7 @@ def list_runs(store: Path, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print summary and findings as JSON.")
 @click.option("--reanalyze", is_flag=True, help="Run the detectors again before showing.")
-def show(store: Path, run_id: str, as_json: bool, reanalyze: bool) -> None:
+def show(store: str, run_id: str, as_json: bool, reanalyze: bool) -> None:
     """Show the report of RUN_ID (a run id, a unique prefix, 'latest', or a run folder).
 
     \b
@@ -194,7 +223,7 @@ def show(store: Path, run_id: str, as_json: bool, reanalyze: bool) -> None:
               help="Port to listen on (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback exposes your runs to the network.")
-def dashboard(store: Path, port: int, host: str) -> None:
+def dashboard(store: str, port: int, host: str) -> None:
     """Serve the web dashboard over the run store and print its URL.
 
     \b
@@ -231,7 +260,7 @@ def dashboard(store: Path, port: int, host: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the per-mode results as a JSON list.")
 @click.option("--markdown", is_flag=True, help="Print the comparison as a Markdown table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def bench(store: Path, model: str, script: str | None, modes: str, backends: str | None, size: str,
+def bench(store: str, model: str, script: str | None, modes: str, backends: str | None, size: str,
           steps: int, warmup: int, repeats: int, timeout: float, as_json: bool, markdown: bool,
           quiet: bool) -> None:
     """Compare eager modes (strict, fused, debug, compiled) of one model, each in its own process.
@@ -246,8 +275,11 @@ def bench(store: Path, model: str, script: str | None, modes: str, backends: str
     """
     from tpuscope.bench.command import BenchUsageError, make_plan, run_command
 
+    if "://" in store and not store.startswith("file://"):
+        fail(f"tpuscope bench writes its runs to a local folder, not {store}: give --store DIR")
+    store = store.removeprefix("file://")
     try:
-        plan = make_plan(model, script, modes, backends, size, steps, warmup, repeats, store, timeout)
+        plan = make_plan(model, script, modes, backends, size, steps, warmup, repeats, Path(store), timeout)
         code = run_command(plan, as_json=as_json, markdown=markdown, quiet=quiet)
     except BenchUsageError as exc:
         fail(str(exc))
@@ -260,7 +292,7 @@ def bench(store: Path, model: str, script: str | None, modes: str, backends: str
 @click.option("--name", help="Run name (default: the first file's stem).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run, the files and the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no report.")
-def import_(store: Path, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool) -> None:
+def import_(store: str, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool) -> None:
     """Make a run from files you already have and report on it.
 
     Reads torch_xla metrics reports (metrics_report() text, also inside a log) and
@@ -284,7 +316,7 @@ def import_(store: Path, paths: tuple[Path, ...], name: str | None, as_json: boo
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the Perfetto trace [default: <run>/trace/<run>.trace.json.gz].")
 @click.option("--json", "as_json", is_flag=True, help="Print the device view as JSON.")
-def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
+def trace(store: str, run_id: str, output: Path | None, as_json: bool) -> None:
     """Show RUN_ID's device view and open its trace elsewhere: xprof, TensorBoard, Perfetto.
 
     Prints device busy/idle per device, xprof's measured MXU utilization and duty cycle
@@ -317,7 +349,8 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
         fail(f"run {run_obj.run_id} has no trace: capture one with `tpuscope run --trace-steps 10:20 ...` "
              "or `tpuscope import LOGDIR`")
     view = device_view(run_obj)
-    target = output or run_obj.path / "trace" / f"{run_obj.run_id}.trace.json.gz"
+    default = run_obj.path / layout.TRACE if run_obj.local else Path.cwd()  # a remote run: here
+    target = output or default / f"{run_obj.run_id}.trace.json.gz"
     if events.num_rows:
         view["perfetto_trace"] = str(target)
         write_chrome_trace(events, target)
@@ -344,7 +377,7 @@ def trace(store: Path, run_id: str, output: Path | None, as_json: bool) -> None:
 @click.option("--fail-on-regression", "regression_pct", type=percent, metavar="PCT",
               help="Exit 3 if B's median judged step time is worse by more than PCT (its whole "
                    "interval) or B has a new high-severity finding.")
-def diff(store: Path, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
+def diff(store: str, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
          regression_pct: float | None) -> None:
     """What got better or worse from RUN_A to RUN_B: step time with an interval, compiles,
     fallbacks, findings new / gone / changed (docs/ci.md).
@@ -356,6 +389,43 @@ def diff(store: Path, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
       tpuscope diff baseline-20261201 latest --fail-on-regression 5%
     """
     diff_main(store, run_a, run_b, as_json, as_markdown, regression_pct)
+
+
+@main.command()
+@_store_option
+@click.argument("run_id")
+@click.argument("sql")
+@click.option("--json", "fmt", flag_value="json", help="Print the rows as a JSON list.")
+@click.option("--csv", "fmt", flag_value="csv", help="Print the rows as CSV.")
+def query(store: str, run_id: str, sql: str, fmt: str | None) -> None:
+    """Run SQL (DuckDB) over RUN_ID's tables, each a view named after it: steps, metrics,
+    compiles, fallbacks, findings, ... (docs/store.md).
+
+    \b
+    Examples:
+      tpuscope query latest "SELECT host, median(wall_ns)/1e6 AS p50_ms FROM steps GROUP BY host"
+      tpuscope query exp42 "SELECT op, sum(count) AS n FROM fallbacks GROUP BY op" --json
+      tpuscope query exp42 "SELECT * FROM compiles" --csv --store gs://my-bucket/tpuscope
+    """
+    from tpuscope.cli.query import query_main
+
+    sys.exit(query_main(store, run_id, sql, fmt or "table"))
+
+
+@main.command()
+@_store_option
+@click.argument("run_id")
+def compact(store: str, run_id: str) -> None:
+    """Merge RUN_ID's part files into one per table (as `tpuscope run` does when a run ends;
+    for imported runs, runs written by other tools, or leftovers of a merge that was killed).
+
+    \b
+    Example:
+      tpuscope compact exp42 --store gs://my-bucket/tpuscope
+    """
+    from tpuscope.cli.query import compact_main
+
+    sys.exit(compact_main(store, run_id))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +16,10 @@ from typing import Any, Protocol
 
 import wrapt
 
+from tpuscope.collect.envvars import ENV_OWNS_DEBUG, ENV_RUN_DIR, ENV_WARMUP  # noqa: F401  (re-exported)
 from tpuscope.collect.session import Session
-
-ENV_RUN_DIR = "TPUSCOPE_RUN_DIR"
-ENV_WARMUP = "TPUSCOPE_WARMUP"
-ENV_OWNS_DEBUG = "TPUSCOPE_OWNS_PT_XLA_DEBUG"  # "1" when tpuscope, not the user, enabled PT_XLA_DEBUG
+from tpuscope.store import layout
+from tpuscope.store.hosts import file_host
 
 _active: dict[str, Any] = {}
 
@@ -31,7 +29,7 @@ def active_session() -> Session | None:
 
 
 def debug_file_for(run_dir: Path) -> Path:
-    return run_dir / "debug" / f"pt_xla_debug-{socket.gethostname()}-{os.getpid()}.txt"
+    return run_dir / layout.debug_file(file_host(), os.getpid())
 
 
 def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,
@@ -111,6 +109,7 @@ def _install_collector(module: Any) -> None:
     if session is None or session._closed:
         return
     label, factory = BACKENDS[module.__name__]
+    session.expect_rows()  # a backend will write rows: start importing the writer (pyarrow) now
     try:
         _active["collectors"].append(factory(session))
     except Exception as exc:

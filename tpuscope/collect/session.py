@@ -12,7 +12,6 @@ import atexit
 import functools
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -22,11 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuscope.store.parts import PartWriter
+from tpuscope.collect.envvars import ENV_LAUNCHER_PID
+from tpuscope.store import layout
+from tpuscope.store.buffer import PartWriter
+from tpuscope.store.hosts import file_host, is_pod_run, update_host_meta
 from tpuscope.store.runstore import update_meta, write_json_atomic
 
 FLUSH_INTERVAL_S = 2.0
-ENV_LAUNCHER_PID = "TPUSCOPE_LAUNCHER_PID"  # set by `tpuscope run` for the program it starts
 
 
 def process_rank(spawn_index: int | None = None, runtime_ordinal: int | None = None) -> int:
@@ -74,6 +75,7 @@ class ProfilerCost:
     compile_hook_calls: int = 0
     flush_cpu_ns: int = 0
     flushes: int = 0
+    import_cpu_ns: int = 0  # one-off: pyarrow, imported by the first flush with rows (not in flush_cpu_ns)
 
     def hooked(self, start_ns: int, compiled: bool = False) -> None:
         """Count one step hook that started at perf_counter_ns() == start_ns."""
@@ -92,8 +94,8 @@ class Session:
     def __init__(self, run_dir: str | Path, warmup: int = 2) -> None:
         self.run_dir = Path(run_dir)
         self.warmup = warmup
-        self.writer = PartWriter(self.run_dir)
-        self.host = socket.gethostname()
+        self.host = file_host()  # TPUSCOPE_HOST, the TPU worker, else the hostname (store/hosts.py)
+        self.writer = PartWriter(self.run_dir, host=self.host)
         self.pid = os.getpid()
         self.rank = process_rank()
         self._rank_facts: dict[str, int] = {}
@@ -105,7 +107,10 @@ class Session:
         self._meta_changed = False
         self._prev_excepthook = sys.excepthook
         self.before_close: list[Callable[[], None]] = []  # collectors' last rows
+        # collectors' row building, deferred from the program's steps to the flush
+        self.before_flush: list[Callable[[], None]] = []
         self.cost = ProfilerCost()
+        self._prefetching = False
 
     # -- rows ------------------------------------------------------------------
     def process_fields(self) -> dict[str, Any]:
@@ -158,12 +163,36 @@ class Session:
                 os.register_at_fork(after_in_child=self._after_fork)
         return self
 
+    def expect_rows(self) -> None:
+        """A backend was imported: rows will follow. Import the Parquet writer now, in a
+        thread of its own (seconds before the first flush needs it, off the program's path),
+        and, at once, the one module of it that cannot be imported once the interpreter is
+        shutting down (concurrent.futures.thread registers a threading atexit hook), so
+        that a program which ends before the import finished still has its rows written."""
+        import concurrent.futures.thread  # noqa: F401  (~5 ms)
+
+        if not self._prefetching:
+            self._prefetching = True
+            threading.Thread(target=self._prepare_writer, name="tpuscope-import", daemon=True).start()
+
+    def _prepare_writer(self) -> None:
+        try:
+            self.writer.prepare()
+        except Exception as exc:  # said by the flush that needs it
+            print(f"tpuscope: {exc}", file=sys.stderr)
+
     def flush(self) -> None:
-        """Write the buffered rows; rewrite this process's meta file only when it changed
+        """Build the rows collectors deferred from the step (before_flush), write the buffered
+        rows; rewrite this process's meta file only when it changed
         (its cost figures are written at close): rewriting it every 2 s cost a fifth of
         the flush."""
         start = time.thread_time_ns()
+        imported = self.writer.flush_import_ns
+        for build_rows in self.before_flush:
+            build_rows()
         self.writer.flush()
+        start += self.writer.flush_import_ns - imported  # a one-off, kept apart:
+        self.cost.import_cpu_ns = self.writer.import_cpu_ns
         if self._meta_changed:
             self._meta_changed = False
             self._write_proc_meta()
@@ -197,7 +226,7 @@ class Session:
         record_end_if_orphaned(self.run_dir, self.proc_meta)
 
     def _write_proc_meta(self) -> None:
-        write_json_atomic(self.run_dir / "procs" / f"{self.host}-{self.pid}.json", self.proc_meta)
+        write_json_atomic(self.run_dir / layout.proc_file(self.host, self.pid), self.proc_meta)
 
     def _start_flusher(self) -> None:
         self._stop = threading.Event()
@@ -261,9 +290,13 @@ def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
     if not launcher or os.getpid() != _FIRST_CHILD.get("pid") or str(os.getppid()) == launcher:
         return
     status = {"killed": "killed by SIGTERM", "exception": "failed"}.get(proc_meta.get("status"), "ended")
+    fields = {"status": status, "end_ns": proc_meta.get("end_ns") or time.time_ns(), "launcher_lost": True,
+              "exit_code": -signal.SIGTERM if status.startswith("killed") else None}
     try:
-        update_meta(run_dir, status=status, end_ns=proc_meta.get("end_ns") or time.time_ns(),
-                    launcher_lost=True, exit_code=-signal.SIGTERM if status.startswith("killed") else None)
+        if is_pod_run(run_dir):  # a run of many hosts: only this host's own meta
+            update_host_meta(run_dir, str(proc_meta.get("host")), **fields)
+        else:
+            update_meta(run_dir, **fields)
     except Exception as exc:
         print(f"tpuscope: cannot record the run's end in {run_dir}: {exc}", file=sys.stderr)
 

@@ -10,12 +10,14 @@ under `<run>/trace/<backend>-<host>-<pid>/`, which the xplane ingester reads.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tpuscope.store import layout
+from tpuscope.store.hosts import file_host
 
 ENV_TRACE_STEPS = "TPUSCOPE_TRACE_STEPS"
 
@@ -58,7 +60,7 @@ def window_from_env() -> StepWindow | None:
 
 def trace_dir(run_dir: str | Path, backend: str) -> Path:
     """This process's profiler output folder inside the run."""
-    return Path(run_dir) / "trace" / f"{backend}-{socket.gethostname()}-{os.getpid()}"
+    return Path(run_dir) / layout.TRACE / f"{backend}-{file_host()}-{os.getpid()}"
 
 
 def xplane_files(directory: str | Path) -> list[str]:

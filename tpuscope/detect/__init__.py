@@ -8,13 +8,18 @@ registry. Docs of every rule: docs/detectors.md.
 from tpuscope.detect.cpu_fallback import detect_cpu_fallback
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.op_by_op import detect_op_by_op
+from tpuscope.detect.rank_divergence import detect_rank_divergence
 from tpuscope.detect.recompile import detect_recompile
-from tpuscope.detect.registry import DETECTORS, RunTables, detect
+from tpuscope.detect.registry import DETECTORS, POD_DETECTORS, RunTables, detect
+from tpuscope.detect.straggler import detect_straggler
 from tpuscope.detect.tensorcore import detect_tensorcore_underuse
 
 for _rule in (detect_recompile, detect_cpu_fallback, detect_host_sync, detect_op_by_op,
               detect_tensorcore_underuse):
     if _rule not in DETECTORS:
         DETECTORS.append(_rule)
+for _rule in (detect_straggler, detect_rank_divergence):  # hosts against each other (detect/pod.py)
+    if _rule not in POD_DETECTORS:
+        POD_DETECTORS.append(_rule)
 
-__all__ = ["DETECTORS", "RunTables", "detect"]
+__all__ = ["DETECTORS", "POD_DETECTORS", "RunTables", "detect"]

@@ -113,14 +113,24 @@ class RunTables:
 
 
 Detector = Callable[[RunTables], list[Finding]]
-DETECTORS: list[Detector] = []
+DETECTORS: list[Detector] = []  # rules of one host's tables (a pod: each host alone, detect/pod.py)
+POD_DETECTORS: list[Detector] = []  # rules that judge the hosts against each other (2+ hosts)
 
 
 def detect(tables: RunTables, detectors: list[Detector] | None = None) -> list[Finding]:
-    """Every finding of every detector, most severe first, then costliest."""
-    findings: list[Finding] = []
-    for detector in DETECTORS if detectors is None else detectors:
-        findings.extend(detector(tables))
+    """Every finding of every detector, most severe first, then costliest. The default rules
+    judge a run of many hosts host by host (findings merged per root cause, naming the hosts)
+    and the pod rules judge the hosts against each other; given detectors run on the whole run."""
+    if detectors is not None:
+        return sorted([f for detector in detectors for f in detector(tables)], key=order)
+    from tpuscope.detect.pod import detect_per_host, run_hosts
+
+    hosts = run_hosts(tables)
+    if len(hosts) < 2:
+        findings = [f for detector in DETECTORS for f in detector(tables)]
+    else:
+        findings = detect_per_host(tables, DETECTORS, hosts)
+        findings += [f for detector in POD_DETECTORS for f in detector(tables)]
     return sorted(findings, key=order)
 
 

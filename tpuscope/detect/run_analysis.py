@@ -13,6 +13,7 @@ from typing import Any
 
 from tpuscope.analyze.summary import summarize
 from tpuscope.detect import RunTables, detect
+from tpuscope.detect.pod import hosts_ended_now, pod_summary
 from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
@@ -39,6 +40,8 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
                                    for rule in sorted({f.rule for f in findings})}
     summary["analysis_version"] = ANALYSIS_VERSION
+    # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
+    summary.update(pod_summary(tables, findings))
     return summary
 
 
@@ -55,6 +58,8 @@ def stored_summary(run: Run) -> dict[str, Any] | None:
     now = {"run_id": run.run_id, "name": meta.get("name"), "command": meta.get("command"),
            "status": meta.get("status"), "exit_code": meta.get("exit_code"),
            "duration_s": (end - start) / 1e9 if start and end else None}
+    if stored.get("hosts"):  # a pod: how each host ended is read now too (a host lost since)
+        now["hosts"] = hosts_ended_now(stored["hosts"], meta)
     return {**stored, **now}
 
 

@@ -9,7 +9,6 @@ out of the profiled program.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,8 @@ import pandas as pd
 from tpuscope.ingest import traces as trace_ingest
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
-from tpuscope.store import Run, update_meta
+from tpuscope.store import Run, layout, update_meta
+from tpuscope.store.hosts import file_host
 from tpuscope.store.parts import PartWriter
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
@@ -58,17 +58,17 @@ def ingest_run(run_dir: str | Path) -> list[str]:
     run_dir = Path(run_dir)
     notes: list[str] = []
     meta: dict[str, Any] = {}
-    files = trace_ingest.xplane_files(run_dir / "trace")
+    files = trace_ingest.xplane_files(run_dir / layout.TRACE)
     if files:
         traces = trace_ingest.load_traces(files, steps=traced_steps(Run(run_dir)))
         trace_ingest.write(run_dir, traces, "trace")
         notes += traces.summary + [f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused]
         meta.update({k: v for k, v in traces.meta.items() if k != "trace_hosts"})
         meta["trace_events"] = traces.rows("trace_events")
-    dumps = dump_files(run_dir / "hlo", DUMP_STAGES) if (run_dir / "hlo").is_dir() else []
+    dumps = dump_files(run_dir / layout.HLO, DUMP_STAGES) if (run_dir / layout.HLO).is_dir() else []
     if dumps:
-        count, refused = ingest_hlo(run_dir, dumps, host=socket.gethostname(), pid=0, rank=0)
-        notes.append(f"{count} HLO module(s) parsed from {run_dir / 'hlo'}")
+        count, refused = ingest_hlo(run_dir, dumps, host=file_host(), pid=0, rank=0)
+        notes.append(f"{count} HLO module(s) parsed from {run_dir / layout.HLO}")
         notes += [f"cannot parse HLO {r['path']}: {r['reason']}" for r in refused]
         meta["hlo_modules"] = count
     if meta:

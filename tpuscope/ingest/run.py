@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.ingest.registry import Evidence, Importer, ImportRefused, load
-from tpuscope.store import RunStore, StoreError, update_meta
+from tpuscope.store import RunStore, StoreError, layout, update_meta
 from tpuscope.store.parts import PartWriter
 from tpuscope.store.row_groups import write_row_groups_atomic
 from tpuscope.store.runstore import write_json_atomic
@@ -87,7 +87,7 @@ def _write_file(run_dir: Path, index: int, path: Path, results: list[tuple[Impor
         _keep_files(run_dir, evidence.files)
         meta.update(evidence.meta)
     written += writer.flush()
-    write_json_atomic(run_dir / "procs" / f"{tag}.json", meta)
+    write_json_atomic(run_dir / layout.PROCS / f"{tag}.json", meta)
     return written
 
 

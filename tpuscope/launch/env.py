@@ -37,12 +37,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import wrapt
-
 import tpuscope
-from tpuscope.collect import autostart
-from tpuscope.collect.autostart import ENV_OWNS_DEBUG
+from tpuscope.collect import envvars
+from tpuscope.collect.envvars import ENV_OWNS_DEBUG
 from tpuscope.collect.xla.counters import ENV_ALL_METRICS
+from tpuscope.store import layout
 
 LEVEL, FILE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
 BOOT_DIR = Path(__file__).parent.parent / "_boot"
@@ -78,16 +77,16 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     child = ChildEnv(env=dict(os.environ if base is None else base))
     env = child.env
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
-    env[autostart.ENV_RUN_DIR] = str(run_dir.resolve())
-    env[autostart.ENV_WARMUP] = str(warmup)
+    env[envvars.ENV_RUN_DIR] = str(run_dir.resolve())
+    env[envvars.ENV_WARMUP] = str(warmup)
     env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
     if not tpu_present():
         child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
     for name, value in DEBUG_DEFAULTS.items():
         child.set_default(name, value)
     if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
-        env[autostart.ENV_OWNS_DEBUG] = "1"
-        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / "debug" / "pt_xla_debug-<host>-<pid>.txt")
+        env[ENV_OWNS_DEBUG] = "1"
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
     if deep:
         child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
         child.set_default("XLA_IR_DEBUG", "1")
@@ -96,7 +95,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         if "--xla_dump_to" in flags:
             child.left_to_user.append("XLA_FLAGS --xla_dump_to")
         else:
-            dump = f"--xla_dump_to={run_dir.resolve() / 'hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+            dump = f"--xla_dump_to={run_dir.resolve() / layout.HLO} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
             env["XLA_FLAGS"] = f"{flags} {dump}".strip()
             child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
     return child
@@ -188,6 +187,8 @@ def prepare(folder: str | Path | None = None, shapes: bool = True) -> ProcessSet
         if sys.modules.get("torch_xla") is not None:
             _apply(_state)
         elif not _hooked:
+            import wrapt  # this process only: the launcher's own start-up never needs it
+
             _hooked = True
             wrapt.register_post_import_hook(_on_torch_xla_import, "torch_xla")
     return _state
@@ -210,6 +211,8 @@ def _apply(state: ProcessSettings) -> None:
         state.file = os.environ.get(FILE) if os.environ.get(LEVEL) not in (None, "0") else None
         return
     _enable_debug_text(state)
+    from tpuscope.collect import autostart
+
     if autostart.active_session() is None:  # else the running watch's collector sets its own dump
         _enable_hlo_dump(state)
 

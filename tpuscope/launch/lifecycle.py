@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tpuscope.collect import autostart
-from tpuscope.launch.env import ProcessSettings
 from tpuscope.store import RunStore, update_meta
+
+if TYPE_CHECKING:
+    from tpuscope.launch.env import ProcessSettings
 
 
 def open_run(root: str | Path | RunStore | None, name: str, warmup: int, **meta: Any) -> Path:
@@ -36,6 +37,8 @@ def collect_here(root: str | Path | None, name: str, warmup: int, settings: Proc
 
     `settings` are this process's (launch/env.prepare): the PT_XLA_DEBUG file torch_xla
     writes and the HLO dump folder, shown to the collector as XLA reads them."""
+    from tpuscope.collect import autostart  # this process collects: hooks and session
+
     run_dir = open_run(root, name, warmup, env_set=dict(settings.set_vars), **meta)
     with settings.exposed():
         autostart.start(run_dir, warmup=warmup, install_handlers=False, debug_file=settings.file)
@@ -45,6 +48,8 @@ def collect_here(root: str | Path | None, name: str, warmup: int, settings: Proc
 def stop_here(run_dir: Path, status: str, error: str | None, settings: ProcessSettings) -> None:
     """Stop collecting in this process, record the end, and give back the variables tpuscope
     set once torch_xla has read them (a program started later must not inherit them)."""
+    from tpuscope.collect import autostart
+
     try:
         autostart.stop(status=status, error=error, close_open_step=True)
         close_run(run_dir, status, error)

@@ -11,6 +11,7 @@ from tpuscope.detect.run_analysis import analyze
 from tpuscope.launch import env
 from tpuscope.launch.lifecycle import collect_here, stop_here
 from tpuscope.store import Run
+from tpuscope.store.ship import finish_shipping, host_tag
 
 
 @contextmanager
@@ -51,6 +52,7 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
         if watcher is not None:
             watcher.stop()
         run.reload()
+        run.compact(host_tag())  # one file per table for every reader
         if analyze_at_exit:
             analyze(run)
-            run.reload()
+        run.reopen(finish_shipping(run_dir))  # an object store: shipped now, read from there

@@ -15,18 +15,20 @@ import re
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import tpuscope
-from tpuscope.analyze.mxu import DEFAULT_TARGET
+from tpuscope.analyze.chips import DEFAULT_TARGET
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
-from tpuscope.store import RunStore, update_meta
+from tpuscope.store import RunStore, layout, update_meta
+from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host, join_run, update_host_meta
 from tpuscope.store.liveness import launcher_identity
 
 if TYPE_CHECKING:
@@ -109,17 +111,33 @@ class StartError(UsageError):
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
     trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
+    run_id: str | None = None,
 ) -> tuple[Path | None, int]:
     """Run the program under collection; returns (run folder, or None when it could not be
     written; the program's return code: negative when a signal killed it, as subprocess says).
-    With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts.py)."""
+    With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts.py).
+    With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
+    keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
     device_options = _device_options(trace_steps, target)
-    run_dir = open_run(store, name or program.name, warmup)
+    host = file_host()
+    if run_id and not store.local:  # each host ships its own stage: meta.json would be overwritten
+        raise UsageError("--run-id joins hosts in a shared folder store (a local path or a mounted "
+                         "filesystem); an object store (gs://, s3://) is not supported for it yet")
+    if run_id:
+        run_dir = join_run(store.root, run_id, name=name or program.name)
+        update_host_meta(run_dir, host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(),
+                         status="running")  # what open_run puts in a one-host run's meta.json
+    else:
+        run_dir = open_run(store, name or program.name, warmup)
     child = build_env(run_dir, warmup, deep)
+    if run_id:
+        child.set_default(ENV_HOST, host)  # every process of this host writes as this host
+        child.set_default(ENV_RUN_ID, run_id)
     if trace_steps:
         child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
-    record = MetaRecorder(run_dir)
+    record = MetaRecorder(run_dir, host if run_id else None)
     record(
+        host=host,
         argv=program.argv,
         command=shlex.join(program.argv),
         deep=deep,
@@ -148,7 +166,21 @@ def run_program(
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
+    if not run_id:  # a pod's hosts end at different times: one merging the others' parts could race
+        _compact(run_dir)
     return run_dir, code
+
+
+def _compact(run_dir: Path) -> None:
+    """A handful of files per table for every reader; a run without rows has nothing to merge
+    (and then never imports pyarrow: `tpuscope run python -c pass` stays cheap)."""
+    from tpuscope.store.buffer import has_parts
+
+    if has_parts(run_dir):
+        from tpuscope.store import Run
+        from tpuscope.store.ship import host_tag
+
+        Run(run_dir).compact(host_tag())
 
 
 def _start_alerts(run_dir: Path) -> AlertWatcher | None:
@@ -167,15 +199,23 @@ class MetaRecorder:
     """The launcher's writes of meta.json: a full or vanished store is said once, in one line,
     and never stops the program or changes its exit status."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, host: str | None = None) -> None:
         self.run_dir = run_dir
+        self.host = host  # a run of many hosts: this launcher writes only hosts/<host>.json
         self.failed = False
 
     def __call__(self, **fields: object) -> None:
-        self._guarded(update_meta, self.run_dir, **fields)
+        if self.host:
+            self._guarded(update_host_meta, self.run_dir, self.host, **fields)
+        else:
+            self._guarded(update_meta, self.run_dir, **fields)
 
     def close(self, status: str, **fields: object) -> None:
-        self._guarded(close_run, self.run_dir, status, **fields)
+        if self.host:  # the end of this host, in its own file (close_run writes meta.json)
+            self._guarded(update_host_meta, self.run_dir, self.host, status=status,
+                          end_ns=time.time_ns(), **fields)
+        else:
+            self._guarded(close_run, self.run_dir, status, **fields)
 
     def _guarded(self, write: Callable[..., object], *args: object, **fields: object) -> None:
         try:
@@ -189,7 +229,7 @@ class MetaRecorder:
 
 def _device_options(trace_steps: str | None, target: str | None) -> dict[str, object]:
     """Meta for --trace-steps and --target; UsageError when either is malformed."""
-    from tpuscope.analyze.mxu import chip
+    from tpuscope.analyze.chips import chip
 
     try:
         window = parse_window(trace_steps)
@@ -204,7 +244,7 @@ def _device_options(trace_steps: str | None, target: str | None) -> dict[str, ob
 
 def _ingest_device_view(run_dir: Path) -> None:
     """Traces and HLO dumps the program left become tables; a failure here never loses the run."""
-    if not ((run_dir / "trace").is_dir() or (run_dir / "hlo").is_dir()):
+    if not ((run_dir / layout.TRACE).is_dir() or (run_dir / layout.HLO).is_dir()):
         return  # nothing to read: skip importing the readers
     from tpuscope.ingest.device import ingest_run
 

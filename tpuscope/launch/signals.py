@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tpuscope.collect.session import ENV_LAUNCHER_PID
+from tpuscope.collect.envvars import ENV_LAUNCHER_PID
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WATCHED = (*FORWARDED, signal.SIGCHLD)

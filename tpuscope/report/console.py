@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpuscope.detect.run_analysis import RunReport
+from tpuscope.report.hosts import hosts_table
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
 
@@ -133,7 +134,7 @@ def lead_line(findings: list[Finding]) -> Text:
 def render(report: RunReport, console: Console) -> None:
     console.print(lead_line(report.findings))
     parts: list[Any] = [headline(report.summary)]
-    for table in (causes_table(report.summary["compile_causes"]),
+    for table in (hosts_table(report.summary.get("hosts")), causes_table(report.summary["compile_causes"]),
                   fallbacks_table(report.summary["fallback_ops"])):
         if table is not None:
             parts.append(table)

@@ -9,16 +9,19 @@ import pandas as pd
 
 from tpuscope.report.cost import cost_view
 from tpuscope.report.cost import render as render_cost
-from tpuscope.store import Run
+from tpuscope.store import Run, layout
 
 XPROF_FIGURES = ("device_type", "device_core_count", "mxu_utilization_percent", "device_duty_cycle_percent",
                  "device_idle_time_percent", "hbm_utilization_percent",
                  "flop_rate_utilization_relative_to_roofline", "peak_flop_rate_gflops", "peak_hbm_bw_gibps")
 
 
-def log_dirs(run_dir: Path) -> list[Path]:
-    """Folders xprof/TensorBoard take as --logdir: each holds plugins/profile/<session>/*.xplane.pb."""
-    found = {p.parent.parent.parent.parent for p in (run_dir / "trace").rglob("*.xplane.pb")
+def log_dirs(run_dir: Path | Any) -> list[Path]:
+    """Folders xprof/TensorBoard take as --logdir: each holds plugins/profile/<session>/*.xplane.pb
+    (local runs: xprof opens folders; a run in an object store has none to name)."""
+    if not isinstance(run_dir, Path):
+        return []
+    found = {p.parent.parent.parent.parent for p in (run_dir / layout.TRACE).rglob("*.xplane.pb")
              if p.parent.parent.name == "profile" and p.parent.parent.parent.name == "plugins"}
     return sorted(found)
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from rich.table import Table
 
+from tpuscope.report.hosts import hosts_cell
+from tpuscope.store.location import Location, LocationError
 from tpuscope.store.run import ANALYSIS_FILE
 
 # The figures `ls` shows of a run, as its analysis wrote them at the run's end (no table read:
@@ -20,19 +22,20 @@ def _when(ns: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9)) if ns else "-"
 
 
-def brief(run_dir: Path) -> dict[str, Any] | None:
+def brief(run_dir: str | Path | Location) -> dict[str, Any] | None:
     """The run's headline figures from analysis.json, None when it has none (a run still going,
     one never analysed) or it cannot be read."""
     try:
-        summary = json.loads((Path(run_dir) / ANALYSIS_FILE).read_text())
-    except (OSError, ValueError):
+        summary = json.loads((Location.of(run_dir) / ANALYSIS_FILE).read_text())
+    except (OSError, ValueError, LocationError):
         return None
     return {k: summary.get(k) for k in BRIEF_KEYS} if isinstance(summary, dict) else None
 
 
-def with_briefs(runs: list[dict[str, Any]], store: Path) -> list[dict[str, Any]]:
+def with_briefs(runs: list[dict[str, Any]], store: str | Path | Location) -> list[dict[str, Any]]:
     """Each run's meta with its `analysis` brief (None while it runs or when never analysed)."""
-    return [{**meta, "analysis": None if meta.get("status") == "running" else brief(store / meta["run_id"])}
+    root = Location.of(store)
+    return [{**meta, "analysis": None if meta.get("status") == "running" else brief(root / meta["run_id"])}
             for meta in runs]
 
 
@@ -43,7 +46,7 @@ def _findings(summary: dict[str, Any] | None) -> str:
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
     table = Table(title="tpuscope runs (newest first)", title_justify="left")
-    for col in ("run id", "started", "status", "backend", "steps", "p50 ms", "findings h/m/l", "command"):
+    for col in ("run id", "started", "status", "backend", "hosts", "steps", "p50 ms", "findings h/m/l", "command"):
         table.add_column(col)
     for meta in runs:
         procs = meta.get("processes", [])
@@ -51,6 +54,6 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
         summary = meta.get("analysis")
         p50 = (summary or {}).get("step_time_p50_ms")
         table.add_row(meta["run_id"], _when(meta.get("start_ns")), str(meta.get("status", "-")),
-                      str(backend), str((summary or {}).get("steps", "-")),
+                      str(backend), hosts_cell(meta), str((summary or {}).get("steps", "-")),
                       "-" if p50 is None else f"{p50:.2f}", _findings(summary), str(meta.get("command", ""))[:60])
     return table

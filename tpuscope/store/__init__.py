@@ -1,8 +1,30 @@
-"""The run store: Parquet parts per table plus JSON meta, one folder per run."""
+"""The run store: Parquet parts per table plus JSON meta, one folder per run.
 
-from tpuscope.store.parts import PartWriter, read_table
-from tpuscope.store.run import Run, load_run
-from tpuscope.store.runstore import RunStore, StoreError, default_store, read_meta, update_meta
+Names load on first use: a profiled process imports `tpuscope.store.runstore` at start-up
+and must not pay for pandas (`Run`) or pyarrow (`read_table`) until it reads or writes rows.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpuscope.store.parts import PartWriter, read_table
+    from tpuscope.store.run import Run, load_run
+    from tpuscope.store.runstore import RunStore, StoreError, default_store, read_meta, update_meta
+
+_HOMES = {
+    "PartWriter": "parts",
+    "read_table": "parts",
+    "Run": "run",
+    "load_run": "run",
+    "RunStore": "runstore",
+    "StoreError": "runstore",
+    "default_store": "runstore",
+    "read_meta": "runstore",
+    "update_meta": "runstore",
+}
 
 __all__ = [
     "PartWriter",
@@ -15,3 +37,12 @@ __all__ = [
     "read_table",
     "update_meta",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tpuscope.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tpuscope.store.{home}"), name)
+    globals()[name] = value
+    return value

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpuscope.store.location import Location, mtime_ns
+
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -51,10 +53,14 @@ def launcher_gone(identity: Any) -> bool:
     return isinstance(pid, int) and _start_ticks(pid) != identity.get("started")
 
 
-def last_write_ns(run_dir: Path) -> int:
+def last_write_ns(run_dir: Path | Location) -> int:
     """The newest modification time of anything in the run folder."""
+    loc = Location.of(run_dir)
+    if not loc.local:
+        found = loc.fs.find(loc.path, detail=True)
+        return max((mtime_ns(info) for info in found.values()), default=0)
     newest = 0
-    for root, _, files in os.walk(run_dir):
+    for root, _, files in os.walk(loc.path):
         for name in files:
             try:
                 newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
@@ -63,6 +69,6 @@ def last_write_ns(run_dir: Path) -> int:
     return newest
 
 
-def ended_unknown(run_dir: Path) -> str:
+def ended_unknown(run_dir: Path | Location) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last_write_ns(run_dir) / 1e9))
     return f"ended unknown (last write at {stamp})"

@@ -1,52 +1,134 @@
-"""A stored run as plain data: meta as a dict, tables as pandas DataFrames."""
+"""One run folder, local or in an object store: the only reader and writer of a run's
+meta, tables, findings and analysis (the dashboard included)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import pyarrow as pa
 
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store.parts import read_table, write_table_atomic
-from tpuscope.store.runstore import RunStore, read_meta
+from tpuscope.store import layout
+from tpuscope.store.compact import active_parts, compact_run
+from tpuscope.store.location import Entry, Location
+from tpuscope.store.parts import PartWriter
+from tpuscope.store.runstore import RunStore, read_meta, update_meta
 
-ANALYSIS_FILE = "analysis.json"
+if TYPE_CHECKING:
+    import pandas as pd
+
+ANALYSIS_FILE = layout.ANALYSIS
 
 
-def table_to_frame(table: Any) -> pd.DataFrame:
-    """Arrow -> pandas with dictionary columns as plain strings (easier to compare and filter)."""
+def table_to_frame(table: pa.Table, keep_categories: bool = False) -> pd.DataFrame:
+    """Arrow -> pandas with strings as Python objects (easier to compare and filter; pandas 3
+    reads strings as Arrow arrays, ~10x slower to iterate). `keep_categories` leaves
+    dictionary columns as categoricals, for tables of millions of rows (trace_events)."""
+    import pandas as pd  # not imported by `ls` or `query`: ~0.8 s of a command's start
+
     frame = table.to_pandas()
     for col in frame.columns:
-        if isinstance(frame[col].dtype, pd.CategoricalDtype):
+        dtype = frame[col].dtype
+        if (isinstance(dtype, pd.CategoricalDtype) and not keep_categories) or isinstance(
+            dtype, pd.StringDtype
+        ):
             frame[col] = frame[col].astype(object)
     return frame
 
 
 class Run:
-    """Read access to one run folder. Tables load on first use."""
+    """One run. Tables load on first use; `scan` and `query` read only what they ask for."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | Location) -> None:
+        self.loc = Location.of(path)
+        # a Path for a local run (callers join names and open files); the Location otherwise
+        self.path: Any = self.loc.as_path() if self.loc.local else self.loc
+
+    def reopen(self, path: str | os.PathLike[str] | Location) -> None:
+        """Forget what was read and read `path` from now on (the run grew, or was shipped)."""
+        self.__dict__.clear()
+        self.__init__(path)  # type: ignore[misc]
+
+    @classmethod
+    def create(cls, store: str | os.PathLike[str] | Location | None, name: str, **meta: Any) -> Run:
+        """A new run (its folder and meta.json). For an object store this is the local stage
+        that `store.ship.Shipper` copies there."""
+        return cls(RunStore(store).new_run(name, **meta))
 
     @property
     def run_id(self) -> str:
-        return self.path.name
+        return self.loc.name
 
+    @property
+    def local(self) -> bool:
+        return self.loc.local
+
+    def __truediv__(self, name: str) -> Location:
+        return self.loc / name
+
+    # -- meta -------------------------------------------------------------------------
     @cached_property
     def meta(self) -> dict[str, Any]:
-        return read_meta(self.path)
+        return read_meta(self.loc)
 
-    def table(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
-        """One table as a DataFrame; only `columns` (in that order) when given."""
+    def update_meta(self, **fields: Any) -> dict[str, Any]:
+        self.__dict__.pop("meta", None)
+        return update_meta(self.loc, **fields)
+
+    def write_proc(self, host: str, pid: int, data: dict[str, Any]) -> None:
+        """This process's own view of the run (procs/<host>-<pid>.json), written whole."""
+        (self.loc / layout.proc_file(host, pid)).write_json_atomic(data)
+
+    # -- writing rows and files (a local folder: object stores get a stage, store.ship) --
+    def writer(self, tag: str | None = None) -> PartWriter:
+        """A buffer of rows that flushes them as new part files of this run."""
+        return PartWriter(self.loc.as_path(), tag=tag)
+
+    def folder(self, name: str) -> Path:
+        """A folder of the run's files (layout.DEBUG, HLO, TRACE) for tools that write there."""
+        return self.loc.as_path() / name
+
+    # -- tables -----------------------------------------------------------------------
+    def parts(self, name: str) -> list[Entry]:
+        """The part files readers take for one table (names, sizes, mtimes)."""
+        return active_parts(self.loc / name)
+
+    def has_table(self, name: str) -> bool:
+        return bool(self.parts(name))
+
+    def arrow(
+        self,
+        name: str,
+        columns: Sequence[str] | None = None,
+        where: str | None = None,
+        warn: list[str] | None = None,
+    ) -> pa.Table:
+        """A table as Arrow, read by DuckDB: only `columns`, only the rows `where` keeps."""
+        from tpuscope.store import sql
+
+        return sql.scan(self.loc, name, columns=columns, where=where, warn=warn)
+
+    def table(
+        self,
+        name: str,
+        columns: Sequence[str] | None = None,
+        where: str | None = None,
+        keep_categories: bool = False,
+    ) -> pd.DataFrame:
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
-        if columns is not None and (unknown := sorted(set(columns) - set(TABLES[name].names))):
-            raise KeyError(f"table {name!r} has no column {', '.join(unknown)}")
-        return table_to_frame(read_table(self.path, name, columns=columns))
+        return table_to_frame(self.arrow(name, columns, where), keep_categories)
+
+    def query(self, statement: str) -> pa.Table:
+        """SQL over the run's tables, each a view named after it (DuckDB)."""
+        from tpuscope.store import sql
+
+        return sql.query(self.loc, statement)
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         if name in TABLES:
@@ -55,64 +137,69 @@ class Run:
             return frame
         raise AttributeError(name)
 
+    def compact(self, tag: str) -> int:
+        """Merge each table's parts into one file (crash-safe, see store.compact)."""
+        return compact_run(self.loc, tag)
+
     def reload(self) -> None:
         """Forget what was read, so the next access reads the folder as it is now (a run
         read while it was being written, or re-analysed)."""
-        path = self.path
-        self.__dict__.clear()
-        self.path = path
+        self.reopen(self.loc)
 
+    # -- findings and analysis --------------------------------------------------------
     def findings_list(self) -> list[Finding]:
         return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]
 
     def write_findings(self, findings: list[Finding]) -> None:
         """Replace the run's findings (analysis is re-runnable, so one part, overwritten)."""
-        import pyarrow as pa
+        import pyarrow.parquet as pq
 
         rows = [f.to_row() for f in sorted(findings, key=lambda f: -f.cost_s)]
         table = pa.Table.from_pylist(rows, schema=TABLES["findings"])
-        folder = self.path / "findings"
-        for old in folder.glob("part-*.parquet") if folder.is_dir() else []:
-            if old.name != "part-analysis.parquet":
-                old.unlink()
-        write_table_atomic(folder / "part-analysis.parquet", table)
+        folder = self.loc / "findings"
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        if folder.local:
+            Path(folder.path).mkdir(exist_ok=True)
+        (folder / layout.FINDINGS_PART).write_bytes_atomic(sink.getvalue().to_pybytes())
+        for old in folder.entries():
+            if layout.is_part(old.name) and old.name != layout.FINDINGS_PART:
+                (folder / old.name).remove()
         self.__dict__.pop("findings", None)
 
     @property
     def analysis(self) -> dict[str, Any] | None:
         """The summary the last analysis wrote (tpuscope.detect.run_analysis), None when there is none or
         when a table part is newer than it (rows were added or a part changed since)."""
-        path = self.path / ANALYSIS_FILE
+        entry = next((e for e in self.loc.entries() if e.name == layout.ANALYSIS), None)
+        if entry is None or self._newest_part_ns() > entry.mtime_ns:
+            return None
         try:
-            written = path.stat().st_mtime_ns
-            if self._newest_part_ns() > written:
-                return None
-            return json.loads(path.read_text())
+            return json.loads((self.loc / layout.ANALYSIS).read_text())
         except (OSError, ValueError):
             return None
 
     def _newest_part_ns(self) -> int:
         """mtime of the newest Parquet part of any table but findings (which analysis writes)."""
-        newest = 0
-        for name in TABLES:
-            folder = self.path / name
-            if name == "findings" or not folder.is_dir():
-                continue
-            with os.scandir(folder) as entries:
-                newest = max([newest, *(e.stat().st_mtime_ns for e in entries if e.name.endswith(".parquet"))])
-        return newest
+        present = set(self.loc.folders())
+        return max(
+            (
+                e.mtime_ns
+                for name in TABLES
+                if name != "findings" and name in present
+                for e in (self.loc / name).entries()
+                if e.name.endswith(".parquet")
+            ),
+            default=0,
+        )
 
     def write_analysis(self, summary: dict[str, Any]) -> None:
         """Replace analysis.json, atomically (a reader never sees half a file)."""
-        target = self.path / ANALYSIS_FILE
-        tmp = target.with_name(f".{ANALYSIS_FILE}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        data = json.dumps(summary, indent=1, sort_keys=True, default=str).encode()
+        (self.loc / layout.ANALYSIS).write_bytes_atomic(data, make_folder=False)
 
 
 def load_run(run: str | Path, store: str | Path | None = None) -> Run:
-    """Open a run by id (in `store`, default ./tpuscope-runs or $TPUSCOPE_STORE) or by path."""
+    """Open a run by id (in `store`, default ./tpuscope-runs or $TPUSCOPE_STORE), by path, or
+    by URL (gs://bucket/runs/<id>)."""
     return Run(RunStore(store).resolve(run))

@@ -1,10 +1,6 @@
-"""The run store: one folder per run, holding meta.json and a folder of Parquet parts per table.
-
-Layout (documented in docs/store.md):
-    <store>/<run_id>/meta.json              launcher's view: argv, status, times, env set
-    <store>/<run_id>/procs/<host>-<pid>.json  each process's view: versions, device, rank, end
-    <store>/<run_id>/<table>/part-*.parquet  rows, appended by any number of processes
-"""
+"""The run store: one folder per run (the layout is `store.layout`), in a local folder or at
+any fsspec URL (gs://, s3://); meta.json, the process files and (a run joined by --run-id)
+each host's file are read and written here."""
 
 from __future__ import annotations
 
@@ -20,8 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tpuscope.schema import SCHEMA_VERSION
+from tpuscope.schema_consts import SCHEMA_VERSION
+from tpuscope.store import layout
+from tpuscope.store.hosts import combine, is_pod_run
 from tpuscope.store.liveness import ended_unknown, launcher_gone
+from tpuscope.store.location import Location, LocationError
 
 DEFAULT_STORE = "./tpuscope-runs"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -31,8 +30,9 @@ class StoreError(Exception):
     """A store or run that cannot be used; the message names it."""
 
 
-def default_store() -> Path:
-    return Path(os.environ.get("TPUSCOPE_STORE") or DEFAULT_STORE)
+def default_store() -> str:
+    """$TPUSCOPE_STORE (a folder or any fsspec URL), else ./tpuscope-runs."""
+    return os.environ.get("TPUSCOPE_STORE") or DEFAULT_STORE
 
 
 def is_valid_run_id(run_id: str) -> bool:
@@ -60,90 +60,138 @@ def write_json_atomic(path: Path, data: dict[str, Any], make_folder: bool = True
         raise
 
 
-def read_json(path: Path) -> dict[str, Any]:
+def read_json(path: str | Path | Location) -> dict[str, Any]:
     """A JSON object from a file; {} when absent, StoreError when it is there but unreadable."""
+    loc = Location.of(path)
     try:
-        text = path.read_text()
+        text = loc.read_text()
     except FileNotFoundError:
         return {}
     except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise StoreError(f"cannot read {loc}: {exc.strerror or exc}") from exc
+    return parse_json(text, loc)
+
+
+def parse_json(text: str | bytes, where: object) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise StoreError(f"{path} is not valid JSON ({exc})") from exc
+        raise StoreError(f"{where} is not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise StoreError(f"{path} does not hold a JSON object")
+        raise StoreError(f"{where} does not hold a JSON object")
     return data
 
 
-def update_meta(run_dir: Path, **fields: Any) -> dict[str, Any]:
+def update_meta(run_dir: str | Path | Location, **fields: Any) -> dict[str, Any]:
     """Merge fields into a run's meta.json (written whole, atomically).
 
     A meta.json that does not parse is not merged into (that would silently drop what it
     held): it is kept beside as meta.json.corrupt and the new fields start a fresh one."""
-    path = Path(run_dir) / "meta.json"
+    run = Location.of(run_dir)
+    path = run / layout.META
     try:
         meta = read_json(path)
     except StoreError:
-        os.replace(path, path.with_name("meta.json.corrupt"))
-        meta = {"run_id": Path(run_dir).name, "meta_was_corrupt": True}
+        run.fs.mv(path.path, (run / layout.META_CORRUPT).path)
+        meta = {"run_id": run.name, "meta_was_corrupt": True}
     meta.update(fields)
-    write_json_atomic(path, meta, make_folder=False)
+    path.write_json_atomic(meta, make_folder=False)
     return meta
 
 
-def check_schema(meta: dict[str, Any], run_dir: Path) -> None:
+def check_schema(meta: dict[str, Any], run_dir: object) -> None:
     """Refuse a run written by a newer tpuscope: its tables may mean other things."""
     version = meta.get("schema_version", SCHEMA_VERSION)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise StoreError(f"run {Path(run_dir).name} has schema version {version!r}, newer than this "
+        name = Location.of(run_dir).name if isinstance(run_dir, str | Path | Location) else run_dir
+        raise StoreError(f"run {name} has schema version {version!r}, newer than this "
                          f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
 
 
-def read_meta(run_dir: Path) -> dict[str, Any]:
+def _proc_metas(run: Location) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every process file of a run, fetched together (one round of requests remotely)."""
+    folder = run / layout.PROCS
+    paths = [(folder / e.name).path for e in folder.entries() if e.name.endswith(".json")]
+    procs, warnings = [], []
+    if not paths:
+        return procs, warnings
+    try:
+        blobs = run.fs.cat(paths, on_error="return")
+    except OSError as exc:
+        return procs, [f"cannot read {folder}: {exc}"]
+    for path in sorted(blobs):
+        blob = blobs[path]
+        try:
+            if isinstance(blob, BaseException):
+                raise StoreError(f"cannot read {path}: {blob}")
+            procs.append(parse_json(blob, Location(run.fs, path)))
+        except StoreError as exc:
+            warnings.append(str(exc))
+    return procs, warnings
+
+
+def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
     """The run's meta with every process's own meta under 'processes'.
 
     The run id is always the folder's name (a copied or renamed run is found where it is).
     A run still marked running whose launcher is gone (machine crash, SIGKILL with no child
     left to record the end) reads as "ended unknown (last write at T)". Unreadable process
     files are named under 'warnings' and left out."""
-    run_dir = Path(run_dir)
-    meta = read_json(run_dir / "meta.json")
-    check_schema(meta, run_dir)
-    procs_dir = run_dir / "procs"
-    procs, warnings = [], []
-    for path in sorted(procs_dir.glob("*.json")) if procs_dir.is_dir() else []:
-        try:
-            procs.append(read_json(path))
-        except StoreError as exc:
-            warnings.append(str(exc))
+    run = Location.of(run_dir)
+    meta = read_json(run / layout.META)
+    check_schema(meta, run)
+    procs, warnings = _proc_metas(run)
     meta["processes"] = [p for p in procs if p]
+    if run.local and is_pod_run(run.as_path()):  # one run of many hosts: each host's own meta
+        meta = combine(meta, run.as_path(), warnings)
     if warnings:
         meta["warnings"] = warnings
-    if meta.get("run_id") not in (None, run_dir.name):
+    if meta.get("run_id") not in (None, run.name):
         meta["recorded_run_id"] = meta["run_id"]
-    meta["run_id"] = run_dir.name
-    if meta.get("status") == "running" and launcher_gone(meta.get("launcher")):
-        meta["status"] = ended_unknown(run_dir)
+    meta["run_id"] = run.name
+    if meta.get("status") == "running" and not meta.get("hosts") and launcher_gone(meta.get("launcher")):
+        meta["status"] = ended_unknown(run)
     return meta
 
 
-class RunStore:
-    """A folder of runs. Creating a run checks the folder is writable first."""
+def stage_root() -> Path:
+    """Where runs bound for an object store are written first ($TPUSCOPE_STAGE, else the user's
+    cache): the program's parts land on local disk at local speed and are shipped in batches."""
+    env = os.environ.get("TPUSCOPE_STAGE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tpuscope" / "stage"
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
-        self.root = Path(root) if root is not None else default_store()
+
+class RunStore:
+    """A folder of runs, local or any fsspec URL. Creating a run checks the folder is writable."""
+
+    def __init__(self, root: str | os.PathLike[str] | Location | None = None) -> None:
+        try:
+            self.loc = Location.of(root if root is not None else default_store())
+        except LocationError as exc:
+            raise StoreError(str(exc)) from exc
+        # what messages name: the folder (a Path, as before) or the URL
+        self.root: Path | str = self.loc.as_path() if self.loc.local else self.loc.url
+
+    @property
+    def local(self) -> bool:
+        return self.loc.local
 
     def new_run(self, name: str, **meta: Any) -> Path:
-        """A new run folder with its meta.json; a taken id draws another one."""
+        """A new run folder with its meta.json; a taken id draws another one. For a remote
+        store the folder is a local stage (`stage_root()`), which `store.ship.Shipper` copies
+        to `self.loc / run_id`; the meta says where (`store`)."""
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
         stamp = time.strftime("%Y%m%d-%H%M%S")
+        folder = self.loc.as_path() if self.local else stage_root()
+        if not self.local:
+            meta = {"store": self.loc.url, **meta}
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
             for _ in range(100):
                 run_id = f"{safe}-{stamp}-{secrets.token_hex(2)}"
-                run_dir = self.root / run_id
+                run_dir = folder / run_id
                 try:
                     run_dir.mkdir()
                     break
@@ -152,48 +200,85 @@ class RunStore:
             else:
                 raise FileExistsError(f"no free run id for {safe}-{stamp}")
             write_json_atomic(
-                run_dir / "meta.json",
+                run_dir / layout.META,
                 {"run_id": run_id, "name": name, "schema_version": SCHEMA_VERSION, **meta},
             )
         except OSError as exc:
-            raise StoreError(f"cannot write to the store {self.root}: {exc.strerror or exc}") from exc
+            raise StoreError(f"cannot write to the store {folder}: {exc.strerror or exc}") from exc
+        if not self.local:
+            from tpuscope.store.ship import start_shipping
+
+            start_shipping(run_dir, self.loc / run_id)
         return run_dir
 
-    def run_dirs(self) -> Iterator[Path]:
-        if not self.root.is_dir():
+    def close_run(self, run_dir: Path) -> Path | Location:
+        """Where the run now is: for an object store, after its last batch, merged parts and
+        files arrived (the stage is then removed), or the stage kept when they could not."""
+        from tpuscope.store.ship import finish_shipping
+
+        return finish_shipping(run_dir)
+
+    def run_dirs(self) -> Iterator[Location]:
+        """Every run folder (one holding a meta.json)."""
+        try:
+            metas = self.loc.fs.glob(f"{self.loc.path}/*/{layout.META}")
+        except (FileNotFoundError, NotADirectoryError):
             return iter(())
-        return (p for p in self.root.iterdir() if p.is_dir() and (p / "meta.json").is_file())
+        except OSError as exc:
+            raise StoreError(f"cannot list the store {self.root}: {exc.strerror or exc}") from exc
+        return (Location(self.loc.fs, str(m).rsplit("/", 1)[0]) for m in sorted(metas))
 
     def list_runs(self, warn: list[str] | None = None) -> list[dict[str, Any]]:
         """Every readable run's meta, newest first; a run whose meta.json cannot be read is
         left out and named in `warn` (or on stderr)."""
-        metas = []
-        for path in self.run_dirs():
+        def read(path: Location) -> dict[str, Any] | str:
             try:
-                metas.append(read_meta(path))
+                return read_meta(path)
             except StoreError as exc:
-                _warn(warn, f"skipped a run: {exc}")
+                return f"skipped a run: {exc}"
+
+        dirs = list(self.run_dirs())
+        if self.local or len(dirs) < 2:
+            results = [read(d) for d in dirs]
+        else:  # an object store: a few requests per run, answered in parallel
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                results = list(pool.map(read, dirs))
+        for result in results:
+            if isinstance(result, str):
+                _warn(warn, result)
+        metas = [r for r in results if isinstance(r, dict)]
         return sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)
 
-    def resolve(self, run: str | os.PathLike[str]) -> Path:
-        """A run id (or unique prefix, or 'latest') in this store, or a path to a run folder."""
+    def _run(self, run_id: str) -> Path | Location:
+        loc = self.loc / run_id
+        return loc.as_path() if loc.local else loc
+
+    def resolve(self, run: str | os.PathLike[str]) -> Path | Location:
+        """A run id (or unique prefix, or 'latest') in this store, or a path to a run folder
+        (a Path for a local run, a Location for one in an object store)."""
         text = str(run)
+        if "://" in text and not is_valid_run_id(text):
+            loc = Location.of(text)
+            if (loc / layout.META).is_file():
+                return loc.as_path() if loc.local else loc
+            raise StoreError(f"no run at {text}")
         as_path = Path(text)
-        if (as_path / "meta.json").is_file() and (os.sep in text or not is_valid_run_id(text)):
+        if (as_path / layout.META).is_file() and (os.sep in text or not is_valid_run_id(text)):
             return as_path
         if text == "latest":
             runs = self.list_runs()
             if not runs:
                 raise StoreError(f"no runs in the store {self.root}")
-            return self.root / runs[0]["run_id"]  # the folder's name (read_meta)
+            return self._run(runs[0]["run_id"])  # the folder's name (read_meta)
         if not is_valid_run_id(text):
             raise StoreError(f"not a valid run id: {text!r}")
-        exact = self.root / text
-        if (exact / "meta.json").is_file():
-            return exact
+        if (self.loc / text / layout.META).is_file():
+            return self._run(text)
         matches = [p for p in self.run_dirs() if p.name.startswith(text)]
         if len(matches) == 1:
-            return matches[0]
+            return self._run(matches[0].name)
         if len(matches) > 1:
             names = ", ".join(sorted(p.name for p in matches)[:5])
             raise StoreError(f"run id {text!r} is ambiguous in {self.root}: {names}")

@@ -37,6 +37,7 @@ from tpuscope.launch import env as process_env
 from tpuscope.launch.lifecycle import collect_here, stop_here
 from tpuscope.schema import Finding
 from tpuscope.store import Run
+from tpuscope.store.ship import finish_shipping
 from tpuscope.watch import jax_rules as watch_jax
 from tpuscope.watch.text import describe_fallbacks, describe_recompiles, plural
 
@@ -111,10 +112,11 @@ class Watch:
             raise ValueError(f"tpuscope: warmup_steps must be an integer >= 0, not {warmup_steps!r}")
         self.name = name
         self.warmup_steps = warmup_steps
-        self.store = Path(store) if store is not None else None
+        self.store = store if store is None or "://" in str(store) else Path(store)  # a folder or a URL
         self.meta = dict(meta or {})
         self.run: Run | None = None
         self.run_dir: Path | None = None
+        self.saved_at: Any = None  # where the run is kept once the watch ended
         self.status = "not started"
         self._temp: Path | None = None
 
@@ -147,6 +149,8 @@ class Watch:
             # the block's own exception matters more than tpuscope's: let it through
             warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
         finally:
+            if self.run_dir is not None:  # an object store: the run is shipped now (tables read)
+                self.saved_at = finish_shipping(self.run_dir)
             if self._temp is not None:
                 shutil.rmtree(self._temp, ignore_errors=True)
 

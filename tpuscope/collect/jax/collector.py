@@ -22,7 +22,8 @@ import hashlib
 import os
 import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from typing import Any
 
 from tpuscope.collect.frames import is_user_file
@@ -39,11 +40,22 @@ from tpuscope.collect.jax.ready import StepClock, Timing
 from tpuscope.collect.jax.rows import StepAcc, metric_rows, site_rows, step_row
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
-from tpuscope.schema import table_row
 
 _TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 ANNOTATION = "StepTraceAnnotation"
 READY_WAIT_S = 5.0  # at exit, how long outputs still running may take to be ready
+
+
+_LIVE: weakref.WeakSet[JaxCollector] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for collector in list(_LIVE):
+        collector._rows.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class JaxCollector:
@@ -74,6 +86,10 @@ class JaxCollector:
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
         self._hooks: list[Any] = []
         self._profiler: ProfilerWindow | None = None
+        self._hook_ns = 0  # hook time on the program's path since the last step closed
+        self._rows: deque[tuple[Timing, int, int]] = deque()  # steps whose rows wait for the flush
+        session.before_flush.append(self._write_rows)
+        _LIVE.add(self)  # a forked child must not write its parent's steps
 
     # -- install / uninstall -------------------------------------------------------
     def install(self) -> JaxCollector:
@@ -166,8 +182,25 @@ class JaxCollector:
         if self._profiler is not None:
             self._profiler.step_opened(self.step)
 
+    def charge(self, ns: int) -> None:
+        """Hooks report the time they spent on the program's path; each step's share goes to
+        the session's cost (ProfilerCost) when it closes, apart for steps that compiled."""
+        self._hook_ns += ns
+
+    def _charge_step(self, compiled: bool) -> None:
+        cost, spent, self._hook_ns = self.session.cost, self._hook_ns, 0
+        if not self._owns_steps():  # torch_xla's collector counts this process's steps
+            cost.hook_ns += spent
+        elif compiled:
+            cost.compile_hook_ns += spent
+            cost.compile_hook_calls += 1
+        else:
+            cost.hook_ns += spent
+            cost.hook_calls += 1
+
     def _close(self, t_ns: int) -> None:
         acc, self._acc = self._acc, StepAcc()
+        self._charge_step(bool(acc.compiles))
         self._open, self._last_end = False, t_ns
         self.clock.closed(acc, t_ns)  # its row is written once its outputs are ready
         if self._profiler is not None:
@@ -276,6 +309,8 @@ class JaxCollector:
         if event.persistent_cache:
             cause += f" [persistent cache {event.persistent_cache}]"
         function = event.explanation.function if event.explanation is not None else event.function
+        from tpuscope.schema import table_row  # imported on the first compile, not at start-up
+
         return table_row(
             "compiles", backend="jax", function=function if function != "?" else event.function,
             eager=eager, step=step, index=index, time_ns=int(event.start_s * 1e9),
@@ -301,14 +336,31 @@ class JaxCollector:
 
     # -- rows --------------------------------------------------------------------------
     def _emit_step(self, timing: Timing, start_ns: int, end_ns: int) -> None:
+        """A step is done: its rows are built by the next flush (in the flush thread)."""
+        self._rows.append((timing, start_ns, end_ns))
+
+    def _write_rows(self) -> None:
+        """The rows of the steps done since the last flush, one column chunk per table (runs in
+        the flush thread, or at close)."""
+        if not self._rows:
+            return
+        tables: dict[str, list[dict[str, Any]]] = {"steps": [], "metrics": [], "call_sites": []}
+        while self._rows:
+            self._step_rows(tables, *self._rows.popleft())
+        for table, rows in tables.items():
+            if rows:
+                names = dict.fromkeys(name for row in rows for name in row)
+                self.session.add_columns(table, {name: [row.get(name) for row in rows] for name in names})
+
+    def _step_rows(self, tables: dict[str, list[dict[str, Any]]], timing: Timing, start_ns: int, end_ns: int) -> None:
         if not self._owns_steps():
             return
         acc, step = timing.acc, timing.step
-        self.session.add("steps", step_row(acc, step, timing.boundary, start_ns, end_ns))
+        tables["steps"].append(step_row(acc, step, timing.boundary, start_ns, end_ns))
         if acc.calls or acc.eager or acc.syncs or acc.metrics:
-            self.session.add_many("metrics", metric_rows(acc, step))
+            tables["metrics"] += metric_rows(acc, step)
         if acc.sites:
-            self.session.add_many("call_sites", site_rows(acc, step))
+            tables["call_sites"] += site_rows(acc, step)
 
     def _device_meta(self) -> None:
         """Device kind and count, once the program's backend exists (never initialise it)."""

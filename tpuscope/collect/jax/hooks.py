@@ -51,6 +51,7 @@ class Sink(Protocol):
     def on_annotation(self, entering: bool) -> None: ...
     def on_sync(self, kind: str, location: str | None, library: str | None) -> None: ...
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None: ...
+    def charge(self, ns: int) -> None: ...  # time a hook spent on the program's path
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,15 @@ class JitHook:
     def _call(self, target: JitTarget, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         core = self._core
         top = self.active and core.trace_ctx.trace is core.eval_trace  # not a call inside a trace
-        if top:
-            _report(self.sink.on_jit_call, target)
+        if not top:
+            return wrapped(*args, **kwargs)
+        start = time.perf_counter_ns()
+        _report(self.sink.on_jit_call, target)
+        called = time.perf_counter_ns()
         out = wrapped(*args, **kwargs)
-        if top:
-            _report(self.sink.on_jit_return, target, out)
+        returned = time.perf_counter_ns()
+        _report(self.sink.on_jit_return, target, out)
+        self.sink.charge(called - start + time.perf_counter_ns() - returned)
         return out
 
 
@@ -142,14 +147,18 @@ class AnnotationHook:
 
         def __enter__(annotation: Any) -> Any:
             result = base_enter(annotation)
+            start = time.perf_counter_ns()
             _report(sink.on_annotation, True)
+            sink.charge(time.perf_counter_ns() - start)
             return result
 
         def __exit__(annotation: Any, *exc: Any) -> Any:
             try:
                 return base_exit(annotation, *exc)
             finally:
+                start = time.perf_counter_ns()
                 _report(sink.on_annotation, False)
+                sink.charge(time.perf_counter_ns() - start)
 
         cls.__enter__, cls.__exit__ = __enter__, __exit__
         return self
@@ -215,7 +224,9 @@ class SyncHook:
         def synced(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(local, "depth", 0)
             if depth == 0:
+                start = time.perf_counter_ns()
                 _report(sink.on_sync, kind, *user_and_library(sys._getframe(1)))
+                sink.charge(time.perf_counter_ns() - start)
             local.depth = depth + 1
             try:
                 return original(*args, **kwargs)
@@ -244,6 +255,7 @@ class EagerHook:
         self._cls, self._original = EvalTrace, original
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
+            entered = time.perf_counter_ns()
             depth = getattr(local, "depth", 0)
             location, library = user_and_library(sys._getframe(1), _JAX_INTERNALS)
             local.depth = depth + 1
@@ -253,8 +265,9 @@ class EagerHook:
             finally:
                 local.depth = depth
                 # Only the outermost dispatch is timed: nested ones are inside its time.
-                _report(sink.on_eager, primitive.name, location, library,
-                        time.perf_counter_ns() - start if depth == 0 else 0)
+                end = time.perf_counter_ns()
+                _report(sink.on_eager, primitive.name, location, library, end - start if depth == 0 else 0)
+                sink.charge(start - entered + time.perf_counter_ns() - end)
 
         EvalTrace.process_primitive = process_primitive
         return self

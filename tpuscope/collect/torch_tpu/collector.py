@@ -35,7 +35,6 @@ from typing import Any
 
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
-from tpuscope.schema import table_row
 
 # TorchTPU's eager modes under the names the rest of tpuscope (and the bench) use.
 EAGER_MODES = {
@@ -370,6 +369,8 @@ class TpuCollector:
     ) -> dict[str, Any]:
         self.compile_index += 1
         duration = new_entries[i] if i < len(new_entries) else None
+        from tpuscope.schema import table_row  # imported on the first compile, not at start-up
+
         return table_row(
             "compiles", backend="torch_tpu", step=self.step, index=self.compile_index - 1,
             time_ns=now, duration_ns=duration, frames=[],

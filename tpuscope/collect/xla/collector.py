@@ -25,25 +25,19 @@ from tpuscope.collect.xla import trace as xla_trace
 from tpuscope.collect.xla.counters import (
     HOST_TRANSFER,
     CounterReader,
-    Growth,
     Snapshot,
     counter_deltas,
     is_core_counter,
     metric_columns,
     metric_deltas,
-    new_samples,
-    split_by_step,
 )
 from tpuscope.collect.xla.eager import watch_eager_mode
-from tpuscope.collect.xla.fallback_sites import SiteTracer, site_rows
-from tpuscope.collect.xla.shapes import HloDumpShapes, ModuleShapes, pair_modules
+from tpuscope.collect.xla.fallback_sites import SiteTracer
+from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
+from tpuscope.collect.xla.shapes import HloDumpShapes
 from tpuscope.collect.xla.steps import END, StepRule, boundary_name
-from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
-from tpuscope.schema import table_row
-
-_COMPILE_TIME = "CompileTime"
-_EAGER_COMPILE_TIME = "EagerOpCompileTime"
-_EXECUTE_TIMES = ("ExecuteTime", "EagerOpExecuteTime")
+from tpuscope.parse.pt_xla_debug import DebugFileTail
+from tpuscope.store import layout
 
 
 class XlaCollector:
@@ -52,15 +46,14 @@ class XlaCollector:
     def __init__(self, session: Session, debug_file: str | Path | None = None) -> None:
         self.session = session
         self.debug = DebugFileTail(Path(debug_file)) if debug_file else None
+        # PT_XLA_DEBUG_LEVEL 1 writes text only when a graph compiles; 2 on every execution
+        self._debug_every_step = (os.environ.get("PT_XLA_DEBUG_LEVEL") or "0") not in ("0", "1")
+        self.rows = StepRows(session, self.debug)  # built in the flush thread (xla/rows.py)
         self.step = 0
-        self.compile_index = 0
         self._xlac: Any = None
         self.reader: CounterReader | None = None
         self._original: Any = None
         self._prev: tuple[dict[str, int], dict[str, Any]] = ({}, {})
-        # steps since the last full read and when they ended: its metric growth is split over them
-        self._full_metrics: dict[str, Any] = {}
-        self._unsplit: list[tuple[int, int]] = []
         self._step_start = time.time_ns()
         self._xm: Any = None
         self.shapes: HloDumpShapes | None = None
@@ -80,7 +73,7 @@ class XlaCollector:
         self._original = xm._run_step_closures
         self.reader = CounterReader(self._xlac)
         first = self.reader.snapshot(full=True)
-        self._prev, self._full_metrics = (dict(first.counters), dict(first.metrics)), first.metrics
+        self._prev, self.rows.full_metrics = (dict(first.counters), dict(first.metrics)), first.metrics
         self.rule = StepRule(first.counters)
         self._step_start = time.time_ns()
         collector = self
@@ -95,8 +88,9 @@ class XlaCollector:
 
         xm._run_step_closures = _run_step_closures
         self.session.before_close.append(self._at_close)
+        self.session.before_flush.append(self.rows.drain)
         session = self.session
-        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / "debug" / f"hlo-{session.host}-{session.pid}")
+        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
         self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
@@ -140,9 +134,10 @@ class XlaCollector:
             return
         snap = self.reader.snapshot(full=True)
         unread = {n: d for n, d in counter_deltas(snap.counters, self._prev[0]).items() if not is_core_counter(n)}
-        if not self._unsplit:  # the last step had a full read: later samples are its own
-            self._unsplit.append((self.step - 1, time.time_ns()))
-        rows = self._split_metrics(snap.metrics)
+        self.rows.drain()  # every step's rows first: the split below continues theirs
+        if not self.rows.unsplit:  # the last step had a full read: later samples are its own
+            self.rows.unsplit.append((self.step - 1, time.time_ns()))
+        rows = self.rows.split(snap.metrics)
         rows[self.step - 1] = (unread, rows.get(self.step - 1, ({}, {}))[1])
         self.session.add_columns("metrics", metric_columns(rows))
 
@@ -163,7 +158,9 @@ class XlaCollector:
 
     # -- per step --------------------------------------------------------------
     def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
-        """Record the step that just ended; True if it compiled."""
+        """Record the step that just ended; True if it compiled. Only what cannot wait is done
+        here (reads, the step rule, arming the call-site tracer, the profiler window); its
+        rows are built in the flush thread (xla/rows.py)."""
         now = time.time_ns()
         snap = snap or self.reader.snapshot(full=self._full_due)
         counters, metrics = snap.counters, snap.metrics
@@ -185,89 +182,19 @@ class XlaCollector:
         prev_metrics.update(metrics)
         if self.step == 0:
             self._read_device_facts()
-        self._unsplit.append((self.step, now))
-        split = self._split_metrics(metrics) if snap.full else None
-        records, executions = self.debug.poll() if self.debug is not None else ([], [])
-        hashes = [e.graph_hash for e in executions if e.graph_hash]
-        self._emit_step(boundary, now, counter_delta, metric_delta, hashes, split, launched)
-        samples = sorted(  # eager mode times each op's compile as EagerOpCompileTime
-            s for name in (_COMPILE_TIME, _EAGER_COMPILE_TIME)
-            for s in new_samples(metrics.get(name), metric_delta.get(name, (0, 0.0))[0]))
-        modules = self.shapes.poll() if self.shapes is not None and (records or samples) else []
-        self._emit_compiles(now, records, samples, modules)
+        compiled = bool(counter_delta.get("UncachedCompile")) or any(n in metric_delta for n in COMPILE_METRICS)
+        fallbacks = {n: c for n, c in counter_delta.items() if n.startswith("aten::")}
+        reads = metric_delta.get(HOST_TRANSFER, (0, 0.0))[0]
+        self.rows.queue.append(StepRecord(
+            step=self.step, boundary=boundary, start_ns=self._step_start, end_ns=now,
+            counters=counter_delta, growth=metric_delta, metrics=metrics, full=snap.full,
+            launched=launched, fallbacks=fallbacks,
+            traced=self.sites.on_step_end(fallbacks, reads) if self.sites is not None else None,
+            debug_end=self.debug.size() if self.debug is not None and (compiled or self._debug_every_step) else None,
+            modules=self.shapes.poll() if self.shapes is not None and compiled else None,
+        ))
         self._step_start = now
         self.step += 1
         if self.trace is not None:
             self.trace.step_ended(self.step)
-        return bool(records or samples)
-
-    def _split_metrics(self, metrics: dict[str, Any]) -> dict[int, tuple[dict[str, int], Growth]]:
-        """Metric rows of the steps since the last full read, from this full read's samples."""
-        steps, ends = [step for step, _ in self._unsplit], [end for _, end in self._unsplit]
-        split = split_by_step(metrics, self._full_metrics, steps, ends)
-        self._full_metrics, self._unsplit = metrics, []
-        return {step: ({}, split.get(step, {})) for step in steps}
-
-    def _emit_step(
-        self,
-        boundary: str,
-        now: int,
-        counters: dict[str, int],
-        metrics: Growth,
-        graph_hashes: list[str],
-        split: dict[int, tuple[dict[str, int], Growth]] | None,
-        executions: int,
-    ) -> None:
-        """The steps row; the step's counter rows and, on a full read, the metric rows of
-        every step since the previous one. `execute_ns` is known on full-read steps only;
-        `executions` are the graphs launched in the step (xla_steps)."""
-        own = split.get(self.step, ({}, {}))[1] if split is not None else None
-        fallbacks = {n: c for n, c in counters.items() if n.startswith("aten::")}
-        self.session.add("steps", {
-            "step": self.step,
-            "start_ns": self._step_start,
-            "end_ns": now,
-            "wall_ns": now - self._step_start,
-            "boundary": boundary,
-            "compiles": counters.get("UncachedCompile", 0),
-            "compile_ns": int(sum(metrics.get(n, (0, 0.0))[1] for n in (_COMPILE_TIME, _EAGER_COMPILE_TIME))),
-            "executions": executions,
-            "execute_ns": None if own is None else int(sum(own.get(n, (0, 0.0))[1] for n in _EXECUTE_TIMES)),
-            "fallback_ops": sum(fallbacks.values()),
-            "transfers_from_device": metrics.get(HOST_TRANSFER, (0, 0.0))[0],
-            "graph_hashes": graph_hashes,
-        })
-        rows = dict(split or {})
-        rows[self.step] = (counters, own or {})
-        self.session.add_columns("metrics", metric_columns(rows))
-        reads = metrics.get(HOST_TRANSFER, (0, 0.0))[0]
-        traced = self.sites.on_step_end(fallbacks, reads) if self.sites is not None else None
-        fallback_rows, read_rows = site_rows(self.step, fallbacks, traced)
-        self.session.add_many("fallbacks", fallback_rows)
-        self.session.add_many("call_sites", read_rows)
-
-    def _emit_compiles(
-        self, now: int, records: list[GraphRecord], samples: list[tuple[float, float]],
-        modules: list[ModuleShapes],
-    ) -> None:
-        """Pair the debug text's compile blocks with CompileTime samples and dumped modules, in order."""
-        count = max(len(records), len(samples))
-        records = records + [GraphRecord(kind="compile") for _ in range(count - len(records))]
-        paired = pair_modules([r.num_inputs for r in records], modules) if modules else [None] * count
-        rows = []
-        for i, (record, module) in enumerate(zip(records, paired, strict=True)):
-            stamp, duration = samples[i] if i < len(samples) else (now / 1e9, 0.0)
-            row = self._compile_row(record, int(stamp * 1e9), int(duration))
-            if module is not None:
-                row["input_shapes"], row["output_shapes"] = module.inputs, module.outputs
-            rows.append(row)
-        self.session.add_many("compiles", rows)
-
-    def _compile_row(self, record: GraphRecord, time_ns: int, duration_ns: int) -> dict[str, Any]:
-        self.compile_index += 1
-        return table_row(
-            "compiles", backend="torch_xla", step=self.step, index=self.compile_index - 1,
-            time_ns=time_ns, duration_ns=duration_ns, graph_hash=record.graph_hash or None,
-            cause=record.cause or None, location=record.location, frames=record.frames,
-            num_inputs=record.num_inputs, num_outputs=record.num_outputs, **record.sizes,
-        )
+        return compiled

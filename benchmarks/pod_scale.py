@@ -1,0 +1,160 @@
+"""Time of the pod analysis and the Hosts page on a big synthetic pod run.
+
+Builds one run joined by many hosts the way `tpuscope run --run-id` lays it out (meta.json,
+hosts/<host>.json, procs/<host>-<pid>.json, one steps and one compiles part per host, real
+Parquet with the store's schemas), one host slower than the others and one compiling a graph of
+its own, then times: reading the run's meta (what `tpuscope ls` does per run), the one analysis
+(tables read, every rule per host, the pod rules: `tpuscope show --reanalyze`), and the Hosts
+page (layout built and serialized as a request does). Reads here are tpuscope.store's pandas
+path, not the store layer's DuckDB one.
+
+    python benchmarks/pod_scale.py                       # 64 hosts x 10k steps
+    python benchmarks/pod_scale.py --hosts 64 --steps 100000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tpuscope.schema import TABLES
+from tpuscope.store import Run
+from tpuscope.store.hosts import join_run, update_host_meta
+from tpuscope.store.parts import write_table_atomic
+from tpuscope.store.runstore import read_meta, write_json_atomic
+
+MS = 1_000_000
+SITE = "/work/train.py:57"
+
+
+def _steps(host: str, pid: int, n: int, rng: np.random.Generator, slow: bool) -> pa.Table:
+    wall = rng.lognormal(np.log(40 * MS), 0.05, n).astype(np.int64) + (6 * MS if slow else 0)
+    wall[:2] = [9_000 * MS, 3_000 * MS]
+    end = 1_700_000_000 * 10**9 + np.cumsum(wall)
+    compiles = np.zeros(n, np.int64)
+    compiles[:2] = 1
+    cols = {
+        "host": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([host])),
+        "pid": pa.array(np.full(n, pid, np.int32)),
+        "rank": pa.array(np.zeros(n, np.int32)),
+        "step": pa.array(np.arange(n, dtype=np.int64)),
+        "start_ns": pa.array(end - wall),
+        "end_ns": pa.array(end),
+        "wall_ns": pa.array(wall),
+        "boundary": pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array(["sync"])
+        ),
+        "compiles": pa.array(compiles),
+        "compile_ns": pa.array(np.where(compiles > 0, wall - 40 * MS, 0)),
+        "executions": pa.array(np.ones(n, np.int64)),
+        "execute_ns": pa.array((wall * 0.6).astype(np.int64)),
+        "fallback_ops": pa.array(np.zeros(n, np.int64)),
+        "transfers_from_device": pa.array(np.zeros(n, np.int64)),
+        "graph_hashes": pa.array([None] * n, pa.list_(pa.string())),
+    }
+    return pa.table(cols, schema=TABLES["steps"])
+
+
+def _compiles(host: str, pid: int, extra: bool) -> pa.Table:
+    rows = [
+        {
+            "host": host,
+            "pid": pid,
+            "rank": 0,
+            "step": s,
+            "index": s,
+            "time_ns": s,
+            "duration_ns": d,
+            "graph_hash": f"g{s}",
+            "cause": "user torch_xla.sync",
+            "location": SITE,
+            "num_inputs": n,
+        }
+        for s, d, n in ((0, 9_000 * MS, 4), (1, 3_000 * MS, 9))
+    ]
+    if extra:
+        rows.append(
+            {**rows[0], "step": 50, "index": 2, "time_ns": 50, "location": "/work/train.py:90"}
+        )
+    return pa.Table.from_pylist(rows, schema=TABLES["compiles"])
+
+
+def make_pod(root: Path, hosts: int, steps: int) -> Path:
+    """The synthetic pod run; host-3 is 6 ms slower per step, host-1 compiles a graph of its own."""
+    rng = np.random.default_rng(0)
+    run_dir = join_run(root, "pod-bench", name="pod-bench")
+    for k in range(hosts):
+        host, pid = f"host-{k}", 1000 + k
+        update_host_meta(
+            run_dir, host, status="finished", exit_code=0, start_ns=1, end_ns=2, warmup=2
+        )
+        write_json_atomic(
+            run_dir / "procs" / f"{host}-{pid}.json",
+            {"host": host, "pid": pid, "rank": k, "status": "finished", "backend": "torch_xla"},
+        )
+        write_table_atomic(
+            run_dir / "steps" / f"part-{host}-{pid}-000001.parquet",
+            _steps(host, pid, steps, rng, slow=k == 3),
+        )
+        write_table_atomic(
+            run_dir / "compiles" / f"part-{host}-{pid}-000002.parquet",
+            _compiles(host, pid, extra=k == 1),
+        )
+    return run_dir
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    from plotly.io.json import to_json_plotly
+    from tpuscope_dashboards.app import route
+    from tpuscope_dashboards.data import StoreData
+
+    from tpuscope.detect.run_analysis import analyze
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _, build_s = _timed(lambda: make_pod(Path(tmp), args.hosts, args.steps))
+        run_dir = Path(tmp) / "pod-bench"
+        meta, meta_s = _timed(lambda: read_meta(run_dir))
+        report, analyze_s = _timed(lambda: analyze(Run(run_dir)))
+        page, page_s = _timed(lambda: to_json_plotly(route(StoreData(tmp), "/run/pod-bench/hosts")))
+        figures = {
+            "hosts": args.hosts,
+            "steps_per_host": args.steps,
+            "build_s": round(build_s, 2),
+            "read_meta_s": round(meta_s, 3),
+            "analyze_s": round(analyze_s, 2),
+            "hosts_page_cold_s": round(page_s, 2),
+            "hosts_page_kb": round(len(page) / 1024, 1),
+            "status": meta["status"],
+            "findings": sorted(
+                {(f.rule, ", ".join(f.evidence.get("hosts", [])[:3])) for f in report.findings}
+            ),
+        }
+    if args.json:
+        print(json.dumps(figures, indent=1))
+    else:
+        for key, value in figures.items():
+            print(f"{key:>20}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""A short-step JAX program for benchmarks/overhead.py: a jitted MLP training step (256-256-256,
+batch 32) that blocks on its result every step, well under a millisecond on the CPU.
+
+    timed_jax.py OUT.json [--steps N] [--alternate]
+
+--alternate (under `tpuscope run` only): after 10 steps, tpuscope's hooks on the program's
+path (the wrapper around the jitted function, which opens and closes steps and hands the
+outputs to the readiness thread, and the one around `jax.block_until_ready`, which counts
+the wait as a host sync) are switched off and on every two steps, so both kinds of step run
+side by side in one process; OUT.json then holds {"on": [...], "off": [...]}. JAX's monitoring
+listeners stay registered throughout (JAX fires none on a cached call).
+"""
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+
+WARM = 10
+
+
+def make_step():
+    def loss_fn(params, x, y):
+        h = jax.nn.relu(x @ params["w1"] + params["b1"])
+        return jnp.mean((h @ params["w2"] + params["b2"] - y) ** 2)
+
+    def train_step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    return jax.jit(train_step)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--alternate", action="store_true")
+    args = parser.parse_args()
+
+    key = jax.random.PRNGKey(0)
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    params = {
+        "w1": jax.random.normal(k1, (256, 256)) * 0.05,
+        "b1": jnp.zeros(256),
+        "w2": jax.random.normal(k2, (256, 256)) * 0.05,
+        "b2": jnp.zeros(256),
+    }
+    x, y = jax.random.normal(k3, (32, 256)), jax.random.normal(k4, (32, 256))
+    step = make_step()
+    hooked = (step, jax.block_until_ready)
+    bare = (getattr(step, "__wrapped__", step), _original_block(jax))
+    times, hook_on = [], []
+    for i in range(args.steps):
+        on = not args.alternate or i < WARM or (i // 2) % 2 == 0
+        fn, block = hooked if on else bare
+        hook_on.append(None if i < WARM else on)
+        start = time.perf_counter()
+        params, loss = fn(params, x, y)
+        block(loss)
+        times.append(time.perf_counter() - start)
+    if args.alternate:
+        times = {
+            key: [t for t, on in zip(times, hook_on, strict=True) if on is want]
+            for key, want in (("on", True), ("off", False))
+        }
+    with open(args.out, "w") as handle:
+        json.dump(times, handle)
+
+
+def _original_block(jax):
+    """jax.block_until_ready as JAX defines it (tpuscope's wrapper keeps it as __wrapped__)."""
+    return getattr(jax.block_until_ready, "__wrapped__", jax.block_until_ready)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""What a profiled process pays before and outside its steps (issue 17): imports, the row buffer,
+the deferred torch_xla step rows and the JAX collector's own cost figures. Real runs, no mocks;
+speed itself is measured in benchmarks/ (overhead.py, startup.py), not here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+import tpuscope
+from tests.conftest import run_tpuscope
+from tpuscope.parse.pt_xla_debug import DebugFileTail
+from tpuscope.schema import TABLES
+from tpuscope.store.buffer import PartWriter
+from tpuscope.store.parts import read_table
+
+HEAVY = ("pyarrow", "pandas", "numpy", "tpuscope.analysis", "tpuscope.schema")
+PROBE = f"import json, sys; print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+
+
+def test_a_profiled_process_without_a_backend_imports_nothing_heavy(tmp_path: Path) -> None:
+    proc = run_tpuscope("run", "--store", str(tmp_path), "python", "-c", PROBE)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == dict.fromkeys(HEAVY, False)
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert not list(run.glob("*/part-*.parquet"))  # no rows: nothing written, nothing analysed
+    assert "no rows recorded" in proc.stderr and "run saved as" in proc.stderr
+    (proc_meta,) = (run / "procs").glob("*.json")
+    assert json.loads(proc_meta.read_text())["status"] == "finished"
+
+
+def test_the_launcher_imports_no_analysis_stack_for_a_run_without_rows(tmp_path: Path) -> None:
+    """`python -X importtime` lists every module the launcher imported (the child is not traced)."""
+    cmd = [
+        sys.executable,
+        "-X",
+        "importtime",
+        "-m",
+        "tpuscope",
+        "run",
+        "--quiet",
+        "--store",
+        str(tmp_path),
+        sys.executable,
+        "-c",
+        "pass",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "tpuscope.launch.program" in imported and "click" in imported
+    assert not imported & {"pandas", "pyarrow", "numpy", "rich", "tpuscope.analysis"}
+
+
+def test_limits_still_get_judged_on_a_run_without_rows(tmp_path: Path) -> None:
+    proc = run_tpuscope(
+        "run", "--store", str(tmp_path), "--max-recompiles", "0", "python", "-c", "pass"
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert (run / "analysis.json").is_file()
+
+
+def test_the_row_buffer_needs_no_pyarrow_until_it_writes(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    code = (
+        "import sys; from tpuscope.collect.session import Session; "
+        f"s = Session({str(tmp_path / 'r')!r}); s.add('steps', {{'step': 0}}); "
+        "print('pyarrow' in sys.modules); s.flush(); print('pyarrow' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["False", "True"], proc.stderr
+
+
+def test_buffered_rows_and_column_chunks_make_the_table_pyarrow_would(tmp_path: Path) -> None:
+    """Dict rows and column chunks (with columns left out) in one part, equal to from_pylist of
+    the same rows: the same types, dictionary columns and nulls."""
+    writer = PartWriter(tmp_path, tag="t")
+    rows = [
+        {
+            "host": "h",
+            "pid": 1,
+            "rank": 0,
+            "step": 0,
+            "index": 0,
+            "time_ns": 5,
+            "cause": "c",
+            "frames": ["f (a.py:1)"],
+            "input_gb": 0.5,
+        }
+    ]
+    chunk = {
+        "host": ["h", "h"],
+        "pid": [1, 1],
+        "rank": [0, 0],
+        "step": [1, 2],
+        "index": [1, 2],
+        "time_ns": [6, 7],
+        "input_shapes": [["f32[2]"], None],
+    }
+    writer.extend("compiles", rows)
+    writer.extend_columns("compiles", chunk)
+    assert writer.pending() == 3
+    assert writer.flush() == 3 and writer.pending() == 0
+    got = read_table(tmp_path, "compiles")
+    as_rows = rows + [{name: values[i] for name, values in chunk.items()} for i in range(2)]
+    want = pa.Table.from_pylist(as_rows, schema=TABLES["compiles"])
+    assert got.equals(want.combine_chunks())
+    assert writer.flush() == 0 and len(list((tmp_path / "compiles").glob("part-*"))) == 1
+
+
+def test_the_debug_tail_reads_each_step_up_to_its_end(tmp_path: Path) -> None:
+    """Text parsed later (in the flush thread) lands in the step whose end it preceded."""
+    block = (
+        "Compilation Analysis: " + "=" * 20 + "\nCompilation Analysis: Graph Info: \n"
+        "Compilation Analysis:   Graph Hash: {h}\nCompilation Analysis: " + "=" * 20 + "\n"
+    )
+    path = tmp_path / "debug.txt"
+    tail = DebugFileTail(path)
+    path.write_text(block.format(h="aaa"))
+    first_end = tail.size()
+    with path.open("a") as handle:
+        handle.write(block.format(h="bbb"))
+    assert [r.graph_hash for r in tail.poll(first_end)[0]] == ["aaa"]
+    assert tail.poll(first_end) == ([], [])
+    assert [r.graph_hash for r in tail.poll(tail.size())[0]] == ["bbb"]
+
+
+JAX_PROGRAM = """
+import jax, jax.numpy as jnp
+step = jax.jit(lambda x: (x * 2.0).sum())
+x = jnp.ones((8, 8))
+for _ in range(12):
+    jax.block_until_ready(step(x))
+"""
+
+
+def test_a_jax_run_times_its_own_hooks_per_step(tmp_path: Path) -> None:
+    script = tmp_path / "jax_steps.py"
+    script.write_text(JAX_PROGRAM)
+    proc = run_tpuscope("run", "--quiet", "--store", str(tmp_path / "store"), "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    run = tpuscope.load_run("latest", store=tmp_path / "store")
+    (cost,) = [p["profiler_cost"] for p in run.meta["processes"]]
+    assert cost["hook_calls"] + cost["compile_hook_calls"] == len(run.steps) > 0
+    assert cost["hook_ns"] > 0 and cost["flush_cpu_ns"] > 0
+    assert run.steps["step"].tolist() == list(range(len(run.steps)))

@@ -1,0 +1,215 @@
+"""Hosts judged against each other: per-host step times, the pod's median, stragglers.
+
+A pod run holds the rows of many hosts (the `host` column every table carries). A host's
+time of a step is the slowest of its processes' (a host is as late as its last rank);
+the pod's time of a step is the median over hosts. The noise between steps is the
+median over hosts of each host's robust spread of its own step times (1.4826 x MAD);
+a host is a straggler when its median excess over the pod's step times is above
+NOISE_FACTOR x that noise, above MIN_SHARE of the pod's median step and above 1 ms, and
+its slow steps are those where its excess is. Pure: DataFrames in, plain data out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pandas as pd
+
+NOISE_FACTOR = 2.0
+MIN_SHARE = 0.05
+MIN_EXCESS_NS = (
+    1_000_000  # 1 ms: below it, the OS's scheduling of a host's threads, not the program
+)
+MAD_TO_SIGMA = 1.4826
+MAX_COLUMNS = 200  # steps binned to at most this many columns in the summary's host_steps
+NS_PER_MS = 1e6
+# What a slow step's time went to, from the steps table's own columns.
+COMPONENTS = {
+    "compile": ("compile_ns", "its own compiles"),
+    "execute": ("execute_ns", "device execution"),
+    "host": (
+        "host_ns",
+        "time outside compiles and execution (input pipeline, Python work, sleeps)",
+    ),
+}
+COUNTS = {
+    "compiles": "compiles",
+    "fallback_ops": "CPU fallbacks",
+    "transfers_from_device": "host syncs",
+}
+
+
+def natural_key(host: Any) -> list[Any]:
+    """host-2 before host-10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(host))]
+
+
+def hosts_of(*frames: pd.DataFrame) -> list[str]:
+    """Every host that wrote a row to any of these tables, in natural order."""
+    found: set[str] = set()
+    for frame in frames:
+        if not frame.empty and "host" in frame.columns:
+            found.update(str(h) for h in frame["host"].dropna().unique())
+    return sorted(found, key=natural_key)
+
+
+def per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
+    """One row per (host, step): the slowest process's wall time and the host's counts."""
+    if judged.empty:
+        return pd.DataFrame(
+            columns=["host", "step", "wall_ns", "host_ns", *[c for c, _ in COMPONENTS.values()]]
+        )
+    frame = judged.assign(host=judged["host"].astype(str).astype("category"))  # fast to group by
+    numeric = [c for c in ("compile_ns", "execute_ns", *COUNTS) if c in frame.columns]
+    frame = frame.assign(**{c: frame[c].fillna(0) for c in numeric})
+    grouped = frame.groupby(["host", "step"], sort=False, observed=True).agg(
+        wall_ns=("wall_ns", "max"), **{c: (c, "sum") for c in numeric}
+    )
+    grouped = grouped.reset_index()
+    grouped["host"] = grouped["host"].astype(str)
+    grouped["host_ns"] = (
+        grouped["wall_ns"] - grouped.get("compile_ns", 0) - grouped.get("execute_ns", 0)
+    ).clip(lower=0)
+    return grouped
+
+
+def step_matrix(judged: pd.DataFrame, rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """host x step wall time in ms (rows in natural host order): the Hosts page's heatmap."""
+    rows = per_host_steps(judged) if rows is None else rows
+    if rows.empty:
+        return pd.DataFrame()
+    matrix = rows.pivot(index="host", columns="step", values="wall_ns") / NS_PER_MS
+    return matrix.loc[sorted(matrix.index, key=natural_key)]
+
+
+def binned_step_matrix(
+    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS, rows: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, int]:
+    """step_matrix with the steps binned to at most max_columns columns, and the bin width (a bin
+    shows its median: one compile step does not paint a bin of 500 steps)."""
+    matrix = step_matrix(judged, rows)
+    if matrix.empty:
+        return matrix, 1
+    lo, hi = int(matrix.columns.min()), int(matrix.columns.max())
+    width = max(1, math.ceil((hi - lo + 1) / max_columns))
+    if width > 1:
+        bins = lo + (matrix.columns.to_numpy() - lo) // width * width
+        matrix = matrix.T.groupby(bins).median().T
+    return matrix, width
+
+
+def step_matrix_record(
+    judged: pd.DataFrame, max_columns: int = MAX_COLUMNS, rows: pd.DataFrame | None = None
+) -> dict[str, Any] | None:
+    """The summary's `host_steps`: the binned host x step matrix as plain JSON (null: no step), so
+    the Hosts page draws a pod of millions of steps without reading them."""
+    matrix, width = binned_step_matrix(judged, max_columns, rows)
+    if matrix.empty:
+        return None
+    values = matrix.to_numpy()
+    return {
+        "hosts": [str(h) for h in matrix.index],
+        "steps": [int(c) for c in matrix.columns],
+        "width": width,
+        "ms": [[None if v != v else round(float(v), 6) for v in row] for row in values],
+    }
+
+
+def _noise_ns(rows: pd.DataFrame) -> float:
+    spread = rows.groupby("host")["wall_ns"].agg(
+        lambda s: MAD_TO_SIGMA * (s - s.median()).abs().median()
+    )
+    return float(spread.median()) if not spread.empty else 0.0
+
+
+def pod_view(judged: pd.DataFrame, rows: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Per host: median step, excess over the pod's step times, slow steps; and the pod's median,
+    noise and threshold. Empty when fewer than two hosts have judged steps. (`rows`: the
+    judged steps' per_host_steps, when the caller has them already.)"""
+    rows = per_host_steps(judged) if rows is None else rows
+    hosts = sorted(rows["host"].unique(), key=natural_key) if not rows.empty else []
+    if len(hosts) < 2:
+        return {}
+    pod_step = rows.groupby("step")["wall_ns"].transform("median")
+    rows = rows.assign(
+        excess_ns=rows["wall_ns"] - pod_step,
+        **{
+            f"pod_{c}": rows.groupby("step")[c].transform("median")
+            for c in ("compile_ns", "execute_ns", "host_ns", *COUNTS)
+            if c in rows.columns
+        },
+    )
+    pod_p50 = float(rows.groupby("host")["wall_ns"].median().median())
+    noise = _noise_ns(rows)
+    threshold = max(NOISE_FACTOR * noise, MIN_SHARE * pod_p50, MIN_EXCESS_NS)
+    per_host = []
+    by_host = dict(list(rows.groupby("host", sort=False)))
+    for host in hosts:
+        mine = by_host[host]
+        slow = mine[mine["excess_ns"] > threshold]
+        per_host.append(
+            {
+                "host": host,
+                "steps": int(len(mine)),
+                "p50_ms": float(mine["wall_ns"].median()) / NS_PER_MS,
+                "excess_ms": float(mine["excess_ns"].median()) / NS_PER_MS,
+                "slow_steps": [int(s) for s in sorted(slow["step"])],
+                "straggler": bool(mine["excess_ns"].median() > threshold),
+                "cause": _cause(slow) if len(slow) else None,
+            }
+        )
+    return {
+        "hosts": per_host,
+        "pod_p50_ms": pod_p50 / NS_PER_MS,
+        "noise_ms": noise / NS_PER_MS,
+        "threshold_ms": threshold / NS_PER_MS,
+    }
+
+
+def _cause(slow: pd.DataFrame) -> dict[str, Any]:
+    """Which of the step's parts the slow steps' excess went to, and the counts the host had more of."""
+    excess = {
+        name: float((slow[col] - slow[f"pod_{col}"]).median())
+        for name, (col, _) in COMPONENTS.items()
+        if col in slow.columns
+    }
+    name = max(excess, key=excess.get)
+    more = {
+        label: float((slow[c] - slow[f"pod_{c}"]).sum())
+        for c, label in COUNTS.items()
+        if c in slow.columns and float((slow[c] - slow[f"pod_{c}"]).sum()) > 0
+    }
+    return {
+        "part": name,
+        "text": COMPONENTS[name][1],
+        "excess_ms": excess[name] / NS_PER_MS,
+        "more_than_pod": more,
+    }
+
+
+def host_summary(
+    steps: pd.DataFrame,
+    judged: pd.DataFrame,
+    meta: dict[str, Any],
+    rows: pd.DataFrame | None = None,
+) -> list[dict[str, Any]]:
+    """For the report and the dashboard: each host's processes, steps, median step and how it ended."""
+    ended = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
+    procs: dict[str, int] = {}
+    for proc in meta.get("processes", []):
+        procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
+    rows = per_host_steps(judged) if rows is None else rows
+    p50 = rows.groupby("host")["wall_ns"].median() / NS_PER_MS if not rows.empty else {}
+    counts = steps["host"].astype(str).value_counts() if not steps.empty else {}
+    return [
+        {
+            "host": host,
+            "processes": procs.get(host, 0),
+            "steps": int(counts.get(host, 0)),
+            "p50_ms": float(p50[host]) if host in p50 else None,
+            "status": ended.get(host),
+        }
+        for host in sorted(counts.keys() if len(counts) else [], key=natural_key)
+    ]

@@ -1,0 +1,241 @@
+"""Per-host facets of the rules: in a run of many hosts, every rule judges each host on its own.
+
+Pooling a pod's rows would dilute a rule's per-step rates (an `.item()` on 1 of 64 hosts
+is 1/64 of a read per step) and hide which host did it. So in a run whose rows come
+from two or more hosts, each per-host rule runs on each host's tables alone; the
+findings of the same root cause (rule, user's line, op / function / kind) on several
+hosts become one card that names them: `hosts: host-3 (1 of 4)`, or `all 4 hosts`.
+Its cost and severity are the worst host's (the pod's step waits for its slowest host);
+evidence keeps every host's cost. A run of one host is judged exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.analyze.hosts import (
+    host_summary,
+    hosts_of,
+    per_host_steps,
+    pod_view,
+    step_matrix_record,
+)
+from tpuscope.detect import common
+from tpuscope.detect.registry import RunTables
+from tpuscope.schema import SEVERITIES, Finding
+
+HOSTS_SHOWN = 6
+
+
+class HostSplit:
+    """A run's tables split by host, each table once (not once per host: a pod of 64 hosts
+    and 100k steps has 6.4M step rows), on first use."""
+
+    def __init__(self, tables: RunTables) -> None:
+        self._tables, self._parts = tables, {}
+
+    def get(self, name: str, host: str) -> pd.DataFrame:
+        if name not in self._parts:
+            frame = getattr(self._tables, name) if name in MAIN else self._tables.extra[name]
+            self._parts[name] = (
+                {str(h): part for h, part in frame.groupby("host", sort=False, observed=True)}
+                if not frame.empty and "host" in frame.columns
+                else None
+            )
+            self._parts[name + ":empty"] = frame.iloc[0:0]
+        return self._pick(name, host)
+
+    def derived(self, key: str, compute: Any, host: str) -> pd.DataFrame:
+        """compute(the whole run's tables), split by host once, this host's part."""
+        if key not in self._parts:
+            frame = compute(self._tables)
+            self._parts[key] = {
+                str(h): p for h, p in frame.groupby("host", sort=False, observed=True)
+            }
+            self._parts[key + ":empty"] = frame.iloc[0:0]
+        return self._pick(key, host)
+
+    def _pick(self, name: str, host: str) -> pd.DataFrame:
+        parts = self._parts[name]
+        if parts is None:  # no host column: every host sees the whole table
+            return getattr(self._tables, name) if name in MAIN else self._tables.extra[name]
+        return parts.get(host, self._parts[name + ":empty"])
+
+
+MAIN = ("steps", "compiles", "fallbacks", "metrics", "families")
+
+
+class HostTables(Mapping[str, pd.DataFrame]):
+    """Another RunTables' extra tables, read lazily and cut to one host's rows."""
+
+    def __init__(self, split: HostSplit, names: Mapping[str, pd.DataFrame], host: str) -> None:
+        self._split, self._names, self._host = split, names, host
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._split.get(name, self._host)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def run_hosts(tables: RunTables) -> list[str]:
+    """The hosts of a live run: those of its profiled processes (procs/) that wrote rows.
+
+    Imported evidence is not (each imported file is a process of status "imported" whose
+    `host` is the file's name), so an import of many files is judged as one run, as before."""
+    live = {
+        str(p.get("host"))
+        for p in tables.meta.get("processes", [])
+        if p.get("host") and p.get("status") != "imported"
+    }
+    return [h for h in hosts_of(tables.steps, tables.compiles, tables.fallbacks) if h in live]
+
+
+def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> RunTables:
+    """The run as one host saw it: its rows, its processes' meta, its graph families."""
+    split = split or HostSplit(tables)
+    meta = {
+        **tables.meta,
+        "processes": [p for p in tables.meta.get("processes", []) if str(p.get("host")) == host],
+    }
+    one = RunTables(
+        meta=meta,
+        steps=split.get("steps", host),
+        compiles=split.get("compiles", host),
+        fallbacks=split.get("fallbacks", host),
+        metrics=split.get("metrics", host),
+        extra=HostTables(split, tables.extra, host),
+    )
+    one.__dict__["families"] = split.get("families", host)  # families are per process already
+    # steps are judged per process: the whole run's judged and loop steps, cut to this host
+    for key, whole in (("judged", common.judged_steps), ("loop", common.loop_steps)):
+        if not one.steps.empty:  # RunTables' cached properties, filled from the whole run's
+            one.__dict__[key] = split.derived(key, whole, host)
+    return one
+
+
+def _key(finding: Finding) -> tuple[Any, ...]:
+    ev = finding.evidence
+    return (finding.rule, finding.location, ev.get("op"), ev.get("function"), ev.get("kind"))
+
+
+def hosts_text(named: list[str], total: int) -> str:
+    """'host-3 (1 of 4)', 'host-1, host-2 (2 of 4)', 'all 4 hosts'."""
+    if len(named) == total:
+        return f"all {total} hosts"
+    shown = ", ".join(named[:HOSTS_SHOWN]) + (
+        f" +{len(named) - HOSTS_SHOWN} more" if len(named) > HOSTS_SHOWN else ""
+    )
+    return f"{shown} ({len(named)} of {total})"
+
+
+def _merge(found: list[tuple[str, Finding]], total: int) -> Finding:
+    """One card for a root cause seen on some hosts: the worst host's finding, naming them all."""
+    hosts = [h for h, _ in found]
+    worst_host, worst = max(found, key=lambda hf: (-SEVERITIES.index(hf[1].severity), hf[1].cost_s))
+    where = hosts_text(hosts, total)
+    evidence = {
+        **worst.evidence,
+        "hosts": hosts,
+        "hosts_total": total,
+        "worst_host": worst_host,
+        "cost_s_per_host": {h: round(f.cost_s, 6) for h, f in found},
+    }
+    runs, count = Finding.of_steps(_union([f.step_runs for _, f in found]))
+    title = worst.title if len(hosts) == total else f"{worst.title} [hosts: {where}]"
+    detail = f"{worst.detail} On {where}; figures of {worst_host}, the costliest."
+    return Finding(
+        worst.rule,
+        worst.severity,
+        title,
+        detail,
+        worst.fix,
+        worst.location,
+        worst.cost_s,
+        runs,
+        evidence,
+        count,
+    )
+
+
+def _union(all_runs: list[list[list[int]]]) -> Any:
+    """Every step any of these step runs covers (an array: a run can span 100k steps)."""
+    import numpy as np
+
+    spans = [np.arange(first, last + 1) for runs in all_runs for first, last in runs]
+    return np.concatenate(spans) if spans else np.array([], dtype=np.int64)
+
+
+def detect_per_host(
+    tables: RunTables, rules: list[Callable[[RunTables], list[Finding]]], hosts: list[str]
+) -> list[Finding]:
+    """Every rule on every host alone, the same root cause merged across hosts."""
+    groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
+    split = HostSplit(tables)
+    for host in hosts:
+        one = for_host(tables, host, split)
+        for rule in rules:
+            for finding in rule(one):
+                groups.setdefault(_key(finding), []).append((host, finding))
+    return [_merge(found, len(hosts)) for found in groups.values()]
+
+
+def _host_rows(tables: RunTables) -> pd.DataFrame:
+    """analyze/hosts.per_host_steps of the judged steps, once per RunTables."""
+    if "_host_rows" not in tables.__dict__:
+        tables.__dict__["_host_rows"] = per_host_steps(common.judged_steps(tables))
+    return tables.__dict__["_host_rows"]
+
+
+def pod_view_of(tables: RunTables) -> dict[str, Any]:
+    """analyze/hosts.pod_view of the run's judged steps, computed once per RunTables (the
+    straggler rule and the summary's hosts both read it)."""
+    if "_pod_view" not in tables.__dict__:
+        tables.__dict__["_pod_view"] = pod_view(common.judged_steps(tables), _host_rows(tables))
+    return tables.__dict__["_pod_view"]
+
+
+def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, Any]] | None:
+    """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
+    a straggler and the rules whose findings name it (not every host)."""
+    rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta, _host_rows(tables))
+    if len(rows) < 2:
+        return None
+    view = {h["host"]: h for h in pod_view_of(tables).get("hosts", [])}
+    for row in rows:
+        named = sorted(
+            {
+                f.rule
+                for f in findings
+                if row["host"] in (f.evidence.get("hosts") or [])
+                and len(f.evidence.get("hosts") or []) < len(rows)
+            }
+        )
+        mine = view.get(row["host"], {})
+        row.update(
+            rules=named, straggler=bool(mine.get("straggler")), excess_ms=mine.get("excess_ms")
+        )
+    return rows
+
+
+def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored summary's hosts with each one's status as the run's meta says now."""
+    status = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
+    return [{**h, "status": status.get(str(h["host"]), h.get("status"))} for h in hosts]
+
+
+def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
+    """The summary's pod keys, {} for a run of one host: `hosts` and `host_steps`."""
+    hosts = hosts_section(tables, findings)
+    if not hosts:
+        return {}
+    record = step_matrix_record(common.judged_steps(tables), rows=_host_rows(tables))
+    return {"hosts": hosts, "host_steps": record}

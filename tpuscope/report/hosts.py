@@ -1,0 +1,49 @@
+"""The hosts of a pod run in the terminal report and in `tpuscope ls`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rich.table import Table
+
+
+def hosts_table(hosts: list[dict[str, Any]] | None) -> Table | None:
+    """One row per host: processes, steps, median step, excess over the pod, how it ended, and the
+    rules whose findings name it (not all hosts)."""
+    if not hosts:
+        return None
+    table = Table(title=f"Hosts ({len(hosts)})", title_justify="left")
+    for col, kw in (
+        ("host", {}),
+        ("procs", {"justify": "right"}),
+        ("steps", {"justify": "right"}),
+        ("p50 (ms)", {"justify": "right"}),
+        ("vs pod (ms)", {"justify": "right"}),
+        ("ended", {}),
+        ("findings naming it", {}),
+    ):
+        table.add_column(col, **kw)
+    for h in hosts:
+        excess = h.get("excess_ms")
+        table.add_row(
+            h["host"],
+            str(h.get("processes", "-")),
+            str(h.get("steps", "-")),
+            f"{h['p50_ms']:.2f}" if h.get("p50_ms") is not None else "-",
+            f"{excess:+.2f}" if excess is not None else "-",
+            str(h.get("status") or "-"),
+            ", ".join(h.get("rules") or []) or "-",
+            style="bold red" if h.get("straggler") else None,
+        )
+    return table
+
+
+def hosts_cell(meta: dict[str, Any]) -> str:
+    """`tpuscope ls`: how many hosts wrote the run and how they ended ("4: 3 finished, 1 lost")."""
+    hosts = meta.get("hosts")
+    if hosts:
+        ended = Counter(str(h.get("status") or "unknown").split(" (")[0] for h in hosts)
+        return f"{len(hosts)}: " + ", ".join(f"{n} {status}" for status, n in ended.most_common())
+    names = {p.get("host") for p in meta.get("processes", []) if p.get("host")}
+    return str(len(names) or 1)

@@ -1,0 +1,7 @@
+"""The run store's constants that need no pyarrow, re-exported by tpuscope.schema: writing a
+run's meta (the launcher, every profiled process at start-up) and checking `--fail-severity`
+must not import the Arrow schemas. Bump SCHEMA_VERSION when a column changes meaning or
+type (docs/store.md)."""
+
+SCHEMA_VERSION = 2  # 2: compiles.backend/function/eager; findings.step_runs/step_count (was steps)
+SEVERITIES = ("high", "medium", "low")

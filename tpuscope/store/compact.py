@@ -1,0 +1,141 @@
+"""Which part files of a table hold its rows, and merging them into one when a run ends.
+
+A run that flushed every 2 s for an hour has thousands of parts per table; on an object
+store each is a request (and a charge) for every reader. When the run ends its parts are
+merged into one file per table, crash-safely: the merged file is written first, whole,
+and names in its footer (key `tpuscope.replaces`) the parts it holds; only then are those
+parts removed. A reader lists the folder and leaves out every part some merged file
+names, so it never sees a row twice (killed after the write) nor misses one (killed
+before it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tpuscope.schema import TABLES
+from tpuscope.store import layout
+from tpuscope.store.location import Entry, Location
+
+REPLACES_KEY = b"tpuscope.replaces"
+
+
+def replaced_by(part: Location) -> set[str]:
+    """The part names a merged file holds (read from its footer; none if unreadable)."""
+    try:
+        with part.fs.open(part.path, "rb") as handle:
+            meta = pq.read_metadata(handle).metadata or {}
+    except (OSError, pa.ArrowException, ValueError):
+        return set()
+    try:
+        return set(json.loads(meta.get(REPLACES_KEY, b"[]")))
+    except ValueError:
+        return set()
+
+
+def active_parts(folder: Location) -> list[Entry]:
+    """The parts of a table folder that readers take: every part no merged file replaces.
+
+    Footers are read only when a merged file sits beside other parts (a merge that was
+    killed before removing, or parts written after it), so a finished run costs one
+    listing per table."""
+    parts = [e for e in folder.entries() if layout.is_part(e.name)]
+    compacts = [e for e in parts if layout.is_compact(e.name)]
+    if not compacts or len(parts) == 1:
+        return parts
+    replaced: set[str] = set()
+    for entry in compacts:
+        replaced |= replaced_by(folder / entry.name)
+    return [e for e in parts if e.name not in replaced]
+
+
+def _read(part: Location, schema: pa.Schema | None, warn: list[str]) -> pa.Table | None:
+    try:
+        with part.fs.open(part.path, "rb") as handle:
+            return pq.read_table(handle, schema=schema)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        warn.append(
+            f"left the damaged part {part.url} as it is: {str(exc).splitlines()[0] if str(exc) else exc}"
+        )
+        return None
+
+
+def _next_seq(names: list[str], tag: str) -> int:
+    prefix = f"part-{tag}{layout.COMPACT_MARK}"
+    seqs = [
+        int(n[len(prefix) : -8])
+        for n in names
+        if n.startswith(prefix) and n[len(prefix) : -8].isdigit()
+    ]
+    return max(seqs, default=0) + 1
+
+
+def _write(target: Location, table: pa.Table) -> None:
+    """Write whole or not at all: locally under a dot-name then renamed, remotely one upload."""
+    if target.local:
+        path = Path(target.path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            pq.write_table(table, tmp, row_group_size=1 << 17)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return
+    with target.fs.open(target.path, "wb") as handle:
+        pq.write_table(table, handle, row_group_size=1 << 17)
+
+
+def compact_table(folder: Location, tag: str, warn: list[str] | None = None) -> int:
+    """Merge a table folder's parts into one; returns how many files it removed.
+
+    A damaged part is left where it is (and named): merging loses nothing."""
+    notes: list[str] = [] if warn is None else warn
+    names = [e.name for e in folder.entries() if layout.is_part(e.name)]
+    active = active_parts(folder)
+    stale = set(names) - {e.name for e in active}  # already merged, left by a killed merge
+    if len(active) <= 1 and not stale:
+        return 0
+    schema = TABLES.get(folder.name)
+    read = {e.name: _read(folder / e.name, schema, notes) for e in active}
+    tables = {name: t for name, t in read.items() if t is not None}
+    if len(tables) <= 1 and not stale:
+        return 0
+    merged = pa.concat_tables(list(tables.values()), promote_options="default") if tables else None
+    replaces = sorted(set(tables) | stale)
+    if merged is not None:
+        merged = merged.replace_schema_metadata(
+            {**(merged.schema.metadata or {}), REPLACES_KEY: json.dumps(replaces).encode()}
+        )
+        _write(folder / layout.compact_name(tag, _next_seq(names, tag)), merged)
+    for name in replaces:
+        (folder / name).remove()
+    return len(replaces)
+
+
+# findings is one part already; trace_events comes in a few big parts written a row group at
+# a time with delta-encoded times (store.row_groups): merging them would load the whole trace
+# into memory and drop that encoding, for no fewer objects worth having.
+NOT_MERGED = ("findings", "trace_events")
+
+
+def compact_run(run: Location, tag: str, tables: list[str] | None = None) -> int:
+    """Merge every table of a run (but NOT_MERGED); returns the files removed. Problems are
+    said on stderr, one line each, and never raise."""
+    removed = 0
+    warn: list[str] = []
+    present = set(run.folders())
+    for name in tables or [n for n in TABLES if n not in NOT_MERGED and n in present]:
+        try:
+            removed += compact_table(run / name, tag, warn)
+        except Exception as exc:  # the parts are still there: nothing is lost
+            warn.append(f"left the parts of {name} unmerged: {type(exc).__name__}: {exc}")
+    for message in warn:
+        print(f"tpuscope: {message}", file=sys.stderr)
+    return removed

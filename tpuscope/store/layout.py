@@ -1,0 +1,52 @@
+"""The one map of a run folder: every name inside a run is spelled here and nowhere else.
+
+    <run>/meta.json                               the launcher's view of the run
+    <run>/procs/<host>-<pid>.json                 each profiled process's own view
+    <run>/analysis.json                           the summary the last analysis wrote
+    <run>/<table>/part-<tag>-<seq>.parquet        rows, appended by any number of processes
+    <run>/<table>/part-<tag>-compact-<seq>.parquet   a table's parts merged when the run ended
+    <run>/debug/pt_xla_debug-<host>-<pid>.txt     PT_XLA_DEBUG text tpuscope asked for
+    <run>/hlo/                                    XLA dumps (--deep)
+    <run>/trace/                                  profiler traces (xplane.pb)
+
+A name starting with a dot is a file being written; readers never look at it.
+"""
+
+from __future__ import annotations
+
+META = "meta.json"
+META_CORRUPT = "meta.json.corrupt"
+PROCS = "procs"
+ANALYSIS = "analysis.json"
+DEBUG = "debug"
+HLO = "hlo"
+TRACE = "trace"
+FINDINGS_PART = "part-analysis.parquet"  # findings: one part, replaced by each analysis
+COMPACT_MARK = "-compact-"
+# Files the run's end may still add or change (copied to an object store when the run ends).
+ARTIFACT_FOLDERS = (DEBUG, HLO, TRACE)
+
+
+def proc_file(host: str, pid: int) -> str:
+    return f"{PROCS}/{host}-{pid}.json"
+
+
+def debug_file(host: str, pid: int | str) -> str:
+    return f"{DEBUG}/pt_xla_debug-{host}-{pid}.txt"
+
+
+def part_name(tag: str, seq: int) -> str:
+    return f"part-{tag}-{seq:06d}.parquet"
+
+
+def compact_name(tag: str, seq: int) -> str:
+    return f"part-{tag}{COMPACT_MARK}{seq:06d}.parquet"
+
+
+def is_part(name: str) -> bool:
+    """A table's part file that readers take (not a file being written)."""
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
+def is_compact(name: str) -> bool:
+    return is_part(name) and COMPACT_MARK in name

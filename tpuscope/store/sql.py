@@ -1,0 +1,152 @@
+"""Reading a run's tables with DuckDB over its Parquet parts, local or through fsspec.
+
+DuckDB reads only the columns a query names and skips row groups whose statistics
+rule a filter out, over all of a table's parts at once, so `tpuscope query` and the
+readers that want a few columns never load a whole run into pandas. The files a table
+is read from are `compact.active_parts` (never a merged part's leftovers twice). A
+part DuckDB cannot read (truncated, another schema) makes the reader fall back to
+pyarrow part by part, which skips and names it: one bad file never hides a run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tpuscope.schema import TABLES
+from tpuscope.store.compact import active_parts
+from tpuscope.store.location import Location
+
+_WARNED: set[str] = set()
+
+
+def connect(where: Location) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that reads `where`'s filesystem (fsspec, for remote stores)."""
+    con = duckdb.connect()
+    # a table's footers are read once per connection, not once per pass over its parts
+    con.execute("SET parquet_metadata_cache = true")
+    if not where.local:
+        con.register_filesystem(where.fs)
+    return con
+
+
+def part_urls(run: Location, name: str) -> list[str]:
+    folder = run / name
+    return [(folder / e.name).url for e in active_parts(folder)]
+
+
+def _warn(message: str, warn: list[str] | None) -> None:
+    if warn is not None:
+        warn.append(message)
+    elif message not in _WARNED:
+        _WARNED.add(message)
+        print(f"tpuscope: {message}", file=sys.stderr)
+
+
+def read_part(
+    part: Location,
+    schema: pa.Schema | None = None,
+    columns: Sequence[str] | None = None,
+    warn: list[str] | None = None,
+) -> pa.Table | None:
+    """One part file, or None (and a warning naming it) when it is damaged or foreign."""
+    try:
+        with part.fs.open(part.path, "rb") as handle:
+            return pq.read_table(handle, schema=schema, columns=list(columns) if columns else None)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        _warn(f"skipped the damaged part {part.url}: {reason}", warn)
+        return None
+
+
+def conform(table: pa.Table, schema: pa.Schema | None, columns: Sequence[str] | None) -> pa.Table:
+    """DuckDB's types back to the table's schema (dictionary strings, int32 pids); a column
+    no part has (an older run) comes back as nulls."""
+    if schema is None:
+        return table
+    fields = [schema.field(c) for c in (columns or schema.names) if c in schema.names]
+    arrays = []
+    for field in fields:
+        if field.name in table.column_names:
+            arrays.append(table.column(field.name).cast(field.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    extra = [c for c in (columns or []) if c not in schema.names and c in table.column_names]
+    return pa.table(
+        arrays + [table.column(c) for c in extra], names=[f.name for f in fields] + extra
+    )
+
+
+def _pyarrow_union(
+    run: Location, name: str, schema: pa.Schema | None, warn: list[str] | None
+) -> pa.Table | None:
+    folder = run / name
+    tables = [
+        t
+        for t in (read_part(folder / e.name, schema, warn=warn) for e in active_parts(folder))
+        if t is not None
+    ]
+    return pa.concat_tables(tables, promote_options="default") if tables else None
+
+
+def scan(
+    run: Location,
+    name: str,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
+    warn: list[str] | None = None,
+) -> pa.Table:
+    """Rows of one table (all, or those `where` keeps), only `columns` when given."""
+    schema = TABLES.get(name)
+    urls = part_urls(run, name)
+    if not urls:
+        empty = schema.empty_table() if schema is not None else pa.table({})
+        return conform(empty, schema, columns)
+    con = connect(run)
+    try:
+        files = _list(urls)
+        present = {r[0] for r in con.sql(f"SELECT name FROM parquet_schema({files})").fetchall()}
+        wanted = [
+            c for c in (columns or (schema.names if schema is not None else [])) if c in present
+        ]
+        select = ", ".join(f'"{c}"' for c in wanted) if (columns or schema is not None) else "*"
+        sql = f"SELECT {select or 'NULL AS _none'} FROM read_parquet({files}, union_by_name=true)"
+        table = con.sql(sql + (f" WHERE {where}" if where else "")).to_arrow_table()
+        return conform(table, schema, columns).combine_chunks()
+    except (duckdb.Error, pa.ArrowException):
+        whole = _pyarrow_union(run, name, schema, warn)
+        if whole is None:
+            return conform(
+                schema.empty_table() if schema is not None else pa.table({}), schema, columns
+            )
+        table = con.sql(f"SELECT * FROM whole{f' WHERE {where}' if where else ''}").to_arrow_table()
+        return conform(table, schema, columns).combine_chunks()
+    finally:
+        con.close()
+
+
+def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Table:
+    """Run SQL over a run's tables, each a view named after it (empty tables included,
+    with their columns, so a query that names one never fails for want of rows)."""
+    con = connect(run)
+    try:
+        for name in tables or TABLES:
+            urls = part_urls(run, name)
+            if urls:
+                con.execute(
+                    f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({_list(urls)}, union_by_name=true)'
+                )
+            elif name in TABLES:
+                empty = TABLES[name].empty_table()  # noqa: F841  (read by DuckDB by name)
+                con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM empty')
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
+
+
+def _list(urls: list[str]) -> str:
+    return "[" + ", ".join("'" + u.replace("'", "''") + "'" for u in urls) + "]"
