@@ -12,7 +12,7 @@ watcher, and the watcher judges exactly the rows the final analysis will read.
 `tpuscope.profile(alerts=True)` runs the same watcher as a thread of the program itself
 (it has no launcher): off the step path, but sharing the process.
 
-The same rules as the final report (tpuscope/analysis.py):
+The same rules as the final report (tpuscope/detect/run_analysis.py):
 - a recompile is a further compile of a graph family (analyze/families.graph_families over
   every compile row read so far; a family's first compile is never one, wherever it
   happens); one alert per call site (detect/recompile.site_of, as the report has one card
