@@ -162,6 +162,16 @@ def test_the_judge_says_a_recompile_once_per_site_and_counts_the_rest() -> None:
     assert problems == [] and [(a.key, a.count, a.steps) for a in again] == [("/u/train.py:40", 2, [8, 9])]
 
 
+def test_ranks_are_named_and_a_site_is_said_once_for_all_of_them() -> None:
+    meta = {"processes": [{"host": "h", "pid": pid, "rank": rank, "backend": "torch_xla"}
+                          for pid, rank in ((1, 0), (2, 1))]}
+    rows = [_compile(i, step, "/u/train.py:40", 9, pid=pid)
+            for i, (step, pid) in enumerate([(0, 1), (0, 2), (3, 2), (3, 1)])]
+    problems, again = AlertJudge().update({"compiles": pd.DataFrame(rows)}, meta)
+    assert [p.line for p in problems] == ["rank 1, step 3: recompile of the graph from train.py:40 (1.0 s)"]
+    assert [(a.count, a.steps) for a in again] == [(1, [3])]
+
+
 def test_the_judge_waits_for_the_process_to_name_its_backend() -> None:
     judge = AlertJudge()
     rows = pd.DataFrame([_compile(0, 0, "/u/train.py:40", 9), _compile(1, 1, "/u/train.py:40", 9)])

@@ -12,7 +12,7 @@ watcher, and the watcher judges exactly the rows the final analysis will read.
 `tpuscope.profile(alerts=True)` runs the same watcher as a thread of the program itself
 (it has no launcher): off the step path, but sharing the process.
 
-The same rules as the final report (tpuscope/analysis.py):
+The same rules as the final report (tpuscope/detect/run_analysis.py):
 - a recompile is a further compile of a graph family (analyze/families.graph_families over
   every compile row read so far; a family's first compile is never one, wherever it
   happens); one alert per call site (detect/recompile.site_of, as the report has one card
@@ -391,7 +391,8 @@ class AlertPrinter:
         since = now - (self._last_sum if self._last_sum is not None else now)
         parts = []
         for key, item in sorted(self._pending.items(), key=lambda kv: -kv[1].count)[:3]:
-            steps = f"steps {min(item.steps)}-{max(item.steps)}; " if item.steps else ""
+            low, high = (min(item.steps), max(item.steps)) if item.steps else (None, None)
+            steps = "" if low is None else f"step {low}; " if low == high else f"steps {low}-{high}; "
             parts.append(f"{item.count} more recompile{'s' * (item.count != 1)} of {self._labels.get(key, key)} "
                          f"({steps}{self._totals[key]} in all)")
         hidden = len(self._pending) - 3
