@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, ROOT, run_tpuscope
+from tpuscope.store import Run
 
 GATE = ROOT / "tests" / "programs" / "gate.py"
 CHURN = (str(EXAMPLES / "variable_length.py"), "--steps", "5")
@@ -57,9 +58,11 @@ def test_the_fixed_run_passes_the_same_limits(gated) -> None:
 
 
 def test_the_program_failing_keeps_its_status(gated) -> None:
-    _, proc = gated("exit1", (str(GATE), "3", "exit", "1"), "--fail-on", "cpu_fallback")
+    run_dir, proc = gated("exit1", (str(GATE), "3", "exit", "1"), "--fail-on", "cpu_fallback")
     assert proc.returncode == 1
-    assert lines(proc) == ["tpuscope: limits exceeded too (cpu_fallback (low) at gate.py:18); "
+    # the severity is the fallback's measured share of the step time (low or medium by load)
+    [card] = [f for f in Run(run_dir).findings_list() if f.rule == "cpu_fallback"]
+    assert lines(proc) == [f"tpuscope: limits exceeded too (cpu_fallback ({card.severity}) at gate.py:18); "
                            "the status stays the program's (exit status 1)"]
 
 

@@ -32,6 +32,7 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
             train(steps=10)
         print(run.steps, run.findings)
     """
+    own_settings = env.current() is None  # else a pytest session's (or an earlier block's) stay
     settings = env.prepare(shapes=False)
     run_dir = collect_here(store, name, warmup, settings, argv=list(sys.argv),
                            command="tpuscope.profile()")
@@ -56,3 +57,5 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
         if analyze_at_exit:
             analyze(run)
         run.reopen(finish_shipping(run_dir))  # an object store: shipped now, read from there
+        if own_settings:  # the variables were for this block: a program started later gets none
+            env.reset()

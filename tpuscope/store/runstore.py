@@ -214,6 +214,8 @@ class RunStore:
     def close_run(self, run_dir: Path) -> Path | Location:
         """Where the run now is: for an object store, after its last batch, merged parts and
         files arrived (the stage is then removed), or the stage kept when they could not."""
+        if self.local:  # nothing was staged: no need to load the shipper (and pyarrow)
+            return run_dir
         from tpuscope.store.ship import finish_shipping
 
         return finish_shipping(run_dir)

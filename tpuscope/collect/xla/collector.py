@@ -96,7 +96,9 @@ class XlaCollector:
         self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
         # device facts wait for the program's first step: querying them would start the
         # runtime, and torch_xla.launch / xmp.spawn refuse to run once it has started
-        session.set_meta(backend="torch_xla", env_set_in_process=env_set,
+        # the backend is claimed at the first step (below), not here: a process that imported
+        # torch_xla and runs JAX steps is a JAX process (the JAX collector owns steps then)
+        session.set_meta(env_set_in_process=env_set,
                          shape_source=str(self.shapes.folder) if self.shapes else None,
                          pjrt_device=os.environ.get("PJRT_DEVICE"))
         return self
@@ -181,6 +183,7 @@ class XlaCollector:
         prev_counters.update(counters)
         prev_metrics.update(metrics)
         if self.step == 0:
+            self.session.set_meta(backend="torch_xla")
             self._read_device_facts()
         compiled = bool(counter_delta.get("UncachedCompile")) or any(n in metric_delta for n in COMPILE_METRICS)
         fallbacks = {n: c for n, c in counter_delta.items() if n.startswith("aten::")}
