@@ -79,7 +79,10 @@ class ProfilerCost:
 
     def hooked(self, start_ns: int, compiled: bool = False) -> None:
         """Count one step hook that started at perf_counter_ns() == start_ns."""
-        spent = time.perf_counter_ns() - start_ns
+        self.charge(time.perf_counter_ns() - start_ns, compiled)
+
+    def charge(self, spent: int, compiled: bool = False) -> None:
+        """Count one step hook's `spent` ns (a compiling step's hook is counted apart)."""
         if compiled:
             self.compile_hook_ns += spent
             self.compile_hook_calls += 1

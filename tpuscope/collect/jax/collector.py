@@ -191,12 +191,8 @@ class JaxCollector:
         cost, spent, self._hook_ns = self.session.cost, self._hook_ns, 0
         if not self._owns_steps():  # torch_xla's collector counts this process's steps
             cost.hook_ns += spent
-        elif compiled:
-            cost.compile_hook_ns += spent
-            cost.compile_hook_calls += 1
         else:
-            cost.hook_ns += spent
-            cost.hook_calls += 1
+            cost.charge(spent, compiled)
 
     def _close(self, t_ns: int) -> None:
         acc, self._acc = self._acc, StepAcc()
