@@ -20,7 +20,8 @@ from tests.conftest import real_trace
 from tpuscope.ingest import registry
 from tpuscope.ingest.registry import ImportRefused
 from tpuscope.parse.pt_xla_debug import DebugFileTail, DebugParser
-from tpuscope.store.parts import PartWriter, read_table
+from tpuscope.store.buffer import PartWriter
+from tpuscope.store.parts import read_table
 
 SEEDS = [
     "metrics_reports/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt",

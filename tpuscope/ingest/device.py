@@ -19,8 +19,8 @@ from tpuscope.ingest import traces as trace_ingest
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
 from tpuscope.store import Run, layout, update_meta
+from tpuscope.store.buffer import PartWriter
 from tpuscope.store.hosts import file_host
-from tpuscope.store.parts import PartWriter
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tpuscope.ingest.registry import Evidence, Importer, ImportRefused, load
 from tpuscope.store import RunStore, StoreError, layout, update_meta
-from tpuscope.store.parts import PartWriter
+from tpuscope.store.buffer import PartWriter
 from tpuscope.store.row_groups import write_row_groups_atomic
 from tpuscope.store.runstore import write_json_atomic
 

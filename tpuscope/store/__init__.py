@@ -10,12 +10,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpuscope.store.parts import PartWriter, read_table
+    from tpuscope.store.buffer import PartWriter
+    from tpuscope.store.parts import read_table
     from tpuscope.store.run import Run, load_run
     from tpuscope.store.runstore import RunStore, StoreError, default_store, read_meta, update_meta
 
 _HOMES = {
-    "PartWriter": "parts",
+    "PartWriter": "buffer",
     "read_table": "parts",
     "Run": "run",
     "load_run": "run",

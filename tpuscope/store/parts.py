@@ -4,8 +4,8 @@ Each process buffers rows per table and writes them out as a new part file
 (`<run>/<table>/part-<host>-<pid>-<seq>.parquet`): written under a dot-name, then
 renamed into place, so readers never see half a file and a killed process loses
 at most the rows since its last flush. Many processes can write one run at once
-because no two share a part name. The in-memory buffer is `buffer.PartWriter`
-(re-exported here), which imports this module only when it has rows to write.
+because no two share a part name. The in-memory buffer is `buffer.PartWriter`,
+which imports this module only when it has rows to write.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import PartWriter  # noqa: F401  (re-exported)
 from tpuscope.store.location import Location
 from tpuscope.store.runstore import remove_quietly
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import layout
+from tpuscope.store.buffer import PartWriter
 from tpuscope.store.compact import active_parts, compact_run
 from tpuscope.store.location import Entry, Location
-from tpuscope.store.parts import PartWriter
 from tpuscope.store.runstore import RunStore, read_meta, update_meta
 
 if TYPE_CHECKING:
