@@ -233,6 +233,18 @@ def table_row(table: str, **fields: Any) -> dict[str, Any]:
     return {name: fields.get(name) for name in names}
 
 
+def table_columns(table: str, **columns: list[Any]) -> dict[str, list[Any]]:
+    """Rows of `table` given column-wise (equal-length lists), for writers that add many rows
+    at once: checked like `table_row` (a name the schema lacks is an error), once per batch
+    rather than per row; columns left out are null when written (store/buffer)."""
+    unknown = columns.keys() - _ROW_COLUMNS[table]
+    if unknown:
+        raise KeyError(f"{table} has no column(s) {', '.join(sorted(unknown))}")
+    if len({len(values) for values in columns.values()}) > 1:
+        raise ValueError(f"{table}: columns of different lengths")
+    return columns
+
+
 @dataclass
 class Finding:
     """One diagnosis: what is wrong, where, what it costs and the change that fixes it.

@@ -35,27 +35,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from tpuscope.collect.jax.rows import StepRecord
 
 HOST_BOUND_STREAK = 4
 _PROBE_DEPTH = 4
-
-
-@dataclass(eq=False)
-class Timing:
-    """One step's times while it waits for its outputs."""
-
-    step: int
-    boundary: str
-    start_ns: int
-    acc: Any = None
-    host_end_ns: int = 0
-    ready_ns: int = 0
-    awaiting: int = 0
-    closed: bool = False
-    probe: Any = None  # one output array, asked is_ready() at the close
-    ready_at_close: bool = False
 
 
 def _probe(outputs: Any) -> Any:
@@ -82,17 +67,17 @@ def _is_ready(array: Any) -> bool:
 class ReadyWatcher:
     """A daemon thread that notes when each handed-over pytree of arrays is ready."""
 
-    def __init__(self, on_ready: Callable[[Timing, int | None], None]) -> None:
+    def __init__(self, on_ready: Callable[[StepRecord, int | None], None]) -> None:
         self._on_ready = on_ready
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pid = 0
 
-    def watch(self, timing: Timing, outputs: Any) -> None:
+    def watch(self, record: StepRecord, outputs: Any) -> None:
         if self._pid != os.getpid():  # first use, or a forked child without the thread
             self._pid = os.getpid()
             self._queue = queue.SimpleQueue()
             threading.Thread(target=self._run, args=(self._queue,), name="tpuscope-jax-ready", daemon=True).start()
-        self._queue.put((timing, outputs))
+        self._queue.put((record, outputs))
 
     def close(self) -> None:
         if self._pid == os.getpid():
@@ -105,7 +90,7 @@ class ReadyWatcher:
         from jax.tree_util import tree_leaves
 
         while (item := items.get()) is not None:
-            timing, outputs = item
+            record, outputs = item
             arrays = [a for a in tree_leaves(outputs) if isinstance(a, ArrayImpl) and not a.is_deleted()]
             del item, outputs
             ready = None
@@ -117,49 +102,59 @@ class ReadyWatcher:
                 ready = None
             del arrays
             try:  # noqa: SIM105
-                self._on_ready(timing, ready)
+                self._on_ready(record, ready)
             except Exception:
                 pass
 
 
 class StepClock:
-    """Writes each step's row once its outputs are ready, in step order (see module doc)."""
+    """Emits each closed step once its outputs are ready, in step order (see module doc)."""
 
-    def __init__(self, emit: Callable[[Timing, int, int], None], lock: threading.RLock) -> None:
-        self._emit = emit
+    def __init__(self, emit: Callable[[StepRecord], None], lock: threading.RLock) -> None:
+        self._emit = emit  # gets each step with its final start_ns and end_ns
         self._lock = lock
-        self._closed: deque[Timing] = deque()
-        self._open: Timing | None = None
+        self._closed: deque[StepRecord] = deque()  # closed, waiting for their outputs
+        self._open: StepRecord | None = None
         self._last_end = 0
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
         self.watcher = ReadyWatcher(self._ready)
 
-    def opened(self, step: int, boundary: str, start_ns: int) -> None:
-        self._open = Timing(step, boundary, start_ns)
+    def opened(self, record: StepRecord, step: int, boundary: str, start_ns: int) -> None:
+        record.step, record.boundary, record.start_ns = step, boundary, start_ns
+        self._open = record
 
     def outputs(self, outputs: Any) -> None:
         """The open step dispatched `outputs`: it is not done before they are ready."""
-        timing = self._open
-        if timing is None:
+        record = self._open
+        if record is None:
             return
-        timing.probe = _probe(outputs)
-        if self._streak < HOST_BOUND_STREAK or timing.probe is None:
-            timing.awaiting += 1
+        record.probe = probe = _probe(outputs)
+        if self._streak < HOST_BOUND_STREAK or probe is None:
+            record.awaiting += 1
             self._waiting += 1
-            self.watcher.watch(timing, outputs)
+            self.watcher.watch(record, outputs)
 
-    def closed(self, acc: Any, host_end_ns: int) -> None:
-        timing, self._open = self._open, None
-        if timing is None:
-            return
-        timing.acc, timing.host_end_ns, timing.closed = acc, host_end_ns, True
-        if timing.probe is not None:
-            timing.ready_at_close = _is_ready(timing.probe)
-            self._streak = self._streak + 1 if timing.ready_at_close else 0
-            timing.probe = None
-        self._closed.append(timing)
-        self._drain()
+    def closed(self, record: StepRecord, host_end_ns: int, following: StepRecord | None = None,
+               step: int = 0, boundary: str = "") -> None:
+        """The host closed the open step (`record`) at host_end_ns; with `following`, the
+        next step (its number, boundary) opens at the same instant: the call of the step
+        function does both in one call, on the program's path."""
+        if record is self._open:
+            self._open = None
+            record.host_end_ns = host_end_ns
+            probe = record.probe
+            if probe is not None:
+                record.probe = None
+                record.ready_at_close = ready = _is_ready(probe)
+                self._streak = self._streak + 1 if ready else 0
+            if not self._closed and (record.awaiting <= 0 or record.ready_at_close):
+                self._finalize(record)  # the common case: nothing waits before it
+            else:
+                self._closed.append(record)
+                self._drain()
+        if following is not None:
+            self.opened(following, step, boundary, host_end_ns)
 
     def wait_idle(self, timeout_s: float) -> None:
         """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""
@@ -168,24 +163,30 @@ class StepClock:
             time.sleep(0.001)
 
     def finish(self) -> None:
-        """Write every closed step (outputs not ready by now keep their host end)."""
-        for timing in self._closed:
-            timing.awaiting = 0
+        """Emit every closed step (outputs not ready by now keep their host end)."""
+        for record in self._closed:
+            record.awaiting = 0
         self._drain()
         self.watcher.close()
 
-    def _ready(self, timing: Timing, ready_ns: int | None) -> None:
+    def _ready(self, record: StepRecord, ready_ns: int | None) -> None:
         with self._lock:
             self._waiting -= 1
-            timing.awaiting -= 1
-            if not timing.ready_at_close:  # else the helper only reached it later
-                timing.ready_ns = max(timing.ready_ns, ready_ns or 0)
+            record.awaiting -= 1
+            if not record.ready_at_close:  # else the helper only reached it later
+                record.ready_ns = max(record.ready_ns, ready_ns or 0)
             self._drain()
 
     def _drain(self) -> None:
-        while self._closed and (self._closed[0].awaiting <= 0 or self._closed[0].ready_at_close):
-            timing = self._closed.popleft()
-            start = max(timing.start_ns, self._last_end)
-            end = max(timing.host_end_ns, timing.ready_ns, start)
-            self._last_end = end
-            self._emit(timing, start, end)
+        closed = self._closed
+        while closed and (closed[0].awaiting <= 0 or closed[0].ready_at_close):
+            self._finalize(closed.popleft())
+
+    def _finalize(self, record: StepRecord) -> None:
+        """A step starts where the previous one ended (or when it opened, if later) and ends
+        at the later of its host end and its outputs being ready."""
+        start = record.start_ns if record.start_ns > self._last_end else self._last_end
+        end = max(record.host_end_ns, record.ready_ns, start)
+        record.start_ns, record.end_ns = start, end
+        self._last_end = end
+        self._emit(record)

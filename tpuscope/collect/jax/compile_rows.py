@@ -1,0 +1,96 @@
+"""The rows of one JAX compile: its `compiles` row (cause, graph hash) and its `retraces` rows.
+
+A compile is rare next to steps, so its rows are built when it happens, each through the
+table's one builder (`schema.table_row`), imported on the first compile, not at start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+from tpuscope.collect.frames import is_user_file
+from tpuscope.collect.jax.compiles import CompileEvent
+from tpuscope.collect.jax.explain import REDEFINED, STATIC_ARG, Explanation, cause_text
+
+
+class CompileRows:
+    """Builds the rows of each compile; remembers what graph hashes need (keys seen so far)
+    and which functions the program passed to jax.jit (to tell library jits from eager ops)."""
+
+    def __init__(self) -> None:
+        self._hash_seen: Counter = Counter()
+        self.jitted_names: set[str] = set()
+
+    def compile_row(self, event: CompileEvent, step: int, index: int, duration_ns: int,
+                    explaining: bool) -> dict[str, Any]:
+        """explaining: JAX explains cache misses now, so a trace without an explanation is
+        JAX's own code (an eager op's library function)."""
+        from tpuscope.schema import table_row
+
+        eager = False
+        if event.explanation is not None:
+            cause = cause_text(event.explanation, event.function)
+        elif event.function in self.jitted_names:  # jax.jit of a library function, e.g. model.init
+            cause = f"compile of jitted {event.function} (library code, which JAX does not explain)"
+        elif explaining:
+            cause = f"JAX library function {event.function} compiled for a call outside jit (eager op)"
+            eager = True
+        else:
+            cause = f"compile of {event.function}"
+        if event.persistent_cache:
+            cause += f" [persistent cache {event.persistent_cache}]"
+        function = event.explanation.function if event.explanation is not None else event.function
+        return table_row(
+            "compiles", backend="jax", function=function if function != "?" else event.function,
+            eager=eager, step=step, index=index, time_ns=int(event.start_s * 1e9),
+            duration_ns=duration_ns, graph_hash=self._graph_hash(event), cause=cause,
+            location=event.location, frames=event.frames, input_shapes=event.input_shapes,
+            num_inputs=len(event.input_shapes) if event.input_shapes is not None else None,
+        )
+
+    def _graph_hash(self, event: CompileEvent) -> str:
+        """A digest of what makes a JAX executable distinct: function, definition site,
+        input avals and static values (JAX exposes no HLO fingerprint without the
+        persistent cache). A compile is a cache miss, so a repeated key is a different
+        program (e.g. an eager op with new static params) and gets an occurrence
+        suffix, except a function re-created on every call: that is the same program
+        compiled again, and keeps its hash."""
+        key = _graph_key(event)
+        seen = self._hash_seen[key]
+        self._hash_seen[key] += 1
+        expl = event.explanation
+        if seen and not (expl is not None and expl.kind == REDEFINED):
+            key = f"{key}#{seen}"
+        return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def _graph_key(event: CompileEvent) -> str:
+    expl = event.explanation
+    statics = [d.after or "" for d in expl.diffs if d.kind == STATIC_ARG] if expl else []
+    defined = expl.defined_at if expl else ""
+    return "|".join([event.module, defined or "", ",".join(event.input_shapes or []), *statics])
+
+
+def retrace_rows(event: CompileEvent, step: int, index: int) -> list[dict[str, Any]]:
+    """One row per difference; traces that led to no compile have no compile_index."""
+    rows = []
+    for expl, compiled in [(e, index) for e in event.explanations] + [(e, None) for e in event.stale_explanations]:
+        rows += [_retrace_row(expl, diff, step, compiled, event.location) for diff in expl.diffs]
+    return rows
+
+
+def _retrace_row(expl: Explanation, diff: Any, step: int, index: int | None, fallback: str | None) -> dict[str, Any]:
+    """JAX names the call site itself, skipping only its own frames: a call inside flax or
+    optax is located at the user's line that led to it (the compile's location) instead."""
+    from tpuscope.schema import table_row
+
+    callsite = expl.callsite
+    if callsite and not is_user_file(callsite.rsplit(":", 1)[0]):
+        callsite = fallback or callsite
+    return table_row(
+        "retraces", step=step, compile_index=index, time_ns=int(expl.time_s * 1e9),
+        function=expl.function, defined_at=expl.defined_at, location=callsite,
+        kind=diff.kind, arg=diff.arg, before=diff.before, after=diff.after, detail=diff.detail,
+    )

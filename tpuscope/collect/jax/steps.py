@@ -1,0 +1,171 @@
+"""Where a JAX step begins and ends, and what the hooks count into it (the collector's sink).
+
+Steps: a `jax.profiler.StepTraceAnnotation` block is a step when the program uses
+one. Otherwise the step function is the user's jitted function called most often
+(chosen at its second call, switched if another overtakes it); a step runs from
+one call of it to the next, so work between calls (data loading, `float(loss)`)
+belongs to the step it follows. A program with neither gets one step for the whole
+run. Work before the first step is counted in step 0; work after the last one
+becomes a last step with boundary "end". A step ends when its outputs are ready, not
+when its asynchronous dispatch returned (jax_ready).
+
+This runs on the program's thread at every top-level jitted call, so the common case
+(a call of the step function) is one lock, one clock read, one new StepRecord and the
+close of the previous step; the step's rows are built later, in the flush (rows.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from typing import Any
+
+from tpuscope.collect.jax.hooks import JitTarget
+from tpuscope.collect.jax.ready import StepClock
+from tpuscope.collect.jax.rows import StepRecord
+from tpuscope.collect.session import Session
+from tpuscope.collect.trace_steps import ProfilerWindow
+
+ANNOTATION = "StepTraceAnnotation"
+
+
+class StepTracker:
+    """Opens and closes steps from the hooks' events and counts the events into the open step."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.step = 0
+        self.mode: str | None = None  # ANNOTATION or "jit" once a step source is seen
+        self.step_fn: JitTarget | None = None
+        self._open = False
+        self._boundary = ""
+        self._depth = 0
+        self._steps_written = 0
+        self._last_end = 0
+        self._calls: Counter = Counter()
+        self._first_call_ns: dict[JitTarget, int] = {}
+        self._acc = StepRecord()  # the open step (or the work before the first one)
+        self._lock = threading.RLock()
+        self._rows: deque[StepRecord] = deque()  # steps done, whose rows wait for the flush
+        self.clock = StepClock(self._rows.append, self._lock)
+        self._profiler: ProfilerWindow | None = None
+        self._hook_ns = 0  # hook time on the program's path since the last step closed
+
+    # -- step boundaries -------------------------------------------------------------
+    def _owns_steps(self) -> bool:
+        return self.session.proc_meta.get("backend") in (None, "jax")
+
+    def _open_at(self, t_ns: int, boundary: str) -> None:
+        if self._open:
+            self._close(t_ns)
+        self._open, self._boundary = True, boundary
+        self.clock.opened(self._acc, self.step, boundary, t_ns)
+        if self._profiler is not None:
+            self._profiler.step_opened(self.step)
+
+    def charge(self, ns: int) -> None:
+        """Hooks report the time they spent on the program's path; each step's share goes to
+        the session's cost (ProfilerCost) when it closes, apart for steps that compiled."""
+        self._hook_ns += ns
+
+    def _close(self, t_ns: int, reopen: bool = False) -> None:
+        """Close the open step; with reopen, open the next one at the same instant (with the
+        same boundary): the call of the step function, which then costs one call here."""
+        record, self._acc = self._acc, StepRecord()
+        cost, spent, self._hook_ns = self.session.cost, self._hook_ns, 0
+        if self.session.proc_meta.get("backend") in (None, "jax"):  # _owns_steps, inlined
+            cost.charge(spent, record.compiles > 0)
+        else:  # torch_xla's collector counts this process's steps
+            cost.hook_ns += spent
+        self._open, self._last_end = reopen, t_ns
+        profiler = self._profiler
+        if profiler is not None:
+            self.clock.closed(record, t_ns)  # its row is written once its outputs are ready
+            profiler.step_closed(self.step)
+        self.step += 1
+        self._steps_written += 1
+        if profiler is None:
+            self.clock.closed(record, t_ns, self._acc if reopen else None, self.step, self._boundary)
+        elif reopen:
+            self.clock.opened(self._acc, self.step, self._boundary, t_ns)
+            profiler.step_opened(self.step)
+
+    def on_step_end(self, boundary: str) -> None:
+        """autostart.stop(close_open_step=True) ends the current step here."""
+        with self._lock:
+            if self._open:
+                self._close(time.time_ns())
+
+    # -- jitted calls, annotations -------------------------------------------------------
+    def on_jit_return(self, target: JitTarget, outputs: Any) -> None:
+        """The step is not done before what its step function (or, in a StepTraceAnnotation
+        block, any jitted call) returned is ready."""
+        if self._open and (target is self.step_fn or self.mode == ANNOTATION):
+            with self._lock:
+                self.clock.outputs(outputs)
+
+    def on_jit_call(self, target: JitTarget) -> None:
+        with self._lock:
+            if target is self.step_fn and self.mode == "jit":  # the common case: stay cheap
+                self._calls[target] += 1
+                if self._open:
+                    self._close(time.time_ns(), reopen=True)
+                else:
+                    self._open_at(time.time_ns(), self._boundary)
+                self._acc.jit_calls += 1
+                return
+            if self.mode != ANNOTATION and target.user:
+                self._choose_step(target, time.time_ns())
+            if target is self.step_fn and self.mode == "jit":
+                self._acc.jit_calls += 1
+            else:
+                self._acc.call(target.name)
+
+    def _choose_step(self, target: JitTarget, now: int) -> None:
+        self._calls[target] += 1
+        self._first_call_ns.setdefault(target, now)
+        boundary = f"jit:{target.name}"
+        if self.step_fn is None:
+            if self._calls[target] < 2:
+                return
+            self.step_fn, self.mode = target, "jit"
+            self.session.set_meta(jax_step_source=f"calls of jitted {target.name} ({target.defined_at})")
+            self._open_at(self._first_call_ns[target], boundary)
+        elif target != self.step_fn:
+            if self._calls[target] <= self._calls[self.step_fn]:
+                return
+            self.step_fn = target
+            self.session.set_meta(jax_step_source=f"calls of jitted {target.name} ({target.defined_at})")
+        self._open_at(now, boundary)
+
+    def on_annotation(self, entering: bool) -> None:
+        with self._lock:
+            now = time.time_ns()
+            if entering:
+                self._depth += 1
+                if self._depth > 1:
+                    return
+                if self.mode != ANNOTATION:
+                    if self._open:
+                        self._close(now)
+                    self.mode = ANNOTATION
+                    self.session.set_meta(jax_step_source="jax.profiler.StepTraceAnnotation")
+                self._open_at(now, ANNOTATION)
+            else:
+                self._depth = max(0, self._depth - 1)
+                if self._depth == 0 and self._open and self.mode == ANNOTATION:
+                    self._close(now)
+
+    # -- syncs, eager dispatches, metrics ------------------------------------------------
+    def on_sync(self, kind: str, location: str | None, library: str | None = None) -> None:
+        with self._lock:
+            self._acc.sync(kind, location, library)
+
+    def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
+        with self._lock:
+            self._acc.dispatch(primitive, location, library, elapsed_ns)
+
+    def _on_metric(self, name: str, seconds: float | None) -> None:
+        with self._lock:
+            self._acc.metric(name, None if seconds is None else seconds * 1e9)
