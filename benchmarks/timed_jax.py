@@ -5,10 +5,12 @@ batch 32) that blocks on its result every step, well under a millisecond on the 
 
 --alternate (under `tpuscope run` only): after 10 steps, tpuscope's hooks on the program's
 path (the wrapper around the jitted function, which opens and closes steps and hands the
-outputs to the readiness thread, and the one around `jax.block_until_ready`, which counts
-the wait as a host sync) are switched off and on every two steps, so both kinds of step run
-side by side in one process; OUT.json then holds {"on": [...], "off": [...]}. JAX's monitoring
-listeners stay registered throughout (JAX fires none on a cached call).
+outputs to the readiness thread, and the ones around `jax.block_until_ready` and the array's
+`block_until_ready` method it calls, which count the wait as a host sync) are switched off and
+on every two steps, so both kinds of step run side by side in one process; OUT.json then holds
+{"on": [...], "off": [...]}. JAX's monitoring listeners stay registered throughout (JAX fires
+none on a cached call). The method is switched outside the timed region, by setting the
+class attribute back to what JAX defined (tpuscope's wrapper keeps it as __wrapped__).
 """
 
 import argparse
@@ -51,11 +53,14 @@ def main() -> None:
     x, y = jax.random.normal(k3, (32, 256)), jax.random.normal(k4, (32, 256))
     step = make_step()
     hooked = (step, jax.block_until_ready)
-    bare = (getattr(step, "__wrapped__", step), _original_block(jax))
+    bare = (getattr(step, "__wrapped__", step), _original(jax.block_until_ready))
+    methods = _block_methods()
     times, hook_on = [], []
     for i in range(args.steps):
         on = not args.alternate or i < WARM or (i // 2) % 2 == 0
         fn, block = hooked if on else bare
+        if args.alternate and i >= WARM and i % 2 == 0:
+            methods(on)
         hook_on.append(None if i < WARM else on)
         start = time.perf_counter()
         params, loss = fn(params, x, y)
@@ -70,9 +75,23 @@ def main() -> None:
         json.dump(times, handle)
 
 
-def _original_block(jax):
-    """jax.block_until_ready as JAX defines it (tpuscope's wrapper keeps it as __wrapped__)."""
-    return getattr(jax.block_until_ready, "__wrapped__", jax.block_until_ready)
+def _original(fn):
+    """What JAX defined (tpuscope's wrappers keep it as __wrapped__)."""
+    return getattr(fn, "__wrapped__", fn)
+
+
+def _block_methods():
+    """A switch between the array class's block_until_ready as it is now (hooked under
+    tpuscope run) and as JAX defined it."""
+    from jax._src.array import ArrayImpl
+
+    hooked = ArrayImpl.__dict__["block_until_ready"]
+    bare = _original(hooked)
+
+    def switch(on):
+        ArrayImpl.block_until_ready = hooked if on else bare
+
+    return switch
 
 
 if __name__ == "__main__":
