@@ -57,13 +57,6 @@ def _probe(outputs: Any) -> Any:
     return None
 
 
-def _is_ready(array: Any) -> bool:
-    try:
-        return bool(array.is_ready())
-    except Exception:  # deleted (donated) or not an array after all
-        return False
-
-
 class ReadyWatcher:
     """A daemon thread that notes when each handed-over pytree of arrays is ready."""
 
@@ -129,7 +122,10 @@ class StepClock:
         record = self._open
         if record is None:
             return
-        record.probe = probe = _probe(outputs)
+        probe = outputs[-1] if type(outputs) is tuple and outputs else outputs  # (state, loss): no walk
+        if not hasattr(probe, "is_ready"):
+            probe = _probe(outputs)
+        record.probe = probe
         if self._streak < HOST_BOUND_STREAK or probe is None:
             record.awaiting += 1
             self._waiting += 1
@@ -146,15 +142,20 @@ class StepClock:
             probe = record.probe
             if probe is not None:
                 record.probe = None
-                record.ready_at_close = ready = _is_ready(probe)
+                try:
+                    ready = bool(probe.is_ready())
+                except Exception:  # deleted (donated) or not an array after all
+                    ready = False
+                record.ready_at_close = ready
                 self._streak = self._streak + 1 if ready else 0
             if not self._closed and (record.awaiting <= 0 or record.ready_at_close):
                 self._finalize(record)  # the common case: nothing waits before it
             else:
                 self._closed.append(record)
                 self._drain()
-        if following is not None:
-            self.opened(following, step, boundary, host_end_ns)
+        if following is not None:  # opened(), inlined
+            following.step, following.boundary, following.start_ns = step, boundary, host_end_ns
+            self._open = following
 
     def wait_idle(self, timeout_s: float) -> None:
         """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""

@@ -60,10 +60,18 @@ class StepRecord:
         self.calls = _bump(self.calls, name)
 
     def sync(self, kind: str, location: str | None, library: str | None = None) -> None:
-        self.syncs = _bump(self.syncs, kind)
+        """Once or more per step (a wait on the loss): the counts are bumped inline."""
+        syncs, sites, site = self.syncs, self.sites, ("host_sync", kind, location, library)
+        if syncs is None:
+            self.syncs = {kind: 1}
+        else:
+            syncs[kind] = syncs.get(kind, 0) + 1
+        if sites is None:
+            self.sites = {site: 1}
+        else:
+            sites[site] = sites.get(site, 0) + 1
         if kind in VALUE_READS:
             self.reads += 1
-        self.sites = _bump(self.sites, ("host_sync", kind, location, library))
 
     def dispatch(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         self.eager = _bump(self.eager, primitive)
