@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +30,7 @@ def _import(runs: RunStore, paths: list[Path], name: str | None, quiet: bool) ->
 def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, quiet: bool) -> int:
     """Exit status: 0 when every file was imported, 2 when any was refused or nothing could be."""
     from tpuscope.detect.run_analysis import analyze
+    from tpuscope.report.renderers import renderer_for
     from tpuscope.store import Run, RunStore, StoreError
 
     try:
@@ -51,14 +51,10 @@ def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, q
         return 2
     report = analyze(Run(result.run_dir))
     if as_json:
-        from tpuscope.report.json_report import _clean
-
         payload = {"run_id": result.run_dir.name, "run_dir": str(result.run_dir),
                    "imported": result.imported, "refused": result.refused, "skipped": result.skipped, **report.to_dict()}
-        click.echo(json.dumps(_clean(payload), indent=2, default=str))
+        renderer_for("import", "json").emit(payload)
     elif not quiet:
-        from tpuscope.report.renderers import renderer_for
-
         renderer_for("report", "console").emit(report)
     where = runs.close_run(result.run_dir)  # an object store: the stage is shipped now
     click.echo(f"tpuscope: imported {len(result.imported)} file(s) as {where} "

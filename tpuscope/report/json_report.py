@@ -30,6 +30,11 @@ def report_json(report: RunReport) -> str:
     return to_json(report) + "\n"
 
 
+def clean_json(data: Any) -> str:
+    """`import --json`: the run made, its files and its report (NaN and numpy scalars made plain)."""
+    return json.dumps(_clean(data), indent=2, default=str) + "\n"
+
+
 def plain_json(data: Any) -> str:
     """Data that is already JSON-shaped (a diff, a device view, the runs), as the CLI prints it."""
     return json.dumps(data, indent=2, default=str) + "\n"

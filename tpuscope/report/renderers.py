@@ -1,7 +1,7 @@
 """Every output of tpuscope behind one interface, picked by name: get the data, pick a renderer.
 
 `renderer_for(subject, name)` returns the Renderer of one format of one kind of data: a run's
-report (console, json), a diff (console, json, markdown), a run's device view (console, json),
+report (console, json), an import (json), a diff (console, json, markdown), a run's device view (console, json),
 its trace (perfetto), the runs of a store (console, json), a benchmark (console, json,
 markdown) and a query's rows (table, json, csv). `render(data)` returns the whole output as
 text (rich formats: what the console would print) or bytes (Perfetto's gzip); `emit` writes it
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 _HOMES: dict[tuple[str, str], tuple[str, bool]] = {
     ("report", "console"): ("tpuscope.report.console:render", True),
     ("report", "json"): ("tpuscope.report.json_report:report_json", False),
+    ("import", "json"): ("tpuscope.report.json_report:clean_json", False),
     ("diff", "console"): ("tpuscope.report.diff:render", True),
     ("diff", "json"): ("tpuscope.report.json_report:plain_json", False),
     ("diff", "markdown"): ("tpuscope.report.diff:markdown_text", False),
