@@ -16,9 +16,9 @@ import platform
 import time
 from pathlib import Path
 
-from tpuscope.bench import report
 from tpuscope.bench.harness import BenchPlan, run_bench
 from tpuscope.collect.session import package_versions
+from tpuscope.report import bench as report
 
 ALL_MODES = ["strict", "fused", "debug", "compiled", "dynamo"]
 PLAN = [  # (model, size, backends, modes, repeats); --size/--repeats override size and repeats

@@ -1,4 +1,4 @@
-"""Live alerts (tpuscope/launch/alerts.py): real torch_xla and JAX programs under `tpuscope run`, and
+"""Live alerts (tpuscope/launch/alerts/): real torch_xla and JAX programs under `tpuscope run`, and
 the rate limit on a fake clock.
 
 The programs (tests/programs/alerts.py, alerts_jax.py) print MARK after the step with the

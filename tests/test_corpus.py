@@ -311,7 +311,7 @@ _ALERTED = re.compile(r"^tpuscope: (?:step \d+: )?(?:(recompile) of (?:the graph
 def test_live_alerts_name_the_reports_recompiles_and_fallbacks(program: str,
                                                                corpus_run: Callable[[str], CorpusRun]) -> None:
     """`--alerts on`: one line per recompile site and fallback op of the report, at its line, and
-    nothing for a program whose report has neither (tpuscope/launch/alerts.py: the same rules)."""
+    nothing for a program whose report has neither (tpuscope/launch/alerts/: the same rules)."""
     run = corpus_run(program)
     said = [line for line in run.proc.stderr.splitlines()
             if re.match(r"tpuscope: (?:step \d+: )?(?:recompile of|new CPU fallback)", line)]

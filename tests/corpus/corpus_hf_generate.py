@@ -34,8 +34,7 @@ def main() -> None:
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)  # corpus: generate
         print(f"request {request}: prompt {length} -> {out.shape[1]} tokens: {out[0, length:].tolist()}")  # corpus: print
-    hook.note("iterations", len(PROMPT_LENGTHS))
-    hook.finish()
+    hook.finish(iterations=len(PROMPT_LENGTHS))
 
 
 if __name__ == "__main__":

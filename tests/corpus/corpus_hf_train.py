@@ -39,8 +39,7 @@ def main() -> None:
         xm.mark_step()  # corpus: sync
         if step % LOG_STEPS == 0:
             print(f"step {step} loss {outputs.loss.item():.4f}")  # corpus: loss-item
-    hook.note("iterations", ITERATIONS)
-    hook.finish()
+    hook.finish(iterations=ITERATIONS)
 
 
 if __name__ == "__main__":

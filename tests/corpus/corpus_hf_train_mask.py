@@ -52,8 +52,7 @@ def main() -> None:
         xm.mark_step()  # corpus: sync
         if step % 4 == 0:
             print(f"step {step} loss {outputs.loss.item():.4f}")
-    hook.note("iterations", ITERATIONS)
-    hook.finish()
+    hook.finish(iterations=ITERATIONS)
 
 
 if __name__ == "__main__":

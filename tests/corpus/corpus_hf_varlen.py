@@ -38,9 +38,7 @@ def main() -> None:
         xm.mark_step()  # corpus: sync
         if step % 5 == 0:
             print(f"step {step} length {input_ids.shape[1]} loss {outputs.loss.item():.4f}")
-    hook.note("iterations", len(LENGTHS))
-    hook.note("lengths", list(LENGTHS))
-    hook.finish()
+    hook.finish(iterations=len(LENGTHS), lengths=list(LENGTHS))
 
 
 if __name__ == "__main__":

@@ -77,8 +77,7 @@ def main() -> None:
     hook.mark("after-loop")
     predictions = model(test_images[:8]).argmax(axis=1)  # corpus: after-loop-call
     print(f"predictions {predictions.tolist()}")
-    hook.note("iterations", step)
-    hook.finish()
+    hook.finish(iterations=step)
 
 
 if __name__ == "__main__":

@@ -68,8 +68,7 @@ def main() -> None:
             if step % 4 == 0:
                 print(f"epoch {epoch} step {step} loss {float(loss):.4f}")
             step += 1
-    hook.note("iterations", step)
-    hook.finish()
+    hook.finish(iterations=step)
 
 
 if __name__ == "__main__":

@@ -72,8 +72,7 @@ class Trainer:
 def main() -> None:
     hook.start("xla")
     Trainer().train_loop_fn()
-    hook.note("iterations", NUM_STEPS)
-    hook.finish()
+    hook.finish(iterations=NUM_STEPS)
 
 
 if __name__ == "__main__":

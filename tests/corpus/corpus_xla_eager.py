@@ -42,8 +42,7 @@ def main() -> None:
         torch_xla.sync()
         if step % 4 == 0:
             print(f"step {step} loss {loss.item():.4f}")
-    hook.note("iterations", ITERATIONS)
-    hook.finish()
+    hook.finish(iterations=ITERATIONS)
 
 
 if __name__ == "__main__":

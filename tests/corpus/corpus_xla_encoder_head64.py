@@ -32,9 +32,7 @@ def main() -> None:
             torch_xla.sync()
             if step % 3 == 0:
                 print(f"step {step} mean {out.mean().item():.4f}")
-    hook.note("iterations", ITERATIONS)
-    hook.note("head_dim", D_MODEL // HEADS)
-    hook.finish()
+    hook.finish(iterations=ITERATIONS, head_dim=D_MODEL // HEADS)
 
 
 if __name__ == "__main__":

@@ -50,8 +50,7 @@ def main() -> None:
         xm.optimizer_step(optimizer, barrier=True)  # corpus: sync
         if step % 4 == 0:
             print(f"step {step} loss {loss.item():.4f}")
-    hook.note("iterations", ITERATIONS)
-    hook.finish()
+    hook.finish(iterations=ITERATIONS)
 
 
 if __name__ == "__main__":

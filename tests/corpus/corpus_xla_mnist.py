@@ -88,8 +88,7 @@ def main() -> None:
         accuracy = test_loop_fn(epoch)
         hook.mark(f"eval-end:e{epoch}")
         print(f"epoch {epoch} accuracy {accuracy:.2f}%")
-    hook.note("iterations", {"train": EPOCHS * TRAIN_BATCHES, "eval": EPOCHS * TEST_BATCHES})
-    hook.finish()
+    hook.finish(iterations={"train": EPOCHS * TRAIN_BATCHES, "eval": EPOCHS * TEST_BATCHES})
 
 
 if __name__ == "__main__":

@@ -42,8 +42,7 @@ def main() -> None:
         logits = model(x_test)  # corpus: final-eval
     accuracy = (logits.argmax(1) == y_test).float().mean().item()  # corpus: final-item
     print(f"final loss {loss.item():.4f} accuracy {accuracy:.4f}")
-    hook.note("iterations", ITERATIONS)
-    hook.finish()
+    hook.finish(iterations=ITERATIONS)
 
 
 if __name__ == "__main__":

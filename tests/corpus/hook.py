@@ -2,7 +2,7 @@
 
 When the environment variable CORPUS_TRUTH names a file, a driver calls `mark(label)` at the
 points it wants measured (e.g. the top of every loop iteration, the end of each epoch) and
-`finish()` at the end; the hook then writes one JSON file:
+`finish(iterations=N, **notes)` at the end; the hook then writes one JSON file:
 
 - torch_xla: at every mark, every `torch_xla.debug.metrics` counter (UncachedCompile,
   CachedCompile, ExecuteComputation, MarkStep, EagerOpExecuteTime's sample count, every
@@ -78,16 +78,12 @@ def mark(label: str) -> None:
     _state["marks"].append(row)
 
 
-def note(key: str, value: Any) -> None:
-    """Keep a plain value (a shape, an iteration count) in the truth file."""
-    if _PATH:
-        _state["extra"][key] = value
-
-
-def finish() -> None:
-    """Write the truth file (call at the very end of the program)."""
+def finish(iterations: Any, **notes: Any) -> None:
+    """Write the truth file (call at the very end of the program), with the program's iteration
+    count and any other plain values the truth needs (a shape, the lengths it ran)."""
     if not _PATH:
         return
+    _state["extra"].update(iterations=iterations, **notes)
     mark("end")
     if _state["backend"] == "xla":
         import torch_xla.debug.metrics as met

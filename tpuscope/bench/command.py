@@ -13,11 +13,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tpuscope.bench import report
 from tpuscope.bench.harness import BenchPlan, BenchResult, run_bench
 from tpuscope.bench.models import MODELS, SIZES
 from tpuscope.bench.script import ScriptError, parse_ref
 from tpuscope.bench.spec import BACKENDS, MODES, WorkerSpec
+from tpuscope.report.renderers import renderer_for
 from tpuscope.store import StoreError
 
 
@@ -83,13 +83,9 @@ def run_command(plan: BenchPlan, as_json: bool, markdown: bool, quiet: bool) -> 
         result = _run_with_progress(plan, quiet)
     except StoreError as exc:
         raise BenchUsageError(str(exc)) from exc
-    if as_json:
-        print(report.to_json(result))
-    elif markdown:
-        print(report.to_markdown(result))
-    else:
-        out = Console()
-        report.render(result, out if out.is_terminal else Console(width=160))
+    out = Console()
+    renderer_for("bench", "json" if as_json else "markdown" if markdown else "console").emit(
+        result, out if out.is_terminal else Console(width=160))
     failed = [r for r in result.rows if r["status"] == "error"]
     for row in failed:
         print(f"tpuscope: {row['backend']} {row['mode']} failed: {row.get('reason')}", file=sys.stderr)

@@ -25,7 +25,7 @@ from tpuscope.bench.spec import WorkerSpec
 from tpuscope.collect import autostart
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.launch.profile import profile
-from tpuscope.store import Run, update_meta
+from tpuscope.store import Run
 
 
 @dataclass
@@ -64,7 +64,7 @@ def measure(runner: ModeRunner, workload: Any, total_steps: int) -> Timeline:
     return timeline
 
 
-def _write_own_steps(run_dir: Path, timeline: Timeline) -> None:
+def _write_own_steps(run: Run, timeline: Timeline) -> None:
     """Steps rows from the bench's own timer, unless a tpuscope collector already wrote them.
 
     torch_xla's collector records every step boundary; backends it does not watch
@@ -74,7 +74,7 @@ def _write_own_steps(run_dir: Path, timeline: Timeline) -> None:
     if session is None:
         return
     session.flush()
-    if any((run_dir / "steps").glob("part-*.parquet")):
+    if run.has_table("steps"):
         return
     session.add_many("steps", [
         {"step": i, "start_ns": start, "end_ns": start + wall, "wall_ns": wall, "boundary": "bench",
@@ -93,7 +93,7 @@ def _peak_host_bytes() -> int:
 def _run_in_store(spec: WorkerSpec, result: dict[str, Any]) -> None:
     with profile(store=spec.store, name=spec.run_name, warmup=spec.warmup, analyze_at_exit=False) as run:
         result.update(run_id=run.run_id, run_dir=str(run.path))
-        update_meta(run.path, bench_mode=spec.mode, bench_model=spec.model, bench_backend=spec.backend,
+        run.update_meta(bench_mode=spec.mode, bench_model=spec.model, bench_backend=spec.backend,
                     bench_group=spec.group, bench_repeat=spec.repeat, bench_size=spec.size,
                     bench_steps=spec.steps, bench_warmup=spec.warmup, bench_script=spec.script,
                     **spec.extra_meta)
@@ -104,10 +104,10 @@ def _run_in_store(spec: WorkerSpec, result: dict[str, Any]) -> None:
         else:
             workload = runner.build(spec.model, spec.size, spec.seed, total)
         timeline = measure(runner, workload, total)
-        _write_own_steps(run.path, timeline)
+        _write_own_steps(run, timeline)
         memory, memory_note = runner.device_memory()
         described = runner.describe()
-        update_meta(run.path, bench_mechanism=described.get("mechanism"), bench_workload=workload.info)
+        run.update_meta(bench_mechanism=described.get("mechanism"), bench_workload=workload.info)
         result.update(status="ok", timeline=asdict(timeline), info=workload.info, describe=described,
                       peak_device_bytes=memory, device_memory_note=memory_note)
         result.update(_totals(runner, timeline))
@@ -151,7 +151,7 @@ def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     except Unavailable as exc:
         result.update(status="unavailable", reason=str(exc))
         if result.get("run_dir"):  # found only once the backend was imported: say so in the run
-            update_meta(Path(result["run_dir"]), status="unavailable", error=str(exc))
+            Run(result["run_dir"]).update_meta(status="unavailable", error=str(exc))
     except ScriptError as exc:
         result.update(status="error", error=str(exc))
     except Exception as exc:  # the user's model failing in one mode must not lose the others

@@ -87,13 +87,10 @@ def judge_run(code: int, report: RunReport | None, policy: Policy) -> int:
 def diff_main(store: str, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
               regression_pct: float | None) -> None:
     """Compare two runs, print the result, exit 3 on a regression when asked to."""
-    import json
-
-    from rich.console import Console
-
     from tpuscope.analyze.compare import compare, regressions
     from tpuscope.analyze.gate import EXIT_LIMIT
-    from tpuscope.report.diff import markdown, render, side_of
+    from tpuscope.report.diff import side_of
+    from tpuscope.report.renderers import renderer_for
     from tpuscope.store import Run, RunStore, StoreError
 
     try:
@@ -104,12 +101,8 @@ def diff_main(store: str, run_a: str, run_b: str, as_json: bool, as_markdown: bo
         sys.exit(2)
     diff = compare(*sides)
     failed = regressions(diff, regression_pct) if regression_pct is not None else None
-    if as_json:
-        click.echo(json.dumps({**diff, "regression": failed}, indent=2, default=str))
-    elif as_markdown:
-        click.echo(markdown(diff, failed), nl=False)
-    else:
-        render(diff, Console())
+    name = "json" if as_json else "markdown" if as_markdown else "console"
+    renderer_for("diff", name).emit({**diff, "regression": failed})
     if failed:
         _say(f"exit {EXIT_LIMIT}: regression: {'; '.join(failed)}")
         sys.exit(EXIT_LIMIT)

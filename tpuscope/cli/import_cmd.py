@@ -1,18 +1,23 @@
-"""The body of `tpuscope import`: import, report refused files, print the report or JSON."""
+"""`tpuscope import`: import, report refused files, print the report or JSON."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from tpuscope.ingest.run import ImportResult, import_paths
-from tpuscope.store import RunStore, StoreError
+from tpuscope.cli.options import store_option
+
+if TYPE_CHECKING:
+    from tpuscope.ingest.run import ImportResult
+    from tpuscope.store import RunStore
 
 
 def _import(runs: RunStore, paths: list[Path], name: str | None, quiet: bool) -> ImportResult:
+    from tpuscope.ingest.run import import_paths
+
     if quiet or not sys.stderr.isatty() or len(paths) < 2:
         return import_paths(paths, runs, name)
     from rich.progress import Progress
@@ -25,7 +30,8 @@ def _import(runs: RunStore, paths: list[Path], name: str | None, quiet: bool) ->
 def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, quiet: bool) -> int:
     """Exit status: 0 when every file was imported, 2 when any was refused or nothing could be."""
     from tpuscope.detect.run_analysis import analyze
-    from tpuscope.store import Run
+    from tpuscope.report.renderers import renderer_for
+    from tpuscope.store import Run, RunStore, StoreError
 
     try:
         runs = RunStore(store)
@@ -45,18 +51,33 @@ def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, q
         return 2
     report = analyze(Run(result.run_dir))
     if as_json:
-        from tpuscope.report.json_report import _clean
-
         payload = {"run_id": result.run_dir.name, "run_dir": str(result.run_dir),
                    "imported": result.imported, "refused": result.refused, "skipped": result.skipped, **report.to_dict()}
-        click.echo(json.dumps(_clean(payload), indent=2, default=str))
+        renderer_for("import", "json").emit(payload)
     elif not quiet:
-        from rich.console import Console
-
-        from tpuscope.report.console import render
-
-        render(report, Console())
+        renderer_for("report", "console").emit(report)
     where = runs.close_run(result.run_dir)  # an object store: the stage is shipped now
     click.echo(f"tpuscope: imported {len(result.imported)} file(s) as {where} "
                f"(tpuscope show {result.run_dir.name} --store {store})", err=True)
     return 2 if result.refused else 0
+
+
+@click.command(name="import")
+@store_option
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--name", help="Run name (default: the first file's stem).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run, the files and the report as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no report.")
+def import_(store: str, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool) -> None:
+    """Make a run from files you already have and report on it.
+
+    Reads torch_xla metrics reports (metrics_report() text, also inside a log) and
+    PT_XLA_DEBUG logs; all files go into one run. A file of no known format is
+    named on stderr, the others are still imported, and the exit status is 2.
+
+    \b
+    Examples:
+      tpuscope import metrics.txt pt_xla_debug.txt --name job-42
+      tpuscope import logs/*.txt --json
+    """
+    sys.exit(run_import(store, list(paths), name, as_json, quiet))

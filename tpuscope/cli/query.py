@@ -3,51 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
 import click
-import pyarrow as pa
 
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def render(table: pa.Table, fmt: str) -> None:
-    """Print a result: a rich table (terminal), JSON records or CSV."""
-    if fmt == "json":
-        click.echo(json.dumps(table.to_pylist(), indent=2, default=str))
-        return
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(table, sink)
-        sys.stdout.write(sink.getvalue().to_pybytes().decode())
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    out = Table(show_edge=False, header_style="bold")
-    for name in table.column_names:
-        out.add_column(
-            name,
-            justify="right"
-            if pa.types.is_floating(table.schema.field(name).type)
-            or pa.types.is_integer(table.schema.field(name).type)
-            else "left",
-        )
-    for row in table.to_pylist():
-        out.add_row(*(_cell(v) for v in row.values()))
-    console = Console()
-    console.print(out)
-    console.print(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}", style="dim")
+from tpuscope.cli.options import store_option
 
 
 def query_main(store: str, run_id: str, statement: str, fmt: str) -> int:
@@ -65,7 +25,9 @@ def query_main(store: str, run_id: str, statement: str, fmt: str) -> int:
     except duckdb.Error as exc:
         click.echo(f"tpuscope: the query failed: {str(exc).splitlines()[0]}", err=True)
         return 2
-    render(result, fmt)
+    from tpuscope.report.renderers import renderer_for
+
+    renderer_for("rows", fmt).emit(result)
     return 0
 
 
@@ -81,3 +43,36 @@ def compact_main(store: str, run_id: str) -> int:
     removed = run.compact(host_tag())
     click.echo(f"tpuscope: merged {removed} part file(s) of {run.loc}", err=True)
     return 0
+
+
+@click.command()
+@store_option
+@click.argument("run_id")
+@click.argument("sql")
+@click.option("--json", "fmt", flag_value="json", help="Print the rows as a JSON list.")
+@click.option("--csv", "fmt", flag_value="csv", help="Print the rows as CSV.")
+def query(store: str, run_id: str, sql: str, fmt: str | None) -> None:
+    """Run SQL (DuckDB) over RUN_ID's tables, each a view named after it: steps, metrics,
+    compiles, fallbacks, findings, ... (docs/store.md).
+
+    \b
+    Examples:
+      tpuscope query latest "SELECT host, median(wall_ns)/1e6 AS p50_ms FROM steps GROUP BY host"
+      tpuscope query exp42 "SELECT op, sum(count) AS n FROM fallbacks GROUP BY op" --json
+      tpuscope query exp42 "SELECT * FROM compiles" --csv --store gs://my-bucket/tpuscope
+    """
+    sys.exit(query_main(store, run_id, sql, fmt or "table"))
+
+
+@click.command()
+@store_option
+@click.argument("run_id")
+def compact(store: str, run_id: str) -> None:
+    """Merge RUN_ID's part files into one per table (as `tpuscope run` does when a run ends;
+    for imported runs, runs written by other tools, or leftovers of a merge that was killed).
+
+    \b
+    Example:
+      tpuscope compact exp42 --store gs://my-bucket/tpuscope
+    """
+    sys.exit(compact_main(store, run_id))

@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
-from tpuscope.store import layout
-from tpuscope.store.buffer import PartWriter
-from tpuscope.store.hosts import file_host, is_pod_run, update_host_meta
-from tpuscope.store.runstore import update_meta, write_json_atomic
+from tpuscope.store.hosts import file_host
+from tpuscope.store.run import Run  # light: no pyarrow until rows are written
 
 FLUSH_INTERVAL_S = 2.0
 
@@ -98,7 +96,8 @@ class Session:
         self.run_dir = Path(run_dir)
         self.warmup = warmup
         self.host = file_host()  # TPUSCOPE_HOST, the TPU worker, else the hostname (store/hosts.py)
-        self.writer = PartWriter(self.run_dir, host=self.host)
+        self.run = Run(self.run_dir)  # the writer of the run's parts and of this process's file
+        self.writer = self.run.writer(host=self.host)
         self.pid = os.getpid()
         self.rank = process_rank()
         self._rank_facts: dict[str, int] = {}
@@ -229,7 +228,7 @@ class Session:
         record_end_if_orphaned(self.run_dir, self.proc_meta)
 
     def _write_proc_meta(self) -> None:
-        write_json_atomic(self.run_dir / layout.proc_file(self.host, self.pid), self.proc_meta)
+        self.run.write_proc(self.host, self.pid, self.proc_meta)
 
     def _start_flusher(self) -> None:
         self._stop = threading.Event()
@@ -296,10 +295,7 @@ def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
     fields = {"status": status, "end_ns": proc_meta.get("end_ns") or time.time_ns(), "launcher_lost": True,
               "exit_code": -signal.SIGTERM if status.startswith("killed") else None}
     try:
-        if is_pod_run(run_dir):  # a run of many hosts: only this host's own meta
-            update_host_meta(run_dir, str(proc_meta.get("host")), **fields)
-        else:
-            update_meta(run_dir, **fields)
+        Run(run_dir).update_own_meta(str(proc_meta.get("host")), **fields)  # a pod run: this host's file
     except Exception as exc:
         print(f"tpuscope: cannot record the run's end in {run_dir}: {exc}", file=sys.stderr)
 

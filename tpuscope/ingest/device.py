@@ -18,17 +18,16 @@ import pandas as pd
 from tpuscope.ingest import traces as trace_ingest
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
-from tpuscope.store import Run, layout, update_meta
-from tpuscope.store.buffer import PartWriter
+from tpuscope.store import Run, layout
 from tpuscope.store.hosts import file_host
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
 
 
-def ingest_hlo(run_dir: Path, files: list[Path], tag: str = "hlo", **fields: Any) -> tuple[int, list[dict[str, str]]]:
+def ingest_hlo(run: Run, files: list[Path], tag: str = "hlo", **fields: Any) -> tuple[int, list[dict[str, str]]]:
     """Parse HLO text files into the run's hlo tables; (modules written, refusals)."""
     rows, refused = load_dumps(files, **fields)
-    writer = PartWriter(run_dir, tag=tag)
+    writer = run.writer(tag=tag)
     for table, table_rows in rows.items():
         writer.extend(table, table_rows)
     writer.flush()
@@ -56,21 +55,22 @@ def traced_steps(run: Run) -> pd.DataFrame:
 def ingest_run(run_dir: str | Path) -> list[str]:
     """Ingest what the run's processes left; returns one line per thing found (for the user)."""
     run_dir = Path(run_dir)
+    run = Run(run_dir)
     notes: list[str] = []
     meta: dict[str, Any] = {}
     files = trace_ingest.xplane_files(run_dir / layout.TRACE)
     if files:
-        traces = trace_ingest.load_traces(files, steps=traced_steps(Run(run_dir)))
-        trace_ingest.write(run_dir, traces, "trace")
+        traces = trace_ingest.load_traces(files, steps=traced_steps(run))
+        trace_ingest.write(run, traces, "trace")
         notes += traces.summary + [f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused]
         meta.update({k: v for k, v in traces.meta.items() if k != "trace_hosts"})
         meta["trace_events"] = traces.rows("trace_events")
     dumps = dump_files(run_dir / layout.HLO, DUMP_STAGES) if (run_dir / layout.HLO).is_dir() else []
     if dumps:
-        count, refused = ingest_hlo(run_dir, dumps, host=file_host(), pid=0, rank=0)
+        count, refused = ingest_hlo(run, dumps, host=file_host(), pid=0, rank=0)
         notes.append(f"{count} HLO module(s) parsed from {run_dir / layout.HLO}")
         notes += [f"cannot parse HLO {r['path']}: {r['reason']}" for r in refused]
         meta["hlo_modules"] = count
     if meta:
-        update_meta(run_dir, device_view=meta)
+        run.update_meta(device_view=meta)
     return notes

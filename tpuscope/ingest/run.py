@@ -18,10 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.ingest.registry import Evidence, Importer, ImportRefused, load
-from tpuscope.store import RunStore, StoreError, layout, update_meta
-from tpuscope.store.buffer import PartWriter
-from tpuscope.store.row_groups import write_row_groups_atomic
-from tpuscope.store.runstore import write_json_atomic
+from tpuscope.store import RunStore, StoreError
+from tpuscope.store.run import Run
 
 
 @dataclass
@@ -70,10 +68,11 @@ def _load_all(paths: list[str | Path], result: ImportResult) -> list[tuple[Path,
     return loaded
 
 
-def _write_file(run_dir: Path, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:
-    tag = f"import-{index:03d}"
+def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:
+    number = f"{index:03d}"
+    tag = f"import-{number}"  # parts and procs/ file named as a process "import", "pid" NNN
     fields = {"host": path.name, "pid": index, "rank": 0}
-    writer = PartWriter(run_dir, tag=tag)
+    writer = run.writer(tag=tag)
     meta: dict[str, Any] = {"backend": "torch_xla", **fields, "source": str(path.resolve()),
                             "formats": [importer.name for importer, _ in results], "status": "imported"}
     written = 0
@@ -82,12 +81,11 @@ def _write_file(run_dir: Path, index: int, path: Path, results: list[tuple[Impor
             writer.extend(table, [{**fields, **row} for row in rows])
         for table, parts in evidence.tables.items():  # Arrow tables: written as they are, by row group
             for k, part in enumerate(parts):
-                write_row_groups_atomic(run_dir / table / f"part-{tag}-{importer.name}-{k:04d}.parquet", part)
-                written += part.num_rows
-        _keep_files(run_dir, evidence.files)
+                written += run.write_arrow(table, f"{tag}-{importer.name}-{k:04d}", part)
+        _keep_files(run.path, evidence.files)
         meta.update(evidence.meta)
     written += writer.flush()
-    write_json_atomic(run_dir / layout.PROCS / f"{tag}.json", meta)
+    run.write_proc("import", number, meta)
     return written
 
 
@@ -113,13 +111,14 @@ def import_paths(paths: list[str | Path], store: RunStore, name: str | None = No
         name or loaded[0][0].stem, command="tpuscope import " + " ".join(str(p) for p in paths),
         argv=[str(p) for p in paths], warmup=0, status="imported", start_ns=now,
         imported=[str(p.resolve()) for p, _ in loaded])
+    run = Run(run_dir)
     try:
         for index, (path, results) in enumerate(loaded):
-            rows = _write_file(run_dir, index, path, results)
+            rows = _write_file(run, index, path, results)
             result.imported.append({"path": str(path), "rows": rows,
                                     "formats": [i.name for i, _ in results],
                                     "summary": "; ".join(e.summary for _, e in results if e.summary)})
-        update_meta(run_dir, end_ns=time.time_ns(), refused=result.refused)
+        run.update_meta(end_ns=time.time_ns(), refused=result.refused)
     except Exception as exc:  # never leave a half-made run
         shutil.rmtree(run_dir, ignore_errors=True)
         reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"

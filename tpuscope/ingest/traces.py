@@ -23,7 +23,7 @@ from tpuscope.ingest import trace_chunks as chunks
 from tpuscope.parse import hlo_proto, hlo_rows, xprof_tools
 from tpuscope.parse.xplane import XSpaceDecodeError, read_xspace, space_info
 from tpuscope.schema import TABLES
-from tpuscope.store.row_groups import write_row_groups_atomic
+from tpuscope.store.run import Run
 
 _RELATIVE_LIMIT = 10**17  # ns; trace clocks below this are relative to the profile start
 
@@ -160,12 +160,9 @@ def add_xprof(out: TraceSet, files: list[Path]) -> None:
             out.meta[key] = figures[key]
 
 
-def write(run_dir: Path, traces: TraceSet, tag: str) -> int:
+def write(run: Run | Path, traces: TraceSet, tag: str) -> int:
     """Write every table of the set as part files of the run, a row group at a time (memory:
     store/row_groups.py); returns the rows written."""
-    written = 0
-    for name, tables in traces.tables.items():
-        for i, table in enumerate(tables):
-            write_row_groups_atomic(Path(run_dir) / name / f"part-{tag}-{i:04d}.parquet", table)
-            written += table.num_rows
-    return written
+    run = run if isinstance(run, Run) else Run(run)
+    return sum(run.write_arrow(name, f"{tag}-{i:04d}", table)
+               for name, tables in traces.tables.items() for i, table in enumerate(tables))

@@ -163,6 +163,9 @@ class ProcessSettings:
 
 _state: ProcessSettings | None = None
 _hooked = False
+# The PT_XLA_DEBUG file torch_xla read in this process: it writes that one file until the
+# process ends, so a later profile() (after reset()) reads it too instead of finding no causes.
+_read_file: list[str] = []
 
 
 def torch_xla_compiled() -> bool:
@@ -206,9 +209,12 @@ def _on_torch_xla_import(module: object) -> None:
 def _apply(state: ProcessSettings) -> None:
     state.applied = True
     if torch_xla_compiled():  # too late for either setting
-        state.note = (f"torch_xla compiled before tpuscope could turn PT_XLA_DEBUG on; set {LEVEL}=1 "
-                      f"and {FILE}=<file> yourself to get causes and frames")
         state.file = os.environ.get(FILE) if os.environ.get(LEVEL) not in (None, "0") else None
+        if state.file is None and _read_file:  # an earlier block's: torch_xla still writes it
+            state.file = _read_file[-1]
+        if state.file is None:
+            state.note = (f"torch_xla compiled before tpuscope could turn PT_XLA_DEBUG on; set {LEVEL}=1 "
+                          f"and {FILE}=<file> yourself to get causes and frames")
         return
     _enable_debug_text(state)
     from tpuscope.collect import autostart
@@ -262,6 +268,8 @@ def _enable_hlo_dump(state: ProcessSettings) -> None:
 def reset() -> None:
     """Undo prepare() (pytest_unconfigure): variables tpuscope set leave os.environ."""
     global _state
+    if _state is not None and LEVEL in _state.set_vars and _state.file and torch_xla_compiled():
+        _read_file[:] = [_state.file]  # torch_xla read it (tpuscope turned it on) and goes on writing it
     if _state is not None and not _state.released:
         _state._unset()
     _state = None

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpuscope.store import RunStore, update_meta
+from tpuscope.store import RunStore
+from tpuscope.store.run import Run
 
 if TYPE_CHECKING:
     from tpuscope.launch.env import ProcessSettings
@@ -28,7 +29,7 @@ def open_run(root: str | Path | RunStore | None, name: str, warmup: int, **meta:
 
 def close_run(run_dir: Path, status: str, error: str | None = None, **fields: Any) -> None:
     """Record how the run ended (status, error, end time and whatever the caller adds)."""
-    update_meta(run_dir, status=status, error=error, end_ns=time.time_ns(), **fields)
+    Run(run_dir).update_meta(status=status, error=error, end_ns=time.time_ns(), **fields)
 
 
 def collect_here(root: str | Path | None, name: str, warmup: int, settings: ProcessSettings,

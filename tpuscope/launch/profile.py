@@ -20,7 +20,7 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
     """Collect every step in the block into a new run; yields the Run.
 
     With `alerts=True`, new recompiles and CPU fallbacks are said on stderr while the block
-    runs (tpuscope/launch/alerts.py; off by default: a notebook or a test shows its own output).
+    runs (tpuscope/launch/alerts/; off by default: a notebook or a test shows its own output).
     The watcher is a thread of this process, reading the flushed rows once a second.
 
     The environment rules are the watch's (launch/env.prepare): PT_XLA_DEBUG is turned on

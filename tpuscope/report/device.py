@@ -92,3 +92,17 @@ def render(view: dict[str, Any], console: Any) -> None:
         console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, "
                       f"{op['bound_by']}-bound" + (f", at {op['source_info']}" if op.get("source_info") else ""))
     render_cost(view.get("cost_model") or {}, console)
+
+
+def render_with_tools(view: dict[str, Any], console: Any) -> None:
+    """`tpuscope trace`: the device view, then how to open the trace in xprof, TensorBoard and
+    Perfetto (the trace file, when one was written, is named in view["perfetto_trace"])."""
+    render(view, console)
+    for logdir in view["log_dirs"]:
+        console.print(f"xprof:       xprof --logdir {logdir} --port 8791   (then open http://localhost:8791)",
+                      soft_wrap=True)
+        console.print(f"TensorBoard: tensorboard --logdir {logdir}   (Profile tab; needs the xprof plugin)",
+                      soft_wrap=True)
+    if view.get("perfetto_trace"):
+        console.print(f"Perfetto:    open https://ui.perfetto.dev, 'Open trace file', pick {view['perfetto_trace']}",
+                      soft_wrap=True)

@@ -114,3 +114,8 @@ def markdown(diff: dict[str, Any], failed: list[str] | None = None) -> str:
     if failed is not None:
         lines += ["", f"**Regression:** {'; '.join(failed)}" if failed else "No regression."]
     return "\n".join(lines) + "\n"
+
+
+def markdown_text(diff: dict[str, Any]) -> str:
+    """`diff --markdown`: the comparison with its "regression" verdict (None: none was asked)."""
+    return markdown(diff, diff.get("regression"))

@@ -1,4 +1,4 @@
-"""The JSON form of a run's report, for scripts (`tpuscope show RUN --json`)."""
+"""The JSON forms of what tpuscope prints, for scripts (`tpuscope show RUN --json`, `diff --json`, ...)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ def _clean(value: Any) -> Any:
 
 def to_json(report: RunReport) -> str:
     return json.dumps(_clean(report.to_dict()), indent=2, default=str)
+
+
+def report_json(report: RunReport) -> str:
+    """`show --json`: the report as JSON, a line of its own (report/renderers.py)."""
+    return to_json(report) + "\n"
+
+
+def clean_json(data: Any) -> str:
+    """`import --json`: the run made, its files and its report (NaN and numpy scalars made plain)."""
+    return json.dumps(_clean(data), indent=2, default=str) + "\n"
+
+
+def plain_json(data: Any) -> str:
+    """Data that is already JSON-shaped (a diff, a device view, the runs), as the CLI prints it."""
+    return json.dumps(data, indent=2, default=str) + "\n"

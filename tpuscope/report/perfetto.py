@@ -10,8 +10,10 @@ events cost one string join each.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -47,10 +49,30 @@ def _lanes(events: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return pid.ravel(), tid.ravel(), meta
 
 
+def chrome_trace(events: pa.Table) -> bytes:
+    """The events as a gzipped Chrome trace JSON (the `trace`/`perfetto` renderer)."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=3) as raw, io.TextIOWrapper(raw) as out:
+        _write_events(events, out)
+    return buffer.getvalue()
+
+
 def write_chrome_trace(events: pa.Table, path: str | Path) -> int:
-    """Write the events; returns how many were written."""
+    """Write the events to `path` (appearing whole or not at all); returns how many were written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with gzip.open(tmp, "wt", compresslevel=3) as out:
+            _write_events(events, out)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return events.num_rows
+
+
+def _write_events(events: pa.Table, out: TextIO) -> None:
     n = events.num_rows
     start = events["start_ns"].to_numpy(zero_copy_only=False) if n else np.zeros(0, np.int64)
     t0 = int(start.min()) if n else 0
@@ -59,17 +81,13 @@ def write_chrome_trace(events: pa.Table, path: str | Path) -> int:
     name_codes, names = _codes(events["name"]) if n else (np.zeros(0, np.int64), [])
     pid, tid, meta = _lanes(events) if n else (np.zeros(0, int), np.zeros(0, int), [])
     args = _args(events) if n else []
-    tmp = path.with_name(f".{path.name}.tmp")
-    with gzip.open(tmp, "wt", compresslevel=3) as out:
-        out.write(f'{{"displayTimeUnit":"ns","otherData":{{"t0_epoch_ns":{t0}}},"traceEvents":[\n')
-        out.write(",\n".join(meta))
-        for i in range(n):
-            name = names[name_codes[i]] if name_codes[i] >= 0 else '""'
-            out.write(f',\n{{"ph":"X","name":{name},"pid":{pid[i]},"tid":{tid[i]},"ts":{ts[i]:.3f},'
-                      f'"dur":{dur[i]:.3f}{args[i] if args else ""}}}')
-        out.write("\n]}\n")
-    tmp.replace(path)
-    return n
+    out.write(f'{{"displayTimeUnit":"ns","otherData":{{"t0_epoch_ns":{t0}}},"traceEvents":[\n')
+    out.write(",\n".join(meta))
+    for i in range(n):
+        name = names[name_codes[i]] if name_codes[i] >= 0 else '""'
+        out.write(f',\n{{"ph":"X","name":{name},"pid":{pid[i]},"tid":{tid[i]},"ts":{ts[i]:.3f},'
+                  f'"dur":{dur[i]:.3f}{args[i] if args else ""}}}')
+    out.write("\n]}\n")
 
 
 def _args(events: pa.Table) -> list[str]:

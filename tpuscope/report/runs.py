@@ -57,3 +57,8 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
                       str(backend), hosts_cell(meta), str((summary or {}).get("steps", "-")),
                       "-" if p50 is None else f"{p50:.2f}", _findings(summary), str(meta.get("command", ""))[:60])
     return table
+
+
+def render(runs: list[dict[str, Any]], console: Any) -> None:
+    """`tpuscope ls`: the table of runs."""
+    console.print(runs_table(runs))

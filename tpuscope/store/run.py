@@ -1,5 +1,8 @@
 """One run folder, local or in an object store: the only reader and writer of a run's
-meta, tables, findings and analysis (the dashboard included)."""
+meta, tables, findings and analysis (the dashboard included).
+
+Importing it is light (no pyarrow, pandas or schemas until a table is read or findings are
+written): a profiled process opens its run here at start-up (collect/session.py)."""
 
 from __future__ import annotations
 
@@ -10,17 +13,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from tpuscope.schema import TABLES, Finding
 from tpuscope.store import layout
 from tpuscope.store.buffer import PartWriter
-from tpuscope.store.compact import active_parts, compact_run
 from tpuscope.store.location import Entry, Location
 from tpuscope.store.runstore import RunStore, read_meta, update_meta
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+
+    from tpuscope.schema import Finding
 
 ANALYSIS_FILE = layout.ANALYSIS
 
@@ -80,14 +82,32 @@ class Run:
         self.__dict__.pop("meta", None)
         return update_meta(self.loc, **fields)
 
-    def write_proc(self, host: str, pid: int, data: dict[str, Any]) -> None:
+    def update_own_meta(self, host: str, **fields: Any) -> dict[str, Any]:
+        """Merge fields into what this host owns of the run: its hosts/<host>.json in a run of
+        many hosts (`--run-id`: meta.json is shared), else meta.json."""
+        from tpuscope.store.hosts import is_pod_run, update_host_meta
+
+        if self.local and is_pod_run(self.path):
+            return update_host_meta(self.path, host, **fields)
+        return self.update_meta(**fields)
+
+    def write_proc(self, host: str, pid: int | str, data: dict[str, Any]) -> None:
         """This process's own view of the run (procs/<host>-<pid>.json), written whole."""
         (self.loc / layout.proc_file(host, pid)).write_json_atomic(data)
 
     # -- writing rows and files (a local folder: object stores get a stage, store.ship) --
-    def writer(self, tag: str | None = None) -> PartWriter:
-        """A buffer of rows that flushes them as new part files of this run."""
-        return PartWriter(self.loc.as_path(), tag=tag)
+    def writer(self, tag: str | None = None, host: str | None = None) -> PartWriter:
+        """A buffer of rows that flushes them as new part files of this run (named by `tag`,
+        else by `host` and this process)."""
+        return PartWriter(self.loc.as_path(), tag=tag, host=host)
+
+    def write_arrow(self, table: str, part: str, data: pa.Table) -> int:
+        """An Arrow table (trace events, imported tables) as the part file `part-<part>.parquet`
+        of `table`, a row group at a time (store/row_groups.py); returns its rows."""
+        from tpuscope.store.row_groups import write_row_groups_atomic
+
+        write_row_groups_atomic(self.loc.as_path() / table / f"part-{part}.parquet", data)
+        return data.num_rows
 
     def folder(self, name: str) -> Path:
         """A folder of the run's files (layout.DEBUG, HLO, TRACE) for tools that write there."""
@@ -96,6 +116,8 @@ class Run:
     # -- tables -----------------------------------------------------------------------
     def parts(self, name: str) -> list[Entry]:
         """The part files readers take for one table (names, sizes, mtimes)."""
+        from tpuscope.store.compact import active_parts
+
         return active_parts(self.loc / name)
 
     def has_table(self, name: str) -> bool:
@@ -120,6 +142,8 @@ class Run:
         where: str | None = None,
         keep_categories: bool = False,
     ) -> pd.DataFrame:
+        from tpuscope.schema import TABLES
+
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
         return table_to_frame(self.arrow(name, columns, where), keep_categories)
@@ -131,6 +155,10 @@ class Run:
         return sql.query(self.loc, statement)
 
     def __getattr__(self, name: str) -> pd.DataFrame:
+        if name.startswith("_"):  # copy, pickle and hasattr probes: no schema import for them
+            raise AttributeError(name)
+        from tpuscope.schema import TABLES
+
         if name in TABLES:
             frame = self.table(name)
             self.__dict__[name] = frame
@@ -139,6 +167,8 @@ class Run:
 
     def compact(self, tag: str) -> int:
         """Merge each table's parts into one file (crash-safe, see store.compact)."""
+        from tpuscope.store.compact import compact_run
+
         return compact_run(self.loc, tag)
 
     def reload(self) -> None:
@@ -148,11 +178,16 @@ class Run:
 
     # -- findings and analysis --------------------------------------------------------
     def findings_list(self) -> list[Finding]:
+        from tpuscope.schema import Finding
+
         return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]
 
     def write_findings(self, findings: list[Finding]) -> None:
         """Replace the run's findings (analysis is re-runnable, so one part, overwritten)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
+
+        from tpuscope.schema import TABLES
 
         rows = [f.to_row() for f in sorted(findings, key=lambda f: -f.cost_s)]
         table = pa.Table.from_pylist(rows, schema=TABLES["findings"])
@@ -181,6 +216,8 @@ class Run:
 
     def _newest_part_ns(self) -> int:
         """mtime of the newest Parquet part of any table but findings (which analysis writes)."""
+        from tpuscope.schema import TABLES
+
         present = set(self.loc.folders())
         return max(
             (

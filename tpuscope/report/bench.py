@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from tpuscope.bench.harness import BenchResult
+if TYPE_CHECKING:  # report/ sits below bench/: the result is only read here
+    from tpuscope.bench.harness import BenchResult
 
 NOISE_RULE = ("speedup = strict p50 / mode p50 (medians over repeats); range from each mode's "
               "noise interval (min..max of per-repeat p50, or step IQR with 1 repeat); "
@@ -129,6 +130,14 @@ def render(result: BenchResult, console: Console) -> None:
 
 def to_json(result: BenchResult) -> str:
     return json.dumps(result.to_list(), indent=2, default=str)
+
+
+def json_text(result: BenchResult) -> str:
+    return to_json(result) + "\n"
+
+
+def markdown_text(result: BenchResult) -> str:
+    return to_markdown(result) + "\n"
 
 
 def to_markdown(result: BenchResult) -> str:

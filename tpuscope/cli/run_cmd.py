@@ -1,0 +1,134 @@
+"""`tpuscope run PROGRAM`: run it under tpuscope, report on it, judge its limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tpuscope.cli.gate import gate_options, judge_run
+from tpuscope.cli.options import fail, store_option
+from tpuscope.store import RunStore, StoreError
+
+if TYPE_CHECKING:
+    from tpuscope.analyze.gate import Policy
+    from tpuscope.detect.run_analysis import RunReport
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@store_option
+@click.option("--name", help="Run name (default: the script's file stem).")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Steps not judged.")
+@click.option("--deep", is_flag=True,
+              help="Per-execution analysis, HLO dumps into the run folder, IR/HLO source metadata.")
+@click.option("--trace-steps", metavar="A:B",
+              help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
+@click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
+              help="TPU generation the TensorCore (MXU) estimates are made for.")
+@click.option("--alerts", type=click.Choice(["on", "off"]), default=None,
+              help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
+                   "(docs/alerts.md).  [default: on; off with --quiet]")
+@click.option("--run-id", envvar="TPUSCOPE_RUN_ID", metavar="ID",
+              help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
+                   "writes one run, each its own files (docs/pods.md).")
+@click.option("--quiet", "-q", is_flag=True, help="No report at the end and no live alerts.")
+@gate_options
+@click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
+        alerts: str | None, run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+    """Run PROGRAM unchanged under tpuscope, then print the report.
+
+    While it runs, each new problem (a recompile, a CPU fallback) is said once on stderr,
+    `tpuscope: step 812: recompile of the graph from train.py:44 (3.1 s): ...`, judged as
+    the report judges it; a storm is summed up in one line every 10 s or more.
+
+    Exit status: the program's own (killed by a signal: tpuscope ends by the same signal);
+    127 if PROGRAM cannot be found, 126 if it cannot be run, 2 for a bad command line.
+    When PROGRAM exits 0: 3 if a --fail-on / --max-* limit is exceeded (one `tpuscope:`
+    line on stderr says why), 4 if a limit was set but the run could not be analysed
+    (docs/ci.md). Signals sent to tpuscope (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are
+    passed on to PROGRAM.
+
+    \b
+    Examples:
+      tpuscope run python train.py --lr 3e-4
+      tpuscope run train.py
+      tpuscope run -m mypkg.train
+      tpuscope run --warmup 3 --deep python -c "import train; train.main()"
+      tpuscope run --trace-steps 10:20 --deep --target v6e python train.py
+      tpuscope run --fail-on recompile,cpu_fallback --fail-severity medium python train.py
+      tpuscope run --max-recompiles 2 --max-fallbacks 0 --allow-fallbacks nonzero python train.py
+      tpuscope run --alerts off python train.py
+      tpuscope run --run-id exp42 python train.py     # on every host of a pod: one run
+    """
+    from tpuscope.launch.program import StartError, UsageError, resolve_program, run_program
+    from tpuscope.launch.signals import exit_as
+
+    try:
+        prog = resolve_program(list(program))
+        runs = RunStore(store)
+        run_dir, code = run_program(prog, runs, name=name, warmup=warmup, deep=deep,
+                                    trace_steps=trace_steps, target=target,
+                                    alerts=alerts == "on" if alerts else not quiet, run_id=run_id)
+    except StartError as exc:
+        fail(str(exc), exc.code)
+    except (UsageError, StoreError) as exc:
+        fail(str(exc))
+    report = _report_run(run_dir, quiet, policy.active) if run_dir is not None else None
+    if run_dir is not None:
+        _say_saved(runs.close_run(run_dir), run_dir.name, store, quiet)
+    exit_as(judge_run(code, report, policy))
+
+
+def _report_run(run_dir: Path, quiet: bool, judged: bool = False) -> RunReport | None:
+    """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
+    never changes the exit status, which stays the program's (or 4 when a limit was set).
+    A run without rows (the program ran no backend) is not analysed unless limits are to be
+    judged: loading the analysis stack would be most of its cost (`show` analyses it later)."""
+    from tpuscope.store.buffer import has_parts
+
+    report = None
+    if not judged and not has_parts(run_dir):
+        if not quiet:
+            click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
+                       err=True)
+    else:
+        report = _analyze_and_render(run_dir, quiet)
+    return report
+
+
+def _analyze_and_render(run_dir: Path, quiet: bool) -> RunReport | None:
+    report = None
+    try:
+        from rich.console import Console
+
+        from tpuscope.detect.run_analysis import analyze
+        from tpuscope.report.renderers import renderer_for
+        from tpuscope.store import Run
+
+        report = analyze(Run(run_dir))
+        if not quiet:
+            note = backend_note(report.summary, Run(run_dir).meta)
+            if note:
+                click.echo(f"tpuscope: {note}", err=True)
+            renderer_for("report", "console").emit(report, Console(stderr=True))
+    except KeyboardInterrupt:
+        click.echo("tpuscope: report skipped (interrupted)", err=True)
+    except Exception as exc:
+        click.echo(f"tpuscope: no report: {type(exc).__name__}: {exc}", err=True)
+    return report
+
+
+def _say_saved(where: object, run_id: str, store: str, quiet: bool) -> None:
+    if not quiet:
+        click.echo(f"tpuscope: run saved as {where}  (tpuscope show {run_id} --store {store})", err=True)
+        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
+
+
+def backend_note(summary: dict, meta: dict) -> str | None:
+    """What tpuscope chose for the program's backend, said only for the backend that ran."""
+    if summary.get("backend") == "torch_xla" and (meta.get("env_set") or {}).get("PJRT_DEVICE") == "CPU":
+        return "no TPU found: torch_xla ran on the CPU (PJRT_DEVICE=CPU, set by tpuscope)"
+    return None
