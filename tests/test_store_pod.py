@@ -28,16 +28,17 @@ from tests.pod_run import (
 )
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
-from tpuscope.store import Run
-from tpuscope.store.hosts import part_host, pod_meta
+from tpuscope.store import Run, RunStore, StoreError
+from tpuscope.store.hosts import join_remote, part_host, pod_meta
+from tpuscope.store.location import Location
+from tpuscope.store.ship import finish_shipping
 
-pytest.importorskip("torch_xla")
-pytestmark = pytest.mark.slow
 HOSTS = [f"host-{k}" for k in range(REMOTE_HOSTS)]
 
 
 @pytest.fixture(scope="module")
 def pod(gcs_store: ObjectStore, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    pytest.importorskip("torch_xla")
     base = tmp_path_factory.getbasetemp()
     made = remote_pod_run(base, gcs_store.url("pods"), gcs_store.env)
     return SimpleNamespace(**vars(made), report=analyze(Run(made.run)), gcs=gcs_store)
@@ -54,6 +55,7 @@ def objects(pod: SimpleNamespace) -> list[str]:
     return sorted(p.split(f"{REMOTE_RUN_ID}/", 1)[1] for p in fs.find(pod.run.path))
 
 
+@pytest.mark.slow
 def test_ls_shows_one_run_with_every_host_and_how_it_ended(pod: SimpleNamespace) -> None:
     for rank, (out, err) in pod.outputs.items():
         assert pod.procs[rank].returncode == 0, err
@@ -66,6 +68,7 @@ def test_ls_shows_one_run_with_every_host_and_how_it_ended(pod: SimpleNamespace)
     assert run["status"] == "2 finished, 1 lost" and run["store"] == pod.store
 
 
+@pytest.mark.slow
 def test_show_names_the_slow_host_and_the_divergent_one(pod: SimpleNamespace) -> None:
     (straggler,) = [f for f in pod.report.findings if f.rule == "straggler"]
     assert straggler.evidence["hosts"] == ["host-2"]
@@ -85,6 +88,7 @@ def test_show_names_the_slow_host_and_the_divergent_one(pod: SimpleNamespace) ->
     assert hosts["host-0"]["status"].startswith("lost")
 
 
+@pytest.mark.slow
 def test_query_groups_by_host(pod: SimpleNamespace) -> None:
     rows = cli_json(
         pod,
@@ -98,6 +102,7 @@ def test_query_groups_by_host(pod: SimpleNamespace) -> None:
     assert counts["host-1"] == counts["host-2"] == REMOTE_STEPS
 
 
+@pytest.mark.slow
 def test_every_object_is_named_by_its_host_and_holds_only_its_rows(pod: SimpleNamespace) -> None:
     names = objects(pod)
     shared = {"meta.json", "analysis.json", "findings/part-analysis.parquet"}
@@ -117,6 +122,7 @@ def test_every_object_is_named_by_its_host_and_holds_only_its_rows(pod: SimpleNa
             assert any(h in base for h in HOSTS), name
 
 
+@pytest.mark.slow
 def test_each_finished_host_left_one_merged_part_per_table(pod: SimpleNamespace) -> None:
     parts = [n for n in objects(pod) if n.endswith(".parquet") and not n.startswith("findings/")]
     for host in ("host-1", "host-2"):
@@ -130,6 +136,7 @@ def test_each_finished_host_left_one_merged_part_per_table(pod: SimpleNamespace)
     assert lost and not any("-compact-" in n for n in lost)  # its launcher died: batches only
 
 
+@pytest.mark.slow
 def test_the_killed_host_keeps_what_it_shipped(pod: SimpleNamespace) -> None:
     steps = Run(pod.run).table("steps", columns=["host", "step"])
     lost = sorted(steps.loc[steps["host"] == "host-0", "step"])
@@ -138,3 +145,29 @@ def test_the_killed_host_keeps_what_it_shipped(pod: SimpleNamespace) -> None:
         assert sorted(steps.loc[steps["host"] == host, "step"]) == list(range(REMOTE_STEPS))
     judged = steps[(steps["host"] == "host-2") & (steps["step"] >= WARMUP)]
     assert len(judged) == REMOTE_STEPS - WARMUP
+
+
+@pytest.mark.parametrize("fixture", ["gcs_store", "s3_store"])
+def test_joining_an_object_store_run_never_clobbers_it(
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first host's meta.json stands (S3 refuses the second exclusive write; the GCS
+    emulator ignores the condition and gets the same bytes); a run made without --run-id is
+    never joined."""
+    store: ObjectStore = request.getfixturevalue(fixture)
+    monkeypatch.setenv("TPUSCOPE_STAGE", str(tmp_path / "stage"))
+    root = Location.of(store.url(f"join-{tmp_path.name}"))
+    store.filesystem()
+    stages = [join_remote(root, "exp7", host, name="train") for host in ("host-0", "host-1")]
+    assert stages[0] != stages[1] and all(s.name == "exp7" for s in stages)  # a stage per host
+    written = json.loads(root.fs.cat_file((root / "exp7" / "meta.json").path))
+    assert written == pod_meta("exp7", store=root.url, name="train")
+    if fixture == "s3_store":  # honours If-None-Match: a host with another name changes nothing
+        finish_shipping(join_remote(root, "exp7", "host-2", name="other"))
+        assert json.loads(root.fs.cat_file((root / "exp7" / "meta.json").path))["name"] == "train"
+    for stage in stages:
+        finish_shipping(stage)
+    single = RunStore(root).new_run("solo")
+    finish_shipping(single)
+    with pytest.raises(StoreError, match="was not started with --run-id"):
+        join_remote(root, single.name, "host-0")
