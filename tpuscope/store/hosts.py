@@ -193,6 +193,18 @@ def combine(meta: dict[str, Any], run_dir: Path | Location, warnings: list[str])
     return meta
 
 
+def hosts_running(run_dir: Path | Location) -> list[str]:
+    """The hosts of a pod run still running now (a lost one is not: its launcher is gone).
+    A pod's host that ends while others run leaves the analysis to the last one, so a pod of
+    64 hosts is analysed about once, not 64 times (each a read of the whole pod)."""
+    from tpuscope.store.runstore import read_json
+
+    loc = Location.of(run_dir)
+    if not is_pod_run(loc, read_json(loc / "meta.json")):
+        return []
+    return [str(h["host"]) for h in read_hosts(loc, []) if h["status"] == "running"]
+
+
 def update_host_meta(run_dir: Path, host: str, /, **fields: Any) -> dict[str, Any]:
     """Merge fields into this host's own hosts/<host>.json (no other host writes it)."""
     from tpuscope.store.runstore import StoreError, read_json, write_json_atomic
