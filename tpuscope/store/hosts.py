@@ -200,9 +200,12 @@ def hosts_running(run_dir: Path | Location) -> list[str]:
     from tpuscope.store.runstore import read_json
 
     loc = Location.of(run_dir)
-    if not is_pod_run(loc, read_json(loc / "meta.json")):
+    try:
+        if not is_pod_run(loc, read_json(loc / "meta.json")):
+            return []
+        return [str(h["host"]) for h in read_hosts(loc, []) if h["status"] == "running"]
+    except Exception:  # an unreadable meta or store: analyse, as for any run (never fail here)
         return []
-    return [str(h["host"]) for h in read_hosts(loc, []) if h["status"] == "running"]
 
 
 def update_host_meta(run_dir: Path, host: str, /, **fields: Any) -> dict[str, Any]:
