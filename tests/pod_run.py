@@ -106,7 +106,7 @@ def run_pod(pod: Pod, barrier: Path, procs_of_lost: Path) -> SimpleNamespace:
     while not _flushed(run, f"host-{lost}", hang - 1) and time.monotonic() < deadline:
         time.sleep(0.2)
     _lose_host(procs_of_lost, procs[lost], f"host-{lost}")
-    # what `tpuscope show` says before anyone re-analyses: the last launcher's analysis
+    # what `tpuscope show` says first: no launcher was last (the lost host still ran), so it analyses
     before = current(Run(run)).summary
     return SimpleNamespace(run=run, procs=procs, outputs=outputs, before=before)
 

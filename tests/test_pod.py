@@ -129,7 +129,8 @@ def test_per_host_facets_of_the_rules(pod):
 
 
 def test_the_stored_analysis_says_how_each_host_ended_now(pod):
-    """Written by the last host to finish, while host-4 still ran: read now, host-4 is lost."""
+    """No launcher analysed the pod (host-4 still ran when the others ended: none was last), so
+    the first read analyses it; read after host-4 was lost, it says so."""
     hosts = {h["host"]: h for h in pod.before["hosts"]}
     assert (
         hosts["host-4"]["status"].startswith("lost")
