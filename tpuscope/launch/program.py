@@ -134,7 +134,7 @@ def run_program(
                          status="running")  # what open_run puts in a one-host run's meta.json
     else:
         run_dir = open_run(store, name or program.name, warmup)
-    child = build_env(run_dir, warmup, deep)
+    child = build_env(run_dir, warmup, deep, host=host if run_id else None)
     if run_id:
         child.set_default(ENV_HOST, host)  # every process of this host writes as this host
         child.set_default(ENV_RUN_ID, run_id)
