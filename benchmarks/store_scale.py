@@ -1,24 +1,29 @@
-"""`ls`, `show` and `query` on a big pod run, local and through a GCS API server.
+"""`ls`, `show`, `query` and the Hosts page on a big pod run, local and through a GCS API
+server, and what one host of a pod writes per minute.
 
     python benchmarks/store_scale.py [--hosts 64] [--steps 100000] [--repeats 3] [--no-gcs] [--ship-seconds 60]
 
-A synthetic run of HOSTS x STEPS steps (one merged steps file per host, as a finished
-`tpuscope run` leaves it, plus compiles, fallbacks, meta.json and one process file per
-host) is written with pyarrow straight into the store layout in a temporary folder, then
-copied into a `gcp-storage-emulator` server on loopback. Each command is run as a user
-runs it (a fresh `python -m tpuscope` process, so the figures include Python's start and
-tpuscope's imports), REPEATS times; the median is printed. `show` is timed twice: the
-first one analyses the run and writes analysis.json (what `tpuscope run` does when a run
-ends), the next ones read what it wrote.
+A synthetic pod run of HOSTS x STEPS steps, laid out as a finished `tpuscope run --run-id`
+leaves it (meta.json of what the hosts share, hosts/<host>.json, one process file and one
+merged part per host per table), is written with pyarrow straight into the store layout
+in a temporary folder, then copied into a `gcp-storage-emulator` server on loopback. Each
+command is run as a user runs it (a fresh `python -m tpuscope` process, so the figures
+include Python's start and tpuscope's imports), REPEATS times; the median is printed.
+Locally the first `show` analyses the run and writes analysis.json (what the last host of
+a pod does when it ends), the next ones read what it wrote; the copy in the emulator holds
+that analysis. The Hosts page is timed in this process, as a running dashboard serves it
+on a cold cache.
 
---ship-seconds S also measures what one host sends to the object store: a real
-PartWriter flushing a 10-steps/s stream every 2 s and a Shipper sending it every
-SHIP_INTERVAL_S, for S seconds; printed as objects and bytes per host per minute.
+--ship-seconds S also measures what one host of a pod writes: a real PartWriter flushing a
+10-steps/s stream every 2 s into its stage (what a local store receives) and the real
+Shipper of `tpuscope run --run-id` sending it every SHIP_INTERVAL_S, for S seconds;
+printed as files/objects and bytes per host per minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -35,9 +40,11 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.object_stores import GCS_ENV, free_port  # noqa: E402
-from tpuscope.schema import SCHEMA_VERSION, TABLES  # noqa: E402
+from tests.object_stores import gcs_emulator  # noqa: E402
+from tpuscope.schema import TABLES  # noqa: E402
 from tpuscope.store import layout  # noqa: E402
+from tpuscope.store.hosts import HOSTS_DIR, host_meta_path, pod_meta  # noqa: E402
+from tpuscope.store.runstore import write_json_atomic  # noqa: E402
 
 QUERY = "SELECT host, median(wall_ns)/1e6 AS p50_ms FROM steps GROUP BY host ORDER BY 2 DESC"
 
@@ -67,11 +74,12 @@ def steps_table(host: str, rank: int, steps: int, rng: np.random.Generator) -> p
 
 
 def make_run(root: Path, hosts: int, steps: int) -> str:
-    """The run folder, as a finished pod run leaves it (merged parts, one file per host)."""
+    """The run folder, as a finished pod run leaves it: meta.json of what the hosts share,
+    hosts/<host>.json, one merged part per host per table."""
     run_id = f"pod-{hosts}x{steps}"
     run = root / run_id
     rng = np.random.default_rng(0)
-    for name in ("steps", "compiles", "procs"):
+    for name in ("steps", "compiles", "procs", HOSTS_DIR):
         (run / name).mkdir(parents=True, exist_ok=True)
     for rank in range(hosts):
         host = f"host-{rank:02d}"
@@ -109,21 +117,19 @@ def make_run(root: Path, hosts: int, steps: int) -> str:
                 }
             )
         )
-    (run / layout.META).write_text(
-        json.dumps(
+        write_json_atomic(
+            host_meta_path(run, host),
             {
-                "run_id": run_id,
-                "name": "pod",
-                "schema_version": SCHEMA_VERSION,
+                "host": host,
                 "status": "finished",
                 "exit_code": 0,
                 "warmup": 2,
                 "start_ns": 1_764_000_000_000_000_000,
                 "end_ns": 1_764_000_000_000_000_000 + steps * 50_000_000,
                 "command": "python train.py",
-            }
+            },
         )
-    )
+    (run / layout.META).write_text(json.dumps(pod_meta(run_id, name="pod")))
     return run_id
 
 
@@ -146,58 +152,62 @@ def timed(args: list[str], env: dict[str, str], repeats: int) -> tuple[float, fl
 
 
 def measure(
-    store: str, run_id: str, env: dict[str, str], repeats: int
+    store: str, run_id: str, env: dict[str, str], repeats: int, analyse: bool = True
 ) -> dict[str, tuple[float, float]]:
+    """Each command's median (wall, CPU) seconds; the first `show` analyses the run (as the
+    last host of a pod does when it ends) unless the store holds the analysis already."""
     out: dict[str, tuple[float, float]] = {
         "ls": timed(["ls", "--store", store, "--json"], env, repeats)
     }
-    out["show (analyses, writes analysis.json)"] = timed(
-        ["show", "--store", store, run_id, "--json"], env, 1
-    )
+    if analyse:
+        out["show (analyses, writes analysis.json)"] = timed(
+            ["show", "--store", store, run_id, "--json"], env, 1
+        )
     out["show (stored analysis)"] = timed(
         ["show", "--store", store, run_id, "--json"], env, repeats
     )
     out["query p50 per host"] = timed(
         ["query", "--store", store, run_id, QUERY, "--json"], env, repeats
     )
+    out["Hosts page (a running dashboard, cold)"] = hosts_page(store, run_id, env, repeats)
     return out
 
 
-def gcs_server() -> tuple[subprocess.Popen, dict[str, str]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--in-memory",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(3)
-    return proc, {**GCS_ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+def hosts_page(store: str, run_id: str, env: dict[str, str], repeats: int) -> tuple[float, float]:
+    """The Hosts page as a running dashboard serves it on a cold cache (a new StoreData:
+    the run's meta, its stored summary, the layout built and serialized), in this process."""
+    os.environ.update(env)
+    from plotly.io.json import to_json_plotly
+    from tpuscope_dashboards.app import route
+    from tpuscope_dashboards.data import StoreData
+
+    walls, cpus = [], []
+    for _ in range(repeats):
+        start, cpu = time.perf_counter(), time.process_time()
+        page = to_json_plotly(route(StoreData(store), f"/run/{run_id}/hosts"))
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+        if "page-hosts" not in page:
+            raise SystemExit(f"no Hosts page for {run_id}: {page[:300]}")
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def ship_minute(seconds: float, env: dict[str, str], stage: Path) -> dict[str, float]:
-    """Objects and bytes one host sends per minute: a real writer and a real Shipper."""
-    os.environ.update(env)
+    """Objects and bytes one host of a pod writes per minute: a real writer flushing into its
+    stage (what a local store receives) and the real Shipper of `tpuscope run --run-id`
+    sending it to the GCS emulator (store.hosts.join_remote)."""
+    os.environ.update(env, TPUSCOPE_STAGE=str(stage))
     import fsspec
 
     from tpuscope.collect.session import FLUSH_INTERVAL_S
     from tpuscope.store import PartWriter
+    from tpuscope.store.hosts import join_remote
     from tpuscope.store.location import Location
-    from tpuscope.store.ship import Shipper
+    from tpuscope.store.ship import _SHIPPERS
 
     fsspec.filesystem("gs").mkdir("ship")
-    run_dir = stage / "ship-run"
-    run_dir.mkdir(parents=True)
-    shipper = Shipper(run_dir, Location.of("gs://ship/runs/ship-run")).start()
+    run_dir = join_remote(Location.of("gs://ship/runs"), "ship-run", "host-00", name="bench")
+    shipper = _SHIPPERS[run_dir]
     writer = PartWriter(run_dir, tag="host-00-1")
     start, step = time.monotonic(), 0
     while time.monotonic() - start < seconds:
@@ -224,10 +234,13 @@ def ship_minute(seconds: float, env: dict[str, str], stage: Path) -> dict[str, f
         time.sleep(FLUSH_INTERVAL_S)
     shipper._stop.set()
     minutes = (time.monotonic() - start) / 60
+    local = [p for p in run_dir.rglob("part-*.parquet")]
     return {
         "objects_per_min": shipper.objects / minutes,
         "bytes_per_min": shipper.bytes / minutes,
         "interval_s": shipper.interval,
+        "local_files_per_min": len(local) / minutes,
+        "local_bytes_per_min": sum(p.stat().st_size for p in local) / minutes,
     }
 
 
@@ -251,32 +264,35 @@ def main() -> None:
         )
         env = {k: v for k, v in os.environ.items() if k != "TPUSCOPE_STORE"}
         results = {"local": measure(str(root), run_id, env, args.repeats)}
-        server = None
-        try:
+        with contextlib.ExitStack() as stack:
             if not args.no_gcs or args.ship_seconds:
-                server, gcs_env = gcs_server()
+                gcs_env = stack.enter_context(gcs_emulator("scale")).env
                 env = {**env, **gcs_env}
             if not args.no_gcs:
                 os.environ.update(gcs_env)
                 import fsspec
 
                 fs = fsspec.filesystem("gs")
-                fs.mkdir("scale")
-                (root / run_id / layout.ANALYSIS).unlink()  # the remote `show` analyses it again
-                fs.put(str(root / run_id), f"scale/store/{run_id}", recursive=True)
-                results["gcs emulator"] = measure("gs://scale/store", run_id, env, args.repeats)
+                local = root / run_id
+                remote = f"scale/store/{run_id}"
+                for path in sorted(local.rglob("*")):  # analysis.json last: newer than every part
+                    if path.is_file() and path.name != layout.ANALYSIS:
+                        fs.pipe_file(f"{remote}/{path.relative_to(local).as_posix()}", path.read_bytes())
+                fs.pipe_file(f"{remote}/{layout.ANALYSIS}", (local / layout.ANALYSIS).read_bytes())
+                results["gcs emulator"] = measure(
+                    "gs://scale/store", run_id, env, args.repeats, analyse=False
+                )
             for where, figures in results.items():
                 for what, (wall, cpu) in figures.items():
                     print(f"{where:13s} {what:40s} {wall:7.2f} s wall {cpu:7.2f} s CPU")
             if args.ship_seconds:
                 shipped = ship_minute(args.ship_seconds, gcs_env, Path(tmp) / "stage")
                 print(
-                    f"one host, 10 steps/s, shipped every {shipped['interval_s']:.0f} s: "
-                    f"{shipped['objects_per_min']:.0f} objects and {shipped['bytes_per_min'] / 1e3:.0f} kB per minute"
+                    f"one host, 10 steps/s: a local store gets {shipped['local_files_per_min']:.0f} part "
+                    f"files and {shipped['local_bytes_per_min'] / 1e3:.0f} kB per minute; shipped every "
+                    f"{shipped['interval_s']:.0f} s: {shipped['objects_per_min']:.0f} objects and "
+                    f"{shipped['bytes_per_min'] / 1e3:.0f} kB per minute"
                 )
-        finally:
-            if server is not None:
-                server.terminate()
 
 
 if __name__ == "__main__":

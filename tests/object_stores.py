@@ -9,6 +9,7 @@ of fsspec is mocked: tpuscope talks HTTP to these servers as it would to the clo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -77,10 +78,10 @@ S3_KEYS = {
 }
 
 
-@pytest.fixture(scope="session")
-def gcs_store() -> Iterator[ObjectStore]:
-    pytest.importorskip("gcsfs")
-    pytest.importorskip("gcp_storage_emulator")
+@contextlib.contextmanager
+def gcs_emulator(bucket: str = "tpuscope-test") -> Iterator[ObjectStore]:
+    """A `gcp-storage-emulator` server on a free loopback port, with `bucket` made; stopped on
+    exit. The tests' fixture and benchmarks/store_scale.py both start it here."""
     port = free_port()
     argv = [
         sys.executable,
@@ -95,9 +96,17 @@ def gcs_store() -> Iterator[ObjectStore]:
     ]
     for _ in _serve(argv, port, "GCS emulator"):
         store = ObjectStore(
-            "gs", {**GCS_ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}, "tpuscope-test"
+            "gs", {**GCS_ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}, bucket
         )
         store.filesystem().mkdir(store.bucket)
+        yield store
+
+
+@pytest.fixture(scope="session")
+def gcs_store() -> Iterator[ObjectStore]:
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("gcp_storage_emulator")
+    with gcs_emulator() as store:
         yield store
 
 

@@ -21,8 +21,8 @@ from tests.pod_run import HOSTS, RUN_ID, STEPS, WARMUP, marked_line, pod_run
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
 from tpuscope.step_runs import expand
-from tpuscope.store import Run, RunStore, StoreError
-from tpuscope.store.hosts import combined_status, host_name, join_run
+from tpuscope.store import Run, RunStore, StoreError, layout
+from tpuscope.store.hosts import combined_status, host_name, join_run, part_host
 
 
 def short(location: str | None) -> str:
@@ -71,12 +71,23 @@ def test_each_host_writes_only_parts_named_by_it(pod):
     assert sorted(pids) == [f"host-{k}" for k in range(HOSTS)]
     for name in TABLES:
         for part in (pod.run_dir / name).glob("part-host-*.parquet"):
-            host, pid = re.match(r"part-(host-\d+)-(\d+)-\d+\.parquet", part.name).groups()
-            assert int(pid) == pids[host]
+            host = part_host(part.name)
+            if not layout.is_compact(part.name):  # a process's own part: its host and pid
+                assert re.match(rf"part-{host}-{pids[host]}-\d+\.parquet$", part.name)
             assert set(pq.read_table(part, columns=["host"]).column("host").to_pylist()) == {host}
     assert sorted(p.name for p in (pod.run_dir / "hosts").iterdir()) == [
         f"host-{k}.json" for k in range(HOSTS)
     ]
+
+
+def test_each_host_merged_only_its_own_parts_when_it_ended(pod):
+    """One part per table per finished host; the lost host's launcher never merged."""
+    for name in ("steps", "metrics"):
+        hosts = [part_host(p.name) for p in (pod.run_dir / name).glob("part-*.parquet")]
+        finished = [h for h in hosts if h != "host-4"]
+        assert sorted(finished) == [f"host-{k}" for k in range(HOSTS - 1)], hosts
+        merged = {part_host(p.name) for p in (pod.run_dir / name).glob("part-*-compact-*")}
+        assert "host-4" not in merged and hosts.count("host-4") >= 1
 
 
 def test_straggler_is_the_slow_host(pod):
@@ -118,7 +129,8 @@ def test_per_host_facets_of_the_rules(pod):
 
 
 def test_the_stored_analysis_says_how_each_host_ended_now(pod):
-    """Written by the last host to finish, while host-4 still ran: read now, host-4 is lost."""
+    """No launcher analysed the pod (host-4 still ran when the others ended: none was last), so
+    the first read analyses it; read after host-4 was lost, it says so."""
     hosts = {h["host"]: h for h in pod.before["hosts"]}
     assert (
         hosts["host-4"]["status"].startswith("lost")

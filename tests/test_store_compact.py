@@ -113,3 +113,61 @@ def test_a_damaged_part_is_left_as_it_is_and_named(
     Run(run_dir).compact("host-a-1")
     assert first.exists() and f"left the damaged part {first}" in capsys.readouterr().err
     assert len(whole) == 50 and rows(run_dir) == whole
+
+
+def two_host_run(root: Path) -> Path:
+    """A pod-like run: host-a's two processes and host-b's one, three flushes each."""
+    run_dir = written_run(root)
+    writer = PartWriter(run_dir, tag="host-b-201")
+    for flush in range(3):
+        writer.extend(
+            "steps",
+            [
+                {"host": "host-b", "pid": 201, "rank": 9, "step": flush, "wall_ns": 5, "boundary": "sync"}
+            ],
+        )
+        writer.flush()
+    return run_dir
+
+
+def test_a_host_merges_only_its_own_parts(tmp_path: Path) -> None:
+    run_dir = two_host_run(tmp_path)
+    before = rows(run_dir)
+    assert Run(run_dir).compact("host-a-7", host="host-a") == 6
+    names = sorted(p.name for p in (run_dir / "steps").glob("part-*"))
+    assert [n for n in names if n.startswith("part-host-a-")] == [
+        "part-host-a-7-compact-000001.parquet"
+    ]
+    assert len([n for n in names if n.startswith("part-host-b-201-0")]) == 3  # untouched
+    assert rows(run_dir) == before
+
+
+def test_a_merge_by_hand_leaves_one_part_per_host(tmp_path: Path) -> None:
+    """`tpuscope compact` of a pod: each merged part holds one host's rows and names it."""
+    run_dir = two_host_run(tmp_path)
+    before = rows(run_dir)
+    assert Run(run_dir).compact("laptop-55") == 9
+    assert sorted(p.name for p in (run_dir / "steps").glob("part-*")) == [
+        "part-host-a-55-compact-000001.parquet",
+        "part-host-b-55-compact-000001.parquet",
+    ]
+    assert rows(run_dir) == before
+
+
+def test_one_hosts_killed_merge_beside_another_hosts_parts_counts_each_row_once(
+    tmp_path: Path,
+) -> None:
+    run_dir = two_host_run(tmp_path)
+    before = rows(run_dir)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for part in (run_dir / "steps").glob("part-host-a-*"):
+        shutil.copy(part, kept / part.name)
+    Run(run_dir).compact("host-a-7", host="host-a")
+    for part in kept.iterdir():  # host-a's merge died after its write; host-b still appends
+        shutil.copy(part, run_dir / "steps" / part.name)
+    active = {e.name for e in active_parts(Location.of(run_dir / "steps"))}
+    assert "part-host-a-7-compact-000001.parquet" in active
+    assert not [n for n in active if n.startswith("part-host-a-") and "-compact-" not in n]
+    assert rows(run_dir) == before
+    assert Run(run_dir).query("SELECT count(*) AS n FROM steps").column("n").to_pylist() == [63]

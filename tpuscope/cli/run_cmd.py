@@ -86,14 +86,21 @@ def _report_run(run_dir: Path, quiet: bool, judged: bool = False) -> RunReport |
     """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
     never changes the exit status, which stays the program's (or 4 when a limit was set).
     A run without rows (the program ran no backend) is not analysed unless limits are to be
-    judged: loading the analysis stack would be most of its cost (`show` analyses it later)."""
+    judged: loading the analysis stack would be most of its cost (`show` analyses it later);
+    nor is a pod whose other hosts still run (the last host to end analyses it)."""
     from tpuscope.store.buffer import has_parts
+    from tpuscope.store.hosts import hosts_running
 
     report = None
     if not judged and not has_parts(run_dir):
         if not quiet:
             click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
                        err=True)
+    elif not judged and (running := hosts_running(run_dir)):  # a pod: the last host analyses it
+        if not quiet:
+            click.echo(f"tpuscope: {len(running)} other host(s) of the pod still run "
+                       f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): the last to "
+                       f"end analyses the pod (or: tpuscope show {run_dir.name})", err=True)
     else:
         report = _analyze_and_render(run_dir, quiet)
     return report

@@ -85,8 +85,11 @@ def _untraced_site(tables: RunTables, steps: pd.Series) -> list[dict[str, Any]]:
 def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, pd.Series]:
     """(reads per judged step, their share of the step's host reads, steps with reads)."""
     keys = [k for k in ("host", "pid", "step") if k in judged.columns]
-    per_step = judged[keys + ["transfers_from_device"]].merge(
-        _fallback_steps(common.judged_rows(tables.fallbacks, judged)), on=keys, how="left").fillna(0)
+    fallbacks = _fallback_steps(common.judged_rows(tables.fallbacks, judged))
+    if fallbacks.empty:  # nothing to pair: skip a merge on (host, pid, step) of every judged step
+        per_step = judged[["step", "transfers_from_device"]].fillna(0).assign(fallback=0, value_reads=0)
+    else:
+        per_step = judged[keys + ["transfers_from_device"]].merge(fallbacks, on=keys, how="left").fillna(0)
     sync = (per_step["transfers_from_device"] - per_step["fallback"]).clip(lower=0)
     sync = sync.where(sync >= per_step["value_reads"], per_step["value_reads"])
     total = float(per_step["transfers_from_device"].sum())

@@ -19,15 +19,17 @@ from tpuscope.ingest import traces as trace_ingest
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
 from tpuscope.store import Run, layout
-from tpuscope.store.hosts import file_host
+from tpuscope.store.hosts import file_host, is_pod_run
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
 
 
-def ingest_hlo(run: Run, files: list[Path], tag: str = "hlo", **fields: Any) -> tuple[int, list[dict[str, str]]]:
-    """Parse HLO text files into the run's hlo tables; (modules written, refusals)."""
+def ingest_hlo(run: Run, files: list[Path], tag: str | None = None, **fields: Any) -> tuple[int, list[dict[str, str]]]:
+    """Parse HLO text files into the run's hlo tables; (modules written, refusals). The parts
+    are named by this host and process (`part-<host>-<pid>-<seq>`, as every writer's), so two
+    hosts of a pod ingesting at once never replace each other's, and each ships and merges its own."""
     rows, refused = load_dumps(files, **fields)
-    writer = run.writer(tag=tag)
+    writer = run.writer(tag=tag, host=file_host())
     for table, table_rows in rows.items():
         writer.extend(table, table_rows)
     writer.flush()
@@ -65,10 +67,11 @@ def ingest_run(run_dir: str | Path) -> list[str]:
         notes += traces.summary + [f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused]
         meta.update({k: v for k, v in traces.meta.items() if k != "trace_hosts"})
         meta["trace_events"] = traces.rows("trace_events")
-    dumps = dump_files(run_dir / layout.HLO, DUMP_STAGES) if (run_dir / layout.HLO).is_dir() else []
+    hlo = layout.hlo_dir(run_dir, file_host() if is_pod_run(run_dir) else None)
+    dumps = dump_files(hlo, DUMP_STAGES) if hlo.is_dir() else []
     if dumps:
         count, refused = ingest_hlo(run, dumps, host=file_host(), pid=0, rank=0)
-        notes.append(f"{count} HLO module(s) parsed from {run_dir / layout.HLO}")
+        notes.append(f"{count} HLO module(s) parsed from {hlo}")
         notes += [f"cannot parse HLO {r['path']}: {r['reason']}" for r in refused]
         meta["hlo_modules"] = count
     if meta:

@@ -73,7 +73,9 @@ class ChildEnv:
         return True
 
 
-def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None) -> ChildEnv:
+def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None,
+              host: str | None = None) -> ChildEnv:
+    """`host`: this host of a pod (its --deep dumps go to a folder of its own)."""
     child = ChildEnv(env=dict(os.environ if base is None else base))
     env = child.env
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
@@ -95,7 +97,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         if "--xla_dump_to" in flags:
             child.left_to_user.append("XLA_FLAGS --xla_dump_to")
         else:
-            dump = f"--xla_dump_to={run_dir.resolve() / layout.HLO} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+            dump = f"--xla_dump_to={layout.hlo_dir(run_dir.resolve(), host)} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
             env["XLA_FLAGS"] = f"{flags} {dump}".strip()
             child.set_by_tpuscope["XLA_FLAGS"] = env["XLA_FLAGS"]
     return child

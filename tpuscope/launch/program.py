@@ -28,8 +28,16 @@ from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
 from tpuscope.store import RunStore, layout, update_meta
-from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host, join_run, update_host_meta
+from tpuscope.store.hosts import (
+    ENV_HOST,
+    ENV_RUN_ID,
+    file_host,
+    join_remote,
+    join_run,
+    update_host_meta,
+)
 from tpuscope.store.liveness import launcher_identity
+from tpuscope.store.location import Location
 
 if TYPE_CHECKING:
     from tpuscope.launch.alerts import AlertWatcher
@@ -112,24 +120,21 @@ def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
     trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
     run_id: str | None = None,
-) -> tuple[Path | None, int]:
+) -> tuple[Path | Location | None, int]:
     """Run the program under collection; returns (run folder, or None when it could not be
-    written; the program's return code: negative when a signal killed it, as subprocess says).
+    written (a pod's host in an object store: the run there, once this host's files arrived); the program's return code: negative when a signal killed it, as subprocess says).
     With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts.py).
     With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
     keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
     device_options = _device_options(trace_steps, target)
     host = file_host()
-    if run_id and not store.local:  # each host ships its own stage: meta.json would be overwritten
-        raise UsageError("--run-id joins hosts in a shared folder store (a local path or a mounted "
-                         "filesystem); an object store (gs://, s3://) is not supported for it yet")
     if run_id:
-        run_dir = join_run(store.root, run_id, name=name or program.name)
+        run_dir = _join(store, run_id, host, name or program.name)
         update_host_meta(run_dir, host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(),
                          status="running")  # what open_run puts in a one-host run's meta.json
     else:
         run_dir = open_run(store, name or program.name, warmup)
-    child = build_env(run_dir, warmup, deep)
+    child = build_env(run_dir, warmup, deep, host=host if run_id else None)
     if run_id:
         child.set_default(ENV_HOST, host)  # every process of this host writes as this host
         child.set_default(ENV_RUN_ID, run_id)
@@ -166,21 +171,32 @@ def run_program(
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
     _ingest_device_view(run_dir)
-    if not run_id:  # a pod's hosts end at different times: one merging the others' parts could race
-        _compact(run_dir)
+    _compact(run_dir, host if run_id else None)
+    if run_id and not store.local:  # the pod is analysed where all its hosts write
+        return store.close_run(run_dir), code
     return run_dir, code
 
 
-def _compact(run_dir: Path) -> None:
+def _join(store: RunStore, run_id: str, host: str, name: str) -> Path:
+    """This host's folder of the pod run `run_id`: the shared folder itself, or for an object
+    store this host's own stage, shipped there (store/hosts.py)."""
+    if store.local:
+        return join_run(store.loc.as_path(), run_id, name=name)
+    return join_remote(store.loc, run_id, host, name=name)
+
+
+def _compact(run_dir: Path, host: str | None) -> None:
     """A handful of files per table for every reader; a run without rows has nothing to merge
-    (and then never imports pyarrow: `tpuscope run python -c pass` stays cheap)."""
+    (and then never imports pyarrow: `tpuscope run python -c pass` stays cheap). A pod's host
+    merges only its own parts (the others may still be appending theirs): one merged part
+    per host per table."""
     from tpuscope.store.buffer import has_parts
 
     if has_parts(run_dir):
         from tpuscope.store import Run
         from tpuscope.store.ship import host_tag
 
-        Run(run_dir).compact(host_tag())
+        Run(run_dir).compact(host_tag(), host=host)
 
 
 def _start_alerts(run_dir: Path) -> AlertWatcher | None:

@@ -114,7 +114,11 @@ def _by_table(rows: dict[str, list[dict[str, Any]]], columns: dict[str, list[Col
             yield name, rows.get(name, []), columns.get(name, [])
 
 
-def has_parts(run_dir: Path) -> bool:
+def has_parts(run_dir: Any) -> bool:
     """True once any process of the run wrote a part file of any table: a run without one
-    has nothing to analyse (`tpuscope run` then skips loading the analysis stack)."""
-    return any(Path(run_dir).glob("*/part-*.parquet"))
+    has nothing to analyse (`tpuscope run` then skips loading the analysis stack). A run in
+    an object store (a `Location`: a pod's run, analysed where all its hosts write) is
+    listed there."""
+    if isinstance(run_dir, str | Path):
+        return any(Path(run_dir).glob("*/part-*.parquet"))
+    return bool(run_dir.fs.glob(f"{run_dir.path}/*/part-*.parquet"))

@@ -7,6 +7,11 @@ and names in its footer (key `tpuscope.replaces`) the parts it holds; only then 
 parts removed. A reader lists the folder and leaves out every part some merged file
 names, so it never sees a row twice (killed after the write) nor misses one (killed
 before it).
+
+Every merge is per host: a merged part holds the parts of one host only, and its name
+carries that host (`part-<host>-<pid>-compact-<seq>`). So the host of a pod that ends
+merges its own parts while the others still append theirs, and a reader needs a merged
+part's footer only when another part of the same host sits beside it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +27,7 @@ import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
 from tpuscope.store import layout
+from tpuscope.store.hosts import part_host
 from tpuscope.store.location import Entry, Location
 
 REPLACES_KEY = b"tpuscope.replaces"
@@ -39,19 +46,35 @@ def replaced_by(part: Location) -> set[str]:
         return set()
 
 
+def _footers(folder: Location, names: list[str]) -> set[str]:
+    """The part names the merged files `names` hold; remotely their footers are fetched
+    side by side (each is a round trip)."""
+    if len(names) < 2 or folder.local:
+        return set().union(*(replaced_by(folder / n) for n in names)) if names else set()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return set().union(*pool.map(lambda n: replaced_by(folder / n), names))
+
+
 def active_parts(folder: Location) -> list[Entry]:
     """The parts of a table folder that readers take: every part no merged file replaces.
 
-    Footers are read only when a merged file sits beside other parts (a merge that was
-    killed before removing, or parts written after it), so a finished run costs one
-    listing per table."""
+    Every merge is per host (a merged part holds only parts of the host its name carries),
+    so a merged part's footer is read only when another part of its host sits beside it
+    (a merge killed before removing, or parts written after it), or when a part's name
+    carries no host: a finished run of 64 hosts costs one listing per table, not 64 footers."""
     parts = [e for e in folder.entries() if layout.is_part(e.name)]
     compacts = [e for e in parts if layout.is_compact(e.name)]
     if not compacts or len(parts) == 1:
         return parts
-    replaced: set[str] = set()
-    for entry in compacts:
-        replaced |= replaced_by(folder / entry.name)
+    hosts = Counter(part_host(e.name) for e in parts)
+    suspects = [
+        e.name
+        for e in compacts
+        if hosts[None] or part_host(e.name) is None or hosts[part_host(e.name)] > 1
+    ]
+    replaced = _footers(folder, suspects)
     return [e for e in parts if e.name not in replaced]
 
 
@@ -92,18 +115,51 @@ def _write(target: Location, table: pa.Table) -> None:
         pq.write_table(table, handle, row_group_size=1 << 17)
 
 
-def compact_table(folder: Location, tag: str, warn: list[str] | None = None) -> int:
-    """Merge a table folder's parts into one; returns how many files it removed.
+def _group_tag(tag: str, host: str | None) -> str:
+    """The tag of the merged part of one host's parts: `tag` when it names that host (or the
+    parts name none), else that host with tag's pid (`host-3-812`), so every merged part's
+    name carries the host of the rows it holds."""
+    if host is None or part_host(layout.compact_name(tag, 1)) == host:
+        return tag
+    pid = tag.rsplit("-", 1)[-1]
+    return f"{host}-{pid if pid.isdigit() else 0}"
 
-    A damaged part is left where it is (and named): merging loses nothing."""
+
+def compact_table(
+    folder: Location, tag: str, warn: list[str] | None = None, host: str | None = None
+) -> int:
+    """Merge a table folder's parts into one per host (only `host`'s when given: a host of a
+    pod merges its own parts while the others still append); returns how many files it
+    removed. A damaged part is left where it is (and named): merging loses nothing."""
     notes: list[str] = [] if warn is None else warn
-    names = [e.name for e in folder.entries() if layout.is_part(e.name)]
-    active = active_parts(folder)
-    stale = set(names) - {e.name for e in active}  # already merged, left by a killed merge
-    if len(active) <= 1 and not stale:
+    entries = [e for e in folder.entries() if layout.is_part(e.name)]
+    active = {e.name for e in active_parts(folder)}
+    groups: dict[str | None, list[str]] = {}
+    own = part_host(layout.compact_name(tag, 1))
+    for entry in entries:
+        group = part_host(entry.name)
+        groups.setdefault(own if group is None else group, []).append(entry.name)
+    if host is not None:
+        groups = {host: groups.get(host, [])}
+    all_names = [e.name for e in entries]
+    return sum(
+        _compact_group(folder, names, active, _group_tag(tag, group), all_names, notes)
+        for group, names in sorted(groups.items(), key=lambda kv: str(kv[0]))
+    )
+
+
+def _compact_group(
+    folder: Location, names: list[str], active: set[str], tag: str, all_names: list[str],
+    notes: list[str],
+) -> int:
+    """Merge one host's parts into one merged part (written first, whole, its footer naming
+    what it holds), then remove them."""
+    live = [n for n in names if n in active]
+    stale = set(names) - active  # already merged, left by a killed merge
+    if len(live) <= 1 and not stale:
         return 0
     schema = TABLES.get(folder.name)
-    read = {e.name: _read(folder / e.name, schema, notes) for e in active}
+    read = {name: _read(folder / name, schema, notes) for name in live}
     tables = {name: t for name, t in read.items() if t is not None}
     if len(tables) <= 1 and not stale:
         return 0
@@ -113,7 +169,7 @@ def compact_table(folder: Location, tag: str, warn: list[str] | None = None) -> 
         merged = merged.replace_schema_metadata(
             {**(merged.schema.metadata or {}), REPLACES_KEY: json.dumps(replaces).encode()}
         )
-        _write(folder / layout.compact_name(tag, _next_seq(names, tag)), merged)
+        _write(folder / layout.compact_name(tag, _next_seq(all_names, tag)), merged)
     for name in replaces:
         (folder / name).remove()
     return len(replaces)
@@ -125,15 +181,18 @@ def compact_table(folder: Location, tag: str, warn: list[str] | None = None) -> 
 NOT_MERGED = ("findings", "trace_events")
 
 
-def compact_run(run: Location, tag: str, tables: list[str] | None = None) -> int:
-    """Merge every table of a run (but NOT_MERGED); returns the files removed. Problems are
-    said on stderr, one line each, and never raise."""
+def compact_run(
+    run: Location, tag: str, tables: list[str] | None = None, host: str | None = None
+) -> int:
+    """Merge every table of a run (but NOT_MERGED), one merged part per host (only `host`'s
+    parts when given); returns the files removed. Problems are said on stderr, one line
+    each, and never raise."""
     removed = 0
     warn: list[str] = []
     present = set(run.folders())
     for name in tables or [n for n in TABLES if n not in NOT_MERGED and n in present]:
         try:
-            removed += compact_table(run / name, tag, warn)
+            removed += compact_table(run / name, tag, warn, host)
         except Exception as exc:  # the parts are still there: nothing is lost
             warn.append(f"left the parts of {name} unmerged: {type(exc).__name__}: {exc}")
     for message in warn:

@@ -21,15 +21,19 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tpuscope.store.location import Location, mtime_ns
+
 ENV_HOST = "TPUSCOPE_HOST"
 ENV_RUN_ID = "TPUSCOPE_RUN_ID"
 HOSTS_DIR = "hosts"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_PART_NAME = re.compile(r"^part-(.+)-\d+-(?:compact-|s)?\d+\.parquet$")
 
 
 def safe_host(name: str) -> str:
@@ -64,22 +68,41 @@ def host_meta_path(run_dir: Path, host: str) -> Path:
     return Path(run_dir) / HOSTS_DIR / f"{safe_host(host)}.json"
 
 
-def is_pod_run(run_dir: Path) -> bool:
-    """A run joined by id (`--run-id`): its launchers each keep their own hosts/<host>.json."""
-    return (Path(run_dir) / HOSTS_DIR).is_dir()
+def is_pod_run(run_dir: Path | Location, meta: Mapping[str, Any] | None = None) -> bool:
+    """A run joined by id (`--run-id`): its launchers each keep their own hosts/<host>.json.
+    Its meta.json says `pod: true`; a local folder is also known by its hosts/ folder (no
+    request needed to look)."""
+    if meta is not None and meta.get("pod") is True:
+        return True
+    loc = Location.of(run_dir)
+    return loc.local and Path(loc.path, HOSTS_DIR).is_dir()
 
 
-def _last_write_ns(run_dir: Path, host: str) -> int:
+def part_host(name: str) -> str | None:
+    """The host a part file's name carries (`part-<host>-<pid>-<seq>`, `-compact-<seq>`,
+    `-s<seq>`: read from the right, so a host name with dashes stays whole), None for a
+    name of another shape (a tag of an importer)."""
+    match = _PART_NAME.match(name)
+    return match.group(1) if match else None
+
+
+def _owned_by(name: str, host: str) -> bool:
+    """A file of this host: its parts, its process files and host meta, its debug text."""
+    return part_host(name) == host or name == f"{host}.json" or name.startswith(
+        (f"{host}-", f"pt_xla_debug-{host}-"))
+
+
+def _last_write_ns(run: Location, host: str) -> int:
     """Newest mtime of this host's own files (its parts, its procs and its host meta)."""
-    tag = f"-{safe_host(host)}-"
+    safe = safe_host(host)
+    if not run.local:
+        found = run.fs.find(run.path, detail=True)
+        return max((mtime_ns(info) for path, info in found.items()
+                    if _owned_by(path.rsplit("/", 1)[-1], safe)), default=0)
     newest = 0
-    for root, _, files in os.walk(run_dir):
+    for root, _, files in os.walk(run.path):
         for name in files:
-            if (
-                tag in name
-                or name == f"{safe_host(host)}.json"
-                or name.startswith(f"{safe_host(host)}-")
-            ):
+            if _owned_by(name, safe):
                 try:
                     newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
                 except OSError:
@@ -87,7 +110,7 @@ def _last_write_ns(run_dir: Path, host: str) -> int:
     return newest
 
 
-def host_status(run_dir: Path, host_meta: dict[str, Any]) -> str:
+def host_status(run_dir: Path | Location, host_meta: dict[str, Any]) -> str:
     """A host's status; one still "running" whose launcher is gone (SIGKILL, machine lost) is
     "lost (last write at T)": its rows up to its last flush are in the run."""
     import time
@@ -96,7 +119,7 @@ def host_status(run_dir: Path, host_meta: dict[str, Any]) -> str:
 
     status = str(host_meta.get("status") or "unknown")
     if status == "running" and launcher_gone(host_meta.get("launcher")):
-        written = _last_write_ns(run_dir, str(host_meta.get("host")))
+        written = _last_write_ns(Location.of(run_dir), str(host_meta.get("host")))
         stamp = (
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(written / 1e9)) if written else "?"
         )
@@ -117,25 +140,21 @@ def combined_status(statuses: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
 
 
-def read_hosts(run_dir: Path, warnings: list[str]) -> list[dict[str, Any]]:
-    """Every host's launcher meta with its status judged now; unreadable ones named in warnings."""
-    from tpuscope.store.runstore import StoreError, read_json
+def read_hosts(run_dir: Path | Location, warnings: list[str]) -> list[dict[str, Any]]:
+    """Every host's launcher meta with its status judged now (fetched together: one round
+    of requests in an object store); unreadable ones named in warnings."""
+    from tpuscope.store.runstore import json_files
 
+    run = Location.of(run_dir)
     hosts = []
-    folder = Path(run_dir) / HOSTS_DIR
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = read_json(path)
-        except StoreError as exc:
-            warnings.append(str(exc))
-            continue
+    for name, data in json_files(run / HOSTS_DIR, warnings):
         if data:
-            data.setdefault("host", path.stem)
-            hosts.append({**data, "status": host_status(run_dir, data)})
+            data.setdefault("host", name.removesuffix(".json"))
+            hosts.append({**data, "status": host_status(run, data)})
     return hosts
 
 
-def combine(meta: dict[str, Any], run_dir: Path, warnings: list[str]) -> dict[str, Any]:
+def combine(meta: dict[str, Any], run_dir: Path | Location, warnings: list[str]) -> dict[str, Any]:
     """The run's meta with the hosts' launcher metas folded in: `hosts` (one entry each),
     status, exit code, start and end across the hosts; argv and command of the first host."""
     hosts = read_hosts(run_dir, warnings)
@@ -174,6 +193,21 @@ def combine(meta: dict[str, Any], run_dir: Path, warnings: list[str]) -> dict[st
     return meta
 
 
+def hosts_running(run_dir: Path | Location) -> list[str]:
+    """The hosts of a pod run still running now (a lost one is not: its launcher is gone).
+    A pod's host that ends while others run leaves the analysis to the last one, so a pod of
+    64 hosts is analysed about once, not 64 times (each a read of the whole pod)."""
+    from tpuscope.store.runstore import read_json
+
+    loc = Location.of(run_dir)
+    try:
+        if not is_pod_run(loc, read_json(loc / "meta.json")):
+            return []
+        return [str(h["host"]) for h in read_hosts(loc, []) if h["status"] == "running"]
+    except Exception:  # an unreadable meta or store: analyse, as for any run (never fail here)
+        return []
+
+
 def update_host_meta(run_dir: Path, host: str, /, **fields: Any) -> dict[str, Any]:
     """Merge fields into this host's own hosts/<host>.json (no other host writes it)."""
     from tpuscope.store.runstore import StoreError, read_json, write_json_atomic
@@ -189,42 +223,60 @@ def update_host_meta(run_dir: Path, host: str, /, **fields: Any) -> dict[str, An
     return data
 
 
+def pod_meta(run_id: str, **shared: Any) -> dict[str, Any]:
+    """The run's meta.json of a pod: only what every host has alike (id, name, schema, pod),
+    so whichever host writes it writes the same bytes."""
+    from tpuscope.schema_consts import SCHEMA_VERSION
+
+    return {
+        "run_id": run_id,
+        "name": shared.pop("name", run_id),
+        "pod": True,
+        "schema_version": SCHEMA_VERSION,
+        **shared,
+    }
+
+
+def _meta_bytes(meta: dict[str, Any]) -> bytes:
+    import json
+
+    return json.dumps(meta, indent=2, default=str, sort_keys=True).encode()
+
+
+def _refuse_single(meta: dict[str, Any], run_id: str, root: object) -> None:
+    from tpuscope.store.runstore import StoreError
+
+    if meta and meta.get("pod") is not True:
+        raise StoreError(
+            f"run {run_id} already exists in {root} and was not started with --run-id: "
+            "pick another id"
+        )
+
+
+def _check_id(run_id: str) -> None:
+    from tpuscope.store.runstore import StoreError, is_valid_run_id
+
+    if not is_valid_run_id(run_id):
+        raise StoreError(f"not a valid run id: {run_id!r} (letters, digits, '.', '_', '-')")
+
+
 def join_run(root: Path, run_id: str, **shared: Any) -> Path:
     """The run folder `root/run_id` for one more host: made if absent, with a meta.json of what
     the hosts share created only by the first (link(2) fails when it exists: no host ever
     overwrites another's). A folder that exists as a single-host run is refused."""
-    from tpuscope.schema import SCHEMA_VERSION
-    from tpuscope.store.runstore import StoreError, is_valid_run_id, remove_quietly
+    from tpuscope.store.runstore import StoreError, read_json, remove_quietly
 
-    if not is_valid_run_id(run_id):
-        raise StoreError(f"not a valid run id: {run_id!r} (letters, digits, '.', '_', '-')")
+    _check_id(run_id)
     run_dir = Path(root) / run_id
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if (run_dir / "meta.json").is_file() and not is_pod_run(run_dir):
-            raise StoreError(
-                f"run {run_id} already exists in {root} and was not started with --run-id: "
-                "pick another id"
-            )
-        (run_dir / HOSTS_DIR).mkdir(exist_ok=True)
         meta = run_dir / "meta.json"
+        if meta.is_file() and not is_pod_run(run_dir):
+            _refuse_single(read_json(meta) or {"pod": False}, run_id, root)
+        (run_dir / HOSTS_DIR).mkdir(exist_ok=True)
         if not meta.exists():
             tmp = run_dir / f".meta.json.{os.getpid()}.{safe_host(host_name())}.tmp"
-            import json
-
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "run_id": run_id,
-                        "name": shared.pop("name", run_id),
-                        "pod": True,
-                        "schema_version": SCHEMA_VERSION,
-                        **shared,
-                    },
-                    indent=2,
-                    default=str,
-                )
-            )
+            tmp.write_bytes(_meta_bytes(pod_meta(run_id, **shared)))
             try:
                 os.link(tmp, meta)
             except FileExistsError:
@@ -234,3 +286,50 @@ def join_run(root: Path, run_id: str, **shared: Any) -> Path:
     except OSError as exc:
         raise StoreError(f"cannot write to the store {root}: {exc.strerror or exc}") from exc
     return run_dir
+
+
+def join_remote(store: Location, run_id: str, host: str, **shared: Any) -> Path:
+    """One more host of the run `store/run_id` in an object store; returns its local stage.
+
+    The run's meta.json (pod_meta: the same bytes from every host) is created with an
+    exclusive write (fsspec's `mode="create"`: GCS `ifGenerationMatch=0`, S3
+    `If-None-Match: *`), so the first host's stands; a server that ignores the condition
+    (the GCS emulator does) gets the same bytes again, which changes nothing. A run of that
+    id made without --run-id is refused. The stage is per host (`<stage>/<host>/<run_id>`:
+    hosts simulated on one machine never ship each other's parts), and its shipper sends
+    only this host's files (store.ship)."""
+    from tpuscope.store.runstore import StoreError, read_json, stage_root, write_json_atomic
+    from tpuscope.store.ship import start_shipping
+
+    _check_id(run_id)
+    remote = store / run_id
+    meta = pod_meta(run_id, store=store.url, **shared)
+    try:
+        _refuse_single(read_json(remote / "meta.json"), run_id, store.url)
+        create_meta(remote, meta)
+    except StoreError:
+        raise
+    except Exception as exc:  # unreachable: the shipper tries again; the program runs anyway
+        print(f"tpuscope: cannot reach the store {store.url} yet: {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+    stage = stage_root() / safe_host(host) / run_id
+    try:
+        (stage / HOSTS_DIR).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(stage / "meta.json", meta)
+    except OSError as exc:
+        raise StoreError(f"cannot write the stage {stage}: {exc.strerror or exc}") from exc
+    start_shipping(stage, remote)
+    return stage
+
+
+def create_meta(remote: Location, meta: dict[str, Any]) -> bool:
+    """Create a pod's meta.json unless it exists (True when this call wrote it). fsspec's
+    exclusive write where the filesystem has one; the same bytes from every host otherwise."""
+    path = (remote / "meta.json").path
+    try:
+        remote.fs.pipe_file(path, _meta_bytes(meta), mode="create")
+    except FileExistsError:  # another host was first: its meta stands
+        return False
+    except TypeError:  # a filesystem without exclusive writes
+        remote.fs.pipe_file(path, _meta_bytes(meta))
+    return True

@@ -6,13 +6,15 @@
     <run>/<table>/part-<tag>-<seq>.parquet        rows, appended by any number of processes
     <run>/<table>/part-<tag>-compact-<seq>.parquet   a table's parts merged when the run ended
     <run>/debug/pt_xla_debug-<host>-<pid>.txt     PT_XLA_DEBUG text tpuscope asked for
-    <run>/hlo/                                    XLA dumps (--deep)
+    <run>/hlo/                                    XLA dumps (--deep); a pod's in hlo/<host>/
     <run>/trace/                                  profiler traces (xplane.pb)
 
 A name starting with a dot is a file being written; readers never look at it.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 META = "meta.json"
 META_CORRUPT = "meta.json.corrupt"
@@ -25,6 +27,13 @@ FINDINGS_PART = "part-analysis.parquet"  # findings: one part, replaced by each 
 COMPACT_MARK = "-compact-"
 # Files the run's end may still add or change (copied to an object store when the run ends).
 ARTIFACT_FOLDERS = (DEBUG, HLO, TRACE)
+
+
+def hlo_dir(run_dir: Path, host: str | None = None) -> Path:
+    """Where `--deep` has XLA dump a run's HLO: `<run>/hlo`, or `<run>/hlo/<host>` for a host of
+    a pod (a shared folder: XLA names its dumps module_0001..., the same on every host, so the
+    hosts would overwrite each other's files and each would ingest the others')."""
+    return Path(run_dir) / HLO / host if host else Path(run_dir) / HLO
 
 
 def proc_file(host: str, pid: int) -> str:

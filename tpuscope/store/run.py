@@ -165,11 +165,12 @@ class Run:
             return frame
         raise AttributeError(name)
 
-    def compact(self, tag: str) -> int:
-        """Merge each table's parts into one file (crash-safe, see store.compact)."""
+    def compact(self, tag: str, host: str | None = None) -> int:
+        """Merge each table's parts into one file per host (crash-safe, see store.compact);
+        only `host`'s parts when given (a pod's host, while the others may still append)."""
         from tpuscope.store.compact import compact_run
 
-        return compact_run(self.loc, tag)
+        return compact_run(self.loc, tag, host=host)
 
     def reload(self) -> None:
         """Forget what was read, so the next access reads the folder as it is now (a run

@@ -108,26 +108,27 @@ def check_schema(meta: dict[str, Any], run_dir: object) -> None:
                          f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
 
 
-def _proc_metas(run: Location) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every process file of a run, fetched together (one round of requests remotely)."""
-    folder = run / layout.PROCS
+def json_files(folder: Location, warnings: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, object) of every JSON file of a folder, fetched together (one round of requests
+    remotely), in name order; an unreadable one is named in `warnings` and left out."""
     paths = [(folder / e.name).path for e in folder.entries() if e.name.endswith(".json")]
-    procs, warnings = [], []
     if not paths:
-        return procs, warnings
+        return []
     try:
-        blobs = run.fs.cat(paths, on_error="return")
+        blobs = folder.fs.cat(paths, on_error="return")
     except OSError as exc:
-        return procs, [f"cannot read {folder}: {exc}"]
+        warnings.append(f"cannot read {folder}: {exc}")
+        return []
+    found = []
     for path in sorted(blobs):
         blob = blobs[path]
         try:
             if isinstance(blob, BaseException):
                 raise StoreError(f"cannot read {path}: {blob}")
-            procs.append(parse_json(blob, Location(run.fs, path)))
+            found.append((path.rsplit("/", 1)[-1], parse_json(blob, Location(folder.fs, path))))
         except StoreError as exc:
             warnings.append(str(exc))
-    return procs, warnings
+    return found
 
 
 def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
@@ -140,10 +141,10 @@ def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
     run = Location.of(run_dir)
     meta = read_json(run / layout.META)
     check_schema(meta, run)
-    procs, warnings = _proc_metas(run)
-    meta["processes"] = [p for p in procs if p]
-    if run.local and is_pod_run(run.as_path()):  # one run of many hosts: each host's own meta
-        meta = combine(meta, run.as_path(), warnings)
+    warnings: list[str] = []
+    meta["processes"] = [p for _, p in json_files(run / layout.PROCS, warnings) if p]
+    if is_pod_run(run, meta):  # one run of many hosts: each host's own meta
+        meta = combine(meta, run, warnings)
     if warnings:
         meta["warnings"] = warnings
     if meta.get("run_id") not in (None, run.name):
@@ -211,10 +212,11 @@ class RunStore:
             start_shipping(run_dir, self.loc / run_id)
         return run_dir
 
-    def close_run(self, run_dir: Path) -> Path | Location:
+    def close_run(self, run_dir: Path | Location) -> Path | Location:
         """Where the run now is: for an object store, after its last batch, merged parts and
-        files arrived (the stage is then removed), or the stage kept when they could not."""
-        if self.local:  # nothing was staged: no need to load the shipper (and pyarrow)
+        files arrived (the stage is then removed), or the stage kept when they could not.
+        A run already in the store (a pod's host, shipped before its analysis) is where it is."""
+        if self.local or isinstance(run_dir, Location):  # no stage: no shipper (nor pyarrow)
             return run_dir
         from tpuscope.store.ship import finish_shipping
 

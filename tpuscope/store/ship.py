@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ import pyarrow.parquet as pq
 
 from tpuscope.store import layout
 from tpuscope.store.compact import REPLACES_KEY, replaced_by
+from tpuscope.store.hosts import HOSTS_DIR, create_meta, file_host
 from tpuscope.store.location import Location
 
 SHIP_INTERVAL_S = float(os.environ.get("TPUSCOPE_SHIP_INTERVAL") or 5.0)
@@ -45,7 +45,9 @@ BIG_PART_BYTES = 8 << 20  # a part this big is one object already: sent as it is
 
 
 def host_tag() -> str:
-    return f"{os.environ.get('TPUSCOPE_HOST') or socket.gethostname()}-{os.getpid()}"
+    """`<host>-<pid>` of this process, the host as part files name it (store.hosts), so a
+    batch or merged part it writes carries the host of the rows inside."""
+    return f"{file_host()}-{os.getpid()}"
 
 
 def _bytes(table: pa.Table) -> bytes:
@@ -62,6 +64,9 @@ class Shipper:
         self.target = target
         self.interval = interval
         self.tag = host_tag()
+        # one host of a pod (store.hosts.join_remote): it sends only its own files; the
+        # shared meta.json was created once, and the analysis is written to the store itself
+        self.pod = (self.stage / HOSTS_DIR).is_dir()
         self._seq = 0
         # table -> remote batch -> its local parts
         self._batches: dict[str, dict[str, set[str]]] = {}
@@ -105,6 +110,9 @@ class Shipper:
         done = not last.is_alive() and self._done
         if done:
             shutil.rmtree(self.stage, ignore_errors=True)
+            if self.pod:  # the host's own folder of stages (store.hosts.join_remote)
+                with contextlib.suppress(OSError):
+                    self.stage.parent.rmdir()
         elif last.is_alive() and self.error is None:
             print(
                 f"tpuscope: the store {self.target} did not answer within {timeout:.0f} s: the run is kept in "
@@ -143,7 +151,7 @@ class Shipper:
             sorted(
                 p
                 for p in self.stage.iterdir()
-                if p.is_dir() and p.name not in (layout.PROCS, *layout.ARTIFACT_FOLDERS)
+                if p.is_dir() and p.name not in (layout.PROCS, HOSTS_DIR, *layout.ARTIFACT_FOLDERS)
             )
             if self.stage.is_dir()
             else []
@@ -212,9 +220,15 @@ class Shipper:
 
     def _ship_files(self, final: bool) -> None:
         """meta.json, the process files, analysis.json and findings when they changed; at the
-        end also debug/, hlo/ and trace/."""
-        files = [self.stage / layout.META, self.stage / layout.ANALYSIS]
-        for folder in (layout.PROCS, *ALWAYS_BY_NAME, *(layout.ARTIFACT_FOLDERS if final else ())):
+        end also debug/, hlo/ and trace/. A pod's host sends its hosts/<host>.json and its
+        process files instead of the run's meta, analysis and findings."""
+        if self.pod:
+            self._create_pod_meta()
+            files, folders = [], (layout.PROCS, HOSTS_DIR)
+        else:
+            files = [self.stage / layout.META, self.stage / layout.ANALYSIS]
+            folders = (layout.PROCS, *ALWAYS_BY_NAME)
+        for folder in (*folders, *(layout.ARTIFACT_FOLDERS if final else ())):
             root = self.stage / folder
             if root.is_dir():
                 files += [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
@@ -228,6 +242,17 @@ class Shipper:
                 continue
             self._put(relative, path.read_bytes())
             self._sent[relative] = (stat.st_mtime_ns, stat.st_size)
+
+
+    def _create_pod_meta(self) -> None:
+        """A pod's meta.json, once: created only if absent (store.hosts.create_meta), so the
+        first host's stands whichever host ships first."""
+        if layout.META in self._sent:
+            return
+        meta = json.loads((self.stage / layout.META).read_text())
+        if create_meta(self.target, meta):
+            self.objects += 1
+        self._sent[layout.META] = (0, 0)
 
 
 _SHIPPERS: dict[Path, Shipper] = {}  # stage folder -> the shipper copying it

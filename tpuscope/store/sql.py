@@ -102,21 +102,19 @@ def scan(
 ) -> pa.Table:
     """Rows of one table (all, or those `where` keeps), only `columns` when given."""
     schema = TABLES.get(name)
-    urls = part_urls(run, name)
-    if not urls:
-        empty = schema.empty_table() if schema is not None else pa.table({})
-        return conform(empty, schema, columns)
     con = connect(run)
     try:
-        files = _list(urls)
-        present = {r[0] for r in con.sql(f"SELECT name FROM parquet_schema({files})").fetchall()}
-        wanted = [
-            c for c in (columns or (schema.names if schema is not None else [])) if c in present
-        ]
-        select = ", ".join(f'"{c}"' for c in wanted) if (columns or schema is not None) else "*"
-        sql = f"SELECT {select or 'NULL AS _none'} FROM read_parquet({files}, union_by_name=true)"
-        table = con.sql(sql + (f" WHERE {where}" if where else "")).to_arrow_table()
-        return conform(table, schema, columns).combine_chunks()
+        for attempt in (1, 2):  # a host may replace its parts by a merged one as we read
+            urls = part_urls(run, name)
+            if not urls:
+                empty = schema.empty_table() if schema is not None else pa.table({})
+                return conform(empty, schema, columns)
+            try:
+                return _duck_scan(con, urls, schema, columns, where)
+            except duckdb.IOException:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
     except (duckdb.Error, pa.ArrowException):
         whole = _pyarrow_union(run, name, schema, warn)
         if whole is None:
@@ -129,9 +127,35 @@ def scan(
         con.close()
 
 
+def _duck_scan(
+    con: duckdb.DuckDBPyConnection,
+    urls: list[str],
+    schema: pa.Schema | None,
+    columns: Sequence[str] | None,
+    where: str | None,
+) -> pa.Table:
+    """The parts `urls` of one table through DuckDB: only the columns asked for that exist."""
+    files = _list(urls)
+    present = {r[0] for r in con.sql(f"SELECT name FROM parquet_schema({files})").fetchall()}
+    wanted = [c for c in (columns or (schema.names if schema is not None else [])) if c in present]
+    select = ", ".join(f'"{c}"' for c in wanted) if (columns or schema is not None) else "*"
+    sql = f"SELECT {select or 'NULL AS _none'} FROM read_parquet({files}, union_by_name=true)"
+    table = con.sql(sql + (f" WHERE {where}" if where else "")).to_arrow_table()
+    return conform(table, schema, columns).combine_chunks()
+
+
 def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Table:
     """Run SQL over a run's tables, each a view named after it (empty tables included,
-    with their columns, so a query that names one never fails for want of rows)."""
+    with their columns, so a query that names one never fails for want of rows). Asked
+    once more, over a fresh listing, when a part was gone by the time DuckDB read it (a
+    host of a pod replaced its parts by their merged file meanwhile)."""
+    try:
+        return _query(run, sql, tables)
+    except duckdb.IOException:
+        return _query(run, sql, tables)
+
+
+def _query(run: Location, sql: str, tables: Sequence[str] | None) -> pa.Table:
     con = connect(run)
     try:
         for name in tables or TABLES:
