@@ -27,14 +27,13 @@ from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
-from tpuscope.store import RunStore, layout, update_meta
+from tpuscope.store import Run, RunStore, layout
 from tpuscope.store.hosts import (
     ENV_HOST,
     ENV_RUN_ID,
     file_host,
     join_remote,
     join_run,
-    update_host_meta,
 )
 from tpuscope.store.liveness import launcher_identity
 from tpuscope.store.location import Location
@@ -123,15 +122,15 @@ def run_program(
 ) -> tuple[Path | Location | None, int]:
     """Run the program under collection; returns (run folder, or None when it could not be
     written (a pod's host in an object store: the run there, once this host's files arrived); the program's return code: negative when a signal killed it, as subprocess says).
-    With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts.py).
+    With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts/).
     With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
     keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
     device_options = _device_options(trace_steps, target)
     host = file_host()
     if run_id:
         run_dir = _join(store, run_id, host, name or program.name)
-        update_host_meta(run_dir, host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(),
-                         status="running")  # what open_run puts in a one-host run's meta.json
+        Run(run_dir).update_host_meta(host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(),
+                                      status="running")  # what open_run puts in a one-host run's meta.json
     else:
         run_dir = open_run(store, name or program.name, warmup)
     child = build_env(run_dir, warmup, deep, host=host if run_id else None)
@@ -217,18 +216,19 @@ class MetaRecorder:
 
     def __init__(self, run_dir: Path, host: str | None = None) -> None:
         self.run_dir = run_dir
+        self.run = Run(run_dir)
         self.host = host  # a run of many hosts: this launcher writes only hosts/<host>.json
         self.failed = False
 
     def __call__(self, **fields: object) -> None:
         if self.host:
-            self._guarded(update_host_meta, self.run_dir, self.host, **fields)
+            self._guarded(self.run.update_host_meta, self.host, **fields)
         else:
-            self._guarded(update_meta, self.run_dir, **fields)
+            self._guarded(self.run.update_meta, **fields)
 
     def close(self, status: str, **fields: object) -> None:
         if self.host:  # the end of this host, in its own file (close_run writes meta.json)
-            self._guarded(update_host_meta, self.run_dir, self.host, status=status,
+            self._guarded(self.run.update_host_meta, self.host, status=status,
                           end_ns=time.time_ns(), **fields)
         else:
             self._guarded(close_run, self.run_dir, status, **fields)

@@ -85,11 +85,17 @@ class Run:
     def update_own_meta(self, host: str, **fields: Any) -> dict[str, Any]:
         """Merge fields into what this host owns of the run: its hosts/<host>.json in a run of
         many hosts (`--run-id`: meta.json is shared), else meta.json."""
-        from tpuscope.store.hosts import is_pod_run, update_host_meta
+        from tpuscope.store.hosts import is_pod_run
 
         if self.local and is_pod_run(self.path):
-            return update_host_meta(self.path, host, **fields)
+            return self.update_host_meta(host, **fields)
         return self.update_meta(**fields)
+
+    def update_host_meta(self, host: str, **fields: Any) -> dict[str, Any]:
+        """Merge fields into hosts/<host>.json: one host's launcher in a run of many hosts."""
+        from tpuscope.store.hosts import update_host_meta
+
+        return update_host_meta(self.path, host, **fields)
 
     def write_proc(self, host: str, pid: int | str, data: dict[str, Any]) -> None:
         """This process's own view of the run (procs/<host>-<pid>.json), written whole."""
