@@ -91,7 +91,7 @@ class Run:
             return self.update_host_meta(host, **fields)
         return self.update_meta(**fields)
 
-    def update_host_meta(self, host: str, **fields: Any) -> dict[str, Any]:
+    def update_host_meta(self, host: str, /, **fields: Any) -> dict[str, Any]:
         """Merge fields into hosts/<host>.json: one host's launcher in a run of many hosts."""
         from tpuscope.store.hosts import update_host_meta
 
