@@ -12,7 +12,7 @@ from ..components import (
     fmt_num,
     graph,
     grid,
-    run_header,
+    run_page,
     short_site,
     site_column,
     stat,
@@ -73,8 +73,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     transfers = int(steps["transfers_from_device"].sum()) if not steps.empty else 0
     findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
     per_step = summary["fallback_count"] / summary["steps"] if summary["steps"] else None
-    return html.Div(className="page", id="page-fallbacks", children=[
-        run_header(run_id, summary, "fallbacks"),
+    return run_page(
+        "fallbacks", run_id, summary,
         stats_row([
             stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
                  f"{fmt_num(per_step, 2)} per step (value reads not included)"),
@@ -92,4 +92,4 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         html.Div(graph(transfers_timeline(steps, summary["warmup"]), "transfers-timeline"), className="panel"),
         html.H3("Related findings"),
         findings_list(findings, "No cpu_fallback or host_sync finding in this run."),
-    ])
+    )
