@@ -170,6 +170,12 @@ class StoreData:
                 cache.popitem(last=False)
         return value
 
+    def clear(self) -> None:
+        """Forget everything read (the next request reads the store as a fresh server does)."""
+        with self._lock:
+            self._cache.clear()
+            self._small.clear()
+
     # --- tables ----------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:
         run = self.run(run_id)

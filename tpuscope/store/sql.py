@@ -129,9 +129,10 @@ def scan(
         con.close()
 
 
-def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Table:
-    """Run SQL over a run's tables, each a view named after it (empty tables included,
-    with their columns, so a query that names one never fails for want of rows)."""
+def views(run: Location, tables: Sequence[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection on which each of a run's tables is a view named after it (empty tables
+    included, with their columns, so a query that names one never fails for want of rows).
+    Several statements on one connection read each footer once; the caller closes it."""
     con = connect(run)
     try:
         for name in tables or TABLES:
@@ -143,6 +144,16 @@ def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Ta
             elif name in TABLES:
                 empty = TABLES[name].empty_table()  # noqa: F841  (read by DuckDB by name)
                 con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM empty')
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Table:
+    """Run SQL over a run's tables, each a view named after it (see `views`)."""
+    con = views(run, tables)
+    try:
         return con.sql(sql).to_arrow_table()
     finally:
         con.close()
