@@ -127,3 +127,14 @@ def test_one_line_per_process_and_the_slowest_of_many(tmp_path: Path) -> None:
 def test_a_run_with_no_rows_gives_empty_series(tmp_path: Path) -> None:
     line = series.read_timeline(Run(RunStore(tmp_path).new_run("empty")), POINTS)
     assert line.steps.empty and line.compiles.empty and line.fallbacks.empty and line.step_walls.empty
+
+
+def test_a_damaged_part_makes_the_overview_read_the_tables_whole_without_it(tmp_path: Path) -> None:
+    import duckdb
+
+    run_dir = make_run(tmp_path, "damaged", steps=200, trace_events=0, recompiles=3, device=False, parts=2)
+    (run_dir / "steps" / "part-zz-000001.parquet").write_bytes(b"PAR1 not a Parquet file PAR1")
+    with pytest.raises(duckdb.Error):
+        series.read_timeline(Run(run_dir), POINTS)
+    fig = overview.timeline_figure(StoreData(tmp_path), run_dir.name)
+    assert sorted(_traces(fig)["step time"].x) == list(range(200))  # every healthy step, drawn
