@@ -100,9 +100,9 @@ def _fallbacks(con: object, where: str, bars: int) -> pd.DataFrame:
     counts = counts.combine_chunks()
     per = step_totals(counts.column("step").to_numpy(), counts.column("count").to_numpy())
     chosen = pa.table({"step": per.index.to_numpy()[minmax_indices(per.to_numpy(), bars)]})
-    con.register("chosen", chosen)
+    con.register("chosen", chosen)  # rows come in any order: fallback_bars orders them itself
     rows = con.sql(f"SELECT {', '.join(FALLBACK_COLUMNS)} FROM fallbacks "
-                   "WHERE step IN (SELECT step FROM chosen) ORDER BY step").to_arrow_table()
+                   "WHERE step IN (SELECT step FROM chosen)").to_arrow_table()
     return table_to_frame(rows)
 
 

@@ -138,3 +138,29 @@ def test_a_damaged_part_makes_the_overview_read_the_tables_whole_without_it(tmp_
         series.read_timeline(Run(run_dir), POINTS)
     fig = overview.timeline_figure(StoreData(tmp_path), run_dir.name)
     assert sorted(_traces(fig)["step time"].x) == list(range(200))  # every healthy step, drawn
+
+
+def test_the_fallbacks_pages_duckdb_aggregates_are_the_pandas_ones(long_run: Run, tmp_path: Path) -> None:
+    import shutil
+
+    from tpuscope_dashboards import aggregates
+    from tpuscope_dashboards.figures.fallbacks import fallback_matrix
+    from tpuscope_dashboards.pages.fallbacks import fallback_sites, fallback_views, site_rows
+
+    long_run = Run(shutil.copytree(long_run.loc.as_path(), tmp_path / long_run.run_id))
+    rows = long_run.table("fallbacks", ["step", "op", "count", "location"])
+    rows.loc[rows.index[::7], "location"] = None  # ops the tracer could not place
+    write_table_atomic(long_run.loc.as_path() / "fallbacks" / "part-unplaced-000001.parquet",
+                       pa.Table.from_pandas(rows.iloc[::7].assign(step=rows["step"].iloc[::7] + STEPS),
+                                            preserve_index=False))
+    rows = long_run.table("fallbacks", ["step", "op", "count", "location"])
+    expected_sites = fallback_sites(rows).reset_index(drop=True)
+    got_sites = site_rows(aggregates.fallback_sites(long_run)).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got_sites, expected_sites, check_dtype=False)
+    matrix, width = aggregates.fallback_matrix(long_run)
+    expected_matrix, expected_width = fallback_matrix(rows)
+    assert width == expected_width
+    pd.testing.assert_frame_equal(matrix, expected_matrix, check_dtype=False, check_names=False)
+    data = StoreData(long_run.loc.as_path().parent)
+    views = fallback_views(data, long_run.run_id)
+    assert fallback_views(data, long_run.run_id) is views  # cached until the table changes

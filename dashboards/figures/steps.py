@@ -69,18 +69,21 @@ def _compile_markers(compiles: pd.DataFrame, wall: pd.Series) -> go.Scatter | No
 
 
 def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
-    """Host-run op calls per step (min/max decimated) with the ops and call site on hover."""
+    """Host-run op calls per step (min/max decimated) with the ops and the busiest call site on
+    hover (ordered by count, then name: the same text whatever order the rows are read in)."""
     if fallbacks.empty:
         return None
     counts = per_step(fallbacks, "count")
     counts = counts.iloc[minmax_indices(counts.to_numpy(), min(max_points, MAX_BARS))]
     shown = fallbacks[fallbacks["step"].isin(counts.index)]
     by_op = shown.groupby(["step", "op"], as_index=False, observed=True)["count"].sum().sort_values(
-        ["step", "count"], ascending=[True, False])
+        ["step", "count", "op"], ascending=[True, False, True])  # a total order: rows come in any order
     ops: dict[int, list[str]] = {}
     for step, op, count in zip(by_op["step"].tolist(), by_op["op"].tolist(), by_op["count"].tolist(), strict=True):
         ops.setdefault(step, []).append(f"{op} x{count}")  # a plain loop: 10x faster than groupby.agg
-    where = shown.dropna(subset=["location"]).groupby("step")["location"].first().to_dict()
+    located = shown.dropna(subset=["location"]).sort_values(["step", "count", "location"],
+                                                            ascending=[True, False, True])
+    where = located.groupby("step")["location"].first().to_dict()  # each step's busiest call site
     text = [f"step {s}: {n} host-run op calls<br>" + "<br>".join(ops.get(s, [])[:6])
             + (f"<br>at {where[s]}" if s in where else "")
             for s, n in zip(counts.index.tolist(), counts.tolist(), strict=True)]
