@@ -164,3 +164,23 @@ def test_the_fallbacks_pages_duckdb_aggregates_are_the_pandas_ones(long_run: Run
     data = StoreData(long_run.loc.as_path().parent)
     views = fallback_views(data, long_run.run_id)
     assert fallback_views(data, long_run.run_id) is views  # cached until the table changes
+
+
+def test_the_reductions_read_a_run_in_an_object_store_as_they_read_it_locally(gcs_store, tmp_path: Path) -> None:
+    """DuckDB reads the parts through the store's fsspec filesystem (a real GCS API server)."""
+    from tpuscope_dashboards.pages.fallbacks import fallback_views
+
+    run_dir = make_run(tmp_path / "runs", "remote", steps=6_000, trace_events=0, recompiles=12, device=False,
+                       parts=2, analyze=True)
+    prefix = f"{gcs_store.bucket}/series-{tmp_path.name}"
+    gcs_store.filesystem().put(str(run_dir), f"{prefix}/{run_dir.name}", recursive=True)
+    local, remote = StoreData(tmp_path / "runs"), StoreData(gcs_store.url(f"series-{tmp_path.name}"))
+    here = _traces(overview.timeline_figure(local, run_dir.name))
+    there = _traces(overview.timeline_figure(remote, run_dir.name))
+    assert here.keys() == there.keys() and len(here) == 3
+    for name in here:
+        assert list(here[name].x) == list(there[name].x), name
+    sites, (matrix, _) = fallback_views(remote, run_dir.name)
+    local_sites, (local_matrix, _) = fallback_views(local, run_dir.name)
+    pd.testing.assert_frame_equal(sites, local_sites)
+    pd.testing.assert_frame_equal(matrix, local_matrix)
