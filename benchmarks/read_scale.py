@@ -76,8 +76,8 @@ def cli(*args: str) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def page_request(client: Any, path: str) -> int:
-    """One router callback request as the browser sends it; returns the response's size."""
+def route_request(client: Any, path: str) -> Any:
+    """One router callback request as the browser sends it (the response)."""
     body = {
         "output": "page.children",
         "outputs": {"id": "page", "property": "children"},
@@ -88,7 +88,12 @@ def page_request(client: Any, path: str) -> int:
     response = client.post("/_dash-update-component", json=body)
     if response.status_code != 200:
         raise SystemExit(f"{path}: HTTP {response.status_code}")
-    return len(response.data)
+    return response
+
+
+def page_request(client: Any, path: str) -> int:
+    """One router callback request; returns the response's size."""
+    return len(route_request(client, path).data)
 
 
 def page_times(store: Path, path: str, repeat: int = 3) -> dict[str, float]:
@@ -246,15 +251,7 @@ def browser_times(
 
 def _graphs(app: Any, path: str) -> int:
     """How many graphs the page at `path` has (counted in the layout the server sends)."""
-    client = app.server.test_client()
-    body = {
-        "output": "page.children",
-        "outputs": {"id": "page", "property": "children"},
-        "inputs": [{"id": "url", "property": "pathname", "value": path}],
-        "changedPropIds": ["url.pathname"],
-        "state": [],
-    }
-    layout = client.post("/_dash-update-component", json=body).get_json()
+    layout = route_request(app.server.test_client(), path).get_json()
 
     def count(node: Any) -> int:
         if isinstance(node, dict):
