@@ -7,15 +7,18 @@ files as a live run flushes them), at 1k, 10k, 100k and 1M steps, and stores of 
   analysis       tpuscope.detect.run_analysis.analyze on the run (what `tpuscope run` does at exit)
   show, --json   `tpuscope show RUN` as a subprocess (CLI start-up included) and in process
   ls             `tpuscope ls` as a subprocess and RunStore.list_runs in process
-  pages          the Dash app's own callback request (POST /_dash-update-component through
-                 Flask's test client: routing, reading, figures, JSON), cold (a fresh app,
-                 nothing cached) and warm (the median of later requests)
+  pages          every page of a run (Overview ... Hosts) and the Runs page: the Dash app's own
+                 callback request (POST /_dash-update-component through Flask's test client:
+                 routing, reading, figures, JSON), cold (a fresh app, nothing cached) and warm
+                 (the median of later requests)
   browser        with --browser: a real headless Chromium (Debian's, through Selenium) from
-                 navigation until the page and its graphs are drawn and Dash is idle
+                 navigation until the page and all its graphs are drawn and Dash is idle: first
+                 load, server cold, server warm, and the renderer main thread's CPU time
 Wall times on a shared machine wait for a core; CPU times are given beside them.
 
     python benchmarks/read_scale.py                       # 1k..1M steps, 10/100/1000 runs
     python benchmarks/read_scale.py --steps 1000 100000 --runs 10 200 --browser --json
+    python benchmarks/read_scale.py --steps 1000000 --runs 200 --pages Overview --browser
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,6 +43,16 @@ from tpuscope_dashboards.synthetic import make_run
 from tpuscope.store import Run, RunStore, update_meta
 
 TARGETS = {"show": 1.0, "show --json": 1.0, "Overview": 1.0, "Runs": 0.3}
+# Every page of a run: URL suffix and the id of the page's element.
+RUN_PAGES = {
+    "Overview": ("", "page-overview"),
+    "Recompiles": ("/recompiles", "page-recompiles"),
+    "Fallbacks": ("/fallbacks", "page-fallbacks"),
+    "Churn": ("/churn", "page-churn"),
+    "TensorCore": ("/tensorcore", "page-tensorcore"),
+    "Trace": ("/trace", "page-trace"),
+    "Hosts": ("/hosts", "page-hosts"),
+}
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
@@ -48,17 +62,22 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - start, time.process_time() - cpu, result
 
 
-def cli(*args: str) -> float:
-    """Wall seconds of one `tpuscope ...` subprocess (its output is discarded, its status checked)."""
+def cli(*args: str) -> tuple[float, float]:
+    """(wall s, CPU s) of one `tpuscope ...` subprocess (its output is discarded, its status
+    checked); the CPU time is the child's user + system time, what a loaded machine does not
+    inflate."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tpuscope", *args], capture_output=True, text=True)
+    wall = time.perf_counter() - start
     if proc.returncode:
         raise SystemExit(f"tpuscope {' '.join(args)} failed: {proc.stderr[-500:]}")
-    return time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def page_request(client: Any, path: str) -> int:
-    """One router callback request as the browser sends it; returns the response's size."""
+def route_request(client: Any, path: str) -> Any:
+    """One router callback request as the browser sends it (the response)."""
     body = {
         "output": "page.children",
         "outputs": {"id": "page", "property": "children"},
@@ -69,20 +88,26 @@ def page_request(client: Any, path: str) -> int:
     response = client.post("/_dash-update-component", json=body)
     if response.status_code != 200:
         raise SystemExit(f"{path}: HTTP {response.status_code}")
-    return len(response.data)
+    return response
+
+
+def page_request(client: Any, path: str) -> int:
+    """One router callback request; returns the response's size."""
+    return len(route_request(client, path).data)
 
 
 def page_times(store: Path, path: str, repeat: int = 3) -> dict[str, float]:
-    """Cold (fresh app) and warm server time of one page, and its payload."""
+    """Cold (fresh app) and warm server time of one page (wall and CPU), and its payload."""
     from tpuscope_dashboards.app import create_app
 
     client = create_app(store).server.test_client()
     cold, cold_cpu, size = timed(lambda: page_request(client, path))
-    warm = [timed(lambda: page_request(client, path))[0] for _ in range(repeat)]
+    warm = [timed(lambda: page_request(client, path)) for _ in range(repeat)]
     return {
         "cold_s": cold,
         "cold_cpu_s": cold_cpu,
-        "warm_s": statistics.median(warm),
+        "warm_s": statistics.median(w[0] for w in warm),
+        "warm_cpu_s": statistics.median(w[1] for w in warm),
         "payload_kb": size / 1024,
     }
 
@@ -105,10 +130,9 @@ def show_times(store: Path, run_dir: Path) -> dict[str, float]:
     from tpuscope.detect.run_analysis import analyze
     from tpuscope.report.json_report import to_json
 
-    out = {
-        "show_s": cli("show", run_dir.name, "--store", str(store)),
-        "show_json_s": cli("show", run_dir.name, "--json", "--store", str(store)),
-    }
+    out: dict[str, float] = {}
+    for key, extra in (("show", ()), ("show_json", ("--json",))):
+        out[f"{key}_s"], out[f"{key}_cpu_s"] = cli("show", run_dir.name, *extra, "--store", str(store))
     wall, cpu, text = timed(lambda: to_json(analyze(Run(run_dir), redetect=False)))
     out.update(show_json_inproc_s=wall, show_json_inproc_cpu_s=cpu, show_json_kb=len(text) / 1024)
     return out
@@ -133,20 +157,11 @@ def one_run(root: Path, steps: int, browser: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"steps": steps, "parts_per_table": parts, "build_s": build}
     row.update(analysis_times(run_dir))
     row.update(show_times(store, run_dir))
-    for name, path in (
-        ("Overview", f"/run/{run_dir.name}"),
-        ("Trace", f"/run/{run_dir.name}/trace"),
-    ):
-        row[name] = page_times(store, path)
+    for name, (suffix, _) in RUN_PAGES.items():
+        row[name] = page_times(store, f"/run/{run_dir.name}{suffix}")
     if browser is not None:
-        row["browser"] = browser_times(
-            browser,
-            store,
-            {
-                "Overview": (f"/run/{run_dir.name}", "page-overview", 1),
-                "Trace": (f"/run/{run_dir.name}/trace", "page-trace", 2),
-            },
-        )
+        pages = {name: (f"/run/{run_dir.name}{suffix}", ident) for name, (suffix, ident) in RUN_PAGES.items()}
+        row["browser"] = browser_times(browser, store, pages)
     return row
 
 
@@ -175,24 +190,29 @@ def many_runs(root: Path, count: int, browser: Any) -> dict[str, Any]:
     wall, cpu, runs = timed(lambda: RunStore(store).list_runs())
     row: dict[str, Any] = {
         "runs": count,
-        "ls_s": cli("ls", "--store", str(store)),
+        "ls_s": cli("ls", "--store", str(store))[0],
         "ls_inproc_s": wall,
         "ls_inproc_cpu_s": cpu,
         "Runs": page_times(store, "/"),
     }
     assert len(runs) == count
     if browser is not None:
-        row["browser"] = browser_times(browser, store, {"Runs": ("/", "page-runs", 0)})
+        row["browser"] = browser_times(browser, store, {"Runs": ("/", "page-runs")})
     return row
 
 
 def browser_times(
-    browser: Any, store: Path, pages: dict[str, tuple[str, str, int]], repeat: int = 3
+    browser: Any, store: Path, pages: dict[str, tuple[str, str]], repeat: int = 3
 ) -> dict[str, dict[str, float]]:
-    """Seconds from navigation until each page and its graphs are drawn and Dash is idle (a fresh
-    server per store; the app's scripts are loaded once before timing): `first_s` with the
-    server cold, `best_s` the fastest of `repeat` more loads (server warm: what is left is the
-    browser's own work, and the least waiting for a core on a busy machine)."""
+    """Seconds from navigation until each page and all its graphs are drawn and Dash is idle,
+    on a fresh server per store: `first_s` the first load (server and browser cold: Plotly's
+    bundle fetched and compiled), `cold_s` a load with the server's caches emptied once the
+    browser's are warm (a run opened for the first time in a dashboard already in use; two
+    untimed rounds first, as V8 compiles a script from its code cache only from its third
+    run on), `best_s` the fastest of `repeat` loads with
+    the server warm (what is left is the browser's own work); `cpu_s` is the median CPU time of
+    the page's renderer main thread over those loads (Chrome's Performance.getMetrics
+    ThreadTime: the browser's work, which a loaded machine does not inflate)."""
     import threading
 
     from selenium.webdriver.common.by import By
@@ -201,42 +221,74 @@ def browser_times(
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    server = make_server("127.0.0.1", 0, create_app(store).server, threaded=True)
+    app = create_app(store)
+    graphs = {name: _graphs(app, path) for name, (path, _) in pages.items()}
+    app.tpuscope_data.clear()
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_port}"
+    browser.execute_cdp_cmd("Performance.enable", {})
     out = {}
     try:
         browser.get(base + "/no-such-page")  # load the JS bundles once
         WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CLASS_NAME, "topbar"))
-        for name, (path, ident, graphs) in pages.items():
-            times = [_load(browser, base + path, ident, graphs) for _ in range(1 + repeat)]
-            out[name] = {"first_s": times[0], "best_s": min(times[1:])}
+        first = {name: _load(browser, base + path, ident, graphs[name]) for name, (path, ident) in pages.items()}
+        for _ in range(2):  # Chrome reuses V8's compiled code of a script (Plotly: 4.8 MB) from its third run on
+            for name, (path, ident) in pages.items():
+                _load(browser, base + path, ident, graphs[name])
+        app.tpuscope_data.clear()
+        for name, (path, ident) in pages.items():
+            cold = _load(browser, base + path, ident, graphs[name])
+            warm = [_load(browser, base + path, ident, graphs[name]) for _ in range(repeat)]
+            out[name] = {"first_s": first[name][0], "cold_s": cold[0], "best_s": min(w[0] for w in warm),
+                         "cpu_s": statistics.median(w[1] for w in warm), "graphs": graphs[name]}
     finally:
         server.shutdown()
         thread.join(10)
     return out
 
 
-def _load(browser: Any, url: str, ident: str, graphs: int) -> float:
-    """Seconds until the page's element is there, `graphs` Plotly graphs are drawn and no Dash
-    callback is loading."""
+def _graphs(app: Any, path: str) -> int:
+    """How many graphs the page at `path` has (counted in the layout the server sends)."""
+    layout = route_request(app.server.test_client(), path).get_json()
+
+    def count(node: Any) -> int:
+        if isinstance(node, dict):
+            own = node.get("type") == "Graph" and node.get("namespace") == "dash_core_components"
+            return own + sum(count(v) for v in node.values())
+        return sum(count(v) for v in node) if isinstance(node, list) else 0
+
+    return count(layout)
+
+
+def _load(browser: Any, url: str, ident: str, graphs: int) -> tuple[float, float]:
+    """(seconds until the page's element is there, its `graphs` Plotly graphs are drawn and no
+    Dash callback is loading; the renderer main thread's CPU seconds meanwhile)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get("about:blank")
+    before = _thread_time(browser)
     start = time.perf_counter()
     browser.get(url)
     wait = WebDriverWait(browser, 120, poll_frequency=0.05)
     wait.until(lambda d: d.find_elements(By.ID, ident))
     wait.until(
         lambda d: d.execute_script(
-            "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
+            "return Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            ".filter(p => p.querySelector('.main-svg')).length >= arguments[0]"
             " && !document.querySelector('[data-dash-is-loading=\"true\"]');",
             graphs,
         )
     )
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    return elapsed, _thread_time(browser) - before
+
+
+def _thread_time(browser: Any) -> float:
+    metrics = browser.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]
+    return next((m["value"] for m in metrics if m["name"] == "ThreadTime"), float("nan"))
 
 
 def open_browser() -> Any:
@@ -256,35 +308,35 @@ def open_browser() -> Any:
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def _best(browser: dict[str, Any], page: str) -> float:
-    return browser[page]["best_s"] if page in browser else float("nan")
+def _browser(browser: dict[str, Any], page: str) -> str:
+    if page not in browser:
+        return ""
+    b = browser[page]
+    return f"{b['first_s']:6.2f} {b['cold_s']:6.2f} {b['best_s']:6.2f} {b['cpu_s']:6.2f}"
 
 
 def print_table(results: dict[str, Any]) -> None:
     load = os.getloadavg()[0]
-    print(
-        f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)"
-    )
-    print(
-        f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s':>7} {'--json s':>8} "
-        f"{'--json KB':>9} {'Overview cold/warm s':>21} {'Trace cold s':>12} {'KB':>6} {'browser best Ov/Tr s':>21}"
-    )
+    print(f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)")
+    print(f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s (cpu)':>13} "
+          f"{'--json s (cpu)':>14} {'--json KB':>9}")
     for r in results["runs"]:
-        ov, tr, br = r["Overview"], r["Trace"], r.get("browser", {})
-        print(
-            f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
-            f"{r['show_s']:7.2f} {r['show_json_s']:8.2f} {r['show_json_kb']:9.1f} "
-            f"{ov['cold_s']:10.2f}/{ov['warm_s']:<10.2f} {tr['cold_s']:12.2f} {tr['payload_kb']:6.0f} "
-            f"{_best(br, 'Overview'):7.2f}/{_best(br, 'Trace'):<8.2f}"
-        )
-    print(
-        f"\n{'runs':>6} {'ls s':>6} {'list_runs s':>11} {'Runs cold s':>11} {'Runs warm s':>11} {'browser s':>9}"
-    )
+        print(f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
+              f"{r['show_s']:6.2f} ({r['show_cpu_s']:4.2f}) {r['show_json_s']:7.2f} ({r['show_json_cpu_s']:4.2f}) "
+              f"{r['show_json_kb']:9.1f}")
+    print(f"\n{'steps':>9} {'page':11} {'server cold s (cpu)':>19} {'warm s':>6} {'KB':>5}   "
+          "browser: first   cold   best  cpu s")
+    for r in results["runs"]:
+        for page in RUN_PAGES:
+            t = r[page]
+            print(f"{r['steps']:>9,} {page:11} {t['cold_s']:11.2f} ({t['cold_cpu_s']:4.2f}) {t['warm_s']:6.2f} "
+                  f"{t['payload_kb']:5.0f}   {_browser(r.get('browser', {}), page)}")
+    print(f"\n{'runs':>6} {'ls s':>6} {'list_runs s':>11} {'Runs cold s (cpu)':>17} {'warm s':>6}   "
+          "browser: first   cold   best  cpu s")
     for r in results["stores"]:
-        print(
-            f"{r['runs']:>6} {r['ls_s']:6.2f} {r['ls_inproc_s']:11.3f} {r['Runs']['cold_s']:11.3f} "
-            f"{r['Runs']['warm_s']:11.3f} {_best(r.get('browser', {}), 'Runs'):9.2f}"
-        )
+        t = r["Runs"]
+        print(f"{r['runs']:>6} {r['ls_s']:6.2f} {r['ls_inproc_s']:11.3f} {t['cold_s']:10.3f} ({t['cold_cpu_s']:4.2f}) "
+              f"{t['warm_s']:6.3f}   {_browser(r.get('browser', {}), 'Runs')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--browser", action="store_true", help="also time pages in headless Chromium"
     )
+    parser.add_argument("--pages", nargs="*", choices=list(RUN_PAGES), help="time only these run pages")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args(argv)
+    for name in set(RUN_PAGES) - set(args.pages or RUN_PAGES):
+        del RUN_PAGES[name]
     root = args.keep or Path(tempfile.mkdtemp(prefix="tpuscope-scale-"))
     browser = open_browser() if args.browser else None
     try:

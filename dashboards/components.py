@@ -168,3 +168,12 @@ def run_header(run_id: str, summary: dict[str, Any], active: str) -> html.Div:
         html.Div([html.Code(run_id, id="run-id"), html.Span(" · " + identity)], className="run-identity"),
         html.Nav(tabs, className="tabs"),
     ])
+
+
+def run_page(tab: str, run_id: str, summary: dict[str, Any], *body: Any, head_id: str | None = None) -> html.Div:
+    """One page of a run: the page element (id `page-<tab>`, which tests and the benchmark wait
+    for), the run's header with its tabs (in a `head_id` element when a callback redraws it),
+    then the page's own content; every run page is built by this one function."""
+    header = run_header(run_id, summary, tab)
+    return html.Div(className="page", id=f"page-{tab}",
+                    children=[html.Div(header, id=head_id) if head_id else header, *body])

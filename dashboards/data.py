@@ -49,6 +49,10 @@ def _signature(run: Run, name: str) -> tuple[tuple[str, int, int], ...]:
 
 
 def _file_signature(run: Run, name: str) -> tuple[int, int]:
+    """A file's mtime and size: one stat in a local run (listing the folder to find it cost the
+    Runs page of 200 runs ~2,000 fsspec calls), the folder's listing in an object store."""
+    if run.local:
+        return _stat(run.path / name)
     entry = next((e for e in run.loc.entries() if e.name == name), None)
     return (0, 0) if entry is None else (entry.mtime_ns, entry.size)
 
@@ -169,6 +173,12 @@ class StoreData:
             while len(cache) > size:
                 cache.popitem(last=False)
         return value
+
+    def clear(self) -> None:
+        """Forget everything read (the next request reads the store as a fresh server does)."""
+        with self._lock:
+            self._cache.clear()
+            self._small.clear()
 
     # --- tables ----------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 The page must draw the step time of every host and step as tpuscope's own library computes
 it, name the straggler and the divergent lines the analysis found, say how each host ended,
 and tell a one-host run how to get a pod run; with no console error and no request leaving
-the machine (the helpers of tests/test_dashboard_browser.py check both).
+the machine (the helpers of tests/dashboard_browser.py check both).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests import test_dashboard_browser as base
+from tests import dashboard_browser as base
+from tests.dashboard_browser import CHROMEDRIVER, CHROMIUM, plotted, text, visit, wait
 from tests.pod_run import RUN_ID, pod_run
-from tests.test_dashboard_browser import CHROMEDRIVER, CHROMIUM, plotted, text, visit, wait
 from tpuscope.analyze.hosts import step_matrix
 from tpuscope.analyze.judge import judged_steps
 from tpuscope.detect.run_analysis import analyze

@@ -56,16 +56,30 @@ def empty_figure(message: str, height: int = 220) -> go.Figure:
 
 
 def per_step(frame: pd.DataFrame, column: str, how: str = "sum") -> pd.Series:
-    """step -> sum (or max) of a column. Tables arrive in step order, where numpy's reduceat over
-    the runs of equal steps does it in one pass; a pandas groupby factorised 2M steps for 0.4 s."""
-    step = frame["step"].to_numpy()
+    """step -> sum (or max) of a column, in step order (see step_totals)."""
     values = frame[column].to_numpy()
-    if len(step) and values.dtype.kind in "iuf" and bool((step[1:] >= step[:-1]).all()):
-        starts = np.flatnonzero(np.concatenate([[True], step[1:] != step[:-1]]))
-        reduce = np.maximum if how == "max" else np.add
-        return pd.Series(reduce.reduceat(values, starts), index=pd.Index(step[starts], name="step"), name=column)
+    if len(values) and values.dtype.kind in "iuf":
+        return step_totals(frame["step"].to_numpy(), values, how, column)
     grouped = frame.groupby("step")[column]
     return grouped.max() if how == "max" else grouped.sum()
+
+
+def step_totals(step: np.ndarray, values: np.ndarray, how: str = "sum", name: str | None = None) -> pd.Series:
+    """step -> sum (or max) of numeric values, in step order. Steps read in order take numpy's
+    reduceat over the runs of equal steps, integer sums of dense steps (DuckDB's parallel reads
+    come in any order) a bincount: a pandas groupby factorised 2M steps for 0.4 s."""
+    if len(step) and bool((step[1:] >= step[:-1]).all()):
+        starts = np.flatnonzero(np.concatenate([[True], step[1:] != step[:-1]]))
+        reduce = np.maximum if how == "max" else np.add
+        return pd.Series(reduce.reduceat(values, starts), index=pd.Index(step[starts], name="step"), name=name)
+    if how == "sum" and len(step) and step.dtype.kind in "iu" and values.dtype.kind in "iu":
+        lo, hi = int(step.min()), int(step.max())
+        if lo >= 0 and hi - lo < 4 * len(step) + 1_000_000:  # dense steps: one O(n) pass, no sort
+            sums = np.bincount(step - lo, weights=values, minlength=hi - lo + 1)
+            seen = np.flatnonzero(np.bincount(step - lo, minlength=hi - lo + 1))
+            return pd.Series(sums[seen].astype(values.dtype), index=pd.Index(seen + lo, name="step"), name=name)
+    grouped = pd.Series(values, name=name).groupby(step)
+    return (grouped.max() if how == "max" else grouped.sum()).rename_axis("step")
 
 
 def minmax_indices(values: np.ndarray, max_points: int) -> np.ndarray:

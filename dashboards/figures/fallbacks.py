@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .common import COLORS, base_figure, empty_figure, minmax_indices
+from .common import per_step as per_step_sum
 
 MAX_COLUMNS = 200
 MAX_OPS = 40
@@ -25,11 +26,14 @@ def fallback_matrix(fallbacks: pd.DataFrame, max_columns: int = MAX_COLUMNS,
     return matrix.loc[order], width
 
 
-def fallback_heatmap(fallbacks: pd.DataFrame, max_columns: int = MAX_COLUMNS) -> go.Figure:
-    """Which aten ops ran on the host in which steps (binned when there are many steps)."""
-    if fallbacks.empty:
+def fallback_heatmap(fallbacks: pd.DataFrame | None, max_columns: int = MAX_COLUMNS,
+                     binned: tuple[pd.DataFrame, int] | None = None) -> go.Figure:
+    """Which aten ops ran on the host in which steps (binned when there are many steps); from
+    the fallbacks rows, or `binned`, the (matrix, width) fallback_matrix gives (computed where
+    the rows are: dashboards.aggregates)."""
+    if binned is None and (fallbacks is None or fallbacks.empty) or binned is not None and binned[0].empty:
         return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
-    matrix, width = fallback_matrix(fallbacks, max_columns)
+    matrix, width = binned if binned is not None else fallback_matrix(fallbacks, max_columns)
     starts = matrix.columns.to_numpy()
     labels = [f"{s}" if width == 1 else f"{s}-{s + width - 1}" for s in starts]
     custom = np.tile(np.array(labels, dtype=object), (len(matrix), 1))
@@ -49,7 +53,7 @@ def transfers_timeline(steps: pd.DataFrame, warmup: int, max_points: int = 4000)
     """Device-to-host transfers per step: each one stalls the host until the device catches up."""
     if steps.empty or "transfers_from_device" not in steps:
         return empty_figure("No steps recorded in this run")
-    per_step = steps.groupby("step", as_index=False)["transfers_from_device"].sum()
+    per_step = per_step_sum(steps, "transfers_from_device").reset_index()  # one pass, no groupby
     if not per_step["transfers_from_device"].any():
         return empty_figure("No device-to-host transfers inside steps")
     keep = minmax_indices(per_step["transfers_from_device"].to_numpy(), max_points)

@@ -22,8 +22,11 @@ MAX_MARKERS = 2000
 MAX_BARS = 1000  # about a bar per pixel: each carries its hover text, 4000 of them were 330 KB
 
 
-def _lanes(steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """One series per process (host/rank), or the slowest process per step when there are many."""
+def _lanes(steps: pd.DataFrame, slowest_of: int | None = None) -> dict[str, pd.DataFrame]:
+    """One series per process (host/rank), or the slowest process per step when there are many
+    (`slowest_of`: `steps` is that series already, of so many processes)."""
+    if slowest_of:
+        return {f"slowest of {slowest_of} processes": steps}
     if "rank" not in steps or (steps["rank"].nunique(dropna=False) <= 1 and steps["host"].nunique(dropna=False) <= 1):
         return {"step time": steps}
     groups = dict(tuple(steps.groupby(["host", "rank"], sort=True, observed=True)))
@@ -66,18 +69,21 @@ def _compile_markers(compiles: pd.DataFrame, wall: pd.Series) -> go.Scatter | No
 
 
 def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
-    """Host-run op calls per step (min/max decimated) with the ops and call site on hover."""
+    """Host-run op calls per step (min/max decimated) with the ops and the busiest call site on
+    hover (ordered by count, then name: the same text whatever order the rows are read in)."""
     if fallbacks.empty:
         return None
     counts = per_step(fallbacks, "count")
     counts = counts.iloc[minmax_indices(counts.to_numpy(), min(max_points, MAX_BARS))]
     shown = fallbacks[fallbacks["step"].isin(counts.index)]
     by_op = shown.groupby(["step", "op"], as_index=False, observed=True)["count"].sum().sort_values(
-        ["step", "count"], ascending=[True, False])
+        ["step", "count", "op"], ascending=[True, False, True])  # a total order: rows come in any order
     ops: dict[int, list[str]] = {}
     for step, op, count in zip(by_op["step"].tolist(), by_op["op"].tolist(), by_op["count"].tolist(), strict=True):
         ops.setdefault(step, []).append(f"{op} x{count}")  # a plain loop: 10x faster than groupby.agg
-    where = shown.dropna(subset=["location"]).groupby("step")["location"].first().to_dict()
+    located = shown.dropna(subset=["location"]).sort_values(["step", "count", "location"],
+                                                            ascending=[True, False, True])
+    where = located.groupby("step")["location"].first().to_dict()  # each step's busiest call site
     text = [f"step {s}: {n} host-run op calls<br>" + "<br>".join(ops.get(s, [])[:6])
             + (f"<br>at {where[s]}" if s in where else "")
             for s, n in zip(counts.index.tolist(), counts.tolist(), strict=True)]
@@ -87,8 +93,13 @@ def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
 
 def step_timeline(steps: pd.DataFrame, compiles: pd.DataFrame, fallbacks: pd.DataFrame,
                   warmup: int, max_points: int = 4000,
-                  x_range: tuple[float, float] | None = None) -> go.Figure:
-    """Step wall time per step (log scale: compile steps dwarf the steady state)."""
+                  x_range: tuple[float, float] | None = None, step_walls: pd.Series | None = None,
+                  slowest_of: int | None = None) -> go.Figure:
+    """Step wall time per step (log scale: compile steps dwarf the steady state).
+
+    The frames are the run's tables, or what dashboards.series reduced them to: then
+    `step_walls` (step -> slowest wall_ns at the compile steps) places the compile markers,
+    and `slowest_of` says `steps` is the slowest process per step of that many."""
     if steps.empty:
         return empty_figure("No steps recorded in this run")
     steps = _in_range(steps if steps["step"].is_monotonic_increasing else steps.sort_values("step"), x_range)
@@ -97,7 +108,7 @@ def step_timeline(steps: pd.DataFrame, compiles: pd.DataFrame, fallbacks: pd.Dat
     if bars is not None:
         fig.set_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.76, 0.24], vertical_spacing=0.06)
     top = {"row": 1, "col": 1} if bars is not None else {}
-    for i, (label, lane) in enumerate(_lanes(steps).items()):
+    for i, (label, lane) in enumerate(_lanes(steps, slowest_of).items()):
         keep = minmax_indices(lane["wall_ns"].to_numpy(), max_points)
         fig.add_trace(go.Scatter(
             x=lane["step"].to_numpy()[keep], y=lane["wall_ns"].to_numpy()[keep] / NS_PER_MS,
@@ -105,7 +116,8 @@ def step_timeline(steps: pd.DataFrame, compiles: pd.DataFrame, fallbacks: pd.Dat
             line={"color": PALETTE[i % len(PALETTE)] if i else COLORS["step"], "width": 1.5},
             marker={"size": 5}, hovertemplate="step %{x}<br>%{y:.2f} ms<extra></extra>",
         ), **top)
-    markers = _compile_markers(_in_range(compiles, x_range), _step_wall_ms(steps))
+    walls = _step_wall_ms(steps) if step_walls is None else step_walls / NS_PER_MS
+    markers = _compile_markers(_in_range(compiles, x_range), walls)
     if markers is not None:
         fig.add_trace(markers, **top)
     if warmup > 0 and (x_range is None or x_range[0] < warmup):

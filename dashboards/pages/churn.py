@@ -15,7 +15,7 @@ from dash import html
 
 from tpuscope.schema import Finding
 
-from ..components import empty_state, finding_card, fmt_num, graph, run_header, stat, stats_row
+from ..components import empty_state, finding_card, fmt_num, graph, run_page, stat, stats_row
 from ..data import StoreData
 from ..figures.churn import dim_values
 from ..shapes import finding_values, varying_by_step
@@ -81,12 +81,12 @@ def layout(data: StoreData, run_id: str) -> html.Div:
                "No recompile with shape churn, and this run's compiles do not record input shapes "
                "(re-run with `tpuscope run --deep`, then `tpuscope show RUN --reanalyze`).")
         body = [empty_state("No shape churn", why, ident="no-churn")]
-    return html.Div(className="page", id="page-churn", children=[
-        run_header(run_id, data.header(run_id), "churn"),
+    return run_page(
+        "churn", run_id, data.header(run_id),
         stats_row([
             stat("recompiles with shape churn", fmt_num(len(findings)), "stat-churn-findings"),
             stat("other varying call sites", fmt_num(len(observed)), "stat-churn-sites"),
             stat("recompiles", fmt_num(data.summary(run_id)["recompiles"]), "stat-recompiles"),
         ]),
         *body,
-    ])
+    )

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import duckdb
 import pandas as pd
 from dash import html
 
+from .. import aggregates
 from ..components import (
     findings_list,
     fmt_num,
     graph,
     grid,
-    run_header,
+    run_page,
     short_site,
     site_column,
     stat,
     stats_row,
 )
 from ..data import StoreData
-from ..figures.fallbacks import fallback_heatmap, transfers_timeline
+from ..figures.fallbacks import fallback_heatmap, fallback_matrix, transfers_timeline
 
 NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 COLUMNS: list[dict[str, Any]] = [
@@ -57,24 +59,47 @@ def fallback_sites(fallbacks: pd.DataFrame) -> pd.DataFrame:
     """One row per (op, call site): calls, steps with calls, calls per such step, first/last step."""
     if fallbacks.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
-    frame = fallbacks.assign(location=fallbacks["location"].fillna("(call site not recorded)"))
+    frame = fallbacks.assign(location=fallbacks["location"].fillna(aggregates.UNPLACED))
     sites = frame.groupby(["op", "location"], as_index=False).agg(
         count=("count", "sum"), steps=("step", "nunique"), first_step=("step", "min"), last_step=("step", "max"))
+    return site_rows(sites)
+
+
+def site_rows(sites: pd.DataFrame) -> pd.DataFrame:
+    """The grid's rows from per-(op, site) totals: calls per step, the short site, busiest first."""
+    if sites.empty:
+        return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
+    sites = sites.copy()
     sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
     sites["site"] = sites["location"].map(short_site)
     return sites.sort_values("count", ascending=False)
 
 
+def fallback_views(data: StoreData, run_id: str) -> tuple[pd.DataFrame, tuple[pd.DataFrame, int]]:
+    """The call-site rows and the heatmap's (matrix, width), aggregated by DuckDB and cached
+    until the table changes; a part DuckDB cannot read makes them come from the table read
+    whole (which skips and names it)."""
+    def compute() -> tuple[pd.DataFrame, tuple[pd.DataFrame, int]]:
+        run = data.run(run_id)
+        try:
+            return site_rows(aggregates.fallback_sites(run)), aggregates.fallback_matrix(run)
+        except duckdb.Error:
+            rows = data.columns(run_id, "fallbacks", ["step", "op", "count", "location"])
+            return fallback_sites(rows), (fallback_matrix(rows) if not rows.empty else (pd.DataFrame(), 1))
+
+    return data.derived(run_id, "fallback-views", ("fallbacks",), compute)
+
+
 def layout(data: StoreData, run_id: str) -> html.Div:
     summary = data.summary(run_id)
-    fallbacks = data.columns(run_id, "fallbacks", ["step", "op", "count", "location"])
+    sites, binned = fallback_views(data, run_id)
     steps = data.columns(run_id, "steps", ["step", "transfers_from_device"])  # 2 of its 15 columns
     call_sites = data.table(run_id, "call_sites")
     transfers = int(steps["transfers_from_device"].sum()) if not steps.empty else 0
     findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
     per_step = summary["fallback_count"] / summary["steps"] if summary["steps"] else None
-    return html.Div(className="page", id="page-fallbacks", children=[
-        run_header(run_id, summary, "fallbacks"),
+    return run_page(
+        "fallbacks", run_id, summary,
         stats_row([
             stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
                  f"{fmt_num(per_step, 2)} per step (value reads not included)"),
@@ -84,12 +109,12 @@ def layout(data: StoreData, run_id: str) -> html.Div:
             stat("device-to-host transfers", fmt_num(transfers), "stat-transfers",
                  f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per timed step"),
         ]),
-        html.Div(graph(fallback_heatmap(fallbacks), "fallback-heatmap"), className="panel"),
+        html.Div(graph(fallback_heatmap(None, binned=binned), "fallback-heatmap"), className="panel"),
         html.H3("Call sites"),
-        grid("fallback-sites", fallback_sites(fallbacks), COLUMNS),
+        grid("fallback-sites", sites, COLUMNS),
         *([html.H3("Host syncs by call site"), grid("sync-sites", sync_sites(call_sites), SITE_COLUMNS)]
           if not call_sites.empty else []),
         html.Div(graph(transfers_timeline(steps, summary["warmup"]), "transfers-timeline"), className="panel"),
         html.H3("Related findings"),
         findings_list(findings, "No cpu_fallback or host_sync finding in this run."),
-    ])
+    )

@@ -13,7 +13,7 @@ from ..components import (
     fmt_num,
     graph,
     grid,
-    run_header,
+    run_page,
     stat,
     stats_row,
 )
@@ -86,71 +86,63 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     summary = data.summary(run_id)
     hosts = summary.get("hosts") or []
     if not hosts:
-        return html.Div(
-            className="page",
-            id="page-hosts",
-            children=[
-                run_header(run_id, summary, "hosts"),
-                empty_state(
-                    "One host",
-                    "This run was written by one host. Run the same script on every host of a "
-                    "pod with `tpuscope run --run-id ID` to compare them here (docs/pods.md).",
-                    ident="no-hosts",
-                ),
-            ],
+        return run_page(
+            "hosts",
+            run_id,
+            summary,
+            empty_state(
+                "One host",
+                "This run was written by one host. Run the same script on every host of a "
+                "pod with `tpuscope run --run-id ID` to compare them here (docs/pods.md).",
+                ident="no-hosts",
+            ),
         )
     findings = data.findings(run_id)
     stragglers = [f for f in findings if f.rule == "straggler"]
     divergent = [f for f in findings if f.rule == "rank_divergence"]
     heatmap = host_heatmap(summary.get("host_steps"))  # from the analysis: no step is read here
     pod_p50 = next((f.evidence.get("pod_p50_ms") for f in stragglers), None)
-    return html.Div(
-        className="page",
-        id="page-hosts",
-        children=[
-            run_header(run_id, summary, "hosts"),
-            stats_row(
-                [
-                    stat(
-                        "hosts",
-                        fmt_num(len(hosts)),
-                        "stat-hosts",
-                        ", ".join(
-                            sorted({str(h.get("status") or "-").split(" (")[0] for h in hosts})
-                        ),
-                    ),
-                    stat(
-                        "stragglers",
-                        fmt_num(len(stragglers)),
-                        "stat-stragglers",
-                        ", ".join(f.evidence["host"] for f in stragglers) or "none",
-                    ),
-                    stat(
-                        "divergent lines",
-                        fmt_num(len(divergent)),
-                        "stat-divergent",
-                        "user's lines where hosts did different things",
-                    ),
-                    stat(
-                        "pod median step",
-                        fmt_num(pod_p50, 2, "ms")
-                        if pod_p50 is not None
-                        else fmt_num(summary.get("step_time_p50_ms"), 2, "ms"),
-                        "stat-pod-p50",
-                    ),
-                ]
-            ),
-            html.Div(graph(heatmap, "host-heatmap"), className="panel"),
-            html.H3("Hosts"),
-            grid("host-grid", host_rows(summary), HOST_COLUMNS, getRowId="params.data.host"),
-            html.H3("Stragglers"),
-            findings_list(
-                stragglers, "No host is slower than the pod by more than the noise between steps."
-            ),
-            html.H3("Divergent graphs, fallbacks and host syncs"),
-            grid("divergence-grid", divergence_rows(divergent), DIVERGENCE_COLUMNS),
-            findings_list(
-                divergent, "Every host compiled the same graphs and made the same syncs."
-            ),
-        ],
+    return run_page(
+        "hosts",
+        run_id,
+        summary,
+        stats_row(
+            [
+                stat(
+                    "hosts",
+                    fmt_num(len(hosts)),
+                    "stat-hosts",
+                    ", ".join(sorted({str(h.get("status") or "-").split(" (")[0] for h in hosts})),
+                ),
+                stat(
+                    "stragglers",
+                    fmt_num(len(stragglers)),
+                    "stat-stragglers",
+                    ", ".join(f.evidence["host"] for f in stragglers) or "none",
+                ),
+                stat(
+                    "divergent lines",
+                    fmt_num(len(divergent)),
+                    "stat-divergent",
+                    "user's lines where hosts did different things",
+                ),
+                stat(
+                    "pod median step",
+                    fmt_num(pod_p50, 2, "ms")
+                    if pod_p50 is not None
+                    else fmt_num(summary.get("step_time_p50_ms"), 2, "ms"),
+                    "stat-pod-p50",
+                ),
+            ]
+        ),
+        html.Div(graph(heatmap, "host-heatmap"), className="panel"),
+        html.H3("Hosts"),
+        grid("host-grid", host_rows(summary), HOST_COLUMNS, getRowId="params.data.host"),
+        html.H3("Stragglers"),
+        findings_list(
+            stragglers, "No host is slower than the pod by more than the noise between steps."
+        ),
+        html.H3("Divergent graphs, fallbacks and host syncs"),
+        grid("divergence-grid", divergence_rows(divergent), DIVERGENCE_COLUMNS),
+        findings_list(divergent, "Every host compiled the same graphs and made the same syncs."),
     )

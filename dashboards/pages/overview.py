@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import duckdb
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
+from .. import series
 from ..components import (
     findings_list,
     fmt_num,
@@ -15,6 +17,7 @@ from ..components import (
     is_live,
     live_timer,
     run_header,
+    run_page,
     stat,
     stats_row,
 )
@@ -23,17 +26,22 @@ from ..figures.common import x_window
 from ..figures.steps import step_timeline
 
 MAX_POINTS = 4000
-# What the step timeline draws, read without the other columns (steps' graph_hashes alone is a
-# Python list per step): on a million steps, a third of the Parquet to decode.
+# What the step timeline draws when its tables must be read whole (a part DuckDB cannot read:
+# the whole-table reader skips and names it), without the other columns.
 TIMELINE_COLUMNS = {
     "steps": ["host", "rank", "step", "wall_ns"],
-    "compiles": ["step", "duration_ns", "cause", "location", "graph_hash"],
-    "fallbacks": ["step", "op", "count", "location"],
+    "compiles": series.COMPILE_COLUMNS,
+    "fallbacks": series.FALLBACK_COLUMNS,
 }
 
 
 def timeline_tables(data: StoreData, run_id: str, name: str) -> Any:
     return data.columns(run_id, name, TIMELINE_COLUMNS[name], categories=name != "compiles")
+
+
+def step_rows(data: StoreData, run_id: str) -> int:
+    """How many steps rows the run has (whether a zoom must re-read at full detail)."""
+    return data.derived(run_id, "step-rows", ("steps",), lambda: series.step_rows(data.run(run_id)))
 
 
 def headline(summary: dict[str, Any]) -> html.Div:
@@ -59,11 +67,18 @@ def headline(summary: dict[str, Any]) -> html.Div:
 
 
 def timeline_figure(data: StoreData, run_id: str, x_range: tuple[float, float] | None = None) -> go.Figure:
-    """The step timeline; the whole-run version is cached until the run's tables change."""
+    """The step timeline, reduced by DuckDB to what it draws (dashboards.series); the
+    whole-run version is cached until the run's tables change."""
     def build() -> go.Figure:
-        fig = step_timeline(timeline_tables(data, run_id, "steps"), timeline_tables(data, run_id, "compiles"),
-                            timeline_tables(data, run_id, "fallbacks"), int(data.summary(run_id)["warmup"]),
-                            MAX_POINTS, x_range)
+        warmup = int(data.summary(run_id)["warmup"])
+        try:
+            line = series.read_timeline(data.run(run_id), MAX_POINTS, x_range)
+        except duckdb.Error:  # a damaged part: read the tables whole, without it
+            tables = (timeline_tables(data, run_id, n) for n in ("steps", "compiles", "fallbacks"))
+            fig = step_timeline(*tables, warmup, MAX_POINTS, x_range)
+        else:
+            fig = step_timeline(line.steps, line.compiles, line.fallbacks, warmup, MAX_POINTS, x_range,
+                                step_walls=line.step_walls, slowest_of=line.slowest_of)
         return fig.update_layout(uirevision=run_id)
 
     if x_range is not None:
@@ -84,8 +99,8 @@ def findings(data: StoreData, run_id: str, summary: dict[str, Any]) -> html.Div:
 def layout(data: StoreData, run_id: str) -> html.Div:
     summary = data.summary(run_id)
     live = is_live(summary)
-    return html.Div(className="page", id="page-overview", children=[
-        html.Div(run_header(run_id, summary, "overview"), id="overview-head"),
+    return run_page(
+        "overview", run_id, summary,
         html.Div(headline(summary), id="overview-stats"),
         dcc.Store(id="overview-run", data=run_id),
         live_timer("overview-live", live),
@@ -98,7 +113,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         ]),
         html.H3("Findings, costliest first"),
         html.Div(findings(data, run_id, summary), id="overview-findings"),
-    ])
+        head_id="overview-head",
+    )
 
 
 def register(app: Dash, data: StoreData) -> None:
@@ -106,7 +122,7 @@ def register(app: Dash, data: StoreData) -> None:
                   State("overview-run", "data"), prevent_initial_call=True)
     def _zoom(relayout: dict[str, Any] | None, run_id: str) -> Any:
         window = x_window(relayout)
-        if window is None or len(timeline_tables(data, run_id, "steps")) <= MAX_POINTS:
+        if window is None or step_rows(data, run_id) <= MAX_POINTS:
             return no_update
         return timeline_figure(data, run_id, None if window == "reset" else window)
 
@@ -120,7 +136,7 @@ def register(app: Dash, data: StoreData) -> None:
         the tick that sees the run ended draws it once more and stops the timer."""
         summary = data.summary(run_id)
         window = x_window(relayout)
-        zoomed = window not in (None, "reset") and len(data.table(run_id, "steps")) > MAX_POINTS
+        zoomed = window not in (None, "reset") and step_rows(data, run_id) > MAX_POINTS
         figure = timeline_figure(data, run_id, window if zoomed else None)
         return (run_header(run_id, summary, "overview"), headline(summary), figure,
                 findings(data, run_id, summary), not is_live(summary))

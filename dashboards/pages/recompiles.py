@@ -18,6 +18,7 @@ from ..components import (
     is_live,
     live_timer,
     run_header,
+    run_page,
     short_site,
     site_column,
     stat,
@@ -151,8 +152,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     summary = data.summary(run_id)
     ordered, _ = ordered_compiles(data, run_id)
     rows, title = _rows(data, run_id)
-    return html.Div(className="page", id="page-recompiles", children=[
-        html.Div(run_header(run_id, summary, "recompiles"), id="recompiles-head"),
+    return run_page(
+        "recompiles", run_id, summary,
         html.Div(_stats(data, run_id, summary), id="recompiles-stats"),
         live_timer("recompiles-live", is_live(summary)),
         html.Div(graph(compile_bars(ordered), "compile-bars"), className="panel"),
@@ -167,7 +168,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         html.Div(_retraces(data, run_id), id="retraces-slot"),
         html.H3("Related findings"),
         html.Div(_findings(data, run_id, summary), id="recompiles-findings"),
-    ])
+        head_id="recompiles-head",
+    )
 
 
 def register(app: Dash, data: StoreData) -> None:

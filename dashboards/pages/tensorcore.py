@@ -23,7 +23,7 @@ from ..components import (
     fmt_num,
     graph,
     grid,
-    run_header,
+    run_page,
     stat,
     stats_row,
 )
@@ -200,8 +200,8 @@ def layout(data: StoreData, run_id: str) -> html.Div:
             "This view needs the run's HLO (dots and convolutions with their dimensions) or a TPU trace. "
             "Re-run with `tpuscope run --deep` to keep HLO dumps, or add `--trace-steps 10:20` to capture "
             "a device trace; then `tpuscope show RUN --reanalyze`.", ident="no-tensorcore")]
-    return html.Div(className="page", id="page-tensorcore", children=[
-        run_header(run_id, data.header(run_id), "tensorcore"),
+    return run_page(
+        "tensorcore", run_id, data.header(run_id),
         stats_row([stat("matmuls", fmt_num(len(dots)), "stat-dots", f"target {target} for estimates"), *tiles]),
         *[b for b in body if b is not None],
-    ])
+    )

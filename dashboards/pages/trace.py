@@ -11,7 +11,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from tpuscope.report.device import log_dirs
 
-from ..components import empty_state, fmt_num, graph, grid, run_header, stat, stats_row
+from ..components import empty_state, fmt_num, graph, grid, run_page, stat, stats_row
 from ..data import StoreData
 from ..figures.common import NS_PER_MS, x_window
 from ..figures.trace import activity_heatmap, lane_keys, top_ops, trace_timeline, with_host_planes
@@ -94,16 +94,16 @@ def links(data: StoreData, run_id: str) -> html.Div:
 
 def layout(data: StoreData, run_id: str) -> html.Div:
     events = trace_events(data, run_id)
-    header = run_header(run_id, data.header(run_id), "trace")
+    header = data.header(run_id)
     if events.empty:
-        return html.Div(className="page", id="page-trace", children=[header, empty_state(
+        return run_page("trace", run_id, header, empty_state(
             "No trace in this run",
             "Capture a device trace for a window of steps with "
             "`tpuscope run --trace-steps 10:20 python train.py`, or import an xplane.pb with "
-            "`tpuscope import PATH`.", ident="no-trace"), links(data, run_id)])
+            "`tpuscope import PATH`.", ident="no-trace"), links(data, run_id))
     view = overview(data, run_id)
-    return html.Div(className="page", id="page-trace", children=[
-        header,
+    return run_page(
+        "trace", run_id, header,
         stats_row([
             stat("events", fmt_num(view["events"]), "stat-events"),
             stat("trace lines", fmt_num(view["lines"]), "stat-lines", f"{view['planes']} planes"),
@@ -120,7 +120,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         html.H3("Time per op (whole trace)"),
         grid("trace-ops", view["ops"], OPS_COLUMNS),
         links(data, run_id),
-    ])
+    )
 
 
 def register(app: Dash, data: StoreData) -> None:

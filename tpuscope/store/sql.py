@@ -144,18 +144,10 @@ def _duck_scan(
     return conform(table, schema, columns).combine_chunks()
 
 
-def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Table:
-    """Run SQL over a run's tables, each a view named after it (empty tables included,
-    with their columns, so a query that names one never fails for want of rows). Asked
-    once more, over a fresh listing, when a part was gone by the time DuckDB read it (a
-    host of a pod replaced its parts by their merged file meanwhile)."""
-    try:
-        return _query(run, sql, tables)
-    except duckdb.IOException:
-        return _query(run, sql, tables)
-
-
-def _query(run: Location, sql: str, tables: Sequence[str] | None) -> pa.Table:
+def views(run: Location, tables: Sequence[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection on which each of a run's tables is a view named after it (empty tables
+    included, with their columns, so a query that names one never fails for want of rows).
+    Several statements on one connection read each footer once; the caller closes it."""
     con = connect(run)
     try:
         for name in tables or TABLES:
@@ -167,6 +159,25 @@ def _query(run: Location, sql: str, tables: Sequence[str] | None) -> pa.Table:
             elif name in TABLES:
                 empty = TABLES[name].empty_table()  # noqa: F841  (read by DuckDB by name)
                 con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM empty')
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def query(run: Location, sql: str, tables: Sequence[str] | None = None) -> pa.Table:
+    """Run SQL over a run's tables, each a view named after it (see `views`). Asked
+    once more, over a fresh listing, when a part was gone by the time DuckDB read it (a
+    host of a pod replaced its parts by their merged file meanwhile)."""
+    try:
+        return _query(run, sql, tables)
+    except duckdb.IOException:
+        return _query(run, sql, tables)
+
+
+def _query(run: Location, sql: str, tables: Sequence[str] | None) -> pa.Table:
+    con = views(run, tables)
+    try:
         return con.sql(sql).to_arrow_table()
     finally:
         con.close()

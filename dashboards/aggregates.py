@@ -1,0 +1,51 @@
+"""The Fallbacks page's tables, aggregated by DuckDB where the rows are.
+
+A run with a fallback in every step has two rows per step in `fallbacks`: at a million
+steps the page read 2M rows into pandas and grouped them twice per request (2.5 s cold,
+1.2 s warm). What it shows is one row per (op, call site) and an op x step-bin matrix of
+at most 200 columns; DuckDB computes both from the four columns they need and returns a
+few hundred rows, which figures.fallbacks and pages.fallbacks then treat as they treat
+the pandas reference (`fallback_matrix`, `fallback_sites`), which the tests compare with.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from tpuscope.store import Run, sql
+
+from .figures.fallbacks import MAX_COLUMNS, MAX_OPS
+
+UNPLACED = "(call site not recorded)"
+
+
+def fallback_sites(run: Run) -> pd.DataFrame:
+    """One row per (op, call site): calls, steps with calls, first and last step (sorted by
+    op and site, as a pandas groupby gives them)."""
+    return sql.query(run.loc, f"""
+        SELECT op::VARCHAR AS op, coalesce(location, '{UNPLACED}') AS location,
+               sum(count)::BIGINT AS count, count(DISTINCT step)::BIGINT AS steps,
+               min(step)::BIGINT AS first_step, max(step)::BIGINT AS last_step
+        FROM fallbacks GROUP BY ALL ORDER BY op, location""", tables=["fallbacks"]).to_pandas()
+
+
+def fallback_matrix(run: Run, max_columns: int = MAX_COLUMNS, max_ops: int = MAX_OPS) -> tuple[pd.DataFrame, int]:
+    """Calls per (op, step bin) and the bin width, as figures.fallbacks.fallback_matrix makes
+    them from the whole table: at most max_columns bins, the busiest max_ops ops first."""
+    con = sql.views(run.loc, ["fallbacks"])
+    try:
+        lo, hi = con.sql("SELECT min(step), max(step) FROM fallbacks").fetchall()[0]
+        if lo is None:
+            return pd.DataFrame(), 1
+        width = max(1, math.ceil((hi - lo + 1) / max_columns))
+        long = con.sql(f"""
+            SELECT op::VARCHAR AS op, {lo} + (step - {lo}) // {width} * {width} AS bin,
+                   sum(count)::BIGINT AS count
+            FROM fallbacks GROUP BY ALL""").to_arrow_table().to_pandas()
+    finally:
+        con.close()
+    matrix = long.pivot_table(index="op", columns="bin", values="count", aggfunc="sum", fill_value=0)
+    order = matrix.sum(axis=1).sort_values(ascending=False).index[:max_ops]
+    return matrix.loc[order], width

@@ -1,0 +1,205 @@
+"""What the dashboard's browser tests share: a real headless Chromium (Debian's, through
+Selenium), a store with a real torch_xla run and a synthetic one, the dashboard served on a
+loopback port, and `visit`, which opens a page, waits until it and its graphs are drawn and
+fails on any console error or warning or any request leaving the machine.
+
+The tests are by page: test_dashboard_browser.py (Runs, Overview, Recompiles, Fallbacks),
+test_dashboard_device_browser.py (Churn, TensorCore, Trace, empty and error pages),
+test_dashboard_live_browser.py (a run in progress, `tpuscope dashboard`) and
+test_dashboard_hosts_browser.py (Hosts). Set TPUSCOPE_SCREENSHOTS=docs/screenshots to refresh
+the committed screenshots, or `python tests/dashboard_browser.py STORE docs/screenshots`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tpuscope.detect.run_analysis import current
+from tpuscope.store import Run
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+EXAMPLE = ("train_transformer.py", "--steps", "5", "--d-model", "32", "--layers", "1", "--vocab", "64", "--seq", "16")
+# The traced head_dim-64 run of the device-view tests (same key: made once per session).
+TRACED = ("transformer_head_dim64.py", "--steps", "5", "--seq", "128", "--d-model", "128", "--batch", "2",
+          "--vocab", "128")
+TRACED_TPUSCOPE = ("--deep", "--trace-steps", "2:4")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1400,1000")
+
+webdriver = pytest.importorskip("selenium.webdriver")
+needs_chromium = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                                    reason="needs Debian's chromium and chromium-driver in /usr/bin")
+
+
+@pytest.fixture(scope="module")
+def store(example_run, tmp_path_factory) -> SimpleNamespace:
+    from tpuscope_dashboards.synthetic import make_run
+
+    real_dir, proc = example_run(*EXAMPLE)
+    assert proc.returncode == 0, proc.stderr
+    traced_dir, proc = example_run(*TRACED, tpuscope_args=TRACED_TPUSCOPE)
+    assert proc.returncode == 0, proc.stderr
+    root = tmp_path_factory.mktemp("dash-store")
+    for run_dir in (real_dir, traced_dir):
+        shutil.copytree(run_dir, root / run_dir.name)
+    synth = make_run(root, "train_varlen", steps=120, trace_events=8_000, recompiles=8)
+    return SimpleNamespace(root=root, real=real_dir.name, traced=traced_dir.name, synth=synth.name)
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """The dashboard over `root` on a free loopback port, in a thread; yields its URL."""
+    from tpuscope_dashboards import create_app
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, create_app(root).server, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    with serving(store.root) as url:
+        yield url
+
+
+def new_driver(profile: Path) -> Any:
+    """A headless Chromium that keeps its console log (visit checks it)."""
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = new_driver(tmp_path_factory.mktemp("chromium-profile"))
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def wait(browser, condition, timeout: float = 30) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout, poll_frequency=0.1).until(condition)
+
+
+def plotted(browser, ident: str) -> list[dict[str, Any]]:
+    """The traces Plotly drew in the dcc.Graph `ident` (x/y/z arrays and names)."""
+    return browser.execute_script(  # numpy arrays arrive base64-typed: decode them to plain arrays
+        "const plain = v => v == null ? null : ArrayBuffer.isView(v) ? Array.from(v)"
+        "  : Array.isArray(v) ? v.map(plain) : v._inputArray ? plain(v._inputArray) : v;"
+        "const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
+        "return gd && gd.data ? gd.data.map(t => ({name: t.name, mode: t.mode, x: plain(t.x), y: plain(t.y),"
+        " z: plain(t.z)}))"
+        " : null;", ident)
+
+
+def visit(browser, server: str, path: str, page: str, shots: Path, name: str, graphs: int = 0) -> None:
+    """Open a page, wait until it and its graphs are drawn, check the console and network, screenshot."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + path)
+    wait(browser, lambda d: d.find_elements(By.ID, page))
+    wait(browser, lambda d: d.execute_script(
+        "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
+        " && !document.querySelector('[data-dash-is-loading=\"true\"]');", graphs))
+    browser.save_screenshot(str(shots / f"{name}.png"))
+    if os.environ.get("TPUSCOPE_SCREENSHOTS"):
+        full_page_screenshot(browser, Path(os.environ["TPUSCOPE_SCREENSHOTS"]) / f"{name}.png")
+    problems = [entry for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+    assert not problems, f"console of {path}: {problems}"
+    resources = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert resources and all(r.startswith(server) for r in resources), [r for r in resources if not r.startswith(server)]
+
+
+def full_page_screenshot(browser, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1400, min(max(height + 40, 700), 2600))
+    wait(browser, lambda d: not d.execute_script("return document.querySelector('[data-dash-is-loading=\"true\"]')"))
+    browser.save_screenshot(str(target))
+    browser.set_window_size(1400, 1000)
+
+
+def text(browser, ident: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.ID, ident).text
+
+
+def expected(store, run_id: str) -> tuple[Run, dict[str, Any]]:
+    """The run and its one analysis, as every surface reads it (tpuscope.detect.run_analysis)."""
+    run = Run(store.root / run_id)
+    return run, current(run).summary
+
+
+def cell(browser, run_id: str, column: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] div[col-id="{column}"]').text
+
+
+def screenshot_docs(store_root: Path, out: Path) -> None:
+    """Full-page screenshots of a store's pages for docs/: `python tests/dashboard_browser.py STORE OUT`.
+
+    Runs are picked by name, real runs of the examples: variable_length, variable_length_bucketed
+    (`--buckets 48,64`), host_sync_fallback, transformer_head_dim64 (`--deep --trace-steps 2:4`).
+    """
+    import tempfile
+
+    from tpuscope_dashboards import create_app
+    from werkzeug.serving import make_server
+
+    app = create_app(store_root)
+    ids = {app.tpuscope_data.meta(r).get("name"): r for r in app.tpuscope_data.run_ids()}
+    pages = [("runs", "/", "page-runs", 0),
+             ("overview", f"/run/{ids['variable_length']}", "page-overview", 1),
+             ("recompiles", f"/run/{ids['variable_length']}/recompiles", "page-recompiles", 1),
+             ("churn", f"/run/{ids['variable_length']}/churn", "page-churn", 1),
+             ("fallbacks", f"/run/{ids['host_sync_fallback']}/fallbacks", "page-fallbacks", 1),
+             ("compare", f"/compare/{ids['variable_length']}/{ids['variable_length_bucketed']}", "page-compare", 3),
+             ("tensorcore", f"/run/{ids['transformer_head_dim64']}/tensorcore", "page-tensorcore", 2),
+             ("trace", f"/run/{ids['transformer_head_dim64']}/trace", "page-trace", 2)]
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    driver = new_driver(Path(tempfile.mkdtemp()))
+    os.environ["TPUSCOPE_SCREENSHOTS"] = str(out)
+    try:
+        for name, path, page, graphs in pages:
+            visit(driver, f"http://127.0.0.1:{srv.server_port}", path, page, Path(tempfile.mkdtemp()), name, graphs)
+            print(out / f"{name}.png")
+    finally:
+        driver.quit()
+        srv.shutdown()
+
+
+if __name__ == "__main__":
+    screenshot_docs(Path(sys.argv[1]), Path(sys.argv[2]))
