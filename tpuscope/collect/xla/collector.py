@@ -23,8 +23,14 @@ from typing import Any
 from tpuscope.collect.session import Session
 from tpuscope.collect.xla import trace as xla_trace
 from tpuscope.collect.xla.counters import (
+    CACHED,
+    COPIES,
+    EXECUTED,
+    FALLBACKS,
     HOST_TRANSFER,
+    UNCACHED,
     CounterReader,
+    Growth,
     Snapshot,
     counter_deltas,
     is_core_counter,
@@ -35,7 +41,8 @@ from tpuscope.collect.xla.eager import watch_eager_mode
 from tpuscope.collect.xla.fallback_sites import SiteTracer
 from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
-from tpuscope.collect.xla.steps import END, StepRule, boundary_name
+from tpuscope.collect.xla.steps import END, LOOKUPS, StepRule, boundary_name
+from tpuscope.collect.xla.steps import EXECUTED as EXECUTED_COUNTER
 from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.store import layout
 
@@ -53,7 +60,10 @@ class XlaCollector:
         self._xlac: Any = None
         self.reader: CounterReader | None = None
         self._original: Any = None
-        self._prev: tuple[dict[str, int], dict[str, Any]] = ({}, {})
+        self._counts: dict[str, int] = {}  # every counter at the last step (see _counts_now)
+        self._prev_metrics: dict[str, Any] = {}  # every metric's data at the last step that read it
+        self._last_names: tuple[str, ...] = ()  # the per-step counters ...
+        self._last: tuple[int, ...] = ()  # ... and their values at the last step
         self._step_start = time.time_ns()
         self._xm: Any = None
         self.shapes: HloDumpShapes | None = None
@@ -73,7 +83,10 @@ class XlaCollector:
         self._original = xm._run_step_closures
         self.reader = CounterReader(self._xlac)
         first = self.reader.snapshot(full=True)
-        self._prev, self.rows.full_metrics = (dict(first.counters), dict(first.metrics)), first.metrics
+        assert first.counters is not None
+        self._counts, self._prev_metrics, self.rows.full_metrics = dict(first.counters), dict(first.metrics), first.metrics
+        self._last_names, self._last = first.names, first.values
+        self.reader.step_copies = first.values[COPIES]
         self.rule = StepRule(first.counters)
         self._step_start = time.time_ns()
         collector = self
@@ -135,13 +148,18 @@ class XlaCollector:
         if self._xlac is None or self.step == 0:
             return
         snap = self.reader.snapshot(full=True)
-        unread = {n: d for n, d in counter_deltas(snap.counters, self._prev[0]).items() if not is_core_counter(n)}
+        assert snap.counters is not None
+        unread = {n: d for n, d in counter_deltas(snap.counters, self._counts_now()).items() if not is_core_counter(n)}
         self.rows.drain()  # every step's rows first: the split below continues theirs
         if not self.rows.unsplit:  # the last step had a full read: later samples are its own
             self.rows.unsplit.append((self.step - 1, time.time_ns()))
-        rows = self.rows.split(snap.metrics)
-        rows[self.step - 1] = (unread, rows.get(self.step - 1, ({}, {}))[1])
-        self.session.add_columns("metrics", metric_columns(rows))
+        own, columns = self.rows.split(snap.metrics)
+        last = metric_columns({self.step - 1: (unread, own)})
+        from tpuscope.schema import table_columns  # at close: pyarrow is loaded by the flushes
+
+        for name, values in last.items():
+            columns[name] += values
+        self.session.add_columns("metrics", table_columns("metrics", **columns))
 
     def _read_device_facts(self) -> None:
         """Device kind, count and this process's rank, read once the program's first step has
@@ -162,42 +180,83 @@ class XlaCollector:
     def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
         """Record the step that just ended; True if it compiled. Only what cannot wait is done
         here (reads, the step rule, arming the call-site tracer, the profiler window); its
-        rows are built in the flush thread (xla/rows.py)."""
+        rows are built in the flush thread (xla/rows.py). A step without a full read costs
+        the reads, a few tuple comparisons and one queued record."""
         now = time.time_ns()
         snap = snap or self.reader.snapshot(full=self._full_due)
-        counters, metrics = snap.counters, snap.metrics
-        prev_counters, prev_metrics = self._prev
-        counter_delta = counter_deltas(counters, prev_counters)
-        metric_delta = metric_deltas(metrics, prev_metrics)
-        if not self.rule.ends_step(boundary, counters, counter_delta, metric_delta):
-            # not a step of its own: its deltas go to the next step (xla_steps), and so do a
-            # full read a compile here asked for (compile rows need its samples) and host reads
-            self._full_due = self._full_due or snap.full
-            self.reader.unconsumed()
+        if snap.full:
+            return self._full_step(boundary, snap, now)
+        values, before = snap.values, self._last
+        if snap.names is not self._last_names:  # only after a full read that was no step
+            before = tuple(self._counts_now().get(name, 0) for name in snap.names)
+        lookups = values[UNCACHED] - before[UNCACHED] + values[CACHED] - before[CACHED]
+        executed = values[EXECUTED] - before[EXECUTED]
+        fell_back = values[FALLBACKS] != before[FALLBACKS]
+        growth: Growth = {}
+        if snap.metrics:
+            growth = metric_deltas(snap.metrics, self._prev_metrics)
+        launched = self.rule.end(boundary, values[UNCACHED] + values[CACHED], lookups, executed,
+                                 fell_back or HOST_TRANSFER in growth)
+        if launched is None:
+            return False  # not a step of its own: its deltas go to the next step (xla_steps)
+        self._last_names, self._last = snap.names, values
+        if snap.metrics:
+            self._prev_metrics.update(snap.metrics)
+        fallbacks = {n: v - b for n, v, b in zip(snap.names[FALLBACKS], values[FALLBACKS], before[FALLBACKS],
+                                                 strict=True) if v != b} if fell_back else {}
+        record = StepRecord(self.step, boundary, self._step_start, now, None, (snap.names, values, before),
+                            growth, snap.metrics, False, launched)
+        return self._step(snap, now, record, values[UNCACHED] != before[UNCACHED], fallbacks)
+
+    def _full_step(self, boundary: str, snap: Snapshot, now: int) -> bool:
+        """A boundary with a full read: deltas of every counter and metric."""
+        assert snap.counters is not None
+        prev_counters = self._counts_now()
+        counter_delta = counter_deltas(snap.counters, prev_counters)
+        metric_delta = metric_deltas(snap.metrics, self._prev_metrics)
+        lookups = sum(counter_delta.get(name, 0) for name in LOOKUPS)
+        executed = counter_delta.get(EXECUTED_COUNTER, 0)
+        fallbacks = {n: c for n, c in counter_delta.items() if n.startswith("aten::")}
+        launched = self.rule.end(boundary, sum(snap.counters.get(name, 0) for name in LOOKUPS), lookups,
+                                 executed, bool(fallbacks) or HOST_TRANSFER in metric_delta)
+        if launched is None:
+            # its deltas go to the next step, and so does the full read (compile rows need its
+            # samples): the next boundary reads everything again
+            self._full_due = True
             return False
         self._full_due = False
-        launched = self.rule.launched(counter_delta)
-        self.rule.consumed(counter_delta)
-        # in place: a core read has fewer names, and a new 60-entry dict is the step's first large
-        # allocation, which pays for merging the step's freed chunks (see xla_counters)
-        prev_counters.update(counters)
-        prev_metrics.update(metrics)
+        # in place: a new 60-entry dict is the step's first large allocation, which pays for
+        # merging the step's freed chunks (see xla_counters)
+        prev_counters.update(snap.counters)
+        self._prev_metrics.update(snap.metrics)
+        self._last_names, self._last = snap.names, snap.values
+        record = StepRecord(self.step, boundary, self._step_start, now, counter_delta, None, metric_delta,
+                            snap.metrics, True, launched)
+        compiled = bool(counter_delta.get("UncachedCompile")) or any(n in metric_delta for n in COMPILE_METRICS)
+        return self._step(snap, now, record, compiled, fallbacks)
+
+    def _step(self, snap: Snapshot, now: int, record: StepRecord, compiled: bool, fallbacks: dict[str, int]) -> bool:
+        """The boundary ended a step: what must happen at the step, then the record is queued."""
+        self.reader.step_copies = snap.values[COPIES]  # host transfers are read when they move since
         if self.step == 0:
             self.session.set_meta(backend="torch_xla")
             self._read_device_facts()
-        compiled = bool(counter_delta.get("UncachedCompile")) or any(n in metric_delta for n in COMPILE_METRICS)
-        fallbacks = {n: c for n, c in counter_delta.items() if n.startswith("aten::")}
-        reads = metric_delta.get(HOST_TRANSFER, (0, 0.0))[0]
-        self.rows.queue.append(StepRecord(
-            step=self.step, boundary=boundary, start_ns=self._step_start, end_ns=now,
-            counters=counter_delta, growth=metric_delta, metrics=metrics, full=snap.full,
-            launched=launched, fallbacks=fallbacks,
-            traced=self.sites.on_step_end(fallbacks, reads) if self.sites is not None else None,
-            debug_end=self.debug.size() if self.debug is not None and (compiled or self._debug_every_step) else None,
-            modules=self.shapes.poll() if self.shapes is not None and compiled else None,
-        ))
+        growth = record.growth
+        sites = self.sites
+        if sites is not None and (fallbacks or HOST_TRANSFER in growth or not sites.idle):
+            record.traced = sites.on_step_end(fallbacks, growth.get(HOST_TRANSFER, (0, 0.0))[0])
+        if compiled or self._debug_every_step:
+            record.debug_end = self.debug.size() if self.debug is not None else None
+            record.modules = self.shapes.poll() if self.shapes is not None and compiled else None
+        self.rows.queue.append(record)
         self._step_start = now
         self.step += 1
         if self.trace is not None:
             self.trace.step_ended(self.step)
         return compiled
+
+    def _counts_now(self) -> dict[str, int]:
+        """Every counter's value at the last step: the per-step counters are kept as a tuple
+        (no dict per step) and folded in here, before a full read's deltas."""
+        self._counts.update(zip(self._last_names, self._last, strict=True))
+        return self._counts

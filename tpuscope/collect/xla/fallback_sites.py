@@ -128,6 +128,12 @@ class SiteTracer:
     def armed(self) -> bool:
         return self._mode is not None
 
+    @property
+    def idle(self) -> bool:
+        """Neither armed nor due to arm: a step without fallbacks or host reads changes nothing
+        (the step hook then skips on_step_end)."""
+        return self._mode is None and self._left <= 0
+
     def on_step_end(self, fallback_ops: dict[str, int], reads: int) -> tuple[Counter, Counter] | None:
         """Sites seen in the step that just ended (None if it was not traced); re-arm or disarm."""
         traced = None
@@ -190,6 +196,8 @@ def site_rows(step: int, fallback_ops: dict[str, int],
     Counts the tracer could not place (an op run by the autograd engine's thread)
     stay in a row with no location, so per-op totals always equal torch_xla's counters.
     """
+    from tpuscope.schema import table_row  # the flush thread: pyarrow is loaded by now
+
     fallback_sites, read_sites = traced if traced is not None else (Counter(), Counter())
     fallbacks: list[dict[str, Any]] = []
     for op, count in fallback_ops.items():
@@ -198,10 +206,10 @@ def site_rows(step: int, fallback_ops: dict[str, int],
             n = min(n, count - placed)
             if site_op != op or (where is None and library is None) or n <= 0:
                 continue
-            fallbacks.append({"step": step, "op": op, "count": n, "location": where, "library_frame": library})
+            fallbacks.append(table_row("fallbacks", step=step, op=op, count=n, location=where, library_frame=library))
             placed += n
         if count > placed:
-            fallbacks.append({"step": step, "op": op, "count": count - placed, "location": None})
-    reads = [{"step": step, "kind": "host_sync", "name": name, "location": where, "library_frame": library,
-              "count": n} for (name, where, library), n in read_sites.items()]
+            fallbacks.append(table_row("fallbacks", step=step, op=op, count=count - placed))
+    reads = [table_row("call_sites", step=step, kind="host_sync", name=name, location=where, library_frame=library,
+                       count=n) for (name, where, library), n in read_sites.items()]
     return fallbacks, reads

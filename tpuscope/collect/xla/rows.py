@@ -22,11 +22,13 @@ from typing import Any
 
 from tpuscope.collect.session import Session
 from tpuscope.collect.xla.counters import (
+    FALLBACKS,
     HOST_TRANSFER,
+    UNCACHED,
     Growth,
     Metrics,
     new_samples,
-    split_by_step,
+    split_arrays,
 )
 from tpuscope.collect.xla.fallback_sites import site_rows
 from tpuscope.collect.xla.shapes import ModuleShapes, pair_modules
@@ -46,15 +48,35 @@ class StepRecord:
     boundary: str
     start_ns: int
     end_ns: int
-    counters: dict[str, int]  # deltas since the previous step
+    counters: dict[str, int] | None  # a full read: every counter's delta since the previous step
+    raw: tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None  # else (names, values, at the last step)
     growth: Growth  # metric deltas since the previous step
     metrics: Metrics  # the snapshot's metric data (every metric on a full read)
     full: bool
     launched: int
-    fallbacks: dict[str, int]
-    traced: tuple[Counter, Counter] | None  # call sites the tracer saw in this step
-    debug_end: int | None  # the debug file's size at the step's end (None: not read)
-    modules: list[ModuleShapes] | None  # HLO modules dumped by the step's end (compile steps)
+    traced: tuple[Counter, Counter] | None = None  # call sites the tracer saw in this step
+    debug_end: int | None = None  # the debug file's size at the step's end (None: not read)
+    modules: list[ModuleShapes] | None = None  # HLO modules dumped by the step's end (compile steps)
+
+    def counter_deltas(self) -> dict[str, int]:
+        """The counters that moved in the step (a dict built here, off the step, for the rows)."""
+        if self.counters is not None:
+            return self.counters
+        assert self.raw is not None
+        names, values, before = self.raw
+        return {n: v - b for n, v, b in zip(names, values, before, strict=True) if v != b}
+
+    def plain(self) -> bool:
+        """A step without a full read, host transfers, traced call sites, debug text or dumped
+        modules: its rows come from its counter values alone (StepRows._plain_rows)."""
+        return self.raw is not None and not self.growth and self.traced is None and self.debug_end is None
+
+    def uncached(self) -> int:
+        """UncachedCompile's delta: graphs compiled in the step."""
+        if self.counters is not None:
+            return self.counters.get("UncachedCompile", 0)
+        assert self.raw is not None
+        return self.raw[1][UNCACHED] - self.raw[2][UNCACHED]
 
 
 _LIVE: weakref.WeakSet[StepRows] = (
@@ -94,18 +116,58 @@ class StepRows:
         """Build the rows of every queued step, as one batch of columns per table; a failure
         is one line, once, and stops the rows (never the program)."""
         with self._lock:
-            batch = _Batch()
+            batch, plain = _Batch(), []
             while self.queue and not self._failed:
                 record = self.queue.popleft()
                 try:
-                    self._rows(record, batch)
+                    if record.plain() and (not plain or plain[-1].raw[0] is record.raw[0]):  # type: ignore[index]
+                        plain.append(record)
+                        continue
+                    self._plain_rows(plain, batch)
+                    plain = [record] if record.plain() else []
+                    if not plain:
+                        self._rows(record, batch)
                 except Exception as exc:
                     self._failed = True
                     print(
                         f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}",
                         file=sys.stderr,
                     )
+            try:
+                self._plain_rows(plain, batch)
+            except Exception as exc:
+                self._failed = True
+                print(f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
             batch.add_to(self.session)
+
+    def _plain_rows(self, records: list[StepRecord], batch: _Batch) -> None:
+        """The rows of consecutive plain steps (see StepRecord.plain) at once, with numpy (torch_xla
+        imports it): the same rows `_rows` makes one step at a time, at a fraction of the cost."""
+        if not records:
+            return
+        import numpy as np
+
+        names = records[0].raw[0]  # type: ignore[index]
+        delta = (np.array([r.raw[1] for r in records], dtype=np.int64)  # type: ignore[index]
+                 - np.array([r.raw[2] for r in records], dtype=np.int64))  # type: ignore[index]
+        steps = [r.step for r in records]
+        self.unsplit += [(r.step, r.end_ns) for r in records]
+        fallback_ops = delta[:, FALLBACKS].sum(axis=1).tolist()
+        batch.steps += [
+            (r.step, r.start_ns, r.end_ns, r.end_ns - r.start_ns, r.boundary, uncached, 0, r.launched, None, ops, 0, [])
+            for r, uncached, ops in zip(records, delta[:, UNCACHED].tolist(), fallback_ops, strict=True)
+        ]
+        at, column = np.nonzero(delta)  # step by step, counters in the order read (as counter_deltas)
+        batch.metric_columns({
+            "step": [steps[i] for i in at.tolist()], "name": [names[c] for c in column.tolist()],
+            "kind": ["counter"] * len(at), "count": delta[at, column].tolist(), "total": [0.0] * len(at),
+        })
+        for i, ops in enumerate(fallback_ops):
+            if ops:
+                fallbacks = {n: c for n, c in records[i].counter_deltas().items() if n.startswith("aten::")}
+                fallback_rows, read_rows = site_rows(steps[i], fallbacks, None)
+                self.session.add_many("fallbacks", fallback_rows)
+                self.session.add_many("call_sites", read_rows)
 
     def _rows(self, record: StepRecord, batch: _Batch) -> None:
         self.unsplit.append((record.step, record.end_ns))
@@ -119,50 +181,62 @@ class StepRows:
             s
             for name in COMPILE_METRICS
             for s in new_samples(record.metrics.get(name), record.growth.get(name, (0, 0.0))[0])
-        )
+        ) if record.full else []  # compile metrics are read on full reads only (a compile asks for one)
         if records or samples:
             self._compile_rows(record, records, samples, record.modules or [])
 
-    def split(self, metrics: Metrics) -> dict[int, tuple[dict[str, int], Growth]]:
-        """Metric rows of the steps since the last full read, from this full read's samples."""
+    def split(self, metrics: Metrics) -> tuple[Growth, dict[str, list[Any]]]:
+        """The metric growth of the steps since the last full read, from this full read's
+        samples (counters.split_by_step): the last step's (the full-read step: its rows go
+        with its counters) and the others' as metrics-table columns."""
         steps, ends = [step for step, _ in self.unsplit], [end for _, end in self.unsplit]
-        split = split_by_step(metrics, self.full_metrics, steps, ends)
+        arrays = split_arrays(metrics, self.full_metrics, ends)
         self.full_metrics, self.unsplit = metrics, []
-        return {step: ({}, split.get(step, {})) for step in steps}
+        last, own = len(steps) - 1, {}
+        columns: dict[str, list[Any]] = {"step": [], "name": [], "kind": [], "count": [], "total": []}
+        for name, (index, counts, totals) in arrays.items():
+            if len(index) and index[-1] == last:
+                own[name] = (int(counts[-1]), float(totals[-1]))
+                index, counts, totals = index[:-1], counts[:-1], totals[:-1]
+            columns["step"] += [steps[i] for i in index.tolist()]
+            columns["name"] += [name] * len(index)
+            columns["kind"] += ["metric"] * len(index)
+            columns["count"] += counts.tolist()
+            columns["total"] += totals.tolist()
+        return own, columns
 
     def _step_rows(
         self,
         record: StepRecord,
         graph_hashes: list[str],
-        split: dict[int, tuple[dict[str, int], Growth]] | None,
+        split: tuple[Growth, dict[str, list[Any]]] | None,
         batch: _Batch,
     ) -> None:
         """The steps row; the step's counter rows and, on a full read, the metric rows of
         every step since the previous one. `execute_ns` is known on full-read steps only;
         `executions` are the graphs launched in the step (xla_steps)."""
-        counters, growth = record.counters, record.growth
-        own = split.get(record.step, ({}, {}))[1] if split is not None else None
+        counters, growth = record.counter_deltas(), record.growth
+        fallbacks = {n: c for n, c in counters.items() if n.startswith("aten::")}
+        own = split[0] if split is not None else None
         batch.step(
             record.step,
             record.start_ns,
             record.end_ns,
             record.end_ns - record.start_ns,
             record.boundary,
-            counters.get("UncachedCompile", 0),
+            record.uncached(),
             int(sum(growth.get(n, (0, 0.0))[1] for n in COMPILE_METRICS)),
             record.launched,
             None if own is None else int(sum(own.get(n, (0, 0.0))[1] for n in EXECUTE_TIMES)),
-            sum(record.fallbacks.values()),
+            sum(fallbacks.values()),
             growth.get(HOST_TRANSFER, (0, 0.0))[0],
             graph_hashes,
         )
-        if split:
-            for step, (step_counters, step_metrics) in split.items():
-                if step != record.step:
-                    batch.metrics(step, step_counters, step_metrics)
+        if split is not None:
+            batch.metric_columns(split[1])
         batch.metrics(record.step, counters, own or {})
-        if record.fallbacks or record.traced is not None:
-            fallback_rows, read_rows = site_rows(record.step, record.fallbacks, record.traced)
+        if fallbacks or record.traced is not None:
+            fallback_rows, read_rows = site_rows(record.step, fallbacks, record.traced)
             self.session.add_many("fallbacks", fallback_rows)
             self.session.add_many("call_sites", read_rows)
 
@@ -219,12 +293,12 @@ _STEP_COLUMNS = (
 
 
 class _Batch:
-    """The steps and metrics rows of one drain, column-wise: one list append per value costs
-    a fraction of a dict per row, and the session gets one chunk per table per flush."""
+    """The steps and metrics rows of one drain, column-wise (a tuple per step, transposed
+    at the end; list appends for metrics): a fraction of a dict per row, and the session
+    gets one chunk per table per flush."""
 
     def __init__(self) -> None:
-        self.steps: dict[str, list[Any]] = {name: [] for name in _STEP_COLUMNS}
-        self._step_lists = tuple(self.steps.values())
+        self.steps: list[tuple[Any, ...]] = []  # one tuple per step, turned column-wise at the end
         self.metric_rows: dict[str, list[Any]] = {
             "step": [],
             "name": [],
@@ -234,8 +308,7 @@ class _Batch:
         }
 
     def step(self, *values: Any) -> None:
-        for column, value in zip(self._step_lists, values, strict=True):
-            column.append(value)
+        self.steps.append(values)
 
     def metrics(self, step: int, counters: dict[str, int], growth: Growth) -> None:
         """One row per counter, then one per metric (as metric_columns)."""
@@ -249,8 +322,15 @@ class _Batch:
         rows["count"] += [*counters.values(), *(n for n, _ in growth.values())]
         rows["total"] += [0.0] * len(counters) + [float(total) for _, total in growth.values()]
 
+    def metric_columns(self, columns: dict[str, list[Any]]) -> None:
+        for name, values in columns.items():
+            self.metric_rows[name] += values
+
     def add_to(self, session: Session) -> None:
-        if self.steps["step"]:
-            session.add_columns("steps", self.steps)
+        from tpuscope.schema import table_columns  # the flush thread: pyarrow is loaded by now
+
+        if self.steps:
+            columns = dict(zip(_STEP_COLUMNS, map(list, zip(*self.steps, strict=True)), strict=True))
+            session.add_columns("steps", table_columns("steps", **columns))
         if self.metric_rows["step"]:
-            session.add_columns("metrics", self.metric_rows)
+            session.add_columns("metrics", table_columns("metrics", **self.metric_rows))

@@ -44,8 +44,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tpuscope.collect.xla.counters import HOST_TRANSFER, Growth
-
 COMPILE_PRELUDE = "torch_xla.compile prelude"
 LOADER = "MpDeviceLoader"
 END = "end"
@@ -81,30 +79,14 @@ def boundary_name(depth: int = 2) -> str:
 
 
 class StepRule:
-    """Decides at each boundary whether a step ended, and how many graphs it launched."""
+    """Decides at each boundary whether a step ended, and how many graphs it launched, from
+    the compile-cache lookups and executions counted since the last step."""
 
     def __init__(self, counters: dict[str, int]) -> None:
         # launched but not yet counted as executed (async executions in flight)
         self.outstanding = max(0, sum(counters.get(n, 0) for n in LOOKUPS) - counters.get(EXECUTED, 0))
         self._own_boundary = True  # the program's own sync since the last loader boundary (setup counts)
         self._yielded_at: int | None = None  # lookups when a loader boundary last gave way
-
-    def launched(self, counters: dict[str, int]) -> int:
-        """Graphs launched in the interval whose counter deltas these are."""
-        lookups = sum(counters.get(n, 0) for n in LOOKUPS)
-        return lookups + max(0, counters.get(EXECUTED, 0) - lookups - self.outstanding)
-
-    def ends_step(self, boundary: str, now: dict[str, int], counters: dict[str, int], metrics: Growth) -> bool:
-        """True if the boundary closes a step with these deltas since the last step (`now`:
-        the counters' values)."""
-        if boundary == COMPILE_PRELUDE:
-            return False
-        if boundary == LOADER and self._loader_gives_way(sum(now.get(n, 0) for n in LOOKUPS)):
-            return False
-        if boundary not in (LOADER, END):
-            self._own_boundary, self._yielded_at = True, None
-        return bool(self.launched(counters) or HOST_TRANSFER in metrics
-                    or any(n.startswith("aten::") for n in counters))
 
     def _loader_gives_way(self, lookups: int) -> bool:
         """The loader's sync is the top of the next iteration: the program synced itself since
@@ -115,7 +97,21 @@ class StepRule:
         self._yielded_at = lookups if gives_way else None
         return gives_way
 
-    def consumed(self, counters: dict[str, int]) -> None:
-        """The deltas became a step: carry what is still in flight."""
-        lookups = sum(counters.get(n, 0) for n in LOOKUPS)
-        self.outstanding = max(0, self.outstanding + lookups - counters.get(EXECUTED, 0))
+    def end(self, boundary: str, lookups_now: int, lookups: int, executed: int, other_work: bool) -> int | None:
+        """The graphs launched since the last step if this boundary ends one, else None (the
+        interval goes on); `lookups_now`: the lookup counters' total, `other_work`: an `aten::*`
+        counter or the host-transfer metric moved. Graphs launched: compile-cache lookups, plus
+        executions beyond them and the ones still in flight. One flat call: on the caches a
+        step leaves, each Python call costs about 1 us."""
+        if boundary == COMPILE_PRELUDE:
+            return None
+        if boundary == LOADER:
+            if self._loader_gives_way(lookups_now):
+                return None
+        elif boundary != END:
+            self._own_boundary, self._yielded_at = True, None
+        launched = lookups + max(0, executed - lookups - self.outstanding)
+        if not (launched or other_work):
+            return None
+        self.outstanding = max(0, self.outstanding + lookups - executed)
+        return launched
