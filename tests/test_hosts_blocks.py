@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tpuscope.analyze.hosts import _pod_medians, host_blocks, per_host_steps
+from tpuscope.analyze.hosts import PodMedians, host_blocks, per_host_steps
 from tpuscope.detect.pod import by_host
 
 
@@ -46,12 +46,22 @@ def grouped_per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
 PARTS = ["wall_ns", "compile_ns", "execute_ns", "host_ns", "compiles"]
 
 
+def assert_medians_are_the_groupby(rows: pd.DataFrame) -> None:
+    """PodMedians' every row and some rows picked by position equal the grouped transform."""
+    expected = rows.groupby("step", sort=False)[PARTS].transform("median")
+    pod = PodMedians(rows, PARTS)
+    got = pd.DataFrame({c: pod.column(c) for c in PARTS}, index=rows.index)
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    picked = np.random.default_rng(1).choice(len(rows), size=min(len(rows), 25), replace=False)
+    for c in PARTS:
+        np.testing.assert_array_equal(pod.at(c, picked), expected[c].to_numpy()[picked])
+
+
 @pytest.mark.parametrize("hosts", [2, 3, 64])
 def test_the_matrix_medians_are_the_groupby_medians(hosts: int) -> None:
     rows = per_host_steps(steps_frame(hosts, 50, seed=hosts))
     assert host_blocks(rows) is not None  # the shortcut is taken
-    expected = rows.groupby("step", sort=False)[PARTS].transform("median")
-    pd.testing.assert_frame_equal(_pod_medians(rows, PARTS), expected, check_exact=True)
+    assert_medians_are_the_groupby(rows)
 
 
 def test_frames_the_shortcut_must_not_take_get_the_groupby() -> None:
@@ -61,8 +71,7 @@ def test_frames_the_shortcut_must_not_take_get_the_groupby() -> None:
     gap = rows.astype({"compile_ns": "float64"})
     gap.loc[gap.index[7], "compile_ns"] = np.nan
     for frame in (missing, interleaved, gap):
-        expected = frame.groupby("step", sort=False)[PARTS].transform("median")
-        pd.testing.assert_frame_equal(_pod_medians(frame, PARTS), expected, check_exact=True)
+        assert_medians_are_the_groupby(frame)
 
 
 @pytest.mark.parametrize("pids", [1, 2])
