@@ -45,7 +45,7 @@ def phases(steps: pd.DataFrame, warmup: int) -> pd.Series:
     after = steps["boundary"].astype(str).eq(AFTER_LOOP) if "boundary" in steps else \
         pd.Series(False, index=steps.index)
     keys = process_keys(steps)
-    loop = steps[~after]
+    loop = steps.loc[~after, [*keys, "step"]]  # only what is read: not a copy of every column
     if keys and not loop.empty:
         last = loop.groupby(keys, dropna=False)["step"].transform("max")
     else:

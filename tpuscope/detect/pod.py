@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.hosts import (
+    host_blocks,
     host_summary,
     hosts_of,
     per_host_steps,
@@ -30,6 +31,19 @@ from tpuscope.schema import SEVERITIES, Finding
 HOSTS_SHOWN = 6
 
 
+def by_host(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A frame's rows per host, as groupby("host", sort=False) splits them. A run's parts are
+    read host after host, so each host's rows are usually one block: then its frame is a slice
+    (no copy under pandas' copy-on-write; the groupby copied a 6.4M-row pod's tables once
+    more, each), else the groupby's split."""
+    blocks = host_blocks(frame)
+    if blocks is not None:
+        starts, labels = blocks
+        ends = [*starts[1:], len(frame)]
+        return {h: frame.iloc[a:b] for h, a, b in zip(labels, starts, ends, strict=True)}
+    return {str(h): part for h, part in frame.groupby("host", sort=False, observed=True)}
+
+
 class HostSplit:
     """A run's tables split by host, each table once (not once per host: a pod of 64 hosts
     and 100k steps has 6.4M step rows), on first use."""
@@ -41,9 +55,7 @@ class HostSplit:
         if name not in self._parts:
             frame = getattr(self._tables, name) if name in MAIN else self._tables.extra[name]
             self._parts[name] = (
-                {str(h): part for h, part in frame.groupby("host", sort=False, observed=True)}
-                if not frame.empty and "host" in frame.columns
-                else None
+                by_host(frame) if not frame.empty and "host" in frame.columns else None
             )
             self._parts[name + ":empty"] = frame.iloc[0:0]
         return self._pick(name, host)
@@ -52,9 +64,7 @@ class HostSplit:
         """compute(the whole run's tables), split by host once, this host's part."""
         if key not in self._parts:
             frame = compute(self._tables)
-            self._parts[key] = {
-                str(h): p for h, p in frame.groupby("host", sort=False, observed=True)
-            }
+            self._parts[key] = by_host(frame)
             self._parts[key + ":empty"] = frame.iloc[0:0]
         return self._pick(key, host)
 
@@ -115,10 +125,13 @@ def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> Ru
         extra=HostTables(split, tables.extra, host),
     )
     one.__dict__["families"] = split.get("families", host)  # families are per process already
-    # steps are judged per process: the whole run's judged and loop steps, cut to this host
-    for key, whole in (("judged", common.judged_steps), ("loop", common.loop_steps)):
-        if not one.steps.empty:  # RunTables' cached properties, filled from the whole run's
-            one.__dict__[key] = split.derived(key, whole, host)
+    # steps are judged per process: the whole run's judged steps cut to this host (the pod
+    # view reads them all anyway), and its loop steps by the whole run's phases of its rows
+    # (only the per-host rules read them: no copy of a pod's every step row for them)
+    if not one.steps.empty:  # RunTables' cached properties, filled from the whole run's
+        one.__dict__["judged"] = split.derived("judged", common.judged_steps, host)
+        phase = tables.phase.loc[one.steps.index].to_numpy()
+        one.__dict__["loop"] = one.steps[phase != "after"]
     return one
 
 

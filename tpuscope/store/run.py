@@ -27,13 +27,17 @@ if TYPE_CHECKING:
 ANALYSIS_FILE = layout.ANALYSIS
 
 
-def table_to_frame(table: pa.Table, keep_categories: bool = False) -> pd.DataFrame:
+def table_to_frame(
+    table: pa.Table, keep_categories: bool = False, consume: bool = False
+) -> pd.DataFrame:
     """Arrow -> pandas with strings as Python objects (easier to compare and filter; pandas 3
     reads strings as Arrow arrays, ~10x slower to iterate). `keep_categories` leaves
-    dictionary columns as categoricals, for tables of millions of rows (trace_events)."""
+    dictionary columns as categoricals, for tables of millions of rows (trace_events).
+    `consume` (a table nothing else holds) frees each Arrow column once converted, so the
+    table and its frame are not both in memory whole (a pod's 6.4M step rows: ~0.6 GB)."""
     import pandas as pd  # not imported by `ls` or `query`: ~0.8 s of a command's start
 
-    frame = table.to_pandas()
+    frame = table.to_pandas(self_destruct=True, split_blocks=True) if consume else table.to_pandas()
     for col in frame.columns:
         dtype = frame[col].dtype
         if (isinstance(dtype, pd.CategoricalDtype) and not keep_categories) or isinstance(
@@ -152,7 +156,7 @@ class Run:
 
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
-        return table_to_frame(self.arrow(name, columns, where), keep_categories)
+        return table_to_frame(self.arrow(name, columns, where), keep_categories, consume=True)
 
     def query(self, statement: str) -> pa.Table:
         """SQL over the run's tables, each a view named after it (DuckDB)."""
