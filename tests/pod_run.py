@@ -111,6 +111,26 @@ def run_pod(pod: Pod, barrier: Path, procs_of_lost: Path) -> SimpleNamespace:
     return SimpleNamespace(run=run, procs=procs, outputs=outputs, before=before)
 
 
+def side_by_side(store: Path, run_id: str, tpuscope_args: list[str], program_args: list[str],
+                 barrier: Path, hosts: int = 2) -> list[subprocess.CompletedProcess[str]]:
+    """`hosts` hosts of one pod run into a shared local folder, held together before step 2
+    (as collectives hold a real pod's hosts), each run to its end; their finished processes."""
+    barrier.mkdir()
+    procs = []
+    for rank in range(hosts):
+        env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+        env.update(TPUSCOPE_HOST=f"host-{rank}", RANK=str(rank))
+        cmd = tpuscope_cmd("run", "--store", str(store), "--run-id", run_id, *tpuscope_args, "--quiet",
+                           "python", str(PROGRAM), *program_args, f"barrier={barrier}:{hosts}")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        out.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    return out
+
+
 def pod_run(base: Path) -> SimpleNamespace:
     """Run the local pod once (in base/pod-store) and hand back its store, run folder and outputs."""
     if "pod" not in _MADE:

@@ -7,41 +7,18 @@ parts. Each host now dumps into hlo/<host>/ and names its HLO parts by itself, a
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
-
 import pyarrow.parquet as pq
 
-from tests.conftest import ROOT, tpuscope_cmd
+from tests.pod_run import side_by_side
 from tpuscope.store import Run, layout
 from tpuscope.store.hosts import part_host
 
-PROGRAM = ROOT / "tests" / "programs" / "pod.py"
 STEPS = 8  # host-1 compiles its own graphs at steps 4 and 6 (extra=1)
 
 
-def _run_pod(store: Path, barrier: Path) -> list[subprocess.CompletedProcess[str]]:
-    """Both hosts side by side (held together before step 2), as a pod's hosts run."""
-    procs = []
-    for rank in (0, 1):
-        env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-        env.update(TPUSCOPE_HOST=f"host-{rank}", RANK=str(rank))
-        cmd = tpuscope_cmd("run", "--store", str(store), "--run-id", "deep2", "--deep", "--quiet",
-                           "python", str(PROGRAM), str(STEPS), "extra=1", f"barrier={barrier}:2")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    out = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=600)
-        out.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
-    return out
-
-
 def test_two_deep_hosts_keep_their_own_hlo(tmp_path):
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
-    done = _run_pod(tmp_path / "store", barrier)
+    done = side_by_side(tmp_path / "store", "deep2", ["--deep"], [str(STEPS), "extra=1"],
+                        tmp_path / "barrier")
     assert [p.returncode for p in done] == [0, 0], [p.stderr[-2000:] for p in done]
     run_dir = tmp_path / "store" / "deep2"
     for host in ("host-0", "host-1"):  # each host's dumps in a folder of its own

@@ -60,7 +60,7 @@ def window_from_env() -> StepWindow | None:
 
 def trace_dir(run_dir: str | Path, backend: str) -> Path:
     """This process's profiler output folder inside the run."""
-    return Path(run_dir) / layout.TRACE / f"{backend}-{file_host()}-{os.getpid()}"
+    return layout.trace_dir(Path(run_dir), backend, file_host(), os.getpid())
 
 
 def xplane_files(directory: str | Path) -> list[str]:

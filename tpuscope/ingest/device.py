@@ -1,14 +1,15 @@
 """Finish a run's device view: ingest the traces and HLO dumps its processes left in the run folder.
 
 `tpuscope run` calls `ingest_run` after the program exits: xplane files the profiler
-windows wrote under `<run>/trace/` (any backend) become trace_events, device_steps and
-xprof tables, with the run's own steps as windows; `--deep` HLO dumps under `<run>/hlo/`
+windows wrote under `<run>/trace/` (any backend; a pod's host reads only its own) become
+trace_events, device_steps and xprof tables, with the run's own steps as windows; `--deep` HLO dumps under `<run>/hlo/`
 become hlo_modules and hlo_ops. Doing it once, in the launcher, keeps the parsing cost
 out of the profiled program.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,20 +55,33 @@ def traced_steps(run: Run) -> pd.DataFrame:
     return mine
 
 
+def own_xplanes(run_dir: Path, host: str | None) -> list[Path]:
+    """The xplane files this ingest reads: every one under trace/, or for a host of a pod only
+    those its own processes' profiler windows wrote (trace/<backend>-<host>-<pid>/): the
+    other hosts of a shared folder ingest theirs."""
+    root = run_dir / layout.TRACE
+    if host is None:
+        return trace_ingest.xplane_files(root)
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and layout.trace_host(p.name) == host) \
+        if root.is_dir() else []
+    return [f for folder in folders for f in trace_ingest.xplane_files(folder)]
+
+
 def ingest_run(run_dir: str | Path) -> list[str]:
     """Ingest what the run's processes left; returns one line per thing found (for the user)."""
     run_dir = Path(run_dir)
     run = Run(run_dir)
     notes: list[str] = []
     meta: dict[str, Any] = {}
-    files = trace_ingest.xplane_files(run_dir / layout.TRACE)
+    host = file_host() if is_pod_run(run_dir) else None
+    files = own_xplanes(run_dir, host)
     if files:
-        traces = trace_ingest.load_traces(files, steps=traced_steps(run))
-        trace_ingest.write(run, traces, "trace")
+        traces = trace_ingest.load_traces(files, steps=traced_steps(run), host=host)
+        trace_ingest.write(run, traces, f"{file_host()}-{os.getpid()}")
         notes += traces.summary + [f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused]
         meta.update({k: v for k, v in traces.meta.items() if k != "trace_hosts"})
         meta["trace_events"] = traces.rows("trace_events")
-    hlo = layout.hlo_dir(run_dir, file_host() if is_pod_run(run_dir) else None)
+    hlo = layout.hlo_dir(run_dir, host)
     dumps = dump_files(hlo, DUMP_STAGES) if hlo.is_dir() else []
     if dumps:
         count, refused = ingest_hlo(run, dumps, host=file_host(), pid=0, rank=0)

@@ -74,8 +74,11 @@ def _steps_for(steps: pd.DataFrame | None, host: str) -> pd.DataFrame | None:
     return mine if not mine.empty else steps
 
 
-def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet) -> bool:
+def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet,
+              host: str | None = None) -> bool:
     """Read one xplane into `out`; False (and a refusal naming the file) if it cannot be read.
+    `host` labels its rows instead of the machine the trace names (a pod's host: the name its
+    steps carry, which a pod simulated on one machine, or a TPU VM's hostname, does not match).
     Memory (at most 3x the file, benchmarks/ingest.py): the reader's table is walked a slice at
     a time (trace_chunks), the pandas frames hold device-work rows only, and the store table
     keeps the reader's columns; only the reader's start_ns (relative times) is dropped."""
@@ -85,7 +88,7 @@ def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet) -
         out.refused.append({"path": str(path), "reason": str(exc).removeprefix(f"{path}: ")})
         return False
     info = space_info(table)
-    host = host_of(path, info)
+    host = host or host_of(path, info)
     offset = clock_offset(table, info)
     ops = chunks.work_ops(table, offset)
     windows = step_windows(chunks.step_markers(table, offset), ops, _steps_for(steps, host),
@@ -125,12 +128,13 @@ def add_hlo(out: TraceSet, path: Path, fields: dict[str, Any], stage: str) -> No
 
 
 def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: bool = True,
-                first_pid: int = 0) -> TraceSet:
-    """Read xplane files (each its own pid), then xprof's analyses of those with device planes."""
+                first_pid: int = 0, host: str | None = None) -> TraceSet:
+    """Read xplane files (each its own pid), then xprof's analyses of those with device planes;
+    `host` labels every row (one host of a pod), else each file's own host."""
     out = TraceSet()
     device_files = []
     for i, path in enumerate(paths):
-        if load_file(Path(path), first_pid + i, steps, out):
+        if load_file(Path(path), first_pid + i, steps, out, host):
             devices = out.meta.get("trace_devices", [])
             if any(d.startswith("/device:") for d in devices):
                 device_files.append(Path(path))
@@ -139,16 +143,17 @@ def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: boo
         for path in device_files:  # one profile = the host files of one session folder
             sessions.setdefault(path.parent, []).append(path)
         for files in sessions.values():
-            add_xprof(out, files)
+            add_xprof(out, files, host)
     elif device_files and xprof:
         out.summary.append("xprof is not installed: no MXU utilization or duty cycle (pip install xprof)")
     return out
 
 
-def add_xprof(out: TraceSet, files: list[Path]) -> None:
-    """xprof's analyses of one profile (its hosts' files together), labelled with its first host."""
+def add_xprof(out: TraceSet, files: list[Path], host: str | None = None) -> None:
+    """xprof's analyses of one profile (its hosts' files together), labelled with `host` or its
+    first host."""
     result = xprof_tools.run_tools(files)
-    host = files[0].name.removesuffix(".xplane.pb") if len(files) == 1 else files[0].parent.name
+    host = host or files[0].name.removesuffix(".xplane.pb") if len(files) == 1 else files[0].parent.name
     fields = {"host": host, "pid": 0, "rank": 0}
     out.add("xprof_overview", pa.Table.from_pylist([{**fields, **r} for r in result.overview],
                                                    schema=TABLES["xprof_overview"]))
@@ -161,8 +166,9 @@ def add_xprof(out: TraceSet, files: list[Path]) -> None:
 
 
 def write(run: Run | Path, traces: TraceSet, tag: str) -> int:
-    """Write every table of the set as part files of the run, a row group at a time (memory:
-    store/row_groups.py); returns the rows written."""
+    """Write every table of the set as part files of the run (`part-<tag>-NNNN`), a row group at
+    a time (memory: store/row_groups.py); returns the rows written. A run's own ingest tags them
+    `<host>-<pid>`, as every writer's parts, so the hosts of a pod never replace each other's."""
     run = run if isinstance(run, Run) else Run(run)
     return sum(run.write_arrow(name, f"{tag}-{i:04d}", table)
                for name, tables in traces.tables.items() for i, table in enumerate(tables))

@@ -7,7 +7,7 @@
     <run>/<table>/part-<tag>-compact-<seq>.parquet   a table's parts merged when the run ended
     <run>/debug/pt_xla_debug-<host>-<pid>.txt     PT_XLA_DEBUG text tpuscope asked for
     <run>/hlo/                                    XLA dumps (--deep); a pod's in hlo/<host>/
-    <run>/trace/                                  profiler traces (xplane.pb)
+    <run>/trace/<backend>-<host>-<pid>/           each process's profiler traces (xplane.pb)
 
 A name starting with a dot is a file being written; readers never look at it.
 """
@@ -34,6 +34,21 @@ def hlo_dir(run_dir: Path, host: str | None = None) -> Path:
     a pod (a shared folder: XLA names its dumps module_0001..., the same on every host, so the
     hosts would overwrite each other's files and each would ingest the others')."""
     return Path(run_dir) / HLO / host if host else Path(run_dir) / HLO
+
+
+def trace_dir(run_dir: Path, backend: str, host: str, pid: int) -> Path:
+    """Where a process's profiler window writes its xplane files: a folder named by backend,
+    host and pid, so the hosts of a pod in a shared folder never write into each other's."""
+    return Path(run_dir) / TRACE / f"{backend}-{host}-{pid}"
+
+
+def trace_host(folder: str) -> str | None:
+    """The host a trace folder's name carries (`<backend>-<host>-<pid>`: the backend has no
+    dash, the pid is read from the right, so a host with dashes stays whole); None for
+    another shape (xplanes a user or an importer put there)."""
+    backend, sep, rest = folder.partition("-")
+    host, sep2, pid = rest.rpartition("-")
+    return host if backend and sep and sep2 and host and pid.isdigit() else None
 
 
 def proc_file(host: str, pid: int) -> str:
