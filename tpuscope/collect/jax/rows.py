@@ -2,10 +2,10 @@
 
 Kept lean on purpose: a jitted train step can take 0.1 ms, and its bookkeeping runs on
 the program's thread. Nothing a step leaves behind until the flush (every 2 s) may be an
-object the garbage collector tracks: ~4 such objects per step (a record, its dicts, a key
-tuple) made Python collect every ~175 steps, with a full collection of JAX's whole heap
-every few seconds (~10 us per step at a load of 7, more than the rest of the step path;
-the bare program collected never). So:
+object the garbage collector tracks: the 2-4 such objects per step of earlier versions (a
+record, its dicts, a key tuple) made Python collect every ~175 steps, and once in 20,000
+steps scan all of JAX's heap (5-10 us per step at a load of 4-7, as much as the rest of the
+step path; the bare program never collected). So:
 
 - `StepRecord`, the open step (its times, read by jax_ready, and its counts), has no
   `__init__`: its fields are class defaults until a step sets them. It lives only until the
