@@ -34,6 +34,7 @@ _LIVE: weakref.WeakSet[JaxCollector] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for collector in list(_LIVE):
         collector._rows.clear()
+        collector._events.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -151,12 +152,12 @@ class JaxCollector(StepTracker):
     def _write_rows(self) -> None:
         """The rows of the steps done since the last flush, one column chunk per table (runs in
         the flush thread, or at close)."""
-        records, rows = [], self._rows
-        while rows:
-            records.append(rows.popleft())
-        if not records or not self._owns_steps():  # torch_xla's collector writes this process's steps
+        with self._lock:  # the steps emitted so far and their events (later steps' stay)
+            done = self._rows.take()
+            steps, ids = self._events.take(done.last_step())
+        if not done.boundaries or not self._owns_steps():  # torch_xla's collector writes this process's steps
             return
-        for table, columns in StepColumns(records).tables().items():
+        for table, columns in StepColumns(done, steps, ids, self._events.keys).tables().items():
             self.session.add_columns(table, columns)
 
     def _device_meta(self) -> None:

@@ -104,7 +104,7 @@ class StepClock:
     """Emits each closed step once its outputs are ready, in step order (see module doc)."""
 
     def __init__(self, emit: Callable[[StepRecord], None], lock: threading.RLock) -> None:
-        self._emit = emit  # gets each step with its final start_ns and end_ns
+        self._emit = emit  # gets each step with its final start_ns and end_ns (keeps no reference)
         self._lock = lock
         self._closed: deque[StepRecord] = deque()  # closed, waiting for their outputs
         self._open: StepRecord | None = None

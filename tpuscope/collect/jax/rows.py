@@ -1,29 +1,35 @@
 """What one JAX step records, and the columns its rows become in the flush.
 
-Kept lean on purpose: a jitted train step can take 0.1 ms, and a StepRecord is made
-once per step on the program's thread. It is one object for the step's times (read by
-jax_ready) and its counts, with no `__init__` and no `__slots__`: its fields are class
-defaults until a step sets them, so making one costs a bare object, and a step that only
-called the step function sets four of them. Dictionaries are created only when
-something else happened (a sync, an eager op, a compile's metrics). The rows are built
-column-wise by `StepColumns` in the flush thread, never per step.
+Kept lean on purpose: a jitted train step can take 0.1 ms, and its bookkeeping runs on
+the program's thread. Nothing a step leaves behind until the flush (every 2 s) may be an
+object the garbage collector tracks: the 2-4 such objects per step of earlier versions (a
+record, its dicts, a key tuple) made Python collect every ~175 steps, and once in 20,000
+steps scan all of JAX's heap (5-10 us per step at a load of 4-7, as much as the rest of the
+step path; the bare program never collected). So:
+
+- `StepRecord`, the open step (its times, read by jax_ready, and its counts), has no
+  `__init__`: its fields are class defaults until a step sets them. It lives only until the
+  step is emitted into `StepLog`: its integers appended to one `array('q')` (which the
+  collector does not track), its boundary (a shared string) to a list.
+- Host syncs, eager dispatches and calls of other jitted functions go to `EventLog` as
+  they happen: (step, event id) in two `array.array` columns (not tracked at all), the
+  event's key (kind, name, location, library) interned once per distinct event.
+
+The rows are built column-wise by `StepColumns` in the flush thread, never per step, in
+the order the per-step dictionaries of earlier versions gave them.
 """
 
 from __future__ import annotations
 
-from operator import attrgetter
+from array import array
+from bisect import bisect_right
 from typing import Any
 
 # Host syncs that copy a value to the host (block_until_ready only waits).
 VALUE_READS = frozenset({"float", "int", "bool", "index", "complex", "item", "tolist", "tobytes",
                          "print", "np.asarray", "device_get"})
-
-
-def _bump(table: dict | None, key: Any) -> dict:
-    if table is None:
-        return {key: 1}
-    table[key] = table.get(key, 0) + 1
-    return table
+HOST_SYNC, EAGER, JIT_CALL = "host_sync", "eager_dispatch", "jit_call"  # EventLog kinds
+Key = tuple[str, str, str | None, str | None]  # (kind, name, location, library)
 
 
 class StepRecord:
@@ -39,45 +45,18 @@ class StepRecord:
     awaiting = 0
     probe: Any = None  # one output array, asked is_ready() at the close
     ready_at_close = False
-    # -- counts --
+    # -- counts (what the step did is in EventLog) --
     compiles = 0
     compile_ns = 0
     jit_calls = 0  # every top-level call of a jitted function
-    calls: dict[str, int] | None = None  # per function, except calls of the step function
-    eager: dict[str, int] | None = None  # primitive -> eager dispatches
+    events = 0  # EventLog entries of this step (syncs, eager dispatches, other jitted calls)
     eager_count = 0
     eager_ns = 0
-    syncs: dict[str, int] | None = None  # kind -> count
     reads = 0  # syncs that copied a value to the host (VALUE_READS)
-    sites: dict[tuple[str, str, str | None, str | None], int] | None = None  # (kind, name, location, library)
-    metrics: dict[str, list[float]] | None = None  # name -> [count, total ns]
+    metrics: dict[str, list[float]] | None = None  # name -> [count, total ns] (compile steps only)
 
     def has_work(self) -> bool:
-        return bool(self.compiles or self.jit_calls or self.eager or self.syncs)
-
-    def call(self, name: str) -> None:
-        self.jit_calls += 1
-        self.calls = _bump(self.calls, name)
-
-    def sync(self, kind: str, location: str | None, library: str | None = None) -> None:
-        """Once or more per step (a wait on the loss): the counts are bumped inline."""
-        syncs, sites, site = self.syncs, self.sites, ("host_sync", kind, location, library)
-        if syncs is None:
-            self.syncs = {kind: 1}
-        else:
-            syncs[kind] = syncs.get(kind, 0) + 1
-        if sites is None:
-            self.sites = {site: 1}
-        else:
-            sites[site] = sites.get(site, 0) + 1
-        if kind in VALUE_READS:
-            self.reads += 1
-
-    def dispatch(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
-        self.eager = _bump(self.eager, primitive)
-        self.eager_count += 1
-        self.eager_ns += elapsed_ns
-        self.sites = _bump(self.sites, ("eager_dispatch", primitive, location, library))
+        return bool(self.compiles or self.jit_calls or self.eager_count or self.events)
 
     def metric(self, name: str, value_ns: float | None) -> None:
         if self.metrics is None:
@@ -87,34 +66,156 @@ class StepRecord:
         entry[1] += value_ns or 0.0
 
 
-_STEP_FIELDS = attrgetter("step", "start_ns", "end_ns", "boundary", "compiles", "compile_ns", "jit_calls",
-                          "eager_count", "reads", "calls", "eager", "syncs", "metrics", "sites")
+
+STEP_INTS = ("step", "start_ns", "end_ns", "compiles", "compile_ns", "jit_calls", "eager_count", "eager_ns",
+             "reads")  # one emitted step's integers, in StepLog.ints
+_WIDTH = len(STEP_INTS)
+
+
+class StepLog:
+    """The emitted steps, waiting for the flush: their integers (STEP_INTS) in one `array('q')`,
+    their boundaries (shared strings) in a list, a compile step's metrics apart. Emitting a
+    step leaves no new object behind (the record is dropped once emitted)."""
+
+    def __init__(self) -> None:
+        self.ints = array("q")
+        self.boundaries: list[str] = []
+        self.metrics: list[tuple[int, dict[str, list[float]]]] = []
+
+    def emit(self, r: StepRecord) -> None:
+        """A step done, with its final times (jax_ready; the program's thread, under the lock)."""
+        self.ints.extend((r.step, r.start_ns, r.end_ns, r.compiles, r.compile_ns, r.jit_calls, r.eager_count,
+                          r.eager_ns, r.reads))  # a tuple that dies at once: nothing for the collector
+        self.boundaries.append(r.boundary)
+        if r.metrics is not None:
+            self.metrics.append((r.step, r.metrics))
+
+    def last_step(self) -> int:
+        return self.ints[-_WIDTH] if self.ints else -1
+
+    def take(self) -> StepLog:
+        """Everything emitted so far, handed over; this log starts empty (call under the lock)."""
+        taken = StepLog()
+        taken.ints, taken.boundaries, taken.metrics = self.ints, self.boundaries, self.metrics
+        self.ints, self.boundaries, self.metrics = array("q"), [], []
+        return taken
+
+    def clear(self) -> None:
+        self.take()
+
+    def column(self, name: str) -> list[int]:
+        return self.ints[STEP_INTS.index(name)::_WIDTH].tolist()
+
+
+class EventLog:
+    """Each step's syncs, eager dispatches and other jitted calls, in the order they happened:
+    parallel `array('q')` columns of step numbers and event ids (steps never decrease)."""
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.ids = array("q")
+        self.keys: list[Key] = []
+        self._index: dict[Key, int] = {}
+
+    def add(self, step: int, key: Key) -> None:
+        """One event of `step` (the program's thread, under the collector's lock)."""
+        event = self._index.get(key)
+        if event is None:
+            event = self._index[key] = len(self.keys)
+            self.keys.append(key)
+        self.steps.append(step)
+        self.ids.append(event)
+
+    def take(self, last_step: int) -> tuple[array, array]:
+        """Remove and return the events of steps <= last_step (call under the lock)."""
+        count = bisect_right(self.steps, last_step)
+        steps, ids = self.steps[:count], self.ids[:count]
+        del self.steps[:count], self.ids[:count]
+        return steps, ids
+
+    def clear(self) -> None:
+        del self.steps[:], self.ids[:]
+
+
 _METRIC_COLUMNS = ("step", "name", "kind", "count", "total")
 _SITE_COLUMNS = ("step", "kind", "name", "location", "library_frame", "count")
+
+
+def _counts(ids: array, start: int, stop: int) -> dict[int, int]:
+    """Event id -> count among ids[start:stop], in the order each id first occurred."""
+    if stop == start + 1:
+        return {ids[start]: 1}
+    counts: dict[int, int] = {}
+    for event in ids[start:stop]:
+        counts[event] = counts.get(event, 0) + 1
+    return counts
 
 
 class StepColumns:
     """The steps, metrics and call_sites columns of a batch of emitted steps (flush thread)."""
 
-    def __init__(self, records: list[StepRecord]) -> None:
+    def __init__(self, done: StepLog, steps: array | None = None, ids: array | None = None,
+                 keys: list[Key] | None = None) -> None:
         from tpuscope.schema import table_columns  # pyarrow: in the flush thread, never at start-up
 
-        fields = list(zip(*map(_STEP_FIELDS, records), strict=True)) if records else [()] * 14
-        step, start, end, boundary, compiles, compile_ns, jit_calls, eager_count, reads = fields[:9]
-        count = len(records)
+        step, start, end = done.column("step"), done.column("start_ns"), done.column("end_ns")
+        jit_calls, eager_count, count = done.column("jit_calls"), done.column("eager_count"), len(step)
         self.steps = table_columns(
-            "steps", step=list(step), start_ns=list(start), end_ns=list(end),
-            wall_ns=[e - s for s, e in zip(start, end, strict=True)], boundary=list(boundary),
-            compiles=list(compiles), compile_ns=list(compile_ns),
+            "steps", step=step, start_ns=start, end_ns=end,
+            wall_ns=[e - s for s, e in zip(start, end, strict=True)], boundary=done.boundaries,
+            compiles=done.column("compiles"), compile_ns=done.column("compile_ns"),
             executions=[j + e for j, e in zip(jit_calls, eager_count, strict=True)],
-            fallback_ops=[0] * count, transfers_from_device=list(reads), graph_hashes=[[]] * count)
+            fallback_ops=[0] * count, transfers_from_device=done.column("reads"), graph_hashes=[[]] * count)
         self.metrics: dict[str, list[Any]] = {name: [] for name in _METRIC_COLUMNS}
         self.sites: dict[str, list[Any]] = {name: [] for name in _SITE_COLUMNS}
-        for record, calls, eager, syncs, metrics, sites in zip(records, *fields[9:], strict=True):
-            if calls or eager or syncs or metrics:
-                self._metric_rows(record, calls, eager, syncs, metrics)
-            if sites:
-                self._site_rows(record.step, sites)
+        self._keys = keys or []
+        self._sync_names: dict[str, str] = {}  # one metric name string per kind, shared by its rows
+        if ids or done.metrics:
+            self._events(done, steps or array("q"), ids or array("q"))
+
+    def _events(self, done: StepLog, steps: array, ids: array) -> None:
+        """Each step's metric and site rows: its events (a run of `steps` equal to its number)
+        and its compile metrics, step by step. A step whose only event is one host sync (a
+        wait on the loss: most steps of most programs) takes a shortcut to the same two rows."""
+        metrics = dict(done.metrics)
+        ints, at, total = done.ints, 0, len(steps)
+        single = self._single_sync_rows
+        for row in range(0, len(ints), _WIDTH):
+            step = ints[row]
+            while at < total and steps[at] < step:  # no such step was emitted (cannot happen)
+                at += 1
+            stop = at
+            while stop < total and steps[stop] == step:
+                stop += 1
+            shortcut = stop == at + 1 and step not in metrics and single(step, ids[at])
+            if not shortcut and (stop > at or step in metrics):
+                counts = _counts(ids, at, stop) if stop > at else {}
+                self._metric_rows(ints[row:row + _WIDTH], counts, metrics.get(step))
+                self._site_rows(step, counts)
+            at = stop
+
+    def _single_sync_rows(self, step: int, event: int) -> bool:
+        """The rows of a step whose only event is `event`, if it is a host sync (else False)."""
+        kind, name, location, library = self._keys[event]
+        if kind != HOST_SYNC:
+            return False
+        metrics, sites = self.metrics, self.sites
+        metrics["step"].append(step)
+        metrics["name"].append(self._sync_names.get(name) or self._sync_name(name))
+        metrics["kind"].append("counter")
+        metrics["count"].append(1)
+        metrics["total"].append(0.0)
+        sites["step"].append(step)
+        sites["kind"].append(kind)
+        sites["name"].append(name)
+        sites["location"].append(location)
+        sites["library_frame"].append(library)
+        sites["count"].append(1)
+        return True
+
+    def _sync_name(self, kind: str) -> str:
+        name = self._sync_names[kind] = f"jax.host_syncs/{kind}"
+        return name
 
     def _metric_row(self, step: int, name: str, kind: str, count: int, total: float) -> None:
         metrics = self.metrics
@@ -124,26 +225,35 @@ class StepColumns:
         metrics["count"].append(count)
         metrics["total"].append(total)
 
-    def _metric_rows(self, record: StepRecord, calls: dict | None, eager: dict | None, syncs: dict | None,
-                     metrics: dict | None) -> None:
+    def _metric_rows(self, record: array, counts: dict[int, int], metrics: dict | None) -> None:
         """Counters (jit calls per function, eager primitives, host syncs) and timed metrics."""
-        step, row = record.step, self._metric_row
+        step, row, keys = record[0], self._metric_row, self._keys
+        calls: dict[str, int] = {}
+        eager: dict[str, int] = {}
+        syncs: dict[str, int] = {}
+        for event, count in counts.items():
+            kind, name = keys[event][:2]
+            table = calls if kind == JIT_CALL else eager if kind == EAGER else syncs
+            table[name] = table.get(name, 0) + count
         if calls:
-            row(step, "jax.jit_calls", "counter", record.jit_calls, 0.0)
+            row(step, "jax.jit_calls", "counter", record[5], 0.0)
             for name, count in calls.items():
                 row(step, f"jax.jit_calls/{name}", "counter", count, 0.0)
-        for name, count in (eager or {}).items():
+        for name, count in eager.items():
             row(step, f"jax.eager/{name}", "counter", count, 0.0)
-        for kind, count in (syncs or {}).items():
+        for kind, count in syncs.items():
             row(step, f"jax.host_syncs/{kind}", "counter", count, 0.0)
         if eager:
-            row(step, "jax.eager_dispatch_time", "metric", record.eager_count, float(record.eager_ns))
+            row(step, "jax.eager_dispatch_time", "metric", record[6], float(record[7]))
         for name, (count, total) in (metrics or {}).items():
             row(step, name, "metric" if total else "counter", int(count), float(total))
 
-    def _site_rows(self, step: int, sites: dict) -> None:
-        columns = self.sites
-        for (kind, name, location, library), count in sites.items():
+    def _site_rows(self, step: int, counts: dict[int, int]) -> None:
+        columns, keys = self.sites, self._keys
+        for event, count in counts.items():
+            kind, name, location, library = keys[event]
+            if kind == JIT_CALL:
+                continue
             columns["step"].append(step)
             columns["kind"].append(kind)
             columns["name"].append(name)

@@ -11,19 +11,30 @@ when its asynchronous dispatch returned (jax_ready).
 
 This runs on the program's thread at every top-level jitted call, so the common case
 (a call of the step function) is one lock, one clock read, one new StepRecord and the
-close of the previous step; the step's rows are built later, in the flush (rows.py).
+close of the previous step; the step's rows are built later, in the flush (rows.py). What a
+step did (syncs, eager dispatches, other jitted calls) goes to an EventLog as it happens, and
+a closed step stays until the flush as integers in an array (StepLog): nothing per step is left for Python's
+garbage collector to track (rows.py says why that matters).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from tpuscope.collect.jax.hooks import JitTarget
 from tpuscope.collect.jax.ready import StepClock
-from tpuscope.collect.jax.rows import StepRecord
+from tpuscope.collect.jax.rows import (
+    EAGER,
+    HOST_SYNC,
+    JIT_CALL,
+    VALUE_READS,
+    EventLog,
+    StepLog,
+    StepRecord,
+)
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow
 
@@ -47,8 +58,9 @@ class StepTracker:
         self._first_call_ns: dict[JitTarget, int] = {}
         self._acc = StepRecord()  # the open step (or the work before the first one)
         self._lock = threading.RLock()
-        self._rows: deque[StepRecord] = deque()  # steps done, whose rows wait for the flush
-        self.clock = StepClock(self._rows.append, self._lock)
+        self._rows = StepLog()  # steps done, whose rows wait for the flush
+        self._events = EventLog()
+        self.clock = StepClock(self._rows.emit, self._lock)
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
 
@@ -117,10 +129,11 @@ class StepTracker:
                 return
             if self.mode != ANNOTATION and target.user:
                 self._choose_step(target, time.time_ns())
-            if target is self.step_fn and self.mode == "jit":
-                self._acc.jit_calls += 1
-            else:
-                self._acc.call(target.name)
+            acc = self._acc
+            acc.jit_calls += 1
+            if target is not self.step_fn or self.mode != "jit":
+                acc.events += 1
+                self._events.add(self.step, (JIT_CALL, target.name, None, None))
 
     def _choose_step(self, target: JitTarget, now: int) -> None:
         self._calls[target] += 1
@@ -159,12 +172,21 @@ class StepTracker:
 
     # -- syncs, eager dispatches, metrics ------------------------------------------------
     def on_sync(self, kind: str, location: str | None, library: str | None = None) -> None:
+        """Once or more per step (a wait on the loss): counted inline, logged as an event."""
         with self._lock:
-            self._acc.sync(kind, location, library)
+            acc = self._acc
+            acc.events += 1
+            if kind in VALUE_READS:
+                acc.reads += 1
+            self._events.add(self.step, (HOST_SYNC, kind, location, library))
 
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         with self._lock:
-            self._acc.dispatch(primitive, location, library, elapsed_ns)
+            acc = self._acc
+            acc.events += 1
+            acc.eager_count += 1
+            acc.eager_ns += elapsed_ns
+            self._events.add(self.step, (EAGER, primitive, location, library))
 
     def _on_metric(self, name: str, seconds: float | None) -> None:
         with self._lock:
