@@ -1,25 +1,27 @@
 """Detectors: pure functions of a run's tables that return Findings, plus the default registry.
 
-The default rules are registered here, after the registry exists, so importing any
-one rule module (which imports the registry for RunTables) never sees a half-made
-registry. Docs of every rule: docs/detectors.md.
+The registry is loaded on first use (`tpuscope.detect.detect`, `DETECTORS`, ...): the rules
+import pandas and the analysis stack (~0.4 s), which reading a stored analysis (`show` of an
+ended run, `ls`, the dashboard's Runs page) never needs. `registry.register_defaults` adds
+the default rules once the registry exists, so a rule module (which imports the registry for
+RunTables) never sees a half-made registry. Docs of every rule: docs/detectors.md.
 """
 
-from tpuscope.detect.cpu_fallback import detect_cpu_fallback
-from tpuscope.detect.host_sync import detect_host_sync
-from tpuscope.detect.op_by_op import detect_op_by_op
-from tpuscope.detect.rank_divergence import detect_rank_divergence
-from tpuscope.detect.recompile import detect_recompile
-from tpuscope.detect.registry import DETECTORS, POD_DETECTORS, RunTables, detect
-from tpuscope.detect.straggler import detect_straggler
-from tpuscope.detect.tensorcore import detect_tensorcore_underuse
+from __future__ import annotations
 
-for _rule in (detect_recompile, detect_cpu_fallback, detect_host_sync, detect_op_by_op,
-              detect_tensorcore_underuse):
-    if _rule not in DETECTORS:
-        DETECTORS.append(_rule)
-for _rule in (detect_straggler, detect_rank_divergence):  # hosts against each other (detect/pod.py)
-    if _rule not in POD_DETECTORS:
-        POD_DETECTORS.append(_rule)
+from typing import Any
+
+_FROM_REGISTRY = ("DETECTORS", "POD_DETECTORS", "RunTables", "detect")
+
+
+def __getattr__(name: str) -> Any:
+    """The registry's names, with the default rules registered (PEP 562: first use only)."""
+    if name not in _FROM_REGISTRY:
+        raise AttributeError(f"module 'tpuscope.detect' has no attribute {name!r}")
+    from tpuscope.detect import registry
+
+    registry.register_defaults()
+    return getattr(registry, name)
+
 
 __all__ = ["DETECTORS", "POD_DETECTORS", "RunTables", "detect"]

@@ -239,12 +239,6 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
     return rows
 
 
-def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """A stored summary's hosts with each one's status as the run's meta says now."""
-    status = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
-    return [{**h, "status": status.get(str(h["host"]), h.get("status"))} for h in hosts]
-
-
 def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     """The summary's pod keys, {} for a run of one host: `hosts` and `host_steps`."""
     hosts = hosts_section(tables, findings)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.judge import phases
+from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
 
 # A list of graph hashes per step that no rule reads (compiles has them): on a million steps,
@@ -116,6 +117,32 @@ Detector = Callable[[RunTables], list[Finding]]
 DETECTORS: list[Detector] = []  # rules of one host's tables (a pod: each host alone, detect/pod.py)
 POD_DETECTORS: list[Detector] = []  # rules that judge the hosts against each other (2+ hosts)
 
+__all__ = ["DETECTORS", "POD_DETECTORS", "Detector", "RunTables", "detect", "order"]
+_defaults_added = False
+
+
+def register_defaults() -> None:
+    """Put the default rules first in the registry, once. Done on first use, not at import:
+    the rule modules import this one (for RunTables), and readers of a stored analysis import
+    neither (tpuscope/detect/__init__.py). Once only: a rule taken out of the list stays out."""
+    global _defaults_added
+    if _defaults_added:
+        return
+    from tpuscope.detect.cpu_fallback import detect_cpu_fallback
+    from tpuscope.detect.host_sync import detect_host_sync
+    from tpuscope.detect.op_by_op import detect_op_by_op
+    from tpuscope.detect.rank_divergence import detect_rank_divergence
+    from tpuscope.detect.recompile import detect_recompile
+    from tpuscope.detect.straggler import detect_straggler
+    from tpuscope.detect.tensorcore import detect_tensorcore_underuse
+
+    rules = (detect_recompile, detect_cpu_fallback, detect_host_sync, detect_op_by_op,
+             detect_tensorcore_underuse)
+    DETECTORS[:0] = [rule for rule in rules if rule not in DETECTORS]
+    pod_rules = (detect_straggler, detect_rank_divergence)  # hosts against each other (detect/pod.py)
+    POD_DETECTORS[:0] = [rule for rule in pod_rules if rule not in POD_DETECTORS]
+    _defaults_added = True
+
 
 def detect(tables: RunTables, detectors: list[Detector] | None = None) -> list[Finding]:
     """Every finding of every detector, most severe first, then costliest. The default rules
@@ -125,6 +152,7 @@ def detect(tables: RunTables, detectors: list[Detector] | None = None) -> list[F
         return sorted([f for detector in detectors for f in detector(tables)], key=order)
     from tpuscope.detect.pod import detect_per_host, run_hosts
 
+    register_defaults()
     hosts = run_hosts(tables)
     if len(hosts) < 2:
         findings = [f for detector in DETECTORS for f in detector(tables)]
@@ -132,10 +160,3 @@ def detect(tables: RunTables, detectors: list[Detector] | None = None) -> list[F
         findings = detect_per_host(tables, DETECTORS, hosts)
         findings += [f for detector in POD_DETECTORS for f in detector(tables)]
     return sorted(findings, key=order)
-
-
-def order(finding: Finding) -> tuple[int, float, str]:
-    """The order every surface lists findings in: severity, then cost."""
-    from tpuscope.schema import SEVERITIES
-
-    return (SEVERITIES.index(finding.severity), -finding.cost_s, finding.rule)

@@ -4,19 +4,22 @@ It runs once when a run ends (and again on `tpuscope show --reanalyze` or an imp
 and writes its result into the run: the `findings` table and `analysis.json` (the
 summary). Every surface — the console report, `show --json`, the dashboard, the
 pytest plugin — reads what was written here, so they state the same counts.
+
+Reading a current analysis imports neither the rules nor pandas (the detectors, the summary
+and the tables load only in `_compute`): `show` of an ended run is its start-up and two files.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tpuscope.analyze.summary import summarize
-from tpuscope.detect import RunTables, detect
-from tpuscope.detect.pod import hosts_ended_now, pod_summary
-from tpuscope.detect.registry import order
+from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
+
+if TYPE_CHECKING:
+    from tpuscope.detect.registry import RunTables
 
 ANALYSIS_VERSION = 3  # bump when the analysis changes what it writes: older ones are redone
 
@@ -33,6 +36,9 @@ class RunReport:
 
 
 def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
+    from tpuscope.analyze.summary import summarize
+    from tpuscope.detect.pod import pod_summary
+
     summary = summarize(tables.meta, tables.steps, tables.families, tables.fallbacks, tables.metrics,
                         tables.phase)
     summary["findings_by_severity"] = {
@@ -71,7 +77,16 @@ def _stored(run: Run) -> RunReport | None:
     return RunReport(summary=summary, findings=sorted(run.findings_list(), key=order))
 
 
+def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored summary's hosts with each one's status as the run's meta says now."""
+    status = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
+    return [{**h, "status": status.get(str(h["host"]), h.get("status"))} for h in hosts]
+
+
 def _compute(run: Run) -> RunReport:
+    """Every rule on the run's tables, and the summary: the only place the rules are loaded."""
+    from tpuscope.detect import RunTables, detect
+
     tables = RunTables.from_run(run)
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)

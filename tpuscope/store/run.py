@@ -189,9 +189,13 @@ class Run:
 
     # -- findings and analysis --------------------------------------------------------
     def findings_list(self) -> list[Finding]:
-        from tpuscope.schema import Finding
+        """The stored findings, read with pyarrow alone: a table of a few rows, which `show`
+        reads on every call, need not import DuckDB and pandas (~0.3 s of its start-up)."""
+        from tpuscope.schema import TABLES, Finding
+        from tpuscope.store.compact import read_parts
 
-        return [Finding.from_row(row) for row in self.table("findings").to_dict("records")]
+        rows = read_parts(self.loc / "findings", TABLES["findings"]).to_pylist()
+        return [Finding.from_row(row) for row in rows]
 
     def write_findings(self, findings: list[Finding]) -> None:
         """Replace the run's findings (analysis is re-runnable, so one part, overwritten)."""
@@ -217,18 +221,35 @@ class Run:
     def analysis(self) -> dict[str, Any] | None:
         """The summary the last analysis wrote (tpuscope.detect.run_analysis), None when there is none or
         when a table part is newer than it (rows were added or a part changed since)."""
-        entry = next((e for e in self.loc.entries() if e.name == layout.ANALYSIS), None)
-        if entry is None or self._newest_part_ns() > entry.mtime_ns:
+        written = self._analysis_ns()
+        if written is None or self._newest_part_ns() > written:
             return None
         try:
             return json.loads((self.loc / layout.ANALYSIS).read_text())
         except (OSError, ValueError):
             return None
 
+    def _analysis_ns(self) -> int | None:
+        """analysis.json's mtime, None when there is none (locally one stat, not a listing)."""
+        if self.local:
+            try:
+                return (self.path / layout.ANALYSIS).stat().st_mtime_ns
+            except OSError:
+                return None
+        entry = next((e for e in self.loc.entries() if e.name == layout.ANALYSIS), None)
+        return None if entry is None else entry.mtime_ns
+
     def _newest_part_ns(self) -> int:
-        """mtime of the newest Parquet part of any table but findings (which analysis writes)."""
+        """When a table but findings (which analysis writes) last changed. Locally each table
+        folder's mtime: every part is renamed into its folder (store/parts.py, row_groups.py,
+        compact.py), so a new, replaced or removed part moves the folder's mtime to at least
+        its own, and one stat per table replaces a listing of every part (the Runs page and
+        `ls` check hundreds of runs). Object stores have no folder mtimes: their parts' mtimes."""
         from tpuscope.schema import TABLES
 
+        if self.local:
+            return max((_mtime_ns(self.path / name) for name in TABLES if name != "findings"),
+                       default=0)
         present = set(self.loc.folders())
         return max(
             (
@@ -245,6 +266,13 @@ class Run:
         """Replace analysis.json, atomically (a reader never sees half a file)."""
         data = json.dumps(summary, indent=1, sort_keys=True, default=str).encode()
         (self.loc / layout.ANALYSIS).write_bytes_atomic(data, make_folder=False)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # no such table in this run
+        return 0
 
 
 def load_run(run: str | Path, store: str | Path | None = None) -> Run:

@@ -155,6 +155,14 @@ def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
     return meta
 
 
+def _local_metas(root: str) -> list[str]:
+    """The meta.json of every run folder of a local store: one scandir and a stat per folder
+    (fsspec's glob walks into every run folder: half of `ls`'s own time at 200 runs)."""
+    with os.scandir(root) as entries:
+        folders = [e.path for e in entries if e.is_dir()]
+    return [meta for meta in (os.path.join(f, layout.META) for f in folders) if os.path.isfile(meta)]
+
+
 def stage_root() -> Path:
     """Where runs bound for an object store are written first ($TPUSCOPE_STAGE, else the user's
     cache): the program's parts land on local disk at local speed and are shipped in batches."""
@@ -225,7 +233,8 @@ class RunStore:
     def run_dirs(self) -> Iterator[Location]:
         """Every run folder (one holding a meta.json)."""
         try:
-            metas = self.loc.fs.glob(f"{self.loc.path}/*/{layout.META}")
+            metas = _local_metas(self.loc.path) if self.local else self.loc.fs.glob(
+                f"{self.loc.path}/*/{layout.META}")
         except (FileNotFoundError, NotADirectoryError):
             return iter(())
         except OSError as exc:
