@@ -15,7 +15,7 @@ import tpuscope
 from tests.conftest import run_tpuscope
 from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import PartWriter
+from tpuscope.store.buffer import PartWriter, Repeat
 from tpuscope.store.parts import read_table
 
 HEAVY = ("pyarrow", "pandas", "numpy", "tpuscope.analysis", "tpuscope.schema")
@@ -81,8 +81,8 @@ def test_the_row_buffer_needs_no_pyarrow_until_it_writes(tmp_path: Path) -> None
 
 
 def test_buffered_rows_and_column_chunks_make_the_table_pyarrow_would(tmp_path: Path) -> None:
-    """Dict rows and column chunks (with columns left out) in one part, equal to from_pylist of
-    the same rows: the same types, dictionary columns and nulls."""
+    """Dict rows and column chunks (with columns left out, and with repeated process columns)
+    in one part, equal to from_pylist of the same rows: the same types, dictionary columns and nulls."""
     writer = PartWriter(tmp_path, tag="t")
     rows = [
         {
@@ -106,12 +106,17 @@ def test_buffered_rows_and_column_chunks_make_the_table_pyarrow_would(tmp_path: 
         "time_ns": [6, 7],
         "input_shapes": [["f32[2]"], None],
     }
+    repeated = {"host": Repeat("h", 2), "pid": Repeat(1, 2), "rank": Repeat(0, 2), "step": [3, 4],
+                "index": [3, 4], "input_shapes": [None, ["f32[1]"]]}  # the session's process columns
     writer.extend("compiles", rows)
     writer.extend_columns("compiles", chunk)
-    assert writer.pending() == 3
-    assert writer.flush() == 3 and writer.pending() == 0
+    writer.extend_columns("compiles", repeated)
+    assert writer.pending() == 5
+    assert writer.flush() == 5 and writer.pending() == 0
     got = read_table(tmp_path, "compiles")
     as_rows = rows + [{name: values[i] for name, values in chunk.items()} for i in range(2)]
+    as_rows += [{name: values.value if isinstance(values, Repeat) else values[i] for name, values in repeated.items()}
+                for i in range(2)]
     want = pa.Table.from_pylist(as_rows, schema=TABLES["compiles"])
     assert got.equals(want.combine_chunks())
     assert writer.flush() == 0 and len(list((tmp_path / "compiles").glob("part-*"))) == 1

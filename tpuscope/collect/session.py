@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
+from tpuscope.store.buffer import Repeat
 from tpuscope.store.hosts import file_host
 from tpuscope.store.run import Run  # light: no pyarrow until rows are written
 
@@ -130,7 +131,7 @@ class Session:
     def add_columns(self, table: str, columns: dict[str, list[Any]]) -> None:
         """Rows given column-wise (equal-length lists); the process fields are added here."""
         count = len(next(iter(columns.values()), []))
-        fields = {name: [value] * count for name, value in self.process_fields().items()}
+        fields = {name: Repeat(value, count) for name, value in self.process_fields().items()}
         self.writer.extend_columns(table, {**fields, **columns})
 
     def set_rank(self, **facts: int) -> None:

@@ -19,7 +19,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-Columns = dict[str, list[Any]]
+
+class Repeat:
+    """A column of one value repeated (a chunk's host, pid, rank): converted once per chunk
+    when written (store/parts), not once per row."""
+
+    __slots__ = ("count", "value")
+
+    def __init__(self, value: Any, count: int) -> None:
+        self.value, self.count = value, count
+
+    def __len__(self) -> int:
+        return self.count
+
+
+Columns = dict[str, "list[Any] | Repeat"]
 _WARM: list[bool] = []  # pyarrow's first conversion (it imports pandas) was done in this process
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
+from tpuscope.store.buffer import Repeat
 from tpuscope.store.location import Location
 from tpuscope.store.runstore import remove_quietly
 
@@ -41,21 +42,32 @@ def warm_up() -> None:
     pa.array([0], type=pa.int64())
 
 
-def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, list[Any]]]) -> int:
+def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, Any]]) -> int:
     """One part file of table `name` from dict rows and column chunks (columns a chunk
     leaves out are null); returns its row count. Called by the flush thread (buffer)."""
     schema = TABLES[name]
     tables = [pa.Table.from_pylist(rows, schema=schema)] if rows else []
-    if chunks:  # one Arrow conversion for all of them: steps add a chunk each
-        merged: dict[str, list[Any]] = {field: [] for field in schema.names}
-        for chunk in chunks:
-            count = len(next(iter(chunk.values())))
-            for field, values in merged.items():
-                values.extend(chunk.get(field) or [None] * count)
-        tables.append(pa.Table.from_pydict(merged, schema=schema))
+    tables += [_chunk_table(schema, chunk) for chunk in chunks]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     write_table_atomic(path, table)
     return table.num_rows
+
+
+def _chunk_table(schema: pa.Schema, chunk: dict[str, Any]) -> pa.Table:
+    """One column chunk as a table, converted column by column: a `Repeat` (the process's
+    host/pid/rank) becomes one scalar repeated and a left-out column one null array, so
+    neither is converted value by value (the same rows as converting lists)."""
+    count = len(next(iter(chunk.values())))
+    arrays = []
+    for field in schema:
+        values = chunk.get(field.name)
+        if values is None:
+            arrays.append(pa.nulls(count, field.type))
+        elif isinstance(values, Repeat):
+            arrays.append(pa.repeat(pa.scalar(values.value, field.type), count))
+        else:
+            arrays.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def read_table(run_dir: str | Path | Location, name: str, warn: list[str] | None = None,
