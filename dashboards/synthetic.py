@@ -16,9 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import Run, RunStore, layout, update_meta
+from tpuscope.store import Run, RunStore
 from tpuscope.store.parts import write_table_atomic
-from tpuscope.store.runstore import write_json_atomic
 
 SITE = "examples/train_varlen.py:57"
 MS = 1_000_000
@@ -214,14 +213,15 @@ def make_run(store: Path, name: str = "synthetic", steps: int = 200, trace_event
     end = int(step_table.column("end_ns").to_numpy()[-1])
     proc: dict[str, Any] = {"backend": "torch_xla", "device_kind": "TPU v5 lite (synthetic)", "host": "vm",
                             "pid": 4242, "rank": 0, "status": "finished", "start_ns": t0, "end_ns": end}
-    write_json_atomic(run_dir / layout.proc_file("vm", 4242), proc)
-    update_meta(run_dir, command=f"python examples/train_varlen.py  # synthetic, {steps} steps", warmup=2,
-                start_ns=t0, end_ns=end, status="finished", exit_code=0, synthetic=True,
-                argv=["python", "examples/train_varlen.py"])
+    run = Run(run_dir)
+    run.write_proc("vm", 4242, proc)
+    run.update_meta(command=f"python examples/train_varlen.py  # synthetic, {steps} steps", warmup=2,
+                    start_ns=t0, end_ns=end, status="finished", exit_code=0, synthetic=True,
+                    argv=["python", "examples/train_varlen.py"])
     if analyze:
         from tpuscope.detect.run_analysis import analyze as analyze_run
 
-        analyze_run(Run(run_dir))
+        analyze_run(run)
     elif analyze is False:
-        Run(run_dir).write_findings(_findings(run_dir))
+        run.write_findings(_findings(run_dir))
     return run_dir
