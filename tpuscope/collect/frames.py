@@ -1,64 +1,20 @@
 """The user's frame: the line every location in a run points at, for every backend.
 
-A location is the innermost Python frame that is the user's code: not an installed
-package (site-packages, dist-packages), not the standard library (`<frozen ...>`
-modules included), not tpuscope itself. A host read inside `model.generate(...)` is
-then located at the user's `generate` line, and the library frame that did the read
+A location is the innermost Python frame that is the user's code (tpuscope/user_files.py:
+not an installed package, not the standard library, not tpuscope itself). A host read
+inside `model.generate(...)` is then located at the user's `generate` line, and the library frame that did the read
 (`transformers/generation/utils.py:2480`) is kept beside it, so the report can say
 "generate() reads a value per token" rather than point into transformers.
-
-A framework run from a source checkout (torch, torch_xla, jax outside site-packages)
-is still a library; a file under the directory the program started in is the user's
-even if its path names a framework (`~/work/torch/train.py`). `python -c` code
-(`<string>`) and `<stdin>` are the user's; other generated code (`<eval_with_key>`,
-dataclass methods) is not.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import sysconfig
 from types import FrameType
 
-_TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_STDLIB = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")})
-_INSTALLED = ("site-packages", "dist-packages")
-_FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
-_START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
-_USER_PSEUDO = ("<string>", "<stdin>")
+from tpuscope.user_files import import_path, is_plumbing, is_user_file
 
-
-@functools.lru_cache(maxsize=4096)
-def is_user_file(filename: str) -> bool:
-    """True if code in `filename` is the user's (see the module docstring)."""
-    if filename.startswith("<"):
-        return filename in _USER_PSEUDO
-    if filename.startswith(_TPUSCOPE_DIR) or any(m in filename for m in _INSTALLED):
-        return False
-    if filename.startswith(_STDLIB):
-        return False
-    if not os.path.isabs(filename) or filename.startswith(_START_DIR):
-        return True
-    return not any(m in filename for m in _FRAMEWORKS)
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_plumbing(filename: str) -> bool:
-    """Frames never worth naming as the library call: tpuscope, the standard library
-    (whose folder holds site-packages in most installs: those are libraries)."""
-    if filename.startswith(_TPUSCOPE_DIR) or filename.startswith("<"):
-        return True
-    return filename.startswith(_STDLIB) and not any(m in filename for m in _INSTALLED)
-
-
-def import_path(filename: str) -> str:
-    """A library file as its import path: '.../site-packages/transformers/x.py' -> 'transformers/x.py'."""
-    for marker in _INSTALLED:
-        cut = filename.rfind(marker + os.sep)
-        if cut >= 0:
-            return filename[cut + len(marker) + 1:]
-    return filename
+__all__ = ["caller_location", "import_path", "is_user_file", "user_and_library", "user_frames",
+           "user_location"]
 
 
 def user_location(frame: FrameType | None) -> str | None:
@@ -82,7 +38,7 @@ def user_and_library(frame: FrameType | None, skip: tuple[str, ...] = ()) -> tup
         filename = frame.f_code.co_filename
         if is_user_file(filename):
             return f"{filename}:{frame.f_lineno}", library
-        if library is None and not _is_plumbing(filename) and not any(s in filename for s in skip):
+        if library is None and not is_plumbing(filename) and not any(s in filename for s in skip):
             library = f"{import_path(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, library

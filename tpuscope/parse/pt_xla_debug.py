@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuscope.collect.frames import is_user_file
+from tpuscope.user_files import is_user_file
 
 _PREFIXES = {
     "Compilation Analysis:": "compile",
@@ -50,7 +50,7 @@ class GraphRecord:
 
 
 def user_location(frames: list[str]) -> str | None:
-    """`file:line` of the innermost frame that is the user's code (frames.is_user_file)."""
+    """`file:line` of the innermost frame that is the user's code (user_files.is_user_file)."""
     for frame in frames:
         match = _FRAME.match(frame)
         if match and is_user_file(match["file"]):
