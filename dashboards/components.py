@@ -13,6 +13,7 @@ from tpuscope.schema import Finding
 
 MAX_EVIDENCE = 4000
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}  # a grid column of numbers
 RUN_TABS = (
     ("overview", "Overview", ""),
     ("recompiles", "Recompiles", "/recompiles"),

@@ -10,6 +10,7 @@ from dash import html
 
 from .. import aggregates
 from ..components import (
+    NUM,
     findings_list,
     fmt_num,
     graph,
@@ -23,7 +24,6 @@ from ..components import (
 from ..data import StoreData
 from ..figures.fallbacks import fallback_heatmap, fallback_matrix, transfers_timeline
 
-NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 COLUMNS: list[dict[str, Any]] = [
     {"field": "op", "minWidth": 200},
     site_column(),

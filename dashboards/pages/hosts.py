@@ -8,6 +8,7 @@ import pandas as pd
 from dash import html
 
 from ..components import (
+    NUM,
     empty_state,
     findings_list,
     fmt_num,
@@ -20,7 +21,6 @@ from ..components import (
 from ..data import StoreData
 from ..figures.hosts import host_heatmap
 
-NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 HOST_COLUMNS: list[dict[str, Any]] = [
     {"field": "host", "minWidth": 120},
     {"field": "processes", **NUM},

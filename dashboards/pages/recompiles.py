@@ -10,6 +10,7 @@ from dash import Dash, Input, Output, State, dcc, html
 from tpuscope.analyze.families import graph_families, process_backends
 
 from ..components import (
+    NUM,
     findings_list,
     fmt_num,
     fmt_pct,
@@ -30,7 +31,6 @@ from ..figures.steps import compile_bars
 from ..shapes import shape_diffs
 
 MAX_ROWS = 2000
-NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 COLUMNS: list[dict[str, Any]] = [
     {"field": "n", "headerName": "#", **NUM, "maxWidth": 80},
     {"field": "step", **NUM, "maxWidth": 90},

@@ -6,10 +6,9 @@ from typing import Any
 
 from dash import Dash, Input, Output, Patch, dcc, html
 
-from ..components import empty_state, grid
+from ..components import NUM, empty_state, grid
 from ..data import StoreData
 
-NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 COLUMNS: list[dict[str, Any]] = [
     {"field": "link", "headerName": "run", "cellRenderer": "RunLink", "minWidth": 190,
      "filter": "agTextColumnFilter"},

@@ -18,6 +18,7 @@ from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, matmuls, mxu_costs
 from tpuscope.report.device import busy_idle
 
 from ..components import (
+    NUM,
     empty_state,
     findings_list,
     fmt_num,
@@ -37,7 +38,6 @@ from ..figures.tensorcore import (
     weighted_waste,
 )
 
-NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 MEASURED = (("mxu_utilization_percent", "MXU utilization", "stat-mxu"),
             ("device_duty_cycle_percent", "device duty cycle", "stat-duty"))
 

@@ -11,7 +11,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from tpuscope.report.device import log_dirs
 
-from ..components import empty_state, fmt_num, graph, grid, run_page, stat, stats_row
+from ..components import NUM, empty_state, fmt_num, graph, grid, run_page, stat, stats_row
 from ..data import StoreData
 from ..figures.common import NS_PER_MS, x_window
 from ..figures.trace import activity_heatmap, lane_keys, top_ops, trace_timeline, with_host_planes
@@ -21,7 +21,6 @@ TRACE_FILES = ("**/*.xplane.pb", "**/*.pftrace", "**/*.perfetto-trace", "**/*.tr
                "**/*.perfetto.json.gz", "**/*.perfetto.json")
 # The columns the page reads (8 of the table's 18): half the Parquet to decode.
 COLUMNS = ("host", "plane", "line", "name", "start_ns", "dur_ns", "step", "hlo_op")
-NUM = {"type": "rightAligned", "filter": "agNumberColumnFilter"}
 OPS_COLUMNS: list[dict[str, Any]] = [
     {"field": "name", "minWidth": 240}, {"field": "plane", "minWidth": 160},
     {"field": "count", **NUM}, {"field": "total_ms", "headerName": "total (ms)", **NUM, "sort": "desc"},

@@ -124,12 +124,16 @@ class Location:
     def read_text(self) -> str:
         return self.read_bytes().decode()
 
-    def entries(self) -> list[Entry]:
-        """The files directly in this folder (none when it is absent)."""
+    def _listing(self) -> list[dict]:
+        """What is directly in this folder, with details (nothing when it is absent)."""
         try:
-            infos = self.fs.ls(self.path, detail=True)
+            return self.fs.ls(self.path, detail=True)
         except (FileNotFoundError, NotADirectoryError):
             return []
+
+    def entries(self) -> list[Entry]:
+        """The files directly in this folder (none when it is absent)."""
+        infos = self._listing()
         return sorted(
             (
                 Entry(
@@ -145,10 +149,7 @@ class Location:
 
     def folders(self) -> list[str]:
         """Names of the folders directly in this one."""
-        try:
-            infos = self.fs.ls(self.path, detail=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        infos = self._listing()
         return sorted(
             str(i["name"]).rstrip("/").rsplit("/", 1)[-1]
             for i in infos
