@@ -15,7 +15,7 @@ import tpuscope
 from tests.conftest import run_tpuscope
 from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import PartWriter, Repeat
+from tpuscope.store.buffer import Coded, PartWriter, Repeat
 from tpuscope.store.parts import read_table
 
 HEAVY = ("pyarrow", "pandas", "numpy", "tpuscope.analysis", "tpuscope.schema")
@@ -120,6 +120,39 @@ def test_buffered_rows_and_column_chunks_make_the_table_pyarrow_would(tmp_path: 
     want = pa.Table.from_pylist(as_rows, schema=TABLES["compiles"])
     assert got.equals(want.combine_chunks())
     assert writer.flush() == 0 and len(list((tmp_path / "compiles").glob("part-*"))) == 1
+
+
+def test_numpy_and_coded_columns_make_the_rows_lists_would(tmp_path: Path) -> None:
+    """The torch_xla flush's chunks (numpy arrays, strings as codes into names, repeated
+    constants, a left-out column) after a chunk of lists: the same rows as from_pylist."""
+    import numpy as np
+
+    writer = PartWriter(tmp_path, tag="t")
+    lists = {"host": ["h"], "pid": [1], "rank": [0], "step": [0], "start_ns": [1], "end_ns": [3], "wall_ns": [2],
+             "boundary": ["mark_step"], "compiles": [1], "executions": [1], "execute_ns": [7], "graph_hashes": [["g"]]}
+    boundaries = ["sync", "mark_step", "never used"]
+    arrays = {"host": Repeat("h", 3), "pid": Repeat(1, 3), "rank": Repeat(0, 3), "step": np.arange(1, 4),
+              "start_ns": np.array([3, 5, 8]), "end_ns": np.array([5, 8, 9]), "wall_ns": np.array([2, 3, 1]),
+              "boundary": Coded(np.array([1, 0, 1]), boundaries), "compiles": np.zeros(3, dtype=np.int64),
+              "compile_ns": Repeat(0, 3), "executions": np.ones(3, dtype=np.int64)[::1],
+              "fallback_ops": np.array([0, 2, 0]), "transfers_from_device": Repeat(0, 3), "graph_hashes": Repeat([], 3)}
+    writer.extend_columns("steps", lists)
+    writer.extend_columns("steps", arrays)
+    assert writer.pending() == 4 and writer.flush() == 4
+    got = read_table(tmp_path, "steps").to_pylist()
+    as_rows = [{name: values[0] for name, values in lists.items()}]
+    for i in range(3):
+        row = {}
+        for name, values in arrays.items():
+            if isinstance(values, Repeat):
+                row[name] = values.value
+            elif isinstance(values, Coded):
+                row[name] = values.names[int(values.codes[i])]
+            else:
+                row[name] = int(values[i])
+        as_rows.append(row)
+    assert got == pa.Table.from_pylist(as_rows, schema=TABLES["steps"]).to_pylist()
+    assert [r["boundary"] for r in got] == ["mark_step", "mark_step", "sync", "mark_step"]
 
 
 def test_the_debug_tail_reads_each_step_up_to_its_end(tmp_path: Path) -> None:

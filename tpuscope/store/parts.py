@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import Repeat
+from tpuscope.store.buffer import Coded, Repeat
 from tpuscope.store.location import Location
 from tpuscope.store.runstore import remove_quietly
 
@@ -55,8 +55,9 @@ def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[d
 
 def _chunk_table(schema: pa.Schema, chunk: dict[str, Any]) -> pa.Table:
     """One column chunk as a table, converted column by column: a `Repeat` (the process's
-    host/pid/rank) becomes one scalar repeated and a left-out column one null array, so
-    neither is converted value by value (the same rows as converting lists)."""
+    host/pid/rank) becomes one scalar repeated, a `Coded` column a dictionary array, a numpy
+    array is taken as it is and a left-out column is one null array, so none of them is
+    converted value by value (the same rows as converting lists)."""
     count = len(next(iter(chunk.values())))
     arrays = []
     for field in schema:
@@ -65,9 +66,25 @@ def _chunk_table(schema: pa.Schema, chunk: dict[str, Any]) -> pa.Table:
             arrays.append(pa.nulls(count, field.type))
         elif isinstance(values, Repeat):
             arrays.append(pa.repeat(pa.scalar(values.value, field.type), count))
+        elif isinstance(values, Coded):
+            arrays.append(_coded_array(values, field.type))
         else:
             arrays.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _coded_array(column: Coded, kind: pa.DataType) -> pa.Array:
+    """Codes into names as a dictionary array holding only the names used (in code order:
+    every reader turns the column into its strings, none depends on the dictionary's order)."""
+    import numpy as np
+
+    codes = np.asarray(column.codes, dtype=np.int64)
+    used = np.flatnonzero(np.bincount(codes, minlength=len(column.names)))
+    lookup = np.zeros(len(column.names), dtype=np.int32)
+    lookup[used] = np.arange(len(used), dtype=np.int32)
+    names = pa.array([column.names[i] for i in used.tolist()], pa.string())
+    array = pa.DictionaryArray.from_arrays(pa.array(lookup[codes]), names)
+    return array if array.type == kind else array.cast(kind)
 
 
 def read_table(run_dir: str | Path | Location, name: str, warn: list[str] | None = None,

@@ -151,15 +151,16 @@ class XlaCollector:
         assert snap.counters is not None
         unread = {n: d for n, d in counter_deltas(snap.counters, self._counts_now()).items() if not is_core_counter(n)}
         self.rows.drain()  # every step's rows first: the split below continues theirs
-        if not self.rows.unsplit:  # the last step had a full read: later samples are its own
-            self.rows.unsplit.append((self.step - 1, time.time_ns()))
+        if not self.rows.unsplit_steps:  # the last step had a full read: later samples are its own
+            self.rows.unsplit_steps.append(self.step - 1)
+            self.rows.unsplit_ends.append(time.time_ns())
         own, columns = self.rows.split(snap.metrics)
         last = metric_columns({self.step - 1: (unread, own)})
         from tpuscope.schema import table_columns  # at close: pyarrow is loaded by the flushes
 
-        for name, values in last.items():
-            columns[name] += values
-        self.session.add_columns("metrics", table_columns("metrics", **columns))
+        for chunk in (columns, last):  # the split's rows, then the last step's
+            if len(chunk["step"]):
+                self.session.add_columns("metrics", table_columns("metrics", **chunk))
 
     def _read_device_facts(self) -> None:
         """Device kind, count and this process's rank, read once the program's first step has
@@ -180,8 +181,9 @@ class XlaCollector:
     def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
         """Record the step that just ended; True if it compiled. Only what cannot wait is done
         here (reads, the step rule, arming the call-site tracer, the profiler window); its
-        rows are built in the flush thread (xla/rows.py). A step without a full read costs
-        the reads, a few tuple comparisons and one queued record."""
+        rows are built in the flush thread (xla/rows.py). A plain step (no full read, host
+        transfer, fallback, compile or armed tracer) costs the reads, a few tuple comparisons
+        and one row of integers appended to a PlainLog (xla/plain.py): no object per step."""
         now = time.time_ns()
         snap = snap or self.reader.snapshot(full=self._full_due)
         if snap.full:
@@ -202,11 +204,23 @@ class XlaCollector:
         self._last_names, self._last = snap.names, values
         if snap.metrics:
             self._prev_metrics.update(snap.metrics)
+        compiled = values[UNCACHED] != before[UNCACHED]
+        sites = self.sites
+        if not (growth or fell_back or compiled or self.step == 0 or self._debug_every_step
+                or (sites is not None and not sites.idle)):
+            # a plain step (most of them): logged as integers (xla/plain.py), no record object
+            self.rows.log_plain(snap.names, before, values, (self.step, self._step_start, now, launched), boundary)
+            self.reader.step_copies = values[COPIES]
+            self._step_start = now
+            self.step += 1
+            if self.trace is not None:
+                self.trace.step_ended(self.step)
+            return False
         fallbacks = {n: v - b for n, v, b in zip(snap.names[FALLBACKS], values[FALLBACKS], before[FALLBACKS],
                                                  strict=True) if v != b} if fell_back else {}
         record = StepRecord(self.step, boundary, self._step_start, now, None, (snap.names, values, before),
                             growth, snap.metrics, False, launched)
-        return self._step(snap, now, record, values[UNCACHED] != before[UNCACHED], fallbacks)
+        return self._step(snap, now, record, compiled, fallbacks)
 
     def _full_step(self, boundary: str, snap: Snapshot, now: int) -> bool:
         """A boundary with a full read: deltas of every counter and metric."""
@@ -248,7 +262,13 @@ class XlaCollector:
         if compiled or self._debug_every_step:
             record.debug_end = self.debug.size() if self.debug is not None else None
             record.modules = self.shapes.poll() if self.shapes is not None and compiled else None
-        self.rows.queue.append(record)
+        if record.plain():  # e.g. a fallback step the call-site tracer did not trace
+            assert record.raw is not None
+            names, values, before = record.raw
+            self.rows.log_plain(names, before, values, (record.step, record.start_ns, now, record.launched),
+                                record.boundary)
+        else:
+            self.rows.queue.append(record)
         self._step_start = now
         self.step += 1
         if self.trace is not None:

@@ -22,7 +22,6 @@ from typing import Any
 
 from tpuscope.collect.session import Session
 from tpuscope.collect.xla.counters import (
-    FALLBACKS,
     HOST_TRANSFER,
     UNCACHED,
     Growth,
@@ -31,8 +30,10 @@ from tpuscope.collect.xla.counters import (
     split_arrays,
 )
 from tpuscope.collect.xla.fallback_sites import site_rows
+from tpuscope.collect.xla.plain import Batch, PlainLog, fallback_steps, plain_columns
 from tpuscope.collect.xla.shapes import ModuleShapes, pair_modules
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
+from tpuscope.store.buffer import Coded, Repeat
 
 COMPILE_TIME = "CompileTime"
 EAGER_COMPILE_TIME = "EagerOpCompileTime"
@@ -67,8 +68,8 @@ class StepRecord:
         return {n: v - b for n, v, b in zip(names, values, before, strict=True) if v != b}
 
     def plain(self) -> bool:
-        """A step without a full read, host transfers, traced call sites, debug text or dumped
-        modules: its rows come from its counter values alone (StepRows._plain_rows)."""
+        """A step without a full read, host transfers, traced call sites or debug text: its rows
+        come from its counter values alone, so it goes to a PlainLog (xla/plain.py) instead."""
         return self.raw is not None and not self.growth and self.traced is None and self.debug_end is None
 
     def uncached(self) -> int:
@@ -101,8 +102,11 @@ class StepRows:
         self.debug = debug
         self.compile_index = 0
         self.full_metrics: Metrics = {}  # the last full read's metric data
-        self.unsplit: list[tuple[int, int]] = []  # steps since it, and when they ended
-        self.queue: deque[StepRecord] = deque()
+        self.unsplit_steps: list[int] = []  # steps since it ...
+        self.unsplit_ends: list[int] = []  # ... and when they ended
+        self.queue: deque[StepRecord | PlainLog] = deque()
+        self.boundaries: list[str] = []  # the boundary names plain steps are logged with, by code
+        self._boundary_codes: dict[str, int] = {}
         self._lock = threading.Lock()
         self._failed = False
         _LIVE.add(self)
@@ -112,65 +116,65 @@ class StepRows:
         self.queue = deque()
         self._lock = threading.Lock()
 
+    def log_plain(self, names: tuple[str, ...], before: tuple[int, ...], values: tuple[int, ...],
+                  head: tuple[int, int, int, int], boundary: str) -> None:
+        """A plain step, from the step hook: one row appended to the queue's last PlainLog (a new
+        log when the last item is none, or reads other counters, or did not end at `before`);
+        `head` is (step, start_ns, end_ns, graphs launched)."""
+        queue = self.queue
+        log = queue[-1] if queue else None
+        if type(log) is not PlainLog or log.names is not names or log.last is not before:
+            log = PlainLog(names, before)
+            queue.append(log)
+        code = self._boundary_codes.get(boundary)
+        if code is None:
+            code = self._boundary_codes[boundary] = len(self.boundaries)
+            self.boundaries.append(boundary)
+        log.data.extend((*head, code, *values))
+        log.last = values
+
     def drain(self) -> None:
-        """Build the rows of every queued step, as one batch of columns per table; a failure
-        is one line, once, and stops the rows (never the program)."""
+        """Build the rows of every queued step, as column chunks in step order; a failure is
+        one line, once, and stops the rows (never the program). A PlainLog still last in the
+        queue stays there (the hook goes on appending to it); its rows so far are taken."""
         with self._lock:
-            batch, plain = _Batch(), []
-            while self.queue and not self._failed:
-                record = self.queue.popleft()
+            batch, queue = Batch(), self.queue
+            while queue and not self._failed:
+                item = queue[0]
+                last = len(queue) == 1  # before reading its rows: only the last one can still grow
                 try:
-                    if record.plain() and (not plain or plain[-1].raw[0] is record.raw[0]):  # type: ignore[index]
-                        plain.append(record)
-                        continue
-                    self._plain_rows(plain, batch)
-                    plain = [record] if record.plain() else []
-                    if not plain:
-                        self._rows(record, batch)
+                    if type(item) is PlainLog:
+                        self._plain_rows(item, batch)
+                        if last:
+                            break
+                    else:
+                        self._rows(item, batch)
                 except Exception as exc:
                     self._failed = True
-                    print(
-                        f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}",
-                        file=sys.stderr,
-                    )
-            try:
-                self._plain_rows(plain, batch)
-            except Exception as exc:
-                self._failed = True
-                print(f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    print(f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+                queue.popleft()
             batch.add_to(self.session)
 
-    def _plain_rows(self, records: list[StepRecord], batch: _Batch) -> None:
-        """The rows of consecutive plain steps (see StepRecord.plain) at once, with numpy (torch_xla
-        imports it): the same rows `_rows` makes one step at a time, at a fraction of the cost."""
-        if not records:
+    def _plain_rows(self, log: PlainLog, batch: Batch) -> None:
+        """The rows of a log's new plain steps at once, with numpy (torch_xla imports it): the
+        same rows `_rows` makes one step at a time, at a fraction of the cost."""
+        taken = log.take()
+        if taken is None:
             return
-        import numpy as np
+        seg, delta = taken
+        steps, metrics = plain_columns(seg, delta, log.names, self.boundaries)
+        self.unsplit_steps += steps["step"].tolist()
+        self.unsplit_ends += steps["end_ns"].tolist()
+        batch.arrays("steps", steps)
+        batch.arrays("metrics", metrics)
+        for step, fallbacks in fallback_steps(seg, delta, log.names):
+            fallback_rows, read_rows = site_rows(step, fallbacks, None)
+            self.session.add_many("fallbacks", fallback_rows)
+            self.session.add_many("call_sites", read_rows)
 
-        names = records[0].raw[0]  # type: ignore[index]
-        delta = (np.array([r.raw[1] for r in records], dtype=np.int64)  # type: ignore[index]
-                 - np.array([r.raw[2] for r in records], dtype=np.int64))  # type: ignore[index]
-        steps = [r.step for r in records]
-        self.unsplit += [(r.step, r.end_ns) for r in records]
-        fallback_ops = delta[:, FALLBACKS].sum(axis=1).tolist()
-        batch.steps += [
-            (r.step, r.start_ns, r.end_ns, r.end_ns - r.start_ns, r.boundary, uncached, 0, r.launched, None, ops, 0, [])
-            for r, uncached, ops in zip(records, delta[:, UNCACHED].tolist(), fallback_ops, strict=True)
-        ]
-        at, column = np.nonzero(delta)  # step by step, counters in the order read (as counter_deltas)
-        batch.metric_columns({
-            "step": [steps[i] for i in at.tolist()], "name": [names[c] for c in column.tolist()],
-            "kind": ["counter"] * len(at), "count": delta[at, column].tolist(), "total": [0.0] * len(at),
-        })
-        for i, ops in enumerate(fallback_ops):
-            if ops:
-                fallbacks = {n: c for n, c in records[i].counter_deltas().items() if n.startswith("aten::")}
-                fallback_rows, read_rows = site_rows(steps[i], fallbacks, None)
-                self.session.add_many("fallbacks", fallback_rows)
-                self.session.add_many("call_sites", read_rows)
-
-    def _rows(self, record: StepRecord, batch: _Batch) -> None:
-        self.unsplit.append((record.step, record.end_ns))
+    def _rows(self, record: StepRecord, batch: Batch) -> None:
+        self.unsplit_steps.append(record.step)
+        self.unsplit_ends.append(record.end_ns)
         split = self.split(record.metrics) if record.full else None
         records, executions = ([], [])
         if self.debug is not None and record.debug_end is not None:
@@ -185,32 +189,38 @@ class StepRows:
         if records or samples:
             self._compile_rows(record, records, samples, record.modules or [])
 
-    def split(self, metrics: Metrics) -> tuple[Growth, dict[str, list[Any]]]:
+    def split(self, metrics: Metrics) -> tuple[Growth, dict[str, Any]]:
         """The metric growth of the steps since the last full read, from this full read's
         samples (counters.split_by_step): the last step's (the full-read step: its rows go
-        with its counters) and the others' as metrics-table columns."""
-        steps, ends = [step for step, _ in self.unsplit], [end for _, end in self.unsplit]
-        arrays = split_arrays(metrics, self.full_metrics, ends)
-        self.full_metrics, self.unsplit = metrics, []
+        with its counters) and the others' as metrics-table columns (numpy arrays: metric by
+        metric, each step that got samples)."""
+        import numpy as np
+
+        steps = np.asarray(self.unsplit_steps, dtype=np.int64)
+        arrays = split_arrays(metrics, self.full_metrics, self.unsplit_ends)
+        self.full_metrics, self.unsplit_steps, self.unsplit_ends = metrics, [], []
         last, own = len(steps) - 1, {}
-        columns: dict[str, list[Any]] = {"step": [], "name": [], "kind": [], "count": [], "total": []}
-        for name, (index, counts, totals) in arrays.items():
+        at, codes, counts, totals = [], [], [], []
+        for code, (name, (index, count, total)) in enumerate(arrays.items()):
             if len(index) and index[-1] == last:
-                own[name] = (int(counts[-1]), float(totals[-1]))
-                index, counts, totals = index[:-1], counts[:-1], totals[:-1]
-            columns["step"] += [steps[i] for i in index.tolist()]
-            columns["name"] += [name] * len(index)
-            columns["kind"] += ["metric"] * len(index)
-            columns["count"] += counts.tolist()
-            columns["total"] += totals.tolist()
-        return own, columns
+                own[name] = (int(count[-1]), float(total[-1]))
+                index, count, total = index[:-1], count[:-1], total[:-1]
+            at.append(steps[index])
+            codes.append(np.full(len(index), code, dtype=np.int64))
+            counts.append(np.asarray(count, dtype=np.int64))
+            totals.append(np.asarray(total, dtype=np.float64))
+        rows = sum(map(len, at))
+        if not rows:
+            return own, {"step": []}
+        return own, {"step": np.concatenate(at), "name": Coded(np.concatenate(codes), list(arrays)),
+                     "kind": Repeat("metric", rows), "count": np.concatenate(counts), "total": np.concatenate(totals)}
 
     def _step_rows(
         self,
         record: StepRecord,
         graph_hashes: list[str],
-        split: tuple[Growth, dict[str, list[Any]]] | None,
-        batch: _Batch,
+        split: tuple[Growth, dict[str, Any]] | None,
+        batch: Batch,
     ) -> None:
         """The steps row; the step's counter rows and, on a full read, the metric rows of
         every step since the previous one. `execute_ns` is known on full-read steps only;
@@ -233,7 +243,7 @@ class StepRows:
             graph_hashes,
         )
         if split is not None:
-            batch.metric_columns(split[1])
+            batch.arrays("metrics", split[1])
         batch.metrics(record.step, counters, own or {})
         if fallbacks or record.traced is not None:
             fallback_rows, read_rows = site_rows(record.step, fallbacks, record.traced)
@@ -274,63 +284,3 @@ class StepRows:
             cause=record.cause or None, location=record.location, frames=record.frames,
             num_inputs=record.num_inputs, num_outputs=record.num_outputs, **record.sizes,
         )
-
-
-_STEP_COLUMNS = (
-    "step",
-    "start_ns",
-    "end_ns",
-    "wall_ns",
-    "boundary",
-    "compiles",
-    "compile_ns",
-    "executions",
-    "execute_ns",
-    "fallback_ops",
-    "transfers_from_device",
-    "graph_hashes",
-)
-
-
-class _Batch:
-    """The steps and metrics rows of one drain, column-wise (a tuple per step, transposed
-    at the end; list appends for metrics): a fraction of a dict per row, and the session
-    gets one chunk per table per flush."""
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[Any, ...]] = []  # one tuple per step, turned column-wise at the end
-        self.metric_rows: dict[str, list[Any]] = {
-            "step": [],
-            "name": [],
-            "kind": [],
-            "count": [],
-            "total": [],
-        }
-
-    def step(self, *values: Any) -> None:
-        self.steps.append(values)
-
-    def metrics(self, step: int, counters: dict[str, int], growth: Growth) -> None:
-        """One row per counter, then one per metric (as metric_columns)."""
-        rows = self.metric_rows
-        count = len(counters) + len(growth)
-        if not count:
-            return
-        rows["step"] += [step] * count
-        rows["name"] += [*counters, *growth]
-        rows["kind"] += ["counter"] * len(counters) + ["metric"] * len(growth)
-        rows["count"] += [*counters.values(), *(n for n, _ in growth.values())]
-        rows["total"] += [0.0] * len(counters) + [float(total) for _, total in growth.values()]
-
-    def metric_columns(self, columns: dict[str, list[Any]]) -> None:
-        for name, values in columns.items():
-            self.metric_rows[name] += values
-
-    def add_to(self, session: Session) -> None:
-        from tpuscope.schema import table_columns  # the flush thread: pyarrow is loaded by now
-
-        if self.steps:
-            columns = dict(zip(_STEP_COLUMNS, map(list, zip(*self.steps, strict=True)), strict=True))
-            session.add_columns("steps", table_columns("steps", **columns))
-        if self.metric_rows["step"]:
-            session.add_columns("metrics", table_columns("metrics", **self.metric_rows))
