@@ -22,6 +22,9 @@ from tpuscope.store.buffer import Coded, Repeat
 from tpuscope.store.location import Location
 from tpuscope.store.runstore import remove_quietly
 
+# the tables a profiled process writes while it runs (warmed up before its first flush)
+LIVE_TABLES = ("steps", "metrics", "compiles", "fallbacks", "call_sites", "retraces")
+
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
     """Write a Parquet file so that it appears whole or not at all (a full disk leaves no
@@ -38,8 +41,18 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
 
 def warm_up() -> None:
     """pyarrow imports pandas (if installed) at its first conversion of Python values, whatever
-    the values: done here, once, so the flush that pays for it can tell it apart (buffer)."""
+    the values, and its Parquet writer pays a one-off on its first table of each kind (~1-2 ms
+    each here): both done here, once, on a table of one row of every schema written to memory,
+    so the flushes do not pay for them and the one-off is counted apart (buffer)."""
+    import numpy as np  # the collectors' column chunks (a backend was imported: numpy is)
+
     pa.array([0], type=pa.int64())
+    for name in LIVE_TABLES:
+        schema = TABLES[name]
+        table = pa.concat_tables([pa.Table.from_pylist([{}], schema=schema), _chunk_table(schema, {
+            "host": Repeat("h", 1), "step": np.zeros(1, dtype=np.int64), "name": Coded(np.zeros(1, dtype=np.int64), ["n"]),
+        })])
+        pq.write_table(table, pa.BufferOutputStream())
 
 
 def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, Any]]) -> int:
