@@ -180,6 +180,44 @@ def test_a_periodic_flush_holds_the_steps_of_short_steps_until_something_else_is
     assert read_table(tmp_path, "steps").column("step").to_pylist() == list(range(60))
 
 
+XLA_GC_PROBE = """
+import gc, json, sys
+import tpuscope
+from tpuscope.collect.xla import counters
+counters.FULL_INTERVAL_S = 1e9  # no periodic full read inside the loop: its sample buffers are not per step
+with tpuscope.profile(store=sys.argv[1], name="xla-gc", warmup=1) as run:
+    import torch, torch_xla
+    device = torch_xla.device()
+    w = torch.randn(8, 8).to(device)
+    for _ in range(20):  # compiled, counters known
+        w = w * 0.5 + 1.0
+        torch_xla.sync()
+    from tpuscope.collect import autostart
+    autostart.active_session().writer.prepare()  # pyarrow's import (its own thread) is over
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(int(sys.argv[2])):
+        w = w * 0.5 + 1.0
+        torch_xla.sync()
+    gc.collect()  # what is left is alive: held until the flush
+    grown = len(gc.get_objects()) - before
+print(json.dumps({"grown": grown, "steps": len(tpuscope.load_run(run.path).steps)}))
+"""
+
+
+def test_a_torch_xla_loop_leaves_nothing_per_step_for_the_garbage_collector(tmp_path: Path) -> None:
+    """Until the flush, a plain profiled step keeps no object Python's collector tracks (its
+    integers go to a PlainLog, collect/xla/plain.py); a StepRecord and its tuples per step made
+    a profiled loop collect where the bare one does not. Its rows are all still written."""
+    steps = 1500
+    proc = subprocess.run([sys.executable, "-c", XLA_GC_PROBE, str(tmp_path), str(steps)], capture_output=True,
+                          text=True, timeout=600, env={**__import__("os").environ, "PJRT_DEVICE": "CPU"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["grown"] < steps / 10, f"{result['grown']} more tracked objects after {steps} steps"
+    assert result["steps"] >= steps + 20
+
+
 def test_the_debug_tail_reads_each_step_up_to_its_end(tmp_path: Path) -> None:
     """Text parsed later (in the flush thread) lands in the step whose end it preceded."""
     block = (
