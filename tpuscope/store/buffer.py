@@ -84,7 +84,7 @@ class PartWriter:
     def extend_columns(self, table: str, columns: Columns) -> None:
         """Add rows given as equal-length lists per column (columns left out are null).
         The lists are kept, not copied: the caller hands them over."""
-        if columns and next(iter(columns.values())):
+        if columns and len(next(iter(columns.values()))):
             with self._lock:
                 self._columns[table].append(columns)
 
