@@ -154,8 +154,8 @@ class HoldPolicy:
     `short_steps` steps rows in one flush interval) the steps, metrics and call_sites rows
     wait, up to `max_hold_s`, for a flush that writes something else: a compile, fallback or
     retrace (what the live alerts judge) is written at the next flush as before, with every
-    row buffered before it. So with short steps a SIGKILL loses at most `max_hold_s` plus one
-    flush interval of steps rows (2 s otherwise); exit, SIGTERM and exceptions write everything."""
+    row buffered before it. So with short steps a SIGKILL loses at most `max_hold_s` of steps
+    rows (2 s otherwise); exit, SIGTERM and exceptions write everything."""
 
     TABLES = ("steps", "metrics", "call_sites")
 
