@@ -15,7 +15,7 @@ import tpuscope
 from tests.conftest import run_tpuscope
 from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import Coded, HoldPolicy, PartWriter, Repeat
+from tpuscope.store.buffer import Coded, PartWriter, Repeat
 from tpuscope.store.parts import read_table
 
 HEAVY = ("pyarrow", "pandas", "numpy", "tpuscope.analysis", "tpuscope.schema")
@@ -153,31 +153,6 @@ def test_numpy_and_coded_columns_make_the_rows_lists_would(tmp_path: Path) -> No
         as_rows.append(row)
     assert got == pa.Table.from_pylist(as_rows, schema=TABLES["steps"]).to_pylist()
     assert [r["boundary"] for r in got] == ["mark_step", "mark_step", "sync", "mark_step"]
-
-
-def test_a_periodic_flush_holds_the_steps_of_short_steps_until_something_else_is_written(tmp_path: Path) -> None:
-    """Many steps rows in one interval wait (at most max_hold_s) for a flush that writes a
-    compile, fallback or retrace, which then comes with every row held before it; few steps
-    rows (longer steps) are written at once, as is everything at a final flush."""
-    import time
-
-    writer, policy = PartWriter(tmp_path, tag="t"), HoldPolicy(short_steps=10, max_hold_s=0.5)
-    writer.extend_columns("steps", {"step": list(range(20))})
-    writer.extend_columns("metrics", {"step": list(range(20))})
-    assert writer.flush(hold=policy) == 0 and writer.pending() == 40
-    writer.extend_columns("steps", {"step": [20]})
-    assert writer.flush(hold=policy) == 0  # still held: not yet max_hold_s
-    time.sleep(0.6)
-    assert writer.flush(hold=policy) == 41  # held long enough
-    writer.extend_columns("steps", {"step": [21, 22]})
-    assert writer.flush(hold=policy) == 2  # few steps: written at once
-    writer.extend_columns("steps", {"step": list(range(23, 40))})
-    assert writer.flush(hold=policy) == 0
-    writer.append("compiles", {"host": "h", "pid": 1, "rank": 0, "step": 39})
-    assert writer.flush(hold=policy) == 18  # the compile, with the steps held before it
-    writer.extend_columns("steps", {"step": list(range(40, 60))})
-    assert writer.flush() == 20  # a final flush holds nothing
-    assert read_table(tmp_path, "steps").column("step").to_pylist() == list(range(60))
 
 
 XLA_GC_PROBE = """

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
-from tpuscope.store.buffer import HoldPolicy, Repeat
+from tpuscope.store.buffer import Repeat
 from tpuscope.store.hosts import file_host
 from tpuscope.store.run import Run  # light: no pyarrow until rows are written
 
@@ -114,7 +114,6 @@ class Session:
         self.before_flush: list[Callable[[], None]] = []
         self.cost = ProfilerCost()
         self._prefetching = False
-        self._hold = HoldPolicy()  # which rows a periodic flush may leave for a later one
 
     # -- rows ------------------------------------------------------------------
     def process_fields(self) -> dict[str, Any]:
@@ -185,17 +184,16 @@ class Session:
         except Exception as exc:  # said by the flush that needs it
             print(f"tpuscope: {exc}", file=sys.stderr)
 
-    def flush(self, periodic: bool = False) -> None:
+    def flush(self) -> None:
         """Build the rows collectors deferred from the step (before_flush), write the buffered
-        rows (a `periodic` flush may leave the steps rows of short steps for a later one:
-        buffer.HoldPolicy); rewrite this process's meta file only when it changed
+        rows; rewrite this process's meta file only when it changed
         (its cost figures are written at close): rewriting it every 2 s cost a fifth of
         the flush."""
         start = time.thread_time_ns()
         imported = self.writer.flush_import_ns
         for build_rows in self.before_flush:
             build_rows()
-        self.writer.flush(hold=self._hold if periodic else None)
+        self.writer.flush()
         start += self.writer.flush_import_ns - imported  # a one-off, kept apart:
         self.cost.import_cpu_ns = self.writer.import_cpu_ns
         if self._meta_changed:
@@ -241,7 +239,7 @@ class Session:
     def _flush_loop(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
             try:
-                self.flush(periodic=True)
+                self.flush()
             except Exception as exc:  # e.g. a full disk: rows since are lost, the program goes on
                 self._say_write_failed(exc)
 
@@ -279,7 +277,6 @@ class Session:
         self.pid = os.getpid()
         self.writer.reset_after_fork()
         self.cost = ProfilerCost()
-        self._hold = HoldPolicy()
         self._closed = False
         self.start(install_handlers=False)
         # multiprocessing's forked workers leave through os._exit, which skips atexit;

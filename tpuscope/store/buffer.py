@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +92,8 @@ class PartWriter:
             chunks = sum(_count(c) for chunk in self._columns.values() for c in chunk)
             return sum(len(rows) for rows in self._rows.values()) + chunks
 
-    def flush(self, hold: Callable[[dict[str, int]], Iterable[str]] | None = None) -> int:
-        """Write every buffered row to new part files; returns the rows written. `hold` (given
-        the rows buffered per table) names tables whose rows stay buffered for a later flush,
-        decided under the adding lock so that no row added meanwhile is left out of the choice.
+    def flush(self) -> int:
+        """Write every buffered row to new part files; returns the rows written.
 
         Only taking the buffers holds the adding lock: the program's next step never
         waits for Parquet encoding or the disk."""
@@ -104,15 +101,6 @@ class PartWriter:
             with self._lock:
                 rows, self._rows = self._rows, defaultdict(list)
                 columns, self._columns = self._columns, defaultdict(list)
-                if hold is not None:
-                    counts = {name: len(table_rows) for name, table_rows in rows.items() if table_rows}
-                    for name, chunks in columns.items():
-                        counts[name] = counts.get(name, 0) + sum(map(_count, chunks))
-                    for name in hold(counts):
-                        if name in rows:
-                            self._rows[name] = rows.pop(name)
-                        if name in columns:
-                            self._columns[name] = columns.pop(name)
             if not rows and not columns:
                 return 0
             started = time.thread_time_ns()
@@ -146,36 +134,6 @@ class PartWriter:
 
 def _count(columns: Columns) -> int:
     return len(next(iter(columns.values()), []))
-
-
-class HoldPolicy:
-    """Which tables a periodic flush leaves buffered. Every part file costs its flush a fixed
-    ~0.5-1.5 ms per table here, whatever its rows; with steps of 2 ms or less (at least
-    `short_steps` steps rows in one flush interval) the steps, metrics and call_sites rows
-    wait, up to `max_hold_s`, for a flush that writes something else: a compile, fallback or
-    retrace (what the live alerts judge) is written at the next flush as before, with every
-    row buffered before it. So with short steps a SIGKILL loses at most `max_hold_s` of steps
-    rows (2 s otherwise); exit, SIGTERM and exceptions write everything."""
-
-    TABLES = ("steps", "metrics", "call_sites")
-
-    def __init__(self, short_steps: int = 1000, max_hold_s: float = 8.0) -> None:
-        self.short_steps, self.max_hold_s = short_steps, max_hold_s
-        self.since: float | None = None  # when the rows held now were first held
-
-    def __call__(self, counts: dict[str, int]) -> tuple[str, ...]:
-        now = time.monotonic()
-        urgent = any(count and name not in self.TABLES for name, count in counts.items())
-        if self.since is None:
-            short = counts.get("steps", 0) >= self.short_steps
-        else:
-            short = now - self.since < self.max_hold_s
-        if urgent or not short:
-            self.since = None
-            return ()
-        if self.since is None:
-            self.since = now
-        return self.TABLES
 
 
 def _by_table(rows: dict[str, list[dict[str, Any]]], columns: dict[str, list[Columns]]):  # type: ignore[no-untyped-def]
