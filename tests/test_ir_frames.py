@@ -76,3 +76,4 @@ def test_frames_the_user_asked_for_stay_on_every_step(tmp_path: Path) -> None:
     assert ours.env[ENV_IR_FRAMES] == "compiles" and ours.set_by_tpuscope["XLA_IR_DEBUG"] == "1"
     assert ENV_IR_FRAMES not in theirs.env and "XLA_IR_DEBUG" in theirs.left_to_user
     assert ENV_IR_FRAMES not in build_env(tmp_path, WARMUP, deep=False, base={}).env
+    assert ours.env["PT_XLA_DEBUG_LEVEL"] == "1"  # no per-execution analysis under --deep either
