@@ -40,7 +40,7 @@ from pathlib import Path
 import tpuscope
 from tpuscope.collect import envvars
 from tpuscope.collect.envvars import ENV_OWNS_DEBUG
-from tpuscope.collect.xla.counters import ENV_ALL_METRICS
+from tpuscope.collect.xla.ir_frames import ENV_IR_FRAMES
 from tpuscope.store import layout
 
 LEVEL, FILE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
@@ -86,13 +86,15 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
         child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
     for name, value in DEBUG_DEFAULTS.items():
         child.set_default(name, value)
-    if child.set_default("PT_XLA_DEBUG_LEVEL", "2" if deep else "1"):
+    # level 1 under --deep too: level 2 analyses every execution (~15-30 us and 3 KB of text
+    # each, docs/benchmarks.md); the compile blocks are what the findings read
+    if child.set_default("PT_XLA_DEBUG_LEVEL", "1"):
         env[ENV_OWNS_DEBUG] = "1"
         child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
     if deep:
-        child.set_default(ENV_ALL_METRICS, "1")  # every counter and metric at every step
-        child.set_default("XLA_IR_DEBUG", "1")
-        child.set_default("XLA_HLO_DEBUG", "1")
+        frames = [child.set_default(name, "1") for name in ("XLA_IR_DEBUG", "XLA_HLO_DEBUG")]
+        if all(frames):  # tpuscope's own: captured while graphs are new (collect/xla/ir_frames.py)
+            env[ENV_IR_FRAMES] = "compiles"
         flags = env.get("XLA_FLAGS", "")
         if "--xla_dump_to" in flags:
             child.left_to_user.append("XLA_FLAGS --xla_dump_to")

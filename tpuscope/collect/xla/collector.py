@@ -39,6 +39,7 @@ from tpuscope.collect.xla.counters import (
 )
 from tpuscope.collect.xla.eager import watch_eager_mode
 from tpuscope.collect.xla.fallback_sites import SiteTracer
+from tpuscope.collect.xla.ir_frames import IrFrames
 from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
 from tpuscope.collect.xla.steps import END, LOOKUPS, StepRule, boundary_name
@@ -72,6 +73,7 @@ class XlaCollector:
         self._unwrap_eager: Any = None
         self.rule = StepRule({})
         self._full_due = False  # a boundary that was not a step had a full read
+        self.frames: IrFrames | None = None  # --deep's IR frame capture, by compiles
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -105,6 +107,7 @@ class XlaCollector:
         session = self.session
         self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
         self.sites = SiteTracer(self._xlac)
+        self.frames = IrFrames.for_process(self._xlac, session.warmup)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
         self._unwrap_eager = watch_eager_mode(lambda where: session.set_meta(eager_mode_at=where))
         # device facts wait for the program's first step: querying them would start the
@@ -138,6 +141,8 @@ class XlaCollector:
     def _at_close(self) -> None:
         self.close_open_step()
         self.record_unread()
+        if self.frames is not None:
+            self.session.set_meta(ir_frames_off_steps=self.frames.off_steps)
 
     def record_unread(self) -> None:
         """At close: what per-step reads skip (see xla_counters) gets its rows, so per-name
@@ -211,10 +216,7 @@ class XlaCollector:
             # a plain step (most of them): logged as integers (xla/plain.py), no record object
             self.rows.log_plain(snap.names, before, values, (self.step, self._step_start, now, launched), boundary)
             self.reader.step_copies = values[COPIES]
-            self._step_start = now
-            self.step += 1
-            if self.trace is not None:
-                self.trace.step_ended(self.step)
+            self._advance(now, False)
             return False
         fallbacks = {n: v - b for n, v, b in zip(snap.names[FALLBACKS], values[FALLBACKS], before[FALLBACKS],
                                                  strict=True) if v != b} if fell_back else {}
@@ -269,11 +271,18 @@ class XlaCollector:
                                 record.boundary)
         else:
             self.rows.queue.append(record)
+        self._advance(now, compiled)
+        return compiled
+
+    def _advance(self, now: int, compiled: bool) -> None:
+        """What every step's end does last: IR frames for the next step's trace (--deep), the
+        step count, the profiler window."""
+        if self.frames is not None:
+            self.frames.after_step(self.step, compiled)
         self._step_start = now
         self.step += 1
         if self.trace is not None:
             self.trace.step_ended(self.step)
-        return compiled
 
     def _counts_now(self) -> dict[str, int]:
         """Every counter's value at the last step: the per-step counters are kept as a tuple

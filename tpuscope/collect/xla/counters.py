@@ -21,7 +21,8 @@ allocate nothing large. So:
   its buffer's 1024 samples in between). A counter not read per step gets its delta
   since the previous full read as a row of the full-read step, so per-name totals stay
   exact;
-- `tpuscope run --deep` (env TPUSCOPE_ALL_METRICS=1) does a full read at every step.
+- `tpuscope run --deep` reads the same way (its cost is in its HLO dumps and IR frames, not
+  here); env TPUSCOPE_ALL_METRICS=1, set by the user, does a full read at every step.
 """
 
 from __future__ import annotations
