@@ -25,6 +25,8 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
+from tpuscope.store.buffer import Repeat
+
 # Host syncs that copy a value to the host (block_until_ready only waits).
 VALUE_READS = frozenset({"float", "int", "bool", "index", "complex", "item", "tolist", "tobytes",
                          "print", "np.asarray", "device_get"})
@@ -141,6 +143,11 @@ _METRIC_COLUMNS = ("step", "name", "kind", "count", "total")
 _SITE_COLUMNS = ("step", "kind", "name", "location", "library_frame", "count")
 
 
+def _increasing(values: array) -> bool:
+    """Each value greater than the one before."""
+    return all(a < b for a, b in zip(values, values[1:]))  # noqa: B905  (one shorter by design)
+
+
 def _counts(ids: array, start: int, stop: int) -> dict[int, int]:
     """Event id -> count among ids[start:stop], in the order each id first occurred."""
     if stop == start + 1:
@@ -165,13 +172,33 @@ class StepColumns:
             wall_ns=[e - s for s, e in zip(start, end, strict=True)], boundary=done.boundaries,
             compiles=done.column("compiles"), compile_ns=done.column("compile_ns"),
             executions=[j + e for j, e in zip(jit_calls, eager_count, strict=True)],
-            fallback_ops=[0] * count, transfers_from_device=done.column("reads"), graph_hashes=[[]] * count)
+            fallback_ops=Repeat(0, count), transfers_from_device=done.column("reads"),
+            graph_hashes=Repeat([], count))
         self.metrics: dict[str, list[Any]] = {name: [] for name in _METRIC_COLUMNS}
         self.sites: dict[str, list[Any]] = {name: [] for name in _SITE_COLUMNS}
         self._keys = keys or []
         self._sync_names: dict[str, str] = {}  # one metric name string per kind, shared by its rows
-        if ids or done.metrics:
+        if (ids or done.metrics) and not self._single_syncs(done, steps or array("q"), ids or array("q")):
             self._events(done, steps or array("q"), ids or array("q"))
+
+    def _single_syncs(self, done: StepLog, steps: array, ids: array) -> bool:
+        """A batch whose every event is a host sync, one a step at most, with no compile metrics
+        (the batches of a training loop that waits on its loss): its rows built a column at a
+        time, the same rows in the same order as `_events` gives them step by step. False (and
+        nothing built) for any other batch."""
+        keys, emitted = self._keys, done.ints[::_WIDTH]
+        if done.metrics or not ids or any(keys[event][0] != HOST_SYNC for event in set(ids)):
+            return False
+        if not (_increasing(steps) and _increasing(emitted) and set(emitted).issuperset(steps)):
+            return False
+        step, events, count = steps.tolist(), ids.tolist(), len(ids)
+        names = {event: self._sync_names.get(keys[event][1]) or self._sync_name(keys[event][1]) for event in set(ids)}
+        self.metrics = {"step": step, "name": [names[event] for event in events], "kind": Repeat("counter", count),
+                        "count": Repeat(1, count), "total": Repeat(0.0, count)}
+        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": [keys[event][1] for event in events],
+                      "location": [keys[event][2] for event in events],
+                      "library_frame": [keys[event][3] for event in events], "count": Repeat(1, count)}
+        return True
 
     def _events(self, done: StepLog, steps: array, ids: array) -> None:
         """Each step's metric and site rows: its events (a run of `steps` equal to its number)
