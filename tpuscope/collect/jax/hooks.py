@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 import wrapt
 
-from tpuscope.collect.frames import caller_location, is_user_file, user_and_library
+from tpuscope.collect.frames import is_user_file, user_and_library
+from tpuscope.collect.jax.rows import VALUE_READS
 
 _JAX_INTERNALS = ("/jax/", "/jaxlib/")  # an eager primitive's caller is always jax's own code
 
@@ -50,7 +51,8 @@ class Sink(Protocol):
     def on_jit_call(self, target: JitTarget) -> None: ...
     def on_jit_return(self, target: JitTarget, outputs: Any) -> None: ...
     def on_annotation(self, entering: bool) -> None: ...
-    def on_sync(self, kind: str, location: str | None, library: str | None) -> None: ...
+    def sync_event(self, kind: str, location: str | None, library: str | None) -> int: ...
+    def on_sync(self, event: int, read: bool) -> None: ...
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None: ...
     def charge(self, ns: int) -> None: ...  # time a hook spent on the program's path
 
@@ -253,14 +255,23 @@ class SyncHook:
         self._saved_methods, self._saved_functions = {}, {}
 
     def _wrap(self, original: Any, kind: str) -> Any:
-        local, sink = self._local, self.sink
+        """The wrapper of one sync entry point. A call from a line of the user's seen before
+        is one dict look-up (its code object and instruction) and one call of the sink with
+        the event id it got the first time: a sync per step costs no frame walk, no key."""
+        local, sink, read = self._local, self.sink, kind in VALUE_READS
+        sites: dict[tuple[int, int], tuple[Any, int]] = {}  # (id(code), f_lasti) -> (code, event id)
 
         def synced(*args: Any, **kwargs: Any) -> Any:
             if getattr(local, "inside", False):  # e.g. the array method jax.block_until_ready calls
                 return original(*args, **kwargs)
             start = perf_counter_ns()
-            try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
-                sink.on_sync(kind, *caller_location(sys._getframe(1)))
+            try:  # (a tpuscope bug must never surface in the user's call)
+                frame = sys._getframe(1)
+                code = frame.f_code
+                site = sites.get((id(code), frame.f_lasti))
+                if site is None or site[0] is not code:  # the code is kept alive: its id is not reused
+                    site = _sync_site(sink, sites, kind, frame)
+                sink.on_sync(site[1], read)
             except Exception:
                 pass
             sink.charge(perf_counter_ns() - start)
@@ -273,6 +284,22 @@ class SyncHook:
         synced.__name__ = getattr(original, "__name__", kind)
         synced.__wrapped__ = original  # type: ignore[attr-defined]
         return synced
+
+
+_SITES_MAX = 4096
+
+
+def _sync_site(sink: Sink, sites: dict[tuple[int, int], tuple[Any, int]], kind: str, frame: Any) -> tuple[Any, int]:
+    """(code, event id) of a sync called from `frame`; kept in `sites` when the frame is the
+    user's own (its 'file:line' is then fixed by the code and instruction; a library frame's
+    user line depends on who called it, so it is looked up each time)."""
+    location, library = user_and_library(frame)
+    site = (frame.f_code, sink.sync_event(kind, location, library))
+    if library is None and is_user_file(frame.f_code.co_filename):
+        if len(sites) >= _SITES_MAX:
+            sites.clear()
+        sites[(id(frame.f_code), frame.f_lasti)] = site
+    return site
 
 
 class EagerHook:

@@ -121,10 +121,18 @@ class EventLog:
 
     def add(self, step: int, key: Key) -> None:
         """One event of `step` (the program's thread, under the collector's lock)."""
+        self.add_id(step, self.intern(key))
+
+    def intern(self, key: Key) -> int:
+        """The id of an event key, given once per distinct key (under the collector's lock)."""
         event = self._index.get(key)
         if event is None:
             event = self._index[key] = len(self.keys)
             self.keys.append(key)
+        return event
+
+    def add_id(self, step: int, event: int) -> None:
+        """One event of `step` whose id is known (`intern`)."""
         self.steps.append(step)
         self.ids.append(event)
 
