@@ -105,8 +105,12 @@ class StepLog:
     def clear(self) -> None:
         self.take()
 
-    def column(self, name: str) -> list[int]:
-        return self.ints[STEP_INTS.index(name)::_WIDTH].tolist()
+    def columns(self) -> Any:
+        """Every STEP_INTS column at once, as the rows of a (column, step) numpy int64 view of
+        the log (no Python int per value: pyarrow converts them as one buffer each)."""
+        import numpy as np  # the flush thread; JAX itself needs numpy
+
+        return np.frombuffer(self.ints, dtype=np.int64).reshape(-1, _WIDTH).T
 
 
 class EventLog:
@@ -173,15 +177,14 @@ class StepColumns:
                  keys: list[Key] | None = None) -> None:
         from tpuscope.schema import table_columns  # pyarrow: in the flush thread, never at start-up
 
-        step, start, end = done.column("step"), done.column("start_ns"), done.column("end_ns")
-        jit_calls, eager_count, count = done.column("jit_calls"), done.column("eager_count"), len(step)
+        ints = dict(zip(STEP_INTS, done.columns(), strict=True))
+        count = len(done.boundaries)
         self.steps = table_columns(
-            "steps", step=step, start_ns=start, end_ns=end,
-            wall_ns=[e - s for s, e in zip(start, end, strict=True)], boundary=done.boundaries,
-            compiles=done.column("compiles"), compile_ns=done.column("compile_ns"),
-            executions=[j + e for j, e in zip(jit_calls, eager_count, strict=True)],
-            fallback_ops=Repeat(0, count), transfers_from_device=done.column("reads"),
-            graph_hashes=Repeat([], count))
+            "steps", step=ints["step"], start_ns=ints["start_ns"], end_ns=ints["end_ns"],
+            wall_ns=ints["end_ns"] - ints["start_ns"], boundary=done.boundaries,
+            compiles=ints["compiles"], compile_ns=ints["compile_ns"],
+            executions=ints["jit_calls"] + ints["eager_count"], fallback_ops=Repeat(0, count),
+            transfers_from_device=ints["reads"], graph_hashes=Repeat([], count))
         self.metrics: dict[str, list[Any]] = {name: [] for name in _METRIC_COLUMNS}
         self.sites: dict[str, list[Any]] = {name: [] for name in _SITE_COLUMNS}
         self._keys = keys or []
@@ -302,4 +305,4 @@ class StepColumns:
 
         out = {"steps": self.steps, "metrics": table_columns("metrics", **self.metrics),
                "call_sites": table_columns("call_sites", **self.sites)}
-        return {name: columns for name, columns in out.items() if columns["step"]}
+        return {name: columns for name, columns in out.items() if len(columns["step"])}
