@@ -139,8 +139,6 @@ class JaxCollector(StepTracker):
     def _on_compile(self, event: CompileEvent) -> None:
         self._device_meta()
         with self._lock:
-            if self._deferred is not None:  # compiled inside the step function's dispatch: the new step's
-                self._close_deferred()
             index, self.compile_index = self.compile_index, self.compile_index + 1
             duration_ns = int(event.duration_s * 1e9)
             self._acc.compiles += 1

@@ -132,23 +132,20 @@ class StepClock:
             self.watcher.watch(record, outputs)
 
     def closed(self, record: StepRecord, host_end_ns: int, following: StepRecord | None = None,
-               step: int = 0, boundary: str = "", ready: bool | None = None) -> None:
+               step: int = 0, boundary: str = "") -> None:
         """The host closed the open step (`record`) at host_end_ns; with `following`, the
         next step (its number, boundary) opens at the same instant: the call of the step
-        function does both in one call. `ready`: whether its output was ready at host_end_ns,
-        when the caller asked it then (the step function's call asks before its dispatch and
-        closes after it); else it is asked here."""
+        function does both in one call, on the program's path."""
         if record is self._open:
             self._open = None
             record.host_end_ns = host_end_ns
             probe = record.probe
             if probe is not None:
                 record.probe = None
-                if ready is None:
-                    try:
-                        ready = bool(probe.is_ready())
-                    except Exception:  # deleted (donated) or not an array after all
-                        ready = False
+                try:
+                    ready = bool(probe.is_ready())
+                except Exception:  # deleted (donated) or not an array after all
+                    ready = False
                 record.ready_at_close = ready
                 self._streak = self._streak + 1 if ready else 0
             if not self._closed and (record.awaiting <= 0 or record.ready_at_close):

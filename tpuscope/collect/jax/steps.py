@@ -62,7 +62,6 @@ class StepTracker:
         self.clock = StepClock(self._rows.emit, self._lock)
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
-        self._deferred: tuple[int, bool | None, StepRecord] | None = None  # a close begun (on_jit_call)
 
     # -- step boundaries -------------------------------------------------------------
     def _owns_steps(self) -> bool:
@@ -81,12 +80,9 @@ class StepTracker:
         the session's cost (ProfilerCost) when it closes, apart for steps that compiled."""
         self._hook_ns += ns
 
-    def _close(self, t_ns: int, reopen: bool = False, ready: bool | None = None) -> None:
+    def _close(self, t_ns: int, reopen: bool = False) -> None:
         """Close the open step; with reopen, open the next one at the same instant (with the
-        same boundary): the call of the step function. `ready`: whether the step's output was
-        ready at t_ns, when that was asked then (else it is asked here)."""
-        if self._deferred is not None:
-            self._close_deferred()
+        same boundary): the call of the step function, which then costs one call here."""
         record, self._acc = self._acc, StepRecord()
         cost, spent, self._hook_ns = self.session.cost, self._hook_ns, 0
         if self.session.proc_meta.get("backend") in (None, "jax"):  # _owns_steps, inlined
@@ -101,22 +97,10 @@ class StepTracker:
         self.step += 1
         self._steps_written += 1
         if profiler is None:
-            self.clock.closed(record, t_ns, self._acc if reopen else None, self.step, self._boundary, ready)
+            self.clock.closed(record, t_ns, self._acc if reopen else None, self.step, self._boundary)
         elif reopen:
             self.clock.opened(self._acc, self.step, self._boundary, t_ns)
             profiler.step_opened(self.step)
-
-    def _close_deferred(self) -> None:
-        """The close a call of the step function began before its dispatch (`on_jit_call`),
-        done after it (`on_jit_return`), or first thing by whatever else touches the open step
-        before that (a compile inside the dispatch, a sync in another thread): under the lock."""
-        deferred, self._deferred = self._deferred, None
-        if deferred is None:
-            return
-        t_ns, ready, record = deferred
-        self._calls[self.step_fn] += 1
-        self._close(t_ns, reopen=True, ready=ready if record is self._acc else None)
-        self._acc.jit_calls += 1
 
     def on_step_end(self, boundary: str) -> None:
         """autostart.stop(close_open_step=True) ends the current step here."""
@@ -127,35 +111,13 @@ class StepTracker:
     # -- jitted calls, annotations -------------------------------------------------------
     def on_jit_return(self, target: JitTarget, outputs: Any) -> None:
         """The step is not done before what its step function (or, in a StepTraceAnnotation
-        block, any jitted call) returned is ready. Runs while the device computes, so the
-        close of the last step that the call began (`on_jit_call`) is done here."""
-        if self._deferred is not None or (self._open and (target is self.step_fn or self.mode == ANNOTATION)):
+        block, any jitted call) returned is ready."""
+        if self._open and (target is self.step_fn or self.mode == ANNOTATION):
             with self._lock:
-                if self._deferred is not None:
-                    self._close_deferred()
-                if self._open and (target is self.step_fn or self.mode == ANNOTATION):
-                    self.clock.outputs(outputs)
+                self.clock.outputs(outputs)
 
     def on_jit_call(self, target: JitTarget) -> None:
-        """A call of the step function (the common case) only notes when it began and whether
-        the last step's output was ready then: that is all that must happen before its
-        dispatch, on the program's path. The close itself is deferred (`_close_deferred`):
-        one attribute store, atomic under the GIL, so no lock here."""
-        if (target is self.step_fn and self._deferred is None and self._open and self.mode == "jit"
-                and self._profiler is None):
-            now, record = time.time_ns(), self._acc
-            probe = record.probe
-            ready = None
-            if probe is not None:
-                try:
-                    ready = bool(probe.is_ready())
-                except Exception:  # deleted (donated) or not an array after all
-                    ready = False
-            self._deferred = (now, ready, record)
-            return
         with self._lock:
-            if self._deferred is not None:  # its dispatch raised: closed now, counts up to date
-                self._close_deferred()
             if target is self.step_fn and self.mode == "jit":  # the common case: stay cheap
                 self._calls[target] += 1
                 if self._open:
@@ -191,8 +153,6 @@ class StepTracker:
 
     def on_annotation(self, entering: bool) -> None:
         with self._lock:
-            if self._deferred is not None:
-                self._close_deferred()
             now = time.time_ns()
             if entering:
                 self._depth += 1
@@ -220,8 +180,6 @@ class StepTracker:
         """Once or more per step (a wait on the loss): counted inline, logged as an event.
         `read`: the sync copied a value to the host (its kind is one of VALUE_READS)."""
         with self._lock:
-            if self._deferred is not None:
-                self._close_deferred()
             acc = self._acc
             acc.events += 1
             if read:
@@ -230,8 +188,6 @@ class StepTracker:
 
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         with self._lock:
-            if self._deferred is not None:
-                self._close_deferred()
             acc = self._acc
             acc.events += 1
             acc.eager_count += 1
@@ -240,6 +196,4 @@ class StepTracker:
 
     def _on_metric(self, name: str, seconds: float | None) -> None:
         with self._lock:
-            if self._deferred is not None:
-                self._close_deferred()
             self._acc.metric(name, None if seconds is None else seconds * 1e9)
