@@ -139,8 +139,8 @@ class JitHook:
         """The wrapper of one jitted function: every call of it, the step path. One Python
         frame (no partial, no bound method in between), the sink's methods looked up once and
         guarded inline (not through `_report`): a tpuscope bug must never surface in the
-        user's call. What it does before the dispatch is on the program's path; what it does
-        after runs while the device computes."""
+        user's call. Work after the dispatch is not free either: on the CPU backend it runs
+        while XLA's threads start the computation on the same cores (jax_step_path.py)."""
         hook, core, sink = self, self._core, self.sink
         on_call, on_return, charge = sink.on_jit_call, sink.on_jit_return, sink.charge
 
