@@ -78,11 +78,17 @@ def own_cost(store: Path) -> float | None:
     return profiler_ms_per_step(tpuscope.load_run("latest", store=store).meta)
 
 
-def flush_ms_per_step(store: Path) -> float:
+def flush_ms_per_step(store: Path, before_loop: dict | None = None) -> float:
+    """The flush thread's CPU per hooked step; with `before_loop` (timed_jax --alternate: the
+    cost figures when its timed loop began), only the flushes from then on (those that wrote
+    the loop's rows, the last one at exit included) over the steps hooked since."""
     import tpuscope
 
     (cost,) = [p["profiler_cost"] for p in tpuscope.load_run("latest", store=store).meta["processes"]]
-    return cost["flush_cpu_ns"] / (cost["hook_calls"] + cost["compile_hook_calls"]) / 1e6
+    cpu, steps = cost["flush_cpu_ns"], cost["hook_calls"] + cost["compile_hook_calls"]
+    if before_loop:
+        cpu, steps = cpu - before_loop["flush_cpu_ns"], steps - before_loop["steps"]
+    return cpu / steps / 1e6
 
 
 def paired(steps: int, work: Path, deep: bool = False) -> None:
@@ -102,7 +108,10 @@ def paired(steps: int, work: Path, deep: bool = False) -> None:
     hook = statistics.median(diffs) * 1e3
     low, high = (d * 1e3 for d in median_interval(diffs))
     bare = statistics.median(off) * 1e3
-    flush = flush_ms_per_step(store)
+    flush = flush_ms_per_step(store, times.get("before_loop"))
+    if times.get("before_loop"):
+        print(f"flush thread: {flush:.4f} ms per step from the timed loop's start; "
+              f"{flush_ms_per_step(store):.4f} counting the flushes before it too")
     print(f"paired{' (--deep)' if deep else ''} ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
           f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
           f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "

@@ -8,7 +8,9 @@ path (the wrapper around the jitted function, which opens and closes steps and h
 outputs to the readiness thread, and the ones around `jax.block_until_ready` and the array's
 `block_until_ready` method it calls, which count the wait as a host sync) are switched off and
 on every two steps, so both kinds of step run side by side in one process; OUT.json then holds
-{"on": [...], "off": [...]}. JAX's monitoring listeners stay registered throughout (JAX fires
+{"on": [...], "off": [...], "before_loop": {...}}: the session's cost figures (flush CPU, hooked
+steps) when the timed loop began, so that flushes done before it (the compile rows of the
+setup, a one-off like the compile hooks, which the cost keeps apart) are not counted per step. JAX's monitoring listeners stay registered throughout (JAX fires
 none on a cached call). The method is switched outside the timed region, by setting the
 class attribute back to what JAX defined (tpuscope's wrapper keeps it as __wrapped__).
 """
@@ -56,6 +58,7 @@ def main() -> None:
     bare = (getattr(step, "__wrapped__", step), _original(jax.block_until_ready))
     methods = _block_methods()
     times, hook_on = [], []
+    before_loop = _cost_now() if args.alternate else None
     for i in range(args.steps):
         on = not args.alternate or i < WARM or (i // 2) % 2 == 0
         fn, block = hooked if on else bare
@@ -71,8 +74,20 @@ def main() -> None:
             key: [t for t, on in zip(times, hook_on, strict=True) if on is want]
             for key, want in (("on", True), ("off", False))
         }
+        times["before_loop"] = before_loop
     with open(args.out, "w") as handle:
         json.dump(times, handle)
+
+
+def _cost_now():
+    """The session's flush CPU and hooked steps so far (under tpuscope run), else None."""
+    from tpuscope.collect.autostart import active_session
+
+    session = active_session()
+    if session is None:
+        return None
+    cost = session.cost
+    return {"flush_cpu_ns": cost.flush_cpu_ns, "steps": cost.hook_calls + cost.compile_hook_calls}
 
 
 def _original(fn):

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -229,3 +230,56 @@ def test_a_jax_run_times_its_own_hooks_per_step(tmp_path: Path) -> None:
     assert cost["hook_calls"] + cost["compile_hook_calls"] == len(run.steps) > 0
     assert cost["hook_ns"] > 0 and cost["flush_cpu_ns"] > 0
     assert run.steps["step"].tolist() == list(range(len(run.steps)))
+
+
+def _sync_batch(steps: int, events_of: Any) -> tuple[Any, Any, Any, list[Any]]:
+    """`steps` emitted JAX steps and their events (what the collector's logs hold at a flush)."""
+    from tpuscope.collect.jax.rows import EventLog, StepLog, StepRecord
+
+    log, events = StepLog(), EventLog()
+    for step in range(steps):
+        record = StepRecord()
+        record.step, record.start_ns, record.end_ns, record.jit_calls, record.boundary = step, 10 * step, 10 * step + 7, 1, "jit:f"
+        log.emit(record)
+        for key in events_of(step):
+            events.add(step, key)
+    taken, ids = events.take(log.last_step())
+    return log.take(), taken, ids, events.keys
+
+
+def test_jax_rows_of_one_sync_a_step_are_those_built_step_by_step(tmp_path: Path, monkeypatch) -> None:
+    """The flush's column-wise rows for batches of one host sync a step (rows.StepColumns) are the
+    rows the step-by-step path gives, as written to Parquet; other batches take that path."""
+    from tpuscope.collect.jax.rows import HOST_SYNC, JIT_CALL, StepColumns
+
+    def sync(location: str, kind: str = "block_until_ready", library: str | None = None) -> tuple:
+        return (HOST_SYNC, kind, location, library)
+
+    patterns = {
+        "one a step": (lambda s: [sync("/u/t.py:3")], True),
+        "two lines": (lambda s: [sync("/u/t.py:3" if s % 3 else "/u/t.py:9")], True),
+        "a read in a library": (lambda s: [sync("/u/t.py:4", "float", "lib/x.py:2")], True),
+        "steps without": (lambda s: [sync("/u/t.py:3")] if s % 4 else [], True),
+        "two a step": (lambda s: [sync("/u/t.py:3")] * 2, False),
+        "another jitted call": (lambda s: [(JIT_CALL, "g", None, None)] if s == 5 else [sync("/u/t.py:3")], False),
+    }
+    for label, (events_of, column_wise) in patterns.items():
+        batch = _sync_batch(40, events_of)
+        fast = StepColumns(*batch).tables()
+        with monkeypatch.context() as patched:
+            patched.setattr(StepColumns, "_single_syncs", lambda *args: False)
+            slow = StepColumns(*batch).tables()
+        assert fast.keys() == slow.keys() == {"steps", "metrics", "call_sites"}, label
+        assert isinstance(fast["metrics"]["kind"], Repeat) is column_wise, label
+        for table in fast:
+            written = []
+            for i, columns in enumerate((fast[table], slow[table])):
+                folder = tmp_path / label.replace(" ", "-") / table / str(i)
+                folder.mkdir(parents=True)
+                writer = PartWriter(folder, tag="t")
+                count = len(columns["step"])
+                writer.extend_columns(table, {"host": Repeat("h", count), "pid": Repeat(1, count),
+                                              "rank": Repeat(0, count), **columns})
+                writer.flush()
+                written.append(read_table(folder, table))
+            assert written[0].equals(written[1]), (label, table)

@@ -13,7 +13,7 @@ from types import FrameType
 
 from tpuscope.user_files import import_path, is_plumbing, is_user_file
 
-__all__ = ["caller_location", "import_path", "is_user_file", "user_and_library", "user_frames",
+__all__ = ["import_path", "is_user_file", "user_and_library", "user_frames",
            "user_location"]
 
 
@@ -42,28 +42,6 @@ def user_and_library(frame: FrameType | None, skip: tuple[str, ...] = ()) -> tup
             library = f"{import_path(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, library
-
-
-_CALLERS: dict[tuple[int, int], tuple[object, str]] = {}  # (id(code), f_lasti) -> (code, 'file:line')
-_CALLERS_MAX = 4096
-
-
-def caller_location(frame: FrameType) -> tuple[str | None, str | None]:
-    """`user_and_library(frame)` for hooks called at every step (a host sync): when `frame`
-    is itself the user's, its 'file:line' is cached per code object and instruction (working
-    out a frame's line number walks its code's line table: ~0.3 us on a long function)."""
-    code = frame.f_code
-    key = (id(code), frame.f_lasti)
-    hit = _CALLERS.get(key)
-    if hit is not None and hit[0] is code:  # the code is kept alive: its id is not reused
-        return hit[1], None
-    if not is_user_file(code.co_filename):
-        return user_and_library(frame)
-    if len(_CALLERS) >= _CALLERS_MAX:
-        _CALLERS.clear()
-    location = f"{code.co_filename}:{frame.f_lineno}"
-    _CALLERS[key] = (code, location)
-    return location, None
 
 
 def user_frames(frame: FrameType | None, limit: int = 8) -> list[str]:

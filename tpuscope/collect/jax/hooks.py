@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 import wrapt
 
-from tpuscope.collect.frames import caller_location, is_user_file, user_and_library
+from tpuscope.collect.frames import is_user_file, user_and_library
+from tpuscope.collect.jax.rows import VALUE_READS
 
 _JAX_INTERNALS = ("/jax/", "/jaxlib/")  # an eager primitive's caller is always jax's own code
 
@@ -50,7 +51,8 @@ class Sink(Protocol):
     def on_jit_call(self, target: JitTarget) -> None: ...
     def on_jit_return(self, target: JitTarget, outputs: Any) -> None: ...
     def on_annotation(self, entering: bool) -> None: ...
-    def on_sync(self, kind: str, location: str | None, library: str | None) -> None: ...
+    def sync_event(self, kind: str, location: str | None, library: str | None) -> int: ...
+    def on_sync(self, event: int, read: bool) -> None: ...
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None: ...
     def charge(self, ns: int) -> None: ...  # time a hook spent on the program's path
 
@@ -77,6 +79,18 @@ class JitTarget:
         if code is None:
             return cls(str(name), None, False)
         return cls(str(name), f"{code.co_filename}:{code.co_firstlineno}", is_user_file(code.co_filename))
+
+
+class _JitWrapper(wrapt.FunctionWrapper):
+    """wrapt's FunctionWrapper (attributes, binding, introspection as wrapt gives them) with
+    its plain call made here: wrapt's own looks up `__self__` on the wrapped function at
+    every call, to pass the wrapper an instance, and a jitted function has none, so each call
+    raised and cleared an AttributeError (measured: wrapt's call of a jitted function 1.1-1.9
+    us over the bare call, warm; this one 0.3-1.1). The wrapper ignores the instance. A bound
+    call (a jitted function as a class attribute) is wrapt's BoundFunctionWrapper, as before."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._self_wrapper(self.__wrapped__, None, args, kwargs)
 
 
 class JitHook:
@@ -119,29 +133,36 @@ class JitHook:
         found = JitTarget.of(args[0])
         target = self._targets.setdefault((found.name, found.defined_at, found.user), found)
         _report(self.sink.on_jit_created, target)
-        return wrapt.FunctionWrapper(jitted, functools.partial(self._call, target))
+        return _JitWrapper(jitted, self._caller(target))
 
-    def _call(self, target: JitTarget, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        """Every call of a jitted function: the step path. The sink's calls are guarded
-        inline (not through `_report`: one Python call less on each side of the dispatch)."""
-        core = self._core
-        if not (self.active and core.trace_ctx.trace is core.eval_trace):  # a call inside a trace
-            return wrapped(*args, **kwargs)
-        sink = self.sink
-        start = perf_counter_ns()
-        try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
-            sink.on_jit_call(target)
-        except Exception:
-            pass
-        called = perf_counter_ns()
-        out = wrapped(*args, **kwargs)
-        returned = perf_counter_ns()
-        try:  # noqa: SIM105
-            sink.on_jit_return(target, out)
-        except Exception:
-            pass
-        sink.charge(called - start + perf_counter_ns() - returned)
-        return out
+    def _caller(self, target: JitTarget) -> Any:
+        """The wrapper of one jitted function: every call of it, the step path. One Python
+        frame (no partial, no bound method in between), the sink's methods looked up once and
+        guarded inline (not through `_report`): a tpuscope bug must never surface in the
+        user's call. Work after the dispatch is not free either: on the CPU backend it runs
+        while XLA's threads start the computation on the same cores (jax_step_path.py)."""
+        hook, core, sink = self, self._core, self.sink
+        on_call, on_return, charge = sink.on_jit_call, sink.on_jit_return, sink.charge
+
+        def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if not (hook.active and core.trace_ctx.trace is core.eval_trace):  # a call inside a trace
+                return wrapped(*args, **kwargs)
+            start = perf_counter_ns()
+            try:  # noqa: SIM105
+                on_call(target)
+            except Exception:
+                pass
+            called = perf_counter_ns()
+            out = wrapped(*args, **kwargs)
+            returned = perf_counter_ns()
+            try:  # noqa: SIM105
+                on_return(target, out)
+            except Exception:
+                pass
+            charge(called - start + perf_counter_ns() - returned)
+            return out
+
+        return call
 
 
 class AnnotationHook:
@@ -234,14 +255,23 @@ class SyncHook:
         self._saved_methods, self._saved_functions = {}, {}
 
     def _wrap(self, original: Any, kind: str) -> Any:
-        local, sink = self._local, self.sink
+        """The wrapper of one sync entry point. A call from a line of the user's seen before
+        is one dict look-up (its code object and instruction) and one call of the sink with
+        the event id it got the first time: a sync per step costs no frame walk, no key."""
+        local, sink, read = self._local, self.sink, kind in VALUE_READS
+        sites: dict[tuple[int, int], tuple[Any, int]] = {}  # (id(code), f_lasti) -> (code, event id)
 
         def synced(*args: Any, **kwargs: Any) -> Any:
             if getattr(local, "inside", False):  # e.g. the array method jax.block_until_ready calls
                 return original(*args, **kwargs)
             start = perf_counter_ns()
-            try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
-                sink.on_sync(kind, *caller_location(sys._getframe(1)))
+            try:  # (a tpuscope bug must never surface in the user's call)
+                frame = sys._getframe(1)
+                code = frame.f_code
+                site = sites.get((id(code), frame.f_lasti))
+                if site is None or site[0] is not code:  # the code is kept alive: its id is not reused
+                    site = _sync_site(sink, sites, kind, frame)
+                sink.on_sync(site[1], read)
             except Exception:
                 pass
             sink.charge(perf_counter_ns() - start)
@@ -254,6 +284,22 @@ class SyncHook:
         synced.__name__ = getattr(original, "__name__", kind)
         synced.__wrapped__ = original  # type: ignore[attr-defined]
         return synced
+
+
+_SITES_MAX = 4096
+
+
+def _sync_site(sink: Sink, sites: dict[tuple[int, int], tuple[Any, int]], kind: str, frame: Any) -> tuple[Any, int]:
+    """(code, event id) of a sync called from `frame`; kept in `sites` when the frame is the
+    user's own (its 'file:line' is then fixed by the code and instruction; a library frame's
+    user line depends on who called it, so it is looked up each time)."""
+    location, library = user_and_library(frame)
+    site = (frame.f_code, sink.sync_event(kind, location, library))
+    if library is None and is_user_file(frame.f_code.co_filename):
+        if len(sites) >= _SITES_MAX:
+            sites.clear()
+        sites[(id(frame.f_code), frame.f_lasti)] = site
+    return site
 
 
 class EagerHook:

@@ -25,6 +25,8 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
+from tpuscope.store.buffer import Repeat
+
 # Host syncs that copy a value to the host (block_until_ready only waits).
 VALUE_READS = frozenset({"float", "int", "bool", "index", "complex", "item", "tolist", "tobytes",
                          "print", "np.asarray", "device_get"})
@@ -103,8 +105,12 @@ class StepLog:
     def clear(self) -> None:
         self.take()
 
-    def column(self, name: str) -> list[int]:
-        return self.ints[STEP_INTS.index(name)::_WIDTH].tolist()
+    def columns(self) -> Any:
+        """Every STEP_INTS column at once, as the rows of a (column, step) numpy int64 view of
+        the log (no Python int per value: pyarrow converts them as one buffer each)."""
+        import numpy as np  # the flush thread; JAX itself needs numpy
+
+        return np.frombuffer(self.ints, dtype=np.int64).reshape(-1, _WIDTH).T
 
 
 class EventLog:
@@ -119,10 +125,18 @@ class EventLog:
 
     def add(self, step: int, key: Key) -> None:
         """One event of `step` (the program's thread, under the collector's lock)."""
+        self.add_id(step, self.intern(key))
+
+    def intern(self, key: Key) -> int:
+        """The id of an event key, given once per distinct key (under the collector's lock)."""
         event = self._index.get(key)
         if event is None:
             event = self._index[key] = len(self.keys)
             self.keys.append(key)
+        return event
+
+    def add_id(self, step: int, event: int) -> None:
+        """One event of `step` whose id is known (`intern`)."""
         self.steps.append(step)
         self.ids.append(event)
 
@@ -139,6 +153,11 @@ class EventLog:
 
 _METRIC_COLUMNS = ("step", "name", "kind", "count", "total")
 _SITE_COLUMNS = ("step", "kind", "name", "location", "library_frame", "count")
+
+
+def _increasing(values: array) -> bool:
+    """Each value greater than the one before."""
+    return all(a < b for a, b in zip(values, values[1:]))  # noqa: B905  (one shorter by design)
 
 
 def _counts(ids: array, start: int, stop: int) -> dict[int, int]:
@@ -158,20 +177,39 @@ class StepColumns:
                  keys: list[Key] | None = None) -> None:
         from tpuscope.schema import table_columns  # pyarrow: in the flush thread, never at start-up
 
-        step, start, end = done.column("step"), done.column("start_ns"), done.column("end_ns")
-        jit_calls, eager_count, count = done.column("jit_calls"), done.column("eager_count"), len(step)
+        ints = dict(zip(STEP_INTS, done.columns(), strict=True))
+        count = len(done.boundaries)
         self.steps = table_columns(
-            "steps", step=step, start_ns=start, end_ns=end,
-            wall_ns=[e - s for s, e in zip(start, end, strict=True)], boundary=done.boundaries,
-            compiles=done.column("compiles"), compile_ns=done.column("compile_ns"),
-            executions=[j + e for j, e in zip(jit_calls, eager_count, strict=True)],
-            fallback_ops=[0] * count, transfers_from_device=done.column("reads"), graph_hashes=[[]] * count)
+            "steps", step=ints["step"], start_ns=ints["start_ns"], end_ns=ints["end_ns"],
+            wall_ns=ints["end_ns"] - ints["start_ns"], boundary=done.boundaries,
+            compiles=ints["compiles"], compile_ns=ints["compile_ns"],
+            executions=ints["jit_calls"] + ints["eager_count"], fallback_ops=Repeat(0, count),
+            transfers_from_device=ints["reads"], graph_hashes=Repeat([], count))
         self.metrics: dict[str, list[Any]] = {name: [] for name in _METRIC_COLUMNS}
         self.sites: dict[str, list[Any]] = {name: [] for name in _SITE_COLUMNS}
         self._keys = keys or []
         self._sync_names: dict[str, str] = {}  # one metric name string per kind, shared by its rows
-        if ids or done.metrics:
+        if (ids or done.metrics) and not self._single_syncs(done, steps or array("q"), ids or array("q")):
             self._events(done, steps or array("q"), ids or array("q"))
+
+    def _single_syncs(self, done: StepLog, steps: array, ids: array) -> bool:
+        """A batch whose every event is a host sync, one a step at most, with no compile metrics
+        (the batches of a training loop that waits on its loss): its rows built a column at a
+        time, the same rows in the same order as `_events` gives them step by step. False (and
+        nothing built) for any other batch."""
+        keys, emitted = self._keys, done.ints[::_WIDTH]
+        if done.metrics or not ids or any(keys[event][0] != HOST_SYNC for event in set(ids)):
+            return False
+        if not (_increasing(steps) and _increasing(emitted) and set(emitted).issuperset(steps)):
+            return False
+        step, events, count = steps.tolist(), ids.tolist(), len(ids)
+        names = {event: self._sync_names.get(keys[event][1]) or self._sync_name(keys[event][1]) for event in set(ids)}
+        self.metrics = {"step": step, "name": [names[event] for event in events], "kind": Repeat("counter", count),
+                        "count": Repeat(1, count), "total": Repeat(0.0, count)}
+        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": [keys[event][1] for event in events],
+                      "location": [keys[event][2] for event in events],
+                      "library_frame": [keys[event][3] for event in events], "count": Repeat(1, count)}
+        return True
 
     def _events(self, done: StepLog, steps: array, ids: array) -> None:
         """Each step's metric and site rows: its events (a run of `steps` equal to its number)
@@ -267,4 +305,4 @@ class StepColumns:
 
         out = {"steps": self.steps, "metrics": table_columns("metrics", **self.metrics),
                "call_sites": table_columns("call_sites", **self.sites)}
-        return {name: columns for name, columns in out.items() if columns["step"]}
+        return {name: columns for name, columns in out.items() if len(columns["step"])}

@@ -30,7 +30,6 @@ from tpuscope.collect.jax.rows import (
     EAGER,
     HOST_SYNC,
     JIT_CALL,
-    VALUE_READS,
     EventLog,
     StepLog,
     StepRecord,
@@ -171,14 +170,21 @@ class StepTracker:
                     self._close(now)
 
     # -- syncs, eager dispatches, metrics ------------------------------------------------
-    def on_sync(self, kind: str, location: str | None, library: str | None = None) -> None:
-        """Once or more per step (a wait on the loss): counted inline, logged as an event."""
+    def sync_event(self, kind: str, location: str | None, library: str | None = None) -> int:
+        """The event id of a host sync of `kind` at that place (interned once; the hook keeps
+        it per call site, so a sync at a known line never builds or hashes its key again)."""
+        with self._lock:
+            return self._events.intern((HOST_SYNC, kind, location, library))
+
+    def on_sync(self, event: int, read: bool) -> None:
+        """Once or more per step (a wait on the loss): counted inline, logged as an event.
+        `read`: the sync copied a value to the host (its kind is one of VALUE_READS)."""
         with self._lock:
             acc = self._acc
             acc.events += 1
-            if kind in VALUE_READS:
+            if read:
                 acc.reads += 1
-            self._events.add(self.step, (HOST_SYNC, kind, location, library))
+            self._events.add_id(self.step, event)
 
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         with self._lock:
