@@ -87,7 +87,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     for name, value in DEBUG_DEFAULTS.items():
         child.set_default(name, value)
     # level 1 under --deep too: level 2 analyses every execution (~15-30 us and 3 KB of text
-    # each, docs/benchmarks.md); the compile blocks are what the findings read
+    # each, docs/overhead.md); the compile blocks are what the findings read
     if child.set_default("PT_XLA_DEBUG_LEVEL", "1"):
         env[ENV_OWNS_DEBUG] = "1"
         child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
