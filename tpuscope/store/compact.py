@@ -33,11 +33,33 @@ from tpuscope.store.location import Entry, Location
 REPLACES_KEY = b"tpuscope.replaces"
 
 
+def parquet_source(part: Location) -> str | pa.BufferReader:
+    """What pyarrow reads a part from: a local part's path, or a remote part's bytes copied
+    into Arrow's own memory; never a Python file object.
+
+    Read through a Python file, pyarrow keeps the bytes it read as Python objects, and its
+    worker threads may drop the last of them a moment after the read returned (later under
+    load). A worker that does so while the interpreter exits needs the GIL; Python 3.11 ends
+    such a thread with pthread_exit, whose unwinding through Arrow's noexcept destructors
+    calls std::terminate: the launcher, its program's work done, died by SIGABRT
+    ("terminate called without an active exception") after merging a pod's parts."""
+    if part.local:
+        return part.path
+    sink = pa.BufferOutputStream()
+    sink.write(part.read_bytes())  # a copy: Arrow then holds no Python object
+    return pa.BufferReader(sink.getvalue())
+
+
 def replaced_by(part: Location) -> set[str]:
-    """The part names a merged file holds (read from its footer; none if unreadable)."""
+    """The part names a merged file holds (read from its footer; none if unreadable).
+    A remote footer is read through the file (not the whole part: a merged part is big):
+    reading metadata alone is done on this thread, which also frees the reader."""
     try:
-        with part.fs.open(part.path, "rb") as handle:
-            meta = pq.read_metadata(handle).metadata or {}
+        if part.local:
+            meta = pq.read_metadata(part.path).metadata or {}
+        else:
+            with part.fs.open(part.path, "rb") as handle:
+                meta = pq.read_metadata(handle).metadata or {}
     except (OSError, pa.ArrowException, ValueError):
         return set()
     try:
@@ -84,8 +106,7 @@ def _damaged(part: Location, exc: Exception) -> str:
 
 def _read(part: Location, schema: pa.Schema | None, warn: list[str]) -> pa.Table | None:
     try:
-        with part.fs.open(part.path, "rb") as handle:
-            return pq.read_table(handle, schema=schema)
+        return pq.read_table(parquet_source(part), schema=schema)
     except (pa.ArrowException, OSError, ValueError) as exc:
         warn.append(_damaged(part, exc))
         return None
@@ -106,8 +127,7 @@ def read_parts(folder: Location, schema: pa.Schema) -> pa.Table:
 def _read_file(part: Location, schema: pa.Schema, warn: list[str]) -> pa.Table | None:
     """One part as `schema` (a column it lacks as nulls), or None and a warning."""
     try:
-        with part.fs.open(part.path, "rb") as handle:
-            table = pq.ParquetFile(handle).read()
+        table = pq.ParquetFile(parquet_source(part)).read()
         columns = [
             table.column(f.name).cast(f.type) if f.name in table.column_names
             else pa.nulls(table.num_rows, f.type)

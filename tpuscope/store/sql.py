@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
-from tpuscope.store.compact import active_parts
+from tpuscope.store.compact import active_parts, parquet_source
 from tpuscope.store.location import Location
 
 _WARNED: set[str] = set()
@@ -54,9 +54,8 @@ def read_part(
     warn: list[str] | None = None,
 ) -> pa.Table | None:
     """One part file, or None (and a warning naming it) when it is damaged or foreign."""
-    try:
-        with part.fs.open(part.path, "rb") as handle:
-            return pq.read_table(handle, schema=schema, columns=list(columns) if columns else None)
+    try:  # by path, or a copy in Arrow's memory: never through a Python file (parquet_source)
+        return pq.read_table(parquet_source(part), schema=schema, columns=list(columns) if columns else None)
     except (pa.ArrowException, OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         _warn(f"skipped the damaged part {part.url}: {reason}", warn)
