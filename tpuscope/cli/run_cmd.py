@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Steps not judged.")
 @click.option("--deep", is_flag=True,
-              help="Per-execution analysis, HLO dumps into the run folder, IR/HLO source metadata.")
+              help="HLO dumps into the run folder: per-graph input shapes and each op's Python line "
+                   "(captured while graphs are new: docs/store.md).")
 @click.option("--trace-steps", metavar="A:B",
               help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
 @click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
