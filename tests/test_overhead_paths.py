@@ -239,8 +239,8 @@ def _sync_batch(steps: int, events_of: Any) -> tuple[Any, Any, Any, list[Any]]:
     log, events = StepLog(), EventLog()
     for step in range(steps):
         record = StepRecord()
-        record.step, record.start_ns, record.end_ns, record.jit_calls, record.boundary = step, 10 * step, 10 * step + 7, 1, "jit:f"
-        log.emit(record)
+        record.step, record.jit_calls, record.boundary = step, 1, "jit:f"
+        log.emit(record, 10 * step, 10 * step + 7)
         for key in events_of(step):
             events.add(step, key)
     taken, ids = events.take(log.last_step())

@@ -122,7 +122,7 @@ class JaxCollector(StepTracker):
             if self._open:
                 self._close(now)
             elif self._has_work():  # work after the last step, or a run with no step source
-                self._open_at(self._installed_at if self._steps_written == 0 else self._last_end, "end")
+                self._open_at(self._installed_at if self.step == 0 else self._last_end, "end")
                 self._close(now)
             self.clock.finish()
             if self._profiler is not None:

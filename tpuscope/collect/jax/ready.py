@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from tpuscope.collect.jax.rows import StepRecord
+from tpuscope.collect.jax.rows import StepLog, StepRecord
 
 HOST_BOUND_STREAK = 4
 _PROBE_DEPTH = 4
@@ -103,8 +103,8 @@ class ReadyWatcher:
 class StepClock:
     """Emits each closed step once its outputs are ready, in step order (see module doc)."""
 
-    def __init__(self, emit: Callable[[StepRecord], None], lock: threading.RLock) -> None:
-        self._emit = emit  # gets each step with its final start_ns and end_ns (keeps no reference)
+    def __init__(self, log: StepLog, lock: threading.RLock) -> None:
+        self._log = log  # gets each step with its final start and end (keeps no reference)
         self._lock = lock
         self._closed: deque[StepRecord] = deque()  # closed, waiting for their outputs
         self._open: StepRecord | None = None
@@ -188,6 +188,5 @@ class StepClock:
         at the later of its host end and its outputs being ready."""
         start = record.start_ns if record.start_ns > self._last_end else self._last_end
         end = max(record.host_end_ns, record.ready_ns, start)
-        record.start_ns, record.end_ns = start, end
         self._last_end = end
-        self._emit(record)
+        self._log.emit(record, start, end)

@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-from tpuscope.store.buffer import Repeat
+from tpuscope.store.buffer import Coded, Repeat
 
 # Host syncs that copy a value to the host (block_until_ready only waits).
 VALUE_READS = frozenset({"float", "int", "bool", "index", "complex", "item", "tolist", "tobytes",
@@ -41,7 +41,6 @@ class StepRecord:
     step = 0
     boundary = ""
     start_ns = 0  # when the step opened; once emitted, where it starts (see jax_ready)
-    end_ns = 0  # set when emitted
     host_end_ns = 0
     ready_ns = 0
     awaiting = 0
@@ -84,9 +83,9 @@ class StepLog:
         self.boundaries: list[str] = []
         self.metrics: list[tuple[int, dict[str, list[float]]]] = []
 
-    def emit(self, r: StepRecord) -> None:
+    def emit(self, r: StepRecord, start_ns: int, end_ns: int) -> None:
         """A step done, with its final times (jax_ready; the program's thread, under the lock)."""
-        self.ints.extend((r.step, r.start_ns, r.end_ns, r.compiles, r.compile_ns, r.jit_calls, r.eager_count,
+        self.ints.extend((r.step, start_ns, end_ns, r.compiles, r.compile_ns, r.jit_calls, r.eager_count,
                           r.eager_ns, r.reads))  # a tuple that dies at once: nothing for the collector
         self.boundaries.append(r.boundary)
         if r.metrics is not None:
@@ -202,13 +201,19 @@ class StepColumns:
             return False
         if not (_increasing(steps) and _increasing(emitted) and set(emitted).issuperset(steps)):
             return False
-        step, events, count = steps.tolist(), ids.tolist(), len(ids)
-        names = {event: self._sync_names.get(keys[event][1]) or self._sync_name(keys[event][1]) for event in set(ids)}
-        self.metrics = {"step": step, "name": [names[event] for event in events], "kind": Repeat("counter", count),
-                        "count": Repeat(1, count), "total": Repeat(0.0, count)}
-        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": [keys[event][1] for event in events],
-                      "location": [keys[event][2] for event in events],
-                      "library_frame": [keys[event][3] for event in events], "count": Repeat(1, count)}
+        import numpy as np  # the flush thread; JAX itself needs numpy
+
+        step, codes, count = np.array(steps, dtype=np.int64), np.array(ids, dtype=np.int64), len(ids)
+        used = set(ids)
+
+        def by_id(part: int) -> Coded:  # a column of one part of each event's key, as codes
+            return Coded(codes, [keys[event][part] if event in used else None for event in range(len(keys))])
+
+        self.metrics = {"step": step, "name": Coded(codes, [self._sync_name(keys[event][1]) if event in used else None
+                                                            for event in range(len(keys))]),
+                        "kind": Repeat("counter", count), "count": Repeat(1, count), "total": Repeat(0.0, count)}
+        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": by_id(1), "location": by_id(2),
+                      "library_frame": by_id(3), "count": Repeat(1, count)}
         return True
 
     def _events(self, done: StepLog, steps: array, ids: array) -> None:
@@ -239,7 +244,7 @@ class StepColumns:
             return False
         metrics, sites = self.metrics, self.sites
         metrics["step"].append(step)
-        metrics["name"].append(self._sync_names.get(name) or self._sync_name(name))
+        metrics["name"].append(self._sync_name(name))
         metrics["kind"].append("counter")
         metrics["count"].append(1)
         metrics["total"].append(0.0)
@@ -252,7 +257,9 @@ class StepColumns:
         return True
 
     def _sync_name(self, kind: str) -> str:
-        name = self._sync_names[kind] = f"jax.host_syncs/{kind}"
+        name = self._sync_names.get(kind)
+        if name is None:
+            name = self._sync_names[kind] = f"jax.host_syncs/{kind}"
         return name
 
     def _metric_row(self, step: int, name: str, kind: str, count: int, total: float) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from time import time_ns
 from typing import Any
 
 from tpuscope.collect.jax.hooks import JitTarget
@@ -34,7 +35,7 @@ from tpuscope.collect.jax.rows import (
     StepLog,
     StepRecord,
 )
-from tpuscope.collect.session import Session
+from tpuscope.collect.session import ProfilerCost, Session
 from tpuscope.collect.trace_steps import ProfilerWindow
 
 ANNOTATION = "StepTraceAnnotation"
@@ -51,15 +52,15 @@ class StepTracker:
         self._open = False
         self._boundary = ""
         self._depth = 0
-        self._steps_written = 0
         self._last_end = 0
-        self._calls: Counter = Counter()
+        self._calls: Counter = Counter()  # calls of jitted functions other than step_fn
+        self._step_calls = 0  # of step_fn
         self._first_call_ns: dict[JitTarget, int] = {}
         self._acc = StepRecord()  # the open step (or the work before the first one)
         self._lock = threading.RLock()
         self._rows = StepLog()  # steps done, whose rows wait for the flush
         self._events = EventLog()
-        self.clock = StepClock(self._rows.emit, self._lock)
+        self.clock = StepClock(self._rows, self._lock)
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
 
@@ -84,23 +85,46 @@ class StepTracker:
         """Close the open step; with reopen, open the next one at the same instant (with the
         same boundary): the call of the step function, which then costs one call here."""
         record, self._acc = self._acc, StepRecord()
-        cost, spent, self._hook_ns = self.session.cost, self._hook_ns, 0
-        if self.session.proc_meta.get("backend") in (None, "jax"):  # _owns_steps, inlined
-            cost.charge(spent, record.compiles > 0)
-        else:  # torch_xla's collector counts this process's steps
-            cost.hook_ns += spent
+        spent, self._hook_ns = self._hook_ns, 0
+        self._charge(self.session.cost, spent, record)
         self._open, self._last_end = reopen, t_ns
         profiler = self._profiler
         if profiler is not None:
             self.clock.closed(record, t_ns)  # its row is written once its outputs are ready
             profiler.step_closed(self.step)
         self.step += 1
-        self._steps_written += 1
         if profiler is None:
             self.clock.closed(record, t_ns, self._acc if reopen else None, self.step, self._boundary)
         elif reopen:
             self.clock.opened(self._acc, self.step, self._boundary, t_ns)
             profiler.step_opened(self.step)
+
+    def _roll(self, t_ns: int) -> None:
+        """A call of the step function, no profiler window: `_close(t_ns, reopen=True)` and the
+        call counted, in as few operations as it takes. This runs right after the last step's
+        computation left the caches cold, where each line costs several times its warm time
+        (docs/overhead.md)."""
+        record = self._acc
+        self._acc = following = StepRecord()
+        following.jit_calls = 1
+        spent, self._hook_ns = self._hook_ns, 0
+        cost = self.session.cost
+        if record.compiles or self.session.proc_meta.get("backend") not in (None, "jax"):
+            self._charge(cost, spent, record)
+        else:
+            cost.hook_ns += spent
+            cost.hook_calls += 1
+        self._last_end = t_ns
+        self.step = step = self.step + 1
+        self.clock.closed(record, t_ns, following, step, self._boundary)
+
+    def _charge(self, cost: ProfilerCost, spent: int, record: StepRecord) -> None:
+        """A closed step's hook time to the session's cost: apart when it compiled; not a step
+        of this process's when torch_xla's collector counts its steps."""
+        if self._owns_steps():
+            cost.charge(spent, record.compiles > 0)
+        else:
+            cost.hook_ns += spent
 
     def on_step_end(self, boundary: str) -> None:
         """autostart.stop(close_open_step=True) ends the current step here."""
@@ -118,12 +142,15 @@ class StepTracker:
 
     def on_jit_call(self, target: JitTarget) -> None:
         with self._lock:
-            if target is self.step_fn and self.mode == "jit":  # the common case: stay cheap
-                self._calls[target] += 1
+            if target is self.step_fn and self.mode == "jit":
+                self._step_calls += 1
+                if self._open and self._profiler is None:  # the common case
+                    self._roll(time_ns())
+                    return
                 if self._open:
-                    self._close(time.time_ns(), reopen=True)
+                    self._close(time_ns(), reopen=True)
                 else:
-                    self._open_at(time.time_ns(), self._boundary)
+                    self._open_at(time_ns(), self._boundary)
                 self._acc.jit_calls += 1
                 return
             if self.mode != ANNOTATION and target.user:
@@ -135,21 +162,24 @@ class StepTracker:
                 self._events.add(self.step, (JIT_CALL, target.name, None, None))
 
     def _choose_step(self, target: JitTarget, now: int) -> None:
-        self._calls[target] += 1
+        calls = self._calls[target] = self._calls[target] + 1
         self._first_call_ns.setdefault(target, now)
         boundary = f"jit:{target.name}"
         if self.step_fn is None:
-            if self._calls[target] < 2:
+            if calls < 2:
                 return
-            self.step_fn, self.mode = target, "jit"
-            self.session.set_meta(jax_step_source=f"calls of jitted {target.name} ({target.defined_at})")
+            self._make_step_fn(target)
             self._open_at(self._first_call_ns[target], boundary)
-        elif target != self.step_fn:
-            if self._calls[target] <= self._calls[self.step_fn]:
+        elif target is not self.step_fn:
+            if calls <= self._step_calls:
                 return
-            self.step_fn = target
-            self.session.set_meta(jax_step_source=f"calls of jitted {target.name} ({target.defined_at})")
+            self._calls[self.step_fn] = self._step_calls
+            self._make_step_fn(target)
         self._open_at(now, boundary)
+
+    def _make_step_fn(self, target: JitTarget) -> None:
+        self.step_fn, self.mode, self._step_calls = target, "jit", self._calls.pop(target)
+        self.session.set_meta(jax_step_source=f"calls of jitted {target.name} ({target.defined_at})")
 
     def on_annotation(self, entering: bool) -> None:
         with self._lock:
