@@ -32,11 +32,27 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, use_dictionary=_text_columns(table.schema))
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
         raise
+
+
+def _text_columns(schema: pa.Schema) -> list[str]:
+    """The columns a part dictionary-encodes: its strings (names, locations, the host). Not its
+    integers: a step's numbers and times are mostly distinct, and Parquet's writer tried a
+    dictionary for each before falling back (measured: a flush's part of 8,000 steps written in
+    1.4 ms instead of 2.2, and smaller)."""
+    return [field.name for field in schema if _is_text(field.type)]
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _is_text(kind.value_type)
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def warm_up() -> None:
@@ -52,7 +68,7 @@ def warm_up() -> None:
         table = pa.concat_tables([pa.Table.from_pylist([{}], schema=schema), _chunk_table(schema, {
             "host": Repeat("h", 1), "step": np.zeros(1, dtype=np.int64), "name": Coded(np.zeros(1, dtype=np.int64), ["n"]),
         })])
-        pq.write_table(table, pa.BufferOutputStream())
+        pq.write_table(table, pa.BufferOutputStream(), use_dictionary=_text_columns(schema))
 
 
 def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, Any]]) -> int:
@@ -78,12 +94,23 @@ def _chunk_table(schema: pa.Schema, chunk: dict[str, Any]) -> pa.Table:
         if values is None:
             arrays.append(pa.nulls(count, field.type))
         elif isinstance(values, Repeat):
-            arrays.append(pa.repeat(pa.scalar(values.value, field.type), count))
+            arrays.append(_repeated(values.value, field.type, count))
         elif isinstance(values, Coded):
             arrays.append(_coded_array(values, field.type))
         else:
             arrays.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _repeated(value: Any, kind: pa.DataType, count: int) -> pa.Array:
+    """`value` `count` times. A list value (a step's graph hashes: none) is built from its
+    offsets: pa.repeat of a list scalar took 1.4 ms for 8,000 rows."""
+    if pa.types.is_list(kind) and isinstance(value, (list, tuple)):
+        import numpy as np
+
+        offsets = pa.array(np.arange(count + 1, dtype=np.int32) * len(value))
+        return pa.ListArray.from_arrays(offsets, pa.array(list(value) * count, kind.value_type), type=kind)
+    return pa.repeat(pa.scalar(value, kind), count)
 
 
 def _coded_array(column: Coded, kind: pa.DataType) -> pa.Array:

@@ -49,12 +49,13 @@ def _report(call: Any, *args: Any) -> None:
 class Sink(Protocol):
     def on_jit_created(self, target: JitTarget) -> None: ...
     def on_jit_call(self, target: JitTarget) -> None: ...
-    def on_jit_return(self, target: JitTarget, outputs: Any) -> None: ...
+    def on_jit_return(self, target: JitTarget, outputs: Any, pre_ns: int, returned_ns: int) -> None: ...
     def on_annotation(self, entering: bool) -> None: ...
     def sync_event(self, kind: str, location: str | None, library: str | None) -> int: ...
-    def on_sync(self, event: int, read: bool) -> None: ...
+    def on_sync(self, event: int, read: bool, start_ns: int) -> None: ...
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None: ...
-    def charge(self, ns: int) -> None: ...  # time a hook spent on the program's path
+    # time a hook spent on the program's path (on_jit_return and on_sync charge their own call)
+    def charge(self, ns: int) -> None: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +143,7 @@ class JitHook:
         user's call. Work after the dispatch is not free either: on the CPU backend it runs
         while XLA's threads start the computation on the same cores (jax_step_path.py)."""
         hook, core, sink = self, self._core, self.sink
-        on_call, on_return, charge = sink.on_jit_call, sink.on_jit_return, sink.charge
+        on_call, on_return = sink.on_jit_call, sink.on_jit_return
 
         def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             if not (hook.active and core.trace_ctx.trace is core.eval_trace):  # a call inside a trace
@@ -154,12 +155,10 @@ class JitHook:
                 pass
             called = perf_counter_ns()
             out = wrapped(*args, **kwargs)
-            returned = perf_counter_ns()
-            try:  # noqa: SIM105
-                on_return(target, out)
+            try:  # noqa: SIM105  (it charges the hook's time before the dispatch and its own)
+                on_return(target, out, called - start, perf_counter_ns())
             except Exception:
                 pass
-            charge(called - start + perf_counter_ns() - returned)
             return out
 
         return call
@@ -271,10 +270,9 @@ class SyncHook:
                 site = sites.get((id(code), frame.f_lasti))
                 if site is None or site[0] is not code:  # the code is kept alive: its id is not reused
                     site = _sync_site(sink, sites, kind, frame)
-                sink.on_sync(site[1], read)
+                sink.on_sync(site[1], read, start)  # which charges the time since start
             except Exception:
                 pass
-            sink.charge(perf_counter_ns() - start)
             local.inside = True
             try:
                 return original(*args, **kwargs)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from time import time_ns
+from time import perf_counter_ns, time_ns
 from typing import Any
 
 from tpuscope.collect.jax.hooks import JitTarget
@@ -133,12 +133,14 @@ class StepTracker:
                 self._close(time.time_ns())
 
     # -- jitted calls, annotations -------------------------------------------------------
-    def on_jit_return(self, target: JitTarget, outputs: Any) -> None:
+    def on_jit_return(self, target: JitTarget, outputs: Any, pre_ns: int, returned_ns: int) -> None:
         """The step is not done before what its step function (or, in a StepTraceAnnotation
-        block, any jitted call) returned is ready."""
+        block, any jitted call) returned is ready. Charges the jitted call's hook time: `pre_ns`
+        before the dispatch, and what followed `returned_ns` (one call fewer on the step path)."""
         if self._open and (target is self.step_fn or self.mode == ANNOTATION):
             with self._lock:
                 self.clock.outputs(outputs)
+        self._hook_ns += pre_ns + perf_counter_ns() - returned_ns
 
     def on_jit_call(self, target: JitTarget) -> None:
         with self._lock:
@@ -206,15 +208,17 @@ class StepTracker:
         with self._lock:
             return self._events.intern((HOST_SYNC, kind, location, library))
 
-    def on_sync(self, event: int, read: bool) -> None:
+    def on_sync(self, event: int, read: bool, start_ns: int) -> None:
         """Once or more per step (a wait on the loss): counted inline, logged as an event.
-        `read`: the sync copied a value to the host (its kind is one of VALUE_READS)."""
+        `read`: the sync copied a value to the host (its kind is one of VALUE_READS). Charges
+        the sync hook's time since `start_ns`."""
         with self._lock:
             acc = self._acc
             acc.events += 1
             if read:
                 acc.reads += 1
             self._events.add_id(self.step, event)
+            self._hook_ns += perf_counter_ns() - start_ns
 
     def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
         with self._lock:
