@@ -141,6 +141,7 @@ class JaxCollector(StepTracker):
         with self._lock:
             index, self.compile_index = self.compile_index, self.compile_index + 1
             duration_ns = int(event.duration_s * 1e9)
+            self._leave_lane()
             self._acc.compiles += 1
             self._acc.compile_ns += duration_ns
             step = self.step if self._owns_steps() else -1

@@ -117,11 +117,12 @@ class StepClock:
         record.step, record.boundary, record.start_ns = step, boundary, start_ns
         self._open = record
 
-    def outputs(self, outputs: Any) -> None:
-        """The open step dispatched `outputs`: it is not done before they are ready."""
+    def outputs(self, outputs: Any) -> bool:
+        """The open step dispatched `outputs`: it is not done before they are ready. True when
+        they were handed to the helper thread."""
         record = self._open
         if record is None:
-            return
+            return False
         probe = outputs[-1] if type(outputs) is tuple and outputs else outputs  # (state, loss): no walk
         if not hasattr(probe, "is_ready"):
             probe = _probe(outputs)
@@ -130,6 +131,8 @@ class StepClock:
             record.awaiting += 1
             self._waiting += 1
             self.watcher.watch(record, outputs)
+            return True
+        return False
 
     def closed(self, record: StepRecord, host_end_ns: int, following: StepRecord | None = None,
                step: int = 0, boundary: str = "") -> None:
@@ -156,6 +159,16 @@ class StepClock:
         if following is not None:  # opened(), inlined
             following.step, following.boundary, following.start_ns = step, boundary, host_end_ns
             self._open = following
+
+    def settled_at(self, t_ns: int) -> bool:
+        """Nothing closed waits for its outputs, the last steps' were ready when they closed
+        (outputs are no longer handed over) and the last step ended at t_ns, the host's close:
+        the next steps' times can be written from the host's clock alone (steps.py's lane)."""
+        return not self._closed and self._streak >= HOST_BOUND_STREAK and self._last_end == t_ns
+
+    def ended_at(self, end_ns: int) -> None:
+        """Steps written without this clock (steps.py's lane) ended at end_ns."""
+        self._last_end = end_ns
 
     def wait_idle(self, timeout_s: float) -> None:
         """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""

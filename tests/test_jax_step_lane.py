@@ -1,0 +1,75 @@
+"""The JAX step path's lane (steps.py `_lane_roll`: a plain step's row written at its close
+without a new StepRecord) gives the rows the general path gives, on a real jitted loop that
+goes in and out of it: waits and reads on the loss, calls of another jitted function, an eager
+`jax.grad`, a new input shape that compiles, and steps that never wait."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import tpuscope  # noqa: E402
+from tpuscope.collect.jax.ready import StepClock  # noqa: E402
+from tpuscope.collect.jax.steps import StepTracker  # noqa: E402
+
+# what each table's rows must agree on (times and compile durations are the machine's)
+COLUMNS = {"steps": ["step", "boundary", "compiles", "executions", "transfers_from_device"],
+           "metrics": ["step", "name", "kind", "count"],
+           "call_sites": ["step", "kind", "name", "location", "library_frame", "count"]}
+
+
+def loop() -> None:
+    """A training loop with a bit of everything a real one does between plain steps."""
+    def train(w: jax.Array, x: jax.Array, big: jax.Array) -> tuple:
+        for _ in range(6):  # a few ms of work: a step that nothing waits on is still running at the next call
+            big = jnp.tanh(big @ big)
+        return w - 0.01 * x.T @ (x @ w) + 0 * jnp.mean(big), jnp.mean((x @ w) ** 2)
+
+    step = jax.jit(train)
+    other = jax.jit(lambda w: jnp.linalg.norm(w))
+    w, x, big = jnp.ones((16, 16)), jnp.ones((8, 16)), jnp.full((320, 320), 0.01)
+    for i in range(60):
+        if i == 30:
+            x = jnp.ones((4, 16))  # a new shape: the step compiles again
+        w, loss = step(w, x, big)
+        if i % 10 == 3:
+            other(w).block_until_ready()
+        if i == 40:
+            jax.grad(lambda v: jnp.sum(v * v))(x)  # eager: op by op
+        if i % 7 == 5:
+            continue  # no wait this step
+        float(loss) if i % 2 else jax.block_until_ready(loss)
+
+
+def tables(tmp_path: Path, name: str) -> dict:
+    jax.clear_caches()  # both runs compile what they compile from scratch
+    with tpuscope.profile(store=tmp_path, name=name, warmup=1, analyze_at_exit=False) as run:
+        loop()
+    recorded = tpuscope.load_run(run.path)
+    return {table: getattr(recorded, table)[columns].reset_index(drop=True) for table, columns in COLUMNS.items()}
+
+
+def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> None:
+    taken: list[bool] = []
+    roll = StepTracker._lane_roll
+
+    def counted(tracker: StepTracker, t_ns: int) -> bool:
+        taken.append(roll(tracker, t_ns))
+        return taken[-1]
+
+    tables(tmp_path, "first")  # JAX's once-a-process metrics (its compilation cache's) go here
+    monkeypatch.setattr(StepTracker, "_lane_roll", counted)
+    lane = tables(tmp_path, "lane")
+    assert taken.count(True) >= 15 and False in taken, taken  # in the lane, and out of it (a step not waited on)
+    monkeypatch.setattr(StepClock, "settled_at", lambda clock, t_ns: False)
+    taken.clear()
+    general = tables(tmp_path, "general")
+    assert not taken
+    assert len(lane["steps"]) == 60 and lane["steps"]["compiles"].sum() >= 2
+    assert lane["steps"]["transfers_from_device"].sum() == 26  # the float(loss) steps
+    for table, rows in lane.items():
+        assert rows.equals(general[table]), (table, rows.compare(general[table]) if rows.shape == general[table].shape else rows)
