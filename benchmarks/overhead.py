@@ -23,8 +23,8 @@ steps; the first 10 steps of each run (compiles) are dropped. Printed:
   whose step hook is switched off and on every two steps (timed_steps.py --alternate),
   so both kinds of step share the machine's state; the median over adjacent pairs of
   (steps with the hook - steps without), with a distribution-free 95% interval. Its flush
-  thread runs in both halves, so its CPU time per step (self-measured) is added to give
-  the total.
+  thread runs in both halves, so its CPU time per step (self-measured, in a second run of as
+  many steps with every step hooked) is added to give the total.
 On the 2-vCPU VM this was written on, the machine's speed drifts by up to +-20% within
 seconds (bare runs: 58-89 ms median steps, also pinned to one CPU), so the run-level
 ratio moves by several % between sessions; the paired estimate's interval says how
@@ -79,7 +79,7 @@ def own_cost(store: Path) -> float | None:
 
 
 def flush_ms_per_step(store: Path, before_loop: dict | None = None) -> float:
-    """The flush thread's CPU per hooked step; with `before_loop` (timed_jax --alternate: the
+    """The flush thread's CPU per hooked step; with `before_loop` (a timed program's --alternate: the
     cost figures when its timed loop began), only the flushes from then on (those that wrote
     the loop's rows, the last one at exit included) over the steps hooked since."""
     import tpuscope
@@ -94,13 +94,16 @@ def flush_ms_per_step(store: Path, before_loop: dict | None = None) -> float:
 def paired(steps: int, work: Path, deep: bool = False) -> None:
     """One run, the hook switched off and on every two steps; prints the paired figures.
     With deep, the run is `tpuscope run --deep`: the hook's cost there (torch_xla's own
-    --deep costs, per-execution analysis and IR metadata, are in both halves)."""
+    --deep costs, per-execution analysis and IR metadata, are in both halves).
+
+    The flush thread's CPU per step is taken from a second run of as many steps, every one
+    hooked: a flush has a fixed cost per part file (every 2 s), which the alternating run
+    spreads over half as many hooked steps (measured: 6.5 us per hooked step there, 4.4 in
+    the full run, torch_xla MLP)."""
     out, store = work / "paired.json", work / "paired-store"
-    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *(["--deep"] if deep else []),
-           "python", str(PROGRAM), str(out), "--steps", str(steps), "--alternate"]
-    env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    times = json.loads(out.read_text())
+    times = json.loads(_profiled(work, store, out, steps, deep, "--alternate").read_text())
+    full_store = work / "paired-full-store"
+    _profiled(work, full_store, work / "paired-full.json", steps, deep)
     on, off = times["on"], times["off"]
     # the k-th pair of steps with the hook ran right after the k-th pair without it: their
     # difference cancels the machine's drift, and the median of the differences its spikes
@@ -108,15 +111,23 @@ def paired(steps: int, work: Path, deep: bool = False) -> None:
     hook = statistics.median(diffs) * 1e3
     low, high = (d * 1e3 for d in median_interval(diffs))
     bare = statistics.median(off) * 1e3
-    flush = flush_ms_per_step(store, times.get("before_loop"))
-    if times.get("before_loop"):
-        print(f"flush thread: {flush:.4f} ms per step from the timed loop's start; "
-              f"{flush_ms_per_step(store):.4f} counting the flushes before it too")
+    flush = flush_ms_per_step(full_store)
+    print(f"flush thread: {flush:.4f} ms per step in a run of {steps} steps, every one hooked; in the "
+          f"alternating run {flush_ms_per_step(store, times.get('before_loop')):.4f} per hooked step")
     print(f"paired{' (--deep)' if deep else ''} ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
           f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
           f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "
           f"{(bare + hook + flush) / bare:.4f} (interval {(bare + low + flush) / bare:.4f} .. "
           f"{(bare + high + flush) / bare:.4f})")
+
+
+def _profiled(work: Path, store: Path, out: Path, steps: int, deep: bool, *options: str) -> Path:
+    """`tpuscope run` of the program (quiet, into `store`); returns its output file."""
+    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *(["--deep"] if deep else []),
+           "python", str(PROGRAM), str(out), "--steps", str(steps), *options]
+    env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return out
 
 
 def median_interval(values: list[float]) -> tuple[float, float]:

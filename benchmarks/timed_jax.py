@@ -21,6 +21,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from alternate import cost_now
 
 WARM = 10
 
@@ -58,7 +59,7 @@ def main() -> None:
     bare = (getattr(step, "__wrapped__", step), _original(jax.block_until_ready))
     methods = _block_methods()
     times, hook_on = [], []
-    before_loop = _cost_now() if args.alternate else None
+    before_loop = cost_now() if args.alternate else None
     for i in range(args.steps):
         on = not args.alternate or i < WARM or (i // 2) % 2 == 0
         fn, block = hooked if on else bare
@@ -77,17 +78,6 @@ def main() -> None:
         times["before_loop"] = before_loop
     with open(args.out, "w") as handle:
         json.dump(times, handle)
-
-
-def _cost_now():
-    """The session's flush CPU and hooked steps so far (under tpuscope run), else None."""
-    from tpuscope.collect.autostart import active_session
-
-    session = active_session()
-    if session is None:
-        return None
-    cost = session.cost
-    return {"flush_cpu_ns": cost.flush_cpu_ns, "steps": cost.hook_calls + cost.compile_hook_calls}
 
 
 def _original(fn):

@@ -15,16 +15,9 @@ import torch
 import torch.nn as nn
 import torch_xla
 import torch_xla.core.xla_model as xm
+from alternate import cost_now, xla_hook_switch
 
 WARM = 10  # steps before the alternation (compiles), left out of both lists
-
-
-def hook_switch():
-    """(module, hooked, bare) versions of the function tpuscope wraps, or None outside tpuscope run."""
-    from tpuscope.collect import autostart
-
-    collectors = [c for c in autostart._active.get("collectors", []) if hasattr(c, "_original")]
-    return (xm, xm._run_step_closures, collectors[0]._original) if collectors else None
 
 
 def main() -> None:
@@ -42,7 +35,8 @@ def main() -> None:
     y = torch.randn(32, 256).to(device)
 
     times, hook_on = [], []
-    switch = hook_switch() if args.alternate else None
+    switch = xla_hook_switch() if args.alternate else None
+    before_loop = cost_now() if args.alternate else None
     for i in range(args.steps):
         if switch is not None:
             on = i < WARM or (i // 2) % 2 == 0
@@ -63,6 +57,7 @@ def main() -> None:
             key: [t for t, on in zip(times, hook_on, strict=True) if on is want]
             for key, want in (("on", True), ("off", False))
         }
+        times["before_loop"] = before_loop
     with open(args.out, "w") as handle:
         json.dump(times, handle)
 

@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch_xla
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from alternate import cost_now, xla_hook_switch  # noqa: E402
 from train_transformer import TinyLM  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -34,16 +35,6 @@ args = parser.parse_args()
 WARM = 10  # steps before the alternation (compiles), left out of both lists
 
 
-def hook_switch():
-    """(hooked, bare) versions of the function tpuscope wraps, or None outside tpuscope run."""
-    import torch_xla.core.xla_model as xm
-
-    from tpuscope.collect import autostart
-
-    collectors = [c for c in autostart._active.get("collectors", []) if hasattr(c, "_original")]
-    return (xm, xm._run_step_closures, collectors[0]._original) if collectors else None
-
-
 torch.manual_seed(0)
 device = torch_xla.device()
 vocab, batch, seq = 512, 8, 64
@@ -54,7 +45,8 @@ tokens = torch.randint(0, vocab, (batch, seq + 1)).to(device)
 inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
 times = []
-switch = hook_switch() if args.alternate else None
+switch = xla_hook_switch() if args.alternate else None
+before_loop = cost_now() if args.alternate else None
 hook_on = []
 for i in range(args.steps):
     if switch is not None:
@@ -74,5 +66,6 @@ if switch is not None:
     switch[0]._run_step_closures = switch[1]
     times = {key: [t for t, on in zip(times, hook_on, strict=True) if on is want]
              for key, want in (("on", True), ("off", False))}
+    times["before_loop"] = before_loop
 with open(args.out, "w") as handle:
     json.dump(times, handle)
