@@ -139,7 +139,7 @@ class StepTracker:
         rows = self._rows
         rows.ints.extend((self.step, self._last_end, t_ns, 0, 0, acc.jit_calls, 0, 0, acc.reads))
         rows.boundaries.append(self._boundary)
-        acc.jit_calls, acc.reads = 1, 0
+        acc.jit_calls, acc.reads = 1, 0  # (its `events`, only ever tested for zero, goes on counting)
         self._last_end = t_ns
         self.step += 1
         cost = self.session.cost
