@@ -206,14 +206,14 @@ class StepColumns:
         step, codes, count = np.array(steps, dtype=np.int64), np.array(ids, dtype=np.int64), len(ids)
         used = set(ids)
 
-        def by_id(part: int) -> Coded:  # a column of one part of each event's key, as codes
-            return Coded(codes, [keys[event][part] if event in used else None for event in range(len(keys))])
+        def coded(value: Any) -> Coded:  # a column of value(key) for each event, as codes into the keys
+            return Coded(codes, [value(keys[event]) if event in used else None for event in range(len(keys))])
 
-        self.metrics = {"step": step, "name": Coded(codes, [self._sync_name(keys[event][1]) if event in used else None
-                                                            for event in range(len(keys))]),
+        self.metrics = {"step": step, "name": coded(lambda key: self._sync_name(key[1])),
                         "kind": Repeat("counter", count), "count": Repeat(1, count), "total": Repeat(0.0, count)}
-        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": by_id(1), "location": by_id(2),
-                      "library_frame": by_id(3), "count": Repeat(1, count)}
+        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": coded(lambda key: key[1]),
+                      "location": coded(lambda key: key[2]), "library_frame": coded(lambda key: key[3]),
+                      "count": Repeat(1, count)}
         return True
 
     def _events(self, done: StepLog, steps: array, ids: array) -> None:
