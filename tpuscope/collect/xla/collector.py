@@ -37,12 +37,20 @@ from tpuscope.collect.xla.counters import (
     metric_columns,
     metric_deltas,
 )
+from tpuscope.collect.xla.dynamo import CompiledCalls
 from tpuscope.collect.xla.eager import watch_eager_mode
 from tpuscope.collect.xla.fallback_sites import SiteTracer
 from tpuscope.collect.xla.ir_frames import IrFrames
 from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
-from tpuscope.collect.xla.steps import END, LOOKUPS, StepRule, boundary_name
+from tpuscope.collect.xla.steps import (
+    DYNAMO_CALL,
+    END,
+    LOOKUPS,
+    StepRule,
+    boundary_name,
+    library_caller,
+)
 from tpuscope.collect.xla.steps import EXECUTED as EXECUTED_COUNTER
 from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.store import layout
@@ -74,6 +82,9 @@ class XlaCollector:
         self.rule = StepRule({})
         self._full_due = False  # a boundary that was not a step had a full read
         self.frames: IrFrames | None = None  # --deep's IR frame capture, by compiles
+        self.compiled_calls: CompiledCalls | None = None  # torch.compile(openxla) calls (xla/dynamo.py)
+        self._direct_at_step = 0  # dynamo's cached-graph runs when the last step ended
+        self._optimizer_hook: Any = None
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -98,10 +109,12 @@ class XlaCollector:
                 return collector._original(*args, **kwargs)
             finally:
                 start = time.perf_counter_ns()
-                compiled = collector.on_step_end(boundary_name())
+                name, library = boundary_name()
+                compiled = collector.on_step_end(name, library=library)
                 collector.session.cost.hooked(start, compiled)
 
         xm._run_step_closures = _run_step_closures
+        self._watch_loops()
         self.session.before_close.append(self._at_close)
         self.session.before_flush.append(self.rows.drain)
         session = self.session
@@ -119,10 +132,34 @@ class XlaCollector:
                          pjrt_device=os.environ.get("PJRT_DEVICE"))
         return self
 
+    def _watch_loops(self) -> None:
+        """Step sources beyond torch_xla.sync (xla/steps.py): optimizer steps (a framework's
+        loop is one optimizer step an iteration) and torch.compile'd calls (xla/dynamo.py)."""
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        rule = self.rule
+
+        def _optimizer_stepped(*_: Any) -> None:
+            rule.optimizer_steps += 1
+
+        self._optimizer_hook = register_optimizer_step_post_hook(_optimizer_stepped)
+
+        def _compiled_call_returned() -> None:
+            start = time.perf_counter_ns()
+            compiled = self.on_step_end(DYNAMO_CALL, library=library_caller(4))
+            self.session.cost.hooked(start, compiled)
+
+        self.compiled_calls = CompiledCalls(self._xlac, _compiled_call_returned).install()
+
     def uninstall(self) -> None:
         if self._original is not None:
             self._xm._run_step_closures = self._original
             self._original = None
+        if self._optimizer_hook is not None:
+            self._optimizer_hook.remove()
+            self._optimizer_hook = None
+        if self.compiled_calls is not None:
+            self.compiled_calls.uninstall()
         if self.sites is not None:
             self.sites.close()
         if self._unwrap_eager is not None:
@@ -183,7 +220,7 @@ class XlaCollector:
         self.session.set_meta(**meta)
 
     # -- per step --------------------------------------------------------------
-    def on_step_end(self, boundary: str, snap: Snapshot | None = None) -> bool:
+    def on_step_end(self, boundary: str, snap: Snapshot | None = None, library: bool = False) -> bool:
         """Record the step that just ended; True if it compiled. Only what cannot wait is done
         here (reads, the step rule, arming the call-site tracer, the profiler window); its
         rows are built in the flush thread (xla/rows.py). A plain step (no full read, host
@@ -192,7 +229,7 @@ class XlaCollector:
         now = time.time_ns()
         snap = snap or self.reader.snapshot(full=self._full_due)
         if snap.full:
-            return self._full_step(boundary, snap, now)
+            return self._full_step(boundary, snap, now, library)
         values, before = snap.values, self._last
         if snap.names is not self._last_names:  # only after a full read that was no step
             before = tuple(self._counts_now().get(name, 0) for name in snap.names)
@@ -203,9 +240,10 @@ class XlaCollector:
         if snap.metrics:
             growth = metric_deltas(snap.metrics, self._prev_metrics)
         launched = self.rule.end(boundary, values[UNCACHED] + values[CACHED], lookups, executed,
-                                 fell_back or HOST_TRANSFER in growth)
+                                 fell_back or HOST_TRANSFER in growth, library, self._direct_runs())
         if launched is None:
             return False  # not a step of its own: its deltas go to the next step (xla_steps)
+        self._direct_at_step += self._direct_runs()
         self._last_names, self._last = snap.names, values
         if snap.metrics:
             self._prev_metrics.update(snap.metrics)
@@ -224,7 +262,7 @@ class XlaCollector:
                             growth, snap.metrics, False, launched)
         return self._step(snap, now, record, compiled, fallbacks)
 
-    def _full_step(self, boundary: str, snap: Snapshot, now: int) -> bool:
+    def _full_step(self, boundary: str, snap: Snapshot, now: int, library: bool = False) -> bool:
         """A boundary with a full read: deltas of every counter and metric."""
         assert snap.counters is not None
         prev_counters = self._counts_now()
@@ -234,13 +272,15 @@ class XlaCollector:
         executed = counter_delta.get(EXECUTED_COUNTER, 0)
         fallbacks = {n: c for n, c in counter_delta.items() if n.startswith("aten::")}
         launched = self.rule.end(boundary, sum(snap.counters.get(name, 0) for name in LOOKUPS), lookups,
-                                 executed, bool(fallbacks) or HOST_TRANSFER in metric_delta)
+                                 executed, bool(fallbacks) or HOST_TRANSFER in metric_delta, library,
+                                 self._direct_runs())
         if launched is None:
             # its deltas go to the next step, and so does the full read (compile rows need its
             # samples): the next boundary reads everything again
             self._full_due = True
             return False
         self._full_due = False
+        self._direct_at_step += self._direct_runs()
         # in place: a new 60-entry dict is the step's first large allocation, which pays for
         # merging the step's freed chunks (see xla_counters)
         prev_counters.update(snap.counters)
@@ -283,6 +323,11 @@ class XlaCollector:
         self.step += 1
         if self.trace is not None:
             self.trace.step_ended(self.step)
+
+    def _direct_runs(self) -> int:
+        """Dynamo's cached-graph runs since the last step (graphs no compile counter sees)."""
+        calls = self.compiled_calls
+        return calls.runs - self._direct_at_step if calls is not None else 0
 
     def _counts_now(self) -> dict[str, int]:
         """Every counter's value at the last step: the per-step counters are kept as a tuple

@@ -37,6 +37,23 @@ Which boundary ends an iteration when it passes several:
   next step (the reader re-reads host transfers; a full read is repeated).
 Setup syncs before the loop (moving a model, `xm.broadcast_master_param`) are steps of
 their own when they launched something (in eager mode `.to(device)` runs ops).
+
+Loops that are not the program's own (issue 26: N iterations are N steps whichever idiom
+ends them):
+- syncs made *inside* a call never end a step: `xm.rendezvous` / `xm.mesh_reduce` sync
+  three times per call (torch_xla's `xla_rendezvous`), and dynamo's openxla bridge syncs
+  while it traces a function; their work belongs to the step that made the call;
+- `torch.compile(fn, backend="openxla")`: after tracing, a call runs its cached graphs
+  (`_run_cached_graph`) and passes no sync at all, so the collector makes the return of
+  the outermost compiled call a boundary ("torch.compile"), and counts those graph runs
+  as launched work (they move no compile-cache counter);
+- a framework that owns the loop (Hugging Face `Trainer` + accelerate's `MpDeviceLoader`)
+  passes boundaries of its own on some iterations only (the logging pass's
+  `xm.mark_step()`, the flush after the loop). A boundary whose caller is a library (the
+  first frame outside torch, torch_xla and the standard library is not the user's) ends
+  a step only if the optimizer stepped since the last step, once the program has stepped
+  an optimizer at all: a training iteration is one optimizer step. Boundaries in the
+  user's own code are never held back (an eval loop has no optimizer step).
 """
 
 from __future__ import annotations
@@ -44,7 +61,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from tpuscope.user_files import is_plumbing, is_user_file
+
 COMPILE_PRELUDE = "torch_xla.compile prelude"
+COLLECTIVE = "rendezvous"  # xm.rendezvous / xm.mesh_reduce's own syncs
+DYNAMO_TRACE = "dynamo trace"  # the openxla bridge's syncs while it traces a function
+DYNAMO_CALL = "torch.compile"  # the return of a torch.compile'd function (collector.py)
+WITHIN_A_CALL = (COMPILE_PRELUDE, COLLECTIVE, DYNAMO_TRACE)  # never end a step
 LOADER = "MpDeviceLoader"
 END = "end"
 LOOKUPS = ("UncachedCompile", "CachedCompile")
@@ -57,25 +80,48 @@ _BOUNDARY_FRAMES = {
     "_compile": "torch_xla.compile",
     "__exit__": "StepTrace",
     "next": LOADER,
+    "xla_rendezvous": COLLECTIVE,
+    "extract_graph_helper": DYNAMO_TRACE,
+    "extract_compiled_graph_helper": DYNAMO_TRACE,
     "sync": "sync",
 }
+_MAX_FRAMES = 16
 
 
-def boundary_name(depth: int = 2) -> str:
-    """The API that called `torch_xla.sync`, `depth` frames above this call; only torch_xla's
-    own frames count (a user's `__exit__` or `next` that syncs is a plain sync)."""
+def boundary_name(depth: int = 2) -> tuple[str, bool]:
+    """(the API that called `torch_xla.sync`, whether a library called it), looking from
+    `depth` frames above this call. Only torch_xla's own frames name the API (a user's
+    `__exit__` or `next` that syncs is a plain sync); the caller is the first frame outside
+    torch_xla and the standard library."""
     frame: Any = sys._getframe(depth)
     name = "sync"
-    for _ in range(6):
+    for _ in range(_MAX_FRAMES):
         if frame is None:
             break
-        found = _BOUNDARY_FRAMES.get(frame.f_code.co_name)
-        if found and "torch_xla" in frame.f_code.co_filename:
-            if found != "sync":
-                return found
-            name = found
+        filename = frame.f_code.co_filename
+        if "torch_xla" not in filename:
+            if not is_plumbing(filename):
+                return name, not is_user_file(filename)
+        else:
+            found = _BOUNDARY_FRAMES.get(frame.f_code.co_name)
+            if found and found != "sync" and name == "sync":
+                name = found
         frame = frame.f_back
-    return name
+    return name, False
+
+
+def library_caller(depth: int = 2) -> bool:
+    """Whether the first frame `depth` above this call that is outside torch, torch_xla and
+    the standard library is a library's (not the user's code)."""
+    frame: Any = sys._getframe(depth)
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            break
+        filename = frame.f_code.co_filename
+        if not (is_plumbing(filename) or "/torch/" in filename or "torch_xla" in filename):
+            return not is_user_file(filename)
+        frame = frame.f_back
+    return False
 
 
 class StepRule:
@@ -87,6 +133,8 @@ class StepRule:
         self.outstanding = max(0, sum(counters.get(n, 0) for n in LOOKUPS) - counters.get(EXECUTED, 0))
         self._own_boundary = True  # the program's own sync since the last loader boundary (setup counts)
         self._yielded_at: int | None = None  # lookups when a loader boundary last gave way
+        self.optimizer_steps = 0  # optimizer.step() calls so far (the collector's post-hook)
+        self._optimizer_steps_at_end = 0  # ... when the last step ended
 
     def _loader_gives_way(self, lookups: int) -> bool:
         """The loader's sync is the top of the next iteration: the program synced itself since
@@ -97,21 +145,28 @@ class StepRule:
         self._yielded_at = lookups if gives_way else None
         return gives_way
 
-    def end(self, boundary: str, lookups_now: int, lookups: int, executed: int, other_work: bool) -> int | None:
+    def end(self, boundary: str, lookups_now: int, lookups: int, executed: int, other_work: bool,
+            library: bool = False, direct: int = 0) -> int | None:
         """The graphs launched since the last step if this boundary ends one, else None (the
         interval goes on); `lookups_now`: the lookup counters' total, `other_work`: an `aten::*`
-        counter or the host-transfer metric moved. Graphs launched: compile-cache lookups, plus
-        executions beyond them and the ones still in flight. One flat call: on the caches a
-        step leaves, each Python call costs about 1 us."""
-        if boundary == COMPILE_PRELUDE:
+        counter or the host-transfer metric moved, `library`: a library called the boundary,
+        `direct`: graphs run outside the lazy executor (dynamo's cached graphs). Graphs
+        launched: compile-cache lookups, plus executions beyond them and the ones still in
+        flight, plus `direct`. One flat call: on the caches a step leaves, each Python call
+        costs about 1 us."""
+        if boundary in WITHIN_A_CALL:
             return None
         if boundary == LOADER:
             if self._loader_gives_way(lookups_now):
                 return None
         elif boundary != END:
             self._own_boundary, self._yielded_at = True, None
-        launched = lookups + max(0, executed - lookups - self.outstanding)
+        launched = lookups + max(0, executed - lookups - self.outstanding) + direct
         if not (launched or other_work):
             return None
+        if library and boundary != END and self.optimizer_steps and \
+                self.optimizer_steps == self._optimizer_steps_at_end:
+            return None  # a framework's boundary inside its training iteration (module doc)
+        self._optimizer_steps_at_end = self.optimizer_steps
         self.outstanding = max(0, self.outstanding + lookups - executed)
         return launched
