@@ -90,6 +90,18 @@ CARDS = {card.program: card for card in [
     # backward's fallback runs inside `loss.backward()`.
     Card("corpus_xla_fallback.py", "xla", 8, _at(
         "corpus_xla_fallback.py", ("cpu_fallback", "embedding-call"), ("cpu_fallback", "backward"))),
+    # --- issue 26, "steps wherever the loop lives" (helper xsteps): loops a framework owns ---
+    # HF Trainer: 12 optimizer steps are 12 steps, whatever boundaries the trainer passes (its
+    # logging pass's mark_step, mesh_reduce's syncs, the flush after the loop). transformers reads
+    # a value inside every forward (masking_utils.find_packed_sequence_indices: position_ids
+    # without a mask or cache), and the logging pass reads the loss and grad norm: a host sync at
+    # the user's `trainer.train()` line. The logging pass's first-time reductions are distinct
+    # one-off graphs, not recompiles (truth: nothing compiles in the later logging passes).
+    Card("corpus_hf_trainer.py", "xla", 12, _at("corpus_hf_trainer.py", ("host_sync", "train"))),
+    # torch.compile(train_model, backend="openxla"): 12 calls of the compiled step, no
+    # mark_step anywhere. Steps: the 12 calls plus the program's own setup torch_xla.sync(),
+    # which launches a graph (a setup step, as in corpus_xla_mnist.py). Nothing to report.
+    Card("corpus_xla_dynamo_train.py", "xla", 12, _at("corpus_xla_dynamo_train.py"), steps=13),
 ]}
 PROGRAMS = list(CARDS)
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
@@ -274,6 +286,34 @@ def test_truth_embedding_bag_falls_back(truth: Callable[[str], Truth]) -> None:
     assert t.per_phase("aten::_embedding_bag", "train:") == [1] * 8
     assert t.per_phase("aten::_embedding_bag_backward", "train:") == [1] * 8
     assert t.per_phase("UncachedCompile", "train:")[1:] == [0] * 7
+
+
+# --- issue 26 truth (helper xsteps): loops a framework owns ---
+
+def test_truth_hf_trainer_compiles_in_its_first_logging_pass_only(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_hf_trainer.py")
+    assert t.extra["iterations"] == 12 and len(t.per_phase("UncachedCompile", "train:")) == 12
+    # iteration 0 (the step and the mask read), 1 (AdamW's state), 3 (the first logging pass's
+    # reductions, each a new graph); the logging passes at 7 and 11 compile nothing
+    assert t.per_phase("UncachedCompile", "train:") == [2, 1, 0, 4] + [0] * 8
+    reads = t.per_phase("aten::_local_scalar_dense", "train:")
+    assert [reads[i] for i in range(12) if i % 4 != 3] == [1] * 9  # the read inside every forward
+    assert all(reads[i] >= 5 for i in (3, 7, 11))  # + the logging pass's loss and grad norm reads
+    assert [n > 1 for n in t.per_phase("MarkStep", "train:")] == [i % 4 == 3 for i in range(12)]
+    assert t.fallback_ops == []
+
+
+def test_truth_dynamo_calls_run_cached_graphs_without_a_step_marker(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_dynamo_train.py")
+    assert t.per_phase("UncachedCompile", "train:") == [4, 1] + [0] * 10  # traced in call 1, inputs' graph in 2
+    assert t.per_phase("CachedCompile", "train:") == [0, 0] + [1] * 10  # the inputs' lazy graph, every call
+    assert t.per_phase("MarkStep", "train:") == [0] * 12  # no step boundary in the loop
+    # 4 executions a call (3 cached graphs + the inputs' graph) + the final read's 1; samples of
+    # an asynchronous execution land at the next mark, so only the sum is exact
+    assert t.total("metric:ExecuteTime", "train:") + t.total("metric:ExecuteTime", "after-loop") == 12 * 4 + 1
+    assert t.work("after-loop")["UncachedCompile"] == 1
+    assert t.extra["dynamo_stats"]["unique_graphs"] >= 1
+    assert t.fallback_ops == []
 
 
 # (b) the program runs unchanged under tpuscope ------------------------------------------------

@@ -6,7 +6,8 @@ train_dataset=..., data_collator=...)` then `trainer.train()`, as users run it o
 whose `next()` marks a step, the trainer calls `xm.mark_step()` before each logging pass and
 reads the logged loss and grad norm with `.item()`). `LlamaForCausalLM(LlamaConfig(tiny))`, no
 hub download, a synthetic dataset of fixed-length token rows, `max_steps=12`, logging every 4
-steps, `optim="adamw_torch"` (the default fused AdamW refuses XLA tensors), no checkpoint, no report_to. In the corpus because the user's loop is the trainer's:
+steps, `optim="adamw_torch"` (the default fused AdamW refuses XLA tensors), no checkpoint, no
+report_to. In the corpus because the user's loop is the trainer's:
 12 optimizer steps must be 12 steps, whatever boundaries the trainer and loader pass.
 The truth's marks come from a `TrainerCallback` (on_step_begin / on_train_end): user code the
 trainer calls, which only reads counters.
@@ -19,8 +20,14 @@ import tempfile
 import hook
 import torch
 from torch.utils.data import Dataset
-from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments,
-                          default_data_collator)
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+)
 
 BATCH, SEQ, MAX_STEPS, LOG_STEPS, ROWS = 4, 32, 12, 4, 64
 
@@ -42,10 +49,10 @@ class Tokens(Dataset):
 class Marks(TrainerCallback):
     """The truth's per-iteration marks (no-ops unless CORPUS_TRUTH is set)."""
 
-    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+    def on_step_begin(self, args, state, control, **kwargs) -> None:  # type: ignore[no-untyped-def]
         hook.mark(f"train:i{state.global_step}")
 
-    def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+    def on_train_end(self, args, state, control, **kwargs) -> None:  # type: ignore[no-untyped-def]
         hook.mark("after-train")
 
 
@@ -57,8 +64,8 @@ def main() -> None:
     model = LlamaForCausalLM(config)
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(output_dir=out, max_steps=MAX_STEPS, per_device_train_batch_size=BATCH,
-                                 learning_rate=1e-4, optim="adamw_torch", logging_steps=LOG_STEPS, save_strategy="no",
-                                 report_to=[], disable_tqdm=True, dataloader_drop_last=True)
+                                 learning_rate=1e-4, optim="adamw_torch", logging_steps=LOG_STEPS,
+                                 save_strategy="no", report_to=[], disable_tqdm=True, dataloader_drop_last=True)
         trainer = Trainer(model=model, args=args, train_dataset=Tokens(), data_collator=default_data_collator,
                           callbacks=[Marks()])
         result = trainer.train()  # corpus: train

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
 from tpuscope.detect.cpu_fallback import HOST_SYNC_OPS, TRANSFER_METRICS
 from tpuscope.detect.registry import RunTables
@@ -143,6 +144,8 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
         return _imported(tables)
     judged = common.loop_steps(tables)  # reads per step of the loop, warm-up included
     if judged.empty or "transfers_from_device" not in judged:
+        return []
+    if not has_step_structure(judged):  # issue 26 (xsteps): no steps to judge, no per-step rule
         return []
     per_step, share, steps = _live_reads(tables, judged)
     if per_step < READS_PER_STEP:

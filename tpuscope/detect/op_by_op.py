@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
 from tpuscope.detect.registry import RunTables
 from tpuscope.schema import Finding
@@ -63,6 +64,8 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     """One finding when the judged steps run many ops one by one (JAX outside jit, torch_xla eager)."""
     metrics = tables.metrics
     if tables.steps.empty or metrics.empty:
+        return []
+    if not has_step_structure(common.loop_steps(tables)):  # issue 26 (xsteps): no per-step rule
         return []
     dispatches = tables.metric_rows([DISPATCH_METRIC])
     if dispatches.empty:

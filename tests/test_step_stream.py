@@ -1,0 +1,79 @@
+"""Steps wherever the loop lives (issue 26): the step rule's decisions and the step-structure test.
+
+Pure logic on hand-built inputs; the real runs that these rules were measured on are the corpus
+programs corpus_hf_trainer.py and corpus_xla_dynamo_train.py (tests/test_corpus.py).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tpuscope.analyze.step_stream import has_step_structure
+from tpuscope.collect.xla.steps import COLLECTIVE, DYNAMO_CALL, DYNAMO_TRACE, END, LOADER, StepRule
+
+
+def _rule() -> StepRule:
+    return StepRule({"UncachedCompile": 0, "CachedCompile": 0, "ExecuteComputation": 0})
+
+
+def test_syncs_inside_a_call_never_end_a_step() -> None:
+    rule = _rule()
+    for boundary in (COLLECTIVE, DYNAMO_TRACE):
+        assert rule.end(boundary, 1, 1, 1, True) is None
+
+
+def test_a_compiled_call_with_only_cached_graph_runs_is_a_step() -> None:
+    """dynamo's _run_cached_graph moves no compile-cache counter: its runs are the launched work."""
+    rule = _rule()
+    assert rule.end(DYNAMO_CALL, 0, 0, 0, False) is None  # nothing ran: not a step
+    assert rule.end(DYNAMO_CALL, 0, 0, 0, False, direct=3) == 3
+
+
+def test_a_librarys_boundary_waits_for_the_optimizer_step() -> None:
+    """A Trainer's logging pass: loader next (step), mark_step after the optimizer step (step),
+    then boundaries with work but no optimizer step since: part of the iteration, until END."""
+    rule = _rule()
+    # args: boundary, lookups so far, lookups / executions since the last step, other work
+    assert rule.end(LOADER, 1, 1, 1, False, library=True) is None  # the setup's: top of iteration 0
+    rule.optimizer_steps = 1
+    assert rule.end(LOADER, 2, 2, 2, False, library=True) == 2  # iteration 0 (+ the setup's graph)
+    rule.optimizer_steps = 2
+    assert rule.end("mark_step", 3, 1, 1, False, library=True) == 1  # iteration 1, logging
+    assert rule.end("sync", 4, 1, 1, True, library=True) is None  # e.g. the flush after the loop
+    assert rule.end(LOADER, 5, 2, 2, False, library=True) is None  # gives way after mark_step
+    assert rule.end(END, 5, 2, 2, True, library=True) == 2  # the end always closes
+
+
+def test_the_users_own_boundaries_are_never_held_back() -> None:
+    """An eval loop after training has no optimizer step: its syncs still end steps."""
+    rule = _rule()
+    rule.optimizer_steps = 5
+    assert rule.end("mark_step", 1, 1, 1, False) == 1
+    assert rule.end("mark_step", 2, 1, 1, False) == 1
+
+
+def test_before_any_optimizer_step_a_librarys_boundary_ends_steps() -> None:
+    rule = _rule()
+    assert rule.end("mark_step", 1, 1, 1, False, library=True) == 1
+    assert rule.end("mark_step", 2, 1, 1, False, library=True) == 1
+
+
+def _steps(*rows: tuple[int, int, int]) -> pd.DataFrame:
+    return pd.DataFrame([{"host": "h", "pid": 1, "step": s, "executions": e, "compiles": c} for s, e, c in rows])
+
+
+def test_one_step_whose_executables_all_ran_once_has_no_step_structure() -> None:
+    assert not has_step_structure(_steps((0, 5, 5)))
+    assert not has_step_structure(_steps((0, 0, 0)))
+    assert not has_step_structure(pd.DataFrame())
+
+
+def test_an_executable_run_again_or_two_steps_are_step_structure() -> None:
+    assert has_step_structure(_steps((0, 45, 33)))  # generate(): decode graphs re-run from the cache
+    assert has_step_structure(_steps((0, 1, 1), (1, 1, 0)))
+    two = pd.concat([_steps((0, 3, 3)), _steps((0, 4, 1)).assign(pid=2)])
+    assert has_step_structure(two)  # any process with structure
+
+
+def test_imported_steps_without_the_columns_count_as_structured() -> None:
+    assert has_step_structure(pd.DataFrame({"step": [0], "wall_ns": [10]}))
