@@ -102,6 +102,9 @@ CARDS = {card.program: card for card in [
     # mark_step anywhere. Steps: the 12 calls plus the program's own setup torch_xla.sync(),
     # which launches a graph (a setup step, as in corpus_xla_mnist.py). Nothing to report.
     Card("corpus_xla_dynamo_train.py", "xla", 12, _at("corpus_xla_dynamo_train.py"), steps=13),
+    # SPMD data parallelism over 4 CPU devices (one process): a sharded step is one step; the
+    # logged loss is read in a step closure, after the step's graph: nothing to report.
+    Card("corpus_xla_spmd_dp.py", "xla", 12, _at("corpus_xla_spmd_dp.py")),
 ]}
 PROGRAMS = list(CARDS)
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
@@ -313,6 +316,15 @@ def test_truth_dynamo_calls_run_cached_graphs_without_a_step_marker(truth: Calla
     assert t.total("metric:ExecuteTime", "train:") + t.total("metric:ExecuteTime", "after-loop") == 12 * 4 + 1
     assert t.work("after-loop")["UncachedCompile"] == 1
     assert t.extra["dynamo_stats"]["unique_graphs"] >= 1
+    assert t.fallback_ops == []
+
+
+def test_truth_spmd_step_compiles_twice_over_four_devices(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_spmd_dp.py")
+    assert t.extra["devices"] == 4
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1] + [0] * 10  # SGD momentum at iteration 1
+    assert t.per_phase("CachedCompile", "train:")[2:] == [1] * 10
+    assert t.total("aten::_local_scalar_dense", "train:") == 3  # the closures' loss.item(), every 4 steps
     assert t.fallback_ops == []
 
 
