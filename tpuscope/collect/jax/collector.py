@@ -60,7 +60,7 @@ class JaxCollector(StepTracker):
         self.compile_rows = CompileRows()
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
         self._hooks: list[Any] = []
-        self._pmap: PmapHook | None = None
+        self._tracking: list[JitHook] = []  # the hooks that name the call a compile belongs to
         session.before_flush.append(self._write_rows)
         _LIVE.add(self)  # a forked child must not write its parent's steps
 
@@ -74,8 +74,8 @@ class JaxCollector(StepTracker):
                 module.register_exclusion(_TPUSCOPE_DIR)
         try:
             self.tracker.install(jax)
-            self._pmap = PmapHook(self)
-            for hook in (JitHook(self), self._pmap, AnnotationHook(self), SyncHook(self), EagerHook(self)):
+            self._tracking = [JitHook(self), PmapHook(self)]
+            for hook in (*self._tracking, AnnotationHook(self), SyncHook(self), EagerHook(self)):
                 self._hooks.append(hook.install(jax))
         except Exception:
             self.uninstall()  # leave the program exactly as it was
@@ -156,12 +156,18 @@ class JaxCollector(StepTracker):
             self._acc.compiles += 1
             self._acc.compile_ns += duration_ns
             step = self.step if self._owns_steps() else -1
-            call = self._pmap.current() if self._pmap is not None else None
-            if call is not None:  # JAX's jit(_fun) of a pmapped call: the user's function's compile
-                self.compile_rows.pmapped(event, *call)
+            self.compile_rows.attribute(event, self._current_call())
             self.session.add("compiles", self.compile_rows.compile_row(
                 event, step, index, duration_ns, self.tracker.explaining()))
             self.session.add_many("retraces", retrace_rows(event, step, index))
+
+    def _current_call(self) -> tuple[JitTarget, tuple[Any, ...], dict[str, Any]] | None:
+        """The pmapped or library-jitted call running on this thread, if any."""
+        for hook in self._tracking:
+            call = hook.current()
+            if call is not None:
+                return call
+        return None
 
     # -- rows --------------------------------------------------------------------------
     def _write_rows(self) -> None:

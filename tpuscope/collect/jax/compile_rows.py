@@ -34,9 +34,14 @@ class CompileRows:
         self.jitted_names: set[str] = set()
         self._pmap = PmapCompiles()
 
-    def pmapped(self, event: CompileEvent, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """A compile during a top-level call of a pmapped function is that function's."""
-        self._pmap.explain(event, target, args, kwargs)
+    def attribute(self, event: CompileEvent, call: tuple[Any, tuple[Any, ...], dict[str, Any]] | None) -> None:
+        """A compile during a top-level call of a pmapped function is that function's; one of
+        a library's jitted function that JAX did not explain is explained by its arguments."""
+        if call is None:
+            return
+        target = call[0]
+        if target.transform == "pmap" or (event.explanation is None and event.function == target.name):
+            self._pmap.explain(event, *call)
 
     def compile_row(self, event: CompileEvent, step: int, index: int, duration_ns: int,
                     explaining: bool) -> dict[str, Any]:

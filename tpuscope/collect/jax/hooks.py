@@ -87,12 +87,12 @@ class JitTarget:
         name = getattr(base, "__name__", None) or type(base).__name__  # JAX's own fun_name
         if code is None:
             return cls(str(name), None, False, transform, static=static)
+        user = is_user_file(code.co_filename)
         params: tuple[str, ...] = ()
-        if transform != "jit":  # only a pmapped compile names its arguments itself (compile_rows)
+        if transform != "jit" or not user:  # compiles JAX does not explain: named here (pmap_calls)
             with contextlib.suppress(TypeError, ValueError):
                 params = tuple(inspect.signature(fun).parameters)
-        return cls(str(name), f"{code.co_filename}:{code.co_firstlineno}", is_user_file(code.co_filename),
-                   transform, params, static)
+        return cls(str(name), f"{code.co_filename}:{code.co_firstlineno}", user, transform, params, static)
 
 
 class _JitWrapper(wrapt.FunctionWrapper):
@@ -119,6 +119,17 @@ class JitHook:
         self._original: Any = None
         self._core: Any = None
         self._targets: dict[tuple[str, str | None, bool], JitTarget] = {}
+        self._local = threading.local()
+
+    def current(self) -> tuple[JitTarget, tuple[Any, ...], dict[str, Any]] | None:
+        """The tracked call running on this thread (`_tracks`), with its arguments: a compile
+        then is that call's, and its arguments say what differed (pmap_calls)."""
+        return getattr(self._local, "call", None)
+
+    def _tracks(self, target: JitTarget) -> bool:
+        """A library's jitted function (Keras's train_step): JAX does not explain its traces.
+        The user's own are left on the bare path: JAX explains them."""
+        return not target.user
 
     def install(self, jax: Any) -> JitHook:
         from jax._src import core
@@ -149,7 +160,23 @@ class JitHook:
         found = self._target_of(args, kwargs)
         target = self._targets.setdefault((found.name, found.defined_at, found.user), found)
         _report(self.sink.on_jit_created, target)
-        return _JitWrapper(jitted, self._caller(target))
+        caller = self._caller(target)
+        return _JitWrapper(jitted, self._tracked(caller, target) if self._tracks(target) else caller)
+
+    def _tracked(self, inner: Any, target: JitTarget) -> Any:
+        """The caller, with the call named on this thread while it runs (~0.2 us: a pmapped
+        call is hundreds of us of Python in JAX itself, a library's step is a framework's)."""
+        local = self._local
+
+        def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            outer = getattr(local, "call", None)
+            local.call = (target, args, kwargs)
+            try:
+                return inner(wrapped, instance, args, kwargs)
+            finally:
+                local.call = outer
+
+        return call
 
     def _target_of(self, args: Any, kwargs: Any) -> JitTarget:
         return JitTarget.of(args[0])
@@ -184,37 +211,18 @@ class JitHook:
 
 class PmapHook(JitHook):
     """Replaces `jax.pmap` like `jax.jit`: a pmapped function's calls are step-function calls,
-    and `current()` names the pmapped call running on this thread (with its arguments), so
-    the compile it causes (JAX's `jit(_fun)`) is counted as that function's."""
+    and every call is tracked (`current()`), so the compile it causes (JAX's `jit(_fun)`) is
+    counted as that function's."""
 
     attr = "pmap"
 
-    def __init__(self, sink: Sink) -> None:
-        super().__init__(sink)
-        self._local = threading.local()
-
-    def current(self) -> tuple[JitTarget, tuple[Any, ...], dict[str, Any]] | None:
-        return getattr(self._local, "call", None)
+    def _tracks(self, target: JitTarget) -> bool:
+        return True
 
     def _target_of(self, args: Any, kwargs: Any) -> JitTarget:
         static = kwargs.get("static_broadcasted_argnums", ())
         static = (static,) if isinstance(static, int) else tuple(static or ())
         return JitTarget.of(args[0], "pmap", static)
-
-    def _caller(self, target: JitTarget) -> Any:
-        """The jit caller, with the call named on this thread while it runs (a pmapped call
-        is a few hundred us of Python in JAX itself: this costs nothing next to it)."""
-        inner, local = super()._caller(target), self._local
-
-        def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            outer = getattr(local, "call", None)
-            local.call = (target, args, kwargs)
-            try:
-                return inner(wrapped, instance, args, kwargs)
-            finally:
-                local.call = outer
-
-        return call
 
 
 class AnnotationHook:

@@ -11,6 +11,11 @@ again (measured, jax 0.10: `flax.jax_utils.replicate` puts the state on a mesh w
 `_device_put_sharded`, the pmapped step returns it on its own `axis_name` mesh, and the
 second call compiles the same program again).
 
+JAX does not explain the traces of a library's jitted function either (Keras's `train_step`,
+jitted in keras/src/backend/jax/trainer.py): its compiles get the same explanation, from the
+call the jit hook tracks (hooks.JitHook._tracks), so a short last batch is `data[0]: f32[32,...]
+-> f32[8,...]`, not a flat argument index.
+
 Runs at a compile only (never per call); its cost is one pytree flatten of the call's
 arguments.
 """
