@@ -164,8 +164,10 @@ class JitHook:
         return _JitWrapper(jitted, self._tracked(caller, target) if self._tracks(target) else caller)
 
     def _tracked(self, inner: Any, target: JitTarget) -> Any:
-        """The caller, with the call named on this thread while it runs (~0.2 us: a pmapped
-        call is hundreds of us of Python in JAX itself, a library's step is a framework's)."""
+        """The caller, with the call named on this thread while it runs: 1.4-1.7 us more per
+        call, measured with timeit on this (loaded, 2-core) machine, where a bare Python call
+        took 0.5-0.6 us; a pmapped call is hundreds of us of Python in JAX itself, and a
+        library's step (Keras's) is a framework's loop around it."""
         local = self._local
 
         def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
