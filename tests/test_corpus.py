@@ -105,6 +105,16 @@ CARDS = {card.program: card for card in [
     # SPMD data parallelism over 4 CPU devices (one process): a sharded step is one step; the
     # logged loss is read in a step closure, after the step's graph: nothing to report.
     Card("corpus_xla_spmd_dp.py", "xla", 12, _at("corpus_xla_spmd_dp.py")),
+    # -- issue 26, JAX beyond jit (helper "jax"): loops a framework owns, pmap, sharded jit --------
+    # Keras 3 `fit` on JAX: 12 iterations of Keras's jitted train_step (the step: the program jits
+    # nothing of its own); the short last batch of epoch 1 compiles it again, at the user's fit line.
+    Card("corpus_jax_keras_fit.py", "jax", 12, _at("corpus_jax_keras_fit.py", ("recompile", "fit"))),
+    # pmap: the train step compiles again at iteration 1 (its inputs came on replicate()'s mesh),
+    # the eval step again for the short last eval batch after one cached call.
+    Card("corpus_jax_pmap.py", "jax", 12, _at("corpus_jax_pmap.py", ("recompile", "step-call"),
+                                              ("recompile", "eval-call"))),
+    # jit over NamedSharding inputs: `update` compiles again when the layout moves to a 2-d mesh.
+    Card("corpus_jax_sharding.py", "jax", 12, _at("corpus_jax_sharding.py", ("recompile", "step-call"))),
 ]}
 PROGRAMS = list(CARDS)
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
@@ -424,3 +434,71 @@ def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], Co
     churn = card["evidence"]["shape_churn"]
     assert churn["dim"] == 1 and churn["values"] == [16, 24, 32]  # truth: lengths 16, 24, 32
     assert card["step_runs"] == [[3, 3], [5, 5]] and "pad" in card["fix"]
+
+
+# -- issue 26, JAX beyond jit (helper "jax"): truth and what the cards say -----------------------
+
+def test_truth_keras_fit_compiles_train_step_for_the_short_batch(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_jax_keras_fit.py")
+    compiles = t.jax_compiles("train_step")
+    assert [c["label"] for c in compiles] == ["train:i0", "train:i5"]  # epoch 2's short batch: cached
+    assert "float32[32,28,28,1]" in compiles[0]["shapes"] and "float32[8,28,28,1]" in compiles[1]["shapes"]
+    assert [c["label"] for c in t.jax_compiles("test_step")] == ["after-fit"]
+    assert t.extra["iterations"] == 12
+
+
+def test_truth_pmap_compiles_train_step_twice_and_eval_for_the_short_batch(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_jax_pmap.py")
+    compiles = t.jax_compiles("_fun")  # jax 0.10's pmap: jit(shard_map(_fun)) of the user's function
+    assert [c["label"] for c in compiles] == ["train:i0", "train:i1", "eval:b0", "eval:b2"]
+    assert compiles[0]["shapes"] == compiles[1]["shapes"]  # the same program compiled again (sharding)
+    assert "float32[2,8,64]" in compiles[2]["shapes"] and "float32[2,4,64]" in compiles[3]["shapes"]
+    assert t.stdout.startswith("devices 2")
+
+
+def test_truth_sharded_update_compiles_again_for_the_new_layout(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_jax_sharding.py")
+    compiles = t.jax_compiles("update")
+    assert [c["label"] for c in compiles] == ["train:data-parallel:i0", "train:data+model-parallel:i6"]
+    assert "@model" not in compiles[0]["shapes"] and "float32[64,128@model]" in compiles[1]["shapes"]
+
+
+def test_keras_fit_steps_are_keras_train_step_calls(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_jax_keras_fit.py")
+    [card] = [f for f in run.findings if f["rule"] == "recompile"]
+    assert "train_step" in card["title"] and card["step_runs"] == [[5, 5]]
+    # JAX does not explain Keras's jit: tpuscope names the argument from the call it tracked
+    assert "data[0]" in card["title"] and "data[0]: f32[32,28,28,1] -> f32[8,28,28,1]" in card["detail"]
+    assert "short last batch" in card["fix"]
+    import tpuscope
+
+    [proc] = tpuscope.load_run(run.run_dir).meta["processes"]
+    assert proc["jax_step_source"].startswith("calls of jitted train_step (") and "keras" in proc["jax_step_source"]
+
+
+def test_pmap_compiles_are_the_users_functions_with_the_sharding_named(corpus_run: Callable[[str], CorpusRun]) -> None:
+    import tpuscope
+
+    run = corpus_run("corpus_jax_pmap.py")
+    compiles = tpuscope.load_run(run.run_dir).compiles
+    pmapped = compiles[compiles["function"].isin(["train_step", "eval_step"])]
+    assert list(pmapped["function"]) == ["train_step", "train_step", "eval_step", "eval_step"]
+    assert not pmapped["eager"].any()
+    train = pmapped[pmapped["function"] == "train_step"]
+    assert train["graph_hash"].nunique() == 1  # one program, compiled twice
+    cards = {f["location"].rsplit(":", 1)[-1]: f for f in run.findings if f["rule"] == "recompile"}
+    train_card = cards[where("corpus_jax_pmap.py", "step-call").rsplit(":", 1)[-1]]
+    assert "sharding" in train_card["fix"] and "_device_put_sharded" in train_card["detail"]
+    assert "dtype (cast" not in train_card["fix"] and "pad" not in train_card["fix"]
+    eval_card = cards[where("corpus_jax_pmap.py", "eval-call").rsplit(":", 1)[-1]]
+    assert "batch['x']" in eval_card["title"] and "pad" in eval_card["fix"]
+    assert run.report["summary"]["value_reads"] == 4  # get_metrics + float, after training and eval
+
+
+def test_sharding_retrace_advice_names_sharding_not_dtype(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_jax_sharding.py")
+    [card] = [f for f in run.findings if f["rule"] == "recompile"]
+    assert card["step_runs"] == [[6, 6]]
+    assert "sharding" in card["fix"] and "cast it" not in card["fix"] and "same shape" not in card["fix"]
+    assert "input sharding of params[0][0]" in card["detail"] and "'model'" in card["detail"]
+    assert run.report["summary"]["value_reads"] == 2  # the loss read at each layout's end

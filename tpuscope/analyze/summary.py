@@ -68,7 +68,11 @@ def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any
     return sorted(out, key=lambda r: (-r["count"], r["op"]))
 
 
-def _value_reads(fallbacks: pd.DataFrame) -> int:
+def _value_reads(fallbacks: pd.DataFrame, steps: pd.DataFrame, backend: str | None) -> int:
+    """torch_xla's `.item()`-style reads (a fallback counter), or a JAX run's value reads
+    (`float(x)`, `.item()`, `np.asarray`, `jax.device_get`: its steps' transfers_from_device)."""
+    if backend == "jax":
+        return int(steps["transfers_from_device"].fillna(0).sum()) if "transfers_from_device" in steps else 0
     if fallbacks.empty:
         return 0
     return int(fallbacks.loc[fallbacks["op"].isin(VALUE_READ_OPS), "count"].sum())
@@ -138,7 +142,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
         "recompile_share": _seconds(again) / loop_wall if loop_wall else 0.0,
         "compile_causes": compile_causes(families),
         "fallback_ops": fallback_ops(fallbacks, len(loop)),
-        "value_reads": _value_reads(fallbacks),
+        "value_reads": _value_reads(fallbacks, steps, _first_process_value(meta, "backend")),
         "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
         "after_loop": _after_loop(steps, phase, families),
         "profiler_ms_per_step": profiler_ms_per_step(meta),

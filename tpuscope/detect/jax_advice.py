@@ -45,7 +45,7 @@ def diff_text(diff: dict[str, Any]) -> str:
     """A retraces row in words ("arg batch['x']: f32[32,64] -> f32[8,64]")."""
     kind, arg, before, after = diff["kind"], diff.get("arg"), diff.get("before"), diff.get("after")
     label = {"input_types": "arg", "static_arg": "static arg", "pytree": "input pytree at",
-             "tracing_context": "tracing context"}.get(kind)
+             "tracing_context": "tracing context", "input_sharding": "input sharding of"}.get(kind)
     if label and arg is not None:
         return f"{label} {arg_name(arg)}: {before} -> {after}"
     if kind == "redefined":
@@ -65,6 +65,8 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
         return (f"Keep the input shapes of {function} the same on every call: pad to a fixed size (or a "
                 "few bucket sizes) and mask the padding.")
     kind, arg = (diff["kind"], arg_name(diff.get("arg") or "")) if diff else ("unknown", None)
+    if kind == "input_sharding" or (kind == "input_types" and _sharding_only(diff)):
+        return sharding_fix(function, arg, diff.get("before"), diff.get("after"))  # type: ignore[union-attr]
     if kind == "input_types":
         old, new = parse_shape(diff.get("before") or ""), parse_shape(diff.get("after") or "")
         if old and new and old.dims == new.dims:
@@ -87,6 +89,32 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
         return f"Call {function} the same way every time (the same arguments by position or by keyword)."
     return (f"Keep the arguments of {function} the same from call to call: shapes, dtypes, pytree "
             "structure, static values.")
+
+
+_SHARDED_DIM = re.compile(r"@(?:\([^)]*\)|\w+)")
+_SHARDING_SUFFIX = re.compile(r"\(\{.*\}\)$")
+
+
+def _plain(text: str) -> str:
+    """'f32[32@batch,64]({Explicit: ('batch',)})' -> 'f32[32,64]' (collect/jax/explain.plain_type's
+    rule, for runs stored before the collector told sharding changes apart)."""
+    return _SHARDED_DIM.sub("", _SHARDING_SUFFIX.sub("", text.strip()))
+
+
+def _sharding_only(diff: dict[str, Any]) -> bool:
+    before, after = diff.get("before") or "", diff.get("after") or ""
+    return before != after and _plain(before) == _plain(after)
+
+
+def sharding_fix(function: str, arg: str | None, before: str | None, after: str | None) -> str:
+    """The fix when an argument came with the same dtype and shape on another sharding: each
+    input sharding is its own executable."""
+    return (f"{arg} reached {function} with the same dtype and shape on another sharding ({before} -> "
+            f"{after}), and {function} is compiled for its inputs' shardings: keep each argument's sharding the "
+            f"same on every call. Place the inputs once, before the loop, where {function} returns them "
+            f"(`jax.device_put(x, sharding)` with that NamedSharding; for jax.jit, or pin in_shardings= / "
+            f"out_shardings=); a deliberate change of layout costs one compile per layout, done before the "
+            f"loop rather than inside it.")
 
 
 CACHE_FIX = ("Compiles that must stay can be kept across runs with JAX's persistent compilation cache: "

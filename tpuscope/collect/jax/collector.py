@@ -18,7 +18,14 @@ from typing import Any
 
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker
-from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, JitHook, JitTarget, SyncHook
+from tpuscope.collect.jax.hooks import (
+    AnnotationHook,
+    EagerHook,
+    JitHook,
+    JitTarget,
+    PmapHook,
+    SyncHook,
+)
 from tpuscope.collect.jax.rows import StepColumns
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.session import Session
@@ -53,6 +60,7 @@ class JaxCollector(StepTracker):
         self.compile_rows = CompileRows()
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
         self._hooks: list[Any] = []
+        self._tracking: list[JitHook] = []  # the hooks that name the call a compile belongs to
         session.before_flush.append(self._write_rows)
         _LIVE.add(self)  # a forked child must not write its parent's steps
 
@@ -66,7 +74,8 @@ class JaxCollector(StepTracker):
                 module.register_exclusion(_TPUSCOPE_DIR)
         try:
             self.tracker.install(jax)
-            for hook in (JitHook(self), AnnotationHook(self), SyncHook(self), EagerHook(self)):
+            self._tracking = [JitHook(self), PmapHook(self)]
+            for hook in (*self._tracking, AnnotationHook(self), SyncHook(self), EagerHook(self)):
                 self._hooks.append(hook.install(jax))
         except Exception:
             self.uninstall()  # leave the program exactly as it was
@@ -134,6 +143,8 @@ class JaxCollector(StepTracker):
 
     def on_jit_created(self, target: JitTarget) -> None:
         self.compile_rows.jitted_names.add(target.name.rsplit(".", 1)[-1])
+        if target.user:
+            self.user_jits = True
 
     # -- compiles --------------------------------------------------------------------------
     def _on_compile(self, event: CompileEvent) -> None:
@@ -145,9 +156,18 @@ class JaxCollector(StepTracker):
             self._acc.compiles += 1
             self._acc.compile_ns += duration_ns
             step = self.step if self._owns_steps() else -1
+            self.compile_rows.attribute(event, self._current_call())
             self.session.add("compiles", self.compile_rows.compile_row(
                 event, step, index, duration_ns, self.tracker.explaining()))
             self.session.add_many("retraces", retrace_rows(event, step, index))
+
+    def _current_call(self) -> tuple[JitTarget, tuple[Any, ...], dict[str, Any]] | None:
+        """The pmapped or library-jitted call running on this thread, if any."""
+        for hook in self._tracking:
+            call = hook.current()
+            if call is not None:
+                return call
+        return None
 
     # -- rows --------------------------------------------------------------------------
     def _write_rows(self) -> None:

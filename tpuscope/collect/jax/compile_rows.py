@@ -12,16 +12,36 @@ from typing import Any
 
 from tpuscope.collect.frames import is_user_file
 from tpuscope.collect.jax.compiles import CompileEvent
-from tpuscope.collect.jax.explain import REDEFINED, STATIC_ARG, Explanation, cause_text
+from tpuscope.collect.jax.explain import (
+    PYTREE,
+    STATIC_ARG,
+    TRACING_CONTEXT,
+    UNKNOWN,
+    Explanation,
+    cause_text,
+    plain_type,
+)
+from tpuscope.collect.jax.pmap_calls import PmapCompiles
 
 
 class CompileRows:
-    """Builds the rows of each compile; remembers what graph hashes need (keys seen so far)
-    and which functions the program passed to jax.jit (to tell library jits from eager ops)."""
+    """Builds the rows of each compile; remembers what graph hashes need (keys seen so far),
+    which functions the program passed to jax.jit (to tell library jits from eager ops) and
+    each pmapped function's last compiled arguments (pmap_calls)."""
 
     def __init__(self) -> None:
         self._hash_seen: Counter = Counter()
         self.jitted_names: set[str] = set()
+        self._pmap = PmapCompiles()
+
+    def attribute(self, event: CompileEvent, call: tuple[Any, tuple[Any, ...], dict[str, Any]] | None) -> None:
+        """A compile during a top-level call of a pmapped function is that function's; one of
+        a library's jitted function that JAX did not explain is explained by its arguments."""
+        if call is None:
+            return
+        target = call[0]
+        if target.transform == "pmap" or (event.explanation is None and event.function == target.name):
+            self._pmap.explain(event, *call)
 
     def compile_row(self, event: CompileEvent, step: int, index: int, duration_ns: int,
                     explaining: bool) -> dict[str, Any]:
@@ -45,32 +65,46 @@ class CompileRows:
         return table_row(
             "compiles", backend="jax", function=function if function != "?" else event.function,
             eager=eager, step=step, index=index, time_ns=int(event.start_s * 1e9),
-            duration_ns=duration_ns, graph_hash=self._graph_hash(event), cause=cause,
-            location=event.location, frames=event.frames, input_shapes=event.input_shapes,
+            duration_ns=duration_ns, graph_hash=self._graph_hash(event, eager), cause=cause,
+            location=event.location, frames=event.frames, input_shapes=_global_shapes(event.input_shapes),
             num_inputs=len(event.input_shapes) if event.input_shapes is not None else None,
         )
 
-    def _graph_hash(self, event: CompileEvent) -> str:
-        """A digest of what makes a JAX executable distinct: function, definition site,
-        input avals and static values (JAX exposes no HLO fingerprint without the
-        persistent cache). A compile is a cache miss, so a repeated key is a different
-        program (e.g. an eager op with new static params) and gets an occurrence
-        suffix, except a function re-created on every call: that is the same program
-        compiled again, and keeps its hash."""
+    def _graph_hash(self, event: CompileEvent, eager: bool) -> str:
+        """A digest of what makes a JAX executable distinct (JAX exposes no HLO fingerprint
+        without the persistent cache): the module, the function's definition, the input avals
+        and the executable's input shardings, and what the explanation says differed apart
+        from the inputs' placement (static values, pytree, tracing context). A key seen before
+        is the same program compiled again (an evicted cache, a function re-created on every
+        call, a pmapped call whose inputs came on another mesh), when the compile is
+        identified: explained (by JAX, or by the pmap hook) and not an eager op. An eager op,
+        or a compile JAX did not explain, may differ in what the key does not hold (an eager
+        op's static parameters): a repeated key then gets an occurrence suffix."""
         key = _graph_key(event)
         seen = self._hash_seen[key]
         self._hash_seen[key] += 1
         expl = event.explanation
-        if seen and not (expl is not None and expl.kind == REDEFINED):
+        identified = expl is not None and expl.kind != UNKNOWN and not eager
+        if seen and not identified:
             key = f"{key}#{seen}"
         return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
+_NOT_IN_AVALS = (STATIC_ARG, PYTREE, TRACING_CONTEXT)  # what else makes another program
+
+
+def _global_shapes(shapes: list[str] | None) -> list[str] | None:
+    """Input shapes as shapes: an explicit mesh axis annotation (`f32[32@batch,64]`) is the
+    input's sharding, stated by the retraces rows, not part of its shape."""
+    return None if shapes is None else [plain_type(s) for s in shapes]
+
+
 def _graph_key(event: CompileEvent) -> str:
     expl = event.explanation
-    statics = [d.after or "" for d in expl.diffs if d.kind == STATIC_ARG] if expl else []
+    program = [f"{d.kind}:{d.arg}={d.after}" for d in expl.diffs if d.kind in _NOT_IN_AVALS] if expl else []
     defined = expl.defined_at if expl else ""
-    return "|".join([event.module, defined or "", ",".join(event.input_shapes or []), *statics])
+    return "|".join([event.module, defined or "", event.avals or ",".join(event.input_shapes or []),
+                     ",".join(event.input_shardings or []), *event.statics, *program])
 
 
 def retrace_rows(event: CompileEvent, step: int, index: int) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ Sources, all public or logged by JAX itself (jax 0.10), no patching:
 - the `jax._src.interpreters.partial_eval` logger: the `jax_explain_cache_misses`
   text, logged while the function is traced (parsed by jax_explain);
 - the `jax._src.interpreters.pxla` logger: "Compiling <module> with global shapes
-  and types <avals>" at DEBUG, whose record carries the input avals as objects.
+  and types <avals>. Argument mapping: <shardings>" at DEBUG, whose record carries the
+  input avals and the executable's input shardings as objects.
 Records that exist only because tpuscope lowered a level or turned explanations on
 are dropped by a logger filter, so the program's own log output stays as it was.
 One backend compile closes a CompileEvent; its trace is the last trace of the
@@ -66,6 +67,9 @@ class CompileEvent:
     explanations: list[Explanation]
     stale_explanations: list[Explanation] = field(default_factory=list)
     persistent_cache: str | None = None
+    input_shardings: list[str] | None = None  # the executable's ("Argument mapping"), part of its identity
+    statics: list[str] = field(default_factory=list)  # a pmapped call's static argument values
+    avals: str = ""  # the input avals in full (weak types included), part of the executable's identity
 
     @property
     def duration_s(self) -> float:
@@ -77,6 +81,8 @@ class _Pending:
     traces: list[TraceSpan] = field(default_factory=list)
     explanations: list[Explanation] = field(default_factory=list)
     shapes: list[str] | None = None
+    shardings: list[str] | None = None
+    avals: str = ""
     lower_s: float = 0.0
     cache: str | None = None
 
@@ -191,7 +197,11 @@ class CompileTracker:
 
     def _on_lowering_record(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("Compiling %s with global shapes") and len(record.args or ()) >= 2:
-            self._pending().shapes = [aval_text(a) for a in record.args[1]]  # type: ignore[index]
+            pending = self._pending()
+            pending.shapes = [aval_text(a) for a in record.args[1]]  # type: ignore[index]
+            pending.avals = ",".join(map(str, record.args[1]))  # type: ignore[index]  (weak types too: ~f32[])
+            if len(record.args) >= 3:  # type: ignore[arg-type]
+                pending.shardings = [str(s) for s in record.args[2]]  # type: ignore[index]
 
     # -- monitoring ------------------------------------------------------------------
     def _on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
@@ -244,7 +254,7 @@ class CompileTracker:
             input_shapes=pending.shapes, location=location,
             frames=trace.frames if trace else user_frames(frame),
             explanation=explanation, explanations=explanations, stale_explanations=stale,
-            persistent_cache=pending.cache,
+            persistent_cache=pending.cache, input_shardings=pending.shardings, avals=pending.avals,
         ))
 
 

@@ -29,9 +29,21 @@ _STATIC = re.compile(r"Static\(val=(?P<val>.*)\)$")
 _CLASS = re.compile(r"<class '(?:[\w.]+\.)?(?P<name>\w+)'>")
 _WEAK_HINT = re.compile(r"https?://\S+$")
 
-# Kinds of a retrace, as stored in the retraces table.
+_SHARDED_DIM = re.compile(r"@(?:\([^)]*\)|\w+)")  # f32[64,128@model], f32[8@(x,y),4] -> f32[64,128], f32[8,4]
+_SHARDING_SUFFIX = re.compile(r"\(\{.*\}\)$")  # f32[64,128]({Explicit: ('batch',)}) -> f32[64,128]
+
+# Kinds of a retrace, as stored in the retraces table. input_sharding: the same dtype and
+# shape with another sharding (JAX's "different input types" when only the mesh or the
+# partitioning of an argument changed, or what the pmap hook saw of a pmapped call's inputs).
 FIRST, REDEFINED, INPUT_TYPES, PYTREE, STATIC_ARG = "first", "redefined", "input_types", "pytree", "static_arg"
 TRACING_CONTEXT, DEBUG_INFO, UNKNOWN = "tracing_context", "debug_info", "unknown"
+INPUT_SHARDING = "input_sharding"
+
+
+def plain_type(text: str) -> str:
+    """An aval's dtype and global shape without its sharding: 'f32[32@batch,64]({Explicit:
+    ('batch',)})' -> 'f32[32,64]' (what two avals must share for a change to be sharding alone)."""
+    return _SHARDED_DIM.sub("", _SHARDING_SUFFIX.sub("", text.strip()))
 
 
 @dataclass
@@ -131,7 +143,9 @@ def _diffs(lines: list[str]) -> list[Diff]:
 
 def _diff_line(section: str, line: str) -> Diff | None:
     if section == INPUT_TYPES and (m := _TYPE_DIFF.match(line)):
-        return Diff(INPUT_TYPES, m["arg"], _WEAK_HINT.sub("", m["before"]).strip(), m["after"].strip())
+        before, after = _WEAK_HINT.sub("", m["before"]).strip(), m["after"].strip()
+        sharding_only = before != after and plain_type(before) == plain_type(after)
+        return Diff(INPUT_SHARDING if sharding_only else INPUT_TYPES, m["arg"], before, after)
     if section == PYTREE and (m := _TREE_DIFF.match(line)):
         before, after = m["before"], m["after"]
         static_before, static_after = _STATIC.search(before), _STATIC.search(after)
@@ -168,6 +182,8 @@ def cause_text(expl: Explanation | None, function: str) -> str:
 def _diff_text(diff: Diff) -> str:
     if diff.kind == INPUT_TYPES:
         return f"arg {diff.arg}: {diff.before} -> {diff.after}"
+    if diff.kind == INPUT_SHARDING:
+        return f"input sharding of {diff.arg}: {diff.before} -> {diff.after}"
     if diff.kind == STATIC_ARG:
         return f"static arg {diff.arg}: {diff.before} -> {diff.after}"
     if diff.kind == PYTREE:

@@ -1,8 +1,11 @@
 """Where a JAX step begins and ends, and what the hooks count into it (the collector's sink).
 
 Steps: a `jax.profiler.StepTraceAnnotation` block is a step when the program uses
-one. Otherwise the step function is the user's jitted function called most often
-(chosen at its second call, switched if another overtakes it); a step runs from
+one. Otherwise the step function is the user's jitted (or pmapped) function called most
+often (chosen at its second call, switched if another overtakes it); in a program that
+compiles none of its own functions, the loop is a framework's (Keras `fit`) and the step
+function is the library's jitted function called most often at top level (Keras's
+`train_step`), on the same rule: the repeated call of a compiled step. A step runs from
 one call of it to the next, so work between calls (data loading, `float(loss)`)
 belongs to the step it follows. A program with neither gets one step for the whole
 run. Work before the first step is counted in step 0; work after the last one
@@ -65,6 +68,7 @@ class StepTracker:
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
         self._lane = False
+        self.user_jits = False  # the program jitted a function of its own (library steps then never count)
 
     # -- step boundaries -------------------------------------------------------------
     def _owns_steps(self) -> bool:
@@ -198,7 +202,7 @@ class StepTracker:
                     self._open_at(now, self._boundary)
                 self._acc.jit_calls += 1
                 return
-            if self.mode != ANNOTATION and target.user:
+            if self.mode != ANNOTATION and (target.user or not self.user_jits):
                 self._choose_step(target, time.time_ns())
             acc = self._acc
             acc.jit_calls += 1
@@ -209,7 +213,7 @@ class StepTracker:
     def _choose_step(self, target: JitTarget, now: int) -> None:
         calls = self._calls[target] = self._calls[target] + 1
         self._first_call_ns.setdefault(target, now)
-        boundary = f"jit:{target.name}"
+        boundary = f"{target.transform}:{target.name}"
         if self.step_fn is None:
             if calls < 2:
                 return
@@ -224,7 +228,8 @@ class StepTracker:
 
     def _make_step_fn(self, target: JitTarget) -> None:
         self.step_fn, self.mode, self._step_calls = target, "jit", self._calls.pop(target)
-        self.session.set_meta(jax_step_source=f"calls of jitted {target.name} ({target.defined_at})")
+        how = "jitted" if target.transform == "jit" else "pmapped"
+        self.session.set_meta(jax_step_source=f"calls of {how} {target.name} ({target.defined_at})")
 
     def on_annotation(self, entering: bool) -> None:
         with self._lock:
