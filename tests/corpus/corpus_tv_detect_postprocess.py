@@ -18,7 +18,8 @@ import hook
 import torch
 import torch.nn as nn
 import torch_xla
-from torchvision.ops import batched_nms, boxes as box_ops, roi_align
+from torchvision.ops import batched_nms, roi_align
+from torchvision.ops import boxes as box_ops
 
 CLASSES, ANCHORS, SIZE, STRIDE, BATCHES = 4, 3, 64, 8, 8
 SCORE_THRESH, NMS_THRESH, DETECTIONS = 0.26, 0.5, 100
