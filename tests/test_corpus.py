@@ -317,7 +317,8 @@ def test_truth_custom_op_fallback_every_step(truth: Callable[[str], Truth]) -> N
     assert t.fallback_ops == ["corpus_ops::numpy_tanh"]
     assert t.per_phase("corpus_ops::numpy_tanh", "train:") == [1] * 6
     assert t.per_phase("UncachedCompile", "train:")[1:] == [0] * 5
-    assert t.total("aten::_local_scalar_dense", "train:") == 0
+    assert t.total("aten::_local_scalar_dense", "train:") == 0  # the one `.item()` is after the loop
+    assert t.work("after-loop")["aten::_local_scalar_dense"] == 1
 
 
 def test_fallback_cards_name_ops_outside_aten(corpus_run: Callable[[str], CorpusRun]) -> None:

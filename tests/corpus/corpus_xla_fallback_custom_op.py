@@ -69,6 +69,7 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         torch_xla.sync()  # corpus: sync
+    hook.mark("after-loop")
     print(f"final loss {loss.item():.4f}")
     hook.finish(iterations=ITERATIONS)
 
