@@ -115,6 +115,20 @@ CARDS = {card.program: card for card in [
                                               ("recompile", "eval-call"))),
     # jit over NamedSharding inputs: `update` compiles again when the layout moves to a 2-d mesh.
     Card("corpus_jax_sharding.py", "jax", 12, _at("corpus_jax_sharding.py", ("recompile", "step-call"))),
+    # -- issue 26 "Every CPU fallback" (helper fallback): fallbacks outside `aten::` -------------
+    # torchvision detection post-processing: aten::nonzero (2 lines; the card is at the first
+    # called), torchvision::nms and torchvision::roi_align every batch; the graphs cut at the
+    # data-dependent lines compile again as the kept boxes change (truth: every batch compiles);
+    # the evaluator's `.cpu()` of the detections reads 3 values a batch (host sync). The
+    # fallbacks' own reads are the fallback cards', not host syncs.
+    Card("corpus_tv_detect_postprocess.py", "xla", 8, _at(
+        "corpus_tv_detect_postprocess.py", ("cpu_fallback", "score-filter"), ("cpu_fallback", "nms"),
+        ("cpu_fallback", "roi"), ("host_sync", "read"), ("recompile", "small-boxes"), ("recompile", "nms"),
+        ("recompile", "roi"), ("recompile", "sync"))),
+    # a stock torchvision resnet18 trains clean on torch_xla (truth: no fallback, 2 warm-up compiles)
+    Card("corpus_tv_resnet_train.py", "xla", 6, _at("corpus_tv_resnet_train.py")),
+    # a torch.library custom op with a CPU kernel only runs on the host every step
+    Card("corpus_xla_fallback_custom_op.py", "xla", 6, _at("corpus_xla_fallback_custom_op.py", ("cpu_fallback", "custom-op"))),
 ]}
 PROGRAMS = list(CARDS)
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
@@ -336,6 +350,48 @@ def test_truth_spmd_step_compiles_twice_over_four_devices(truth: Callable[[str],
     assert t.per_phase("CachedCompile", "train:")[2:] == [1] * 10
     assert t.total("aten::_local_scalar_dense", "train:") == 3  # the closures' loss.item(), every 4 steps
     assert t.fallback_ops == []
+# -- issue 26 "Every CPU fallback" (helper fallback): truth of the programs outside `aten::` ----
+def test_truth_tv_detection_fallbacks_in_three_namespaces(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_tv_detect_postprocess.py")
+    assert t.fallback_ops == ["aten::nonzero", "torchvision::nms", "torchvision::roi_align"]
+    assert t.per_phase("aten::nonzero", "infer:") == [2] * 8  # torch.where(...)[0], remove_small_boxes
+    assert t.per_phase("torchvision::nms", "infer:") == [1] * 8  # batched_nms
+    assert t.per_phase("torchvision::roi_align", "infer:") == [1] * 8
+    # every fallback call copies its inputs to the host once (4), then 3 `.cpu()` reads
+    assert t.per_phase("xla::_to_cpu", "infer:") == [4] * 8
+    assert t.per_phase("metric:TransferFromDeviceTime", "infer:") == [7] * 8
+    assert t.total("aten::_local_scalar_dense", "infer:") == 0  # no value read: fallbacks and copies
+    assert len(set(t.extra["kept"])) > 1  # the kept boxes depend on the data ...
+    assert all(n > 0 for n in t.per_phase("UncachedCompile", "infer:")[1:])  # ... and every batch compiles
+
+
+def test_truth_tv_resnet_trains_without_fallbacks(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_tv_resnet_train.py")
+    assert t.fallback_ops == []
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1, 0, 0, 0, 0]  # momentum buffers at step 1
+    assert t.total("aten::_local_scalar_dense", "train:") == 2  # the two logged losses
+
+
+def test_truth_custom_op_fallback_every_step(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_fallback_custom_op.py")
+    assert t.fallback_ops == ["corpus_ops::numpy_tanh"]
+    assert t.per_phase("corpus_ops::numpy_tanh", "train:") == [1] * 6
+    assert t.per_phase("UncachedCompile", "train:")[1:] == [0] * 5
+    assert t.total("aten::_local_scalar_dense", "train:") == 0  # the one `.item()` is after the loop
+    assert t.work("after-loop")["aten::_local_scalar_dense"] == 1
+
+
+def test_fallback_cards_name_ops_outside_aten(corpus_run: Callable[[str], CorpusRun]) -> None:
+    """Each card names its op and its fix; the value reads the fallbacks make are not host syncs."""
+    run = corpus_run("corpus_tv_detect_postprocess.py")
+    ops = {f["evidence"]["op"]: f for f in run.findings if f["rule"] == "cpu_fallback"}
+    assert set(ops) == {"aten::nonzero", "torchvision::nms", "torchvision::roi_align"}
+    assert "XLA_EXPERIMENTAL=nms" in ops["torchvision::nms"]["fix"]
+    [sync] = [f for f in run.findings if f["rule"] == "host_sync"]
+    assert [s["location"] for s in sync["evidence"]["sites"]] == [sync["location"]]  # only the `.cpu()` line
+    assert {o["op"] for o in run.report["summary"]["fallback_ops"]} == set(ops)
+    [custom] = [f for f in corpus_run("corpus_xla_fallback_custom_op.py").findings if f["rule"] == "cpu_fallback"]
+    assert custom["evidence"]["op"] == "corpus_ops::numpy_tanh" and 'register_kernel("xla")' in custom["fix"]
 
 
 # (b) the program runs unchanged under tpuscope ------------------------------------------------
@@ -383,7 +439,15 @@ def test_live_alerts_name_the_reports_recompiles_and_fallbacks(program: str,
         assert match, line
         pairs.add(("recompile" if match[1] else "cpu_fallback", _short(match[3])))
     assert len(pairs) == len(said), said  # once per problem
-    assert pairs == {p for p in run.pairs() if p[0] in ("recompile", "cpu_fallback")}, said
+    expected = {p for p in run.pairs() if p[0] in ("recompile", "cpu_fallback")}
+    # past MAX_NEW new problems per window, the printer folds the rest into one summing-up line
+    # that names them ("2 more new problems (torchvision::nms, torchvision::roi_align; ...)")
+    folded = [m for line in run.proc.stderr.splitlines()
+              for m in re.findall(r"(\d+) more new problems? \((.*?); the report lists them\)", line)]
+    named = [label for _, labels in folded for label in labels.split(", ") if label != "..."]
+    cards = json.dumps([f for f in run.findings if f["rule"] in ("recompile", "cpu_fallback")])
+    assert all(label in cards for label in named), (named, said)
+    assert pairs <= expected and len(pairs) + sum(int(n) for n, _ in folded) == len(expected), said
 
 
 @pytest.mark.parametrize("program", JAX_PROGRAMS)

@@ -231,6 +231,25 @@ def test_unknown_op_gets_the_generic_advice() -> None:
     assert finding.evidence["alternative"] is None and "move it out of the step" in finding.fix
 
 
+def test_fallbacks_outside_aten_are_cards_with_their_own_fix() -> None:
+    """torchvision's ops and torch.library custom ops fall back like aten ones (issue 26)."""
+    nms, custom = "/home/u/detect.py:73", "/home/u/model.py:53"
+    rows = fallback_rows(4, "torchvision::nms", 1, nms) + fallback_rows(4, "corpus_ops::numpy_tanh", 1, custom)
+    found = {f.evidence["op"]: f for f in detect_cpu_fallback(tables(steps(4, reads=2), fallbacks=rows))}
+    assert found["torchvision::nms"].location == nms and "XLA_EXPERIMENTAL=nms" in found["torchvision::nms"].fix
+    tanh = found["corpus_ops::numpy_tanh"]
+    assert tanh.location == custom and tanh.evidence["per_step"] == 1.0
+    assert "custom op" in tanh.detail and '@numpy_tanh.register_kernel("xla")' in tanh.fix
+
+
+def test_one_op_at_two_lines_is_at_the_first_line_called_on_a_tie() -> None:
+    first, second = "/home/u/post.py:71", "/home/u/post.py:69"  # the tracer's call order: 71 ran first
+    rows = [{"step": 1, "op": "aten::nonzero", "count": 1, "location": first},
+            {"step": 1, "op": "aten::nonzero", "count": 1, "location": second}]
+    [finding] = detect_cpu_fallback(tables(steps(3), fallbacks=rows))
+    assert finding.location == first and [s["location"] for s in finding.evidence["sites"]] == [first, second]
+
+
 # -- host_sync -----------------------------------------------------------------------------
 def test_host_sync_counts_reads_not_caused_by_fallbacks() -> None:
     item_site, mask_site = "/home/u/train.py:49", "/home/u/loss.py:23"
@@ -243,6 +262,14 @@ def test_host_sync_counts_reads_not_caused_by_fallbacks() -> None:
     assert finding.evidence["reads_per_step"] == 1.0
     assert finding.location == item_site and finding.evidence["sites"][0]["calls"] == ["item"]
     assert finding.title == "1.0 device-to-host reads per step (item at train.py:49)"
+
+
+def test_the_reads_a_torchvision_fallback_makes_are_not_host_syncs() -> None:
+    """torchvision::nms copies its inputs to the host once per call: the fallback's read, not a sync."""
+    site = "/home/u/detect.py:73"
+    rows = fallback_rows(6, "torchvision::nms", 1, site)
+    calls = [{"step": 1, "kind": "host_sync", "name": "nms", "location": site, "count": 1}]
+    assert detect_host_sync(tables(steps(6, reads=1), fallbacks=rows, call_sites=calls)) == []
 
 
 def test_a_read_every_few_steps_is_fine() -> None:

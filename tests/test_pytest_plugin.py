@@ -191,7 +191,7 @@ def test_boolean_mask_fails_naming_nonzero_and_its_line(cases) -> None:
     mask = line_of(CASES, "MASK LINE")
     result.stdout.fnmatch_lines([
         "*_ test_boolean_mask _*",
-        "tpuscope: 3 CPU fallbacks (aten ops run on the host), limit 0",
+        "tpuscope: 3 CPU fallbacks (ops torch_xla ran on the host), limit 0",
         "  aten::nonzero ran on the host 3 times (steps 0-2)",
         f"    at test_cases.py:{mask}: kept = x[[]x > 3]  # MASK LINE",
         f"    fix: At test_cases.py:{mask}: replace `x[[]mask]` by a static-shape form: *",

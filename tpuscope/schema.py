@@ -88,7 +88,7 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("eager", pa.bool_()),
         ]
     ),
-    # One row per (step, aten op that ran on the host instead of the device, call site).
+    # One row per (step, op that ran on the host instead of the device (aten, torchvision, custom), call site).
     # location: the user's line; library_frame: the innermost library frame inside that
     # call (e.g. transformers/generation/utils.py:2480), null when the user called torch.
     "fallbacks": pa.schema(

@@ -5,8 +5,10 @@ points it wants measured (e.g. the top of every loop iteration, the end of each 
 `finish(iterations=N, **notes)` at the end; the hook then writes one JSON file:
 
 - torch_xla: at every mark, every `torch_xla.debug.metrics` counter (UncachedCompile,
-  CachedCompile, ExecuteComputation, MarkStep, EagerOpExecuteTime's sample count, every
-  `aten::*` / `xla::*` counter), and at the end `executed_fallback_ops()`;
+  CachedCompile, ExecuteComputation, MarkStep, every fallback counter in every namespace:
+  `aten::*`, `torchvision::*`, a custom op's `<ns>::*`, and torch_xla's own `xla::*`), the
+  sample counts of EagerOpExecuteTime, ExecuteTime, CompileTime and TransferFromDeviceTime
+  (device-to-host reads), and at the end `executed_fallback_ops()`;
 - JAX: every "Compiling jit(NAME) with global shapes and types ..." log line of
   `jax_log_compiles`, with the label of the last mark before it.
 
@@ -61,7 +63,7 @@ def _xla_counters() -> dict[str, int]:
     import torch_xla.debug.metrics as met
 
     counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
-    for metric in ("EagerOpExecuteTime", "ExecuteTime", "CompileTime"):
+    for metric in ("EagerOpExecuteTime", "ExecuteTime", "CompileTime", "TransferFromDeviceTime"):
         data = met.metric_data(metric)
         counters[f"metric:{metric}"] = int(data[0]) if data else 0
     return counters

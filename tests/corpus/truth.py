@@ -114,7 +114,7 @@ if __name__ == "__main__":
     print(f"exit {t.returncode}; extra {t.extra}")
     keep = ("UncachedCompile", "CachedCompile", "ExecuteComputation", "MarkStep", "metric:EagerOpExecuteTime")
     for label in t.labels[:-1] if t.data.get("backend") == "xla" else []:  # JAX marks carry no counters
-        print(label, {k: v for k, v in t.work(label).items() if k in keep or k.startswith("aten::")})
+        print(label, {k: v for k, v in t.work(label).items() if k in keep or ("::" in k and not k.startswith("xla::"))})
     print("fallback_ops (no value reads):", t.fallback_ops)
     for c in t.data["jax_compiles"]:
         print("jax compile:", c["label"], c["fun"], c["shapes"][:100])

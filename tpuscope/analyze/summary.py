@@ -50,7 +50,7 @@ def compile_causes(families: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]
 
 
 def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any]]:
-    """Per aten op that ran on the host (value reads excluded): count, its steps as runs
+    """Per op (any namespace) that ran on the host (value reads excluded): count, its steps as runs
     (tpuscope.step_runs), count per step, its first call site."""
     if fallbacks.empty:
         return []

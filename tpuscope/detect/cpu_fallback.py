@@ -1,11 +1,17 @@
-"""Rule `cpu_fallback`: ATen ops with no XLA lowering that ran on the host inside the step.
+"""Rule `cpu_fallback`: ops torch_xla ran on the host, in every namespace.
 
-One finding per op (from the `aten::*` counters torch_xla keeps), counted in every
+One finding per op torch_xla's fallback counted (collect/xla/counters.is_fallback_counter:
+`aten::nonzero`, `torchvision::nms`, a `torch.library` custom op with a CPU kernel only, as
+`executed_fallback_ops()` names them), counted in every
 step (setup, warm-up and the after-the-loop phase included: a fallback costs the same
 wherever it runs), with its count per step of the loop, the user's call sites (traced
 briefly after the op first appears) and, where a well-known one exists, a lowered
 alternative. Severity: the cost's share of the wall time (analyze/judge).
-`aten::_local_scalar_dense` is a value read (`.item()`), reported by `host_sync`.
+`aten::_local_scalar_dense` is a value read (`.item()`), reported by `host_sync`; the
+device-to-host reads a fallback makes (its inputs, copied to the host) are this card's,
+never `host_sync`'s (it subtracts them, and their call sites, from the reads it counts).
+Where the same op falls back at several lines, the card is at the line with the most calls
+(the first called on a tie) and lists the others.
 Cost (a lower bound): the device-to-host wait (TransferFromDeviceTime, which
 includes finishing the graph cut at the op) of the steps where the op ran, shared
 among the host round-trips of each step; the CPU work, the upload back and the lost
@@ -52,9 +58,41 @@ ALTERNATIVES: dict[str, str] = {
                                     "(lowered)"),
     "aten::_ctc_loss": "compute CTC outside the compiled step, or use a fixed-length formulation",
     "aten::_ctc_loss_backward": "compute CTC outside the compiled step, or use a fixed-length formulation",
+    # measured on torch_xla 2.9: with XLA_EXPERIMENTAL=nms, executed_fallback_ops() stays empty
+    "torchvision::nms": ("torch_xla has an experimental lowering of `torchvision::nms`: set the environment "
+                         "variable `XLA_EXPERIMENTAL=nms` (its output has a data-dependent size, an experimental "
+                         "feature); or run the post-processing on the host after torch_xla.sync()"),
 }
+# an op of a namespace of its own: a `torch.library` custom op registered for the CPU only (measured on
+# torch_xla 2.9: with a kernel registered for "xla", executed_fallback_ops() stays empty)
+CUSTOM_OP = ("give the op a kernel for the XLA device written in torch ops that torch_xla lowers: "
+             "`@{name}.register_kernel(\"xla\")` on the custom op (torch.library.register_kernel({op!r}, \"xla\", fn)); "
+             "its CPU kernel stays for CPU tensors")
+LIBRARY_NAMESPACES = ("aten", "prim", "torchvision", "torchaudio", "quantized")
 GENERIC = ("no well-known lowered alternative: move it out of the step (into the input pipeline, or after "
            "torch_xla.sync()), or check whether a newer torch_xla lowers it")
+
+
+def alternative_for(op: str) -> tuple[str, bool]:
+    """(the fix, whether it is specific to the op): a known alternative, the custom-op fix for an op
+    of a namespace of the user's own, else the generic advice."""
+    if op in ALTERNATIVES:
+        return ALTERNATIVES[op], True
+    namespace, _, name = op.partition("::")
+    if name and namespace not in LIBRARY_NAMESPACES:
+        return CUSTOM_OP.format(name=name.split(".")[0], op=op), True
+    return GENERIC, False
+
+
+def why(op: str) -> str:
+    """Why torch_xla ran it on the CPU, in the op's own terms."""
+    namespace, _, name = op.partition("::")
+    if not name or namespace in ("aten", "prim"):
+        return f"{op} has no XLA lowering in this torch_xla"
+    if namespace in LIBRARY_NAMESPACES:
+        return f"{op} (a {namespace} op) is not lowered by this torch_xla by default"
+    return (f"{op} is a custom op (namespace `{namespace}`, registered with torch.library) with no kernel "
+            "for the XLA device")
 
 
 def transfer_share_ns(fallbacks: pd.DataFrame, metrics: pd.DataFrame) -> dict[str, float]:
@@ -83,7 +121,8 @@ def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], tuple[list[list[in
     (any step: sites are code)."""
     located = rows[rows["location"].notna()]
     traced = Finding.of_steps(located["step"])
-    counts = located.groupby("location")["count"].sum().sort_values(ascending=False)
+    # rows keep the tracer's call order: on a tie, the first line called comes first
+    counts = located.groupby("location", sort=False)["count"].sum().sort_values(ascending=False, kind="stable")
     per = max(traced[1], 1)
     return [{"location": loc, "count": int(n), "per_traced_step": n / per} for loc, n in counts.items()], traced
 
@@ -99,7 +138,7 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
     location = sites[0]["location"] if sites else untraced_site
     runs, n_runs = Finding.of_steps(rows["step"])
     cost = wait_ns / common.NS
-    alternative = ALTERNATIVES.get(op, GENERIC)
+    alternative, specific = alternative_for(op)
     where = ", ".join(f"{common.file_and_line(s['location'])} ({s['per_traced_step']:g} per step)"
                       for s in sites[:3])
     where = (f"{where} (traced in steps {runs_text(*traced, limit=5)})" if sites else
@@ -108,21 +147,21 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
     counted = f"{count} times" if count else "an unknown number of times (the source names it without a count)"
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
         f" at {common.file_and_line(location)}" if location else "")
-    detail = (f"{op} has no XLA lowering: torch_xla cut the graph, copied its inputs to the host, ran it on "
-              f"the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
+    detail = (f"{why(op)}: torch_xla cut the graph, copied its inputs to the host (a device-to-host read "
+              f"each time, counted here, not as a host sync), ran it on the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
               f"({_per_step_text(per_step)}). "
               f"Called from: {where}. Cost (lower bound): {cost:.3f} s of device-to-host wait "
               "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
               "upload and the lost fusion come on top.")
     severity = judge.severity(cost, wall)
     evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_step_runs": traced[0],
-                "alternative": alternative if op in ALTERNATIVES else None}
+                "alternative": alternative if specific else None}
     return Finding(RULE, severity, title, detail, f"At {common.file_and_line(location) if location else 'the call site'}: "
                    f"{alternative}.", location, cost, runs, evidence, n_runs)
 
 
 def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
-    """One finding per aten op that fell back to the CPU in any step (or in imported totals)."""
+    """One finding per op (any namespace) that fell back to the CPU in any step (or in imported totals)."""
     fallbacks = tables.fallbacks
     if fallbacks.empty:
         return []

@@ -11,8 +11,8 @@ torch_xla's parser on the reports both read.
 Values become the store's units: time accumulators ns, sizes bytes (torch_xla
 prints sizes with 1024-based B/KB/MB/GB/TB/PB), plain numbers as they are. A file
 holding several reports (printed every N steps) keeps each metric's last value:
-reports are cumulative. Rows carry step -1 (whole-run totals). `aten::*` counters
-also become `fallbacks` rows.
+reports are cumulative. Rows carry step -1 (whole-run totals). fallback counters
+(`aten::*`, `torchvision::*`, any namespace but `xla::`) also become `fallbacks` rows.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpuscope.collect.xla.counters import is_fallback_counter
 from tpuscope.ingest.registry import Evidence, Importer, register
 
 _HEADER = re.compile(r"(?:^|[\s\]|>])(?P<kind>Metric|Counter): (?P<name>\S+)\s*$")
@@ -123,8 +124,8 @@ def evidence_from_report(report: MetricsReport) -> Evidence:
         for name, value in report.counters.items()])
     evidence.add("fallbacks", [
         {"step": -1, "op": name, "count": value, "location": None}
-        for name, value in report.counters.items() if name.startswith("aten::")])
-    fallbacks = [n for n in report.counters if n.startswith("aten::")]
+        for name, value in report.counters.items() if is_fallback_counter(name)])
+    fallbacks = [n for n in report.counters if is_fallback_counter(n)]
     evidence.summary = (f"metrics report: {len(report.metrics)} metrics, {len(report.counters)} counters"
                         + (f", fallbacks {', '.join(fallbacks)}" if fallbacks else ""))
     return evidence

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tpuscope.collect.xla.counters import is_fallback_counter
 from tpuscope.ingest.registry import Evidence, Importer, register
 from tpuscope.parse.pt_xla_debug import DebugLog, GraphRecord, parse_debug_text
 from tpuscope.schema import table_row
@@ -47,7 +48,7 @@ def _notes(notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             continue
         lowered = _NOT_LOWERED.match(note)
         if lowered:
-            ops += [op.strip() for op in lowered["ops"].split(",") if op.strip().startswith("aten::")]
+            ops += [op.strip() for op in lowered["ops"].split(",") if is_fallback_counter(op.strip())]
     metrics = [{"step": -1, "name": name, "kind": "metric", "count": count, "total": 0.0}
                for name, count in counts.items()]
     if steps:

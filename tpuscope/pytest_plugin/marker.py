@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 MARKER = FIXTURE = "tpuscope"
 MARKER_HELP = ("tpuscope(max_recompiles=0, max_fallbacks=0, warmup_steps=1, allow_fallbacks=[]): "
                "fail the test if it recompiles (a graph compiled again from the same line and "
-               "structure; JAX: a jitted function compiled again) or runs aten ops on the host")
+               "structure; JAX: a jitted function compiled again) or runs ops on the host (CPU fallbacks)")
 
 
 class MarkerError(ValueError):

@@ -27,7 +27,7 @@ def add_options(parser: pytest.Parser) -> None:
                     help="fail a watched test that recompiles more than N times "
                          "(implies --tpuscope; a marker's own value wins)")
     group.addoption("--tpuscope-max-fallbacks", type=_count, metavar="N", default=None,
-                    help="fail a watched test whose aten ops run on the host more than N times "
+                    help="fail a watched test whose ops run on the host (CPU fallbacks) more than N times "
                          "(implies --tpuscope; a marker's own value wins)")
     group.addoption("--tpuscope-store", metavar="DIR|URL", default=None,
                     help="save every watched test as a run in DIR or an fsspec URL such as "

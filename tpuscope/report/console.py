@@ -90,7 +90,7 @@ def causes_table(causes: list[dict[str, Any]]) -> Table | None:
 def fallbacks_table(ops: list[dict[str, Any]]) -> Table | None:
     if not ops:
         return None
-    table = Table(title="CPU fallbacks (aten ops with no XLA lowering)", title_justify="left")
+    table = Table(title="CPU fallbacks (ops torch_xla ran on the host)", title_justify="left")
     for col, kw in (("op", {}), ("count", {"justify": "right"}), ("per step", {"justify": "right"}),
                     ("steps", {}), ("where", {})):
         table.add_column(col, **kw)

@@ -87,7 +87,7 @@ class Recompile:
 
 @dataclass(frozen=True)
 class Fallback:
-    """One aten op that ran on the host inside the watch."""
+    """One op that ran on the host inside the watch (aten, torchvision or a custom op)."""
 
     op: str
     count: int
@@ -210,7 +210,7 @@ class Watch:
 
     @property
     def fallbacks(self) -> dict[str, int]:
-        """{aten op: times it ran on the host} in judged steps (warm-up included)."""
+        """{op: times it ran on the host} in judged steps (warm-up included), every namespace."""
         return {f.op: f.count for f in self.fallback_ops}
 
     @property
@@ -286,7 +286,7 @@ class Watch:
         self.assert_within(max_recompiles=0, max_fallbacks=None)
 
     def assert_no_fallbacks(self, allow: list[str] | tuple[str, ...] = ()) -> None:
-        """No aten op ran on the host, except those in allow (names or globs)."""
+        """No op ran on the host (any namespace), except those in allow (names or globs)."""
         __tracebackhide__ = True
         self.assert_within(max_recompiles=None, max_fallbacks=0, allow_fallbacks=allow)
 

@@ -89,10 +89,10 @@ def _rule(warmup_steps: int) -> str:
 
 
 def describe_fallbacks(fallbacks: list[Any], limit: int, allowed: Iterable[str] = ()) -> str:
-    """One block per aten op that ran on the host, most calls first."""
+    """One block per op that ran on the host (any namespace: aten, torchvision, a custom op), most calls first."""
     calls = sum(f.count for f in fallbacks)
     allow = ", ".join(fallback_name(a) for a in allowed)
-    head = f"tpuscope: {plural(calls, 'CPU fallback')} (aten ops run on the host), limit {limit}"
+    head = f"tpuscope: {plural(calls, 'CPU fallback')} (ops torch_xla ran on the host), limit {limit}"
     lines = [head + (f" (allowed: {allow})" if allow else "")]
     for item in fallbacks[:MAX_LINES]:
         lines.append(f"  {item.op} ran on the host {plural(item.count, 'time')} "

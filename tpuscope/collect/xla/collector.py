@@ -34,6 +34,7 @@ from tpuscope.collect.xla.counters import (
     Snapshot,
     counter_deltas,
     is_core_counter,
+    is_fallback_counter,
     metric_columns,
     metric_deltas,
 )
@@ -270,7 +271,7 @@ class XlaCollector:
         metric_delta = metric_deltas(snap.metrics, self._prev_metrics)
         lookups = sum(counter_delta.get(name, 0) for name in LOOKUPS)
         executed = counter_delta.get(EXECUTED_COUNTER, 0)
-        fallbacks = {n: c for n, c in counter_delta.items() if n.startswith("aten::")}
+        fallbacks = {n: c for n, c in counter_delta.items() if is_fallback_counter(n)}
         launched = self.rule.end(boundary, sum(snap.counters.get(name, 0) for name in LOOKUPS), lookups,
                                  executed, bool(fallbacks) or HOST_TRANSFER in metric_delta, library,
                                  self._direct_runs())

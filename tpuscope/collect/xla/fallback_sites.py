@@ -1,9 +1,10 @@
 """The user's line for CPU fallbacks and device-to-host reads, traced only briefly.
 
-torch_xla counts fallbacks (`aten::*` counters) and host reads (TransferFromDeviceTime
-samples) but never says where they came from. Tracing every torch call to find out
+torch_xla counts fallbacks (a counter per op, in every namespace: `aten::nonzero`,
+`torchvision::nms`, a custom op's; collect/xla/counters.is_fallback_counter) and host
+reads (TransferFromDeviceTime samples) but never says where they came from. Tracing every torch call to find out
 would tax every step, so tracing is armed only when something new shows up at a
-step boundary: an `aten::*` counter never located before, or a step with more host
+step boundary: a fallback counter never located before, or a step with more host
 reads than any traced step had. For the next WINDOW steps (doubled each time the same
 thing shows up again untraced, so an op that runs every 4th step is still caught) a
 TorchFunctionMode wraps
@@ -80,7 +81,7 @@ class SiteTracer:
 
     def __init__(self, xlac: Any) -> None:
         self._xlac = xlac
-        self._ops: list[str] = []          # aten counters watched, newest last
+        self._ops: list[str] = []          # fallback counters watched (any namespace), newest last
         self._located: set[str] = set()    # ops that had at least one traced step
         self._max_reads = 0                # most host reads seen in a traced step
         self._left = 0                     # armed steps left in the current window

@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from tpuscope.collect.xla.counters import FALLBACKS, UNCACHED
+from tpuscope.collect.xla.counters import FALLBACKS, UNCACHED, is_fallback_counter
 from tpuscope.store.buffer import Coded, Repeat
 
 HEAD = 5  # step, start_ns, end_ns, launched, boundary code; then the counter values
@@ -76,12 +76,12 @@ def plain_columns(seg: Any, delta: Any, names: tuple[str, ...], boundaries: list
 
 
 def fallback_steps(seg: Any, delta: Any, names: tuple[str, ...]) -> list[tuple[int, dict[str, int]]]:
-    """(step, its aten::* counter deltas) of the rows whose fallback counters moved."""
+    """(step, its fallback counter deltas, every namespace) of the rows whose fallback counters moved."""
     import numpy as np
 
     moved = np.flatnonzero(delta[:, FALLBACKS].sum(axis=1))
     return [
-        (int(seg[i, 0]), {n: d for n, d in zip(names, delta[i].tolist(), strict=True) if d and n.startswith("aten::")})
+        (int(seg[i, 0]), {n: d for n, d in zip(names, delta[i].tolist(), strict=True) if d and is_fallback_counter(n)})
         for i in moved.tolist()
     ]
 

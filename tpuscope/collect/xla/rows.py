@@ -26,6 +26,7 @@ from tpuscope.collect.xla.counters import (
     UNCACHED,
     Growth,
     Metrics,
+    is_fallback_counter,
     new_samples,
     split_arrays,
 )
@@ -226,7 +227,7 @@ class StepRows:
         every step since the previous one. `execute_ns` is known on full-read steps only;
         `executions` are the graphs launched in the step (xla_steps)."""
         counters, growth = record.counter_deltas(), record.growth
-        fallbacks = {n: c for n, c in counters.items() if n.startswith("aten::")}
+        fallbacks = {n: c for n, c in counters.items() if is_fallback_counter(n)}
         own = split[0] if split is not None else None
         batch.step(
             record.step,
