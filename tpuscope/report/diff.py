@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from tpuscope.analyze.compare import Side
 from tpuscope.analyze.judge import judged_steps
 from tpuscope.detect.run_analysis import current
 from tpuscope.report.console import where
+from tpuscope.report.fit import Col, grid, print_plain
 from tpuscope.store import Run
 
 
@@ -85,12 +85,8 @@ def _finding_text(f: dict[str, Any]) -> str:
 
 def render(diff: dict[str, Any], console: Console) -> None:
     """The comparison on the terminal."""
-    table = Table(title="tpuscope diff: B against A", title_justify="left")
-    for name in ("", "A", "B", "B vs A"):
-        table.add_column(name)
-    for row in rows(diff):
-        table.add_row(*row)
-    console.print(table)
+    cols = (Col("figure", whole=True), Col("A", whole=True), Col("B", whole=True), Col("B vs A", long=True))
+    print_plain(console, grid("tpuscope diff: B against A", cols, rows(diff), console.width))
     console.print(f"[dim]interval: {diff['step_time']['method']}[/dim]", soft_wrap=True)
     for kind in ("new", "gone", "changed"):
         items = diff["findings"][kind]
