@@ -41,9 +41,20 @@ def json_text(table: pa.Table) -> str:
     return json.dumps(table.to_pylist(), indent=2, default=str) + "\n"
 
 
+def _flat(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A nested column (list, struct, map: a compile's shapes, a stack) as JSON text, which a CSV
+    cell can hold; other columns as they are."""
+    kind = column.type
+    if not (pa.types.is_nested(kind) or pa.types.is_dictionary(kind) and pa.types.is_nested(kind.value_type)):
+        return column
+    return pa.array([None if v is None else json.dumps(v, default=str) for v in column.to_pylist()], pa.string())
+
+
 def csv_text(table: pa.Table) -> str:
+    """The rows as CSV; a list or struct cell is its JSON text."""
     import pyarrow.csv as pacsv
 
+    flat = pa.table({name: _flat(table.column(name)) for name in table.column_names})
     sink = pa.BufferOutputStream()
-    pacsv.write_csv(table, sink)
+    pacsv.write_csv(flat, sink)
     return sink.getvalue().to_pybytes().decode()
