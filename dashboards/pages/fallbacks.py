@@ -70,7 +70,11 @@ def site_rows(sites: pd.DataFrame) -> pd.DataFrame:
     if sites.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
     sites = sites.copy()
-    sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
+    whole_run = sites["last_step"] < 0 if "last_step" in sites else pd.Series(False, index=sites.index)
+    sites["per_step"] = (sites["count"] / sites["steps"]).round(2).mask(whole_run)  # imported totals: no steps
+    for col in ("first_step", "last_step", "steps"):
+        if col in sites:
+            sites[col] = sites[col].astype("Int64").mask(whole_run)
     sites["site"] = sites["location"].map(short_site)
     return sites.sort_values("count", ascending=False)
 

@@ -36,12 +36,36 @@ def where(location: str | None) -> str:
 
 
 def _compiles_text(summary: dict[str, Any]) -> str:
+    if not summary["compiles"] and summary.get("status") == "imported":
+        return "none recorded in the imported files"
     total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
     if not summary["graph_families"]:  # imported totals: counts without the graphs
         return f"{total}; which graphs is not recorded"
+    share = (f", {_fmt(100 * summary['recompile_share'], '%')} of the timed steps' wall time"
+             if summary.get("steps_judged") else "")
     return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
-            f"({_fmt(summary['recompile_s'], ' s', 2)}, {_fmt(100 * summary['recompile_share'], '%')} "
-            "of the timed steps' wall time)")
+            f"({_fmt(summary['recompile_s'], ' s', 2)}{share})")
+
+
+def _steps_text(summary: dict[str, Any]) -> str:
+    """How many steps, or what the imported files say of them, in words (never "0" for unknown)."""
+    if summary["steps"]:
+        return f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"
+    markers = summary.get("step_markers")
+    if markers:
+        return f"{markers} step markers in the imported files (no time per step)"
+    if summary.get("status") == "imported":
+        return "none recorded: the imported files have no step markers"
+    return "none (the program ended before its first step)"
+
+
+def _transfers_text(summary: dict[str, Any]) -> str | None:
+    """Host reads per timed step and the value reads, or None when neither is known."""
+    reads = f"{summary['value_reads']} value reads (.item())" if summary.get("value_reads") else ""
+    if not summary.get("steps_judged"):
+        return reads or None
+    return (f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
+            + (f", {reads}" if reads else ""))
 
 
 def _ran_on(summary: dict[str, Any]) -> str:
@@ -49,6 +73,8 @@ def _ran_on(summary: dict[str, Any]) -> str:
     backend, device = summary.get("backend"), summary.get("device_kind")
     if not backend and not device:
         return "[backend and device not recorded]"
+    if backend in ("trace", "xprof"):  # an imported profile: what was traced is all that is known
+        return f"[profiler trace on {device or 'a device not recorded'}]"
     return f"[{backend or 'backend not recorded'} on {device or 'a device not recorded'}]"
 
 
@@ -60,12 +86,15 @@ def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("run", f"{summary.get('run_id')}  {_ran_on(summary)}"),
         ("ended", ended),
-        ("steps", f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"),
-        ("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"),
-        ("compiles", _compiles_text(summary)),
-        ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
-                           + (f", {summary['value_reads']} value reads (.item())" if summary.get("value_reads") else "")),
+        ("steps", _steps_text(summary)),
     ]
+    if summary.get("step_time_p50_ms") is not None:
+        rows.append(("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   "
+                                  f"p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"))
+    rows.append(("compiles", _compiles_text(summary)))
+    transfers = _transfers_text(summary)
+    if transfers:
+        rows.append(("host transfers", transfers))
     after = summary.get("after_loop")
     if after:
         rows.append(("after the loop", f"{_fmt(after['wall_s'], ' s', 2)}: {after['compiles']} compile(s) "
@@ -83,7 +112,7 @@ def headline(summary: dict[str, Any]) -> Table:
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     for key, value in headline_rows(summary):
-        table.add_row(key, value)
+        table.add_row(key, Text(value))  # words, not markup: "[torch_xla on CPU]" is no style tag
     return table
 
 

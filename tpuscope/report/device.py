@@ -89,9 +89,9 @@ def render(view: dict[str, Any], console: Any) -> None:
             f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items() if k != "host"),
             soft_wrap=True)
     for op in view["top_ops"]:
-        console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, "
-                      f"{op['bound_by']}-bound" + (f", at {op['source_info']}" if op.get("source_info") else ""),
-                      soft_wrap=True, markup=False)
+        bound = f"{op['bound_by']}-bound" if op.get("bound_by") else "bound not measured"
+        console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, {bound}"
+                      + (f", at {op['source_info']}" if op.get("source_info") else ""), soft_wrap=True, markup=False)
     render_cost(view.get("cost_model") or {}, console)
 
 
