@@ -45,10 +45,30 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
         sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
                                    for rule in sorted({f.rule for f in findings})}
+    summary.update(_imported_counts(tables))
     summary["analysis_version"] = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
     summary.update(pod_summary(tables, findings))
     return summary
+
+
+def _imported_counts(tables: RunTables) -> dict[str, int]:
+    """What imported whole-run totals count (a metrics report's MarkStep and compile counters, a
+    pt-xla-profiler note's): the step markers and compiles the findings judge imported evidence
+    by, so the headline states the same counts as the cards (issue 29)."""
+    from tpuscope.detect import common
+
+    if tables.metrics.empty:
+        return {}
+    marks = common.per_process(tables.metrics, ["MarkStep"])
+    compiles = (common.per_process(tables.metrics, ["CompileTime"])
+                or common.per_process(tables.metrics, ["UncachedCompile"]))
+    out = {}
+    if marks:
+        out["step_markers"] = int(sum(marks.values()))
+    if compiles:
+        out["compiles_counted"] = int(sum(compiles.values()))
+    return out
 
 
 def stored_summary(run: Run) -> dict[str, Any] | None:

@@ -77,6 +77,7 @@ def load(path: Path) -> Evidence:
         evidence.meta["xprof_programs"] = programs
     if kind:
         evidence.meta["device_kind"] = kind
+    evidence.read = list(files.values())
     evidence.summary = f"xprof tool outputs ({', '.join(sorted(files))}): {len(result.ops)} HLO op(s)"
     return evidence
 

@@ -36,6 +36,10 @@ def where(location: str | None) -> str:
 
 
 def _compiles_text(summary: dict[str, Any]) -> str:
+    counted = summary.get("compiles_counted") or 0
+    if counted > summary["compiles"] and not summary["steps"]:  # imported counters: more than the graphs named
+        return (f"{counted} counted in the imported files, {summary['compiles']} of them with their graph; "
+                "recompiles judged from the counts per step marker (see the findings)")
     if not summary["compiles"] and summary.get("status") == "imported":
         return "none recorded in the imported files"
     total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
