@@ -114,17 +114,38 @@ def _compute(run: Run) -> RunReport:
 
 def current(run: Run) -> RunReport:
     """The run's analysis as written, or (a run still going, one changed since, or one from an
-    older tpuscope) computed now without writing: readers such as the dashboard never write."""
-    return _stored(run) or _compute(run)
-
-
-def analyze(run: Run, redetect: bool = True) -> RunReport:
-    """Findings and summary; with redetect (or when the run has no stored analysis) they are
-    computed and written into the run, else read back as written."""
-    stored = None if redetect else _stored(run)
+    older tpuscope) computed now without writing: readers never write (a run in a read-only
+    place, or checked out of git, stays as it is). A report computed now says so in its
+    summary (`analysed_now`: why the stored one was not used)."""
+    stored = _stored(run)
     if stored is not None:
         return stored
     report = _compute(run)
+    report.summary["analysed_now"] = _why_not_stored(run)
+    return report
+
+
+def _why_not_stored(run: Run) -> str:
+    """Why a read computed the analysis instead of reading it, in words."""
+    meta = run.meta
+    if meta.get("status") == "running":
+        return "the run is still going"
+    written = run.analysis_written()
+    if written is None:
+        return "the run has no stored analysis"
+    if written.get("analysis_version") != ANALYSIS_VERSION:
+        return "its stored analysis is from another version of tpuscope"
+    return "its tables changed since its analysis was stored"
+
+
+def analyze(run: Run, redetect: bool = True) -> RunReport:
+    """Findings and summary computed and written into the run (its end, an import,
+    `show --reanalyze`); without redetect, the stored analysis when current, else one computed
+    now and not written (current())."""
+    if not redetect:
+        return current(run)
+    digest = run.parts_digest()  # the parts this analysis is computed from
+    report = _compute(run)
     run.write_findings(report.findings)
-    run.write_analysis(report.summary)
+    run.write_analysis(report.summary, parts_digest=digest)
     return report
