@@ -26,7 +26,7 @@ IMPORTS = {
 }
 # a figure nobody measured: -1 (no step), nan, "?"/"Unknown" bound; or a share above 100%
 UNMEASURED = re.compile(r"(?<![\w.\-])(nan|NaN|-1|Unknown|\?-bound)(?![\w.])")
-PERCENT = re.compile(r"(?<![\d.,])(\d[\d,]*(?:\.\d+)?)\s?%")
+PERCENT = re.compile(r"(?<![\d.,])(\d[\d,]*(?:\.\d+)?) ?%")
 
 
 def unmeasured(text: str) -> list[str]:

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tpuscope.analyze.judge import VALUE_READ_OPS
+
 from .common import COLORS, base_figure, empty_figure, minmax_indices
 from .common import per_step as per_step_sum
 
@@ -33,6 +35,10 @@ def fallback_heatmap(fallbacks: pd.DataFrame | None, max_columns: int = MAX_COLU
     the rows are: dashboards.aggregates)."""
     if binned is None and (fallbacks is None or fallbacks.empty) or binned is not None and binned[0].empty:
         return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
+    if binned is None and fallbacks is not None:  # value reads are host syncs, counted apart
+        fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]
+        if fallbacks.empty:
+            return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
     matrix, width = binned if binned is not None else fallback_matrix(fallbacks, max_columns)
     starts = matrix.columns.to_numpy()
     if len(starts) and starts.max() < 0:  # imported totals: counts over the whole run, no step of their own

@@ -8,6 +8,8 @@ import duckdb
 import pandas as pd
 from dash import html
 
+from tpuscope.analyze.judge import VALUE_READ_OPS
+
 from .. import aggregates
 from ..components import (
     NUM,
@@ -57,6 +59,9 @@ def sync_sites(call_sites: pd.DataFrame) -> pd.DataFrame:
 
 def fallback_sites(fallbacks: pd.DataFrame) -> pd.DataFrame:
     """One row per (op, call site): calls, steps with calls, calls per such step, first/last step."""
+    if fallbacks.empty:
+        return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
+    fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]  # host syncs: counted apart
     if fallbacks.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
     frame = fallbacks.assign(location=fallbacks["location"].fillna(aggregates.UNPLACED))

@@ -31,8 +31,8 @@ SELECTION = {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False, "e
 
 def layout(data: StoreData) -> html.Div:
     rows = data.run_rows()
-    for row in rows:
-        row["link"] = str(row.get("name") or row["run_id"])  # plain text: RunLink makes the link
+    for row in rows:  # the id, whole: names repeat (every bench run of a model has one name)
+        row["link"] = str(row["run_id"])  # plain text: RunLink makes the link
     if not rows:
         body: Any = empty_state(
             "No runs yet",
@@ -40,7 +40,11 @@ def layout(data: StoreData) -> html.Div:
             "`tpuscope run python examples/train_transformer.py --store "
             f"{data.root}`, then reload this page.", ident="no-runs")
     else:
-        body = grid("runs-grid", rows, COLUMNS, getRowId="params.data.run_id",
+        widest = max(len(str(row["run_id"])) for row in rows)  # every id whole (about 8 px a character)
+        columns = [{**c, "minWidth": max(c["minWidth"], 8 * widest + 40)} if c.get("field") == "link" else c
+                   for c in COLUMNS]
+        body = grid("runs-grid", rows, columns, height=None if len(rows) <= 15 else "calc(100vh - 230px)",
+                    getRowId="params.data.run_id",
                     dashGridOptions={"rowSelection": SELECTION, "animateRows": False})
     return html.Div(className="page", id="page-runs", children=[
         html.Div(className="page-head", children=[

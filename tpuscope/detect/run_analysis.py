@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
+from tpuscope.store.run import PARTS_DIGEST
 
 if TYPE_CHECKING:
     from tpuscope.detect.registry import RunTables
@@ -146,6 +147,7 @@ def analyze(run: Run, redetect: bool = True) -> RunReport:
         return current(run)
     digest = run.parts_digest()  # the parts this analysis is computed from
     report = _compute(run)
+    report.summary[PARTS_DIGEST] = digest
     run.write_findings(report.findings)
-    run.write_analysis(report.summary, parts_digest=digest)
+    run.write_analysis(report.summary)
     return report

@@ -85,7 +85,9 @@ def _estimated(problem: Problem, step_s: float, runs: int, target: str, summary:
                 if "mxu_utilization_percent" in measured else "."))
     title, fix = _wording(problem.kind, info, edge, target, waste)
     hidden = float((problem.ops["mxu_s"] * problem.ops["waste"]).sum())
-    cost = (f"Costs {fmt_time(problem.cost_s)} per step on {target} ({100 * share:.1f}% of the step), "
+    of_step = (f"{100 * share:.1f}% of the step graph's estimated time" if share <= 1 else  # no share above 100%
+               "more than the step graph's estimated time: these matmuls run in other graphs too")
+    cost = (f"Costs {fmt_time(problem.cost_s)} per step on {target} ({of_step}), "
             f"{fmt_time(problem.cost_s * runs)} over {runs} step(s)." if problem.cost_s > 0 else
             f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
             f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes).")

@@ -286,11 +286,10 @@ class Run:
             default=0,
         )
 
-    def write_analysis(self, summary: dict[str, Any], parts_digest: str | None = None) -> None:
-        """Replace analysis.json, atomically (a reader never sees half a file), recording the
-        digest of the parts it was computed from (parts_digest(), taken before computing)."""
-        if parts_digest is not None:
-            summary = {**summary, PARTS_DIGEST: parts_digest}
+    def write_analysis(self, summary: dict[str, Any]) -> None:
+        """Replace analysis.json, atomically (a reader never sees half a file); the summary
+        records the digest of the parts it was computed from (PARTS_DIGEST: parts_digest(),
+        taken before computing)."""
         data = json.dumps(summary, indent=1, sort_keys=True, default=str).encode()
         (self.loc / layout.ANALYSIS).write_bytes_atomic(data, make_folder=False)
 
