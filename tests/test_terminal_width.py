@@ -40,7 +40,7 @@ def cli(store: Path, width: int, *args: str) -> str:
     result = CliRunner().invoke(main, [args[0], "--store", str(store), *args[1:]],
                                 env={"COLUMNS": str(width), "NO_COLOR": "1"})
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 def _locations(store: Path, run_id: str) -> list[str]:
