@@ -12,6 +12,7 @@ from ..data import StoreData
 COLUMNS: list[dict[str, Any]] = [
     {"field": "link", "headerName": "run", "cellRenderer": "RunLink", "minWidth": 190,
      "filter": "agTextColumnFilter"},
+    {"field": "name", "headerName": "name", "minWidth": 140, "tooltipField": "name"},
     {"field": "started", "headerName": "started", "sort": "desc", "minWidth": 170, "cellDataType": "text",
      "filter": "agTextColumnFilter"},
     {"field": "backend", "headerName": "backend", "minWidth": 100},
