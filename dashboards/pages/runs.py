@@ -46,7 +46,9 @@ def layout(data: StoreData) -> html.Div:
                    for c in COLUMNS]
         body = grid("runs-grid", rows, columns, height=None if len(rows) <= 15 else "calc(100vh - 230px)",
                     getRowId="params.data.run_id",
-                    dashGridOptions={"rowSelection": SELECTION, "animateRows": False})
+                    # every column rendered: scrolled sideways, none is left blank (a dozen columns)
+                    dashGridOptions={"rowSelection": SELECTION, "animateRows": False,
+                                     "suppressColumnVirtualisation": True})
     return html.Div(className="page", id="page-runs", children=[
         html.Div(className="page-head", children=[
             html.H2("Runs"),
