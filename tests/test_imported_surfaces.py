@@ -106,3 +106,29 @@ def test_no_dashboard_page_shows_an_unmeasured_figure(store: Path) -> None:
         assert "Not found" not in shown and not any(t.startswith("cannot show") for t in shown), page
         bad = [t[:200] for t in shown if unmeasured(t)]
         assert bad == [], (page, bad)
+
+
+def _stats(node: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The headline tiles of a page: stat id -> the value shown."""
+    if isinstance(node, dict):
+        props = node.get("props", {})
+        if isinstance(props, dict) and str(props.get("id", "")).startswith("stat-"):
+            out[props["id"]] = props.get("children")
+        for value in node.values():
+            _stats(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _stats(value, out)
+    return out
+
+
+def test_the_overview_says_in_words_what_an_import_did_not_record(store: Path) -> None:
+    from tpuscope_dashboards.app import route
+    from tpuscope_dashboards.data import StoreData
+
+    data = StoreData(str(store))
+    for name, steps in (("gpu", "not recorded"), ("report", "3,603")):
+        page = json.loads(plotly.io.json.to_json_plotly(route(data, f"/run/{run_id(store, name)}")))
+        values = _stats(page, {})
+        assert values["stat-steps"] == steps, (name, values)
+        assert values["stat-p50"] == "not recorded"
