@@ -14,11 +14,15 @@ import math
 
 import pandas as pd
 
+from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.store import Run, sql
 
 from .figures.fallbacks import MAX_COLUMNS, MAX_OPS
 
 UNPLACED = "(call site not recorded)"
+# CPU fallbacks only: value reads (.item(): aten::_local_scalar_dense) are host syncs, counted
+# apart on every surface (tpuscope.analyze.judge), as the report's and the pages' counts are.
+FALLBACKS_ONLY = "op::VARCHAR NOT IN ({})".format(", ".join(f"'{op}'" for op in VALUE_READ_OPS))
 
 
 def fallback_sites(run: Run) -> pd.DataFrame:
@@ -28,7 +32,8 @@ def fallback_sites(run: Run) -> pd.DataFrame:
         SELECT op::VARCHAR AS op, coalesce(location, '{UNPLACED}') AS location,
                sum(count)::BIGINT AS count, count(DISTINCT step)::BIGINT AS steps,
                min(step)::BIGINT AS first_step, max(step)::BIGINT AS last_step
-        FROM fallbacks GROUP BY ALL ORDER BY op, location""", tables=["fallbacks"]).to_pandas()
+        FROM fallbacks WHERE {FALLBACKS_ONLY} GROUP BY ALL ORDER BY op, location""",
+        tables=["fallbacks"]).to_pandas()
 
 
 def fallback_matrix(run: Run, max_columns: int = MAX_COLUMNS, max_ops: int = MAX_OPS) -> tuple[pd.DataFrame, int]:
@@ -36,14 +41,14 @@ def fallback_matrix(run: Run, max_columns: int = MAX_COLUMNS, max_ops: int = MAX
     them from the whole table: at most max_columns bins, the busiest max_ops ops first."""
     con = sql.views(run.loc, ["fallbacks"])
     try:
-        lo, hi = con.sql("SELECT min(step), max(step) FROM fallbacks").fetchall()[0]
+        lo, hi = con.sql(f"SELECT min(step), max(step) FROM fallbacks WHERE {FALLBACKS_ONLY}").fetchall()[0]
         if lo is None:
             return pd.DataFrame(), 1
         width = max(1, math.ceil((hi - lo + 1) / max_columns))
         long = con.sql(f"""
             SELECT op::VARCHAR AS op, {lo} + (step - {lo}) // {width} * {width} AS bin,
                    sum(count)::BIGINT AS count
-            FROM fallbacks GROUP BY ALL""").to_arrow_table().to_pandas()
+            FROM fallbacks WHERE {FALLBACKS_ONLY} GROUP BY ALL""").to_arrow_table().to_pandas()
     finally:
         con.close()
     matrix = long.pivot_table(index="op", columns="bin", values="count", aggfunc="sum", fill_value=0)

@@ -116,14 +116,34 @@ def _add_host_check(app: Dash) -> None:
         return "tpuscope: this dashboard answers only to its own address\n", 403
 
 
-def _add_error_routes(app: Dash) -> None:
+def unknown_runs(data: StoreData, path: str) -> list[str]:
+    """The run ids a page URL names that the store does not hold (/run/<id>[/tab],
+    /compare/<a>/<b>); [] for any other path."""
+    parts = [p for p in path.split("/") if p]
+    ids = parts[1:2] if parts[:1] == ["run"] else parts[1:3] if parts[:1] == ["compare"] else []
+    missing = []
+    for run_id in ids:
+        try:
+            data.run_dir(run_id)
+        except RunNotFound:
+            missing.append(run_id)
+    return missing
+
+
+def _add_error_routes(app: Dash, data: StoreData) -> None:
     """A bad or unknown run id sent to a callback or route is a 404 with one log line,
-    not a 500 with a traceback."""
+    not a 500 with a traceback; a page URL naming an unknown run answers 404 too (its page,
+    rendered in the browser, says which run is missing)."""
+    from flask import request
+
+    @app.server.after_request
+    def _page_status(response: Any) -> Any:
+        if response.status_code == 200 and response.mimetype == "text/html" and unknown_runs(data, request.path):
+            response.status_code = 404
+        return response
 
     @app.server.errorhandler(RunNotFound)
     def _not_found(exc: RunNotFound) -> Any:
-        from flask import request
-
         log.warning("404 %s: %s", request.path, exc)
         return {"error": str(exc)}, 404
 
@@ -162,7 +182,7 @@ def create_app(store: str | os.PathLike[str] | None = None, data: StoreData | No
     recompiles.register(app, data)
     trace.register(app, data)
     _add_download_route(app, data)
-    _add_error_routes(app)
+    _add_error_routes(app, data)
     _add_host_check(app)
     app.tpuscope_data = data  # for tests and the benchmark
     return app

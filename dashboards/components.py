@@ -119,15 +119,17 @@ def findings_list(findings: list[Finding], empty: str) -> html.Div:
 
 
 def grid(ident: str, frame: pd.DataFrame | list[dict[str, Any]], columns: list[dict[str, Any]],
-         height: int | None = None, **kwargs: Any) -> dag.AgGrid:
-    """A sortable, filterable AG Grid over plain records (the grid's JS is served locally)."""
+         height: int | str | None = None, **kwargs: Any) -> dag.AgGrid:
+    """A sortable, filterable AG Grid over plain records (the grid's JS is served locally);
+    `height` in px, or a CSS length ("calc(100vh - 220px)": as tall as the window lets it)."""
     rows = frame.to_dict("records") if isinstance(frame, pd.DataFrame) else frame
     n = len(rows)
     options: dict[str, Any] = {"enableBrowserTooltips": True}
     if height is None and n <= 15:
         options["domLayout"] = "autoHeight"
     options.update(kwargs.pop("dashGridOptions", {}))
-    style = {"height": f"{height or min(600, 60 + 42 * max(n, 3))}px"} if "domLayout" not in options else {}
+    tall = height if isinstance(height, str) else f"{height or min(600, 60 + 42 * max(n, 3))}px"
+    style = {"height": tall, "minHeight": "400px"} if "domLayout" not in options else {}
     return dag.AgGrid(
         id=ident, rowData=rows, columnDefs=columns,
         defaultColDef={"sortable": True, "filter": True, "floatingFilter": True, "suppressHeaderFilterButton": True,

@@ -28,6 +28,7 @@ import pyarrow as pa
 from tpuscope.store import Run, sql
 from tpuscope.store.run import table_to_frame
 
+from .aggregates import FALLBACKS_ONLY
 from .figures.common import minmax_indices, step_totals
 from .figures.steps import MAX_BARS, MAX_LANES
 
@@ -94,6 +95,7 @@ def _steps(con: object, where: str, points: int) -> tuple[pd.DataFrame, int | No
 def _fallbacks(con: object, where: str, bars: int) -> pd.DataFrame:
     """The fallback rows of the steps fallback_bars keeps: counts per step from two integer
     columns (numpy, as the figure sums them), then the other columns of those steps alone."""
+    where = f"{where} AND {FALLBACKS_ONLY}"  # value reads are host syncs, not fallbacks
     counts = con.sql(f"SELECT step, count FROM fallbacks WHERE {where} AND count IS NOT NULL").to_arrow_table()
     if not counts.num_rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in FALLBACK_COLUMNS})
@@ -102,7 +104,7 @@ def _fallbacks(con: object, where: str, bars: int) -> pd.DataFrame:
     chosen = pa.table({"step": per.index.to_numpy()[minmax_indices(per.to_numpy(), bars)]})
     con.register("chosen", chosen)  # rows come in any order: fallback_bars orders them itself
     rows = con.sql(f"SELECT {', '.join(FALLBACK_COLUMNS)} FROM fallbacks "
-                   "WHERE step IN (SELECT step FROM chosen)").to_arrow_table()
+                   f"WHERE step IN (SELECT step FROM chosen) AND {FALLBACKS_ONLY}").to_arrow_table()
     return table_to_frame(rows)
 
 

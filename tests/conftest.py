@@ -19,7 +19,9 @@ from tests.object_stores import gcs_store, s3_store  # noqa: F401 (real GCS / S3
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-SHARED = ROOT.parent / "shared" / "real_traces"
+# ../shared/real_traces beside the project (a worktree one folder deeper: ../../shared)
+SHARED = next((p / "shared" / "real_traces" for p in (ROOT.parent, ROOT.parent.parent)
+               if (p / "shared" / "real_traces").exists()), ROOT.parent / "shared" / "real_traces")
 
 # tests/tpu_real needs the real torch_tpu, which cannot share an environment with torch_xla
 # 2.9: it runs in .venv-torch-tpu, started by tests/test_tpu_real.py.

@@ -106,5 +106,5 @@ def test_fallbacks_page_counts_match_the_store(browser, server, store, shots):
     cpu = run.fallbacks[run.fallbacks["op"] != "aten::_local_scalar_dense"]  # value reads: host syncs
     assert text(browser, "stat-fallbacks") == f"{int(cpu['count'].sum()):,}"
     heat = plotted(browser, "fallback-heatmap")[0]
-    assert sum(sum(row) for row in heat["z"]) == int(run.fallbacks["count"].sum())
-    assert set(heat["y"]) == set(run.fallbacks["op"])
+    assert sum(sum(row) for row in heat["z"]) == int(cpu["count"].sum())  # value reads apart (issue 29)
+    assert set(heat["y"]) == set(cpu["op"])

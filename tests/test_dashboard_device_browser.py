@@ -86,5 +86,5 @@ def test_pages_without_data_say_so_and_how_to_get_it(browser, server, store, sho
     ("/compare/a..b/x", "not a valid run id"),
 ])
 def test_bad_run_ids_give_an_error_page(browser, server, shots, path, message):
-    visit(browser, server, path, "error-message", shots, "error-" + re.sub(r"\W+", "-", path))
+    visit(browser, server, path, "error-message", shots, "error-" + re.sub(r"\W+", "-", path), missing=True)
     assert message in text(browser, "error-message")

@@ -138,12 +138,13 @@ def test_a_markdown_run_name_is_shown_as_text_and_fetches_nothing(served: int, h
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
         driver.get(f"http://127.0.0.1:{served}/")
-        selector = f'div.ag-row[row-id="{run_id}"] div[col-id="link"]'
+        selector = f'div.ag-row[row-id="{run_id}"] div[col-id="name"]'
         cell = WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, selector))[0]
         WebDriverWait(driver, 10).until(lambda d: cell.text)
         assert cell.text == name
         assert not cell.find_elements(By.TAG_NAME, "img") and not cell.find_elements(By.TAG_NAME, "strong")
-        link = cell.find_element(By.TAG_NAME, "a")
+        link = driver.find_element(By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] div[col-id="link"] a')
+        assert link.text == run_id  # the link is the run's id, whole (names repeat)
         assert link.get_attribute("href") == f"http://127.0.0.1:{served}/run/{run_id}"
         assert not beacon.hits
     finally:

@@ -143,7 +143,7 @@ def test_text_logs_inside_an_imported_folder_are_read_or_named(tmp_path: Path) -
     (logs / "README.txt").write_text("notes about this job\n")
     proc = run_tpuscope("import", "--store", str(tmp_path / "s"), "-q", "--json", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr
-    assert "skipped 1 text file(s) of no format tpuscope reads in the folder(s) given: README.txt" in proc.stderr
+    assert "skipped 1 file(s) of no format tpuscope reads in the folder(s) given: README.txt" in proc.stderr
     data = json.loads(proc.stdout)
     assert sorted(Path(i["path"]).name for i in data["imported"]) == ["debug.log", "metrics.txt"]
     run_dir = Path(data["run_dir"])

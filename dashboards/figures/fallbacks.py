@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tpuscope.analyze.judge import VALUE_READ_OPS
+
 from .common import COLORS, base_figure, empty_figure, minmax_indices
 from .common import per_step as per_step_sum
 
@@ -33,16 +35,24 @@ def fallback_heatmap(fallbacks: pd.DataFrame | None, max_columns: int = MAX_COLU
     the rows are: dashboards.aggregates)."""
     if binned is None and (fallbacks is None or fallbacks.empty) or binned is not None and binned[0].empty:
         return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
+    if binned is None and fallbacks is not None:  # value reads are host syncs, counted apart
+        fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]
+        if fallbacks.empty:
+            return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
     matrix, width = binned if binned is not None else fallback_matrix(fallbacks, max_columns)
     starts = matrix.columns.to_numpy()
-    labels = [f"{s}" if width == 1 else f"{s}-{s + width - 1}" for s in starts]
+    if len(starts) and starts.max() < 0:  # imported totals: counts over the whole run, no step of their own
+        starts = np.array(["whole run"], dtype=object)
+        matrix = matrix.iloc[:, :1]
+    labels = [f"{s}" if width == 1 or isinstance(s, str) else f"{s}-{s + width - 1}" for s in starts]
     custom = np.tile(np.array(labels, dtype=object), (len(matrix), 1))
     fig = base_figure("CPU fallback calls per op and step" + ("" if width == 1 else f" ({width} steps per column)"),
                       height=max(240, 90 + 26 * len(matrix)))
     fig.add_trace(go.Heatmap(
         z=matrix.to_numpy(), x=starts, y=[str(op) for op in matrix.index], customdata=custom,
         colorscale="YlOrRd", colorbar={"title": {"text": "calls"}},
-        hovertemplate="%{y}<br>step %{customdata}<br>%{z} calls<extra></extra>", xgap=1, ygap=1,
+        hovertemplate="%{y}<br>" + ("%{customdata}" if isinstance(starts[0], str) else "step %{customdata}")
+                      + "<br>%{z} calls<extra></extra>", xgap=1, ygap=1,
     ))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(autorange="reversed", automargin=True)

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tpuscope.analyze.judge import VALUE_READ_OPS
+
 from .common import (
     COLORS,
     NS_PER_MS,
@@ -71,6 +73,8 @@ def _compile_markers(compiles: pd.DataFrame, wall: pd.Series) -> go.Scatter | No
 def fallback_bars(fallbacks: pd.DataFrame, max_points: int) -> go.Bar | None:
     """Host-run op calls per step (min/max decimated) with the ops and the busiest call site on
     hover (ordered by count, then name: the same text whatever order the rows are read in)."""
+    if not fallbacks.empty:  # value reads are host syncs, counted apart (analyze/judge)
+        fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]
     if fallbacks.empty:
         return None
     counts = per_step(fallbacks, "count")

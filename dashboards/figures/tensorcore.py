@@ -67,14 +67,21 @@ def busy_idle_bars(device_steps: pd.DataFrame) -> go.Figure:
     if device_steps.empty:
         return empty_figure("No per-step device time: the run has no device trace")
     devices = device_steps["device"].nunique()
-    per_step = device_steps.groupby("step", as_index=False)[["busy_ns", "idle_ns"]].mean()
-    title = "Device busy and idle time per step" + (f" (mean of {devices} devices)" if devices > 1 else "")
+    stepped = device_steps[device_steps["step"] >= 0]  # step -1: a window of the whole trace
+    if stepped.empty:  # no step markers in the trace: one bar per device over the whole trace
+        per, axis, what = device_steps.groupby("device", as_index=False)[["busy_ns", "idle_ns"]].sum(), "device", ""
+        title = "Device busy and idle time over the whole trace (no step markers in it)"
+    else:
+        per, axis = stepped.groupby("step", as_index=False)[["busy_ns", "idle_ns"]].mean(), "step"
+        what = "step "
+        title = "Device busy and idle time per step" + (f" (mean of {devices} devices)" if devices > 1 else "")
     fig = base_figure(title, height=300)
     for col, label, color in (("busy_ns", "busy", COLORS["step"]), ("idle_ns", "idle", "#c9d1db")):
-        fig.add_trace(go.Bar(x=per_step["step"], y=per_step[col] / NS_PER_MS, name=label, marker_color=color,
-                             hovertemplate="step %{x}<br>%{y:.2f} ms " + label + "<extra></extra>"))
+        fig.add_trace(go.Bar(x=per[axis].astype(str) if axis == "device" else per[axis], y=per[col] / NS_PER_MS,
+                             name=label, marker_color=color,
+                             hovertemplate=what + "%{x}<br>%{y:.2f} ms " + label + "<extra></extra>"))
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title_text="step")
+    fig.update_xaxes(title_text=axis)
     fig.update_yaxes(title_text="ms")
     return fig
 

@@ -8,6 +8,8 @@ import duckdb
 import pandas as pd
 from dash import html
 
+from tpuscope.analyze.judge import VALUE_READ_OPS
+
 from .. import aggregates
 from ..components import (
     NUM,
@@ -59,6 +61,9 @@ def fallback_sites(fallbacks: pd.DataFrame) -> pd.DataFrame:
     """One row per (op, call site): calls, steps with calls, calls per such step, first/last step."""
     if fallbacks.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
+    fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]  # host syncs: counted apart
+    if fallbacks.empty:
+        return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
     frame = fallbacks.assign(location=fallbacks["location"].fillna(aggregates.UNPLACED))
     sites = frame.groupby(["op", "location"], as_index=False).agg(
         count=("count", "sum"), steps=("step", "nunique"), first_step=("step", "min"), last_step=("step", "max"))
@@ -70,7 +75,11 @@ def site_rows(sites: pd.DataFrame) -> pd.DataFrame:
     if sites.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
     sites = sites.copy()
-    sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
+    whole_run = sites["last_step"] < 0 if "last_step" in sites else pd.Series(False, index=sites.index)
+    sites["per_step"] = (sites["count"] / sites["steps"]).round(2).mask(whole_run)  # imported totals: no steps
+    for col in ("first_step", "last_step", "steps"):
+        if col in sites:
+            sites[col] = sites[col].astype("Int64").mask(whole_run)
     sites["site"] = sites["location"].map(short_site)
     return sites.sort_values("count", ascending=False)
 

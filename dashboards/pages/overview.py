@@ -44,14 +44,25 @@ def step_rows(data: StoreData, run_id: str) -> int:
     return data.derived(run_id, "step-rows", ("steps",), lambda: series.step_rows(data.run(run_id)))
 
 
+def _steps_stat(summary: dict[str, Any]) -> html.Div:
+    """Steps, or in words what an import recorded of them (never "0" for "not recorded")."""
+    if summary["steps"] or summary.get("status") != "imported":
+        return stat("steps", fmt_num(summary["steps"]), "stat-steps",
+                    f"{summary['steps_judged']:,} timed after {summary['warmup']} warm-up")
+    markers = summary.get("step_markers")
+    return stat("steps", fmt_num(markers) if markers else "not recorded", "stat-steps",
+                "step markers in the imported files, no time per step" if markers
+                else "the imported files have no step markers")
+
+
 def headline(summary: dict[str, Any]) -> html.Div:
     """The figures a user checks first; each value has an id the browser tests read."""
     sev = summary["findings_by_severity"]
+    timed = summary["step_time_p50_ms"] is not None
     return stats_row([
-        stat("steps", fmt_num(summary["steps"]), "stat-steps",
-             f"{summary['steps_judged']:,} timed after {summary['warmup']} warm-up"),
-        stat("step time p50", fmt_num(summary["step_time_p50_ms"], 2, "ms"), "stat-p50"),
-        stat("step time p90", fmt_num(summary["step_time_p90_ms"], 2, "ms"), "stat-p90"),
+        _steps_stat(summary),
+        stat("step time p50", fmt_num(summary["step_time_p50_ms"], 2, "ms") if timed else "not recorded", "stat-p50"),
+        stat("step time p90", fmt_num(summary["step_time_p90_ms"], 2, "ms") if timed else "not recorded", "stat-p90"),
         stat("compiles", fmt_num(summary["compiles"]), "stat-compiles",
              f"{fmt_num(summary['compile_s'], 2, 's')} in total"),
         stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles",

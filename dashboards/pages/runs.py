@@ -12,6 +12,7 @@ from ..data import StoreData
 COLUMNS: list[dict[str, Any]] = [
     {"field": "link", "headerName": "run", "cellRenderer": "RunLink", "minWidth": 190,
      "filter": "agTextColumnFilter"},
+    {"field": "name", "headerName": "name", "minWidth": 140, "tooltipField": "name"},
     {"field": "started", "headerName": "started", "sort": "desc", "minWidth": 170, "cellDataType": "text",
      "filter": "agTextColumnFilter"},
     {"field": "backend", "headerName": "backend", "minWidth": 100},
@@ -31,8 +32,8 @@ SELECTION = {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False, "e
 
 def layout(data: StoreData) -> html.Div:
     rows = data.run_rows()
-    for row in rows:
-        row["link"] = str(row.get("name") or row["run_id"])  # plain text: RunLink makes the link
+    for row in rows:  # the id, whole: names repeat (every bench run of a model has one name)
+        row["link"] = str(row["run_id"])  # plain text: RunLink makes the link
     if not rows:
         body: Any = empty_state(
             "No runs yet",
@@ -40,8 +41,14 @@ def layout(data: StoreData) -> html.Div:
             "`tpuscope run python examples/train_transformer.py --store "
             f"{data.root}`, then reload this page.", ident="no-runs")
     else:
-        body = grid("runs-grid", rows, COLUMNS, getRowId="params.data.run_id",
-                    dashGridOptions={"rowSelection": SELECTION, "animateRows": False})
+        widest = max(len(str(row["run_id"])) for row in rows)  # every id whole (about 8 px a character)
+        columns = [{**c, "minWidth": max(c["minWidth"], 8 * widest + 40)} if c.get("field") == "link" else c
+                   for c in COLUMNS]
+        body = grid("runs-grid", rows, columns, height=None if len(rows) <= 15 else "calc(100vh - 230px)",
+                    getRowId="params.data.run_id",
+                    # every column rendered: scrolled sideways, none is left blank (a dozen columns)
+                    dashGridOptions={"rowSelection": SELECTION, "animateRows": False,
+                                     "suppressColumnVirtualisation": True})
     return html.Div(className="page", id="page-runs", children=[
         html.Div(className="page-head", children=[
             html.H2("Runs"),

@@ -58,11 +58,13 @@ def overview(data: StoreData, run_id: str) -> dict[str, Any]:
         events = trace_events(data, run_id)
         t0 = origin(events)
         steps = events["step"].dropna() if "step" in events else pd.Series(dtype=float)
+        steps = steps[steps >= 0]  # -1: an event outside every step (a trace without step markers)
         return {
             "events": len(events), "lines": len(np.unique(lane_keys(events)[0])),
             "planes": int(events["plane"].nunique()),
             "span_ms": (int((events["start_ns"] + events["dur_ns"]).max()) - t0) / NS_PER_MS,
-            "steps": f"{int(steps.min())}-{int(steps.max())}" if len(steps) else "-",
+            "steps": (f"{int(steps.min())}-{int(steps.max())}" if steps.min() != steps.max() else str(int(steps.min())))
+                     if len(steps) else "no step markers",
             "activity": activity_heatmap(events, t0), "ops": top_ops(events).round(3),
         }
 

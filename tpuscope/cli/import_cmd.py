@@ -44,7 +44,7 @@ def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, q
     if result.skipped:
         names = ", ".join(Path(s["path"]).name for s in result.skipped[:10])
         more = f" and {len(result.skipped) - 10} more" if len(result.skipped) > 10 else ""
-        click.echo(f"tpuscope: skipped {len(result.skipped)} text file(s) of no format tpuscope reads "
+        click.echo(f"tpuscope: skipped {len(result.skipped)} file(s) of no format tpuscope reads "
                    f"in the folder(s) given: {names}{more}", err=True)
     if result.run_dir is None:
         click.echo("tpuscope: nothing imported, no run made", err=True)
@@ -71,9 +71,20 @@ def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, q
 def import_(store: str, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool) -> None:
     """Make a run from files you already have and report on it.
 
-    Reads torch_xla metrics reports (metrics_report() text, also inside a log) and
-    PT_XLA_DEBUG logs; all files go into one run. A file of no known format is
-    named on stderr, the others are still imported, and the exit status is 2.
+    All files and folders given go into one run. It reads:
+
+    \b
+      torch_xla metrics reports  metrics_report() text, PJRT or XRT era, alone or in a log
+      PT_XLA_DEBUG logs          Compilation/Execution Analysis blocks, pt-xla-profiler notes
+      profiler traces            *.xplane.pb (JAX, torch_xla, TorchTPU, TensorFlow), or a
+                                 TensorBoard/xprof log folder of them
+      xprof tool outputs         a folder of *hlo_stats*, *op_profile*, *overview_page* JSON
+      XLA HLO text               an --xla_dump_to folder, or one module's text
+      HloProto files             *.hlo_proto.pb, or a folder of them
+
+    A file that cannot be read (no known format, a malformed line or number) is named on
+    stderr, the others are still imported, and the exit status is 2; a file inside a given
+    folder that no reader takes is named as skipped.
 
     \b
     Examples:

@@ -43,7 +43,8 @@ def list_runs(store: str, as_json: bool) -> None:
 @store_option
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print summary and findings as JSON.")
-@click.option("--reanalyze", is_flag=True, help="Run the detectors again before showing.")
+@click.option("--reanalyze", is_flag=True, help="Run the detectors again and store the analysis in the run "
+              "(without it, a run whose stored analysis is out of date is analysed without writing).")
 def show(store: str, run_id: str, as_json: bool, reanalyze: bool) -> None:
     """Show the report of RUN_ID (a run id, a unique prefix, 'latest', or a run folder).
 
@@ -60,6 +61,13 @@ def show(store: str, run_id: str, as_json: bool, reanalyze: bool) -> None:
         report = analyze(Run(RunStore(store).resolve(run_id)), redetect=reanalyze)
     except StoreError as exc:
         fail(str(exc))
+    except OSError as exc:  # --reanalyze of a run in a read-only place
+        fail(f"cannot store the analysis of {run_id}: {exc.strerror or exc}; `tpuscope show {run_id}` "
+             "analyses it without storing")
+    why = report.summary.get("analysed_now")
+    if why and report.summary.get("status") != "running":
+        click.echo(f"tpuscope: analysed now, not stored ({why}); `tpuscope show {run_id} --reanalyze` "
+                   "stores it", err=True)
     renderer_for("report", _fmt(as_json)).emit(report)
 
 

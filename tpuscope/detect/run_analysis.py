@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
+from tpuscope.store.run import PARTS_DIGEST
 
 if TYPE_CHECKING:
     from tpuscope.detect.registry import RunTables
@@ -45,10 +46,30 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
         sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
                                    for rule in sorted({f.rule for f in findings})}
+    summary.update(_imported_counts(tables))
     summary["analysis_version"] = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
     summary.update(pod_summary(tables, findings))
     return summary
+
+
+def _imported_counts(tables: RunTables) -> dict[str, int]:
+    """What imported whole-run totals count (a metrics report's MarkStep and compile counters, a
+    pt-xla-profiler note's): the step markers and compiles the findings judge imported evidence
+    by, so the headline states the same counts as the cards (issue 29)."""
+    from tpuscope.detect import common
+
+    if tables.metrics.empty:
+        return {}
+    marks = common.per_process(tables.metrics, ["MarkStep"])
+    compiles = (common.per_process(tables.metrics, ["CompileTime"])
+                or common.per_process(tables.metrics, ["UncachedCompile"]))
+    out = {}
+    if marks:
+        out["step_markers"] = int(sum(marks.values()))
+    if compiles:
+        out["compiles_counted"] = int(sum(compiles.values()))
+    return out
 
 
 def stored_summary(run: Run) -> dict[str, Any] | None:
@@ -94,17 +115,39 @@ def _compute(run: Run) -> RunReport:
 
 def current(run: Run) -> RunReport:
     """The run's analysis as written, or (a run still going, one changed since, or one from an
-    older tpuscope) computed now without writing: readers such as the dashboard never write."""
-    return _stored(run) or _compute(run)
-
-
-def analyze(run: Run, redetect: bool = True) -> RunReport:
-    """Findings and summary; with redetect (or when the run has no stored analysis) they are
-    computed and written into the run, else read back as written."""
-    stored = None if redetect else _stored(run)
+    older tpuscope) computed now without writing: readers never write (a run in a read-only
+    place, or checked out of git, stays as it is). A report computed now says so in its
+    summary (`analysed_now`: why the stored one was not used)."""
+    stored = _stored(run)
     if stored is not None:
         return stored
     report = _compute(run)
+    report.summary["analysed_now"] = _why_not_stored(run)
+    return report
+
+
+def _why_not_stored(run: Run) -> str:
+    """Why a read computed the analysis instead of reading it, in words."""
+    meta = run.meta
+    if meta.get("status") == "running":
+        return "the run is still going"
+    written = run.analysis_written()
+    if written is None:
+        return "the run has no stored analysis"
+    if written.get("analysis_version") != ANALYSIS_VERSION:
+        return "its stored analysis is from another version of tpuscope"
+    return "its tables changed since its analysis was stored"
+
+
+def analyze(run: Run, redetect: bool = True) -> RunReport:
+    """Findings and summary computed and written into the run (its end, an import,
+    `show --reanalyze`); without redetect, the stored analysis when current, else one computed
+    now and not written (current())."""
+    if not redetect:
+        return current(run)
+    digest = run.parts_digest()  # the parts this analysis is computed from
+    report = _compute(run)
+    report.summary[PARTS_DIGEST] = digest
     run.write_findings(report.findings)
     run.write_analysis(report.summary)
     return report

@@ -85,7 +85,9 @@ def _estimated(problem: Problem, step_s: float, runs: int, target: str, summary:
                 if "mxu_utilization_percent" in measured else "."))
     title, fix = _wording(problem.kind, info, edge, target, waste)
     hidden = float((problem.ops["mxu_s"] * problem.ops["waste"]).sum())
-    cost = (f"Costs {fmt_time(problem.cost_s)} per step on {target} ({100 * share:.1f}% of the step), "
+    of_step = (f"{100 * share:.1f}% of the step graph's estimated time" if share <= 1 else  # no share above 100%
+               "more than the step graph's estimated time: these matmuls run in other graphs too")
+    cost = (f"Costs {fmt_time(problem.cost_s)} per step on {target} ({of_step}), "
             f"{fmt_time(problem.cost_s * runs)} over {runs} step(s)." if problem.cost_s > 0 else
             f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
             f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes).")
@@ -140,12 +142,14 @@ def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
         return None
     idle_s = idle_share * total / 1e9
     devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
-    runs, count = Finding.of_steps(rows["step"] if not rows.empty else [])
+    runs, count = Finding.of_steps(rows["step"][rows["step"] >= 0] if not rows.empty else [])  # -1: whole trace
+    traced = f"{count} traced step(s)" if count else "the traced time (no step markers in the trace)"
     return Finding(
         RULE, "high" if idle_share >= 0.5 else "medium",
-        f"device idle {100 * idle_share:.0f}% of the traced steps: the step is host-bound",
+        f"device idle {100 * idle_share:.0f}% of the traced " + ("steps: the step is host-bound" if count
+                                                               else "time: the device waits for the host"),
         f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
-        f"{count or 'the'} traced step(s) ({basis}); the rest the device waited for the host "
+        f"{traced} ({basis}); the rest the device waited for the host "
         f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
         "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
         "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
@@ -157,11 +161,17 @@ def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
 
 
+def _known(bound: Any) -> bool:
+    """An op's bound as xprof measured it (not null, "?" or "Unknown": issue 29)."""
+    return isinstance(bound, str) and bound.strip().lower() not in ("", "?", "unknown", "nan", "none")
+
+
 def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
     """Measured MXU utilization from xprof: a problem when matmuls take device time at low
     utilization; when the device time goes to other ops, a low-severity note of where."""
     mxu = measured.get("mxu_utilization_percent")
-    if mxu is None or mxu >= LOW_MXU:
+    kind = str(tables.meta.get("device_kind") or "TPU")
+    if mxu is None or mxu >= LOW_MXU or "TPU" not in kind.upper():  # the MXU is a TPU's: a GPU has none
         return None
     ops = tables.extra.get("xprof_ops", pd.DataFrame())
     if not ops.empty:
@@ -170,15 +180,16 @@ def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
     matmul = ops[is_mm] if not ops.empty else ops
     share = float(matmul["self_time_percent"].sum()) if not matmul.empty else 0.0
     top = (matmul if share >= 10 else ops).head(5)
-    names = ", ".join(f"{r.hlo_op} ({r.category}, {r.bound_by}-bound, {r.self_time_percent:.0f}% of op time)"
-                      for r in top.itertuples()) or "no per-op statistics"
+    names = ", ".join(f"{r.hlo_op} ({r.category}, " + (f"{r.bound_by}-bound, " if _known(r.bound_by) else "")
+                      + f"{r.self_time_percent:.0f}% of op time)" for r in top.itertuples()) or "no per-op statistics"
     location = next((str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None)
-    duty = measured.get("device_duty_cycle_percent", float("nan"))
+    duty = measured.get("device_duty_cycle_percent")
     evidence = {"basis": "measured (xprof overview_page, hlo_stats, op_profile)", "cost_figure": "measured",
                 "matmul_time_percent": share,
                 "top_ops": top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
                 **measured}
-    head = f"xprof's overview_page: MXU utilization {mxu:.1f}%, device duty cycle {duty:.1f}%. "
+    head = f"xprof's overview_page: MXU utilization {mxu:.1f}%" + (
+        f", device duty cycle {duty:.1f}%. " if duty is not None else " (no device duty cycle measured). ")
     if share >= 10:
         used = matmul["flops_utilization"].fillna(mxu / 100).clip(0, 1)
         cost = float((matmul["self_time_us"] * (1 - used)).sum()) / 1e6
@@ -189,9 +200,10 @@ def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
                        "Feed the MXU bigger, aligned matmuls: bf16 operands, dims in multiples of 128 (256 on "
                        "v6e/v7), larger batch per step; see the estimated findings for the shapes.",
                        location, cost, [], evidence)
-    bound = str(top["bound_by"].mode().iloc[0]) if not top.empty and top["bound_by"].notna().any() else "?"
+    bounds = top["bound_by"][top["bound_by"].map(_known)] if not top.empty else pd.Series(dtype=object)
+    bound = str(bounds.mode().iloc[0]) if not bounds.empty else ""
     return Finding(RULE, "low", f"MXU idle ({mxu:.1f}% utilization, measured by xprof): device time goes to "
-                   f"{bound}-bound non-matmul ops",
+                   + (f"{bound}-bound non-matmul ops" if bound else "non-matmul ops (their bound not measured)"),
                    head + f"Matmuls take {share:.0f}% of op time; the time goes to: {names}. No cost estimated: "
                    "a program without matmuls has nothing for the MXU to do.",
                    "If this step should be matmul-heavy, look at these ops first: "

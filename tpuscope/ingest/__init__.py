@@ -6,7 +6,14 @@ it. The text importers (torch_xla metrics reports, PT_XLA_DEBUG logs) register
 here; other readers (xplane, HLO dumps) call `register(Importer(...))` the same way.
 """
 
-from tpuscope.ingest import hlo_dump, metrics_report, pt_xla_debug, xplane, xprof_json  # noqa: F401  (they register themselves)
+from tpuscope.ingest import (  # noqa: F401  (they register themselves)
+    hlo_dump,
+    hlo_proto_files,
+    metrics_report,
+    pt_xla_debug,
+    xplane,
+    xprof_json,
+)
 from tpuscope.ingest.registry import IMPORTERS, Evidence, Importer, ImportRefused, register
 from tpuscope.ingest.run import ImportResult, import_paths
 

@@ -31,6 +31,7 @@ def load(path: Path) -> Evidence:
     for table, table_rows in rows.items():
         evidence.add(table, table_rows)
     evidence.refused = refused
+    evidence.read = list(files)
     dots = sum(r["dots"] + r["convolutions"] for r in rows["hlo_modules"])
     evidence.summary = f"HLO: {len(rows['hlo_modules'])} module(s), {dots} dot/convolution(s)"
     return evidence

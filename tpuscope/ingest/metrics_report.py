@@ -79,15 +79,18 @@ def parse_metrics_report(text: str) -> MetricsReport:
     report = MetricsReport()
     metric: Metric | None = None
     counter: str | None = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         field_match = _FIELD.match(line)
         if field_match and (metric is not None or counter is not None):
             key, value = field_match["key"], field_match["value"]
-            if counter is not None and key == "Value" and value.isdigit():
-                report.counters[counter] = int(value)
-                counter = None
-            elif metric is not None:
-                _metric_field(metric, key, value)
+            try:
+                if counter is not None and key == "Value":
+                    report.counters[counter] = _count(value, f"counter {counter}")
+                    counter = None
+                elif metric is not None:
+                    _metric_field(metric, key, value)
+            except ValueError as exc:  # a malformed number refuses the file, whichever field
+                raise ValueError(f"line {number}: {exc}") from None
             continue
         if metric is not None and _WRAPPED_PERCENTILE.match(line):
             metric.percentiles.update(_percentiles(line))
@@ -103,11 +106,18 @@ def parse_metrics_report(text: str) -> MetricsReport:
     return report
 
 
+def _count(value: str, what: str) -> int:
+    """A count as printed (digits), else ValueError: never a silent 0 for `abc`."""
+    if not value.isdigit():
+        raise ValueError(f"{what}: {value!r} is not a count")
+    return int(value)
+
+
 def _metric_field(metric: Metric, key: str, value: str) -> None:
-    if key == "TotalSamples" and value.isdigit():
-        metric.samples = int(value)
+    if key == "TotalSamples":
+        metric.samples = _count(value, f"{metric.name} TotalSamples")
     elif key in ("Accumulator", "Counter") and value:  # 'Counter:' is the 2019 label
-        number, unit = parse_quantity(value)
+        number, unit = parse_quantity(value)  # ValueError for a malformed quantity
         metric.total = 0.0 if number != number else number
         metric.unit = unit
     elif key == "Percentiles":

@@ -37,6 +37,8 @@ class Evidence:
     refused: list[dict[str, str]] = field(default_factory=list)
     # Files kept in the run folder: path relative to the run -> source file.
     files: dict[str, Path] = field(default_factory=dict)
+    # The files of a folder this importer read (the others are named as skipped).
+    read: list[Path] = field(default_factory=list)
 
     def add(self, table: str, rows: list[dict[str, Any]]) -> None:
         self.rows.setdefault(table, []).extend(rows)

@@ -51,10 +51,12 @@ def _load_all(paths: list[str | Path], result: ImportResult) -> list[tuple[Path,
     for raw in paths:
         path = Path(raw)
         texts = text_logs(path)
-        refusal = None
+        refusal, read = None, set()
         try:
             loaded.append((path, load(path)))
             result.refused += [r for _, evidence in loaded[-1][1] for r in evidence.refused]
+            read = {p for _, evidence in loaded[-1][1] for p in evidence.read}
+            read |= {Path(r["path"]) for _, evidence in loaded[-1][1] for r in evidence.refused}
         except ImportRefused as exc:
             refusal = {"path": str(raw), "reason": str(exc)}
         before = len(loaded)
@@ -65,7 +67,16 @@ def _load_all(paths: list[str | Path], result: ImportResult) -> list[tuple[Path,
                 result.skipped.append({"path": str(text), "reason": str(exc)})
         if refusal is not None and len(loaded) == before:
             result.refused.append(refusal)
+        elif path.is_dir():
+            result.skipped += unread(path, read | set(texts))
     return loaded
+
+
+def unread(folder: Path, read: set[Path]) -> list[dict[str, str]]:
+    """The files of a folder no importer read (hidden files left aside), each named."""
+    return [{"path": str(p), "reason": "a file of no format tpuscope reads"}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p not in read
+            and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
 
 
 def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:

@@ -20,6 +20,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from tpuscope.analyze.device_time import busy_per_window, step_lookup, step_windows
 from tpuscope.ingest import trace_chunks as chunks
+from tpuscope.ingest import xprof_figures
 from tpuscope.parse import hlo_proto, hlo_rows, xprof_tools
 from tpuscope.parse.xplane import XSpaceDecodeError, read_xspace, space_info
 from tpuscope.schema import TABLES
@@ -146,6 +147,9 @@ def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: boo
             add_xprof(out, files, host)
     elif device_files and xprof:
         out.summary.append("xprof is not installed: no MXU utilization or duty cycle (pip install xprof)")
+    kind = out.meta.get("device_kind") or xprof_figures.device_kind([], out.meta.get("trace_devices"))
+    if kind:
+        out.meta["device_kind"] = kind
     return out
 
 
@@ -155,6 +159,11 @@ def add_xprof(out: TraceSet, files: list[Path], host: str | None = None) -> None
     result = xprof_tools.run_tools(files)
     host = host or files[0].name.removesuffix(".xplane.pb") if len(files) == 1 else files[0].parent.name
     fields = {"host": host, "pid": 0, "rank": 0}
+    kind = out.meta.get("device_kind") or xprof_figures.device_kind(result.overview, out.meta.get("trace_devices"))
+    if kind:
+        out.meta["device_kind"] = kind
+    result.overview = xprof_figures.overview_rows(result.overview, kind)
+    result.ops = xprof_figures.op_rows(result.ops)
     out.add("xprof_overview", pa.Table.from_pylist([{**fields, **r} for r in result.overview],
                                                    schema=TABLES["xprof_overview"]))
     out.add("xprof_ops", pa.Table.from_pylist([{**fields, **r} for r in result.ops], schema=TABLES["xprof_ops"]))

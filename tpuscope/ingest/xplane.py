@@ -34,6 +34,7 @@ def load(path: Path) -> Evidence:
         evidence.tables[name] = tables
     evidence.refused = list(traces.refused)
     evidence.files = {_kept_as(Path(f)): Path(f) for f in traces.files}
+    evidence.read = list(files)
     evidence.summary = "; ".join(traces.summary)
     return evidence
 

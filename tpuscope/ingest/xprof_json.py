@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tpuscope.ingest import xprof_figures
 from tpuscope.ingest.registry import Evidence, Importer, register
 from tpuscope.parse.xprof_tools import TOOLS, tool_rows
 
@@ -65,16 +66,18 @@ def load(path: Path) -> Evidence:
     result = tool_rows(outputs, str(path))
     host = path.name if path.is_dir() else path.parent.name
     fields = {"host": host, "pid": 0, "rank": 0}
-    result.overview = _without_empty_duty_cycle(result.overview)
+    kind = xprof_figures.device_kind(result.overview)
+    result.overview = xprof_figures.overview_rows(_without_empty_duty_cycle(result.overview), kind)
+    result.ops = xprof_figures.op_rows(result.ops)
     evidence = Evidence(meta={"backend": "xprof"})
     evidence.add("xprof_overview", [{**fields, **r} for r in result.overview])
     evidence.add("xprof_ops", [{**fields, **r} for r in result.ops])
     programs = _programs(outputs.get("op_profile"))
     if programs:
         evidence.meta["xprof_programs"] = programs
-    kinds = [r["text"] for r in result.overview if r["name"] == "device_type" and r["text"]]
-    if kinds:
-        evidence.meta["device_kind"] = kinds[0]
+    if kind:
+        evidence.meta["device_kind"] = kind
+    evidence.read = list(files.values())
     evidence.summary = f"xprof tool outputs ({', '.join(sorted(files))}): {len(result.ops)} HLO op(s)"
     return evidence
 

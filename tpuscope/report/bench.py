@@ -114,9 +114,18 @@ def notes(result: BenchResult) -> list[str]:
             lines.append(f"{row['backend']} {row['mode']} findings ({len(found)}, tpuscope show "
                          f"{row['run_id']}): {text}")
     memory = {r.get("device_memory_note") for r in result.rows if r["status"] == "ok" and r.get("peak_device_mb") is None}
-    lines += [f"device memory: {m}" for m in sorted(m for m in memory if m)]
+    lines += [f"device memory: {memory_words(m)}" for m in sorted(m for m in memory if m)]
     lines.append(NOISE_RULE)
     return lines
+
+
+def memory_words(note: str) -> str:
+    """A runtime's memory error in words: "Bad StatusOr access: UNIMPLEMENTED: GetAllocatorStats"
+    is a device that does not report its memory (PJRT's CPU client), not a failure (issue 29)."""
+    if "UNIMPLEMENTED" in note or "not implemented" in note.lower():
+        backend = note.split(":", 1)[0] if ":" in note else "the runtime"
+        return f"not reported: {backend}'s device does not keep memory statistics (PJRT on the CPU does not)"
+    return note
 
 
 def render(result: BenchResult, console: Console) -> None:

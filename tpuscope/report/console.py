@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from tpuscope.detect.run_analysis import RunReport
+from tpuscope.report.fit import Col, fits, grid, print_plain
 from tpuscope.report.hosts import hosts_table
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
@@ -35,30 +36,69 @@ def where(location: str | None) -> str:
 
 
 def _compiles_text(summary: dict[str, Any]) -> str:
+    counted = summary.get("compiles_counted") or 0
+    if counted > summary["compiles"] and not summary["steps"]:  # imported counters: more than the graphs named
+        return (f"{counted} counted in the imported files, {summary['compiles']} of them with their graph; "
+                "recompiles judged from the counts per step marker (see the findings)")
+    if not summary["compiles"] and summary.get("status") == "imported":
+        return "none recorded in the imported files"
     total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
     if not summary["graph_families"]:  # imported totals: counts without the graphs
         return f"{total}; which graphs is not recorded"
+    share = (f", {_fmt(100 * summary['recompile_share'], '%')} of the timed steps' wall time"
+             if summary.get("steps_judged") else "")
     return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
-            f"({_fmt(summary['recompile_s'], ' s', 2)}, {_fmt(100 * summary['recompile_share'], '%')} "
-            "of the timed steps' wall time)")
+            f"({_fmt(summary['recompile_s'], ' s', 2)}{share})")
 
 
-def headline(summary: dict[str, Any]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
+def _steps_text(summary: dict[str, Any]) -> str:
+    """How many steps, or what the imported files say of them, in words (never "0" for unknown)."""
+    if summary["steps"]:
+        return f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"
+    markers = summary.get("step_markers")
+    if markers:
+        return f"{markers} step markers in the imported files (no time per step)"
+    if summary.get("status") == "imported":
+        return "none recorded: the imported files have no step markers"
+    return "none (the program ended before its first step)"
+
+
+def _transfers_text(summary: dict[str, Any]) -> str | None:
+    """Host reads per timed step and the value reads, or None when neither is known."""
+    reads = f"{summary['value_reads']} value reads (.item())" if summary.get("value_reads") else ""
+    if not summary.get("steps_judged"):
+        return reads or None
+    return (f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
+            + (f", {reads}" if reads else ""))
+
+
+def _ran_on(summary: dict[str, Any]) -> str:
+    """'[torch_xla on cpu]', or what of it was not recorded, in words."""
+    backend, device = summary.get("backend"), summary.get("device_kind")
+    if not backend and not device:
+        return "[backend and device not recorded]"
+    if backend in ("trace", "xprof"):  # an imported profile: what was traced is all that is known
+        return f"[profiler trace on {device or 'a device not recorded'}]"
+    return f"[{backend or 'backend not recorded'} on {device or 'a device not recorded'}]"
+
+
+def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(figure, words) of the report's head."""
     ended = summary.get("status") or "-"
     if summary.get("exit_code") not in (None, 0):
         ended += f" (exit {summary['exit_code']})"
     rows = [
-        ("run", f"{summary.get('run_id')}  [{summary.get('backend') or '-'} on {summary.get('device_kind') or '-'}]"),
+        ("run", f"{summary.get('run_id')}  {_ran_on(summary)}"),
         ("ended", ended),
-        ("steps", f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"),
-        ("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"),
-        ("compiles", _compiles_text(summary)),
-        ("host transfers", f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
-                           + (f", {summary['value_reads']} value reads (.item())" if summary.get("value_reads") else "")),
+        ("steps", _steps_text(summary)),
     ]
+    if summary.get("step_time_p50_ms") is not None:
+        rows.append(("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   "
+                                  f"p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"))
+    rows.append(("compiles", _compiles_text(summary)))
+    transfers = _transfers_text(summary)
+    if transfers:
+        rows.append(("host transfers", transfers))
     after = summary.get("after_loop")
     if after:
         rows.append(("after the loop", f"{_fmt(after['wall_s'], ' s', 2)}: {after['compiles']} compile(s) "
@@ -68,41 +108,50 @@ def headline(summary: dict[str, Any]) -> Table:
         share = f" ({100 * cost / p50:.1f}% of the p50 step)" if p50 else ""
         rows.append(("tpuscope cost", f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
                                       "timed in the program"))
-    for key, value in rows:
-        table.add_row(key, value)
+    return rows
+
+
+def headline(summary: dict[str, Any]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for key, value in headline_rows(summary):
+        table.add_row(key, Text(value))  # words, not markup: "[torch_xla on CPU]" is no style tag
     return table
 
 
-def causes_table(causes: list[dict[str, Any]]) -> Table | None:
+CAUSE_COLS = (Col("compiles", justify="right"), Col("recompiles", justify="right"), Col("time (s)", justify="right"),
+              Col("first step", justify="right"), Col("cause", long=True), Col("where", whole=True))
+FALLBACK_COLS = (Col("op", whole=True), Col("count", justify="right"), Col("per step", justify="right"),
+                 Col("steps"), Col("where", whole=True))
+
+
+def causes_table(causes: list[dict[str, Any]], width: int = 10_000) -> RenderableType | None:
     if not causes:
         return None
-    table = Table(title="Top compile causes", title_justify="left", expand=False)
-    for col, kw in (("compiles", {"justify": "right"}), ("recompiles", {"justify": "right"}),
-                    ("time (s)", {"justify": "right"}), ("first step", {"justify": "right"}), ("cause", {}),
-                    ("where", {})):
-        table.add_column(col, **kw)
-    for c in causes:
-        table.add_row(str(c["count"]), str(c.get("recompiles", 0)), f"{c['seconds']:.3f}", str(c["first_step"]),
-                      c["cause"], where(c["location"]))
-    return table
+    rows = [(str(c["count"]), str(c.get("recompiles", 0)), f"{c['seconds']:.3f}", _step(c.get("first_step")),
+             str(c["cause"]), where(c["location"])) for c in causes]
+    return grid("Top compile causes", CAUSE_COLS, rows, width)
 
 
-def fallbacks_table(ops: list[dict[str, Any]]) -> Table | None:
+def _step(step: Any) -> str:
+    """A step number, or words when the run has none (an imported report: no step markers)."""
+    return "not recorded" if step is None or (isinstance(step, int | float) and step < 0) else str(step)
+
+
+def fallbacks_table(ops: list[dict[str, Any]], width: int = 10_000) -> RenderableType | None:
     if not ops:
         return None
-    table = Table(title="CPU fallbacks (ops torch_xla ran on the host)", title_justify="left")
-    for col, kw in (("op", {}), ("count", {"justify": "right"}), ("per step", {"justify": "right"}),
-                    ("steps", {}), ("where", {})):
-        table.add_column(col, **kw)
-    for op in ops:
-        shown = runs_text(op.get("step_runs") or [], op.get("step_count"), limit=4)
-        table.add_row(op["op"], str(op["count"]), f"{op['per_step']:.2f}", shown, where(op["location"]))
-    return table
+    rows = [(str(op["op"]), str(op["count"]), f"{op['per_step']:.2f}",
+             runs_text(op.get("step_runs") or [], op.get("step_count"), limit=4), where(op["location"]))
+            for op in ops]
+    return grid("CPU fallbacks (ops torch_xla ran on the host)", FALLBACK_COLS, rows, width)
 
 
-def finding_panel(index: int, finding: Finding) -> Panel:
-    style = _SEVERITY_STYLE.get(finding.severity, "")
+def finding_body(finding: Finding) -> Text:
+    """A finding's words: its title, what was seen, the fix, where, which steps, the cost."""
     body = Text()
+    body.append(finding.title + "\n", style="bold")
     body.append(finding.detail + "\n")
     body.append("fix: ", style="bold green")
     body.append(finding.fix + "\n")
@@ -113,8 +162,18 @@ def finding_panel(index: int, finding: Finding) -> Panel:
         body.append("steps: ", style="bold")
         body.append(finding.steps_text + "\n")
     body.append(f"cost: ~{finding.cost_s:.3f} s", style="dim")
-    title = Text.assemble((f"{index}. [{finding.severity}] ", style), (finding.rule, "bold"), f"  {finding.title}")
-    return Panel(body, title=title, title_align="left", border_style=style or "white")
+    return body
+
+
+def finding_title(index: int, finding: Finding) -> Text:
+    style = _SEVERITY_STYLE.get(finding.severity, "")
+    return Text.assemble((f"{index}. [{finding.severity}] ", style), (finding.rule, "bold"))
+
+
+def finding_panel(index: int, finding: Finding) -> Panel:
+    style = _SEVERITY_STYLE.get(finding.severity, "")
+    return Panel(finding_body(finding), title=finding_title(index, finding), title_align="left",
+                 border_style=style or "white")
 
 
 def lead_line(findings: list[Finding]) -> Text:
@@ -131,13 +190,31 @@ def lead_line(findings: list[Finding]) -> Text:
     return line
 
 
+def _boxed_fits(report: RunReport, parts: list[Any], width: int) -> bool:
+    """Whether the boxed report keeps every identity whole at `width`: each table drawn as one,
+    and the run id and every finding's location shorter than a box's inside."""
+    inside = width - 4
+    words = [str(report.summary.get("run_id") or "")] + [f.location or "" for f in report.findings]
+    return all(fits(p) for p in parts) and all(len(w) + len("where: ") <= inside for w in words)
+
+
 def render(report: RunReport, console: Console) -> None:
-    console.print(lead_line(report.findings))
-    parts: list[Any] = [headline(report.summary)]
-    for table in (hosts_table(report.summary.get("hosts")), causes_table(report.summary["compile_causes"]),
-                  fallbacks_table(report.summary["fallback_ops"])):
-        if table is not None:
-            parts.append(table)
-    console.print(Panel(Group(*parts), title="tpuscope report", title_align="left"))
+    """The report: boxed when every identity fits the width, else the same words unboxed and
+    without hard line breaks (tpuscope/report/fit.py)."""
+    console.print(lead_line(report.findings), soft_wrap=True)
+    summary = report.summary
+    tables = [t for t in (hosts_table(summary.get("hosts"), console.width - 4),
+                          causes_table(summary["compile_causes"], console.width - 4),
+                          fallbacks_table(summary["fallback_ops"], console.width - 4)) if t is not None]
+    if _boxed_fits(report, tables, console.width):
+        console.print(Panel(Group(headline(summary), *tables), title="tpuscope report", title_align="left"))
+        for i, finding in enumerate(report.findings, 1):
+            console.print(finding_panel(i, finding))
+        return
+    console.print(Text("tpuscope report", style="bold"))
+    for key, value in headline_rows(summary):
+        console.print(Text.assemble((f"{key}: ", "bold"), value), soft_wrap=True)
+    for part in tables:
+        print_plain(console, part)
     for i, finding in enumerate(report.findings, 1):
-        console.print(finding_panel(i, finding))
+        console.print(Text.assemble(finding_title(i, finding), "\n", finding_body(finding)), soft_wrap=True)

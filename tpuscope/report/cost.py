@@ -6,6 +6,7 @@ from typing import Any
 
 from tpuscope.analyze.cost_compare import compare, top
 from tpuscope.analyze.mxu import fmt_time
+from tpuscope.report.fit import Col, grid, print_plain
 from tpuscope.store import Run
 
 
@@ -19,9 +20,11 @@ def cost_view(run: Run, ops: int | None = None) -> dict[str, Any]:
     return view
 
 
-def render(view: dict[str, Any], console: Any, n: int = 8) -> None:
-    from rich.table import Table
+COST_COLS = (Col("module", whole=True), Col("op", whole=True), Col("category"), Col("measured", justify="right"),
+             Col("estimated", justify="right"), Col("est/meas", justify="right"), Col("bound"))
 
+
+def render(view: dict[str, Any], console: Any, n: int = 8) -> None:
     if not view:
         return
     console.print(
@@ -31,14 +34,13 @@ def render(view: dict[str, Any], console: Any, n: int = 8) -> None:
         f"(roofline at per-chip peaks alone: {100 * view['roofline_share_within_2x']:.1f}%); "
         f"median estimate/measured {view['median_ratio']:.3f}, time-weighted {view['time_weighted_median_ratio']:.3f}",
         soft_wrap=True)
-    table = Table(title="ops by measured time: estimated vs measured (all occurrences)")
-    for col in ("module", "op", "category", "measured", "estimated", "est/meas", "bound"):
-        table.add_column(col, justify="right" if col in ("measured", "estimated", "est/meas") else "left")
+    rows = []
     for op in view["ops"][:n]:
         ratio = "-" if op["ratio"] is None else f"{op['ratio']:.2f}" + ("" if op["within_2x"] else " !")
-        table.add_row(str(op["module"])[:20], str(op["op"])[:28], str(op["category"])[:20],
-                      fmt_time(op["measured_us"] / 1e6), fmt_time(op["estimated_us"] / 1e6), ratio, str(op["bound"]))
-    console.print(table)
+        rows.append((str(op["module"]), str(op["op"]), str(op["category"]), fmt_time(op["measured_us"] / 1e6),
+                     fmt_time(op["estimated_us"] / 1e6), ratio, str(op["bound"])))
+    print_plain(console, grid("ops by measured time: estimated vs measured (all occurrences)", COST_COLS, rows,
+                              console.width))
     console.print("  (! = outside 2x; `--json` gives every op with the rule that priced it)")
     for module in view["modules"][:4]:
         ratio = "-" if module["ratio"] is None else f"{module['ratio']:.2f}"

@@ -9,6 +9,7 @@ import pandas as pd
 
 from tpuscope.report.cost import cost_view
 from tpuscope.report.cost import render as render_cost
+from tpuscope.report.fit import Col, grid, print_plain
 from tpuscope.store import Run, layout
 
 XPROF_FIGURES = ("device_type", "device_core_count", "mxu_utilization_percent", "device_duty_cycle_percent",
@@ -74,23 +75,23 @@ def device_view(run: Run) -> dict[str, Any]:
     }
 
 
-def render(view: dict[str, Any], console: Any) -> None:
-    from rich.table import Table
+DEVICE_COLS = (Col("host", whole=True), Col("device", whole=True), Col("windows", justify="right"),
+               Col("busy ms", justify="right"), Col("idle ms", justify="right"), Col("duty cycle", justify="right"))
 
+
+def render(view: dict[str, Any], console: Any) -> None:
     if view["devices"]:
-        table = Table(title="device busy / idle (from the trace's XLA ops)")
-        for col in ("host", "device", "windows", "busy ms", "idle ms", "duty cycle"):
-            table.add_column(col, justify="right" if col not in ("host", "device") else "left")
-        for d in view["devices"]:
-            table.add_row(str(d["host"]), str(d["device"]), f"{d['windows']} ({d['window']})",
-                          f"{d['busy_ms']:.2f}", f"{d['idle_ms']:.2f}", f"{d['duty_cycle_percent']:.1f}%")
-        console.print(table)
+        rows = [(str(d["host"]), str(d["device"]), f"{d['windows']} ({d['window']})", f"{d['busy_ms']:.2f}",
+                 f"{d['idle_ms']:.2f}", f"{d['duty_cycle_percent']:.1f}%") for d in view["devices"]]
+        print_plain(console, grid("device busy / idle (from the trace's XLA ops)", DEVICE_COLS, rows, console.width))
     for figures in view["xprof"]:
         console.print(f"xprof (measured, {figures['host']}): " + ", ".join(
-            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items() if k != "host"))
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items() if k != "host"),
+            soft_wrap=True)
     for op in view["top_ops"]:
-        console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, "
-                      f"{op['bound_by']}-bound" + (f", at {op['source_info']}" if op.get("source_info") else ""))
+        bound = f"{op['bound_by']}-bound" if op.get("bound_by") else "bound not measured"
+        console.print(f"  {op['hlo_op']} ({op['category']}): {op['self_time_percent']:.1f}% of op time, {bound}"
+                      + (f", at {op['source_info']}" if op.get("source_info") else ""), soft_wrap=True, markup=False)
     render_cost(view.get("cost_model") or {}, console)
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from tpuscope.analyze.compare import Side
 from tpuscope.analyze.judge import judged_steps
 from tpuscope.detect.run_analysis import current
 from tpuscope.report.console import where
+from tpuscope.report.fit import Col, fits, grid
 from tpuscope.store import Run
 
 
@@ -25,6 +25,11 @@ def side_of(run: Run) -> Side:
     steps = judged_steps(run.steps, int(report.summary.get("warmup", 2)))
     wall = steps["wall_ns"].dropna().tolist() if not steps.empty else []
     return Side(summary=report.summary, findings=report.findings, step_ns=wall)
+
+
+def _device(side: dict[str, Any]) -> str:
+    """'torch_xla CPU', or what was not recorded in words."""
+    return " ".join(str(v) for v in (side.get("backend"), side.get("device_kind")) if v) or "not recorded"
 
 
 def _ms(v: float | None) -> str:
@@ -62,7 +67,7 @@ def rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     a, b, st, fb = diff["a"], diff["b"], diff["step_time"], diff["fallbacks"]
     out = [
         ("run", str(a["run_id"]), str(b["run_id"]), ""),
-        ("device", f"{a['backend']} {a['device_kind'] or ''}".strip(), f"{b['backend']} {b['device_kind'] or ''}".strip(), ""),
+        ("device", _device(a), _device(b), ""),
         ("judged steps", str(a["steps_judged"]), str(b["steps_judged"]), ""),
         ("median judged step time", _ms(st["a_median_ms"]), _ms(st["b_median_ms"]), ratio_text(st)),
         ("step time B - A", "", "", difference_text(st)),
@@ -85,12 +90,16 @@ def _finding_text(f: dict[str, Any]) -> str:
 
 def render(diff: dict[str, Any], console: Console) -> None:
     """The comparison on the terminal."""
-    table = Table(title="tpuscope diff: B against A", title_justify="left")
-    for name in ("", "A", "B", "B vs A"):
-        table.add_column(name)
-    for row in rows(diff):
-        table.add_row(*row)
-    console.print(table)
+    cols = (Col("figure", whole=True), Col("A", whole=True), Col("B", whole=True), Col("B vs A", long=True))
+    table = grid("tpuscope diff: B against A", cols, rows(diff), console.width)
+    if fits(table):
+        console.print(table)
+    else:  # too narrow for the run ids whole: one line a figure, A and B named
+        console.print("tpuscope diff: B against A", style="italic")
+        for figure, a, b, change in rows(diff):
+            line = (f"{figure}: A {a or '-'}, B {b or '-'}" + (f"; B vs A {change}" if change else "")
+                    if a or b else f"{figure}: {change}")
+            console.print(line, soft_wrap=True, markup=False)
     console.print(f"[dim]interval: {diff['step_time']['method']}[/dim]", soft_wrap=True)
     for kind in ("new", "gone", "changed"):
         items = diff["findings"][kind]

@@ -5,38 +5,29 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rich.table import Table
+from rich.console import RenderableType
+
+from tpuscope.report.fit import Col, grid
+
+HOST_COLS = (Col("host", whole=True), Col("procs", justify="right"), Col("steps", justify="right"),
+             Col("p50 (ms)", justify="right"), Col("vs pod (ms)", justify="right"), Col("ended"),
+             Col("findings naming it"))
 
 
-def hosts_table(hosts: list[dict[str, Any]] | None) -> Table | None:
+def hosts_table(hosts: list[dict[str, Any]] | None, width: int = 10_000) -> RenderableType | None:
     """One row per host: processes, steps, median step, excess over the pod, how it ended, and the
-    rules whose findings name it (not all hosts)."""
+    rules whose findings name it (not all hosts); records where a host name would be cut. A
+    straggler's row is marked."""
     if not hosts:
         return None
-    table = Table(title=f"Hosts ({len(hosts)})", title_justify="left")
-    for col, kw in (
-        ("host", {}),
-        ("procs", {"justify": "right"}),
-        ("steps", {"justify": "right"}),
-        ("p50 (ms)", {"justify": "right"}),
-        ("vs pod (ms)", {"justify": "right"}),
-        ("ended", {}),
-        ("findings naming it", {}),
-    ):
-        table.add_column(col, **kw)
+    rows = []
     for h in hosts:
         excess = h.get("excess_ms")
-        table.add_row(
-            h["host"],
-            str(h.get("processes", "-")),
-            str(h.get("steps", "-")),
-            f"{h['p50_ms']:.2f}" if h.get("p50_ms") is not None else "-",
-            f"{excess:+.2f}" if excess is not None else "-",
-            str(h.get("status") or "-"),
-            ", ".join(h.get("rules") or []) or "-",
-            style="bold red" if h.get("straggler") else None,
-        )
-    return table
+        rows.append((str(h["host"]) + (" (straggler)" if h.get("straggler") else ""), str(h.get("processes", "-")),
+                     str(h.get("steps", "-")), f"{h['p50_ms']:.2f}" if h.get("p50_ms") is not None else "-",
+                     f"{excess:+.2f}" if excess is not None else "-", str(h.get("status") or "-"),
+                     ", ".join(h.get("rules") or []) or "-"))
+    return grid(f"Hosts ({len(hosts)})", HOST_COLS, rows, width)
 
 
 def hosts_cell(meta: dict[str, Any]) -> str:

@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
+from rich.console import RenderableType
 
+from tpuscope.report.fit import Col, grid, print_plain
 from tpuscope.report.hosts import hosts_cell
 from tpuscope.store.location import Location, LocationError
 from tpuscope.store.run import ANALYSIS_FILE
@@ -44,21 +45,35 @@ def _findings(summary: dict[str, Any] | None) -> str:
     return "-" if not summary else f"{sev.get('high', 0)}/{sev.get('medium', 0)}/{sev.get('low', 0)}"
 
 
-def runs_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(title="tpuscope runs (newest first)", title_justify="left")
-    for col in ("run id", "started", "status", "backend", "hosts", "steps", "p50 ms", "findings h/m/l", "command"):
-        table.add_column(col)
+RUN_COLS = (Col("run id", whole=True), Col("started"), Col("status"), Col("backend"), Col("hosts"),
+            Col("steps", justify="right"), Col("p50 ms", justify="right"), Col("findings h/m/l"),
+            Col("command", long=True))
+
+
+def backend_text(meta: dict[str, Any]) -> str:
+    """The backend the run's processes used, in words when none was recorded."""
+    procs = meta.get("processes", [])
+    backend = next((p.get("backend") for p in procs if p.get("backend")), meta.get("backend"))
+    return str(backend) if backend else "not recorded"
+
+
+def run_rows(runs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row of cells per run, in RUN_COLS' order."""
+    rows = []
     for meta in runs:
-        procs = meta.get("processes", [])
-        backend = next((p.get("backend") for p in procs if p.get("backend")), meta.get("backend") or "-")
         summary = meta.get("analysis")
         p50 = (summary or {}).get("step_time_p50_ms")
-        table.add_row(meta["run_id"], _when(meta.get("start_ns")), str(meta.get("status", "-")),
-                      str(backend), hosts_cell(meta), str((summary or {}).get("steps", "-")),
-                      "-" if p50 is None else f"{p50:.2f}", _findings(summary), str(meta.get("command", ""))[:60])
-    return table
+        rows.append((str(meta["run_id"]), _when(meta.get("start_ns")), str(meta.get("status", "-")),
+                     backend_text(meta), hosts_cell(meta), str((summary or {}).get("steps", "-")),
+                     "-" if p50 is None else f"{p50:.2f}", _findings(summary), str(meta.get("command", ""))))
+    return rows
+
+
+def runs_table(runs: list[dict[str, Any]], width: int = 10_000) -> RenderableType:
+    """The runs as a table when every id fits whole in `width`, else one record per run."""
+    return grid("tpuscope runs (newest first)", RUN_COLS, run_rows(runs), width)
 
 
 def render(runs: list[dict[str, Any]], console: Any) -> None:
-    """`tpuscope ls`: the table of runs."""
-    console.print(runs_table(runs))
+    """`tpuscope ls`: the table of runs (records at widths where an id would be cut)."""
+    print_plain(console, runs_table(runs, console.width))

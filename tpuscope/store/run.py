@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tpuscope.schema import Finding
 
 ANALYSIS_FILE = layout.ANALYSIS
+PARTS_DIGEST = "parts_digest"  # analysis.json's record of the parts it was computed from
 
 
 def table_to_frame(
@@ -219,15 +220,38 @@ class Run:
 
     @property
     def analysis(self) -> dict[str, Any] | None:
-        """The summary the last analysis wrote (tpuscope.detect.run_analysis), None when there is none or
-        when a table part is newer than it (rows were added or a part changed since)."""
+        """The summary the last analysis wrote (tpuscope.detect.run_analysis) while it is current:
+        None when there is none, or when the parts it was computed from are not the run's parts
+        now. Current is decided by the listing of parts recorded in it (`parts_digest`), not by
+        mtimes, which a copy or a checkout renews; mtimes are only the fast path (analysis.json
+        newer than every table folder: nothing was added since, and no listing is needed)."""
         written = self._analysis_ns()
-        if written is None or self._newest_part_ns() > written:
+        stored = None if written is None else self.analysis_written()
+        if written is None or stored is None:
             return None
+        if self._newest_part_ns() <= written or stored.get(PARTS_DIGEST) == self.parts_digest():
+            return stored
+        return None
+
+    def analysis_written(self) -> dict[str, Any] | None:
+        """analysis.json as written, current or not (None when absent or unreadable)."""
         try:
-            return json.loads((self.loc / layout.ANALYSIS).read_text())
+            stored = json.loads((self.loc / layout.ANALYSIS).read_text())
         except (OSError, ValueError):
             return None
+        return stored if isinstance(stored, dict) else None
+
+    def parts_digest(self) -> str:
+        """A digest of the listing of the run's table parts (names and sizes; findings, which
+        the analysis writes, left out): what an analysis was computed from. A copy or a
+        checkout keeps it; a part added, merged or removed changes it."""
+        import hashlib
+
+        from tpuscope.schema import TABLES
+
+        listing = sorted(f"{name}/{e.name}\t{e.size}" for name in TABLES if name != "findings"
+                         for e in self.parts(name))
+        return hashlib.sha256("\n".join(listing).encode()).hexdigest()[:32]
 
     def _analysis_ns(self) -> int | None:
         """analysis.json's mtime, None when there is none (locally one stat, not a listing)."""
@@ -263,7 +287,9 @@ class Run:
         )
 
     def write_analysis(self, summary: dict[str, Any]) -> None:
-        """Replace analysis.json, atomically (a reader never sees half a file)."""
+        """Replace analysis.json, atomically (a reader never sees half a file); the summary
+        records the digest of the parts it was computed from (PARTS_DIGEST: parts_digest(),
+        taken before computing)."""
         data = json.dumps(summary, indent=1, sort_keys=True, default=str).encode()
         (self.loc / layout.ANALYSIS).write_bytes_atomic(data, make_folder=False)
 
