@@ -13,6 +13,13 @@ times tpuscope's reader (parse the headers, empty the folder) after each compile
     python3 benchmarks/hlo_dump_cost.py tests/corpus/corpus_hf_varlen.py --variants none,tpuscope
     python3 benchmarks/hlo_dump_cost.py examples/variable_length.py --args '--buckets 48,64'
 
+Timing differences of a few percent drown in a shared machine's noise, so `--perf` also
+samples one run with tpuscope's dump under `perf record -e cpu-clock` and sums the samples in
+the dump's own code (XLA's Dump* functions, the LLVM IR / MLIR / HLO printers, the kernel's file
+writes and unlinks): the dump's CPU in the same process, whatever the load.
+
+    python3 benchmarks/hlo_dump_cost.py examples/variable_length.py --rounds 0 --perf --args '--steps 6'
+
 Variants (XLA_FLAGS added to the program's environment):
   none      no dump (what a program without tpuscope pays)
   text      --xla_dump_to=D --xla_dump_hlo_as_text (the dump TPUSCOPE_HLO_SHAPES=1 added)
@@ -107,14 +114,20 @@ def _inner(program: str, args: list[str], out: str, read_folder: str | None) -> 
 
 
 def _read(reader: Any, figures: dict[str, Any]) -> None:
-    """What the collector does after a compile step: poll (parse, then empty the folder)."""
+    """What the collector does after a compile step: poll (list, parse the new modules' first
+    lines); then what its flush thread does: sweep (delete them), timed apart."""
     names = os.listdir(reader.folder) if reader.folder.is_dir() else []
     figures["peak_files"] = max(figures["peak_files"], len(names))
     figures["files_written"] += len(names)
     figures["bytes_written"] += sum(_size(reader.folder / n) for n in names)
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     modules = reader.poll()
     figures["read_cpu_s"] += time.process_time() - cpu
+    figures["read_wall_s"] = figures.get("read_wall_s", 0.0) + time.perf_counter() - wall
+    cpu, wall = time.process_time(), time.perf_counter()
+    reader.sweep()
+    figures["sweep_cpu_s"] = figures.get("sweep_cpu_s", 0.0) + time.process_time() - cpu
+    figures["sweep_wall_s"] = figures.get("sweep_wall_s", 0.0) + time.perf_counter() - wall
     figures["modules_read"] += len(modules)
     figures["shaped"] += sum(1 for m in modules if m.inputs)
 
@@ -124,6 +137,37 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+# -- perf: the dump's own samples -----------------------------------------------------------
+
+DUMP_CODE = {  # self-time symbols that run only because of the dump (perf report --sort sym)
+    "LLVM IR printing": r"AssemblyWriter|SlotTracker|raw_ostream|TypePrinting|WriteAsOperand|PrintLLVMName",
+    "MLIR printing": r"mlir::.*Printer|OperationPrinter|AsmPrinter::Impl|mlir::.*::print\b|printAssembly",
+    "HLO printing": r"xla::.*Print|xla::.*ToString|StrAppend|StrCat",
+    "XLA Dump* functions": r"xla::.*Dump",
+    "kernel file writes and unlinks": r"ext4|vfs_|sys_write|sys_unlink|unlinkat|copy_user|filemap|generic_perform_write|jbd2",
+}
+
+
+def perf_share(program: str, args: list[str]) -> dict[str, Any]:
+    """One run with tpuscope's dump under perf: the dump's share of the process's CPU samples."""
+    import re
+
+    with tempfile.TemporaryDirectory(prefix="hlo-perf-") as tmp:
+        data = Path(tmp) / "perf.data"
+        env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"),
+                   XLA_FLAGS=variant_flags("tpuscope", Path(tmp) / "dump"),
+                   PYTHONPATH=os.pathsep.join([str(Path(program).resolve().parent), os.environ.get("PYTHONPATH", "")]))
+        subprocess.run(["perf", "record", "-F", "250", "-e", "cpu-clock", "-o", str(data), "--",
+                        sys.executable, program, *args], env=env, check=True, capture_output=True)
+        report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "sym", "--stdio", "--no-children"],
+                                check=True, capture_output=True, text=True).stdout
+    rows = [(float(m[1]), m[2]) for m in re.finditer(r"^\s+([\d.]+)%\s+\[.\]\s+(.*)$", report, re.M)]
+    shares = {name: round(sum(pct for pct, sym in rows if re.search(pattern, sym)), 2)
+              for name, pattern in DUMP_CODE.items()}
+    return {"dump_share_pct": round(sum(shares.values()), 2), "by_part_pct": shares,
+            "samples_pct_listed": round(sum(pct for pct, _ in rows), 1)}
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -164,6 +208,9 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
             "wall_ms_per_compile_step": round(1e3 * med("compile_wall_s"), 1),
             "xla_compile_ms_per_compile": round(1e3 * med("xla_compile_time_s", mine[0]["xla_compiles"] or 1), 1),
             "read_ms_per_compile_step": round(1e3 * med("read_cpu_s"), 2),
+            "read_wall_ms_per_compile_step": round(1e3 * med("read_wall_s"), 2) if "read_wall_s" in mine[0] else None,
+            "sweep_cpu_ms_per_compile_step": round(1e3 * med("sweep_cpu_s"), 2) if "sweep_cpu_s" in mine[0] else None,
+            "sweep_wall_ms_per_compile_step": round(1e3 * med("sweep_wall_s"), 2) if "sweep_wall_s" in mine[0] else None,
             "files_per_compile_step": round(med("files_written"), 1),
             "kb_per_compile_step": round(med("bytes_written") / 1024, 1),
             "peak_files_in_folder": max(r["peak_files"] for r in mine),
@@ -195,6 +242,7 @@ def main() -> None:
     parser.add_argument("--variants", default="none,text,tpuscope")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="also write the runs and the table here")
+    parser.add_argument("--perf", action="store_true", help="also: the dump's share of one run's CPU samples")
     opts = parser.parse_args()
     variants = opts.variants.split(",")
     runs = []
@@ -204,7 +252,9 @@ def main() -> None:
             runs.append(run_once(opts.program, shlex.split(opts.args), variant))
             print(f"round {round_no} {variant}: {runs[-1]['compile_steps']} compile steps, "
                   f"{runs[-1]['compile_cpu_s']:.2f} s CPU in them", file=sys.stderr)
-    table = summarise(runs, variants)
+    table = summarise(runs, variants) if runs else {}
+    if opts.perf:
+        table["perf"] = perf_share(opts.program, shlex.split(opts.args))
     print(json.dumps(table, indent=1))
     if opts.json:
         Path(opts.json).write_text(json.dumps({"runs": runs, "table": table}, indent=1))

@@ -108,6 +108,11 @@ def test_dump_reader_reads_real_xla_headers_and_empties_its_folder(tmp_path: Pat
     assert [(m.number, m.inputs, m.outputs) for m in modules] == [
         (0, ["s64[]"], ["f32[3,7]", "f32[]"]), (2, ["s64[]"], ["f32[3,5]", "f32[]"])]
     assert reader.poll() == []  # read once; the files go in the flush thread's sweep
+    (tmp_path / "module_0004.jit_f.cpu_after_optimizations.txt").write_text("x")  # not polled yet
+    (tmp_path / "module_0004.jit_f.before_optimizations.txt").write_text(header)
+    reader.sweep()
+    assert [p.name for p in tmp_path.iterdir()] == ["module_0004.jit_f.before_optimizations.txt"]
+    assert [m.number for m in reader.poll()] == [4]
     reader.sweep()
     assert list(tmp_path.iterdir()) == [] and reader.poll() == []
 

@@ -25,6 +25,7 @@ reads XLA_FLAGS when its client starts (the first device use), which comes after
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ ENV_SWITCH = "TPUSCOPE_HLO_SHAPES"  # "0" leaves XLA's dump off (see the module 
 _DUMP_FLAG = re.compile(r"--xla_dump_to[= ](\S+)")
 _USER_DUMP_FLAGS = re.compile(r"--xla_dump_\w+|--xla_enable_dumping")
 _MODULE_FILE = re.compile(r"^module_(\d+)\.(.+)\.before_optimizations\.txt$")
+_MODULE_SUFFIX = ".before_optimizations.txt"
 _COMMENT = re.compile(r"/\*.*?\*/")
 _LAYOUT_KEY = "entry_computation_layout={"
 _MAX_HEADER = 4 << 20  # a header line longer than 4 MB is not worth parsing
@@ -225,11 +227,15 @@ class HloDumpShapes:
         return sorted(found, key=lambda m: m.number)
 
     def sweep(self) -> None:
-        """Delete what poll() listed, so an owned dump folder never grows with the run. The
-        flush thread calls it: unlinking a compile's few hundred files (LLVM IR, MLIR and
-        objects on the CPU backend) took 0.1-0.2 s of wall time on a busy disk, which the
-        step hook must not wait for (docs/overhead.md)."""
+        """Delete what poll() listed, and every file but the module texts poll() has still to
+        read, so an owned dump folder never grows with the run (not even with compiles that
+        are not torch_xla's, e.g. JAX's in the same process, which no step polls). The flush
+        thread calls it: unlinking a compile's few hundred files (LLVM IR, MLIR and objects on
+        the CPU backend) took 0.1-0.2 s of wall time on a busy disk, which the step hook must
+        not wait for (docs/overhead.md)."""
         names, self._read = self._read, []
+        with contextlib.suppress(OSError):
+            names += [n for n in os.listdir(self.folder) if not n.endswith(_MODULE_SUFFIX)]
         self._clear(names)
 
     def _clear(self, names: list[str]) -> None:
