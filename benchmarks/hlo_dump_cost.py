@@ -166,7 +166,11 @@ def perf_share(program: str, args: list[str]) -> dict[str, Any]:
     rows = [(float(m[1]), m[2]) for m in re.finditer(r"^\s+([\d.]+)%\s+\[.\]\s+(.*)$", report, re.M)]
     shares = {name: round(sum(pct for pct, sym in rows if re.search(pattern, sym)), 2)
               for name, pattern in DUMP_CODE.items()}
-    return {"dump_share_pct": round(sum(shares.values()), 2), "by_part_pct": shares,
+    events = re.search(r"Event count \(approx\.\): (\d+)", report)  # cpu-clock: ns of CPU
+    cpu_s = int(events[1]) / 1e9 if events else None
+    dump_pct = round(sum(shares.values()), 2)
+    return {"dump_share_pct": dump_pct, "by_part_pct": shares, "process_cpu_s": cpu_s,
+            "dump_cpu_ms": round(cpu_s * dump_pct * 10, 1) if cpu_s else None,
             "samples_pct_listed": round(sum(pct for pct, _ in rows), 1)}
 
 

@@ -138,16 +138,18 @@ class ProcessSettings:
         without the TPUSCOPE_XLA_DUMP_DIR mark but with TPUSCOPE_XLA_DUMP_READ, so the
         collector reads and empties the dump folder in effect instead of naming a new one
         XLA would ignore. The mark stays otherwise, so a tpuscope process started from here
-        uses a folder of its own."""
-        if self.dump_dir is None:
-            yield
-            return
-        from tpuscope.collect.xla.shapes import ENV_DUMP_DIR, ENV_DUMP_READ
+        uses a folder of its own. With no folder of tpuscope's (shapes off, or torch_xla
+        started first) the collector adds none either: XLA has read its flags or will read
+        them without one (a user's own --xla_dump_to is still read)."""
+        from tpuscope.collect.xla.shapes import ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH
 
-        saved = {name: os.environ.get(name) for name in ("XLA_FLAGS", ENV_DUMP_DIR, ENV_DUMP_READ)}
-        os.environ["XLA_FLAGS"] = self.set_vars["XLA_FLAGS"]
-        os.environ.pop(ENV_DUMP_DIR, None)
-        os.environ[ENV_DUMP_READ] = str(self.dump_dir)
+        saved = {name: os.environ.get(name) for name in ("XLA_FLAGS", ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH)}
+        if self.dump_dir is None:
+            os.environ[ENV_SWITCH] = "0"
+        else:
+            os.environ["XLA_FLAGS"] = self.set_vars["XLA_FLAGS"]
+            os.environ.pop(ENV_DUMP_DIR, None)
+            os.environ[ENV_DUMP_READ] = str(self.dump_dir)
         try:
             yield
         finally:
