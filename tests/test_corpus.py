@@ -83,9 +83,9 @@ CARDS = {card.program: card for card in [
     # per-graph input shapes that name the dim come with --deep (the default mode says so)
     # --deep also prices the step graph on the target TPU: a tiny f32 GPT-2 runs its matmuls in
     # f32 (truth: every dot is f32), named at the user's model() line, not transformers' code
-    Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync"),
-                                              ("tensorcore_underuse", "model-call")),
-         tpuscope_args=("--deep",)),
+    # the default mode (issue 26): the recompile card names dim 1 and its sizes from the shapes
+    # every compile carries without --deep; the --deep run (tensorcore_underuse) is below.
+    Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync"))),
     # the forward falls back at the user's forward line (the innermost user frame), the
     # backward's fallback runs inside `loss.backward()`.
     Card("corpus_xla_fallback.py", "xla", 8, _at(
@@ -566,3 +566,39 @@ def test_sharding_retrace_advice_names_sharding_not_dtype(corpus_run: Callable[[
     assert "sharding" in card["fix"] and "cast it" not in card["fix"] and "same shape" not in card["fix"]
     assert "input sharding of params[0][0]" in card["detail"] and "'model'" in card["detail"]
     assert run.report["summary"]["value_reads"] == 2  # the loss read at each layout's end
+# --- issue 26, helper "shapes": per-graph shapes in the default mode ------------------------------
+# corpus_hf_varlen.py's card above runs in the default mode; its recompile card's shape churn
+# (test_varlen_recompile_carries_its_shape_churn) comes from the HLO dump tpuscope now adds by
+# default. --deep adds the HLO with each op's line, which the tensorcore rule needs: that finding
+# keeps its own run here.
+
+@pytest.fixture(scope="session")
+def varlen_deep(corpus_store: Path) -> CorpusRun:
+    proc = run_tpuscope("run", "--store", str(corpus_store), "--name", "deep-varlen", "--quiet", "--deep",
+                        "python", str(CORPUS / "corpus_hf_varlen.py"), cwd=corpus_store.parent)
+    [run_dir] = [p for p in corpus_store.iterdir() if p.name.startswith("deep-varlen-")]
+    shown = run_tpuscope("show", "--store", str(corpus_store), run_dir.name, "--json")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    return CorpusRun(run_dir, proc, json.loads(shown.stdout))
+
+
+def test_varlen_deep_adds_tensorcore_underuse(varlen_deep: CorpusRun) -> None:
+    assert varlen_deep.proc.returncode == 0, varlen_deep.proc.stderr[-3000:]
+    assert varlen_deep.report["summary"]["steps"] == 8
+    assert varlen_deep.pairs() == {("recompile", where("corpus_hf_varlen.py", "sync")),
+                                   ("tensorcore_underuse", where("corpus_hf_varlen.py", "model-call"))}
+
+
+def test_varlen_default_mode_compiles_carry_shapes_and_leave_no_dump(
+        corpus_run: Callable[[str], CorpusRun], truth: Callable[[str], Truth]) -> None:
+    """Every compile of the train step has its graph's shapes (the token batch s64[4,length] among
+    them, truth: lengths 16, 24, 32 compile); tpuscope's dump folder is gone with the run."""
+    from tpuscope.store import Run
+
+    run = corpus_run("corpus_hf_varlen.py")
+    compiles = Run(run.run_dir).compiles
+    assert all(shapes is not None and len(shapes) for shapes in compiles["input_shapes"])
+    tokens = [[s for s in shapes if s.startswith("s64[4,")] for shapes in compiles["input_shapes"]]
+    lengths = sorted({int(s[len("s64[4,"):-1]) for found in tokens for s in found})
+    assert lengths == sorted(set(truth("corpus_hf_varlen.py").extra["lengths"]))
+    assert not list((run.run_dir / "debug").glob("hlo-*"))

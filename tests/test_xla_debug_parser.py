@@ -6,6 +6,7 @@ and a small HLO dump made here by XLA itself. Runs in about 1 s.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -106,6 +107,13 @@ def test_dump_reader_reads_real_xla_headers_and_empties_its_folder(tmp_path: Pat
     modules = reader.poll()
     assert [(m.number, m.inputs, m.outputs) for m in modules] == [
         (0, ["s64[]"], ["f32[3,7]", "f32[]"]), (2, ["s64[]"], ["f32[3,5]", "f32[]"])]
+    assert reader.poll() == []  # read once; the files go in the flush thread's sweep
+    (tmp_path / "module_0004.jit_f.cpu_after_optimizations.txt").write_text("x")  # not polled yet
+    (tmp_path / "module_0004.jit_f.before_optimizations.txt").write_text(header)
+    reader.sweep()
+    assert [p.name for p in tmp_path.iterdir()] == ["module_0004.jit_f.before_optimizations.txt"]
+    assert [m.number for m in reader.poll()] == [4]
+    reader.sweep()
     assert list(tmp_path.iterdir()) == [] and reader.poll() == []
 
 
@@ -116,18 +124,39 @@ def test_user_dump_folders_are_read_not_emptied(tmp_path: Path, monkeypatch: pyt
     assert reader is not None and reader.folder == tmp_path and not reader.owned and env_set == {}
 
 
-def test_dump_is_off_by_default_and_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dump_is_on_by_default_text_only_and_off_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
     monkeypatch.delenv("TPUSCOPE_HLO_SHAPES", raising=False)
     monkeypatch.delenv("TPUSCOPE_XLA_DUMP_DIR", raising=False)
-    assert HloDumpShapes.enable(tmp_path / "a") == (None, {})
-    monkeypatch.setenv("TPUSCOPE_HLO_SHAPES", "1")
+    monkeypatch.delenv("TPUSCOPE_XLA_DUMP_READ", raising=False)
     reader, env_set = HloDumpShapes.enable(tmp_path / "a")
     assert reader.owned and dump_dir_in(env_set["XLA_FLAGS"]) == str(tmp_path / "a")
-    assert "--xla_cpu_enable_fast_math=false" in env_set["XLA_FLAGS"]
-    # a child process inherits the parent's folder: it gets its own
+    assert env_set["XLA_FLAGS"] == f"--xla_cpu_enable_fast_math=false --xla_dump_to={tmp_path / 'a'} --xla_dump_hlo_as_text"
+    # a child process inherits the parent's folder: it gets its own, and the parent's flags go
     reader2, env2 = HloDumpShapes.enable(tmp_path / "b")
-    assert reader2.folder == tmp_path / "b" and dump_dir_in(env2["XLA_FLAGS"]) == str(tmp_path / "b")
+    assert reader2.folder == tmp_path / "b"
+    assert env2["XLA_FLAGS"] == f"--xla_cpu_enable_fast_math=false --xla_dump_to={tmp_path / 'b'} --xla_dump_hlo_as_text"
+    # ... and with TPUSCOPE_HLO_SHAPES=0 no folder at all (not the parent's either)
+    monkeypatch.setenv("TPUSCOPE_HLO_SHAPES", "0")
+    assert HloDumpShapes.enable(tmp_path / "c") == (None, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})
+    monkeypatch.delenv("TPUSCOPE_XLA_DUMP_DIR")
+    assert HloDumpShapes.enable(tmp_path / "c") == (None, {})
+    reader.close()
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("flag", ["--xla_dump_hlo_as_text", "--xla_dump_hlo_module_re=SyncTensors.*",
+                                  "--xla_enable_dumping=false"])
+def test_user_dump_flags_without_a_folder_are_left_to_the_user(
+        flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA dumps to stdout when a format is set without --xla_dump_to: adding a folder would
+    move the user's dump; a module filter or a switch is the user's choice too."""
+    monkeypatch.setenv("XLA_FLAGS", flag)
+    monkeypatch.delenv("TPUSCOPE_HLO_SHAPES", raising=False)
+    monkeypatch.delenv("TPUSCOPE_XLA_DUMP_DIR", raising=False)
+    monkeypatch.delenv("TPUSCOPE_XLA_DUMP_READ", raising=False)
+    assert HloDumpShapes.enable(tmp_path / "a") == (None, {})
+    assert os.environ["XLA_FLAGS"] == flag
 
 
 def test_long_headers_are_read_whole(tmp_path: Path) -> None:

@@ -135,17 +135,21 @@ class ProcessSettings:
     @contextmanager
     def exposed(self) -> Iterator[None]:
         """While a collector starts: XLA_FLAGS as XLA read them (even once released), and
-        without the TPUSCOPE_XLA_DUMP_DIR mark, so the collector reads the dump folder in
-        effect instead of naming a new one XLA would ignore. The mark stays otherwise, so
-        a tpuscope process started from here uses a folder of its own."""
-        if self.dump_dir is None:
-            yield
-            return
-        from tpuscope.collect.xla.shapes import ENV_DUMP_DIR
+        without the TPUSCOPE_XLA_DUMP_DIR mark but with TPUSCOPE_XLA_DUMP_READ, so the
+        collector reads and empties the dump folder in effect instead of naming a new one
+        XLA would ignore. The mark stays otherwise, so a tpuscope process started from here
+        uses a folder of its own. With no folder of tpuscope's (shapes off, or torch_xla
+        started first) the collector adds none either: XLA has read its flags or will read
+        them without one (a user's own --xla_dump_to is still read)."""
+        from tpuscope.collect.xla.shapes import ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH
 
-        saved = {name: os.environ.get(name) for name in ("XLA_FLAGS", ENV_DUMP_DIR)}
-        os.environ["XLA_FLAGS"] = self.set_vars["XLA_FLAGS"]
-        os.environ.pop(ENV_DUMP_DIR, None)
+        saved = {name: os.environ.get(name) for name in ("XLA_FLAGS", ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH)}
+        if self.dump_dir is None:
+            os.environ[ENV_SWITCH] = "0"
+        else:
+            os.environ["XLA_FLAGS"] = self.set_vars["XLA_FLAGS"]
+            os.environ.pop(ENV_DUMP_DIR, None)
+            os.environ[ENV_DUMP_READ] = str(self.dump_dir)
         try:
             yield
         finally:
@@ -186,7 +190,7 @@ def prepare(folder: str | Path | None = None, shapes: bool = True) -> ProcessSet
     """Arrange this process's settings once; later calls return the same object.
 
     shapes=False (or TPUSCOPE_HLO_SHAPES=0) leaves XLA's dump off: no "what changed",
-    and compiles do not pay for the dump (+30-45% CPU time per compile on the CPU backend)."""
+    and compiles do not pay for the dump (docs/overhead.md, "Shapes in the default mode")."""
     global _state, _hooked
     if _state is None:
         _state = ProcessSettings(folder=Path(folder or tempfile.mkdtemp(prefix="tpuscope-watch-")),
@@ -246,21 +250,16 @@ def _enable_debug_text(state: ProcessSettings) -> None:
 
 
 def _enable_hlo_dump(state: ProcessSettings) -> None:
-    """Input shapes per compile: XLA's own HLO dump, unless the user dumps already.
+    """Input shapes per compile: XLA's own HLO dump (collect/xla/shapes.py decides when:
+    not over the user's own dump flags, not with TPUSCOPE_HLO_SHAPES=0).
 
     Watches read it through `exposed()`."""
-    from tpuscope.collect.xla.shapes import ENV_DUMP_DIR, ENV_SWITCH, HloDumpShapes
+    from tpuscope.collect.xla.shapes import ENV_DUMP_DIR, HloDumpShapes
 
-    switch = os.environ.get(ENV_SWITCH)
-    if not state.shapes or switch == "0":
+    if not state.shapes:
         return
     before = os.environ.get("XLA_FLAGS")
-    os.environ[ENV_SWITCH] = "1"  # the collectors' own default is off: a test wants the diff
-    try:
-        reader, env_set = HloDumpShapes.enable(state.folder / "hlo")
-    finally:
-        if switch is None:
-            del os.environ[ENV_SWITCH]
+    reader, env_set = HloDumpShapes.enable(state.folder / "hlo")
     if reader is not None and "XLA_FLAGS" in env_set:
         state.set_vars["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
         state.set_vars[ENV_DUMP_DIR] = os.environ[ENV_DUMP_DIR]

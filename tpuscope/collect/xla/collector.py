@@ -120,6 +120,8 @@ class XlaCollector:
         self.session.before_flush.append(self.rows.drain)
         session = self.session
         self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
+        if self.shapes is not None and self.shapes.owned:
+            session.before_flush.append(self.shapes.sweep)  # deletes off the step's path
         self.sites = SiteTracer(self._xlac)
         self.frames = IrFrames.for_process(self._xlac, session.warmup)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
@@ -179,6 +181,8 @@ class XlaCollector:
     def _at_close(self) -> None:
         self.close_open_step()
         self.record_unread()
+        if self.shapes is not None:
+            self.shapes.close()  # an owned dump folder goes with the session (read at the last step)
         if self.frames is not None:
             self.session.set_meta(ir_frames_off_steps=self.frames.off_steps)
 

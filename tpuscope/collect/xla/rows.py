@@ -268,7 +268,9 @@ class StepRows:
         for i, (graph, module) in enumerate(zip(records, paired, strict=True)):
             stamp, duration = samples[i] if i < len(samples) else (record.end_ns / 1e9, 0.0)
             row = self._compile_row(record.step, graph, int(stamp * 1e9), int(duration))
-            if module is not None:
+            # only where PT_XLA_DEBUG described the graph: its input count checks the pairing, and a
+            # compile it says nothing of (an eager-mode op's) would join others by shapes alone
+            if module is not None and graph.num_inputs is not None:
                 row["input_shapes"], row["output_shapes"] = module.inputs, module.outputs
             rows.append(row)
         self.session.add_many("compiles", rows)

@@ -1,24 +1,31 @@
 """Per-graph input and output shapes for torch_xla compiles, from XLA's own HLO dump.
 
 torch_xla has no Python API that returns the parameters of a graph it compiles,
-and by the time a step boundary returns the graph is gone. XLA itself can dump
-every module it compiles (`--xla_dump_to`), and the first line of each
+and by the time a step boundary returns the graph is gone (PT_XLA_DEBUG names only
+their count and total size). XLA itself can dump every module it compiles
+(`--xla_dump_to`), and the first line of each
 `module_NNNN.<name>.before_optimizations.txt` carries
 `entry_computation_layout={(f32[8,65]{1,0}, ...)->(...)}`: every parameter's
 shape in order, which is exactly what a "what changed" diff needs.
 
-XLA dumps only when it compiles, so cached steps pay nothing, but a compile pays
-for the whole dump (on the CPU backend that includes LLVM IR for every kernel:
-measured +30-45% CPU time per compile step, docs/detectors.md). That is over the
-2% budget of the default mode, so the dump is read when it exists anyway
-(`tpuscope run --deep`, or the user's own `--xla_dump_to`; those files are kept)
-and is added only on request (TPUSCOPE_HLO_SHAPES=1; that folder is emptied as it
-is read). XLA reads XLA_FLAGS when its client starts (the first device use), which
-comes after `import torch_xla`, so the flag can be added from the import hook.
+XLA dumps only when it compiles, so a cached step pays nothing. A compile pays for
+the whole dump: no XLA flag keeps only the before-optimizations text (every file,
+the CPU backend's LLVM IR, MLIR and object files included, is gated by the one
+`DumpingEnabledForHloModule` test of xla/service/dump.cc). Measured on the CPU
+backend that is a bounded share of the compile itself (docs/overhead.md, "Shapes in
+the default mode"), so the dump is on in the default mode, as text only, into a
+folder of this process that is emptied as it is read (a few MB per compile exist
+for the moment between the compile and the step's end). An existing dump is read
+and kept (`tpuscope run --deep`, or the user's own `--xla_dump_to`); a user who set
+any other `--xla_dump_*` flag keeps XLA's dumping to themselves (adding a folder
+would move a dump they send to stdout); TPUSCOPE_HLO_SHAPES=0 turns it off. XLA
+reads XLA_FLAGS when its client starts (the first device use), which comes after
+`import torch_xla`, so the flag can be added from the import hook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -28,9 +35,12 @@ from pathlib import Path
 from tpuscope.analyze.shapes import parse_shape
 
 ENV_DUMP_DIR = "TPUSCOPE_XLA_DUMP_DIR"  # the dump folder tpuscope (not the user) put in XLA_FLAGS
-ENV_SWITCH = "TPUSCOPE_HLO_SHAPES"  # "1" adds the dump in the default mode (see the module docstring)
+ENV_DUMP_READ = "TPUSCOPE_XLA_DUMP_READ"  # tpuscope's folder already in effect: read and empty it
+ENV_SWITCH = "TPUSCOPE_HLO_SHAPES"  # "0" leaves XLA's dump off (see the module docstring)
 _DUMP_FLAG = re.compile(r"--xla_dump_to[= ](\S+)")
+_USER_DUMP_FLAGS = re.compile(r"--xla_dump_\w+|--xla_enable_dumping")
 _MODULE_FILE = re.compile(r"^module_(\d+)\.(.+)\.before_optimizations\.txt$")
+_MODULE_SUFFIX = ".before_optimizations.txt"
 _COMMENT = re.compile(r"/\*.*?\*/")
 _LAYOUT_KEY = "entry_computation_layout={"
 _MAX_HEADER = 4 << 20  # a header line longer than 4 MB is not worth parsing
@@ -135,6 +145,11 @@ def read_header(path: Path) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+def default_flags(folder: Path) -> str:
+    """The XLA_FLAGS tpuscope adds for shapes: the dump into `folder`, as text only."""
+    return f"--xla_dump_to={folder} --xla_dump_hlo_as_text"
+
+
 def dump_dir_in(flags: str) -> str | None:
     match = _DUMP_FLAG.search(flags or "")
     return match.group(1) if match else None
@@ -147,30 +162,42 @@ class HloDumpShapes:
         self.folder = folder
         self.owned = owned
         self._seen: set[int] = set()
+        self._read: list[str] = []  # names poll() listed, for sweep() to delete
 
     @classmethod
     def enable(cls, folder: Path) -> tuple[HloDumpShapes | None, dict[str, str]]:
         """A reader of this process's HLO dump, or None; returns (reader, env vars set).
 
-        An existing `--xla_dump_to` (the user's, or --deep's) is read and kept. With
-        TPUSCOPE_HLO_SHAPES=1 the dump is added in `folder`; a dump folder inherited
-        from a parent process where tpuscope added it (marked by TPUSCOPE_XLA_DUMP_DIR)
-        is replaced by this process's own, so each process empties only its modules.
+        An existing `--xla_dump_to` (the user's, or --deep's) is read and kept. Otherwise
+        the dump is added in `folder` (text only), unless TPUSCOPE_HLO_SHAPES=0 or the user
+        set another `--xla_dump_*` flag. A dump folder inherited from a parent process where
+        tpuscope added it (marked by TPUSCOPE_XLA_DUMP_DIR) is replaced by this process's
+        own, so each process empties only its modules.
         """
         flags = os.environ.get("XLA_FLAGS", "")
         current = dump_dir_in(flags)
+        if current is not None and current == os.environ.get(ENV_DUMP_READ):  # a watch's (launch/env.py)
+            return cls(Path(current), owned=True), {}
         inherited = current is not None and current == os.environ.get(ENV_DUMP_DIR)
         if current and not inherited:
             return cls(Path(current), owned=False), {}
-        if os.environ.get(ENV_SWITCH) != "1" and not inherited:
+        if inherited:
+            flags = flags.replace(default_flags(Path(current)), "")
+        if os.environ.get(ENV_SWITCH) == "0" or _USER_DUMP_FLAGS.search(flags):
+            if inherited:  # the parent's folder is not this process's to fill
+                os.environ["XLA_FLAGS"] = " ".join(flags.split())
+                return None, {"XLA_FLAGS": os.environ["XLA_FLAGS"]}
             return None, {}
-        if current:
-            flags = _DUMP_FLAG.sub("", flags)
         folder.mkdir(parents=True, exist_ok=True)
-        flags = f"{flags.strip()} --xla_dump_to={folder} --xla_dump_hlo_as_text".strip()
+        flags = f"{flags.strip()} {default_flags(folder)}".strip()
         os.environ["XLA_FLAGS"] = flags
         os.environ[ENV_DUMP_DIR] = str(folder)
         return cls(folder, owned=True), {"XLA_FLAGS": flags}
+
+    def close(self) -> None:
+        """At the session's end: an owned folder goes (what XLA wrote after the last read)."""
+        if self.owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def poll(self) -> list[ModuleShapes]:
         """Modules dumped since the last poll, in XLA's module order."""
@@ -196,11 +223,22 @@ class HloDumpShapes:
                 module.inputs, module.outputs = parsed
             found.append(module)
         if self.owned and found:
-            self._clear(names)
+            self._read.extend(names)
         return sorted(found, key=lambda m: m.number)
 
+    def sweep(self) -> None:
+        """Delete what poll() listed, and every file but the module texts poll() has still to
+        read, so an owned dump folder never grows with the run (not even with compiles that
+        are not torch_xla's, e.g. JAX's in the same process, which no step polls). The flush
+        thread calls it: unlinking a compile's few hundred files (LLVM IR, MLIR and objects on
+        the CPU backend) took 0.1-0.2 s of wall time on a busy disk, which the step hook must
+        not wait for (docs/overhead.md)."""
+        names, self._read = self._read, []
+        with contextlib.suppress(OSError):
+            names += [n for n in os.listdir(self.folder) if not n.endswith(_MODULE_SUFFIX)]
+        self._clear(names)
+
     def _clear(self, names: list[str]) -> None:
-        """Delete what was read, so an owned dump folder never grows with the run."""
         for name in names:
             path = self.folder / name
             try:
