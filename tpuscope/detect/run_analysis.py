@@ -21,7 +21,7 @@ from tpuscope.store import Run
 if TYPE_CHECKING:
     from tpuscope.detect.registry import RunTables
 
-ANALYSIS_VERSION = 3  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 4  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
