@@ -16,19 +16,20 @@ A family is what the program compiles from one place in its code:
 A torch_xla compile of a family that compiled before is judged by evidence (the `verdict`
 and `reason` columns), never by being second:
 - "recompile", reason "evicted": the same graph hash compiled again (the cache lost it);
-- "recompile", reason "recurred": the family compiled again in a later step than its last
-  compile (the line ran again, its graph had run, and it needed a new one). Steps are the
-  collector's; an imported log has none, so a compile caused by a sync ends a step there;
-- "recompile", reason "new shapes": in the same step, a graph with the same input
+- "recompile", reason "recurred": the family compiled in a later step than its first pass
+  (the step of its first compile): the line ran again, its graphs had run, and it needed a
+  new one. Steps are the collector's; an imported log has none, so there a compile made at
+  a sync ends a step;
+- "recompile", reason "new shapes": in the first pass, a graph with the same input
   structure whose input shapes differ (the same graph at new sizes);
-- "warmup": in the same step, a distinct graph (shapes unknown or the same): a library
-  that cuts several graphs at one line in one pass (generate()'s prefill and decode,
-  a trainer's first logging pass, xm.mesh_reduce's rendezvous) compiles each once;
+- "warmup": in the family's first pass, a distinct graph (shapes unknown or the same): a
+  library that cuts several graphs at one line in one pass (generate()'s prefill and
+  decode, a trainer's first logging pass, xm.mesh_reduce's rendezvous) compiles each once;
 - "bounded": the family's recompiles form a small set that stopped growing: each graph
-  compiled once, no more than MAX_BOUNDED graphs, and the loop ran without a new graph for at
-  least as many steps after the last one as it took to collect them (and as there are graphs);
-  with shapes known, only when a bucketing plan
-  would not cut the set (sizes already bucketed). A one-off cost, not a recompile; JAX
+  compiled once, no more than MAX_BOUNDED graphs, and the loop ran without a new graph for
+  at least as many steps after the last one as it took to collect them (and as there are
+  graphs); with shapes known, only when a bucketing plan would not cut the set (the sizes
+  are buckets already). A one-off cost, not a recompile; JAX
   keeps its rule.
 
 Pure: a compiles DataFrame in (and the loop's last step per process), the same rows with
@@ -178,7 +179,7 @@ class _Judge:
         before = earlier[:-1]
         if _known(entry["hash"]) and any(e["hash"] == entry["hash"] for e in before):
             return "recompile", "evicted"
-        if cut > max(e["cut"] for e in before):
+        if cut > before[0]["cut"]:  # after the family's first pass: it had run, and needs a new graph
             return "recompile", "recurred"
         shapes = entry["shapes"]
         if shapes and any(e["shapes"] and e["shapes"] != shapes for e in before):
