@@ -46,6 +46,7 @@ class Card:
     tpuscope_args: tuple[str, ...] = ()
     hlo: bool = False  # measure the truth with an XLA HLO dump (dot shapes)
     steps: int | None = None  # the steps when an iteration has no step boundary (default: iterations)
+    env: tuple[tuple[str, str], ...] = ()  # environment for the tpuscope run (e.g. TPUSCOPE_HLO_SHAPES=1)
 
 
 def _at(program: str, *pairs: tuple[str, str]) -> Callable[[], set[Finding]]:
@@ -65,6 +66,9 @@ CARDS = {card.program: card for card in [
     # shape churn is a facet of the recompile card (one root cause, one card). generate() never
     # marks a step (truth: MarkStep 0), so the whole program is one step: no tool can see requests.
     # The print line reads `out[0, length:]`: its small graph compiles again for each new length.
+    # The whole program is one step, so recurrence between requests is not seen; the recompiles are
+    # seen by identity: the same graph (same line, same input structure) at new input shapes, which
+    # the default mode's per-graph shapes show.
     Card("corpus_hf_generate.py", "xla", 3, _at(
         "corpus_hf_generate.py", ("cpu_fallback", "generate"), ("host_sync", "generate"),
         ("recompile", "generate"), ("recompile", "print")), steps=1),
@@ -129,6 +133,22 @@ CARDS = {card.program: card for card in [
     Card("corpus_tv_resnet_train.py", "xla", 6, _at("corpus_tv_resnet_train.py")),
     # a torch.library custom op with a CPU kernel only runs on the host every step
     Card("corpus_xla_fallback_custom_op.py", "xla", 6, _at("corpus_xla_fallback_custom_op.py", ("cpu_fallback", "custom-op"))),
+    # -- task "recompile" (session 9, issue 26: recompiles by graph identity and recurrence) ------
+    # generate() with a static cache, 2 identical requests; generate() never marks a step, so the
+    # program is one step. Request 1 cuts 14 distinct graphs at the one line, request 2 compiles
+    # nothing: no recompile. aten::isin falls back and generate() reads values (as corpus_hf_generate).
+    Card("corpus_hf_generate_static.py", "xla", 2, _at(
+        "corpus_hf_generate_static.py", ("cpu_fallback", "generate"), ("host_sync", "generate")), steps=1),
+    # 20 train + 4 eval iterations over two MpDeviceLoaders; per epoch the accuracy `.item()` and
+    # mesh_reduce's rendezvous make 3 steps of their own (30 steps). mesh_reduce compiles its 2
+    # internal graphs in its first call only: no recompile.
+    Card("corpus_xla_mesh_reduce.py", "xla", 24, _at("corpus_xla_mesh_reduce.py"), steps=30),
+    # tpuscope's bucketing advice followed: 2 bucket graphs, each compiled once, then 10 steps from the
+    # cache: a low note naming the buckets (the default mode's per-graph shapes), which
+    # `--fail-on recompile` does not fail on (exit status 0, as without it).
+    Card("corpus_xla_buckets.py", "xla", 12, _at("corpus_xla_buckets.py", ("recompile", "sync")),
+         tpuscope_args=("--fail-on", "recompile")),
+    # -- end of task "recompile" ----------------------------------------------------------------
 ]}
 PROGRAMS = list(CARDS)
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
@@ -178,7 +198,7 @@ def corpus_run(corpus_store: Path) -> Callable[[str], CorpusRun]:
             name = f"c{len(cache)}-{Path(program).stem}"
             proc = run_tpuscope("run", "--store", str(corpus_store), "--name", name, "--quiet", "--alerts", "on",
                                 *card.tpuscope_args, "python", str(CORPUS / program),
-                                cwd=corpus_store.parent)
+                                cwd=corpus_store.parent, env=dict(card.env) or None)
             runs = sorted(p for p in corpus_store.iterdir() if p.name.startswith(f"{name}-"))
             assert runs, f"no run folder made for {program}: {proc.stderr[-3000:]}"
             shown = run_tpuscope("show", "--store", str(corpus_store), runs[-1].name, "--json")
@@ -602,3 +622,52 @@ def test_varlen_default_mode_compiles_carry_shapes_and_leave_no_dump(
     lengths = sorted({int(s[len("s64[4,"):-1]) for found in tokens for s in found})
     assert lengths == sorted(set(truth("corpus_hf_varlen.py").extra["lengths"]))
     assert not list((run.run_dir / "debug").glob("hlo-*"))
+# -- task "recompile" (session 9, issue 26): the truths and verdicts of its programs -------------
+
+def test_truth_generate_static_second_request_compiles_nothing(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_hf_generate_static.py")
+    uncached, cached = t.per_phase("UncachedCompile", "request:"), t.per_phase("CachedCompile", "request:")
+    assert uncached[0] >= 2 and uncached[1] == 0  # several distinct graphs in request 1, none in request 2
+    assert cached[1] == uncached[0]  # request 2 runs every graph of request 1 from the cache
+    assert t.per_phase("MarkStep", "request:") == [0, 0]
+
+
+def test_truth_mesh_reduce_compiles_in_epoch_1_only(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_mesh_reduce.py")
+    assert t.per_phase("UncachedCompile", "mesh-reduce:") == [2, 0]  # its 2 internal graphs, once
+    epoch2 = sum(t.total("UncachedCompile", p) for p in ("train:e2", "train-end:e2", "eval:e2", "mesh-reduce:e2"))
+    assert t.total("UncachedCompile", "train:e1") == 1 and epoch2 == 0
+
+
+def test_truth_buckets_compile_once_each(truth: Callable[[str], Truth]) -> None:
+    t = truth("corpus_xla_buckets.py")
+    assert t.per_phase("UncachedCompile", "train:") == [1, 1] + [0] * 10  # bucket 48, bucket 64
+    assert t.per_phase("CachedCompile", "train:")[2:] == [1] * 10
+
+
+def test_no_recompile_where_nothing_compiled_again(corpus_run: Callable[[str], CorpusRun]) -> None:
+    for program in ("corpus_hf_generate_static.py", "corpus_xla_mesh_reduce.py"):
+        summary = corpus_run(program).report["summary"]
+        assert summary["recompiles"] == 0 and summary["recompile_share"] == 0.0, program
+
+
+def test_bucket_note_names_the_buckets(corpus_run: Callable[[str], CorpusRun]) -> None:
+    run = corpus_run("corpus_xla_buckets.py")
+    [note] = run.findings
+    assert note["severity"] == "low" and note["evidence"]["verdict"] == "bounded"
+    assert note["evidence"]["shape_churn"]["values"] == [49, 65]  # the token tensor: bucket + 1
+    assert "{49, 65}" in note["title"] and run.report["summary"]["recompiles"] == 0
+
+
+def test_example_with_buckets_passes_fail_on_recompile(corpus_store: Path) -> None:
+    """examples/variable_length.py with its own advice followed: no high card, `--fail-on recompile`
+    passes (a bucket note is not a failure), and every share is a share (<= 100%)."""
+    proc = run_tpuscope("run", "--store", str(corpus_store), "--name", "buckets-example", "--fail-on", "recompile",
+                        "python", str(CORPUS.parent.parent / "examples" / "variable_length.py"), "--buckets",
+                        "48,64", "--steps", "6", cwd=corpus_store.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = [p for p in corpus_store.iterdir() if p.name.startswith("buckets-example-")]
+    report = json.loads(run_tpuscope("show", "--store", str(corpus_store), run_dir.name, "--json").stdout)
+    assert not [f["title"] for f in report["findings"] if f["severity"] == "high"]
+    assert {(f["rule"], f["evidence"].get("verdict")) for f in report["findings"]} <= {("recompile", "bounded")}
+    assert 0.0 <= report["summary"]["recompile_share"] <= 1.0

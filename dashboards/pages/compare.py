@@ -31,7 +31,7 @@ ROWS: list[tuple[str, str, Callable[[Any], str], str]] = [
     ("compiles", "compiles", fmt_num, "compiles"),
     ("recompiles", "recompiles", fmt_num, "recompiles"),
     ("compile time", "compile_s", lambda v: fmt_num(v, 2, "s"), "compile-s"),
-    ("recompile time / timed steps", "recompile_share", fmt_pct, "compile-share"),
+    ("recompile time / run wall time", "recompile_share", fmt_pct, "compile-share"),
     ("CPU fallback calls", "fallback_count", fmt_num, "fallbacks"),
     ("host transfers per step", "transfers_from_device_per_step", lambda v: fmt_num(v, 2), "transfers"),
     ("findings", "findings", fmt_num, "findings"),

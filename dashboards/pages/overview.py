@@ -67,7 +67,7 @@ def headline(summary: dict[str, Any]) -> html.Div:
              f"{fmt_num(summary['compile_s'], 2, 's')} in total"),
         stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles",
              f"{fmt_num(summary['recompile_s'], 2, 's')}, "
-             f"{fmt_pct(summary['recompile_share'])} of the timed steps' wall time"),
+             f"{fmt_pct(summary['recompile_share'])} of the run's wall time"),
         stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
              f"{summary['fallback_op_kinds']} distinct ops"),
         stat("host transfers / step", fmt_num(summary["transfers_from_device_per_step"], 2), "stat-transfers",

@@ -127,7 +127,7 @@ def _stats(data: StoreData, run_id: str, summary: dict[str, Any]) -> html.Div:
              f"{fmt_num(int(hashes))} distinct graph hashes"),
         stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
         stat("recompiling", fmt_num(summary["recompile_s"], 2, "s"), "stat-recompile-s",
-             f"{fmt_pct(summary['recompile_share'])} of the timed steps' wall time"),
+             f"{fmt_pct(summary['recompile_share'])} of the run's wall time"),
     ])
 
 

@@ -1,24 +1,39 @@
-"""Graph families: which compiles are first compiles and which are recompiles.
+"""Graph families, and which compiles are recompiles: judged by graph identity and recurrence.
 
 A family is what the program compiles from one place in its code:
 - torch_xla (and imported PT_XLA_DEBUG logs): the user's line that cut the graph
   (or torch_xla's stated cause when no user frame is known) and the graph's
   structure: the dtype and rank of every input when the shapes are known, else the
-  number of inputs. A setup graph, an eval graph, the optimizer's first step (which
-  creates its state) and the steady-state step are different families, so each one's
-  first compile is a first compile, wherever in the run it happens; a graph that
-  compiles again at the same line with the same structure is a recompile (a dim
-  that changed size, a Python number traced as a constant).
+  number of inputs; and the number of outputs. A setup graph, an eval graph, the
+  optimizer's first step (which creates its state) and the steady-state step are
+  different families, so each one's first compile is a first compile, wherever it happens.
 - JAX: the jitted function (its name and the static argument positions it was jitted
   with). Every further compile of it is a recompile, whatever JAX's explanation says
-  differed: new shapes or dtypes, another pytree, a new value of a static argument
-  (which is why `static_argnums` advice exists), a re-definition.
-  An op run outside jit compiles once per primitive, parameters and shapes: each such
-  compile is its own family (eager hot loops are the `op_by_op` rule's business).
-- A compile with nothing known of it (no line, no cause, no inputs) is its own family:
-  a recompile is never claimed without evidence.
+  differed (a retrace: new shapes or dtypes, another pytree, a new static value, a
+  re-definition). An op run outside jit is its own family (the `op_by_op` rule's business).
+- A compile with nothing known of it (no line, no cause, no inputs) is its own family.
 
-Pure: a compiles DataFrame in, the same rows with family columns out.
+A torch_xla compile of a family that compiled before is judged by evidence (the `verdict`
+and `reason` columns), never by being second:
+- "recompile", reason "evicted": the same graph hash compiled again (the cache lost it);
+- "recompile", reason "recurred": the family compiled in a later step than its first pass
+  (the step of its first compile): the line ran again, its graphs had run, and it needed a
+  new one. Steps are the collector's; an imported log has none, so there a compile made at
+  a sync ends a step;
+- "recompile", reason "new shapes": in the first pass, a graph with the same input
+  structure whose input shapes differ (the same graph at new sizes);
+- "warmup": in the family's first pass, a distinct graph (shapes unknown or the same): a
+  library that cuts several graphs at one line in one pass (generate()'s prefill and
+  decode, a trainer's first logging pass, xm.mesh_reduce's rendezvous) compiles each once;
+- "bounded": the family's recompiles form a small set that stopped growing: each graph
+  compiled once, no more than MAX_BOUNDED graphs, and the loop ran without a new graph for
+  at least as many steps after the last one as it took to collect them (and as there are
+  graphs); with shapes known, only when a bucketing plan would not cut the set (the sizes
+  are buckets already). A one-off cost, not a recompile; JAX
+  keeps its rule.
+
+Pure: a compiles DataFrame in (and the loop's last step per process), the same rows with
+family columns out.
 """
 
 from __future__ import annotations
@@ -28,9 +43,14 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.shapes import parse_shape
+from tpuscope.analyze.shapes import parse_shape, suggest_buckets, varying_dims
 
-FAMILY_COLUMNS = ("family", "family_seq", "recompile", "function", "eager", "backend")
+FAMILY_COLUMNS = ("family", "family_seq", "recompile", "verdict", "reason", "cut", "function", "eager",
+                  "backend")
+MAX_BOUNDED = 8  # graphs a bounded set (buckets) may have
+MAX_BUCKET_WASTE = 0.10  # the padding a bucketing plan may add (detect/shape_churn.MAX_WASTE)
+_BOUNDARY = re.compile(r"sync|mark_step|step end")
+_VALUE_READ = "access tensor value"
 # The JAX collector's cause vocabulary (collect/jax/explain.cause_text, docs/backends.md), read
 # only for runs written before schema 2 (compiles.backend / .function / .eager columns).
 _PERSISTENT = re.compile(r" \[persistent cache [a-z]+\]$")
@@ -69,14 +89,22 @@ def _jax_function(row: dict[str, Any]) -> tuple[str | None, bool]:
     return jax_program(row.get("cause"))
 
 
+def _shape_list(row: dict[str, Any], column: str = "input_shapes") -> list[str] | None:
+    value = row.get(column)
+    return list(value) if _known(value) else None
+
+
 def _signature(row: dict[str, Any]) -> str:
-    shapes = row.get("input_shapes")
-    if _known(shapes) and len(shapes):
+    shapes = _shape_list(row)
+    if shapes:
         parsed = [parse_shape(s) for s in shapes]
-        return ",".join(f"{p.dtype}/{len(p.dims)}" if p is not None else str(s)
-                        for p, s in zip(parsed, shapes, strict=True))
-    n = row.get("num_inputs")
-    return f"{int(n)} inputs" if _known(n) else ""
+        inputs = ",".join(f"{p.dtype}/{len(p.dims)}" if p is not None else str(s)
+                          for p, s in zip(parsed, shapes, strict=True))
+    else:
+        n = row.get("num_inputs")
+        inputs = f"{int(n)} inputs" if _known(n) else ""
+    outputs = row.get("num_outputs")
+    return f"{inputs} -> {int(outputs)} outputs" if inputs and _known(outputs) else inputs
 
 
 def _xla_family(row: dict[str, Any]) -> str | None:
@@ -107,27 +135,125 @@ def process_backends(meta: dict[str, Any]) -> dict[str, str]:
             if p.get("backend")}
 
 
-def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = None) -> pd.DataFrame:
+def loop_ends(loop_steps: pd.DataFrame) -> dict[str, int]:
+    """'host/pid' -> the last step of that process's loop (the after-the-loop step left out)."""
+    if loop_steps is None or loop_steps.empty:
+        return {}
+    keys = [k for k in ("host", "pid") if k in loop_steps.columns]
+    if len(keys) < 2:
+        return {}
+    last = loop_steps.groupby(keys, dropna=False)["step"].max()
+    return {f"{host}/{pid}": int(step) for (host, pid), step in last.items()}
+
+
+def _boundary_cause(cause: Any) -> bool:
+    """A compile torch_xla made at a step boundary (a sync), not at a value read."""
+    return isinstance(cause, str) and bool(_BOUNDARY.search(cause)) and _VALUE_READ not in cause
+
+
+class _Judge:
+    """The verdict on each compile of a run, row by row in time order."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[str, list[dict[str, Any]]] = {}  # family -> its compiles so far
+        self.cuts: dict[str, int] = {}  # process -> steps ended by syncs (imported rows)
+
+    def cut(self, row: dict[str, Any], process: str) -> int:
+        """The compile's step; for rows without one (imported logs), syncs counted so far."""
+        step = row.get("step")
+        if _known(step) and int(step) >= 0:
+            return int(step)
+        count = self.cuts.get(process, 0)
+        if _boundary_cause(row.get("cause")):
+            self.cuts[process] = count + 1
+        return count
+
+    def verdict(self, row: dict[str, Any], family: str, cut: int, backend: str) -> tuple[str, str | None]:
+        earlier = self.graphs.setdefault(family, [])
+        entry = {"hash": row.get("graph_hash"), "cut": cut, "shapes": _shape_list(row)}
+        earlier.append(entry)
+        if len(earlier) == 1:
+            return "first", None
+        if backend == "jax":
+            return "recompile", "retrace"
+        before = earlier[:-1]
+        if _known(entry["hash"]) and any(e["hash"] == entry["hash"] for e in before):
+            return "recompile", "evicted"
+        if cut > before[0]["cut"]:  # after the family's first pass: it had run, and needs a new graph
+            return "recompile", "recurred"
+        shapes = entry["shapes"]
+        if shapes and any(e["shapes"] and e["shapes"] != shapes for e in before):
+            return "recompile", "new shapes"
+        return "warmup", None
+
+
+def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = None,
+                   loop_end: dict[str, int] | None = None) -> pd.DataFrame:
     """The compiles in time order, each with its family, its number within the family
-    (0 = first compile), whether it is a recompile, and the JAX function / eager flag."""
+    (0 = first compile), its verdict (first, warmup, recompile, bounded) and why, whether it
+    is a recompile, and the JAX function / eager flag. `loop_end` ('host/pid' -> last loop
+    step, loop_ends()) lets a set of graphs that stopped growing be seen as one."""
     columns = {name: pd.Series(dtype=object) for name in FAMILY_COLUMNS}
     if compiles.empty:
         return compiles.assign(**columns)
     order = [c for c in ("time_ns", "index") if c in compiles.columns]
     ordered = compiles.sort_values(order, kind="stable") if order else compiles
     backends = backends or {}
-    seen: dict[str, int] = {}
+    judge = _Judge()
     out: dict[str, list[Any]] = {name: [] for name in FAMILY_COLUMNS}
     for n, row in enumerate(ordered.to_dict("records")):
         backend = _backend(row, backends)
         function, eager = _jax_function(row) if backend == "jax" else (None, False)
         family = _family(row, n, backend, function, eager)
-        seq = seen.get(family, 0)
-        seen[family] = seq + 1
-        for name, value in zip(FAMILY_COLUMNS, (family, seq, seq > 0, function, eager, backend),
-                               strict=True):
+        process = _process(row)
+        cut = judge.cut(row, process)
+        verdict, reason = judge.verdict(row, family, cut, backend)
+        values = (family, len(judge.graphs[family]) - 1, verdict == "recompile", verdict, reason, cut,
+                  function, eager, backend)
+        for name, value in zip(FAMILY_COLUMNS, values, strict=True):
             out[name].append(value)
-    return ordered.assign(**out)
+    frame = ordered.assign(**out)
+    return _bounded(frame, loop_end or {})
+
+
+def _bounded(frame: pd.DataFrame, loop_end: dict[str, int]) -> pd.DataFrame:
+    """Mark the recompiles of families whose graphs form a small set that stopped growing."""
+    again = frame[frame["verdict"] == "recompile"]
+    if again.empty or not loop_end:
+        return frame
+    verdict, recompile = frame["verdict"].copy(), frame["recompile"].copy()
+    for family in again["family"].unique():
+        rows = frame[frame["family"] == family]
+        if _is_bounded(rows, loop_end):
+            mask = (frame["family"] == family) & (frame["verdict"] == "recompile")
+            verdict[mask], recompile[mask] = "bounded", False
+    return frame.assign(verdict=verdict, recompile=recompile)
+
+
+def _is_bounded(rows: pd.DataFrame, loop_end: dict[str, int]) -> bool:
+    if (rows["backend"] == "jax").any() or not rows["reason"].dropna().isin(["recurred", "new shapes"]).all():
+        return False
+    hashes = [h for h in rows["graph_hash"] if _known(h)] if "graph_hash" in rows else []
+    if len(hashes) != len(rows) or len(set(hashes)) != len(rows) or len(rows) > MAX_BOUNDED:
+        return False
+    last = loop_end.get(_process(rows.iloc[0].to_dict()))
+    first, newest = int(rows["cut"].min()), int(rows["cut"].max())
+    if last is None or last - newest < max(len(rows), newest - first + 1):
+        return False
+    return not _plan_cuts(rows)
+
+
+def _plan_cuts(rows: pd.DataFrame) -> bool:
+    """With shapes known, whether a bucketing plan would compile fewer graphs than the sizes seen
+    (the set is churn, not buckets); False when shapes are unknown (nothing to plan from)."""
+    lists = [list(s) for s in rows["input_shapes"] if _known(s) and len(s)] if "input_shapes" in rows else []
+    if len(lists) != len(rows) or len({len(x) for x in lists}) != 1:
+        return False
+    dims = varying_dims(lists)
+    if not dims:
+        return False
+    sizes = max(dims, key=lambda d: len(d.distinct)).distinct
+    return len(suggest_buckets(sizes, MAX_BUCKET_WASTE).buckets) < len(sizes)
 
 
 def _family(row: dict[str, Any], n: int, backend: str, function: str | None, eager: bool) -> str:
@@ -141,7 +267,14 @@ def _family(row: dict[str, Any], n: int, backend: str, function: str | None, eag
 
 
 def recompiles(families: pd.DataFrame) -> pd.DataFrame:
-    """The rows that are recompiles (a further compile of a family that compiled before)."""
+    """The rows that are recompiles (verdict "recompile": evicted, recurred or new shapes)."""
     if families.empty or "recompile" not in families:
         return families.iloc[0:0]
     return families[families["recompile"].astype(bool)]
+
+
+def bounded(families: pd.DataFrame) -> pd.DataFrame:
+    """The rows of bounded sets (each graph compiled once, the set stopped growing)."""
+    if families.empty or "verdict" not in families:
+        return families.iloc[0:0]
+    return families[families["verdict"] == "bounded"]

@@ -82,6 +82,14 @@ def _at_least(severity: str, floor: str) -> bool:
     return SEVERITIES.index(severity) <= SEVERITIES.index(floor)
 
 
+def is_note(finding: Finding) -> bool:
+    """A recompile note on a bounded set of graphs (buckets: each compiled once, the set stopped
+    growing; analyze/families.py): reported, never a failure of `--fail-on recompile`, since its
+    compiles are not recompiles (the summary's `recompiles`, which --max-recompiles bounds, leaves
+    them out too)."""
+    return finding.rule == "recompile" and finding.evidence.get("verdict") == "bounded"
+
+
 def _where(finding: Finding) -> str:
     loc = finding.location
     return f" at {loc.rsplit('/', 1)[-1]}" if loc else ""
@@ -98,7 +106,8 @@ def reasons(summary: dict[str, Any], findings: Sequence[Finding], policy: Policy
     if policy.max_fallbacks is not None and total > policy.max_fallbacks:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(calls.items(), key=lambda kv: -kv[1])[:3])
         out.append(f"{total} CPU fallback call{'s' * (total != 1)} > --max-fallbacks {policy.max_fallbacks} ({ops})")
-    hits = [f for f in findings if f.rule in policy.fail_on and _at_least(f.severity, policy.fail_severity)]
+    hits = [f for f in findings if f.rule in policy.fail_on and _at_least(f.severity, policy.fail_severity)
+            and not is_note(f)]
     out.extend(f"{f.rule} ({f.severity}){_where(f)}" for f in hits[:5])
     if len(hits) > 5:
         out.append(f"{len(hits) - 5} more findings")

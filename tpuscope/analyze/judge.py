@@ -10,10 +10,13 @@ judged, so a short run still has a step time. The trailing step with boundary "e
 no step boundary at all, whose one "end" step is the whole program, judged as one step.
 
 Severity. A finding's cost is measured (or estimated, and it says so) in seconds;
-its severity is that cost's share of the judged steps' wall time (what the program's
-steady state costs; a cost can exceed it, e.g. recompiles in warm-up steps of a short
-run): high at >= HIGH_SHARE, medium at >= MEDIUM_SHARE, low below. Imported evidence
-without wall time is "medium" when it counts something.
+its severity is that cost's share of the wall time it was taken from: a per-step cost
+(fallbacks, host syncs) over the judged steps' wall time, a compile cost (recompiles,
+wherever they happen) over the whole run's wall time (run_wall_s: every step of every
+process, warm-up and the after-the-loop phase included, or the program's duration when
+longer), so no share exceeds 100%: high at >= HIGH_SHARE, medium at >= MEDIUM_SHARE, low
+below; never high below HIGH_MIN_S (a card that reads "0.00 s lost" is not high). Imported
+evidence without wall time is "medium" when it counts something.
 
 Value reads. `aten::_local_scalar_dense` is torch_xla's counter of `.item()`-style
 reads: a host sync, never a CPU fallback.
@@ -26,6 +29,7 @@ import pandas as pd
 PROCESS_KEYS = ["host", "pid"]
 HIGH_SHARE = 0.10
 MEDIUM_SHARE = 0.01
+HIGH_MIN_S = 0.01
 VALUE_READ_OPS = ("aten::_local_scalar_dense",)
 AFTER_LOOP = "end"
 
@@ -76,7 +80,7 @@ def severity(cost_s: float, wall_s: float) -> str:
     if wall_s <= 0:
         return "medium" if cost_s > 0 else "low"
     share = cost_s / wall_s
-    if share >= HIGH_SHARE:
+    if share >= HIGH_SHARE and cost_s >= HIGH_MIN_S:
         return "high"
     return "medium" if share >= MEDIUM_SHARE else "low"
 
@@ -84,3 +88,19 @@ def severity(cost_s: float, wall_s: float) -> str:
 def wall_s(steps: pd.DataFrame) -> float:
     """Seconds of wall time in these steps."""
     return float(steps["wall_ns"].sum()) / 1e9 if not steps.empty else 0.0
+
+
+def run_wall_s(steps: pd.DataFrame, duration_s: float | None = None) -> float:
+    """The whole run's wall time: every step of every process (warm-up, after the loop), or the
+    program's duration when that is longer and the run is one process. One-off costs such as
+    compiles are shares of it: they happen in any step, so their share never exceeds 100%."""
+    total = wall_s(steps)
+    processes = len(steps.groupby(process_keys(steps), dropna=False)) if process_keys(steps) and not steps.empty else 1
+    if duration_s and processes <= 1:
+        total = max(total, float(duration_s))
+    return total
+
+
+def share(cost_s: float, wall: float) -> float:
+    """cost / wall, never above 1 (a cost measured outside the wall, e.g. clock skew, is all of it)."""
+    return min(cost_s / wall, 1.0) if wall > 0 else 0.0

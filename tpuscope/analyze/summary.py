@@ -3,9 +3,11 @@
 Every surface (console report, `show --json`, the dashboard, the pytest plugin and
 imports) shows these figures as written into the run at analysis time
 (tpuscope.detect.run_analysis), so they cannot disagree. Compiles are counted by graph family
-(analyze/families.py): `recompiles` are further compiles of a family that compiled
-before, wherever they happen; step times and per-step rates are over the judged steps
-(analyze/judge.py); value reads are host reads, not CPU fallbacks.
+(analyze/families.py): `recompiles` are the compiles judged recompiles by graph identity and
+recurrence, wherever they happen (a family's warm-up and a bounded set of buckets are not);
+`recompile_share` is their compile time's share of the whole run's wall time (`run_wall_s`,
+analyze/judge.run_wall_s), never above 1; step times and per-step rates are over the judged
+steps (analyze/judge.py); value reads are host reads, not CPU fallbacks.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.families import recompiles
-from tpuscope.analyze.judge import VALUE_READ_OPS, phases, wall_s
+from tpuscope.analyze.judge import VALUE_READ_OPS, phases, run_wall_s, share, wall_s
 from tpuscope.step_runs import step_runs
 
 NS_PER_S = 1e9
@@ -116,6 +118,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
     loop_wall = wall_s(judged)
     transfers = judged["transfers_from_device"] if not judged.empty else pd.Series(dtype=float)
     start, end = meta.get("start_ns"), meta.get("end_ns")
+    run_wall = run_wall_s(steps, (end - start) / NS_PER_S if start and end else None)
     totals = _imported_compiles(metrics) if families.empty else None
     n_compiles, compile_s = totals if totals else (int(len(families)), _seconds(families))
     return {
@@ -139,7 +142,8 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
         "graph_families": int(families["family"].nunique()) if not families.empty else 0,
         "recompiles": int(len(again)),
         "recompile_s": _seconds(again),
-        "recompile_share": _seconds(again) / loop_wall if loop_wall else 0.0,
+        "run_wall_s": run_wall,
+        "recompile_share": share(_seconds(again), run_wall),
         "compile_causes": compile_causes(families),
         "fallback_ops": fallback_ops(fallbacks, len(loop)),
         "value_reads": _value_reads(fallbacks, steps, _first_process_value(meta, "backend")),

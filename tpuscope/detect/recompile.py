@@ -1,18 +1,23 @@
 """Rule `recompile`: a graph family compiled again, with what changed and what it cost.
 
-Judged by graph family (analyze/families.py), not by step count: the first compile of
-every family is a first compile wherever it happens (setup, the first eval pass, the
-optimizer's first step, work after the loop); a recompile is a further compile of a
-family. One card per call site (torch_xla: the user's line that cut the graph; JAX:
-the jitted function) carries every facet of that root cause:
-- what changed, against the closest earlier compile of the same family only
-  (torch_xla: argument by argument, "arg 3: f32[4,41,128] -> f32[4,53,128]"; JAX: what
-  JAX's cache-miss explanation says, naming the user's argument, `batch['x']`);
+Judged by graph identity and recurrence (analyze/families.py), not by being second: a
+family's first compile, and the distinct graphs a library cuts at one line in one pass
+(warm-up), are not recompiles wherever they happen; a recompile is the same graph hash
+compiled again, the family compiling again in a later step, or the same graph at new shapes.
+One card per call site (torch_xla: the user's line that cut the graph; JAX: the jitted
+function) carries every facet of that root cause:
+- what changed, against the closest earlier compile of the same family only, and only
+  what the evidence shows (torch_xla: argument by argument, "arg 3: f32[4,41,128] ->
+  f32[4,53,128]", when per-graph shapes were recorded; else that they were not, and how to
+  get them; JAX: JAX's cache-miss explanation, naming the user's argument, `batch['x']`);
 - shape churn: the varying dim, its sizes and a bucketing plan (detect/shape_churn.py);
-- compile time: the measured compile time of the recompiles, and its share of the
-  program's wall time in steps; a "storm" when at least half of the loop's steps
-  (and STORM_MIN_STEPS) recompiled.
-Severity: that measured cost's share of the wall time (analyze/judge.severity).
+- cost: the measured compile time, its share of the whole run's wall time (which decides
+  the severity, analyze/judge.severity), and whether it recurs (new graphs still coming:
+  its rate per 1,000 steps) or was one-off (no new graph for as many steps as they spanned);
+  a "storm" when at least half of the loop's steps (and STORM_MIN_STEPS) recompiled.
+A family whose graphs form a small set that stopped growing (buckets; analyze/families
+verdict "bounded") gets a low note naming its sizes, not a recompile card; `--fail-on
+recompile` does not fail on it (analyze/gate.py).
 The fix is the backend's own (torch_xla, JAX). Imported metrics reports without
 compile rows are judged by totals: compiles per MarkStep.
 """
@@ -23,11 +28,13 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.families import recompiles
+from tpuscope.analyze import judge
+from tpuscope.analyze.families import bounded, recompiles
 from tpuscope.analyze.shapes import diff_shapes, shape_distance
 from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.registry import RunTables
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
+from tpuscope.detect.xla_advice import SAME_SHAPES
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
 
@@ -38,7 +45,9 @@ DIFF_LIMIT = 50  # recompiles diffed against an earlier graph (a storm needs exa
 CANDIDATES = 64  # most recent compiles of the family searched for the closest
 IMPORTED_STORM_PER_STEP = 0.5
 IMPORTED_MIN_COMPILES = 5
-NO_SHAPES_HINT = "run `tpuscope run --deep` for the argument-by-argument diff"
+NO_SHAPES_HINT = ("per-graph shapes were not recorded: run `tpuscope run --deep` (or set TPUSCOPE_HLO_SHAPES=1) "
+                  "for the argument-by-argument diff")
+PER_STEPS = 1000  # a recurring cost is told per this many steps
 
 
 def _shapes(row: dict[str, Any], column: str) -> list[str] | None:
@@ -63,11 +72,12 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
         return []
     old_in, new_in = _shapes(before, "input_shapes"), _shapes(row, "input_shapes")
     if old_in is not None and new_in is not None:
-        for old, new, prefix in ((old_in, new_in, "arg"),
-                                 (_shapes(before, "output_shapes"), _shapes(row, "output_shapes"), "output")):
-            if old is not None and new is not None and (changes := diff_shapes(old, new, prefix=prefix)):
-                return changes
-        return ["same input and output shapes: the graph itself changed"]
+        if changes := diff_shapes(old_in, new_in, prefix="arg"):
+            return changes
+        old_out, new_out = _shapes(before, "output_shapes"), _shapes(row, "output_shapes")
+        if old_out is None or new_out is None:
+            return ["same input shapes; the output shapes were not recorded, so what changed is not known"]
+        return diff_shapes(old_out, new_out, prefix="output") or [SAME_SHAPES]
     gb_old, gb_new = before.get("input_gb"), row.get("input_gb")
     if gb_old is not None and gb_new is not None and gb_old == gb_old and gb_new == gb_new and gb_old != gb_new:
         return [f"graph input size {gb_old * 1e3:.3f} MB -> {gb_new * 1e3:.3f} MB with the same inputs: "
@@ -116,6 +126,7 @@ def recompile_item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces:
     return {"step": int(row["step"]), "index": int(row["index"]), "graph_hash": row.get("graph_hash"),
             "cause": row.get("cause"), "location": row.get("location"), "family": row["family"],
             "function": row.get("function"), "duration_s": float(row.get("duration_ns") or 0) / common.NS,
+            "reason": row.get("reason"),
             "changes": changes, "against_graph": before.get("graph_hash") if before else None,
             "diffs": diffs}
 
@@ -180,6 +191,46 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: dict[str, Any] |
     return xla_advice.recompile_fix(changes, causes, facet, data_dependent_ops(tables.fallbacks))
 
 
+def whole_wall_s(tables: RunTables) -> float:
+    """The run's wall time that compile costs are shares of (analyze/judge.run_wall_s)."""
+    start, end = tables.meta.get("start_ns"), tables.meta.get("end_ns")
+    duration = (end - start) / common.NS if start and end else None
+    return judge.run_wall_s(tables.steps, duration)
+
+
+def _recurrence(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the recompiles go on (their rate per 1,000 loop steps) or stopped: a one-off cost
+    once the loop ran as many steps after the last one as they spanned (and as there were)."""
+    loop = common.loop_steps(tables)
+    last_loop = int(loop["step"].max()) if len(loop) else -1
+    steps = [i["step"] for i in items if i["step"] >= 0]
+    if not steps or last_loop < 0:
+        return {"recurring": None}
+    quiet = last_loop - max(steps)
+    span = last_loop - min(steps) + 1
+    cost = sum(i["duration_s"] for i in items)
+    return {"recurring": quiet < max(len(items), max(steps) - min(steps) + 1), "quiet_steps": quiet, "last_step": max(steps),
+            "per_1000_steps": PER_STEPS * len(items) / max(span, 1),
+            "s_per_1000_steps": PER_STEPS * cost / max(span, 1)}
+
+
+def _cost_text(cost: float, wall: float, recurrence: dict[str, Any]) -> str:
+    share = f", {100 * judge.share(cost, wall):.1f}% of the run's wall time ({wall:.2f} s)" if wall else ""
+    text = f" Cost: the measured compile time of these recompiles, {cost:.2f} s{share}"
+    if recurrence.get("recurring"):
+        return (text + f"; still recurring at the end of the loop: at its rate, about "
+                f"{recurrence['per_1000_steps']:.0f} recompiles and {recurrence['s_per_1000_steps']:.1f} s "
+                f"per {PER_STEPS:,} steps.")
+    if recurrence.get("recurring") is False:
+        return (text + f"; one-off so far: no new graph in the {recurrence['quiet_steps']} steps after "
+                f"step {recurrence['last_step']}.")
+    return text + "."
+
+
+def _changes_text(first: dict[str, Any]) -> str:
+    return "; ".join(first["changes"][:4]) or f"not known ({NO_SHAPES_HINT})"
+
+
 def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: float) -> Finding:
     cost = sum(i["duration_s"] for i in items)
     first = next((i for i in items if i["changes"]), items[0])
@@ -187,27 +238,86 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     where = where_text(site, location, items[0].get("function"))
     facet = _facet(tables, items)
     storm = _storm(tables, items)
+    recurrence = _recurrence(tables, items)
     runs, count = Finding.of_steps([i["step"] for i in items])
-    share = f", {100 * cost / wall:.1f}% of the judged steps' wall time" if wall else ""
+    reasons = sorted({REASONS.get(i.get("reason") or "", "") for i in items} - {""})
     detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
-              f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'}); cause: "
-              f"{items[0]['cause'] or 'unknown'}. What changed against the closest earlier compile of the "
-              f"same graph: {'; '.join(first['changes'][:4]) or 'not recorded (' + NO_SHAPES_HINT + ')'}."
+              f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'})"
+              + (f": {'; '.join(reasons)}" if reasons else "")
+              + f"; torch_xla's cause: {items[0]['cause'] or 'unknown'}. What changed against the closest "
+              f"earlier compile of the same graph: {_changes_text(first)}."
               + (f" Shape churn: {facet_text(facet)}." if facet else "")
-              + f" Cost: the measured compile time of these recompiles, {cost:.2f} s{share}.")
+              + _cost_text(cost, wall, recurrence))
+    if tables.backend == "jax":
+        detail = detail.replace("; torch_xla's cause:", "; cause:")
     evidence = {"graph_hash": items[-1]["graph_hash"], "graph_hashes": [i["graph_hash"] for i in items],
                 "changes": first["changes"], "compiles": [{k: v for k, v in i.items() if k != "diffs"}
                                                           for i in items[:50]],
                 "location": location, "function": items[0].get("function"), "backend": tables.backend,
-                "recompiles": len(items), "compile_s": cost,
+                "recompiles": len(items), "compile_s": cost, "verdict": "recompile",
+                "run_wall_s": wall, "share": judge.share(cost, wall), **recurrence,
                 "facets": ["compile_time"] + (["shape_churn"] if facet else []) + (["storm"] if storm else [])}
     if facet:
         evidence["shape_churn"] = facet
     if storm:
         evidence["storm"] = storm
     title = _title(items, where, storm, facet, cost)
-    return Finding(RULE, common.severity(cost, tables), title, detail, _fix(tables, items, facet),
+    return Finding(RULE, judge.severity(cost, wall), title, detail, _fix(tables, items, facet),
                    location, cost, runs, evidence, count)
+
+
+REASONS = {"evicted": "the same graph compiled again (the compile cache lost it)",
+           "recurred": "compiled again in a later step, after the graph had run",
+           "new shapes": "the same graph at new input shapes"}
+
+
+def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall: float) -> Finding:
+    """A low note: a small set of graphs, each compiled once, that stopped growing (buckets)."""
+    family = rows[0]["family"]
+    members = tables.families[tables.families["family"] == family]
+    facet = churn_facet(members)
+    location = next((r["location"] for r in rows if isinstance(r.get("location"), str) and r["location"]), None)
+    where = where_text(site, location, None)
+    cost = sum(float(r.get("duration_ns") or 0) for r in rows) / common.NS
+    n = len(members)
+    last = int(members["cut"].max())
+    quiet = max(common.loop_steps(tables)["step"].max() - last, 0) if len(common.loop_steps(tables)) else 0
+    if facet:
+        sizes = ", ".join(map(str, facet["values"]))
+        what = f"dim {facet['dim']} of {facet['arg_name']} took {len(facet['values'])} sizes ({sizes}): buckets"
+        title = f"{n} bucket graphs at {where}: {facet['arg_name']} dim {facet['dim']} in {{{sizes}}}"
+    else:
+        what = f"what differs between them is not known ({NO_SHAPES_HINT})"
+        title = f"{n} graphs at {where}, each compiled once (a bounded set; shapes unknown)"
+    runs, count = Finding.of_steps([int(r["step"]) for r in rows])
+    detail = (f"{n} graphs of one family at {where}, each compiled once, the last at step {last}, then run "
+              f"from the cache for the {quiet} steps after it: a bounded set, not a recompile storm; {what}. "
+              f"Cost: one-off, the measured compile time of the {len(rows)} after the first, {cost:.2f} s"
+              + (f" ({100 * judge.share(cost, wall):.1f}% of the run's wall time)." if wall else "."))
+    fix = ("Nothing to change while the set stays this small: each bucket compiles once. Keep the number of "
+           "buckets small, or keep them across runs with torch_xla's persistent cache "
+           "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`).") if facet else (
+        "Run it again with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see whether these are buckets "
+        "(nothing to change) or a varying dim that a bucketing plan would cut to fewer graphs.")
+    if facet and facet["dim"] == 0 and len(facet["values"]) == 2:
+        fix += (" If the smaller size is a short last batch, dropping it (DataLoader(drop_last=True)) saves "
+                "its compile.")
+    evidence = {"verdict": "bounded", "graphs": n, "graph_hashes": [str(h) for h in members["graph_hash"]],
+                "location": location, "backend": tables.backend, "compile_s": cost, "recompiles": 0,
+                "run_wall_s": wall, "share": judge.share(cost, wall), "facets": ["bounded"]}
+    if facet:
+        evidence["shape_churn"] = facet
+    return Finding(RULE, _bounded_severity(cost, wall, facet is not None), title, detail, fix, location, cost,
+                   runs, evidence, count)
+
+
+def _bounded_severity(cost: float, wall: float, buckets: bool) -> str:
+    """Buckets (sizes a plan would not cut) are low: nothing to fix. A bounded set whose shapes are
+    unknown may be buckets or churn that stopped: by its one-off cost, at most medium."""
+    if buckets:
+        return "low"
+    severity = judge.severity(cost, wall)
+    return "medium" if severity == "high" else severity
 
 
 def _imported_totals(tables: RunTables) -> list[Finding]:
@@ -229,17 +339,30 @@ def _imported_totals(tables: RunTables) -> list[Finding]:
               f"the CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator).")
     evidence = {"compiles": int(n_compiles), "steps": int(n_steps), "source": "imported totals",
                 "files": sorted({str(k[0]) for k in counted if k})}
-    return [Finding(RULE, "high", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)]
+    # no wall time to take a share of: medium, the severity of imported evidence that counts something
+    return [Finding(RULE, "medium", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)]
+
+
+def _bounded_notes(tables: RunTables, wall: float, sites: set[str]) -> list[Finding]:
+    rows = bounded(tables.families)
+    by_site: dict[str, list[dict[str, Any]]] = {}
+    for row in rows.to_dict("records"):
+        site = site_of({**row, "backend": tables.backend})
+        if site not in sites:  # a site with a recompile card: one root cause, one card
+            by_site.setdefault(site, []).append(row)
+    return [_bounded_note(tables, site, site_rows, wall) for site, site_rows in by_site.items()]
 
 
 def detect_recompile(tables: RunTables) -> list[Finding]:
-    """One card per call site whose graphs compiled again (facets: changes, churn, compile time)."""
+    """One card per call site whose graphs compiled again (facets: changes, churn, compile time),
+    and a low note per call site whose graphs form a bounded set (buckets)."""
     again = recompiles(tables.families)
-    if again.empty:
+    if again.empty and bounded(tables.families).empty:
         return _imported_totals(tables) if tables.steps.empty else []
-    wall = common.run_wall_s(tables)
+    wall = whole_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
     backend = tables.backend
     for item in _items(tables):
         by_site.setdefault(site_of({**item, "backend": backend}), []).append(item)
-    return [_finding(tables, site, items, wall) for site, items in by_site.items()]
+    cards = [_finding(tables, site, items, wall) for site, items in by_site.items()]
+    return cards + _bounded_notes(tables, wall, set(by_site))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.families import graph_families, process_backends
+from tpuscope.analyze.families import graph_families, loop_ends, process_backends
 from tpuscope.analyze.judge import phases
 from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
@@ -58,7 +58,7 @@ class RunTables:
     @cached_property
     def families(self) -> pd.DataFrame:
         """The compiles with their graph family and recompile flag (analyze/families.py)."""
-        return graph_families(self.compiles, process_backends(self.meta))
+        return graph_families(self.compiles, process_backends(self.meta), loop_ends(self.loop))
 
     @cached_property
     def phase(self) -> pd.Series:

@@ -22,7 +22,7 @@ from tpuscope.store.run import PARTS_DIGEST
 if TYPE_CHECKING:
     from tpuscope.detect.registry import RunTables
 
-ANALYSIS_VERSION = 3  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 4  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass

@@ -11,6 +11,8 @@ from typing import Any
 
 from tpuscope.detect.common import VALUE_READ_CAUSE
 
+SAME_SHAPES = "same input and output shapes: the graph itself changed"
+
 CACHE_FIX = ("Compiles that must stay can be kept across runs with torch_xla's persistent cache: "
              "`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)` before the first step.")
 IMPORTED_FIX = ("Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
@@ -52,6 +54,10 @@ def recompile_fix(changes: list[str], causes: list[str], facet: dict[str, Any] |
     if any("graph inputs" in c or "added" in c or "removed" in c for c in changes):
         return ("A different set of tensors enters the graph: create per-step tensors the same way "
                 "every step (on the device, same dtype) and avoid Python branches inside the step.")
-    return ("The graph changed with the same shapes: a Python number that changes every step (a "
-            "learning rate, a step counter) is traced as a constant. Pass it as a device tensor, "
-            "e.g. torch.tensor(lr, device=device), and update it in place.")
+    if SAME_SHAPES in changes:
+        return ("The graph changed with the same input and output shapes: a Python number that changes "
+                "every step (a learning rate, a step counter) is traced as a constant. Pass it as a device "
+                "tensor, e.g. torch.tensor(lr, device=device), and update it in place.")
+    return ("What changed between the graphs is not known: per-graph shapes were not recorded. Run it again "
+            "with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see the argument and dim that changed "
+            "and the fix for it.")

@@ -45,8 +45,8 @@ def _compiles_text(summary: dict[str, Any]) -> str:
     total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
     if not summary["graph_families"]:  # imported totals: counts without the graphs
         return f"{total}; which graphs is not recorded"
-    share = (f", {_fmt(100 * summary['recompile_share'], '%')} of the timed steps' wall time"
-             if summary.get("steps_judged") else "")
+    share = (f", {_fmt(100 * summary['recompile_share'], '%')} of the run's wall time"
+             if summary.get("run_wall_s") else "")
     return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
             f"({_fmt(summary['recompile_s'], ' s', 2)}{share})")
 
@@ -105,7 +105,7 @@ def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                                        f"({_fmt(after['compile_s'], ' s', 2)}), not a step"))
     cost, p50 = summary.get("profiler_ms_per_step"), summary.get("step_time_p50_ms")
     if cost is not None:
-        share = f" ({100 * cost / p50:.1f}% of the p50 step)" if p50 else ""
+        share = _cost_share(cost, p50)
         rows.append(("tpuscope cost", f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
                                       "timed in the program"))
     return rows
@@ -118,6 +118,17 @@ def headline(summary: dict[str, Any]) -> Table:
     for key, value in headline_rows(summary):
         table.add_row(key, Text(value))  # words, not markup: "[torch_xla on CPU]" is no style tag
     return table
+
+
+def _cost_share(cost_ms: float, p50_ms: float | None) -> str:
+    """tpuscope's cost against the p50 step: a share while it is one, else a ratio (never "2400%")."""
+    if not p50_ms:
+        return ""
+    if cost_ms <= p50_ms:
+        return f" ({100 * cost_ms / p50_ms:.1f}% of the p50 step)"
+    return f" ({cost_ms / p50_ms:,.1f} times the p50 step of {p50_ms:.3f} ms)"
+
+
 
 
 CAUSE_COLS = (Col("compiles", justify="right"), Col("recompiles", justify="right"), Col("time (s)", justify="right"),

@@ -10,7 +10,7 @@ import pandas as pd
 # Columns read from each table's parts (never the metrics table: it is most of a run's rows).
 COLUMNS = {
     "compiles": ["host", "pid", "step", "index", "time_ns", "duration_ns", "graph_hash", "cause",
-                 "location", "frames", "num_inputs", "input_shapes", "output_shapes", "input_gb"],
+                 "location", "frames", "num_inputs", "num_outputs", "input_shapes", "output_shapes", "input_gb"],
     "fallbacks": ["host", "pid", "step", "op", "count", "location"],
     "steps": ["host", "pid", "step"],
     "retraces": None,  # JAX's explanations, every column (few rows)

@@ -1,0 +1,103 @@
+"""The recompile verdict by graph identity and recurrence (analyze/families.py, detect/recompile.py).
+
+Hand-built tables in the shape the torch_xla collector writes; the real programs behind each case
+are in the corpus (tests/corpus/: generate() with a static cache, xm.mesh_reduce, a bucketing
+collate_fn). Pure and fast: no runtime is started.
+"""
+
+from __future__ import annotations
+
+from tests.test_detectors import compile_row, steps, tables
+from tpuscope.analyze.gate import Policy, reasons
+from tpuscope.analyze.summary import summarize
+from tpuscope.detect.recompile import detect_recompile
+
+PARAMS = ["f32[512,32]", "f32[32]"]
+
+
+def verdicts(run) -> list[tuple[str, str | None]]:
+    fam = run.families
+    return [(v, None if r != r else r) for v, r in zip(fam["verdict"], fam["reason"], strict=True)]
+
+
+def test_distinct_graphs_in_one_step_are_warm_up() -> None:
+    """A library cutting several graphs at one line in one pass (shapes unknown): not recompiles."""
+    compiles = [compile_row(0, None, f"g{i}", num_inputs=1, num_outputs=1,
+                            cause="most likely user code trying to access tensor value") for i in range(3)]
+    run = tables(steps(1), compiles)
+    assert verdicts(run) == [("first", None), ("warmup", None), ("warmup", None)]
+    assert detect_recompile(run) == []
+
+
+def test_the_same_hash_compiled_again_is_an_evicted_recompile() -> None:
+    compiles = [compile_row(0, None, "a", num_inputs=3), compile_row(4, None, "a", num_inputs=3)]
+    run = tables(steps(40), compiles)
+    assert verdicts(run)[1] == ("recompile", "evicted")
+    [card] = detect_recompile(run)
+    assert "compile cache lost it" in card.detail
+
+
+def test_new_graphs_that_keep_coming_are_a_storm_high_by_the_whole_runs_share() -> None:
+    compiles = [compile_row(i, [f"s64[4,{40 + i}]", *PARAMS], f"g{i}", ms=900) for i in range(0, 10, 2)]
+    run = tables(steps(10, wall_ms=1000), compiles)
+    [card] = detect_recompile(run)
+    assert card.severity == "high" and card.evidence["recurring"] is True
+    assert 0 < card.evidence["share"] <= 1 and "per 1,000 steps" in card.detail
+    assert card.step_runs == [[2, 2], [4, 4], [6, 6], [8, 8]]
+
+
+def test_buckets_are_a_low_note_that_fail_on_recompile_passes() -> None:
+    compiles = [compile_row(0, ["s64[4,48]", *PARAMS], "b48", ms=20_000),
+                compile_row(1, ["s64[4,64]", *PARAMS], "b64", ms=20_000)]
+    run = tables(steps(12, wall_ms=30), compiles)
+    [note] = detect_recompile(run)
+    assert note.severity == "low" and note.evidence["verdict"] == "bounded" and "{48, 64}" in note.title
+    summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
+    assert summary["recompiles"] == 0
+    assert reasons(summary, [note], Policy(fail_on=("recompile",))) == []
+
+
+def test_a_bounded_set_without_shapes_says_so_and_is_at_most_medium() -> None:
+    compiles = [compile_row(i, None, f"g{i}", num_inputs=19, ms=20_000) for i in range(2)]
+    [note] = detect_recompile(tables(steps(12, wall_ms=30), compiles))
+    assert note.severity == "medium" and "shapes unknown" in note.title and "TPUSCOPE_HLO_SHAPES=1" in note.fix
+
+
+def test_sizes_a_plan_would_cut_are_churn_even_when_the_set_stopped() -> None:
+    lengths = [37, 41, 45, 53, 58, 64]
+    compiles = [compile_row(i, [f"s64[4,{n}]", *PARAMS], f"g{i}", ms=3000) for i, n in enumerate(lengths)]
+    [card] = detect_recompile(tables(steps(12, wall_ms=40), compiles))
+    assert card.evidence["verdict"] == "recompile" and card.evidence["recurring"] is False
+    assert "one-off" in card.detail and card.evidence["shape_churn"]["plan"]
+
+
+def test_no_cause_is_claimed_without_both_shapes() -> None:
+    """'a Python number traced as a constant' only when input and output shapes are known and equal."""
+    same = ["s64[4,8]", *PARAMS]
+    unknown_out = [compile_row(i, same, f"g{i}") for i in range(0, 6, 2)]
+    [card] = detect_recompile(tables(steps(6), unknown_out))
+    assert "Python number" not in card.fix and "not known" in card.detail
+    known_out = [compile_row(i, same, f"g{i}", outputs=["f32[4,8]"]) for i in range(0, 6, 2)]
+    [card] = detect_recompile(tables(steps(6), known_out))
+    assert "Python number" in card.fix
+    no_shapes = [compile_row(i, None, f"g{i}", num_inputs=3) for i in range(0, 6, 2)]
+    [card] = detect_recompile(tables(steps(6), no_shapes))
+    assert "Python number" not in card.fix and "--deep" in card.fix
+
+
+def test_imported_logs_count_a_sync_as_a_step() -> None:
+    """A PT_XLA_DEBUG log has no steps: a compile made at a sync ends one; value reads do not."""
+    synced = [compile_row(-1, None, f"s{i}", num_inputs=5) for i in range(3)]
+    assert [v for v, _ in verdicts(tables(steps(0), synced))] == ["first", "recompile", "recompile"]
+    read = [compile_row(-1, None, f"r{i}", num_inputs=5, cause="most likely user code trying to access "
+                        "tensor value before torch_xla.sync") for i in range(3)]
+    assert [v for v, _ in verdicts(tables(steps(0), read))] == ["first", "warmup", "warmup"]
+
+
+def test_a_recompile_costing_more_than_the_timed_steps_is_still_a_share() -> None:
+    compiles = [compile_row(0, ["s64[4,8]", *PARAMS], "a", ms=50_000),
+                compile_row(1, ["s64[4,9]", *PARAMS], "b", ms=50_000)]
+    run = tables(steps(3, wall_ms=20), compiles)
+    summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
+    assert 0 < summary["recompile_share"] <= 1
+    assert all(0 <= f.evidence["share"] <= 1 for f in detect_recompile(run))
