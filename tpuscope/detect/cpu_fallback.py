@@ -21,7 +21,7 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.detect import common
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
 

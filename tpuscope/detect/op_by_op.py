@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.detect import common
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "op_by_op"

@@ -26,8 +26,8 @@ import pandas as pd
 from tpuscope.analyze.families import recompiles
 from tpuscope.analyze.shapes import diff_shapes, shape_distance
 from tpuscope.detect import common, jax_advice, xla_advice
-from tpuscope.detect.registry import RunTables
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
 

@@ -19,7 +19,7 @@ from tpuscope.schema import Finding
 from tpuscope.store import Run
 
 if TYPE_CHECKING:
-    from tpuscope.detect.registry import RunTables
+    from tpuscope.detect.tables import RunTables
 
 ANALYSIS_VERSION = 3  # bump when the analysis changes what it writes: older ones are redone
 

@@ -17,7 +17,7 @@ from array import array
 from typing import Any
 
 from tpuscope.collect.xla.counters import FALLBACKS, UNCACHED
-from tpuscope.store.buffer import Coded, Repeat
+from tpuscope.store.columns import Coded, Repeat
 
 HEAD = 5  # step, start_ns, end_ns, launched, boundary code; then the counter values
 

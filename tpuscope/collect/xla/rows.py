@@ -33,7 +33,7 @@ from tpuscope.collect.xla.fallback_sites import site_rows
 from tpuscope.collect.xla.plain import Batch, PlainLog, fallback_steps, plain_columns
 from tpuscope.collect.xla.shapes import ModuleShapes, pair_modules
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
-from tpuscope.store.buffer import Coded, Repeat
+from tpuscope.store.columns import Coded, Repeat
 
 COMPILE_TIME = "CompileTime"
 EAGER_COMPILE_TIME = "EagerOpCompileTime"
