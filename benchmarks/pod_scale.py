@@ -27,9 +27,10 @@ import pyarrow as pa
 
 from tpuscope.schema import TABLES
 from tpuscope.store import Run
-from tpuscope.store.hosts import join_run, update_host_meta
+from tpuscope.store.files import write_json_atomic
 from tpuscope.store.parts import write_table_atomic
-from tpuscope.store.runstore import read_meta, write_json_atomic
+from tpuscope.store.pods import join_run, update_host_meta
+from tpuscope.store.runstore import read_meta
 
 MS = 1_000_000
 SITE = "/work/train.py:57"

@@ -43,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.object_stores import gcs_emulator  # noqa: E402
 from tpuscope.schema import TABLES  # noqa: E402
 from tpuscope.store import layout  # noqa: E402
-from tpuscope.store.hosts import HOSTS_DIR, host_meta_path, pod_meta  # noqa: E402
-from tpuscope.store.runstore import write_json_atomic  # noqa: E402
+from tpuscope.store.files import write_json_atomic  # noqa: E402
+from tpuscope.store.hosts import HOSTS_DIR, host_meta_path  # noqa: E402
+from tpuscope.store.pods import pod_meta  # noqa: E402
 
 QUERY = "SELECT host, median(wall_ns)/1e6 AS p50_ms FROM steps GROUP BY host ORDER BY 2 DESC"
 
@@ -195,14 +196,14 @@ def hosts_page(store: str, run_id: str, env: dict[str, str], repeats: int) -> tu
 def ship_minute(seconds: float, env: dict[str, str], stage: Path) -> dict[str, float]:
     """Objects and bytes one host of a pod writes per minute: a real writer flushing into its
     stage (what a local store receives) and the real Shipper of `tpuscope run --run-id`
-    sending it to the GCS emulator (store.hosts.join_remote)."""
+    sending it to the GCS emulator (store.pods.join_remote)."""
     os.environ.update(env, TPUSCOPE_STAGE=str(stage))
     import fsspec
 
     from tpuscope.collect.session import FLUSH_INTERVAL_S
     from tpuscope.store import PartWriter
-    from tpuscope.store.hosts import join_remote
     from tpuscope.store.location import Location
+    from tpuscope.store.pods import join_remote
     from tpuscope.store.ship import _SHIPPERS
 
     fsspec.filesystem("gs").mkdir("ship")

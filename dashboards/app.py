@@ -21,7 +21,8 @@ from dash import Dash, Input, Output, dcc, html
 from .components import error_page
 from .data import RunNotFound, StoreData
 from .pages import churn, compare, fallbacks, hosts, overview, recompiles, runs, tensorcore, trace
-from .serve import ALLOWED_HOSTS
+
+ALLOWED_HOSTS = "TPUSCOPE_ALLOWED_HOSTS"  # Flask config key: Host values answered, None = any
 
 log = logging.getLogger("tpuscope.dashboard")
 ASSETS = Path(__file__).resolve().parent / "assets"

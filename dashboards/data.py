@@ -25,9 +25,9 @@ from tpuscope.detect.registry import order
 from tpuscope.detect.run_analysis import RunReport, current, stored_summary
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, layout, read_meta
+from tpuscope.store.files import StoreError, is_valid_run_id
 from tpuscope.store.location import Location
 from tpuscope.store.run import table_to_frame
-from tpuscope.store.runstore import StoreError, is_valid_run_id
 
 # Tables other parts of tpuscope add (device view), all in the schema module now.
 OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "call_sites", "retraces",

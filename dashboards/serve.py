@@ -15,7 +15,6 @@ import sys
 from typing import Any
 
 LOOPBACK_NAMES = {"localhost"}
-ALLOWED_HOSTS = "TPUSCOPE_ALLOWED_HOSTS"  # Flask config key: Host values answered, None = any
 
 
 class ServeError(Exception):
@@ -69,7 +68,7 @@ def make_server(store: str | os.PathLike[str], host: str, port: int) -> Any:
     try:
         from werkzeug.serving import make_server as werkzeug_server
 
-        from .app import create_app
+        from .app import ALLOWED_HOSTS, create_app
     except ImportError as exc:
         raise ServeError(f"the dashboard needs {exc.name}: pip install 'tpuscope[dashboard]'") from exc
     app = create_app(store)

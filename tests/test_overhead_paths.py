@@ -16,7 +16,8 @@ import tpuscope
 from tests.conftest import run_tpuscope
 from tpuscope.parse.pt_xla_debug import DebugFileTail
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import Coded, PartWriter, Repeat
+from tpuscope.store.buffer import PartWriter
+from tpuscope.store.columns import Coded, Repeat
 from tpuscope.store.parts import read_table
 
 HEAVY = ("pyarrow", "pandas", "numpy", "tpuscope.analysis", "tpuscope.schema")

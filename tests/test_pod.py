@@ -22,7 +22,8 @@ from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
 from tpuscope.step_runs import expand
 from tpuscope.store import Run, RunStore, StoreError, layout
-from tpuscope.store.hosts import combined_status, host_name, join_run, part_host
+from tpuscope.store.hosts import host_name, part_host
+from tpuscope.store.pods import combined_status, join_run
 
 
 def short(location: str | None) -> str:

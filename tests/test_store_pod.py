@@ -29,8 +29,9 @@ from tests.pod_run import (
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
 from tpuscope.store import Run, RunStore, StoreError
-from tpuscope.store.hosts import join_remote, part_host, pod_meta
+from tpuscope.store.hosts import part_host
 from tpuscope.store.location import Location
+from tpuscope.store.pods import join_remote, pod_meta
 from tpuscope.store.ship import finish_shipping
 
 HOSTS = [f"host-{k}" for k in range(REMOTE_HOSTS)]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tpuscope.collect.xla.counters import is_core_counter, is_fallback_counter, split_by_step
+from tpuscope.collect.xla.counters import is_core_counter, split_by_step
 from tpuscope.ingest.metrics_report import evidence_from_report, parse_metrics_report
+from tpuscope.parse.xla_counter_names import is_fallback_counter
 
 S = 1_000_000_000  # ns per second; torch_xla stamps samples in seconds
 

@@ -6,7 +6,8 @@ The package root stays import-light: a profiled program imports tpuscope at star
 
 from typing import Any
 
-__version__ = "0.1.0"
+from tpuscope.version import __version__
+
 __all__ = ["__version__", "load_run", "profile"]
 
 

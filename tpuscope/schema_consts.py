@@ -5,3 +5,5 @@ type (docs/store.md)."""
 
 SCHEMA_VERSION = 2  # 2: compiles.backend/function/eager; findings.step_runs/step_count (was steps)
 SEVERITIES = ("high", "medium", "low")
+# steps of each process left out before steps are judged (`--warmup`, meta["warmup"])
+DEFAULT_WARMUP = 2

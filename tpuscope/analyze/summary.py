@@ -18,6 +18,7 @@ import pandas as pd
 
 from tpuscope.analyze.families import recompiles
 from tpuscope.analyze.judge import VALUE_READ_OPS, phases, run_wall_s, share, wall_s
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.step_runs import step_runs
 
 NS_PER_S = 1e9
@@ -110,7 +111,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
     """The run's headline figures; `families` is analyze.families.graph_families(compiles);
     `metrics` gives the compile totals of imported evidence that has no compile rows; `phase`
     is phases(steps, warmup) when the caller has it already."""
-    warmup = int(meta.get("warmup", 2))
+    warmup = int(meta.get("warmup", DEFAULT_WARMUP))
     phase = phases(steps, warmup) if phase is None else phase
     judged = steps[phase == "judged"] if not steps.empty else steps
     loop = steps[phase != "after"] if not steps.empty else steps

@@ -9,6 +9,7 @@ import click
 
 from tpuscope.cli.gate import gate_options, judge_run
 from tpuscope.cli.options import fail, store_option
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import RunStore, StoreError
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @store_option
 @click.option("--name", help="Run name (default: the script's file stem).")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
               help="Steps not judged.")
 @click.option("--deep", is_flag=True,
               help="HLO dumps into the run folder: per-graph input shapes and each op's Python line "
@@ -90,7 +91,7 @@ def _report_run(run_dir: Path, quiet: bool, judged: bool = False) -> RunReport |
     judged: loading the analysis stack would be most of its cost (`show` analyses it later);
     nor is a pod whose other hosts still run (the last host to end analyses it)."""
     from tpuscope.store.buffer import has_parts
-    from tpuscope.store.hosts import hosts_running
+    from tpuscope.store.pods import hosts_running
 
     report = None
     if not judged and not has_parts(run_dir):

@@ -18,6 +18,7 @@ import wrapt
 
 from tpuscope.collect.envvars import ENV_OWNS_DEBUG, ENV_RUN_DIR, ENV_WARMUP  # noqa: F401  (re-exported)
 from tpuscope.collect.session import Session
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import layout
 from tpuscope.store.hosts import file_host
 
@@ -32,7 +33,7 @@ def debug_file_for(run_dir: Path) -> Path:
     return run_dir / layout.debug_file(file_host(), os.getpid())
 
 
-def start(run_dir: str | Path, warmup: int = 2, own_debug: bool = False,
+def start(run_dir: str | Path, warmup: int = DEFAULT_WARMUP, own_debug: bool = False,
           install_handlers: bool = True, debug_file: str | Path | None = None) -> Session:
     """Open this process's session in run_dir and hook backends as they are imported.
 
@@ -156,5 +157,5 @@ def start_from_env() -> Session | None:
     run_dir = os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         return None
-    warmup = int(os.environ.get(ENV_WARMUP) or 2)
+    warmup = int(os.environ.get(ENV_WARMUP) or DEFAULT_WARMUP)
     return start(run_dir, warmup=warmup, own_debug=os.environ.get(ENV_OWNS_DEBUG) == "1")

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
-from tpuscope.store.buffer import Repeat
+from tpuscope.schema_consts import DEFAULT_WARMUP
+from tpuscope.store.columns import Repeat
 from tpuscope.store.hosts import file_host
 from tpuscope.store.run import Run  # light: no pyarrow until rows are written
 
@@ -93,7 +94,7 @@ class ProfilerCost:
 class Session:
     """Collects one process's rows into a run folder."""
 
-    def __init__(self, run_dir: str | Path, warmup: int = 2) -> None:
+    def __init__(self, run_dir: str | Path, warmup: int = DEFAULT_WARMUP) -> None:
         self.run_dir = Path(run_dir)
         self.warmup = warmup
         self.host = file_host()  # TPUSCOPE_HOST, the TPU worker, else the hostname (store/hosts.py)

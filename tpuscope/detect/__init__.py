@@ -2,9 +2,9 @@
 
 The registry is loaded on first use (`tpuscope.detect.detect`, `DETECTORS`, ...): the rules
 import pandas and the analysis stack (~0.4 s), which reading a stored analysis (`show` of an
-ended run, `ls`, the dashboard's Runs page) never needs. `registry.register_defaults` adds
-the default rules once the registry exists, so a rule module (which imports the registry for
-RunTables) never sees a half-made registry. Docs of every rule: docs/detectors.md.
+ended run, `ls`, the dashboard's Runs page) never needs. The rules take their tables from
+`detect.tables` and never import the registry; `registry.register_defaults` adds them on first
+use. Docs of every rule: docs/detectors.md.
 """
 
 from __future__ import annotations

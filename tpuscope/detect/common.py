@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze import judge
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 
 NS = 1e9
 WHOLE_RUN = -1  # step of rows that are totals over a whole run (imported evidence)

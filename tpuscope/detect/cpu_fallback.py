@@ -1,6 +1,6 @@
 """Rule `cpu_fallback`: ops torch_xla ran on the host, in every namespace.
 
-One finding per op torch_xla's fallback counted (collect/xla/counters.is_fallback_counter:
+One finding per op torch_xla's fallback counted (parse/xla_counter_names.is_fallback_counter:
 `aten::nonzero`, `torchvision::nms`, a `torch.library` custom op with a CPU kernel only, as
 `executed_fallback_ops()` names them), counted in every
 step (setup, warm-up and the after-the-loop phase included: a fallback costs the same
@@ -27,7 +27,7 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.detect import common
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
 

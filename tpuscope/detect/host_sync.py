@@ -21,7 +21,7 @@ from tpuscope.analyze import judge
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
 from tpuscope.detect.cpu_fallback import HOST_SYNC_OPS, TRANSFER_METRICS
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "host_sync"

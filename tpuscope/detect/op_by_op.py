@@ -29,7 +29,7 @@ import pandas as pd
 
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "op_by_op"

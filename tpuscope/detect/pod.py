@@ -20,12 +20,10 @@ from tpuscope.analyze.hosts import (
     host_blocks,
     host_summary,
     hosts_of,
-    per_host_steps,
-    pod_view,
     step_matrix_record,
 )
 from tpuscope.detect import common
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import SEVERITIES, Finding
 
 HOSTS_SHOWN = 6
@@ -201,28 +199,13 @@ def detect_per_host(
     return [_merge(found, len(hosts)) for found in groups.values()]
 
 
-def _host_rows(tables: RunTables) -> pd.DataFrame:
-    """analyze/hosts.per_host_steps of the judged steps, once per RunTables."""
-    if "_host_rows" not in tables.__dict__:
-        tables.__dict__["_host_rows"] = per_host_steps(common.judged_steps(tables))
-    return tables.__dict__["_host_rows"]
-
-
-def pod_view_of(tables: RunTables) -> dict[str, Any]:
-    """analyze/hosts.pod_view of the run's judged steps, computed once per RunTables (the
-    straggler rule and the summary's hosts both read it)."""
-    if "_pod_view" not in tables.__dict__:
-        tables.__dict__["_pod_view"] = pod_view(common.judged_steps(tables), _host_rows(tables))
-    return tables.__dict__["_pod_view"]
-
-
 def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, Any]] | None:
     """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
     a straggler and the rules whose findings name it (not every host)."""
-    rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta, _host_rows(tables))
+    rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta, tables.host_rows)
     if len(rows) < 2:
         return None
-    view = {h["host"]: h for h in pod_view_of(tables).get("hosts", [])}
+    view = {h["host"]: h for h in tables.pod_view.get("hosts", [])}
     for row in rows:
         named = sorted(
             {
@@ -244,5 +227,5 @@ def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     hosts = hosts_section(tables, findings)
     if not hosts:
         return {}
-    record = step_matrix_record(common.judged_steps(tables), rows=_host_rows(tables))
+    record = step_matrix_record(common.judged_steps(tables), rows=tables.host_rows)
     return {"hosts": hosts, "host_steps": record}

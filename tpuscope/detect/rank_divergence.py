@@ -24,7 +24,7 @@ from tpuscope.analyze import judge
 from tpuscope.analyze.hosts import natural_key
 from tpuscope.detect import common
 from tpuscope.detect.pod import hosts_text, run_hosts
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "rank_divergence"

@@ -32,8 +32,8 @@ from tpuscope.analyze import judge
 from tpuscope.analyze.families import bounded, recompiles
 from tpuscope.analyze.shapes import diff_shapes, shape_distance
 from tpuscope.detect import common, jax_advice, xla_advice
-from tpuscope.detect.registry import RunTables
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
+from tpuscope.detect.tables import RunTables
 from tpuscope.detect.xla_advice import SAME_SHAPES
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text

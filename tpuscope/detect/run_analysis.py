@@ -20,7 +20,7 @@ from tpuscope.store import Run
 from tpuscope.store.run import PARTS_DIGEST
 
 if TYPE_CHECKING:
-    from tpuscope.detect.registry import RunTables
+    from tpuscope.detect.tables import RunTables
 
 ANALYSIS_VERSION = 4  # bump when the analysis changes what it writes: older ones are redone
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuscope.analyze import judge
-from tpuscope.detect.pod import pod_view_of
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "straggler"
@@ -101,7 +100,7 @@ def _finding(
 
 def detect_straggler(tables: RunTables) -> list[Finding]:
     """One finding per host that is slower than the pod by more than the noise between steps."""
-    view = pod_view_of(tables)
+    view = tables.pod_view
     if not view:
         return []
     # the pod's judged time: its median host's judged steps (the hosts run side by side)

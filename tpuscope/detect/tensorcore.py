@@ -27,7 +27,7 @@ from tpuscope.analyze.tensorcore import (
     waste_by_generation,
 )
 from tpuscope.detect.common import file_and_line, judged_steps
-from tpuscope.detect.registry import RunTables
+from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "tensorcore_underuse"

@@ -20,7 +20,8 @@ from tpuscope.ingest import traces as trace_ingest
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
 from tpuscope.store import Run, layout
-from tpuscope.store.hosts import file_host, is_pod_run
+from tpuscope.store.hosts import file_host
+from tpuscope.store.pods import is_pod_run
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
 

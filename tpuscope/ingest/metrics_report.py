@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuscope.collect.xla.counters import is_fallback_counter
 from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.parse.xla_counter_names import is_fallback_counter
 
 _HEADER = re.compile(r"(?:^|[\s\]|>])(?P<kind>Metric|Counter): (?P<name>\S+)\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>TotalSamples|Accumulator|Counter|Value|Mean|StdDev|ValueRate|Rate|"

@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tpuscope.collect.xla.counters import is_fallback_counter
 from tpuscope.ingest.registry import Evidence, Importer, register
 from tpuscope.parse.pt_xla_debug import DebugLog, GraphRecord, parse_debug_text
+from tpuscope.parse.xla_counter_names import is_fallback_counter
 from tpuscope.schema import table_row
 
 _FREQUENT = re.compile(r"^(?P<name>\w+) too frequent: (?P<count>\d+) counts during (?P<steps>\d+) steps")

@@ -37,7 +37,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tpuscope
 from tpuscope.collect import envvars
 from tpuscope.collect.envvars import ENV_OWNS_DEBUG
 from tpuscope.collect.xla.ir_frames import ENV_IR_FRAMES
@@ -81,7 +80,7 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
     env[envvars.ENV_RUN_DIR] = str(run_dir.resolve())
     env[envvars.ENV_WARMUP] = str(warmup)
-    env["TPUSCOPE_SRC"] = str(Path(tpuscope.__file__).resolve().parent.parent)
+    env["TPUSCOPE_SRC"] = str(Path(__file__).resolve().parents[2])
     if not tpu_present():
         child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
     for name, value in DEBUG_DEFAULTS.items():

@@ -10,12 +10,13 @@ from pathlib import Path
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.launch import env
 from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run
 from tpuscope.store.ship import finish_shipping, host_tag
 
 
 @contextmanager
-def profile(store: str | Path | None = None, name: str = "profile", warmup: int = 2,
+def profile(store: str | Path | None = None, name: str = "profile", warmup: int = DEFAULT_WARMUP,
             analyze_at_exit: bool = True, alerts: bool = False) -> Iterator[Run]:
     """Collect every step in the block into a new run; yields the Run.
 

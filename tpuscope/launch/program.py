@@ -21,22 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import tpuscope
 from tpuscope.analyze.chips import DEFAULT_TARGET
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import close_run, open_run
 from tpuscope.launch.signals import Child
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run, RunStore, layout
-from tpuscope.store.hosts import (
-    ENV_HOST,
-    ENV_RUN_ID,
-    file_host,
-    join_remote,
-    join_run,
-)
+from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host
 from tpuscope.store.liveness import launcher_identity
 from tpuscope.store.location import Location
+from tpuscope.store.pods import join_remote, join_run
+from tpuscope.version import __version__
 
 if TYPE_CHECKING:
     from tpuscope.launch.alerts import AlertWatcher
@@ -116,7 +112,7 @@ class StartError(UsageError):
 
 
 def run_program(
-    program: Program, store: RunStore, name: str | None = None, warmup: int = 2, deep: bool = False,
+    program: Program, store: RunStore, name: str | None = None, warmup: int = DEFAULT_WARMUP, deep: bool = False,
     trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
     run_id: str | None = None,
 ) -> tuple[Path | Location | None, int]:
@@ -148,7 +144,7 @@ def run_program(
         env_set=child.set_by_tpuscope,
         env_left_to_user=child.left_to_user,
         launcher=launcher_identity(),
-        tpuscope_version=tpuscope.__version__,
+        tpuscope_version=__version__,
         alerts=alerts,
         **device_options,
     )

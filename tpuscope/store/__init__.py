@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tpuscope.store.buffer import PartWriter
+    from tpuscope.store.files import StoreError
     from tpuscope.store.parts import read_table
     from tpuscope.store.run import Run, load_run
-    from tpuscope.store.runstore import RunStore, StoreError, default_store, read_meta, update_meta
+    from tpuscope.store.runstore import RunStore, default_store, read_meta, update_meta
 
 _HOMES = {
     "PartWriter": "buffer",
@@ -21,7 +22,7 @@ _HOMES = {
     "Run": "run",
     "load_run": "run",
     "RunStore": "runstore",
-    "StoreError": "runstore",
+    "StoreError": "files",
     "default_store": "runstore",
     "read_meta": "runstore",
     "update_meta": "runstore",

@@ -19,36 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tpuscope.store.columns import Columns
 
-class Repeat:
-    """A column of one value repeated (a chunk's host, pid, rank): converted once per chunk
-    when written (store/parts), not once per row."""
-
-    __slots__ = ("count", "value")
-
-    def __init__(self, value: Any, count: int) -> None:
-        self.value, self.count = value, count
-
-    def __len__(self) -> int:
-        return self.count
-
-
-class Coded:
-    """A string column given as integer codes into `names` (a numpy array of codes, from a
-    collector's flush): converted into a dictionary array of the names used, so the strings
-    are never converted one per row (store/parts)."""
-
-    __slots__ = ("codes", "names")
-
-    def __init__(self, codes: Any, names: Any) -> None:
-        self.codes, self.names = codes, names
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-
-# a column: a list of values, a numpy array (converted without a Python loop), a Repeat or a Coded
-Columns = dict[str, "list[Any] | Repeat | Coded | Any"]
 _WARM: list[bool] = []  # pyarrow's first conversion (it imports pandas) was done in this process
 
 

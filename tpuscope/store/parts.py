@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tpuscope.schema import TABLES
-from tpuscope.store.buffer import Coded, Repeat
+from tpuscope.store.columns import Coded, Repeat
+from tpuscope.store.files import remove_quietly
 from tpuscope.store.location import Location
-from tpuscope.store.runstore import remove_quietly
 
 # the tables a profiled process writes while it runs (warmed up before its first flush)
 LIVE_TABLES = ("steps", "metrics", "compiles", "fallbacks", "call_sites", "retraces")

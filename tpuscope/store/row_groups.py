@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tpuscope.store.runstore import remove_quietly
+from tpuscope.store.files import remove_quietly
 
 ROW_GROUP_ROWS = 1 << 16
 DELTA_COLUMNS = ("start_ns",)  # distinct, mostly increasing int64: delta, not dictionary, encoded

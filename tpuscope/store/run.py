@@ -90,7 +90,7 @@ class Run:
     def update_own_meta(self, host: str, **fields: Any) -> dict[str, Any]:
         """Merge fields into what this host owns of the run: its hosts/<host>.json in a run of
         many hosts (`--run-id`: meta.json is shared), else meta.json."""
-        from tpuscope.store.hosts import is_pod_run
+        from tpuscope.store.pods import is_pod_run
 
         if self.local and is_pod_run(self.path):
             return self.update_host_meta(host, **fields)
@@ -98,7 +98,7 @@ class Run:
 
     def update_host_meta(self, host: str, /, **fields: Any) -> dict[str, Any]:
         """Merge fields into hosts/<host>.json: one host's launcher in a run of many hosts."""
-        from tpuscope.store.hosts import update_host_meta
+        from tpuscope.store.pods import update_host_meta
 
         return update_host_meta(self.path, host, **fields)
 

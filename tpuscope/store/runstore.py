@@ -4,13 +4,10 @@ each host's file are read and written here."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,68 +15,24 @@ from typing import Any
 
 from tpuscope.schema_consts import SCHEMA_VERSION
 from tpuscope.store import layout
-from tpuscope.store.hosts import combine, is_pod_run
+from tpuscope.store.files import (
+    StoreError,
+    is_valid_run_id,
+    json_files,
+    read_json,
+    stage_root,
+    write_json_atomic,
+)
 from tpuscope.store.liveness import ended_unknown, launcher_gone
 from tpuscope.store.location import Location, LocationError
+from tpuscope.store.pods import combine, is_pod_run
 
 DEFAULT_STORE = "./tpuscope-runs"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
-
-
-class StoreError(Exception):
-    """A store or run that cannot be used; the message names it."""
 
 
 def default_store() -> str:
     """$TPUSCOPE_STORE (a folder or any fsspec URL), else ./tpuscope-runs."""
     return os.environ.get("TPUSCOPE_STORE") or DEFAULT_STORE
-
-
-def is_valid_run_id(run_id: str) -> bool:
-    return bool(_RUN_ID.match(run_id)) and ".." not in run_id
-
-
-def remove_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def write_json_atomic(path: Path, data: dict[str, Any], make_folder: bool = True) -> None:
-    """Write JSON so that it appears whole or not at all; on a full disk nothing is left behind.
-
-    Only the file's own folder is made (`procs/`), never the run folder: a run deleted while
-    its program runs stays deleted."""
-    if make_folder:
-        path.parent.mkdir(exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # flusher and main may race
-    try:
-        tmp.write_text(json.dumps(data, indent=2, default=str, sort_keys=True))
-        os.replace(tmp, path)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
-
-
-def read_json(path: str | Path | Location) -> dict[str, Any]:
-    """A JSON object from a file; {} when absent, StoreError when it is there but unreadable."""
-    loc = Location.of(path)
-    try:
-        text = loc.read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise StoreError(f"cannot read {loc}: {exc.strerror or exc}") from exc
-    return parse_json(text, loc)
-
-
-def parse_json(text: str | bytes, where: object) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise StoreError(f"{where} is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise StoreError(f"{where} does not hold a JSON object")
-    return data
 
 
 def update_meta(run_dir: str | Path | Location, **fields: Any) -> dict[str, Any]:
@@ -106,29 +59,6 @@ def check_schema(meta: dict[str, Any], run_dir: object) -> None:
         name = Location.of(run_dir).name if isinstance(run_dir, str | Path | Location) else run_dir
         raise StoreError(f"run {name} has schema version {version!r}, newer than this "
                          f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
-
-
-def json_files(folder: Location, warnings: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, object) of every JSON file of a folder, fetched together (one round of requests
-    remotely), in name order; an unreadable one is named in `warnings` and left out."""
-    paths = [(folder / e.name).path for e in folder.entries() if e.name.endswith(".json")]
-    if not paths:
-        return []
-    try:
-        blobs = folder.fs.cat(paths, on_error="return")
-    except OSError as exc:
-        warnings.append(f"cannot read {folder}: {exc}")
-        return []
-    found = []
-    for path in sorted(blobs):
-        blob = blobs[path]
-        try:
-            if isinstance(blob, BaseException):
-                raise StoreError(f"cannot read {path}: {blob}")
-            found.append((path.rsplit("/", 1)[-1], parse_json(blob, Location(folder.fs, path))))
-        except StoreError as exc:
-            warnings.append(str(exc))
-    return found
 
 
 def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
@@ -161,15 +91,6 @@ def _local_metas(root: str) -> list[str]:
     with os.scandir(root) as entries:
         folders = [e.path for e in entries if e.is_dir()]
     return [meta for meta in (os.path.join(f, layout.META) for f in folders) if os.path.isfile(meta)]
-
-
-def stage_root() -> Path:
-    """Where runs bound for an object store are written first ($TPUSCOPE_STAGE, else the user's
-    cache): the program's parts land on local disk at local speed and are shipped in batches."""
-    env = os.environ.get("TPUSCOPE_STAGE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tpuscope" / "stage"
 
 
 class RunStore:

@@ -32,7 +32,8 @@ import pyarrow.parquet as pq
 
 from tpuscope.store import layout
 from tpuscope.store.compact import REPLACES_KEY, replaced_by
-from tpuscope.store.hosts import HOSTS_DIR, create_meta, file_host
+from tpuscope.store.files import create_json_once
+from tpuscope.store.hosts import HOSTS_DIR, file_host
 from tpuscope.store.location import Location
 
 SHIP_INTERVAL_S = float(os.environ.get("TPUSCOPE_SHIP_INTERVAL") or 5.0)
@@ -64,7 +65,7 @@ class Shipper:
         self.target = target
         self.interval = interval
         self.tag = host_tag()
-        # one host of a pod (store.hosts.join_remote): it sends only its own files; the
+        # one host of a pod (store.pods.join_remote): it sends only its own files; the
         # shared meta.json was created once, and the analysis is written to the store itself
         self.pod = (self.stage / HOSTS_DIR).is_dir()
         self._seq = 0
@@ -110,7 +111,7 @@ class Shipper:
         done = not last.is_alive() and self._done
         if done:
             shutil.rmtree(self.stage, ignore_errors=True)
-            if self.pod:  # the host's own folder of stages (store.hosts.join_remote)
+            if self.pod:  # the host's own folder of stages (store.pods.join_remote)
                 with contextlib.suppress(OSError):
                     self.stage.parent.rmdir()
         elif last.is_alive() and self.error is None:
@@ -245,12 +246,12 @@ class Shipper:
 
 
     def _create_pod_meta(self) -> None:
-        """A pod's meta.json, once: created only if absent (store.hosts.create_meta), so the
+        """A pod's meta.json, once: created only if absent (store.files.create_json_once), so the
         first host's stands whichever host ships first."""
         if layout.META in self._sent:
             return
         meta = json.loads((self.stage / layout.META).read_text())
-        if create_meta(self.target, meta):
+        if create_json_once(self.target / "meta.json", meta):
             self.objects += 1
         self._sent[layout.META] = (0, 0)
 

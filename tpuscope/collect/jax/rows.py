@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-from tpuscope.store.buffer import Coded, Repeat
+from tpuscope.store.columns import Coded, Repeat
 
 # Host syncs that copy a value to the host (block_until_ready only waits).
 VALUE_READS = frozenset({"float", "int", "bool", "index", "complex", "item", "tolist", "tobytes",

@@ -34,7 +34,6 @@ from tpuscope.collect.xla.counters import (
     Snapshot,
     counter_deltas,
     is_core_counter,
-    is_fallback_counter,
     metric_columns,
     metric_deltas,
 )
@@ -54,6 +53,7 @@ from tpuscope.collect.xla.steps import (
 )
 from tpuscope.collect.xla.steps import EXECUTED as EXECUTED_COUNTER
 from tpuscope.parse.pt_xla_debug import DebugFileTail
+from tpuscope.parse.xla_counter_names import is_fallback_counter
 from tpuscope.store import layout
 
 

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tpuscope.parse.xla_counter_names import is_fallback_counter
+
 ENV_ALL_METRICS = "TPUSCOPE_ALL_METRICS"
 FULL_EVERY = 16  # steps, and
 FULL_INTERVAL_S = 2.0  # seconds (the flush interval) since the last full read
@@ -44,20 +46,6 @@ HOST_TRANSFER = "TransferFromDeviceTime"
 Counters = dict[str, int]
 Metrics = dict[str, Any]  # name -> (count, total, samples) as _xla_metric_data returns it
 Growth = dict[str, tuple[int, float]]  # name -> (new samples, accumulator delta)
-
-
-OWN_NAMESPACES = ("xla",)  # torch_xla's counters of its own (lowered) kernels: `xla::add`, `xla::_to_cpu`
-
-
-def is_fallback_counter(name: str) -> bool:
-    """A counter of an op torch_xla ran on the CPU. Its fallback kernel (aten_cpu_fallback.cpp,
-    `xla_fallback`) counts every op under the operator's own name, `<namespace>::<op>[.overload]`
-    (`aten::nonzero`, `torchvision::nms`, `mylib::op` of a `torch.library` op with a CPU kernel
-    only), the names `executed_fallback_ops()` lists; torch_xla's lowered kernels count under
-    `xla::` and its other counters have no namespace. Value reads (`aten::_local_scalar_dense`)
-    are counted here too: the analysis tells them apart (analyze/judge.is_value_read)."""
-    namespace, sep, op = name.partition("::")
-    return bool(sep and namespace and op) and namespace not in OWN_NAMESPACES
 
 
 def is_core_counter(name: str) -> bool:

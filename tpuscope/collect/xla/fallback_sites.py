@@ -1,7 +1,7 @@
 """The user's line for CPU fallbacks and device-to-host reads, traced only briefly.
 
 torch_xla counts fallbacks (a counter per op, in every namespace: `aten::nonzero`,
-`torchvision::nms`, a custom op's; collect/xla/counters.is_fallback_counter) and host
+`torchvision::nms`, a custom op's; parse/xla_counter_names.is_fallback_counter) and host
 reads (TransferFromDeviceTime samples) but never says where they came from. Tracing every torch call to find out
 would tax every step, so tracing is armed only when something new shows up at a
 step boundary: a fallback counter never located before, or a step with more host

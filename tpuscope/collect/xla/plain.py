@@ -16,8 +16,9 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from tpuscope.collect.xla.counters import FALLBACKS, UNCACHED, is_fallback_counter
-from tpuscope.store.buffer import Coded, Repeat
+from tpuscope.collect.xla.counters import FALLBACKS, UNCACHED
+from tpuscope.parse.xla_counter_names import is_fallback_counter
+from tpuscope.store.columns import Coded, Repeat
 
 HEAD = 5  # step, start_ns, end_ns, launched, boundary code; then the counter values
 

@@ -26,7 +26,6 @@ from tpuscope.collect.xla.counters import (
     UNCACHED,
     Growth,
     Metrics,
-    is_fallback_counter,
     new_samples,
     split_arrays,
 )
@@ -34,7 +33,8 @@ from tpuscope.collect.xla.fallback_sites import site_rows
 from tpuscope.collect.xla.plain import Batch, PlainLog, fallback_steps, plain_columns
 from tpuscope.collect.xla.shapes import ModuleShapes, pair_modules
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
-from tpuscope.store.buffer import Coded, Repeat
+from tpuscope.parse.xla_counter_names import is_fallback_counter
+from tpuscope.store.columns import Coded, Repeat
 
 COMPILE_TIME = "CompileTime"
 EAGER_COMPILE_TIME = "EagerOpCompileTime"

@@ -19,7 +19,7 @@ The same rules as the final report (tpuscope/detect/run_analysis.py):
   per site), saying what changed against the closest earlier compile of the family
   (detect/recompile.recompile_item) and its measured compile time;
 - a CPU fallback is an op of any namespace torch_xla's fallback counted (`aten::*`, `torchvision::*`,
-  a custom op's: collect/xla/counters.is_fallback_counter) that is not a value read (analyze/judge.is_value_read),
+  a custom op's: parse/xla_counter_names.is_fallback_counter) that is not a value read (analyze/judge.is_value_read),
   in any step; one alert per op, at the user's line the site tracer found (it traces the
   steps after an op first appears; the alert waits for that), else at the line torch_xla's
   compile analyses name (detect/common.value_read_site), with its calls per step since

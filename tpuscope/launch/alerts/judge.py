@@ -83,7 +83,7 @@ class AlertJudge:
 
     # recompiles -----------------------------------------------------------------------------
     def _tables(self, meta: dict[str, Any], compiles: pd.DataFrame) -> Any:
-        from tpuscope.detect.registry import RunTables
+        from tpuscope.detect.tables import RunTables
 
         empty = pd.DataFrame()
         return RunTables(meta=meta, steps=empty, compiles=compiles, fallbacks=empty, metrics=empty,
