@@ -23,7 +23,7 @@ pytest_plugins = ["pytester"]
 # What loading the plugin imports of tpuscope: its own package, nothing that collects or reads.
 PLUGIN_MODULES = ["tpuscope", "tpuscope.pytest_plugin", "tpuscope.pytest_plugin.fixture",
                   "tpuscope.pytest_plugin.marker", "tpuscope.pytest_plugin.options",
-                  "tpuscope.pytest_plugin.session"]
+                  "tpuscope.pytest_plugin.session", "tpuscope.version"]
 
 needs_torch_xla = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
                                      reason="torch_xla is not installed")
