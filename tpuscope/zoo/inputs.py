@@ -1,0 +1,57 @@
+"""The inputs a scenario feeds a tiny model: random ids inside its vocabulary, labels per task.
+
+Built on the CPU with a fixed seed (the program moves them to the device), so every run of a
+cell sees the same batch and the shapes are exactly the ones the scenario names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BATCH = 2
+
+
+def _vocab(config: Any) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 256)
+
+
+def _ids(config: Any, batch: int, length: int) -> Any:
+    import torch
+
+    generator = torch.Generator().manual_seed(length)
+    return torch.randint(4, max(5, _vocab(config) - 8), (batch, length), generator=generator)
+
+
+def batch(task: str, config: Any, length: int) -> dict[str, Any]:
+    """One training batch of `length` tokens (no padding: every position is real)."""
+    import torch
+
+    ids = _ids(config, BATCH, length)
+    if task in ("causal-lm", "masked-lm"):
+        return {"input_ids": ids, "labels": ids.clone()}
+    if task == "seq2seq":
+        return {"input_ids": ids, "labels": _ids(config, BATCH, max(2, length // 2))}
+    if task == "seq-cls":
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0
+        return {"input_ids": ids, "labels": torch.tensor([0, 1][:BATCH])}
+    raise NotImplementedError(f"no training batch for task {task}")
+
+
+def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:
+    """One generation prompt: a single sequence with its attention mask."""
+    import torch
+
+    ids = _ids(config, 1, length)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def generate_kwargs(task: str, config: Any, static: bool) -> dict[str, Any]:
+    """Greedy decoding of a fixed number of tokens (no early end on EOS), a static cache if supported."""
+    kwargs: dict[str, Any] = {"do_sample": False, "min_new_tokens": None, "eos_token_id": None,
+                              "pad_token_id": 0}
+    kwargs.pop("min_new_tokens")
+    if static:
+        kwargs["cache_implementation"] = "static"
+    return kwargs
