@@ -6,6 +6,7 @@ cell sees the same batch and the shapes are exactly the ones the scenario names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 BATCH = 2
@@ -49,9 +50,24 @@ def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:
 
 def generate_kwargs(task: str, config: Any, static: bool) -> dict[str, Any]:
     """Greedy decoding of a fixed number of tokens (no early end on EOS), a static cache if supported."""
-    kwargs: dict[str, Any] = {"do_sample": False, "min_new_tokens": None, "eos_token_id": None,
-                              "pad_token_id": 0}
-    kwargs.pop("min_new_tokens")
+    kwargs: dict[str, Any] = {"do_sample": False, "eos_token_id": None, "pad_token_id": 0}
     if static:
         kwargs["cache_implementation"] = "static"
     return kwargs
+
+
+def token_marks(mark: Callable[[int], None]) -> Any:
+    """A LogitsProcessorList whose one processor calls mark(token index) and returns the scores
+    untouched: the counters read at each token, nothing added to the device graph."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class _Mark(LogitsProcessor):
+        def __init__(self) -> None:
+            self.token = 0
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            mark(self.token)
+            self.token += 1
+            return scores
+
+    return LogitsProcessorList([_Mark()])

@@ -7,7 +7,9 @@ warm-up for it, and `expected(truth)`: the findings the counters imply, as the r
   state), so with warm-up 2 nothing may compile in a judged step.
 - train-varlen: the same over lengths 16, 24, 16, 32: each new length compiles after warm-up.
 - generate: two identical generate() requests with a sync after each; warm-up 1 (the first
-  request), so the second request, which repeats the first, must compile nothing.
+  request), so the second request, which repeats the first, must compile nothing; and the
+  counters read at every token say whether the decode compiles again per token (a decode
+  token after the first compiling anything is a recompile: its shapes are the first's).
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 def expected(scenario: Scenario, truth: CellTruth) -> dict[str, object]:
     """The findings the counters imply: {'recompile': bool, 'cpu_fallback': sorted ops,
     'host_sync': bool, 'steps': the iteration count}."""
-    judged = truth.phases(scenario.phase)[scenario.warmup:]
-    reads = [truth.value_reads(p) for p in judged]
+    judged = truth.groups(scenario.phase)[scenario.warmup:]
+    reads = [truth.value_reads(g) for g in judged]
+    per_token = any(n > 0 for request in truth.per_token_compiles() for n in request[1:])
     return {
-        "recompile": any(truth.work(p).get("UncachedCompile", 0) > 0 for p in judged),
+        "recompile": per_token or any(truth.step_work(g).get("UncachedCompile", 0) > 0 for g in judged),
         "cpu_fallback": truth.fallback_ops,
         "host_sync": bool(reads) and sum(reads) / len(reads) >= 1,
         "steps": int(truth.extra.get("iterations", 0)),

@@ -45,11 +45,30 @@ class CellTruth:
         before, after = marks[i]["counters"], marks[i + 1]["counters"]
         return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
-    def per_phase(self, counter: str, prefix: str) -> list[int]:
-        return [self.work(p).get(counter, 0) for p in self.phases(prefix)]
+    def groups(self, prefix: str) -> list[list[str]]:
+        """The steps: each mark starting with prefix, with the sub-marks (e.g. "token:0:3") up
+        to the next step's mark or the end."""
+        out: list[list[str]] = []
+        for label in self.labels[:-1]:
+            if label.startswith(prefix):
+                out.append([label])
+            elif out and label != "end":
+                out[-1].append(label)
+        return out
 
-    def value_reads(self, label: str) -> int:
-        work = self.work(label)
+    def step_work(self, group: list[str]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for label in group:
+            for k, v in self.work(label).items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def per_phase(self, counter: str, prefix: str) -> list[int]:
+        """One counter's increments per step (a step's sub-marks summed in)."""
+        return [self.step_work(g).get(counter, 0) for g in self.groups(prefix)]
+
+    def value_reads(self, label: str | list[str]) -> int:
+        work = self.step_work([label] if isinstance(label, str) else label)
         return sum(work.get(name, 0) for name in VALUE_READS)
 
     @property
@@ -60,3 +79,10 @@ class CellTruth:
     def fallback_calls(self, prefix: str) -> dict[str, list[int]]:
         """Per fallback op, its calls in each phase."""
         return {op: self.per_phase(op, prefix) for op in self.fallback_ops}
+
+    def per_token_compiles(self) -> list[list[int]]:
+        """generate: UncachedCompile per token mark of each request (empty for other scenarios)."""
+        out: list[list[int]] = []
+        for group in self.groups("request:"):
+            out.append([self.work(label).get("UncachedCompile", 0) for label in group[1:]])
+        return out

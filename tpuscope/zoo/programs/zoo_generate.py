@@ -2,7 +2,9 @@
 
 Usage: zoo_generate.py MODEL_TYPE CLASS TASK REQUESTS NEW_TOKENS - with a static cache where the
 model supports one (`_can_compile_fullgraph`), else transformers' default (dynamic) cache. The
-second request repeats the first exactly: a correct XLA program compiles nothing for it.
+second request repeats the first exactly: a correct XLA program compiles nothing for it. A
+logits processor that returns the scores untouched marks the counters at every token (no device
+op added), so the truth also says whether the decode compiles again per token.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def main(model_type: str, class_name: str, task: str, requests: int, new_tokens:
         for request in range(requests):
             phase = f"request {request}"
             truth.mark(f"request:{request}")
+            marks = inputs.token_marks(lambda token, r=request: truth.mark(f"token:{r}:{token}"))
             with torch.no_grad():
-                model.generate(**prompt, max_new_tokens=new_tokens, **kwargs)  # zoo: generate
+                model.generate(**prompt, max_new_tokens=new_tokens, logits_processor=marks, **kwargs)  # zoo: generate
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
         truth.failed(exc, phase, "refused" if isinstance(exc, configs.NotTiny) else "error")
