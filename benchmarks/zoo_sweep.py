@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tpuscope.zoo import sweep
+from tpuscope.zoo.driver import run_sweep
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
               f"{' DISAGREES ' + '; '.join(record['disagreements']) if record.get('disagreements') else ''}",
               flush=True)
 
-    records = sweep.run_sweep(store, scenarios=("train", "generate"), tasks=["causal-lm"], jobs=1,
+    records = run_sweep(store, scenarios=("train", "generate"), tasks=["causal-lm"], jobs=1,
                               timeout=900, on_cell=said, progress=False)
     from tpuscope.zoo import table  # at the end: the table module may be newer than the sweep
 

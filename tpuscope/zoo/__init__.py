@@ -11,7 +11,7 @@ from typing import Any
 
 
 def sweep(*args: Any, **kwargs: Any) -> Any:
-    """`tpuscope.zoo.sweep.run_sweep` (imported on use: the package stays light)."""
-    from tpuscope.zoo.sweep import run_sweep
+    """`tpuscope.zoo.driver.run_sweep` (imported on use: the package stays light)."""
+    from tpuscope.zoo.driver import run_sweep
 
     return run_sweep(*args, **kwargs)

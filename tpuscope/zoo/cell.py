@@ -142,7 +142,9 @@ def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any
 def _finding(f: dict[str, Any]) -> dict[str, Any]:
     ev = f.get("evidence") or {}
     sites = [s.get("location") for s in ev.get("sites") or [] if isinstance(s, dict)]
+    causes = [c.get("cause") for c in ev.get("compiles") or [] if isinstance(c, dict) and c.get("cause")]
     return {"rule": f.get("rule"), "location": f.get("location"), "title": f.get("title"),
+            "cause": causes[0] if causes else None,
             "op": ev.get("op"), "per_step": ev.get("per_step") or ev.get("reads_per_step"),
             "sites": [s for s in sites if s][:3]}
 
