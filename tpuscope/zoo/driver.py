@@ -1,8 +1,9 @@
 """The sweep driver: the catalog's cells, sharded, resumed, run N at a time, with a progress bar.
 
 Each cell is its own process (cell.run_cell); the driver only waits on them, so -j N threads
-here are N cell processes at once. `shard=(k, n)` keeps every n-th cell starting at the k-th
-(1-based): n machines with the same arguments split one sweep into one store. A cell whose record
+here are N cell processes at once. `shard=(k, n)` keeps every n-th model type starting at the
+k-th (1-based), with all its cells: n machines with the same arguments split one sweep into one
+store. A cell whose record
 exists is finished and skipped (resume), unless its status is in `retry`.
 """
 
@@ -37,9 +38,11 @@ def plan(scenarios: Iterable[str] = DEFAULT_SCENARIOS, tasks: Iterable[str] | No
          shard: tuple[int, int] | None = None) -> list[tuple[catalog.Entry, str]]:
     """The cells a sweep with these arguments covers (finished or not), in run order."""
     cells = catalog.cells(catalog.select(catalog.entries(tasks), only, exclude), scenarios)
-    if shard:
+    if shard:  # by model type: a type's cells stay together on one machine
         k, n = shard
-        cells = cells[k - 1::n]
+        types = list(dict.fromkeys(entry.model_type for entry, _ in cells))
+        mine = set(types[k - 1::n])
+        cells = [(entry, scenario) for entry, scenario in cells if entry.model_type in mine]
     return cells
 
 
