@@ -49,8 +49,11 @@ def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:
 
 
 def generate_kwargs(task: str, config: Any, static: bool) -> dict[str, Any]:
-    """Greedy decoding of a fixed number of tokens (no early end on EOS), a static cache if supported."""
-    kwargs: dict[str, Any] = {"do_sample": False, "eos_token_id": None, "pad_token_id": 0}
+    """Greedy decoding as users call it (the model's own EOS and stopping criteria kept), a pad
+    id when the config has none, a static cache if supported."""
+    kwargs: dict[str, Any] = {"do_sample": False}
+    if getattr(config, "pad_token_id", None) is None:
+        kwargs["pad_token_id"] = 0
     if static:
         kwargs["cache_implementation"] = "static"
     return kwargs
