@@ -116,8 +116,13 @@ def overrides(default: Any) -> dict[str, Any]:
         value = attrs.get(key)
         if isinstance(value, int) and value > 0 and key != "num_key_value_groups":
             out[key] = 1 if value == 1 else (HEADS if value >= heads else 2)
-    if "head_dim" in attrs and attrs["head_dim"] is None:
-        out.pop("head_dim", None)
+    for key in ("head_dim", "moe_intermediate_size"):  # None = "derive it": some models cannot
+        if key in attrs and attrs[key] is None:
+            out[key] = _SIZES[key]
+    for key in ("num_key_value_heads",):  # None = as many as the query heads
+        if key in attrs and attrs[key] is None:
+            out[key] = HEADS
+    out.update(_ssm(attrs))
     layers_key = next((k for k in LAYERS if isinstance(attrs.get(k), int)), None)
     if layers_key:
         layers = attrs[layers_key]
@@ -135,6 +140,19 @@ def overrides(default: Any) -> dict[str, Any]:
         if isinstance(attrs.get(key), dict) and _rope(attrs[key], head_dim) != attrs[key]:
             out[key] = _rope(attrs[key], head_dim)
     out.update(_token_ids(attrs, out.get("vocab_size", attrs.get("vocab_size"))))
+    return out
+
+
+def _ssm(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Mamba's rule: heads x head dim = expand x hidden (the SSM's inner width)."""
+    out: dict[str, Any] = {}
+    for expand, heads, head_dim in (("expand", "num_heads", "head_dim"),
+                                    ("mamba_expand", "mamba_n_heads", "mamba_d_head")):
+        if isinstance(attrs.get(expand), int) and head_dim in attrs and heads in attrs:
+            out[heads] = HEADS
+            out[head_dim] = HIDDEN * attrs[expand] // HEADS
+            if isinstance(attrs.get("mamba_d_ssm"), int):
+                out["mamba_d_ssm"] = HIDDEN * attrs[expand]
     return out
 
 
