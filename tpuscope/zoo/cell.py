@@ -4,6 +4,8 @@ The scenario's program is copied into the cell's folder (<store>/zoo/work/<type>
 run as `python3 -m tpuscope run --name zoo/<type>/<scenario> python <program> ...`, with
 ZOO_TRUTH naming the file its in-process counters go to. Whatever happens (a crash, a hang, an
 op that raises on XLA, a config too big) the cell ends as a record with a status and a reason
+(an error is run again on the plain CPU: `error` when only XLA fails, `fails-on-cpu-too` when
+the model or its tiny config fails anyway)
 (<store>/zoo/cells/<type>.<scenario>.json): never an exception out of the sweep. A finished
 cell's record carries the truth, what tpuscope said and whether they agree.
 """
@@ -112,7 +114,7 @@ def _status(code: int | None, stderr: str, truth: CellTruth | None, timeout: flo
     if truth is not None and truth.error:
         err = truth.error
         return {"status": err["status"], "reason": f"{err['type']}: {err['message']}", "phase": err["phase"],
-                "where": err.get("where")}
+                "where": err.get("where"), "cpu_error": err.get("cpu_error")}
     if code != 0 or truth is None or "end" not in truth.labels:
         return {"status": "crash", "reason": f"exit {code}: {_last_error(stderr)}"}
     return {"status": "ok", "reason": ""}

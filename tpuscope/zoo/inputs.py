@@ -74,3 +74,20 @@ def token_marks(mark: Callable[[int], None]) -> Any:
             return scores
 
     return LogitsProcessorList([_Mark()])
+
+
+def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> str | None:
+    """The same tiny model and inputs on the plain CPU (no XLA): the error there, or None when it
+    runs. A cell that fails on XLA but runs here is XLA's problem; one that fails here too is the
+    model's (or the tiny config's)."""
+    from tpuscope.zoo import configs
+
+    try:
+        config, model, _ = configs.build(model_type, class_name, decoder=task == "causal-lm")
+        if scenario == "generate":
+            model.eval().generate(**prompt(task, config), max_new_tokens=2, **generate_kwargs(task, config, False))
+        else:
+            model.train()(**batch(task, config, 16)).loss.backward()
+    except Exception as exc:  # the reason is the result
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    return None

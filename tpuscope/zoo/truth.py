@@ -50,12 +50,12 @@ def finish(**notes: Any) -> None:
     _write()
 
 
-def failed(exc: BaseException, phase: str, status: str = "error") -> None:
+def failed(exc: BaseException, phase: str, status: str = "error", cpu_error: str | None = None) -> None:
     """The program raised in `phase` (build, a step, generate): the reason kept for the table."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in reversed(frames)
                   if "transformers" in f.filename), None)
     _state["error"] = {"status": status, "phase": phase, "type": type(exc).__name__,
                        "message": str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "",
-                       "where": where}
+                       "where": where, "cpu_error": cpu_error}
     _write()

@@ -34,7 +34,9 @@ def main(model_type: str, class_name: str, task: str, requests: int, new_tokens:
                 model.generate(**prompt, max_new_tokens=new_tokens, logits_processor=marks, **kwargs)  # zoo: generate
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
-        truth.failed(exc, phase, "refused" if isinstance(exc, configs.NotTiny) else "error")
+        status = "refused" if isinstance(exc, configs.NotTiny) else "error"
+        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "generate")
+        truth.failed(exc, phase, "fails-on-cpu-too" if cpu else status, cpu_error=cpu)
         raise
     truth.finish(iterations=requests, params=params, static_cache=static)
     return 0

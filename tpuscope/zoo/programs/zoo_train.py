@@ -32,7 +32,9 @@ def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[
             optimizer.zero_grad()
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
-        truth.failed(exc, phase, "refused" if isinstance(exc, configs.NotTiny) else "error")
+        status = "refused" if isinstance(exc, configs.NotTiny) else "error"
+        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "train")
+        truth.failed(exc, phase, "fails-on-cpu-too" if cpu else status, cpu_error=cpu)
         raise
     truth.finish(iterations=steps, params=params, lengths=lengths)
     return 0
