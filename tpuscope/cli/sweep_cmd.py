@@ -9,7 +9,7 @@ import click
 
 from tpuscope.cli.options import store_option
 
-_SCENARIOS = ("train", "generate", "train-varlen")
+_SCENARIOS = ("train", "generate", "train-varlen", "eager")
 _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
 
 

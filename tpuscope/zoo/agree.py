@@ -16,7 +16,7 @@ def said(findings: list[dict[str, Any]], steps: int | None) -> dict[str, object]
     rules = {f.get("rule") for f in findings}
     ops = sorted({str((f.get("evidence") or {}).get("op")) for f in findings if f.get("rule") == "cpu_fallback"})
     return {"recompile": "recompile" in rules, "cpu_fallback": ops, "host_sync": "host_sync" in rules,
-            "steps": steps}
+            "steps": steps, "op_by_op": "op_by_op" in rules}
 
 
 def disagreements(expected: dict[str, object], told: dict[str, object]) -> list[str]:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "train-varlen", "eager")),
     "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", ("train", "train-varlen", "eager")),
-    "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("train", "generate")),
+    "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "eager")),
     "seq-cls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
-    "image-cls": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
+    "image-cls": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", ()),  # no image inputs yet
 }
 
 

@@ -6,6 +6,9 @@ warm-up for it, and `expected(truth)`: the findings the counters imply, as the r
 - train: AdamW steps on one static batch; steps 0-1 compile (the step, then the optimizer's
   state), so with warm-up 2 nothing may compile in a judged step.
 - train-varlen: the same over lengths 16, 24, 16, 32: each new length compiles after warm-up.
+- eager: the train loop in torch_xla's eager mode (op by op): torch_xla's EagerOpExecuteTime
+  metric samples every op run eagerly; tpuscope must report `op_by_op` iff a judged step has
+  such samples (so in no other scenario).
 - generate: two identical generate() requests with a sync after each; warm-up 1 (the first
   request), so the second request, which repeats the first, must compile nothing; and the
   counters read at every token say whether the decode compiles again per token (a decode
@@ -32,6 +35,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("train", "zoo_train.py", ("4", "16"), 2, "step:"),
     Scenario("train-varlen", "zoo_train.py", ("6", "16,16,24,16,32,16"), 2, "step:"),
     Scenario("generate", "zoo_generate.py", ("2", "4"), 1, "request:"),
+    Scenario("eager", "zoo_train.py", ("3", "16", "eager"), 1, "step:"),
 ]}
 
 
@@ -46,4 +50,5 @@ def expected(scenario: Scenario, truth: CellTruth) -> dict[str, object]:
         "cpu_fallback": truth.fallback_ops,
         "host_sync": bool(reads) and sum(reads) / len(reads) >= 1,
         "steps": int(truth.extra.get("iterations", 0)),
+        "op_by_op": any(truth.step_work(g).get("metric:EagerOpExecuteTime", 0) > 0 for g in judged),
     }

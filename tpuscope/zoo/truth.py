@@ -23,8 +23,11 @@ _state: dict[str, Any] = {"marks": [], "extra": {}}
 def _counters() -> dict[str, int]:
     import torch_xla.debug.metrics as met
 
-    return {name: int(met.counter_value(name) or 0) for name in met.counter_names()
-            if not name.startswith(_LOWERED)}
+    counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()
+                if not name.startswith(_LOWERED)}
+    data = met.metric_data("EagerOpExecuteTime")  # one sample per op run eagerly
+    counters["metric:EagerOpExecuteTime"] = int(data[0]) if data else 0
+    return counters
 
 
 def mark(label: str) -> None:

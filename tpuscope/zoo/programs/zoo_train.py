@@ -1,7 +1,8 @@
 """Zoo scenario `train` (and `train-varlen`): a few AdamW steps of one tiny model, lazy mode.
 
-Usage: zoo_train.py MODEL_TYPE CLASS TASK STEPS [LENGTHS] - LENGTHS is a comma list of sequence
-lengths, one per step in turn (a single length = static shapes). The loop is the plain torch_xla
+Usage: zoo_train.py MODEL_TYPE CLASS TASK STEPS [LENGTHS [eager]] - LENGTHS is a comma list of
+sequence lengths, one per step in turn (a single length = static shapes); `eager` turns on
+torch_xla's eager mode first (op by op, as pytorch/xla's eager examples do). The loop is the plain torch_xla
 idiom: forward with labels, backward, optimizer step, `torch_xla.sync()`; nothing is read back.
 """
 
@@ -11,11 +12,14 @@ import sys
 
 import torch
 import torch_xla
+import torch_xla.experimental
 
 from tpuscope.zoo import configs, inputs, truth
 
 
-def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[int]) -> int:
+def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[int], eager: bool) -> int:
+    if eager:
+        torch_xla.experimental.eager_mode(True)  # zoo: eager-on
     device = torch_xla.device()
     phase = "build"
     try:
@@ -42,4 +46,4 @@ def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[
 
 if __name__ == "__main__":
     lengths = [int(n) for n in (sys.argv[5] if len(sys.argv) > 5 else "16").split(",")]
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), lengths))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), lengths, sys.argv[6:7] == ["eager"]))
