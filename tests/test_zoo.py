@@ -6,7 +6,8 @@ sweep (docs/zoo.md): llama `train` (clean: compiles at steps 0-1 only), gpt2 `ge
 fallback, aten::isin in generate's stopping criteria; value reads; the decode compiling again
 per token), mixtral `train` (an MoE whose default experts kernel raises on XLA: histc on int
 tensors falls back to the CPU, which has no int histc: a recorded error naming transformers'
-line), jetmoe `train` (an MoE that aborts the process inside XLA: a recorded crash). One sweep
+line), jetmoe `train` (an MoE that aborts the process inside XLA: a recorded crash), llama
+`eager` (torch_xla's eager mode: op by op, and only there). One sweep
 of those cells runs once per session through the CLI; the other tests reuse its store.
 """
 
@@ -26,7 +27,7 @@ from tpuscope.zoo.driver import plan
 
 pytestmark = pytest.mark.slow
 
-SUBSET = (("llama", "train"), ("gpt2", "generate"), ("mixtral", "train"), ("jetmoe", "train"))
+SUBSET = (("llama", "train"), ("gpt2", "generate"), ("mixtral", "train"), ("jetmoe", "train"), ("llama", "eager"))
 
 
 def _sweep(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +38,7 @@ def _sweep(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, str], dict[str, Any]]]:
     """(store, {(type, scenario): record}) of the CI subset, swept once (one CLI call per scenario)."""
     store = tmp_path_factory.mktemp("zoo-store")
-    for scenario in ("train", "generate"):
+    for scenario in ("train", "generate", "eager"):
         only = [arg for t, s in SUBSET if s == scenario for arg in ("--only", t)]
         proc = _sweep(store, "--task", "causal-lm", "--scenario", scenario, *only)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -100,7 +101,8 @@ def test_a_build_that_is_not_tiny_is_refused_before_any_weight() -> None:
 def test_every_cell_that_ran_agrees_with_its_counters(zoo) -> None:
     _, records = zoo
     ran = [r for r in records.values() if r["status"] == "ok"]
-    assert {(r["model_type"], r["scenario"]) for r in ran} == {("llama", "train"), ("gpt2", "generate")}
+    assert {(r["model_type"], r["scenario"]) for r in ran} == {("llama", "train"), ("gpt2", "generate"),
+                                                                ("llama", "eager")}
     for r in ran:
         assert r["disagreements"] == [], (r["model_type"], r["scenario"], r["disagreements"])
 
@@ -125,6 +127,13 @@ def test_gpt2_generate_falls_back_reads_and_compiles_per_token(zoo) -> None:
     assert set(rules) == {"cpu_fallback", "host_sync", "recompile"}
     assert rules["cpu_fallback"]["op"] == "aten::isin.Tensor_Tensor"
     assert rules["recompile"]["location"].endswith("zoo_generate.py:" + str(_line("zoo_generate.py", "generate")))
+
+
+def test_eager_mode_is_op_by_op_at_the_line_that_turns_it_on(zoo) -> None:
+    record = zoo[1][("llama", "eager")]
+    assert all(n > 20 for n in record["truth"]["executions"])  # one execution per op
+    assert [f["rule"] for f in record["findings"]] == ["op_by_op"]
+    assert record["findings"][0]["location"].endswith(f"zoo_train.py:{_line('zoo_train.py', 'eager-on')}")
 
 
 def test_an_op_raising_on_xla_is_a_recorded_error_with_transformers_line(zoo) -> None:
@@ -165,10 +174,10 @@ def test_the_table_outputs_and_duckdb(zoo) -> None:
     assert "0 disagreements" in text and "| gpt2 | generate | ok |" in text
     rows = duckdb.sql(f"SELECT model_type, status, agrees FROM '{folder / 'cells.parquet'}' "
                       "ORDER BY model_type").fetchall()
-    assert rows == [("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True),
+    assert rows == [("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True), ("llama", "ok", True),
                     ("mixtral", "error", None)]
     summary = table.summarize(list(records.values()))
-    assert summary["judged"] == 2 and summary["disagreements"] == 0 and summary["cells"] == 4
+    assert summary["judged"] == 3 and summary["disagreements"] == 0 and summary["cells"] == 5
 
 
 def _line(program: str, name: str) -> int:

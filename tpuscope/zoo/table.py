@@ -50,6 +50,7 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
         "fallback_ops": "; ".join(fallbacks),
         "reads_per_step": _per_step(truth.get("reads") or []) if ok else None,
         "uncached_per_step": " ".join(str(n) for n in truth.get("uncached") or []),
+        "executions_per_step": _per_step(truth.get("executions") or []) if ok else None,
         "step_ms": round(summary["step_time_p50_ms"], 1) if summary.get("step_time_p50_ms") else None,
         "clean": ok and not any(f.get("rule") in RULES for f in findings),
         "agrees": (not record.get("disagreements")) if ok else None,
