@@ -7,7 +7,8 @@ fallback, aten::isin in generate's stopping criteria; value reads; the decode co
 per token), mixtral `train` (an MoE whose default experts kernel raises on XLA: histc on int
 tensors falls back to the CPU, which has no int histc: a recorded error naming transformers'
 line), jetmoe `train` (an MoE that aborts the process inside XLA: a recorded crash), llama
-`eager` (torch_xla's eager mode: op by op, and only there). One sweep
+`eager` (torch_xla's eager mode: op by op, and only there), bart `train` (its forward reads a
+value from the device every step). One sweep
 of those cells runs once per session through the CLI; the other tests reuse its store.
 """
 
@@ -27,7 +28,8 @@ from tpuscope.zoo.driver import plan
 
 pytestmark = pytest.mark.slow
 
-SUBSET = (("llama", "train"), ("gpt2", "generate"), ("mixtral", "train"), ("jetmoe", "train"), ("llama", "eager"))
+SUBSET = (("llama", "train"), ("gpt2", "generate"), ("mixtral", "train"), ("jetmoe", "train"), ("llama", "eager"),
+          ("bart", "train"))
 
 
 def _sweep(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -102,7 +104,7 @@ def test_every_cell_that_ran_agrees_with_its_counters(zoo) -> None:
     _, records = zoo
     ran = [r for r in records.values() if r["status"] == "ok"]
     assert {(r["model_type"], r["scenario"]) for r in ran} == {("llama", "train"), ("gpt2", "generate"),
-                                                                ("llama", "eager")}
+                                                                ("llama", "eager"), ("bart", "train")}
     for r in ran:
         assert r["disagreements"] == [], (r["model_type"], r["scenario"], r["disagreements"])
 
@@ -127,6 +129,13 @@ def test_gpt2_generate_falls_back_reads_and_compiles_per_token(zoo) -> None:
     assert set(rules) == {"cpu_fallback", "host_sync", "recompile"}
     assert rules["cpu_fallback"]["op"] == "aten::isin.Tensor_Tensor"
     assert rules["recompile"]["location"].endswith("zoo_generate.py:" + str(_line("zoo_generate.py", "generate")))
+
+
+def test_a_forward_that_reads_a_value_every_step_is_a_host_sync_at_the_forward_line(zoo) -> None:
+    record = zoo[1][("bart", "train")]
+    assert record["truth"]["reads"] == [1, 1, 1, 1] and record["truth"]["uncached"][2:] == [0, 0]
+    assert [f["rule"] for f in record["findings"]] == ["host_sync"]
+    assert record["findings"][0]["location"].endswith(f"zoo_train.py:{_line('zoo_train.py', 'forward')}")
 
 
 def test_eager_mode_is_op_by_op_at_the_line_that_turns_it_on(zoo) -> None:
@@ -174,10 +183,11 @@ def test_the_table_outputs_and_duckdb(zoo) -> None:
     assert "0 disagreements" in text and "| gpt2 | generate | ok |" in text
     rows = duckdb.sql(f"SELECT model_type, status, agrees FROM '{folder / 'cells.parquet'}' "
                       "ORDER BY model_type").fetchall()
-    assert rows == [("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True), ("llama", "ok", True),
-                    ("mixtral", "error", None)]
+    assert rows == [("bart", "ok", True),
+        ("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True), ("llama", "ok", True),
+        ("mixtral", "error", None)]
     summary = table.summarize(list(records.values()))
-    assert summary["judged"] == 3 and summary["disagreements"] == 0 and summary["cells"] == 5
+    assert summary["judged"] == 4 and summary["disagreements"] == 0 and summary["cells"] == 6
 
 
 def _line(program: str, name: str) -> int:
