@@ -39,7 +39,7 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
     truth, summary = record.get("truth") or {}, record.get("summary") or {}
     findings = record.get("findings") or []
     ok = record.get("status") == "ok" and "said" in record
-    fallbacks = [f"{f['op']} ({f.get('per_step')}/step{' at ' + f['sites'][0] if f.get('sites') else ''})"
+    fallbacks = [f"{f['op']} ({f.get('per_step')}/step{' at ' + Path(f['sites'][0]).name if f.get('sites') else ''})"
                  for f in findings if f.get("rule") == "cpu_fallback"]
     return {
         "model_type": record["model_type"], "task": record.get("task"), "scenario": record["scenario"],
