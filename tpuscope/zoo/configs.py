@@ -53,12 +53,20 @@ class NotTiny(ValueError):
     """A scaled-down config that would still build a model too large to run here."""
 
 
+def _index_lists(default: Any, layers: int) -> dict[str, list[int]]:
+    """Lists of layer indices (attn_layer_indices, full_attn_idxs, ...): which layers are of a kind."""
+    return {k: list(v) for k, v in vars(default).items()
+            if k.endswith(("indices", "idxs", "layer_ids")) and isinstance(v, list | tuple) and v
+            and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in v)}
+
+
 def _layer_indices(default: Any, layers: int) -> list[int] | None:
-    """One layer of each distinct kind in the config's per-layer lists (at least 2 layers, at
-    most 4), or None when the config has no per-layer list."""
+    """One layer of each distinct kind in the config's per-layer lists and layer-index lists (at
+    least 2 layers, at most 4), or None when the config has neither."""
     lists = [v for v in vars(default).values()
              if isinstance(v, list | tuple) and len(v) == layers and layers > 2]
-    if not lists:
+    lists += [[i in members for i in range(layers)] for members in _index_lists(default, layers).values()]
+    if not lists or layers <= 2:
         return None
     firsts: dict[Any, int] = {}
     for i, kinds in enumerate(zip(*lists, strict=True)):
@@ -135,6 +143,8 @@ def overrides(default: Any) -> dict[str, Any]:
             for key, value in attrs.items():
                 if isinstance(value, list | tuple) and len(value) == layers:
                     out[key] = [value[i] for i in keep]
+            for key, members in _index_lists(default, layers).items():
+                out[key] = [n for n, i in enumerate(keep) if i in members]
     head_dim = out.get("head_dim", HEAD_DIM)
     for key in ("rope_parameters", "rope_scaling"):
         if isinstance(attrs.get(key), dict) and _rope(attrs[key], head_dim) != attrs[key]:
