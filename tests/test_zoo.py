@@ -193,3 +193,17 @@ def test_the_table_outputs_and_duckdb(zoo) -> None:
 def _line(program: str, name: str) -> int:
     text = (Path(configs.__file__).parent / "programs" / program).read_text().splitlines()
     return next(i for i, line in enumerate(text, 1) if line.rstrip().endswith(f"# zoo: {name}"))
+
+
+def test_the_dashboard_zoo_page_lists_every_cell_linking_its_run(zoo) -> None:
+    from dashboards.app import route
+    from dashboards.data import StoreData
+
+    store, records = zoo
+    page = route(StoreData(str(store)), "/zoo")
+    grid = next(c for c in page.children if getattr(c, "id", None) == "zoo-grid")
+    rows = {r["link"]: r for r in grid.rowData}
+    assert set(rows) == {f"{t}/{s}" for t, s in SUBSET}
+    assert rows["llama/train"]["run_id"] == records[("llama", "train")]["run_id"]  # RunLink's target
+    assert rows["llama/train"]["agrees"] == "yes" and rows["jetmoe/train"]["status"] == "crash"
+    assert "0 disagreements" in page.children[0].children[1].children
