@@ -20,7 +20,18 @@ from dash import Dash, Input, Output, dcc, html
 
 from .components import error_page
 from .data import RunNotFound, StoreData
-from .pages import churn, compare, fallbacks, hosts, overview, recompiles, runs, tensorcore, trace
+from .pages import (
+    churn,
+    compare,
+    fallbacks,
+    hosts,
+    overview,
+    recompiles,
+    runs,
+    tensorcore,
+    trace,
+    zoo,
+)
 
 ALLOWED_HOSTS = "TPUSCOPE_ALLOWED_HOSTS"  # Flask config key: Host values answered, None = any
 
@@ -46,6 +57,8 @@ def route(data: StoreData, pathname: str | None) -> Any:
         if parts[0] == "run" and len(parts) in (2, 3) and (parts[2] if len(parts) == 3 else "") in RUN_PAGES:
             data.run_dir(parts[1])
             return RUN_PAGES[parts[2] if len(parts) == 3 else ""](data, parts[1])
+        if parts == ["zoo"]:
+            return zoo.layout(data)
         if parts[0] == "compare" and len(parts) == 3:
             data.run_dir(parts[1])
             data.run_dir(parts[2])
@@ -64,6 +77,7 @@ def _shell() -> html.Div:
         html.Header(className="topbar", children=[
             dcc.Link("tpuscope", href="/", className="brand"),
             dcc.Link("Runs", href="/", className="nav"),
+            dcc.Link("Zoo", href="/zoo", className="nav"),
         ]),
         # only a new page shows the spinner: a live run's pages re-read it every 2 s in place
         dcc.Loading(html.Main(id="page"), type="dot", delay_show=400, target_components={"page": "children"}),

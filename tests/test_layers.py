@@ -24,7 +24,7 @@ FLOORS: dict[str, int] = {
     "store": 2, "parse": 2,
     "analyze": 3,
     "detect": 4, "collect": 4, "ingest": 4,
-    "report": 5, "launch": 5,
+    "report": 5, "launch": 5, "zoo": 5,
     "_boot": 6, "watch": 6, "bench": 6, "dashboards": 6,
     "cli": 7, "pytest_plugin": 7,
     "__main__": 8, "": 8,  # the package face `tpuscope`: the public API, loaded lazily

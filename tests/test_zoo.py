@@ -1,0 +1,209 @@
+"""The zoo (`tpuscope sweep`): tiny Hugging Face models through tpuscope, each cell checked
+against the counters measured inside its own process.
+
+The CI subset is chosen to cover every rule and every way a cell ends, found by running the
+sweep (docs/zoo.md): llama `train` (clean: compiles at steps 0-1 only), gpt2 `generate` (a CPU
+fallback, aten::isin in generate's stopping criteria; value reads; the decode compiling again
+per token), mixtral `train` (an MoE whose default experts kernel raises on XLA: histc on int
+tensors falls back to the CPU, which has no int histc: a recorded error naming transformers'
+line), jetmoe `train` (an MoE that aborts the process inside XLA: a recorded crash), llama
+`eager` (torch_xla's eager mode: op by op, and only there), bart `train` (its forward reads a
+value from the device every step). One sweep
+of those cells runs once per session through the CLI; the other tests reuse its store.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_tpuscope
+from tpuscope.zoo import catalog, configs, table
+from tpuscope.zoo.cell import run_cell
+from tpuscope.zoo.driver import plan
+
+pytestmark = pytest.mark.slow
+
+SUBSET = (("llama", "train"), ("gpt2", "generate"), ("mixtral", "train"), ("jetmoe", "train"), ("llama", "eager"),
+          ("bart", "train"))
+
+
+def _sweep(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_tpuscope("sweep", "--store", str(store), "--quiet", "--json", *args, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, str], dict[str, Any]]]:
+    """(store, {(type, scenario): record}) of the CI subset, swept once (one CLI call per scenario)."""
+    store = tmp_path_factory.mktemp("zoo-store")
+    for scenario in ("train", "generate", "eager"):
+        only = [arg for t, s in SUBSET if s == scenario for arg in ("--only", t)]
+        proc = _sweep(store, "--task", "causal-lm", "--scenario", scenario, *only)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        json.loads(proc.stdout)
+    records = {(r["model_type"], r["scenario"]): r for r in table.load_records(store)}
+    assert set(records) == set(SUBSET)
+    return store, records
+
+
+# the catalog and the configs (no device, no run) -------------------------------------------------
+
+def test_catalog_is_transformers_registry_causal_lm_first() -> None:
+    entries = catalog.entries()
+    causal = [e for e in entries if e.task == "causal-lm"]
+    assert len(causal) == 196  # transformers 5.24.0's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    assert entries[: len(causal)] == causal
+    assert [e.model_type for e in catalog.select(causal, ["gpt*"], ["gpt_neo*"])][:3] == ["gpt-sw3", "gpt2",
+                                                                                        "gpt_bigcode"]
+
+
+def test_shards_split_model_types_without_overlap() -> None:
+    everything = plan(("train", "generate"), ["causal-lm"], ["l*"])
+    parts = [plan(("train", "generate"), ["causal-lm"], ["l*"], shard=(k, 3)) for k in (1, 2, 3)]
+    assert sorted(map(repr, everything)) == sorted(repr(c) for part in parts for c in part)
+    types = [{e.model_type for e, _ in part} for part in parts]
+    assert not (types[0] & types[1] or types[1] & types[2] or types[0] & types[2])
+    assert all(s in ("train", "generate") for part in parts for _, s in part)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "mixtral", "gemma3_text", "qwen3_next", "gpt2",
+                                        "deepseek_v3", "falcon"])
+def test_tiny_configs_keep_the_architecture(model_type: str) -> None:
+    from transformers import CONFIG_MAPPING
+
+    default = CONFIG_MAPPING[model_type]()
+    tiny = configs.tiny_config(model_type, decoder=True)
+    cls = dict((e.model_type, e.class_name) for e in catalog.entries(["causal-lm"]))[model_type]
+    assert configs.count_params(tiny, cls) < 2_000_000
+    heads = getattr(default, "num_attention_heads", None)
+    kv = getattr(default, "num_key_value_heads", None)
+    if heads and kv:  # MQA stays MQA, GQA stays grouped, MHA stays MHA
+        want = 1 if kv == 1 else (configs.HEADS if kv >= heads else 2)
+        assert tiny.num_key_value_heads == want
+    for key in ("layer_types",):  # one layer of every kind the full model has
+        if isinstance(getattr(default, key, None), list):
+            assert set(getattr(tiny, key)) == set(getattr(default, key))
+            assert len(getattr(tiny, key)) == tiny.num_hidden_layers
+    if getattr(default, "num_local_experts", None) or getattr(default, "n_routed_experts", None):
+        experts = getattr(tiny, "num_local_experts", None) or tiny.n_routed_experts
+        assert experts == 4 and tiny.num_experts_per_tok <= 2
+
+
+def test_a_build_that_is_not_tiny_is_refused_before_any_weight() -> None:
+    with pytest.raises(configs.NotTiny, match="parameters after shrinking"):
+        configs.build("llama", "LlamaForCausalLM", decoder=True, max_params=1000)
+
+
+# the CI subset: findings against the counters --------------------------------------------------
+
+def test_every_cell_that_ran_agrees_with_its_counters(zoo) -> None:
+    _, records = zoo
+    ran = [r for r in records.values() if r["status"] == "ok"]
+    assert {(r["model_type"], r["scenario"]) for r in ran} == {("llama", "train"), ("gpt2", "generate"),
+                                                                ("llama", "eager"), ("bart", "train")}
+    for r in ran:
+        assert r["disagreements"] == [], (r["model_type"], r["scenario"], r["disagreements"])
+
+
+def test_llama_train_is_clean_after_the_optimizer_step(zoo) -> None:
+    record = zoo[1][("llama", "train")]
+    assert record["truth"]["uncached"] == [1, 1, 0, 0]  # the step, then AdamW's state; cached after
+    assert record["truth"]["fallbacks"] == {} and record["truth"]["reads"] == [0, 0, 0, 0]
+    assert record["findings"] == [] and record["summary"]["steps"] == 4
+    assert record["run_id"].startswith("zoo-llama-train-")
+
+
+def test_gpt2_generate_falls_back_reads_and_compiles_per_token(zoo) -> None:
+    record = zoo[1][("gpt2", "generate")]
+    truth = record["truth"]
+    assert list(truth["fallbacks"]) == ["aten::isin.Tensor_Tensor"]
+    assert all(n > 0 for n in truth["fallbacks"]["aten::isin.Tensor_Tensor"])
+    assert truth["uncached"][1] == 0  # the second, identical request compiles nothing
+    assert any(n > 0 for n in truth["per_token"][0][1:])  # but the first compiled at every token
+    assert all(n > 0 for n in truth["reads"])
+    rules = {f["rule"]: f for f in record["findings"]}
+    assert set(rules) == {"cpu_fallback", "host_sync", "recompile"}
+    assert rules["cpu_fallback"]["op"] == "aten::isin.Tensor_Tensor"
+    assert rules["recompile"]["location"].endswith("zoo_generate.py:" + str(_line("zoo_generate.py", "generate")))
+
+
+def test_a_forward_that_reads_a_value_every_step_is_a_host_sync_at_the_forward_line(zoo) -> None:
+    record = zoo[1][("bart", "train")]
+    assert record["truth"]["reads"] == [1, 1, 1, 1] and record["truth"]["uncached"][2:] == [0, 0]
+    assert [f["rule"] for f in record["findings"]] == ["host_sync"]
+    assert record["findings"][0]["location"].endswith(f"zoo_train.py:{_line('zoo_train.py', 'forward')}")
+
+
+def test_eager_mode_is_op_by_op_at_the_line_that_turns_it_on(zoo) -> None:
+    record = zoo[1][("llama", "eager")]
+    assert all(n > 20 for n in record["truth"]["executions"])  # one execution per op
+    assert [f["rule"] for f in record["findings"]] == ["op_by_op"]
+    assert record["findings"][0]["location"].endswith(f"zoo_train.py:{_line('zoo_train.py', 'eager-on')}")
+
+
+def test_an_op_raising_on_xla_is_a_recorded_error_with_transformers_line(zoo) -> None:
+    record = zoo[1][("mixtral", "train")]
+    assert record["status"] == "error" and record["phase"] == "step 0"
+    assert "histogram_cpu" in record["reason"]
+    assert record["where"].startswith("transformers/integrations/moe.py:")
+
+
+def test_a_process_that_aborts_is_a_recorded_crash(zoo) -> None:
+    record = zoo[1][("jetmoe", "train")]
+    assert record["status"] == "crash" and record["exit_code"] < 0 and "Check failed" in record["reason"]
+
+
+def test_resume_skips_finished_cells(zoo) -> None:
+    store, records = zoo
+    runs_before = sorted(p.name for p in store.iterdir() if p.name.startswith("zoo-"))
+    proc = _sweep(store, "--task", "causal-lm", "--scenario", "train", "--only", "llama", "--only", "mixtral")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in store.iterdir() if p.name.startswith("zoo-")) == runs_before
+    cells = json.loads(proc.stdout)["cells"]
+    assert {(c["model_type"], c["status"]) for c in cells} == {("llama", "ok"), ("mixtral", "error")}
+
+
+def test_a_hanging_cell_times_out_as_a_result(tmp_path: Path) -> None:
+    entry = catalog.Entry("llama", "causal-lm", "LlamaForCausalLM")
+    record = run_cell(entry, "train", tmp_path, timeout=2)
+    assert record["status"] == "timeout" and "2 s" in record["reason"]
+    assert json.loads((tmp_path / "zoo" / "cells" / "llama.train.json").read_text())["status"] == "timeout"
+
+
+def test_the_table_outputs_and_duckdb(zoo) -> None:
+    import duckdb
+
+    store, records = zoo
+    folder = table.write_outputs(store)
+    text = (folder / "table.md").read_text()
+    assert "0 disagreements" in text and "| gpt2 | generate | ok |" in text
+    rows = duckdb.sql(f"SELECT model_type, status, agrees FROM '{folder / 'cells.parquet'}' "
+                      "ORDER BY model_type").fetchall()
+    assert rows == [("bart", "ok", True),
+        ("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True), ("llama", "ok", True),
+        ("mixtral", "error", None)]
+    summary = table.summarize(list(records.values()))
+    assert summary["judged"] == 4 and summary["disagreements"] == 0 and summary["cells"] == 6
+
+
+def _line(program: str, name: str) -> int:
+    text = (Path(configs.__file__).parent / "programs" / program).read_text().splitlines()
+    return next(i for i, line in enumerate(text, 1) if line.rstrip().endswith(f"# zoo: {name}"))
+
+
+def test_the_dashboard_zoo_page_lists_every_cell_linking_its_run(zoo) -> None:
+    from dashboards.app import route
+    from dashboards.data import StoreData
+
+    store, records = zoo
+    page = route(StoreData(str(store)), "/zoo")
+    grid = next(c for c in page.children if getattr(c, "id", None) == "zoo-grid")
+    rows = {r["link"]: r for r in grid.rowData}
+    assert set(rows) == {f"{t}/{s}" for t, s in SUBSET}
+    assert rows["llama/train"]["run_id"] == records[("llama", "train")]["run_id"]  # RunLink's target
+    assert rows["llama/train"]["agrees"] == "yes" and rows["jetmoe/train"]["status"] == "crash"
+    assert "0 disagreements" in page.children[0].children[1].children

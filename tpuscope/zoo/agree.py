@@ -1,0 +1,25 @@
+"""Does tpuscope agree with the counters? One cell's findings against the truth's expectations.
+
+Judged facts: a `recompile` finding iff a judged step compiled (UncachedCompile > 0 after
+warm-up); the `cpu_fallback` findings' ops equal executed_fallback_ops() less value reads; a
+`host_sync` finding iff the judged steps read values (>= 1 per step on average); tpuscope's step
+count equals the program's iterations. Every mismatch is one disagreement, said in words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def said(findings: list[dict[str, Any]], steps: int | None) -> dict[str, object]:
+    """What tpuscope said, in the expectations' terms."""
+    rules = {f.get("rule") for f in findings}
+    ops = sorted({str((f.get("evidence") or {}).get("op")) for f in findings if f.get("rule") == "cpu_fallback"})
+    return {"recompile": "recompile" in rules, "cpu_fallback": ops, "host_sync": "host_sync" in rules,
+            "steps": steps, "op_by_op": "op_by_op" in rules}
+
+
+def disagreements(expected: dict[str, object], told: dict[str, object]) -> list[str]:
+    """'<fact>: tpuscope <x>, counters <y>' for every fact where the two differ."""
+    return [f"{key}: tpuscope {told.get(key)!r}, counters {want!r}"
+            for key, want in expected.items() if told.get(key) != want]

@@ -1,0 +1,158 @@
+"""One zoo cell: a model type x scenario as one tpuscope run in a fresh process, with a timeout.
+
+The scenario's program is copied into the cell's folder (<store>/zoo/work/<type>.<scenario>/) and
+run as `python3 -m tpuscope run --name zoo/<type>/<scenario> python <program> ...`, with
+ZOO_TRUTH naming the file its in-process counters go to. Whatever happens (a crash, a hang, an
+op that raises on XLA, a config too big) the cell ends as a record with a status and a reason
+(an error is run again on the plain CPU: `error` when only XLA fails, `fails-on-cpu-too` when
+the model or its tiny config fails anyway)
+(<store>/zoo/cells/<type>.<scenario>.json): never an exception out of the sweep. A finished
+cell's record carries the truth, what tpuscope said and whether they agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tpuscope.zoo import agree, scenarios
+from tpuscope.zoo.catalog import Entry
+from tpuscope.zoo.truthread import CellTruth
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the tpuscope package
+
+
+def cell_key(model_type: str, scenario: str) -> str:
+    return f"{model_type}.{scenario}"
+
+
+def record_path(store: Path, model_type: str, scenario: str) -> Path:
+    return Path(store) / "zoo" / "cells" / f"{cell_key(model_type, scenario)}.json"
+
+
+def _env(truth: Path) -> dict[str, str]:
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "ZOO_TRUTH": str(truth)}
+    for name in ("PT_XLA_DEBUG_LEVEL", "XLA_FLAGS", "TPUSCOPE_STORE"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """(exit code or None on timeout, stderr's tail); a timed-out cell's process group is killed."""
+    with open(cwd / "stderr.txt", "w") as err, open(cwd / "stdout.txt", "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    return code, (cwd / "stderr.txt").read_text(errors="replace")[-4000:]
+
+
+def _show(store: Path, name: str, env: dict[str, str]) -> dict[str, Any] | None:
+    """`tpuscope show --json` of the newest run of this cell, with its run id."""
+    prefix = name.replace("/", "-") + "-"
+    runs = sorted((p for p in Path(store).glob(f"{prefix}*") if p.is_dir()), key=lambda p: p.name)
+    runs = [p for p in runs if p.name[len(prefix):][:1].isdigit()]  # not a longer type's runs
+    if not runs:
+        return None
+    proc = subprocess.run([sys.executable, "-m", "tpuscope", "show", "--store", str(store), runs[-1].name,
+                           "--json"], env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return {"run_id": runs[-1].name, "error": proc.stderr[-500:]}
+    return {"run_id": runs[-1].name, **json.loads(proc.stdout)}
+
+
+def _last_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith(" ")]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900) -> dict[str, Any]:
+    """Run one cell and write its record; returns the record."""
+    scenario = scenarios.SCENARIOS[scenario_name]
+    store = Path(store)
+    work = store / "zoo" / "work" / cell_key(entry.model_type, scenario_name)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    program = work / scenario.program
+    shutil.copy(PROGRAMS / scenario.program, program)
+    truth_file = work / "truth.json"
+    name = f"zoo/{entry.model_type}/{scenario_name}"
+    cmd = [sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--name", name, "--quiet",
+           "--warmup", str(scenario.warmup), "python", program.name, entry.model_type, entry.class_name,
+           entry.task, *scenario.args]
+    env = _env(truth_file)
+    start = time.monotonic()
+    code, stderr = _run(cmd, work, env, timeout)
+    record: dict[str, Any] = {"model_type": entry.model_type, "task": entry.task, "class_name": entry.class_name,
+                              "scenario": scenario_name, "exit_code": code,
+                              "seconds": round(time.monotonic() - start, 1)}
+    truth = CellTruth.load(truth_file)
+    record.update(_status(code, stderr, truth, timeout))
+    shown = _show(store, name, env) if code is not None else None
+    record["run_id"] = shown.get("run_id") if shown else None
+    if truth and record["status"] == "ok" and shown and "summary" in shown:
+        record.update(_judged(scenario, truth, shown))
+    _write(record_path(store, entry.model_type, scenario_name), record)
+    return record
+
+
+def _status(code: int | None, stderr: str, truth: CellTruth | None, timeout: float) -> dict[str, Any]:
+    if code is None:
+        return {"status": "timeout", "reason": f"no end after {timeout:.0f} s"}
+    if truth is not None and truth.error:
+        err = truth.error
+        return {"status": err["status"], "reason": f"{err['type']}: {err['message']}", "phase": err["phase"],
+                "where": err.get("where"), "cpu_error": err.get("cpu_error")}
+    if code != 0 or truth is None or "end" not in truth.labels:
+        return {"status": "crash", "reason": f"exit {code}: {_last_error(stderr)}"}
+    return {"status": "ok", "reason": ""}
+
+
+def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any]) -> dict[str, Any]:
+    summary, findings = shown["summary"], shown.get("findings", [])
+    expected = scenarios.expected(scenario, truth)
+    told = agree.said(findings, summary.get("steps"))
+    fallbacks = truth.fallback_calls(scenario.phase)
+    return {
+        "params": truth.extra.get("params"),
+        "truth": {"uncached": truth.per_phase("UncachedCompile", scenario.phase),
+                  "cached": truth.per_phase("CachedCompile", scenario.phase),
+                  "executions": truth.per_phase("ExecuteComputation", scenario.phase),
+                  "reads": [truth.value_reads(g) for g in truth.groups(scenario.phase)],
+                  "per_token": truth.per_token_compiles(),
+                  "fallbacks": fallbacks, "static_cache": truth.extra.get("static_cache")},
+        "expected": expected, "said": told,
+        "disagreements": agree.disagreements(expected, told),
+        "summary": {k: summary.get(k) for k in ("steps", "compiles", "recompiles", "value_reads",
+                                                "step_time_p50_ms", "compile_s", "findings_by_rule")},
+        "findings": [_finding(f) for f in findings],
+    }
+
+
+def _finding(f: dict[str, Any]) -> dict[str, Any]:
+    ev = f.get("evidence") or {}
+    sites = [s.get("location") for s in ev.get("sites") or [] if isinstance(s, dict)]
+    causes = [c.get("cause") for c in ev.get("compiles") or [] if isinstance(c, dict) and c.get("cause")]
+    return {"rule": f.get("rule"), "location": f.get("location"), "title": f.get("title"),
+            "cause": causes[0] if causes else None,
+            "op": ev.get("op"), "per_step": ev.get("per_step") or ev.get("reads_per_step"),
+            "sites": [s for s in sites if s][:3]}
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)

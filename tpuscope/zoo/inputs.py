@@ -1,0 +1,93 @@
+"""The inputs a scenario feeds a tiny model: random ids inside its vocabulary, labels per task.
+
+Built on the CPU with a fixed seed (the program moves them to the device), so every run of a
+cell sees the same batch and the shapes are exactly the ones the scenario names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+BATCH = 2
+
+
+def _vocab(config: Any) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 256)
+
+
+def _ids(config: Any, batch: int, length: int) -> Any:
+    import torch
+
+    generator = torch.Generator().manual_seed(length)
+    return torch.randint(4, max(5, _vocab(config) - 8), (batch, length), generator=generator)
+
+
+def batch(task: str, config: Any, length: int) -> dict[str, Any]:
+    """One training batch of `length` tokens (no padding: every position is real)."""
+    import torch
+
+    ids = _ids(config, BATCH, length)
+    if task in ("causal-lm", "masked-lm"):
+        return {"input_ids": ids, "labels": ids.clone()}
+    if task == "seq2seq":
+        return {"input_ids": ids, "labels": _ids(config, BATCH, max(2, length // 2))}
+    if task == "seq-cls":
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0
+        return {"input_ids": ids, "labels": torch.tensor([0, 1][:BATCH])}
+    raise NotImplementedError(f"no training batch for task {task}")
+
+
+def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:
+    """One generation prompt: a single sequence with its attention mask."""
+    import torch
+
+    ids = _ids(config, 1, length)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def generate_kwargs(task: str, config: Any, static: bool) -> dict[str, Any]:
+    """Greedy decoding as users call it (the model's own EOS and stopping criteria kept), a pad
+    id when the config has none, a static cache if supported."""
+    kwargs: dict[str, Any] = {"do_sample": False}
+    if getattr(config, "pad_token_id", None) is None:
+        kwargs["pad_token_id"] = 0
+    if static:
+        kwargs["cache_implementation"] = "static"
+    return kwargs
+
+
+def token_marks(mark: Callable[[int], None]) -> Any:
+    """A LogitsProcessorList whose one processor calls mark(token index) and returns the scores
+    untouched: the counters read at each token, nothing added to the device graph."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class _Mark(LogitsProcessor):
+        def __init__(self) -> None:
+            self.token = 0
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            mark(self.token)
+            self.token += 1
+            return scores
+
+    return LogitsProcessorList([_Mark()])
+
+
+def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> str | None:
+    """The same tiny model and inputs on the plain CPU (no XLA): the error there, or None when it
+    runs. A cell that fails on XLA but runs here is XLA's problem; one that fails here too is the
+    model's (or the tiny config's)."""
+    from tpuscope.zoo import configs
+
+    try:
+        config, model, _ = configs.build(model_type, class_name, decoder=task == "causal-lm")
+        if scenario == "generate":
+            model.eval().generate(**prompt(task, config), max_new_tokens=2, **generate_kwargs(task, config, False))
+        else:
+            model.train()(**batch(task, config, 16)).loss.backward()
+    except Exception as exc:  # the reason is the result
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    return None
