@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from tests.conftest import ROOT, real_trace
 from tpuscope.cli.main import main
 
-STARTS_SOMETHING = {"run", "bench", "dashboard"}
+STARTS_SOMETHING = {"run", "bench", "dashboard", "sweep"}
 STORE = "./tpuscope-runs"
 
 

@@ -126,9 +126,9 @@ def test_gpt2_generate_falls_back_reads_and_compiles_per_token(zoo) -> None:
     assert any(n > 0 for n in truth["per_token"][0][1:])  # but the first compiled at every token
     assert all(n > 0 for n in truth["reads"])
     rules = {f["rule"]: f for f in record["findings"]}
-    assert set(rules) == {"cpu_fallback", "host_sync", "recompile"}
+    # the first request's per-token graphs are its warm-up (the second compiles nothing): no recompile
+    assert set(rules) == {"cpu_fallback", "host_sync"}
     assert rules["cpu_fallback"]["op"] == "aten::isin.Tensor_Tensor"
-    assert rules["recompile"]["location"].endswith("zoo_generate.py:" + str(_line("zoo_generate.py", "generate")))
 
 
 def test_a_forward_that_reads_a_value_every_step_is_a_host_sync_at_the_forward_line(zoo) -> None:
