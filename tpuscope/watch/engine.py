@@ -32,12 +32,10 @@ from tpuscope.analyze.gate import fallback_name, op_allowed
 from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
 from tpuscope.detect import jax_advice
-from tpuscope.detect.run_analysis import analyze
 from tpuscope.launch import env as process_env
-from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.launch.lifecycle import Ending, collect_here, finish_run, stop_here
 from tpuscope.schema import Finding
 from tpuscope.store import Run
-from tpuscope.store.ship import finish_shipping
 from tpuscope.watch import jax_rules as watch_jax
 from tpuscope.watch.text import describe_fallbacks, describe_recompiles, plural
 
@@ -139,29 +137,36 @@ class Watch:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.status = "finished" if exc_type is None else "exception"
         error = None if exc is None else f"{exc_type.__name__}: {exc}"
-        try:
-            assert self.run_dir is not None
-            stop_here(self.run_dir, self.status, error, process_env.prepare())
-            self._finish()
-        except Exception as failure:
-            if exc_type is None:
-                raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
-            # the block's own exception matters more than tpuscope's: let it through
-            warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
-        finally:
-            if self.run_dir is not None:  # an object store: the run is shipped now (tables read)
-                self.saved_at = finish_shipping(self.run_dir)
-            if self._temp is not None:
-                shutil.rmtree(self._temp, ignore_errors=True)
-
-    def _finish(self) -> None:
         assert self.run_dir is not None
-        run = Run(self.run_dir)
-        self._findings = analyze(run).findings
+        stopped: BaseException | None = None
+        try:
+            stop_here(self.run_dir, self.status, error, process_env.prepare())
+        except Exception as failure:
+            stopped = failure
+        # a watch's run is read at once, here, and its parts are few: not merged
+        ending = finish_run(self.run_dir, analysis=stopped is None, compact=False, show=self._keep)
+        self.saved_at = ending.where  # an object store: the run is shipped now (tables read)
+        if self._temp is not None:
+            shutil.rmtree(self._temp, ignore_errors=True)
+        failure = stopped or ending.error
+        if failure is None:
+            return
+        if not isinstance(failure, Exception):
+            raise failure  # Ctrl-C
+        if exc_type is None:
+            raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
+        # the block's own exception matters more than tpuscope's: let it through
+        warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
+
+    def _keep(self, ending: Ending) -> None:
+        """Keep the analysis and its tables in memory: a temporary folder goes away at exit."""
+        if ending.run is None or ending.report is None:
+            return  # not analysed: the watch could not be stopped (said by __exit__)
+        self._findings = ending.report.findings
         for table in ("meta", "steps", "compiles", "fallbacks", "metrics", "findings", "retraces",
                       "call_sites"):
-            getattr(run, table)  # load now: a temporary folder goes away at exit
-        self.run = run
+            getattr(ending.run, table)
+        self.run = ending.run
 
     @property
     def running(self) -> bool:
