@@ -9,7 +9,7 @@ torch_xla, the user's line and the graph's structure; JAX, the jitted function):
 further compile of a family is a recompile, whichever step it falls in. Value reads
 (`.item()`) are host syncs, not fallbacks. The API and messages are the same for both.
 
-    with Watch(name="decode", warmup_steps=1) as w:
+    with Watch(name="decode", warmup_compiles=1) as w:
         for _ in range(5):
             model.decode_step(batch)
             torch_xla.sync()
@@ -35,6 +35,7 @@ from tpuscope.detect import jax_advice
 from tpuscope.launch import env as process_env
 from tpuscope.launch.lifecycle import Ending, collect_here, finish_run, stop_here
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run
 from tpuscope.watch import jax_rules as watch_jax
 from tpuscope.watch.text import describe_fallbacks, describe_recompiles, plural
@@ -104,12 +105,11 @@ class Watch:
     imported, so each watch judges its own calls alone (tpuscope.watch.jax_rules).
     """
 
-    def __init__(self, name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
-        if not isinstance(warmup_steps, int) or isinstance(warmup_steps, bool) or warmup_steps < 0:
-            raise ValueError(f"tpuscope: warmup_steps must be an integer >= 0, not {warmup_steps!r}")
+    def __init__(self, name: str = "watch", warmup_compiles: int = 1, store: str | Path | None = None,
+                 meta: dict[str, Any] | None = None, *, warmup_steps: int | None = None) -> None:
+        warmup_compiles = compiles_allowed(warmup_compiles, warmup_steps)
         self.name = name
-        self.warmup_steps = warmup_steps
+        self.warmup_compiles = warmup_compiles
         self.store = store if store is None or "://" in str(store) else Path(store)  # a folder or a URL
         self.meta = dict(meta or {})
         self.run: Run | None = None
@@ -118,6 +118,11 @@ class Watch:
         self.status = "not started"
         self._temp: Path | None = None
 
+    @property
+    def warmup_steps(self) -> int:
+        """warmup_compiles, by its older name (it never counted steps)."""
+        return self.warmup_compiles
+
     # -- life cycle -------------------------------------------------------------
     def __enter__(self) -> Watch:
         if autostart.active_session() is not None:
@@ -125,12 +130,13 @@ class Watch:
                              "tpuscope.profile() or another watch); watches do not nest")
         settings = process_env.prepare()
         settings.clear_dump()
-        cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_steps) else {}
+        cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_compiles) else {}
         root = self.store
         if root is None:
             root = self._temp = Path(tempfile.mkdtemp(prefix="tpuscope-watch-"))
         meta = {"command": f"watch {self.name}", **cleared, **self.meta}  # the caller's meta wins
-        self.run_dir = collect_here(root, self.name, self.warmup_steps, settings, **meta)
+        # the run's step warm-up is every run's; warmup_compiles is the watch's own judgement
+        self.run_dir = collect_here(root, self.name, DEFAULT_WARMUP, settings, **meta)
         self.status = "running"
         return self
 
@@ -286,7 +292,7 @@ class Watch:
             raise LimitExceeded("\n".join(problems))
 
     def assert_no_recompiles(self) -> None:
-        """No graph compiled after the first `warmup_steps` steps."""
+        """No graph family compiled beyond its first `warmup_compiles` compiles."""
         __tracebackhide__ = True
         self.assert_within(max_recompiles=0, max_fallbacks=None)
 
@@ -300,7 +306,7 @@ class Watch:
         return {
             "name": self.name,
             "status": self.status,
-            "warmup_steps": self.warmup_steps,
+            "warmup_compiles": self.warmup_compiles,
             "steps": self.steps,
             "compiles": self.compiles,
             "recompiles": len(self.recompiles),
@@ -312,9 +318,20 @@ class Watch:
         }
 
 
-def watch(name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None) -> Watch:
-    """`with tpuscope.watch.watch(warmup_steps=1) as w: ...` outside pytest."""
-    return Watch(name=name, warmup_steps=warmup_steps, store=store)
+def watch(name: str = "watch", warmup_compiles: int = 1, store: str | Path | None = None, *,
+          warmup_steps: int | None = None) -> Watch:
+    """`with tpuscope.watch.watch(warmup_compiles=1) as w: ...` outside pytest."""
+    return Watch(name=name, warmup_compiles=warmup_compiles, store=store, warmup_steps=warmup_steps)
+
+
+def compiles_allowed(warmup_compiles: int, warmup_steps: int | None = None) -> int:
+    """The compiles of each graph family that are not recompiles: `warmup_compiles`, or its
+    older name `warmup_steps` (kept working: it always meant compiles, never steps)."""
+    value = warmup_compiles if warmup_steps is None else warmup_steps
+    name = "warmup_compiles" if warmup_steps is None else "warmup_steps"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"tpuscope: {name} must be an integer >= 0, not {value!r}")
+    return value
 
 
 def _finding_op(finding: Finding) -> str | None:
