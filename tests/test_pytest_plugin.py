@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import tpuscope
+from tpuscope.schema_consts import DEFAULT_WARMUP
 
 pytest_plugins = ["pytester"]
 # What loading the plugin imports of tpuscope: its own package, nothing that collects or reads.
@@ -227,7 +228,8 @@ def test_store_keeps_each_watched_test_as_a_run(cases) -> None:
     runs = {tpuscope.load_run(p).meta["test"]: tpuscope.load_run(p) for p in store.iterdir()}
     assert len(runs) == 7
     varying = runs["test_cases.py::test_varying_shapes"]
-    assert varying.meta["status"] == "finished" and varying.meta["warmup"] == 1
+    # the run's step warm-up is every run's (DEFAULT_WARMUP); the watch's is compiles per family
+    assert varying.meta["status"] == "finished" and varying.meta["warmup"] == DEFAULT_WARMUP
     assert list(varying.steps["step"]) == [0, 1, 2, 3]
     assert len(varying.compiles) == 4 and varying.compiles["cause"].eq("user torch_xla.sync").all()
     assert varying.meta["env_set"]["PT_XLA_DEBUG_LEVEL"] == "1"  # tpuscope set it, and says so
