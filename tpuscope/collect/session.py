@@ -111,6 +111,7 @@ class Session:
         self.proc_meta: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._flush_lock = threading.RLock()
         self._closed = False
         self._meta_changed = False
         self._prev_excepthook = sys.excepthook
@@ -196,7 +197,13 @@ class Session:
         """Build the rows collectors deferred from the step (before_flush), write the buffered
         rows; rewrite this process's meta file only when it changed
         (its cost figures are written at close): rewriting it every 2 s cost a fifth of
-        the flush."""
+        the flush. One flush at a time: the exit's flush (the program's thread) may meet the
+        flush thread's, and each must count only its own thread's CPU (an import of pyarrow the
+        other did was once subtracted from it: flush_cpu_ns came out negative)."""
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         start = time.thread_time_ns()
         imported = self.writer.flush_import_ns
         for build_rows in self.before_flush:
@@ -296,6 +303,7 @@ class Session:
     def _after_fork(self) -> None:
         self.pid = os.getpid()
         self.writer.reset_after_fork()
+        self._flush_lock = threading.RLock()  # the parent's flush thread may have held it
         self.cost = ProfilerCost()
         self._closed = False
         self.start(install_handlers=False)
