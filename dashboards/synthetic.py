@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpuscope.schema import TABLES, Finding
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run, RunStore
 from tpuscope.store.parts import write_table_atomic
 
@@ -215,7 +216,7 @@ def make_run(store: Path, name: str = "synthetic", steps: int = 200, trace_event
                             "pid": 4242, "rank": 0, "status": "finished", "start_ns": t0, "end_ns": end}
     run = Run(run_dir)
     run.write_proc("vm", 4242, proc)
-    run.update_meta(command=f"python examples/train_varlen.py  # synthetic, {steps} steps", warmup=2,
+    run.update_meta(command=f"python examples/train_varlen.py  # synthetic, {steps} steps", warmup=DEFAULT_WARMUP,
                     start_ns=t0, end_ns=end, status="finished", exit_code=0, synthetic=True,
                     argv=["python", "examples/train_varlen.py"])
     if analyze:

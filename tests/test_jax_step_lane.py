@@ -1,5 +1,5 @@
 """The JAX step path's lane (steps.py `_lane_roll`: a plain step's row written at its close
-without a new StepRecord) gives the rows the general path gives, on a real jitted loop that
+without a new OpenStep) gives the rows the general path gives, on a real jitted loop that
 goes in and out of it: waits and reads on the loss, calls of another jitted function, an eager
 `jax.grad`, a new input shape that compiles, and steps that never wait."""
 

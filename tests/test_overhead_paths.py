@@ -235,11 +235,11 @@ def test_a_jax_run_times_its_own_hooks_per_step(tmp_path: Path) -> None:
 
 def _sync_batch(steps: int, events_of: Any) -> tuple[Any, Any, Any, list[Any]]:
     """`steps` emitted JAX steps and their events (what the collector's logs hold at a flush)."""
-    from tpuscope.collect.jax.rows import EventLog, StepLog, StepRecord
+    from tpuscope.collect.jax.rows import EventLog, OpenStep, StepLog
 
     log, events = StepLog(), EventLog()
     for step in range(steps):
-        record = StepRecord()
+        record = OpenStep()
         record.step, record.jit_calls, record.boundary = step, 1, "jit:f"
         log.emit(record, 10 * step, 10 * step + 7)
         for key in events_of(step):

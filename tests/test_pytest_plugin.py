@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import tpuscope
+from tpuscope.schema_consts import DEFAULT_WARMUP
 
 pytest_plugins = ["pytester"]
 # What loading the plugin imports of tpuscope: its own package, nothing that collects or reads.
@@ -93,11 +94,13 @@ def test_boolean_mask_allowed():
 
 
 def test_fixture_api(tpuscope):
-    with tpuscope.watch(warmup_steps=1) as w:
+    with tpuscope.watch(warmup_compiles=1) as w:
         for n in (21, 22):
             y = torch.ones(n, device=DEV) * 3
             torch_xla.sync()
     assert (w.steps, w.compiles, w.compiles_after_warmup, w.fallbacks) == (2, 2, 1, {})
+    # compiles per family are the watch's judgement; the run's step warm-up is every run's
+    assert (w.warmup_compiles, w.warmup_steps, w.run.meta["warmup"]) == (1, 1, 2)
     assert w.recompiles[0].step == 1 and w.recompiles[0].cause == "user torch_xla.sync"
     with pytest.raises(AssertionError, match="1 recompile, limit 0"):
         w.assert_no_recompiles()
@@ -225,7 +228,8 @@ def test_store_keeps_each_watched_test_as_a_run(cases) -> None:
     runs = {tpuscope.load_run(p).meta["test"]: tpuscope.load_run(p) for p in store.iterdir()}
     assert len(runs) == 7
     varying = runs["test_cases.py::test_varying_shapes"]
-    assert varying.meta["status"] == "finished" and varying.meta["warmup"] == 1
+    # the run's step warm-up is every run's (DEFAULT_WARMUP); the watch's is compiles per family
+    assert varying.meta["status"] == "finished" and varying.meta["warmup"] == DEFAULT_WARMUP
     assert list(varying.steps["step"]) == [0, 1, 2, 3]
     assert len(varying.compiles) == 4 and varying.compiles["cause"].eq("user torch_xla.sync").all()
     assert varying.meta["env_set"]["PT_XLA_DEBUG_LEVEL"] == "1"  # tpuscope set it, and says so
@@ -308,17 +312,21 @@ def test_bad_marker_arguments_are_usage_errors(pytester: pytest.Pytester) -> Non
 
         @pytest.mark.tpuscope(warmup_steps=None)
         def test_no_warmup(): pass
+
+        @pytest.mark.tpuscope(warmup_steps=1, warmup_compiles=1)
+        def test_both_names(): pass
     ''')
     result = pytester.runpytest(*QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "ERROR: tpuscope: bad @pytest.mark.tpuscope on test_bad_marker_arguments_are_usage_errors.py"
         "::test_typo: unknown keyword 'max_recompile' (it takes max_recompiles, max_fallbacks, "
-        "warmup_steps, allow_fallbacks)",
+        "warmup_compiles, allow_fallbacks)",
         "tpuscope: bad * on *::test_positional: takes keyword arguments only, got (1,)",
         "tpuscope: bad * on *::test_negative: max_fallbacks must be an integer >= 0, not -1",
         "tpuscope: bad * on *::test_not_a_list: allow_fallbacks must be a list of op names*",
         "tpuscope: bad * on *::test_no_warmup: warmup_steps must be an integer >= 0, not None",
+        "tpuscope: bad * on *::test_both_names: warmup_steps is the older name of warmup_compiles: give one",
     ])
 
 
@@ -350,4 +358,4 @@ def test_early_preparation_reads_code_not_text() -> None:
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*QUIET, "--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.tpuscope(max_recompiles=0, max_fallbacks=0, "
-                                 "warmup_steps=1, allow_fallbacks=[]): fail the test if *"])
+                                 "warmup_compiles=1, allow_fallbacks=[]): fail the test if *"])

@@ -51,7 +51,7 @@ def test_counts_match_torch_xla_own_counters(runs) -> None:
 
 
 def test_counters_that_first_move_late_still_add_up(runs) -> None:
-    """Counter names are listed only on some steps (xla_counters): a counter that first moves
+    """Counter names are listed only on some steps (collect/xla/counters.py): a counter that first moves
     on another step is counted at the next listing, and one that moves after the last step
     is counted when the process closes."""
     run_dir, proc, own = runs("late", steps=24)
@@ -75,7 +75,7 @@ def test_counters_that_first_move_late_still_add_up(runs) -> None:
 
 
 def test_metrics_are_split_over_steps_by_sample_time(runs) -> None:
-    """Steps between full reads read no metric (xla_counters); each full read splits the
+    """Steps between full reads read no metric (collect/xla/counters.py); each full read splits the
     samples since the previous one over those steps by time: every step still gets its
     own rows, and the totals are torch_xla's."""
     run_dir, proc, own = runs("late", steps=24)

@@ -1,4 +1,4 @@
-"""Splitting a metric's samples over the steps between two full reads (xla_counters).
+"""Splitting a metric's samples over the steps between two full reads (collect/xla/counters.py).
 
 The end-to-end check on a real torch_xla run is in test_run.py
 (test_metrics_are_split_over_steps_by_sample_time); these pin the edges a short run

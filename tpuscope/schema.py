@@ -206,7 +206,7 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("fix", pa.string()),
             pa.field("location", pa.string()),
             pa.field("cost_s", pa.float64()),
-            # the steps as runs of consecutive steps, [[first, last], ...] (analyze/step_runs.py),
+            # the steps as runs of consecutive steps, [[first, last], ...] (tpuscope/step_runs.py),
             # and how many steps in all (more than the runs cover when they were capped)
             pa.field("step_runs", pa.list_(pa.list_(pa.int64()))),
             pa.field("evidence", pa.string()),
@@ -250,7 +250,7 @@ class Finding:
     """One diagnosis: what is wrong, where, what it costs and the change that fixes it.
 
     Its steps are runs of consecutive steps ([[2, 999999]]) with their count, never a list of
-    every step (analyze/step_runs.py): `Finding.of_steps` makes both from any steps."""
+    every step (tpuscope/step_runs.py): `Finding.of_steps` makes both from any steps."""
 
     rule: str
     severity: str

@@ -5,5 +5,11 @@ type (docs/store.md)."""
 
 SCHEMA_VERSION = 2  # 2: compiles.backend/function/eager; findings.step_runs/step_count (was steps)
 SEVERITIES = ("high", "medium", "low")
+# the rules a finding can be of, named here without loading them (`--fail-on`, help texts):
+# detect/registry.py's detectors of one host's tables, then its pod rules (tests/test_cli_lists.py
+# keeps the two equal)
+HOST_RULES = ("recompile", "cpu_fallback", "host_sync", "op_by_op", "tensorcore_underuse")
+POD_RULES = ("straggler", "rank_divergence")
+RULES = HOST_RULES + POD_RULES
 # steps of each process left out before steps are judged (`--warmup`, meta["warmup"])
 DEFAULT_WARMUP = 2

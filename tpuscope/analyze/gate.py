@@ -21,12 +21,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tpuscope.schema_consts import SEVERITIES
+from tpuscope.schema_consts import RULES, SEVERITIES
 
 if TYPE_CHECKING:
     from tpuscope.schema import Finding
 
-RULES = ("recompile", "cpu_fallback", "host_sync", "op_by_op", "tensorcore_underuse")
 EXIT_LIMIT = 3
 EXIT_UNJUDGED = 4
 

@@ -151,14 +151,17 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
         "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
         "after_loop": _after_loop(steps, phase, families),
         "profiler_ms_per_step": profiler_ms_per_step(meta),
+        "profiler_ms_per_compile": profiler_ms_per_compile(meta, n_compiles),
     }
 
 
 def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:
     """What collection costs per step once compiles are done, as the processes measured it
     themselves: time in the step hooks of steps that compiled nothing, plus the flush
-    thread's CPU time spread over every step (None when no such step was timed)."""
-    costs = [p["profiler_cost"] for p in meta.get("processes", []) if p.get("profiler_cost")]
+    thread's CPU time spread over every step (None when no such step was timed). The flush
+    thread's per-compile work (`compile_flush_cpu_ns`: an HLO dump's files deleted) is not a
+    step's: profiler_ms_per_compile says it."""
+    costs = _costs(meta)
     calls = sum(c.get("hook_calls", 0) for c in costs)
     if not calls:
         return None
@@ -166,6 +169,22 @@ def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:
     hook = sum(c.get("hook_ns", 0) for c in costs) / calls
     flush = sum(c.get("flush_cpu_ns", 0) for c in costs) / all_calls
     return (hook + flush) / NS_PER_MS
+
+
+def profiler_ms_per_compile(meta: dict[str, Any], compiles: int) -> float | None:
+    """What collection costs per compile, apart from the steps: the hooks of the steps that
+    compiled (reading their compile reports) and the flush thread's per-compile work (the HLO
+    dump's files deleted, off the step's path). None for runs that did not count the latter
+    apart (made before it was) or without compiles."""
+    costs = _costs(meta)
+    if not compiles or not any("compile_flush_cpu_ns" in c for c in costs):
+        return None
+    spent = sum(c.get("compile_hook_ns", 0) + c.get("compile_flush_cpu_ns", 0) for c in costs)
+    return spent / compiles / NS_PER_MS
+
+
+def _costs(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p["profiler_cost"] for p in meta.get("processes", []) if p.get("profiler_cost")]
 
 
 def _first_process_value(meta: dict[str, Any], key: str) -> Any:

@@ -28,7 +28,7 @@ _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python")
 
 
 @dataclass
-class Problem:
+class MatmulProblem:
     kind: str
     ops: pd.DataFrame  # the matmul rows (with their costs)
     cost_s: float  # per execution of the graph, on the target
@@ -51,7 +51,7 @@ def step_module(dots: pd.DataFrame, trace_modules: dict[str, int] | None = None)
 
 
 def tensorcore_problems(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target: str,
-            trace_modules: dict[str, int] | None = None) -> tuple[list[Problem], dict[str, Any]]:
+            trace_modules: dict[str, int] | None = None) -> tuple[list[MatmulProblem], dict[str, Any]]:
     """(problems of the step graph, its roofline summary) on the target chip."""
     dots = matmuls(hlo_ops)
     module = step_module(dots, trace_modules)
@@ -71,7 +71,7 @@ def tensorcore_problems(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target
         _problem("f32", costs[costs["f32_extra_s"] > 0], "f32_extra_s"),
     ]
     short = costs[m < edge]
-    problems.append(Problem("short", short, float((short["mxu_s"] * edge / (short["m"] + edge)).sum())))
+    problems.append(MatmulProblem("short", short, float((short["mxu_s"] * edge / (short["m"] + edge)).sum())))
     for problem in problems:
         problem.info = _describe(problem, edge)
     return [p for p in problems if not p.ops.empty], summary
@@ -102,8 +102,8 @@ def attention_mask(costs: pd.DataFrame, edge: int) -> np.ndarray:
     return (costs["batch"].to_numpy() > 1) & (np.isin(costs["k"], dims) | np.isin(costs["n"], dims))
 
 
-def _problem(kind: str, ops: pd.DataFrame, cost_col: str) -> Problem:
-    return Problem(kind, ops, float(ops[cost_col].sum()) if not ops.empty else 0.0)
+def _problem(kind: str, ops: pd.DataFrame, cost_col: str) -> MatmulProblem:
+    return MatmulProblem(kind, ops, float(ops[cost_col].sum()) if not ops.empty else 0.0)
 
 
 def is_library_path(location: str) -> bool:
@@ -111,7 +111,7 @@ def is_library_path(location: str) -> bool:
     return any(marker in location for marker in _LIBRARY)
 
 
-def user_location(ops: pd.DataFrame) -> tuple[str | None, list[str]]:
+def ops_location(ops: pd.DataFrame) -> tuple[str | None, list[str]]:
     """(the most common source line in the user's code, every distinct source line),
     falling back to library lines (torch's linear.py) when no user line is known."""
     if "source_file" not in ops or ops.empty:
@@ -137,11 +137,11 @@ def module_paths(ops: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def _describe(problem: Problem, edge: int) -> dict[str, Any]:
+def _describe(problem: MatmulProblem, edge: int) -> dict[str, Any]:
     ops = problem.ops
     if ops.empty:
         return {}
-    location, lines = user_location(ops)
+    location, lines = ops_location(ops)
     info: dict[str, Any] = {"count": len(ops), "location": location, "lines": lines[:8],
                             "module_paths": module_paths(ops)[:8],
                             "flops": float(ops["flops"].sum()),

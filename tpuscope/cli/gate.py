@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuscope.schema_consts import RULES, SEVERITIES
+
 if TYPE_CHECKING:
     from tpuscope.analyze.gate import Policy
     from tpuscope.detect.run_analysis import RunReport
 
-_RULES_HELP = "recompile, cpu_fallback, host_sync, op_by_op, tensorcore_underuse, or all"
+_RULES_HELP = f"{', '.join(RULES)}, or all"
 
 
 def _say(message: str) -> None:
@@ -44,7 +46,7 @@ def gate_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     options = [
         click.option("--fail-on", metavar="RULES", help=f"Exit 3 if the run has a finding of these rules ({_RULES_HELP})."),
-        click.option("--fail-severity", type=click.Choice(["low", "medium", "high"]), default="low",
+        click.option("--fail-severity", type=click.Choice(SEVERITIES[::-1]), default="low",
                      show_default=True, help="Only findings at least this severe count for --fail-on."),
         click.option("--max-recompiles", type=click.IntRange(min=0), metavar="N",
                      help="Exit 3 if the run recompiled more than N times (the analysis' recompiles)."),

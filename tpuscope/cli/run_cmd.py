@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -14,7 +13,7 @@ from tpuscope.store import RunStore, StoreError
 
 if TYPE_CHECKING:
     from tpuscope.analyze.gate import Policy
-    from tpuscope.detect.run_analysis import RunReport
+    from tpuscope.launch.lifecycle import Ending
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -71,63 +70,49 @@ def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str 
     try:
         prog = resolve_program(list(program))
         runs = RunStore(store)
-        run_dir, code = run_program(prog, runs, name=name, warmup=warmup, deep=deep,
-                                    trace_steps=trace_steps, target=target,
-                                    alerts=alerts == "on" if alerts else not quiet, run_id=run_id)
+        ending, code = run_program(prog, runs, name=name, warmup=warmup, deep=deep,
+                                   trace_steps=trace_steps, target=target,
+                                   alerts=alerts == "on" if alerts else not quiet, run_id=run_id,
+                                   analysis=True if policy.active else None,  # limits need it
+                                   show=None if quiet else _show)
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
         fail(str(exc))
-    report = _report_run(run_dir, quiet, policy.active) if run_dir is not None else None
-    if run_dir is not None:
-        _say_saved(runs.close_run(run_dir), run_dir.name, store, quiet)
-    exit_as(judge_run(code, report, policy))
+    if ending is not None:
+        _say_failure(ending.error)
+        _say_saved(ending.where, ending.run_dir.name, store, quiet)
+    exit_as(judge_run(code, ending.report if ending is not None else None, policy))
 
 
-def _report_run(run_dir: Path, quiet: bool, judged: bool = False) -> RunReport | None:
-    """Analyse and print the finished run; a failure here (full disk, Ctrl-C) is one line and
-    never changes the exit status, which stays the program's (or 4 when a limit was set).
-    A run without rows (the program ran no backend) is not analysed unless limits are to be
-    judged: loading the analysis stack would be most of its cost (`show` analyses it later);
-    nor is a pod whose other hosts still run (the last host to end analyses it)."""
-    from tpuscope.store.buffer import has_parts
-    from tpuscope.store.pods import hosts_running
-
-    report = None
-    if not judged and not has_parts(run_dir):
-        if not quiet:
-            click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
-                       err=True)
-    elif not judged and (running := hosts_running(run_dir)):  # a pod: the last host analyses it
-        if not quiet:
-            click.echo(f"tpuscope: {len(running)} other host(s) of the pod still run "
-                       f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): the last to "
-                       f"end analyses the pod (or: tpuscope show {run_dir.name})", err=True)
-    else:
-        report = _analyze_and_render(run_dir, quiet)
-    return report
-
-
-def _analyze_and_render(run_dir: Path, quiet: bool) -> RunReport | None:
-    report = None
-    try:
+def _show(ending: Ending) -> None:
+    """The finished run on the terminal: its report, or why there is none yet."""
+    if ending.skipped == "no rows":
+        click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
+                   err=True)
+    elif ending.skipped == "hosts running":
+        running = ending.running
+        click.echo(f"tpuscope: {len(running)} other host(s) of the pod still run "
+                   f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): the last to "
+                   f"end analyses the pod (or: tpuscope show {ending.run_dir.name})", err=True)
+    elif ending.report is not None and ending.run is not None:
         from rich.console import Console
 
-        from tpuscope.detect.run_analysis import analyze
         from tpuscope.report.renderers import renderer_for
-        from tpuscope.store import Run
 
-        report = analyze(Run(run_dir))
-        if not quiet:
-            note = backend_note(report.summary, Run(run_dir).meta)
-            if note:
-                click.echo(f"tpuscope: {note}", err=True)
-            renderer_for("report", "console").emit(report, Console(stderr=True))
-    except KeyboardInterrupt:
+        note = backend_note(ending.report.summary, ending.run.meta)
+        if note:
+            click.echo(f"tpuscope: {note}", err=True)
+        renderer_for("report", "console").emit(ending.report, Console(stderr=True))
+
+
+def _say_failure(error: BaseException | None) -> None:
+    """A failed analysis or report is one line; it never changes the exit status, which stays
+    the program's (or 4 when a limit was set)."""
+    if isinstance(error, KeyboardInterrupt):
         click.echo("tpuscope: report skipped (interrupted)", err=True)
-    except Exception as exc:
-        click.echo(f"tpuscope: no report: {type(exc).__name__}: {exc}", err=True)
-    return report
+    elif error is not None:
+        click.echo(f"tpuscope: no report: {type(error).__name__}: {error}", err=True)
 
 
 def _say_saved(where: object, run_id: str, store: str, quiet: bool) -> None:

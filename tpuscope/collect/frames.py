@@ -14,10 +14,10 @@ from types import FrameType
 from tpuscope.user_files import import_path, is_plumbing, is_user_file
 
 __all__ = ["import_path", "is_user_file", "user_and_library", "user_frames",
-           "user_location"]
+           "frame_location"]
 
 
-def user_location(frame: FrameType | None) -> str | None:
+def frame_location(frame: FrameType | None) -> str | None:
     """'file:line' of the innermost user frame from `frame` outwards (None if there is none)."""
     while frame is not None:
         if is_user_file(frame.f_code.co_filename):

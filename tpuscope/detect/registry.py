@@ -7,12 +7,14 @@ from collections.abc import Callable
 from tpuscope.detect.ordering import order
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import HOST_RULES, POD_RULES, RULES
 
 Detector = Callable[[RunTables], list[Finding]]
 DETECTORS: list[Detector] = []  # rules of one host's tables (a pod: each host alone, detect/pod.py)
 POD_DETECTORS: list[Detector] = []  # rules that judge the hosts against each other (2+ hosts)
 
-__all__ = ["DETECTORS", "POD_DETECTORS", "Detector", "RunTables", "detect", "order"]
+__all__ = ["DETECTORS", "HOST_RULES", "POD_DETECTORS", "POD_RULES", "RULES", "Detector", "RunTables",
+           "detect", "order"]
 _defaults_added = False
 
 

@@ -21,7 +21,7 @@ from tpuscope.analyze import judge
 from tpuscope.analyze.cost_compare import target_of
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
 from tpuscope.analyze.tensorcore import (
-    Problem,
+    MatmulProblem,
     is_library_path,
     tensorcore_problems,
     waste_by_generation,
@@ -68,7 +68,7 @@ def _text_ops(info: dict[str, Any]) -> str:
     return f"{info['count']} matmul(s), e.g. {', '.join(info['shapes'][:3])}, at {where}"
 
 
-def _estimated(problem: Problem, step_s: float, runs: int, target: str, summary: dict[str, Any],
+def _estimated(problem: MatmulProblem, step_s: float, runs: int, target: str, summary: dict[str, Any],
                measured: dict[str, float]) -> Finding | None:
     spec, info = chip(target), problem.info
     share = problem.cost_s / step_s if step_s > 0 else 0.0

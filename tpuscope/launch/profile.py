@@ -7,12 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tpuscope.detect.run_analysis import analyze
 from tpuscope.launch import env
-from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.launch.lifecycle import collect_here, finish_run, stop_here
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run
-from tpuscope.store.ship import finish_shipping, host_tag
 
 
 @contextmanager
@@ -53,10 +51,9 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
         stop_here(run_dir, status, error, settings)
         if watcher is not None:
             watcher.stop()
-        run.reload()
-        run.compact(host_tag())  # one file per table for every reader
-        if analyze_at_exit:
-            analyze(run)
-        run.reopen(finish_shipping(run_dir))  # an object store: shipped now, read from there
+        ending = finish_run(run_dir, analysis=analyze_at_exit)
+        run.reopen(ending.where)  # an object store: shipped now, read from there
         if own_settings:  # the variables were for this block: a program started later gets none
             env.reset()
+        if ending.error is not None:  # the analysis failed: said as the error it is
+            raise ending.error

@@ -3,7 +3,7 @@
 The program runs as a child process with tpuscope's sitecustomize on its path, so
 it (and every Python process it spawns) profiles itself into the run folder. This
 process only prepares the environment, waits, records how the program ended and
-analyses the run.
+finishes the run as every run is finished (launch/lifecycle.finish_run).
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING
 from tpuscope.analyze.chips import DEFAULT_TARGET
 from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
-from tpuscope.launch.lifecycle import close_run, open_run
+from tpuscope.launch.lifecycle import Ending, close_run, finish_run, open_run
 from tpuscope.launch.signals import Child
 from tpuscope.schema_consts import DEFAULT_WARMUP
-from tpuscope.store import Run, RunStore, layout
+from tpuscope.store import Run, RunStore
 from tpuscope.store.hosts import ENV_HOST, ENV_RUN_ID, file_host
 from tpuscope.store.liveness import launcher_identity
-from tpuscope.store.location import Location
 from tpuscope.store.pods import join_remote, join_run
 from tpuscope.version import __version__
 
@@ -114,10 +113,11 @@ class StartError(UsageError):
 def run_program(
     program: Program, store: RunStore, name: str | None = None, warmup: int = DEFAULT_WARMUP, deep: bool = False,
     trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
-    run_id: str | None = None,
-) -> tuple[Path | Location | None, int]:
-    """Run the program under collection; returns (run folder, or None when it could not be
-    written (a pod's host in an object store: the run there, once this host's files arrived); the program's return code: negative when a signal killed it, as subprocess says).
+    run_id: str | None = None, analysis: bool | None = None, show: Callable[[Ending], None] | None = None,
+) -> tuple[Ending | None, int]:
+    """Run the program under collection and finish its run (launch/lifecycle.finish_run, with
+    `analysis` and `show`); returns (how the run ended, None when it could not be written;
+    the program's return code: negative when a signal killed it, as subprocess says).
     With `alerts`, new problems are said on stderr while it runs (tpuscope/launch/alerts/).
     With run_id (`--run-id`, TPUSCOPE_RUN_ID) every host that runs it joins one run folder and
     keeps its own launcher meta in hosts/<host>.json (store/hosts.py)."""
@@ -165,11 +165,8 @@ def run_program(
         record(alerts_cost=watcher.cost)
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
-    _ingest_device_view(run_dir)
-    _compact(run_dir, host if run_id else None)
-    if run_id and not store.local:  # the pod is analysed where all its hosts write
-        return store.close_run(run_dir), code
-    return run_dir, code
+    return finish_run(run_dir, analysis=analysis, pod_host=host if run_id else None, store=store,
+                      show=show), code
 
 
 def _join(store: RunStore, run_id: str, host: str, name: str) -> Path:
@@ -178,20 +175,6 @@ def _join(store: RunStore, run_id: str, host: str, name: str) -> Path:
     if store.local:
         return join_run(store.loc.as_path(), run_id, name=name)
     return join_remote(store.loc, run_id, host, name=name)
-
-
-def _compact(run_dir: Path, host: str | None) -> None:
-    """A handful of files per table for every reader; a run without rows has nothing to merge
-    (and then never imports pyarrow: `tpuscope run python -c pass` stays cheap). A pod's host
-    merges only its own parts (the others may still be appending theirs): one merged part
-    per host per table."""
-    from tpuscope.store.buffer import has_parts
-
-    if has_parts(run_dir):
-        from tpuscope.store import Run
-        from tpuscope.store.ship import host_tag
-
-        Run(run_dir).compact(host_tag(), host=host)
 
 
 def _start_alerts(run_dir: Path) -> AlertWatcher | None:
@@ -252,17 +235,3 @@ def _device_options(trace_steps: str | None, target: str | None) -> dict[str, ob
     if window is not None:
         options["trace_steps"] = [window.start, window.stop]
     return options
-
-
-def _ingest_device_view(run_dir: Path) -> None:
-    """Traces and HLO dumps the program left become tables; a failure here never loses the run."""
-    if not ((run_dir / layout.TRACE).is_dir() or (run_dir / layout.HLO).is_dir()):
-        return  # nothing to read: skip importing the readers
-    from tpuscope.ingest.device import ingest_run
-
-    try:
-        notes = ingest_run(run_dir)
-    except Exception as exc:  # the run is complete without its device view
-        notes = [f"device view not ingested: {type(exc).__name__}: {exc}"]
-    for note in notes:
-        print(f"tpuscope: {note}", file=sys.stderr)

@@ -1,11 +1,11 @@
 """tpuscope's pytest plugin: assert zero recompiles and zero CPU fallbacks in any test
 (torch_xla and JAX; how each is judged is in tpuscope.watch.engine and tpuscope.watch.jax_rules).
 
-    @pytest.mark.tpuscope(max_recompiles=0, max_fallbacks=0, warmup_steps=1)
+    @pytest.mark.tpuscope(max_recompiles=0, max_fallbacks=0, warmup_compiles=1)
     def test_decode_step_is_static(model, batch): ...
 
     def test_train_loop(tpuscope):
-        with tpuscope.watch(warmup_steps=1) as w:
+        with tpuscope.watch(warmup_compiles=1) as w:
             train_a_few_steps()
         w.assert_no_recompiles()
 

@@ -14,17 +14,20 @@ if TYPE_CHECKING:
 
 
 class TpuscopeFixture:
-    """What the `tpuscope` fixture gives a test: `with tpuscope.watch(warmup_steps=1) as w:`."""
+    """What the `tpuscope` fixture gives a test: `with tpuscope.watch(warmup_compiles=1) as w:`."""
 
     def __init__(self, item: pytest.Item, runner: WatchRunner, spec: Spec) -> None:
         self._item = item
         self._runner = runner
         self._spec = spec
 
-    def watch(self, warmup_steps: int | None = None, name: str | None = None) -> Watch:
-        """A new Watch of this test (the marker's warmup_steps by default)."""
-        steps = self._spec.warmup_steps if warmup_steps is None else warmup_steps
-        return self._runner.new_watch(self._item, steps, name)
+    def watch(self, warmup_compiles: int | None = None, name: str | None = None, *,
+              warmup_steps: int | None = None) -> Watch:
+        """A new Watch of this test (the marker's warmup_compiles by default; warmup_steps is
+        its older name)."""
+        given = warmup_steps if warmup_compiles is None else warmup_compiles
+        compiles = self._spec.warmup_compiles if given is None else given
+        return self._runner.new_watch(self._item, compiles, name)
 
     @property
     def watches(self) -> list[Watch]:

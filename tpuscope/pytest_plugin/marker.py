@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from tpuscope.watch.engine import Limits
 
 MARKER = FIXTURE = "tpuscope"
-MARKER_HELP = ("tpuscope(max_recompiles=0, max_fallbacks=0, warmup_steps=1, allow_fallbacks=[]): "
+MARKER_HELP = ("tpuscope(max_recompiles=0, max_fallbacks=0, warmup_compiles=1, allow_fallbacks=[]): "
                "fail the test if it recompiles (a graph compiled again from the same line and "
                "structure; JAX: a jitted function compiled again) or runs ops on the host (CPU fallbacks)")
 
@@ -28,7 +28,7 @@ class MarkerError(ValueError):
 class Spec:
     """How one test is watched; limits of None are not checked."""
 
-    warmup_steps: int = 1
+    warmup_compiles: int = 1  # compiles of each graph family that are not recompiles
     max_recompiles: int | None = None
     max_fallbacks: int | None = None
     allow_fallbacks: tuple[str, ...] = ()
@@ -63,8 +63,9 @@ def _op_names(value: Any) -> tuple[str, ...]:
 _CHECKS = {
     "max_recompiles": lambda v: _nonnegative("max_recompiles", v, allow_none=True),
     "max_fallbacks": lambda v: _nonnegative("max_fallbacks", v, allow_none=True),
-    "warmup_steps": lambda v: _nonnegative("warmup_steps", v, allow_none=False),
+    "warmup_compiles": lambda v: _nonnegative("warmup_compiles", v, allow_none=False),
     "allow_fallbacks": _op_names,
+    "warmup_steps": lambda v: _nonnegative("warmup_steps", v, allow_none=False),  # the older name
 }
 
 
@@ -74,8 +75,13 @@ def marker_kwargs(marker: pytest.Mark) -> dict[str, Any]:
         raise MarkerError(f"takes keyword arguments only, got {marker.args!r}")
     unknown = sorted(set(marker.kwargs) - set(_CHECKS))
     if unknown:
-        raise MarkerError(f"unknown keyword {unknown[0]!r} (it takes {', '.join(_CHECKS)})")
-    return {name: _CHECKS[name](value) for name, value in marker.kwargs.items()}
+        raise MarkerError(f"unknown keyword {unknown[0]!r} (it takes {', '.join(list(_CHECKS)[:4])})")
+    if {"warmup_compiles", "warmup_steps"} <= set(marker.kwargs):
+        raise MarkerError("warmup_steps is the older name of warmup_compiles: give one")
+    given = {name: _CHECKS[name](value) for name, value in marker.kwargs.items()}
+    if "warmup_steps" in given:
+        given["warmup_compiles"] = given.pop("warmup_steps")
+    return given
 
 
 def spec_for(item: pytest.Item, options: Options) -> Spec | None:
@@ -88,7 +94,7 @@ def spec_for(item: pytest.Item, options: Options) -> Spec | None:
     default = 0 if marker is not None else None
     cli = {"max_recompiles": options.max_recompiles, "max_fallbacks": options.max_fallbacks}
     limits = {k: given[k] if k in given else (cli[k] if cli[k] is not None else default) for k in cli}
-    return Spec(warmup_steps=given.get("warmup_steps", 1),
+    return Spec(warmup_compiles=given.get("warmup_compiles", 1),
                 allow_fallbacks=given.get("allow_fallbacks", ()), manual=manual, **limits)
 
 

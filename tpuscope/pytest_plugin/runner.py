@@ -34,12 +34,12 @@ class WatchRunner:
         self.store = options.store or self.folder / "runs"
         self.settings = process_env.prepare(self.folder, shapes=options.shapes)
 
-    def new_watch(self, item: pytest.Item, warmup_steps: int, name: str | None = None) -> Watch:
+    def new_watch(self, item: pytest.Item, warmup_compiles: int, name: str | None = None) -> Watch:
         watches = item.stash.setdefault(WATCHES_KEY, [])
         label = name or (item.nodeid if not watches else f"{item.nodeid} (watch {len(watches) + 1})")
         worker = os.environ.get("PYTEST_XDIST_WORKER")
         meta = {"test": item.nodeid, "command": f"pytest {item.nodeid}", "xdist_worker": worker}
-        watch = self.watch_module.Watch(name=label, warmup_steps=warmup_steps,
+        watch = self.watch_module.Watch(name=label, warmup_compiles=warmup_compiles,
                                         store=self.store, meta=meta)
         watches.append(watch)
         return watch
@@ -56,7 +56,7 @@ class WatchRunner:
         if spec.manual:
             result = yield
         else:
-            with self.new_watch(item, spec.warmup_steps):
+            with self.new_watch(item, spec.warmup_compiles):
                 result = yield
         limits = spec.limits()
         done = [w for w in item.stash.get(WATCHES_KEY, []) if w.run is not None]

@@ -106,8 +106,11 @@ def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     cost, p50 = summary.get("profiler_ms_per_step"), summary.get("step_time_p50_ms")
     if cost is not None:
         share = _cost_share(cost, p50)
+        per_compile = summary.get("profiler_ms_per_compile")
+        compiles = "" if per_compile is None else (
+            f"; {per_compile:.1f} ms per compile (its step's hook and the HLO dump's files deleted)")
         rows.append(("tpuscope cost", f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
-                                      "timed in the program"))
+                                      f"timed in the program{compiles}"))
     return rows
 
 

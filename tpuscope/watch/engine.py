@@ -9,7 +9,7 @@ torch_xla, the user's line and the graph's structure; JAX, the jitted function):
 further compile of a family is a recompile, whichever step it falls in. Value reads
 (`.item()`) are host syncs, not fallbacks. The API and messages are the same for both.
 
-    with Watch(name="decode", warmup_steps=1) as w:
+    with Watch(name="decode", warmup_compiles=1) as w:
         for _ in range(5):
             model.decode_step(batch)
             torch_xla.sync()
@@ -32,12 +32,11 @@ from tpuscope.analyze.gate import fallback_name, op_allowed
 from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
 from tpuscope.detect import jax_advice
-from tpuscope.detect.run_analysis import analyze
 from tpuscope.launch import env as process_env
-from tpuscope.launch.lifecycle import collect_here, stop_here
+from tpuscope.launch.lifecycle import Ending, collect_here, finish_run, stop_here
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run
-from tpuscope.store.ship import finish_shipping
 from tpuscope.watch import jax_rules as watch_jax
 from tpuscope.watch.text import describe_fallbacks, describe_recompiles, plural
 
@@ -106,12 +105,11 @@ class Watch:
     imported, so each watch judges its own calls alone (tpuscope.watch.jax_rules).
     """
 
-    def __init__(self, name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
-        if not isinstance(warmup_steps, int) or isinstance(warmup_steps, bool) or warmup_steps < 0:
-            raise ValueError(f"tpuscope: warmup_steps must be an integer >= 0, not {warmup_steps!r}")
+    def __init__(self, name: str = "watch", warmup_compiles: int = 1, store: str | Path | None = None,
+                 meta: dict[str, Any] | None = None, *, warmup_steps: int | None = None) -> None:
+        warmup_compiles = compiles_allowed(warmup_compiles, warmup_steps)
         self.name = name
-        self.warmup_steps = warmup_steps
+        self.warmup_compiles = warmup_compiles
         self.store = store if store is None or "://" in str(store) else Path(store)  # a folder or a URL
         self.meta = dict(meta or {})
         self.run: Run | None = None
@@ -120,6 +118,11 @@ class Watch:
         self.status = "not started"
         self._temp: Path | None = None
 
+    @property
+    def warmup_steps(self) -> int:
+        """warmup_compiles, by its older name (it never counted steps)."""
+        return self.warmup_compiles
+
     # -- life cycle -------------------------------------------------------------
     def __enter__(self) -> Watch:
         if autostart.active_session() is not None:
@@ -127,41 +130,49 @@ class Watch:
                              "tpuscope.profile() or another watch); watches do not nest")
         settings = process_env.prepare()
         settings.clear_dump()
-        cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_steps) else {}
+        cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_compiles) else {}
         root = self.store
         if root is None:
             root = self._temp = Path(tempfile.mkdtemp(prefix="tpuscope-watch-"))
         meta = {"command": f"watch {self.name}", **cleared, **self.meta}  # the caller's meta wins
-        self.run_dir = collect_here(root, self.name, self.warmup_steps, settings, **meta)
+        # the run's step warm-up is every run's; warmup_compiles is the watch's own judgement
+        self.run_dir = collect_here(root, self.name, DEFAULT_WARMUP, settings, **meta)
         self.status = "running"
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.status = "finished" if exc_type is None else "exception"
         error = None if exc is None else f"{exc_type.__name__}: {exc}"
-        try:
-            assert self.run_dir is not None
-            stop_here(self.run_dir, self.status, error, process_env.prepare())
-            self._finish()
-        except Exception as failure:
-            if exc_type is None:
-                raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
-            # the block's own exception matters more than tpuscope's: let it through
-            warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
-        finally:
-            if self.run_dir is not None:  # an object store: the run is shipped now (tables read)
-                self.saved_at = finish_shipping(self.run_dir)
-            if self._temp is not None:
-                shutil.rmtree(self._temp, ignore_errors=True)
-
-    def _finish(self) -> None:
         assert self.run_dir is not None
-        run = Run(self.run_dir)
-        self._findings = analyze(run).findings
+        stopped: BaseException | None = None
+        try:
+            stop_here(self.run_dir, self.status, error, process_env.prepare())
+        except Exception as failure:
+            stopped = failure
+        # a watch's run is read at once, here, and its parts are few: not merged
+        ending = finish_run(self.run_dir, analysis=stopped is None, compact=False, show=self._keep)
+        self.saved_at = ending.where  # an object store: the run is shipped now (tables read)
+        if self._temp is not None:
+            shutil.rmtree(self._temp, ignore_errors=True)
+        failure = stopped or ending.error
+        if failure is None:
+            return
+        if not isinstance(failure, Exception):
+            raise failure  # Ctrl-C
+        if exc_type is None:
+            raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
+        # the block's own exception matters more than tpuscope's: let it through
+        warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
+
+    def _keep(self, ending: Ending) -> None:
+        """Keep the analysis and its tables in memory: a temporary folder goes away at exit."""
+        if ending.run is None or ending.report is None:
+            return  # not analysed: the watch could not be stopped (said by __exit__)
+        self._findings = ending.report.findings
         for table in ("meta", "steps", "compiles", "fallbacks", "metrics", "findings", "retraces",
                       "call_sites"):
-            getattr(run, table)  # load now: a temporary folder goes away at exit
-        self.run = run
+            getattr(ending.run, table)
+        self.run = ending.run
 
     @property
     def running(self) -> bool:
@@ -281,7 +292,7 @@ class Watch:
             raise LimitExceeded("\n".join(problems))
 
     def assert_no_recompiles(self) -> None:
-        """No graph compiled after the first `warmup_steps` steps."""
+        """No graph family compiled beyond its first `warmup_compiles` compiles."""
         __tracebackhide__ = True
         self.assert_within(max_recompiles=0, max_fallbacks=None)
 
@@ -295,7 +306,7 @@ class Watch:
         return {
             "name": self.name,
             "status": self.status,
-            "warmup_steps": self.warmup_steps,
+            "warmup_compiles": self.warmup_compiles,
             "steps": self.steps,
             "compiles": self.compiles,
             "recompiles": len(self.recompiles),
@@ -307,9 +318,20 @@ class Watch:
         }
 
 
-def watch(name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None) -> Watch:
-    """`with tpuscope.watch.watch(warmup_steps=1) as w: ...` outside pytest."""
-    return Watch(name=name, warmup_steps=warmup_steps, store=store)
+def watch(name: str = "watch", warmup_compiles: int = 1, store: str | Path | None = None, *,
+          warmup_steps: int | None = None) -> Watch:
+    """`with tpuscope.watch.watch(warmup_compiles=1) as w: ...` outside pytest."""
+    return Watch(name=name, warmup_compiles=warmup_compiles, store=store, warmup_steps=warmup_steps)
+
+
+def compiles_allowed(warmup_compiles: int, warmup_steps: int | None = None) -> int:
+    """The compiles of each graph family that are not recompiles: `warmup_compiles`, or its
+    older name `warmup_steps` (kept working: it always meant compiles, never steps)."""
+    value = warmup_compiles if warmup_steps is None else warmup_steps
+    name = "warmup_compiles" if warmup_steps is None else "warmup_steps"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"tpuscope: {name} must be an integer >= 0, not {value!r}")
+    return value
 
 
 def _finding_op(finding: Finding) -> str | None:

@@ -11,7 +11,7 @@ rule reports hot eager loops.
 compiles; a shape an earlier test compiled would not, and the verdict would depend on
 test order. So a watch with warm-up clears JAX's in-memory caches as it starts
 (`jax.clear_caches()`): every watched test compiles its functions afresh and is
-judged on its own calls alone. With `warmup_steps=0` the caches are kept, so a block
+judged on its own calls alone. With `warmup_compiles=0` the caches are kept, so a block
 run after its own warm-up must compile nothing.
 """
 
@@ -20,10 +20,10 @@ from __future__ import annotations
 import sys
 
 
-def clear_caches(warmup_steps: int) -> bool:
+def clear_caches(warmup_compiles: int) -> bool:
     """Give the watch a cold JAX (see the module doc); never imports JAX itself."""
     jax = sys.modules.get("jax")
-    if warmup_steps <= 0 or jax is None or not hasattr(jax, "clear_caches"):
+    if warmup_compiles <= 0 or jax is None or not hasattr(jax, "clear_caches"):
         return False
     jax.clear_caches()
     return True

@@ -48,10 +48,10 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def describe_recompiles(recompiles: list[Any], limit: int, warmup_steps: int,
+def describe_recompiles(recompiles: list[Any], limit: int, warmup_compiles: int,
                         note: str | None = None) -> str:
     """One block for every recompile, then the detectors' fixes."""
-    lines = [f"tpuscope: {plural(len(recompiles), 'recompile')}, limit {limit} ({_rule(warmup_steps)})"]
+    lines = [f"tpuscope: {plural(len(recompiles), 'recompile')}, limit {limit} ({_rule(warmup_compiles)})"]
     for item in recompiles[:MAX_LINES]:
         if item.function is not None:  # JAX: the function, not a step, is what recompiled
             defined = f" ({site(item.defined_at)})" if item.defined_at else ""
@@ -78,12 +78,12 @@ def describe_recompiles(recompiles: list[Any], limit: int, warmup_steps: int,
     return "\n".join(lines)
 
 
-def _rule(warmup_steps: int) -> str:
-    """What counted as a recompile (tpuscope.analyze.families; warmup_steps compiles of each
+def _rule(warmup_compiles: int) -> str:
+    """What counted as a recompile (tpuscope.analyze.families; warmup_compiles compiles of each
     graph family are let through first)."""
-    if warmup_steps == 0:
-        return "warmup_steps=0: every compile counts"
-    first = "first compile" if warmup_steps == 1 else f"first {warmup_steps} compiles"
+    if warmup_compiles == 0:
+        return "warmup_compiles=0: every compile counts"
+    first = "first compile" if warmup_compiles == 1 else f"first {warmup_compiles} compiles"
     return (f"a recompile: a graph compiled again after its {first}, judged per graph family: "
             "the same line and graph structure, or the same jitted function")
 

@@ -5,7 +5,7 @@ Sources, all public or logged by JAX itself (jax 0.10), no patching:
   jaxpr_to_mlir_module_duration and backend_compile_duration (module name); events
   /jax/compilation_cache/cache_hits and cache_misses for the persistent cache.
 - the `jax._src.interpreters.partial_eval` logger: the `jax_explain_cache_misses`
-  text, logged while the function is traced (parsed by jax_explain);
+  text, logged while the function is traced (parsed by collect/jax/explain.py);
 - the `jax._src.interpreters.pxla` logger: "Compiling <module> with global shapes
   and types <avals>. Argument mapping: <shardings>" at DEBUG, whose record carries the
   input avals and the executable's input shardings as objects.
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuscope.collect.frames import user_frames, user_location
+from tpuscope.collect.frames import frame_location, user_frames
 from tpuscope.collect.jax.explain import HEADER, Explanation, aval_text, parse_explanation
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -212,7 +212,7 @@ class CompileTracker:
         if event == TRACE_EVENT:
             self._pending().traces.append(TraceSpan(
                 str(kwargs.get("fun_name", "?")), start, end - start,
-                user_location(frame), user_frames(frame)))
+                frame_location(frame), user_frames(frame)))
             self.on_metric("jax.trace_time", end - start)
         elif event == LOWER_EVENT:
             self._pending().lower_s += end - start
@@ -244,7 +244,7 @@ class CompileTracker:
         trace = next((t for t in reversed(pending.traces) if t.function == function), None)
         explanations, stale = _split(pending.explanations, trace)
         explanation = next((e for e in reversed(explanations) if e.function == function), None)
-        location = (trace.location if trace else None) or user_location(frame)
+        location = (trace.location if trace else None) or frame_location(frame)
         if location is None and explanation is not None:
             location = explanation.callsite
         self.on_compile(CompileEvent(

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from tpuscope.collect.jax.rows import StepLog, StepRecord
+from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
 _PROBE_DEPTH = 4
@@ -60,12 +60,12 @@ def _probe(outputs: Any) -> Any:
 class ReadyWatcher:
     """A daemon thread that notes when each handed-over pytree of arrays is ready."""
 
-    def __init__(self, on_ready: Callable[[StepRecord, int | None], None]) -> None:
+    def __init__(self, on_ready: Callable[[OpenStep, int | None], None]) -> None:
         self._on_ready = on_ready
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pid = 0
 
-    def watch(self, record: StepRecord, outputs: Any) -> None:
+    def watch(self, record: OpenStep, outputs: Any) -> None:
         if self._pid != os.getpid():  # first use, or a forked child without the thread
             self._pid = os.getpid()
             self._queue = queue.SimpleQueue()
@@ -106,14 +106,14 @@ class StepClock:
     def __init__(self, log: StepLog, lock: threading.RLock) -> None:
         self._log = log  # gets each step with its final start and end (keeps no reference)
         self._lock = lock
-        self._closed: deque[StepRecord] = deque()  # closed, waiting for their outputs
-        self._open: StepRecord | None = None
+        self._closed: deque[OpenStep] = deque()  # closed, waiting for their outputs
+        self._open: OpenStep | None = None
         self._last_end = 0
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
         self.watcher = ReadyWatcher(self._ready)
 
-    def opened(self, record: StepRecord, step: int, boundary: str, start_ns: int) -> None:
+    def opened(self, record: OpenStep, step: int, boundary: str, start_ns: int) -> None:
         record.step, record.boundary, record.start_ns = step, boundary, start_ns
         self._open = record
 
@@ -134,7 +134,7 @@ class StepClock:
             return True
         return False
 
-    def closed(self, record: StepRecord, host_end_ns: int, following: StepRecord | None = None,
+    def closed(self, record: OpenStep, host_end_ns: int, following: OpenStep | None = None,
                step: int = 0, boundary: str = "") -> None:
         """The host closed the open step (`record`) at host_end_ns; with `following`, the
         next step (its number, boundary) opens at the same instant: the call of the step
@@ -183,7 +183,7 @@ class StepClock:
         self._drain()
         self.watcher.close()
 
-    def _ready(self, record: StepRecord, ready_ns: int | None) -> None:
+    def _ready(self, record: OpenStep, ready_ns: int | None) -> None:
         with self._lock:
             self._waiting -= 1
             record.awaiting -= 1
@@ -196,7 +196,7 @@ class StepClock:
         while closed and (closed[0].awaiting <= 0 or closed[0].ready_at_close):
             self._finalize(closed.popleft())
 
-    def _finalize(self, record: StepRecord) -> None:
+    def _finalize(self, record: OpenStep) -> None:
         """A step starts where the previous one ended (or when it opened, if later) and ends
         at the later of its host end and its outputs being ready."""
         start = record.start_ns if record.start_ns > self._last_end else self._last_end

@@ -7,7 +7,7 @@ record, its dicts, a key tuple) made Python collect every ~175 steps, and once i
 steps scan all of JAX's heap (5-10 us per step at a load of 4-7, as much as the rest of the
 step path; the bare program never collected). So:
 
-- `StepRecord`, the open step (its times, read by jax_ready, and its counts), has no
+- `OpenStep`, the open step (its times, read by collect/jax/ready.py, and its counts), has no
   `__init__`: its fields are class defaults until a step sets them. It lives only until the
   step is emitted into `StepLog`: its integers appended to one `array('q')` (which the
   collector does not track), its boundary (a shared string) to a list.
@@ -34,13 +34,13 @@ HOST_SYNC, EAGER, JIT_CALL = "host_sync", "eager_dispatch", "jit_call"  # EventL
 Key = tuple[str, str, str | None, str | None]  # (kind, name, location, library)
 
 
-class StepRecord:
-    """One step: when it ran (set by the collector and jax_ready) and what it did."""
+class OpenStep:
+    """One step: when it ran (set by the collector and ready.py) and what it did."""
 
-    # -- times (jax_ready) --
+    # -- times (ready.py) --
     step = 0
     boundary = ""
-    start_ns = 0  # when the step opened; once emitted, where it starts (see jax_ready)
+    start_ns = 0  # when the step opened; once emitted, where it starts (see ready.py)
     host_end_ns = 0
     ready_ns = 0
     awaiting = 0
@@ -83,8 +83,8 @@ class StepLog:
         self.boundaries: list[str] = []
         self.metrics: list[tuple[int, dict[str, list[float]]]] = []
 
-    def emit(self, r: StepRecord, start_ns: int, end_ns: int) -> None:
-        """A step done, with its final times (jax_ready; the program's thread, under the lock)."""
+    def emit(self, r: OpenStep, start_ns: int, end_ns: int) -> None:
+        """A step done, with its final times (ready.py; the program's thread, under the lock)."""
         self.ints.extend((r.step, start_ns, end_ns, r.compiles, r.compile_ns, r.jit_calls, r.eager_count,
                           r.eager_ns, r.reads))  # a tuple that dies at once: nothing for the collector
         self.boundaries.append(r.boundary)

@@ -10,7 +10,7 @@ one call of it to the next, so work between calls (data loading, `float(loss)`)
 belongs to the step it follows. A program with neither gets one step for the whole
 run. Work before the first step is counted in step 0; work after the last one
 becomes a last step with boundary "end". A step ends when its outputs are ready, not
-when its asynchronous dispatch returned (jax_ready).
+when its asynchronous dispatch returned (collect/jax/ready.py).
 
 This runs on the program's thread at every top-level jitted call, so the common case
 (a call of the step function, the last step plain: `_lane_roll`) is one lock, one clock read,
@@ -36,8 +36,8 @@ from tpuscope.collect.jax.rows import (
     HOST_SYNC,
     JIT_CALL,
     EventLog,
+    OpenStep,
     StepLog,
-    StepRecord,
 )
 from tpuscope.collect.session import ProfilerCost, Session
 from tpuscope.collect.trace_steps import ProfilerWindow
@@ -60,7 +60,7 @@ class StepTracker:
         self._calls: Counter = Counter()  # calls of jitted functions other than step_fn
         self._step_calls = 0  # of step_fn
         self._first_call_ns: dict[JitTarget, int] = {}
-        self._acc = StepRecord()  # the open step (or the work before the first one)
+        self._acc = OpenStep()  # the open step (or the work before the first one)
         self._lock = threading.RLock()
         self._rows = StepLog()  # steps done, whose rows wait for the flush
         self._events = EventLog()
@@ -91,7 +91,7 @@ class StepTracker:
         """Close the open step; with reopen, open the next one at the same instant (with the
         same boundary): the call of the step function, which then costs one call here."""
         self._leave_lane()
-        record, self._acc = self._acc, StepRecord()
+        record, self._acc = self._acc, OpenStep()
         spent, self._hook_ns = self._hook_ns, 0
         self._charge(self.session.cost, spent, record)
         self._open, self._last_end = reopen, t_ns
@@ -112,7 +112,7 @@ class StepTracker:
         computation left the caches cold, where each line costs several times its warm time
         (docs/overhead.md)."""
         record = self._acc
-        self._acc = following = StepRecord()
+        self._acc = following = OpenStep()
         following.jit_calls = 1
         spent, self._hook_ns = self._hook_ns, 0
         cost = self.session.cost
@@ -128,7 +128,7 @@ class StepTracker:
 
     def _lane_roll(self, t_ns: int) -> bool:
         """The call of the step function in the lane: the open step's row goes straight to the
-        StepLog and the same StepRecord counts the next step (its step number and start are set
+        StepLog and the same OpenStep counts the next step (its step number and start are set
         again when the lane is left). The lane is taken while steps are plain: host-bound (their
         outputs ready when the next call closes them, nothing waiting on the helper thread),
         without compiles, compile metrics or eager dispatches, no profiler window; any of these
@@ -153,7 +153,7 @@ class StepTracker:
         return True
 
     def _leave_lane(self) -> None:
-        """Back to the general path: the open StepRecord gets its step number and start again,
+        """Back to the general path: the open OpenStep gets its step number and start again,
         the clock the last step's end (rows written in the lane set neither)."""
         if self._lane:
             self._lane = False
@@ -161,7 +161,7 @@ class StepTracker:
             acc.step, acc.start_ns = self.step, self._last_end
             self.clock.ended_at(self._last_end)
 
-    def _charge(self, cost: ProfilerCost, spent: int, record: StepRecord) -> None:
+    def _charge(self, cost: ProfilerCost, spent: int, record: OpenStep) -> None:
         """A closed step's hook time to the session's cost: apart when it compiled; not a step
         of this process's when torch_xla's collector counts its steps."""
         if self._owns_steps():

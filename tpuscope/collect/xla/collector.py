@@ -121,7 +121,7 @@ class XlaCollector:
         session = self.session
         self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
         if self.shapes is not None and self.shapes.owned:
-            session.before_flush.append(self.shapes.sweep)  # deletes off the step's path
+            session.per_compile_flush.append(self.shapes.sweep)  # deletes off the step's path
         self.sites = SiteTracer(self._xlac)
         self.frames = IrFrames.for_process(self._xlac, session.warmup)
         self.trace = xla_trace.attach(session)  # --trace-steps: profiler window, starts with step 0
