@@ -37,11 +37,9 @@ class RunReport:
 
 
 def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
-    from tpuscope.analyze.summary import summarize
     from tpuscope.detect.pod import pod_summary
 
-    summary = summarize(tables.meta, tables.steps, tables.families, tables.fallbacks, tables.metrics,
-                        tables.phase)
+    summary = tables.summarize()
     summary["findings_by_severity"] = {
         sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
