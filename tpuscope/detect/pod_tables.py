@@ -100,7 +100,7 @@ class PodTables(RunTables):
         hosts = sorted((h for h in found if h in live), key=natural_key)
         if len(hosts) < 2:
             con.close()
-            return RunTables.from_run_whole(run)
+            return RunTables.from_run(run)
         whole = run.table("metrics", where="step = -1")
         extra = LazyTables(run, [name for name in TABLES if name not in MAIN])
         floats = {name: _null_ints(con, name) for name in ("steps", "metrics")}
@@ -168,12 +168,28 @@ class PodTables(RunTables):
         meta = {**self.meta, "processes": [p for p in self.meta.get("processes", [])
                                            if str(p.get("host")) == host]}
         steps = read_host(self.reader, "steps", host, _step_columns(), self._floats["steps"])
+        if steps.duplicated(["pid", "step"]).any():  # a step twice: (host, step) rows grouped
+            self.pod.group_steps()
         metrics = read_host(self.reader, "metrics", host, None, self._floats["metrics"])
         one = RunTables(meta=meta, steps=steps, compiles=self._part("compiles", host),
                         fallbacks=self._part("fallbacks", host), metrics=metrics,
                         extra=HostExtra(self.reader, list(self.extra), host))
         one.__dict__["families"] = self._part("families", host)  # families are per process already
         return one
+
+
+def live_hosts(meta: dict[str, Any]) -> int:
+    """How many hosts profiled processes of this run ran on (imported files are not hosts)."""
+    return len({str(p.get("host")) for p in meta.get("processes", [])
+                if p.get("host") and p.get("status") != "imported"})
+
+
+def run_tables(run: Any) -> RunTables:
+    """The tables the analysis reads: a pod's as PodTables (its steps and metrics stay in the
+    parts), any other run's whole (RunTables.from_run)."""
+    if live_hosts(run.meta) >= 2:
+        return PodTables.from_run(run)
+    return RunTables.from_run(run)
 
 
 def _step_columns() -> list[str]:

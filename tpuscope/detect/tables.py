@@ -45,12 +45,6 @@ class LazyTables(Mapping[str, pd.DataFrame]):
         return len(self._names)
 
 
-def live_hosts(meta: dict[str, Any]) -> int:
-    """How many hosts profiled processes of this run ran on (imported files are not hosts)."""
-    return len({str(p.get("host")) for p in meta.get("processes", [])
-                if p.get("host") and p.get("status") != "imported"})
-
-
 @dataclass
 class RunTables:
     """What a detector may read: meta plus DataFrames (empty when a table is absent)."""
@@ -131,18 +125,7 @@ class RunTables:
 
     @classmethod
     def from_run(cls, run: Any) -> RunTables:
-        """Every table of the run: the four main ones as fields, the others in `extra`; a pod's
-        steps and metrics stay in its Parquet parts (detect/pod_tables.PodTables)."""
-
-        if live_hosts(run.meta) >= 2:
-            from tpuscope.detect.pod_tables import PodTables
-
-            return PodTables.from_run(run)
-        return cls.from_run_whole(run)
-
-    @classmethod
-    def from_run_whole(cls, run: Any) -> RunTables:
-        """Every table of the run in memory (a run of one host)."""
+        """Every table of the run: the four main ones as fields, the others in `extra`."""
         from tpuscope.schema import TABLES
 
         main = ("steps", "compiles", "fallbacks", "metrics", "findings")
