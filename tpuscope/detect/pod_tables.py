@@ -16,10 +16,12 @@ from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.hosts import natural_key
+from tpuscope.analyze.judge import AFTER_LOOP
 from tpuscope.analyze.pod_sql import PodSteps
 from tpuscope.detect.tables import UNREAD_STEP_COLUMNS, LazyTables, RunTables
 from tpuscope.schema_consts import DEFAULT_WARMUP
@@ -175,7 +177,29 @@ class PodTables(RunTables):
                         fallbacks=self._part("fallbacks", host), metrics=metrics,
                         extra=HostExtra(self.reader, list(self.extra), host))
         one.__dict__["families"] = self._part("families", host)  # families are per process already
+        phase = host_phases(steps, self.warmup)
+        if phase is not None:  # judge.phases' labels, without its groupby on the host's strings
+            one.__dict__["phase"] = phase
         return one
+
+
+def host_phases(steps: pd.DataFrame, warmup: int) -> pd.Series | None:
+    """analyze/judge.phases of one host's steps (every process of one host), by its pids in
+    numpy: the same labels; None (judge.phases decides) for rows it does not expect."""
+    if steps.empty or "boundary" not in steps or steps["pid"].isna().any():
+        return None
+    step = steps["step"].to_numpy()
+    if step.dtype.kind not in "iu":
+        return None
+    after = steps["boundary"].to_numpy() == AFTER_LOOP
+    _, proc = np.unique(steps["pid"].to_numpy(), return_inverse=True)
+    last = np.full(proc.max() + 1, np.iinfo(np.int64).min)
+    np.maximum.at(last, proc[~after], step[~after])
+    size = np.bincount(proc)
+    limit = np.minimum(warmup, last)[proc]
+    out = np.where(after, "after", np.where(step >= limit, "judged", "warmup"))
+    out[after & (size[proc] == 1)] = "judged"
+    return pd.Series(out.astype(object), index=steps.index, dtype=object)
 
 
 def live_hosts(meta: dict[str, Any]) -> int:
