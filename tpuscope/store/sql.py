@@ -30,6 +30,7 @@ def connect(where: Location) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     # a table's footers are read once per connection, not once per pass over its parts
     con.execute("SET parquet_metadata_cache = true")
+    con.execute("SET enable_progress_bar = false")  # a reader prints nothing of its own
     if not where.local:
         con.register_filesystem(where.fs)
     return con
