@@ -36,6 +36,7 @@ from tpuscope.analyze.pod_matrix import StepMatrix, nan_median
 
 NUMERIC = ("compile_ns", "execute_ns", *COUNTS)  # summed per (host, step), nulls as 0
 PARTS = ("compile_ns", "execute_ns", "host_ns", *COUNTS)  # a slow step's parts, against the pod's
+PASS_CELLS = 1 << 25  # matrix cells one pass over the rows fills (8 bytes each: 256 MB)
 STEP_COLUMNS = ("host", "pid", "step", "wall_ns", "boundary", "executions", *NUMERIC)
 
 
@@ -184,9 +185,10 @@ class PodSteps:
         matrices = StepMatrix(self.con, hosts)
         wall = matrices.columns(["wall_ns"])["wall_ns"]
         p50 = nan_median(wall, 1)
-        excess = wall - nan_median(wall, 0)[None, :]
-        spread = MAD_TO_SIGMA * pd.Series(nan_median(np.abs(wall - p50[:, None]), 1))
         counts = (~np.isnan(wall)).sum(axis=1)
+        spread = MAD_TO_SIGMA * pd.Series(nan_median(np.abs(wall - p50[:, None]), 1))
+        excess = wall
+        excess -= nan_median(wall, 0)[None, :]  # in place: two matrices at most, not three
         del wall
         pod_p50 = float(pd.Series(p50).median())
         noise = float(spread.median())
@@ -255,11 +257,13 @@ def _slow_parts(matrices: StepMatrix, slow: np.ndarray) -> dict[int, pd.DataFram
     cols = np.flatnonzero(slow.any(axis=0))  # the steps some host was slow on
     slow = slow[:, cols]
     out = {int(i): {"step": cols[np.flatnonzero(slow[i])] + matrices.lo} for i in rows}
-    parts = matrices.columns(list(PARTS), cols)  # one pass, only those steps
-    for col in PARTS:
-        matrix = parts.pop(col)
-        pod = nan_median(matrix, 0)
-        for i in rows:
-            mine = np.flatnonzero(slow[i])
-            out[int(i)][col], out[int(i)][f"pod_{col}"] = matrix[i, mine], pod[mine]
+    per_pass = max(1, PASS_CELLS // (len(matrices.hosts) * len(cols)))  # matrices of a pass
+    for start in range(0, len(PARTS), per_pass):
+        parts = matrices.columns(list(PARTS[start:start + per_pass]), cols)  # only those steps
+        for col in PARTS[start:start + per_pass]:
+            matrix = parts.pop(col)
+            pod = nan_median(matrix, 0)
+            for i in rows:
+                mine = np.flatnonzero(slow[i])
+                out[int(i)][col], out[int(i)][f"pod_{col}"] = matrix[i, mine], pod[mine]
     return {i: pd.DataFrame(columns) for i, columns in out.items()}

@@ -140,13 +140,11 @@ class Run:
         columns: Sequence[str] | None = None,
         where: str | None = None,
         warn: list[str] | None = None,
-        host: str | None = None,
     ) -> pa.Table:
-        """A table as Arrow, read by DuckDB: only `columns`, only the rows `where` keeps; with
-        `host`, only that host's rows, from its own parts (a pod's analysis, host by host)."""
+        """A table as Arrow, read by DuckDB: only `columns`, only the rows `where` keeps."""
         from tpuscope.store import sql
 
-        return sql.scan(self.loc, name, columns=columns, where=where, warn=warn, host=host)
+        return sql.scan(self.loc, name, columns=columns, where=where, warn=warn)
 
     def table(
         self,
