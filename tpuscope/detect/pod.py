@@ -194,9 +194,12 @@ def detect_per_host(
 ) -> list[Finding]:
     """Every rule on every host alone, the same root cause merged across hosts."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
-    split = None if hasattr(tables, "for_host") else HostSplit(tables)
-    for host in hosts:
-        one = for_host(tables, host, split)
+    if hasattr(tables, "each_host"):  # a PodTables: each host's rows read from its own parts
+        each = tables.each_host(hosts)
+    else:
+        split = HostSplit(tables)
+        each = ((host, for_host(tables, host, split)) for host in hosts)
+    for host, one in each:
         for rule in rules:
             for finding in rule(one):
                 groups.setdefault(_key(finding), []).append((host, finding))
