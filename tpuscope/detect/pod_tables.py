@@ -27,6 +27,7 @@ from tpuscope.detect.tables import UNREAD_STEP_COLUMNS, LazyTables, RunTables
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store.sql import HostReader
 
+PHASES = np.array(["warmup", "judged", "after"], dtype=object)
 MAIN = ("steps", "compiles", "fallbacks", "metrics", "findings")
 
 
@@ -195,7 +196,7 @@ class PodTables(RunTables):
 
     def _host_tables(self, host: str, rows: tuple[pd.DataFrame, pd.DataFrame]) -> RunTables:
         steps, metrics = rows
-        if steps.duplicated(["pid", "step"]).any():  # a step twice: (host, step) rows grouped
+        if steps_twice(steps):  # (host, step) rows grouped then, as pandas groups them
             self.pod.group_steps()
         meta = {**self.meta, "processes": [p for p in self.meta.get("processes", [])
                                            if str(p.get("host")) == host]}
@@ -223,9 +224,17 @@ def host_phases(steps: pd.DataFrame, warmup: int) -> pd.Series | None:
     np.maximum.at(last, proc[~after], step[~after])
     size = np.bincount(proc)
     limit = np.minimum(warmup, last)[proc]
-    out = np.where(after, "after", np.where(step >= limit, "judged", "warmup"))
-    out[after & (size[proc] == 1)] = "judged"
-    return pd.Series(out.astype(object), index=steps.index, dtype=object)
+    code = np.where(after, 2, (step >= limit).astype(np.int64))  # warmup 0, judged 1, after 2
+    code[after & (size[proc] == 1)] = 1
+    return pd.Series(PHASES[code], index=steps.index, dtype=object)
+
+
+def steps_twice(steps: pd.DataFrame) -> bool:
+    """Whether a process wrote a step twice (never from a collector: its steps only grow)."""
+    pid, step = steps["pid"].to_numpy(), steps["step"].to_numpy()
+    if len(step) < 2 or ((pid[1:] == pid[:-1]).all() and (np.diff(step) > 0).all()):
+        return False
+    return bool(steps.duplicated(["pid", "step"]).any())
 
 
 def live_hosts(meta: dict[str, Any]) -> int:

@@ -152,10 +152,13 @@ def _duck_scan(
     schema: pa.Schema | None,
     columns: Sequence[str] | None,
     where: str | None,
+    present: set[str] | None = None,
 ) -> pa.Table:
-    """The parts `urls` of one table through DuckDB: only the columns asked for that exist."""
+    """The parts `urls` of one table through DuckDB: only the columns asked for that exist
+    (`present`: the columns its parts hold, when the caller knows them)."""
     files = _list(urls)
-    present = {r[0] for r in con.sql(f"SELECT name FROM parquet_schema({files})").fetchall()}
+    if present is None:
+        present = {r[0] for r in con.sql(f"SELECT name FROM parquet_schema({files})").fetchall()}
     wanted = [c for c in (columns or (schema.names if schema is not None else [])) if c in present]
     select = ", ".join(f'"{c}"' for c in wanted) if (columns or schema is not None) else "*"
     sql = f"SELECT {select or 'NULL AS _none'} FROM read_parquet({files}, union_by_name=true)"
@@ -213,7 +216,7 @@ class HostReader:
     of connections cost more than the reads)."""
 
     def __init__(self, run: Location) -> None:
-        self.run, self._urls = run, {}
+        self.run, self._urls, self._present = run, {}, {}
         self._con: duckdb.DuckDBPyConnection | None = None
 
     def _host_urls(self, name: str, host: str) -> list[str]:
@@ -236,7 +239,11 @@ class HostReader:
         if self._con is None:
             self._con = connect(self.run)
         try:
-            return _duck_scan(self._con, urls, schema, columns, host_filter(host))
+            if name not in self._present:  # every part's columns, once per table
+                listed = _list([u for _, u in self._urls[name][0]])
+                self._present[name] = {r[0] for r in self._con.sql(
+                    f"SELECT name FROM parquet_schema({listed})").fetchall()}
+            return _duck_scan(self._con, urls, schema, columns, host_filter(host), self._present[name])
         except (duckdb.Error, pa.ArrowException):
             return scan(self.run, name, columns=columns, host=host)
 
