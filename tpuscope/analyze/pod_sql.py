@@ -2,14 +2,15 @@
 
 A pod of 128 hosts x 100k steps is 12.8M step rows; held as pandas frames (and the frames
 derived from them) they took ~6 GB. Here the rules of analyze/judge.py (phases),
-analyze/hosts.py (per-host steps, the pod's per-step medians, stragglers, the host x step
-matrix) and the step figures of analyze/summary.py are SQL over the parts, read column by
-column with DuckDB (projection push-down; a remote run through fsspec), and only their small
-results come to Python. Each figure is the one the pandas rules compute, to the last bit:
-every median here is over integers or half-integers (nanosecond counts and their medians),
-which DuckDB's interpolation (lo + (hi - lo) / 2) and pandas' ((lo + hi) / 2) give alike,
-and medians over other floats are taken in pandas from their middle values (tests/test_pod_sql.py
-checks every figure against the pandas rules on a real pod run).
+analyze/hosts.py (per-host steps, the pod view, the host x step matrix) and the step figures
+of analyze/summary.py are SQL over the parts, read column by column with DuckDB (projection
+push-down; a remote run through fsspec), and only their small results come to Python. The
+pod's medians are taken from host x step matrices of one column at a time (analyze/pod_matrix.py:
+DuckDB's grouped median keeps every value per group and was ~7 s a column at 12.8M rows).
+Each figure is the one the pandas rules compute, to the last bit: the medians are taken as
+pandas takes them ((lo + hi) / 2 of the middle two, NaN skipped) and DuckDB's own medians and
+quantiles are only asked of integers (nanosecond counts), where its interpolation gives the
+same; tests/test_pod_sql.py and tests/test_pod.py compare both paths on whole pods.
 """
 
 from __future__ import annotations
