@@ -5,11 +5,14 @@ hosts/<host>.json, procs/<host>-<pid>.json, one steps and one compiles part per 
 Parquet with the store's schemas), one host slower than the others and one compiling a graph of
 its own, then times: reading the run's meta (what `tpuscope ls` does per run), the one analysis
 (tables read, every rule per host, the pod rules: `tpuscope show --reanalyze`), and the Hosts
-page (layout built and serialized as a request does). Reads here are tpuscope.store's pandas
-path, not the store layer's DuckDB one.
+page (layout built and serialized as a request does). The analysis is the one `tpuscope run`'s
+last host and `show --reanalyze` run: DuckDB over the parts, host by host (detect/pod_tables.py);
+`--in-memory` times the pandas path that holds every host's tables at once (RunTables.from_run),
+for the ratio. Measure the whole process's peak with `/usr/bin/time -v`, one size at a time.
 
     python benchmarks/pod_scale.py                       # 64 hosts x 10k steps
-    python benchmarks/pod_scale.py --hosts 64 --steps 100000 --json
+    /usr/bin/time -v python benchmarks/pod_scale.py --hosts 128 --steps 100000 --json
+    /usr/bin/time -v python benchmarks/pod_scale.py --hosts 128 --steps 100000 --json --in-memory
 """
 
 from __future__ import annotations
@@ -112,6 +115,19 @@ def make_pod(root: Path, hosts: int, steps: int) -> Path:
     return run_dir
 
 
+def _in_memory(run: Run) -> Any:
+    """The analysis with every table of every host in pandas (RunTables.from_run), written."""
+    from tpuscope.detect import RunTables, detect
+    from tpuscope.detect.run_analysis import RunReport, _summary
+
+    tables = RunTables.from_run(run)
+    findings = detect(tables)
+    report = RunReport(summary=_summary(tables, findings), findings=findings)
+    run.write_findings(report.findings)
+    run.write_analysis(report.summary)
+    return report
+
+
 def _timed(fn: Any) -> tuple[Any, float]:
     start = time.perf_counter()
     out = fn()
@@ -123,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=64)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="the pandas path: every host's tables in memory at once")
     args = parser.parse_args(argv)
     from plotly.io.json import to_json_plotly
     from tpuscope_dashboards.app import route
@@ -134,13 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         _, build_s = _timed(lambda: make_pod(Path(tmp), args.hosts, args.steps))
         run_dir = Path(tmp) / "pod-bench"
         meta, meta_s = _timed(lambda: read_meta(run_dir))
-        report, analyze_s = _timed(lambda: analyze(Run(run_dir)))
+        report, analyze_s = _timed(
+            lambda: _in_memory(Run(run_dir)) if args.in_memory else analyze(Run(run_dir)))
         page, page_s = _timed(lambda: to_json_plotly(route(StoreData(tmp), "/run/pod-bench/hosts")))
         figures = {
             "hosts": args.hosts,
             "steps_per_host": args.steps,
             "build_s": round(build_s, 2),
             "read_meta_s": round(meta_s, 3),
+            "analysis": "in memory (pandas)" if args.in_memory else "over the parts (DuckDB)",
             "analyze_s": round(analyze_s, 2),
             "hosts_page_cold_s": round(page_s, 2),
             "hosts_page_kb": round(len(page) / 1024, 1),

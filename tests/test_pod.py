@@ -196,3 +196,18 @@ def test_a_bad_run_id_is_one_line_and_runs_nothing(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "tpuscope: not a valid run id: '../up' (letters, digits, '.', '_', '-')"
     ]
+
+
+def test_the_analysis_over_the_parts_is_the_in_memory_one(pod):
+    """The fixture's analysis (DuckDB over the parts, host by host: detect/pod_tables.py) states
+    what the pandas rules state with every host's tables in memory, to the last digit: a lost
+    host with fewer steps, hosts with their own compiles and reads (tests/test_pod_sql.py)."""
+    from tpuscope.detect import RunTables, detect
+    from tpuscope.detect.run_analysis import _summary
+
+    memory = RunTables.from_run(Run(pod.run_dir))
+    findings = detect(memory)
+    summary = {k: v for k, v in pod.report.summary.items() if k != "parts_digest"}
+    text = lambda x: json.dumps(x, sort_keys=True, default=str)  # noqa: E731
+    assert text([f.to_dict() for f in pod.report.findings]) == text([f.to_dict() for f in findings])
+    assert text(summary) == text(_summary(memory, findings))

@@ -99,6 +99,8 @@ def run_hosts(tables: RunTables) -> list[str]:
 
     Imported evidence is not (each imported file is a process of status "imported" whose
     `host` is the file's name), so an import of many files is judged as one run, as before."""
+    if hasattr(tables, "pod"):  # detect/pod_tables.PodTables: its hosts were found by SQL
+        return list(tables.hosts)
     live = {
         str(p.get("host"))
         for p in tables.meta.get("processes", [])
@@ -109,6 +111,8 @@ def run_hosts(tables: RunTables) -> list[str]:
 
 def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> RunTables:
     """The run as one host saw it: its rows, its processes' meta, its graph families."""
+    if hasattr(tables, "for_host"):  # a PodTables: the host's rows read from its own parts
+        return tables.for_host(host)
     split = split or HostSplit(tables)
     meta = {
         **tables.meta,
@@ -190,9 +194,12 @@ def detect_per_host(
 ) -> list[Finding]:
     """Every rule on every host alone, the same root cause merged across hosts."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
-    split = HostSplit(tables)
-    for host in hosts:
-        one = for_host(tables, host, split)
+    if hasattr(tables, "each_host"):  # a PodTables: each host's rows read from its own parts
+        each = tables.each_host(hosts)
+    else:
+        split = HostSplit(tables)
+        each = ((host, for_host(tables, host, split)) for host in hosts)
+    for host, one in each:
         for rule in rules:
             for finding in rule(one):
                 groups.setdefault(_key(finding), []).append((host, finding))
@@ -202,7 +209,10 @@ def detect_per_host(
 def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, Any]] | None:
     """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
     a straggler and the rules whose findings name it (not every host)."""
-    rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta, tables.host_rows)
+    if hasattr(tables, "pod"):  # a PodTables: the figures from SQL over the parts
+        rows = tables.pod.host_summary(tables.meta)
+    else:
+        rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta, tables.host_rows)
     if len(rows) < 2:
         return None
     view = {h["host"]: h for h in tables.pod_view.get("hosts", [])}
@@ -227,5 +237,8 @@ def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     hosts = hosts_section(tables, findings)
     if not hosts:
         return {}
-    record = step_matrix_record(common.judged_steps(tables), rows=tables.host_rows)
+    if hasattr(tables, "pod"):
+        record = tables.pod.step_matrix_record()
+    else:
+        record = step_matrix_record(common.judged_steps(tables), rows=tables.host_rows)
     return {"hosts": hosts, "host_steps": record}

@@ -37,11 +37,9 @@ class RunReport:
 
 
 def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
-    from tpuscope.analyze.summary import summarize
     from tpuscope.detect.pod import pod_summary
 
-    summary = summarize(tables.meta, tables.steps, tables.families, tables.fallbacks, tables.metrics,
-                        tables.phase)
+    summary = tables.summarize()
     summary["findings_by_severity"] = {
         sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
@@ -106,9 +104,10 @@ def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[d
 
 def _compute(run: Run) -> RunReport:
     """Every rule on the run's tables, and the summary: the only place the rules are loaded."""
-    from tpuscope.detect import RunTables, detect
+    from tpuscope.detect import detect
+    from tpuscope.detect.pod_tables import run_tables
 
-    tables = RunTables.from_run(run)
+    tables = run_tables(run)  # a pod's steps stay in its parts (detect/pod_tables.py)
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)
 

@@ -117,6 +117,12 @@ class RunTables:
         families = self.families
         return str(families["backend"].iloc[0]) if not families.empty else "torch_xla"
 
+    def summarize(self) -> dict[str, Any]:
+        """analyze/summary.summarize of these tables: the summary's headline figures."""
+        from tpuscope.analyze.summary import summarize
+
+        return summarize(self.meta, self.steps, self.families, self.fallbacks, self.metrics, self.phase)
+
     @classmethod
     def from_run(cls, run: Any) -> RunTables:
         """Every table of the run: the four main ones as fields, the others in `extra`."""

@@ -1,0 +1,88 @@
+"""The pod analysis over the parts (detect/pod_tables.py, analyze/pod_sql.py) states what the
+pandas rules state with every host's tables in memory, bit for bit.
+
+A synthetic pod written as `tpuscope run --run-id` lays one out (benchmarks/pod_scale.make_pod:
+real Parquet parts with the store's schemas, host-3 slower, host-1 compiling a graph of its
+own), analysed both ways; the real five-host pod (a lost host, hosts with other step counts) is
+compared in tests/test_pod.py. The numpy shortcuts are checked against pandas on their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tpuscope.analyze.judge import phases
+from tpuscope.analyze.pod_matrix import nan_median
+from tpuscope.detect import RunTables, detect
+from tpuscope.detect.pod_tables import PodTables, host_phases, run_tables
+from tpuscope.detect.run_analysis import _summary
+from tpuscope.store import Run
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "pod_scale.py"
+
+
+def _make_pod():
+    spec = importlib.util.spec_from_file_location("_pod_scale", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_pod
+
+
+def both_ways(run: Run) -> tuple[tuple[list, dict], tuple[list, dict]]:
+    """(findings, summary) over the parts and in memory, as JSON-ready dicts."""
+    parts = run_tables(run)
+    assert isinstance(parts, PodTables)
+    memory = RunTables.from_run(run)
+    out = []
+    for tables in (parts, memory):
+        findings = detect(tables)
+        out.append(([f.to_dict() for f in findings], _summary(tables, findings)))
+    return out[0], out[1]
+
+
+def same(a: object, b: object) -> bool:
+    """Equal as JSON text: every float to its last digit."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def test_synthetic_pod_over_the_parts_is_the_in_memory_analysis(tmp_path):
+    run = Run(_make_pod()(tmp_path, 4, 301))  # an even host count: medians of the middle two
+    (found, summary), (found_mem, summary_mem) = both_ways(run)
+    assert {f["rule"] for f in found} == {"straggler", "rank_divergence"}  # host-3, host-1
+    assert same(found, found_mem)
+    assert same(summary, summary_mem)
+    assert summary["host_steps"]["width"] == 2  # 299 judged steps in bins of 2
+
+
+def test_nan_median_is_pandas_median():
+    rng = np.random.default_rng(1)
+    for shape in [(5, 7), (4, 10), (64, 300), (3, 20000)]:
+        matrix = rng.integers(0, 20, shape) * 0.5 + rng.random(shape) * (shape[0] % 2)
+        matrix[rng.random(shape) < 0.1] = np.nan
+        long = pd.DataFrame(matrix).stack().reset_index()
+        long.columns = ["row", "col", "v"]
+        for axis, key in ((0, "col"), (1, "row")):
+            want = long.groupby(key)["v"].median().reindex(range(shape[1 - axis])).to_numpy()
+            assert np.array_equal(nan_median(matrix, axis), want, equal_nan=True), (shape, axis)
+    whole = np.arange(12.0).reshape(3, 4)  # no NaN: the partition path
+    assert np.array_equal(nan_median(whole, 0), pd.DataFrame(whole).median(axis=0).to_numpy())
+
+
+def test_host_phases_are_judge_phases():
+    rng = np.random.default_rng(0)
+    for n, warmup in [(10, 2), (3, 2), (1, 2), (2, 5), (50, 0)]:
+        rows = []
+        for pid in (7, 8):
+            count = n if pid == 7 else max(1, n // 2)
+            boundary = ["sync"] * count
+            if rng.random() < 0.6:
+                boundary[-1] = "end"
+            rows.append(pd.DataFrame({"host": "h", "pid": np.int32(pid), "step": np.arange(count),
+                                      "boundary": boundary}))
+        frame = pd.concat(rows, ignore_index=True)
+        assert host_phases(frame, warmup).equals(phases(frame, warmup)), (n, warmup)

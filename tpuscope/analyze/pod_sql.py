@@ -1,0 +1,270 @@
+"""A pod's step figures in DuckDB over the steps table's Parquet parts: bounded memory.
+
+A pod of 128 hosts x 100k steps is 12.8M step rows; held as pandas frames (and the frames
+derived from them) they took ~6 GB. Here the rules of analyze/judge.py (phases),
+analyze/hosts.py (per-host steps, the pod view, the host x step matrix) and the step figures
+of analyze/summary.py are SQL over the parts, read column by column with DuckDB (projection
+push-down; a remote run through fsspec), and only their small results come to Python. The
+pod's medians are taken from host x step matrices of one column at a time (analyze/pod_matrix.py:
+DuckDB's grouped median keeps every value per group and was ~7 s a column at 12.8M rows).
+Each figure is the one the pandas rules compute, to the last bit: the medians are taken as
+pandas takes them ((lo + hi) / 2 of the middle two, NaN skipped) and DuckDB's own medians and
+quantiles are only asked of integers (nanosecond counts), where its interpolation gives the
+same; tests/test_pod_sql.py and tests/test_pod.py compare both paths on whole pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from tpuscope.analyze.hosts import (
+    COUNTS,
+    MAD_TO_SIGMA,
+    MAX_COLUMNS,
+    MIN_EXCESS_NS,
+    MIN_SHARE,
+    NOISE_FACTOR,
+    NS_PER_MS,
+    _cause,
+    natural_key,
+)
+from tpuscope.analyze.judge import AFTER_LOOP
+from tpuscope.analyze.pod_matrix import StepMatrix, nan_median
+
+NUMERIC = ("compile_ns", "execute_ns", *COUNTS)  # summed per (host, step), nulls as 0
+PARTS = ("compile_ns", "execute_ns", "host_ns", *COUNTS)  # a slow step's parts, against the pod's
+PASS_CELLS = 1 << 25  # matrix cells one pass over the rows fills (8 bytes each: 256 MB)
+STEP_COLUMNS = ("host", "pid", "step", "wall_ns", "boundary", "executions", *NUMERIC)
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class PodSteps:
+    """The step figures of a pod, as SQL on a connection whose view `steps` is the steps table.
+
+    Builds temporary views: `phased` (every step row with its phase, analyze/judge.phases),
+    `host_steps` (the judged steps, one row per (host, step): analyze/hosts.per_host_steps)
+    and one small table, `procs` (per process: rows, last loop step)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, warmup: int) -> None:
+        self.con, self.warmup = con, int(warmup)
+        present = {r[0] for r in con.execute("DESCRIBE steps").fetchall()}
+        cols = ", ".join(c if c in present else f"NULL AS {c}" for c in STEP_COLUMNS)
+        after = f"coalesce(boundary = {_q(AFTER_LOOP)}, false)"
+        con.execute(f"CREATE TEMP VIEW s AS SELECT {cols}, {after} AS is_after FROM steps")
+        con.execute(
+            "CREATE TEMP TABLE procs AS SELECT host, pid, count(*) AS n, "
+            "max(step) FILTER (WHERE NOT is_after) AS last_loop FROM s GROUP BY host, pid"
+        )
+        if self._simple_phases():  # every process past its warm-up, none a single step
+            phase = (f"CASE WHEN is_after THEN 'after' WHEN step >= {self.warmup} THEN 'judged' "
+                     "ELSE 'warmup' END")
+            con.execute(f"CREATE TEMP VIEW phased AS SELECT *, {phase} AS phase FROM s")
+        else:
+            phase = (
+                "CASE WHEN s.is_after AND p.n = 1 THEN 'judged' WHEN s.is_after THEN 'after' "
+                f"WHEN s.step >= least({self.warmup}, p.last_loop) THEN 'judged' ELSE 'warmup' END"
+            )
+            con.execute(
+                f"CREATE TEMP VIEW phased AS SELECT s.*, {phase} AS phase FROM s JOIN procs p "
+                "ON s.host IS NOT DISTINCT FROM p.host AND s.pid IS NOT DISTINCT FROM p.pid"
+            )
+        self.grouped = not self._one_process_per_host()
+        self._host_steps()
+
+    def _host_steps(self) -> None:
+        """The view `host_steps`: one row per (host, step) of the judged steps, the slowest
+        process's wall time and the host's summed parts (analyze/hosts.per_host_steps)."""
+        sums = ", ".join(f"coalesce({c}, 0) AS {c}" for c in NUMERIC)
+        if not self.grouped:  # one process per host, each step once: the judged rows are those
+            body = f"SELECT host, step, wall_ns, {sums} FROM phased WHERE phase = 'judged'"
+        else:
+            aggs = ", ".join(f"sum(coalesce({c}, 0)) AS {c}" for c in NUMERIC)
+            body = (f"SELECT host, step, max(wall_ns) AS wall_ns, {aggs} FROM phased "
+                    "WHERE phase = 'judged' GROUP BY host, step")
+        self.con.execute(
+            "CREATE OR REPLACE TEMP VIEW host_steps AS SELECT *, "
+            "greatest(wall_ns - compile_ns - execute_ns, 0) AS host_ns "
+            f"FROM ({body}) WHERE host IS NOT NULL"
+        )
+
+    def group_steps(self) -> None:
+        """A process wrote a step twice (never seen from a collector): take each (host, step)
+        as pandas' groupby does, the slowest row and the summed parts."""
+        if not self.grouped:
+            self.grouped = True
+            self._host_steps()
+
+    def _simple_phases(self) -> bool:
+        row = self.con.execute(
+            f"SELECT bool_and(n > 1 AND (last_loop IS NULL OR last_loop >= {self.warmup})) "
+            "FROM procs").fetchall()[0]
+        return bool(row[0])
+
+    def _one_process_per_host(self) -> bool:
+        row = self.con.execute(
+            "SELECT count(*) = count(DISTINCT host) FROM procs WHERE host IS NOT NULL"
+        ).fetchall()[0]
+        return bool(row[0])
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.con.execute(sql).fetchall()
+
+    def frame(self, sql: str) -> pd.DataFrame:
+        return self.con.execute(sql).df()
+
+    # -- whole-run figures (analyze/summary.py, analyze/families.loop_ends) ------------------
+    def hosts(self) -> list[str]:
+        """Every host with a step row."""
+        return [str(r[0]) for r in self.rows("SELECT DISTINCT host FROM s WHERE host IS NOT NULL")]
+
+    def loop_ends(self) -> dict[str, int]:
+        """analyze/families.loop_ends: 'host/pid' -> the last step of its loop."""
+        rows = self.rows("SELECT host, pid, max(step) FROM phased WHERE phase <> 'after' "
+                         "GROUP BY host, pid")
+        return {f"{h}/{p}": int(s) for h, p, s in rows if s is not None}
+
+    def last_steps(self) -> dict[str, int]:
+        """Per host, its last step (any phase)."""
+        rows = self.rows("SELECT host, max(step) FROM s WHERE host IS NOT NULL GROUP BY host")
+        return {str(h): int(s) for h, s in rows if s is not None}
+
+    def judged_wall_s(self) -> float:
+        """analyze/judge.wall_s of the judged steps."""
+        total = self.rows("SELECT sum(wall_ns) FROM phased WHERE phase = 'judged'")[0][0]
+        return float(int(total)) / 1e9 if total is not None else 0.0
+
+    def after_rows(self) -> pd.DataFrame:
+        """The after-the-loop steps (one per process at most): few rows, in pandas."""
+        return self.frame("SELECT host, pid, step, wall_ns, executions FROM phased "
+                          "WHERE phase = 'after'")
+
+    def step_figures(self) -> dict[str, Any]:
+        """Counts and sums of the phases: what analyze/summary.summarize reads of the steps."""
+        (loop, judged, judged_wall, transfers, transfers_n, all_wall, procs, all_transfers,
+         rows) = self.rows(
+            "SELECT count(*) FILTER (WHERE phase <> 'after'), count(*) FILTER (WHERE phase = 'judged'), "
+            "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
+            "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
+            "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "
+            "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased")[0]
+        return {"loop": int(loop), "judged": int(judged),
+                "judged_wall_ns": int(judged_wall or 0), "all_wall_ns": int(all_wall or 0),
+                "transfers_mean": float(int(transfers)) / transfers_n if transfers_n else None,
+                "transfers": int(all_transfers or 0), "processes": int(procs), "rows": int(rows)}
+
+    def judged_quantile(self, q: float, n: int) -> float:
+        """pandas' Series.quantile(q) of the judged steps' wall_ns (numpy's linear method),
+        from the two order statistics around its index (DuckDB's quantile_disc at k is
+        the (k+1)-th smallest when asked at (k + 0.5) / n)."""
+        virtual = (n - 1) * np.float64(q)
+        below = int(np.floor(virtual))
+        above = min(below + 1, n - 1)
+        a, b = self.rows(
+            f"SELECT quantile_disc(wall_ns, {(below + 0.5) / n!r}), "
+            f"quantile_disc(wall_ns, {(above + 0.5) / n!r}) FROM phased WHERE phase = 'judged'")[0]
+        gamma = virtual - below
+        return float(np.quantile(np.array([a, b], dtype=np.int64), gamma))
+
+    # -- the pod view (analyze/hosts.pod_view) ------------------------------------------------
+    def judged_hosts(self) -> list[str]:
+        """The hosts with judged steps, in natural order."""
+        rows = self.rows("SELECT DISTINCT CAST(host AS VARCHAR) FROM host_steps")
+        return sorted((str(r[0]) for r in rows), key=natural_key)
+
+    def pod_view(self) -> dict[str, Any]:
+        """analyze/hosts.pod_view of the judged steps: the same dict, from host x step matrices."""
+        hosts = self.judged_hosts()
+        if len(hosts) < 2:
+            return {}
+        matrices = StepMatrix(self.con, hosts)
+        wall = matrices.columns(["wall_ns"])["wall_ns"]
+        p50 = nan_median(wall, 1)
+        counts = (~np.isnan(wall)).sum(axis=1)
+        spread = MAD_TO_SIGMA * pd.Series(nan_median(np.abs(wall - p50[:, None]), 1))
+        excess = wall
+        excess -= nan_median(wall, 0)[None, :]  # in place: two matrices at most, not three
+        del wall
+        pod_p50 = float(pd.Series(p50).median())
+        noise = float(spread.median())
+        threshold = max(NOISE_FACTOR * noise, MIN_SHARE * pod_p50, MIN_EXCESS_NS)
+        median_excess = nan_median(excess, 1)
+        slow = excess > threshold  # NaN (no such step) is never slow
+        del excess
+        causes = _slow_parts(matrices, slow)
+        view = []
+        for i, host in enumerate(hosts):
+            steps = np.flatnonzero(slow[i]) + matrices.lo
+            view.append({
+                "host": host, "steps": int(counts[i]), "p50_ms": float(p50[i]) / NS_PER_MS,
+                "excess_ms": float(median_excess[i]) / NS_PER_MS,
+                "slow_steps": [int(s) for s in steps],
+                "straggler": bool(median_excess[i] > threshold),
+                "cause": _cause(causes[i]) if i in causes else None,
+            })
+        return {"hosts": view, "pod_p50_ms": pod_p50 / NS_PER_MS, "noise_ms": noise / NS_PER_MS,
+                "threshold_ms": threshold / NS_PER_MS}
+
+    # -- the summary's hosts and host_steps ---------------------------------------------------
+    def host_summary(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """analyze/hosts.host_summary, its figures from SQL."""
+        ended = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
+        procs: dict[str, int] = {}
+        for proc in meta.get("processes", []):
+            procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
+        counts = {str(h): int(n) for h, n in self.rows(
+            "SELECT CAST(host AS VARCHAR), count(*) FROM s GROUP BY 1")}
+        p50 = {str(h): float(m) / NS_PER_MS for h, m in self.rows(
+            "SELECT host, median(wall_ns) FROM host_steps GROUP BY host")}
+        return [{"host": host, "processes": procs.get(host, 0), "steps": counts[host],
+                 "p50_ms": p50.get(host), "status": ended.get(host)}
+                for host in sorted(counts, key=natural_key)]
+
+    def step_matrix_record(self, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
+        """analyze/hosts.step_matrix_record: per host and bin of steps the median wall time in
+        ms, the median taken as pandas takes it, (lo / 1e6 + hi / 1e6) / 2 of the middle two."""
+        lo, hi = self.rows("SELECT min(step), max(step) FROM host_steps")[0]
+        if lo is None:
+            return None
+        width = max(1, int(np.ceil((int(hi) - int(lo) + 1) / max_columns)))
+        cells = self.frame(
+            f"SELECT host, {int(lo)} + (step - {int(lo)}) // {width} * {width} AS bin, "
+            "quantile_disc(wall_ns, 0.5) AS lo, -quantile_disc(-wall_ns, 0.5) AS hi "
+            "FROM host_steps GROUP BY host, bin")
+        ms = (cells["lo"].to_numpy(np.float64) / NS_PER_MS + cells["hi"].to_numpy(np.float64) / NS_PER_MS) / 2
+        matrix = pd.Series(ms, index=pd.MultiIndex.from_arrays(
+            [cells["host"].astype(str), cells["bin"].astype(np.int64)])).unstack()
+        matrix = matrix.loc[sorted(matrix.index, key=natural_key)].sort_index(axis=1)
+        return {
+            "hosts": [str(h) for h in matrix.index],
+            "steps": [int(c) for c in matrix.columns],
+            "width": width,
+            "ms": [[None if v != v else round(float(v), 6) for v in row] for row in matrix.to_numpy()],
+        }
+
+
+def _slow_parts(matrices: StepMatrix, slow: np.ndarray) -> dict[int, pd.DataFrame]:
+    """Per host (its row) with slow steps: those steps' parts beside the pod's medians of them,
+    as analyze/hosts._cause reads them; one column's matrix at a time."""
+    rows = np.flatnonzero(slow.any(axis=1))
+    if not len(rows):
+        return {}
+    cols = np.flatnonzero(slow.any(axis=0))  # the steps some host was slow on
+    slow = slow[:, cols]
+    out = {int(i): {"step": cols[np.flatnonzero(slow[i])] + matrices.lo} for i in rows}
+    per_pass = max(1, PASS_CELLS // (len(matrices.hosts) * len(cols)))  # matrices of a pass
+    for start in range(0, len(PARTS), per_pass):
+        parts = matrices.columns(list(PARTS[start:start + per_pass]), cols)  # only those steps
+        for col in PARTS[start:start + per_pass]:
+            matrix = parts.pop(col)
+            pod = nan_median(matrix, 0)
+            for i in rows:
+                mine = np.flatnonzero(slow[i])
+                out[int(i)][col], out[int(i)][f"pod_{col}"] = matrix[i, mine], pod[mine]
+    return {i: pd.DataFrame(columns) for i, columns in out.items()}
