@@ -26,13 +26,6 @@ def lane_label(plane: object, line: object) -> str:
     return f"{plane} / {line}"
 
 
-def with_host_planes(events: pd.DataFrame) -> pd.DataFrame:
-    """Planes named per host when a trace spans several hosts (every host has a /device:TPU:0)."""
-    if "host" not in events or events["host"].nunique() <= 1:
-        return events
-    return events.assign(plane=(events["host"].astype(str) + " " + events["plane"].astype(str)).astype("category"))
-
-
 def in_window(events: pd.DataFrame, t0: int | None, t1: int | None) -> pd.DataFrame:
     """Events overlapping [t0, t1] (absolute ns); the whole table when no window is set."""
     if t0 is None and t1 is None:
