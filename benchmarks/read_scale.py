@@ -7,7 +7,8 @@ files as a live run flushes them), at 1k, 10k, 100k and 1M steps, and stores of 
   analysis       tpuscope.detect.run_analysis.analyze on the run (what `tpuscope run` does at exit)
   show, --json   `tpuscope show RUN` as a subprocess (CLI start-up included) and in process
   ls             `tpuscope ls` as a subprocess and RunStore.list_runs in process
-  pages          every page of a run (Overview ... Hosts) and the Runs page: the Dash app's own
+  pages          every page of a run (Overview ... Hosts), the Compare page of the run against a
+                 second run of as many steps (`--pages Compare`), and the Runs page: the Dash app's own
                  callback request (POST /_dash-update-component through Flask's test client:
                  routing, reading, figures, JSON), cold (a fresh app, nothing cached) and warm
                  (the median of later requests)
@@ -19,6 +20,7 @@ Wall times on a shared machine wait for a core; CPU times are given beside them.
     python benchmarks/read_scale.py                       # 1k..1M steps, 10/100/1000 runs
     python benchmarks/read_scale.py --steps 1000 100000 --runs 10 200 --browser --json
     python benchmarks/read_scale.py --steps 1000000 --runs 200 --pages Overview --browser
+    python benchmarks/read_scale.py --steps 100000 --events 1000000 --runs --pages Trace Compare --browser
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ RUN_PAGES = {
     "Trace": ("/trace", "page-trace"),
     "Hosts": ("/hosts", "page-hosts"),
 }
-
+COMPARE = "Compare"  # /compare/<run>/<second run>: timed when --pages names it (or by default)
+EVENTS: dict[str, int | None] = {"trace_events": None}  # --events: trace events of each run
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     """(wall s, CPU s, result) of one call."""
@@ -138,16 +141,17 @@ def show_times(store: Path, run_dir: Path) -> dict[str, float]:
     return out
 
 
-def one_run(root: Path, steps: int, browser: Any) -> dict[str, Any]:
+def one_run(root: Path, steps: int, browser: Any, compare: bool = True) -> dict[str, Any]:
     """A run of `steps` steps in its own store: analysis, show, pages (and browser times)."""
     store = root / f"steps-{steps}"
     parts = 1 + steps // 20_000  # a 1M-step run in 51 parts per table
+    events = EVENTS["trace_events"]
     build, _, run_dir = timed(
         lambda: make_run(
             store,
             "scale",
             steps=steps,
-            trace_events=min(steps, 200_000),
+            trace_events=min(steps, 200_000) if events is None else events,
             recompiles=min(300, steps // 10),
             metrics=True,
             parts=parts,
@@ -157,10 +161,14 @@ def one_run(root: Path, steps: int, browser: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"steps": steps, "parts_per_table": parts, "build_s": build}
     row.update(analysis_times(run_dir))
     row.update(show_times(store, run_dir))
-    for name, (suffix, _) in RUN_PAGES.items():
-        row[name] = page_times(store, f"/run/{run_dir.name}{suffix}")
+    pages = {name: (f"/run/{run_dir.name}{suffix}", ident) for name, (suffix, ident) in RUN_PAGES.items()}
+    if compare:  # a second analysed run of as many steps (another seed, no device tables)
+        other = make_run(store, "scale-b", steps=steps, device=False, recompiles=min(200, steps // 10),
+                         seed=1, metrics=True, parts=parts, analyze=True)
+        pages[COMPARE] = (f"/compare/{run_dir.name}/{other.name}", "page-compare")
+    for name, (path, _) in pages.items():
+        row[name] = page_times(store, path)
     if browser is not None:
-        pages = {name: (f"/run/{run_dir.name}{suffix}", ident) for name, (suffix, ident) in RUN_PAGES.items()}
         row["browser"] = browser_times(browser, store, pages)
     return row
 
@@ -329,7 +337,9 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"\n{'steps':>9} {'page':11} {'server cold s (cpu)':>19} {'warm s':>6} {'KB':>5}   "
           "browser: first   cold   best  cpu s")
     for r in results["runs"]:
-        for page in RUN_PAGES:
+        for page in [*RUN_PAGES, COMPARE]:
+            if page not in r:
+                continue
             t = r[page]
             print(f"{r['steps']:>9,} {page:11} {t['cold_s']:11.2f} ({t['cold_cpu_s']:4.2f}) {t['warm_s']:6.2f} "
                   f"{t['payload_kb']:5.0f}   {_browser(r.get('browser', {}), page)}")
@@ -348,17 +358,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--browser", action="store_true", help="also time pages in headless Chromium"
     )
-    parser.add_argument("--pages", nargs="*", choices=list(RUN_PAGES), help="time only these run pages")
+    parser.add_argument("--pages", nargs="*", choices=[*RUN_PAGES, COMPARE], help="time only these run pages")
+    parser.add_argument("--events", type=int, help="trace events of each run (default: as many as steps, "
+                                                   "at most 200,000)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args(argv)
     for name in set(RUN_PAGES) - set(args.pages or RUN_PAGES):
         del RUN_PAGES[name]
+    EVENTS["trace_events"] = args.events
+    compare = args.pages is None or COMPARE in args.pages
     root = args.keep or Path(tempfile.mkdtemp(prefix="tpuscope-scale-"))
     browser = open_browser() if args.browser else None
     try:
         results = {
-            "runs": [one_run(root, n, browser) for n in args.steps],
+            "runs": [one_run(root, n, browser, compare) for n in args.steps],
             "stores": [many_runs(root, n, browser) for n in args.runs],
         }
     finally:

@@ -39,7 +39,11 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
     visit(browser, server, f"/run/{store.synth}/trace", "page-trace", shots, "trace", graphs=2)
     assert text(browser, "stat-events") == f"{len(events):,}"
     title = browser.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle")
-    assert f"3,000 longest of {len(events):,}" in title.text
+    # the whole trace: the longest event of each line's pixel-wide buckets, at most 3,000 (ingest, session 10)
+    shown = re.search(rf"the ([\d,]+) longest of {len(events):,} events in view \(the longest per pixel", title.text)
+    assert shown and 0 < int(shown[1].replace(",", "")) <= 3000, title.text
+    drawn = plotted(browser, "trace-timeline")
+    assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * int(shown[1].replace(",", ""))
     t0 = int(events["start_ns"].min())
     lo, hi = 100.0, 101.0  # ms since trace start
     in_view = ((events["start_ns"] <= t0 + hi * 1e6) & (events["start_ns"] + events["dur_ns"] >= t0 + lo * 1e6)).sum()

@@ -1,8 +1,11 @@
 """Trace views that stay responsive at millions of events.
 
 The browser never gets the raw events: the activity heatmap bins every event
-exactly (prefix sums over sorted starts and ends, O(n log n)), and the timeline
-draws only the longest events of the visible window, re-queried on zoom.
+exactly, and the timeline draws only the longest events of the visible window,
+re-queried on zoom. The Trace page aggregates with DuckDB over the store
+(pages/trace.py) and hands the results to activity_figure, ops_table and
+trace_timeline(in_view=...); the frame versions (activity_heatmap: prefix sums over
+sorted starts and ends; top_ops) serve callers holding events in memory.
 Expected columns: plane, line, name, start_ns, dur_ns (optional: step, hlo_op).
 """
 
@@ -16,17 +19,11 @@ from .common import NS_PER_MS, PALETTE, base_figure, empty_figure
 
 MAX_EVENTS = 3000
 MAX_LANES = 40
+OP_COLUMNS = ["plane", "name", "count", "total_ms", "mean_us", "max_us"]
 
 
 def lane_label(plane: object, line: object) -> str:
     return f"{plane} / {line}"
-
-
-def with_host_planes(events: pd.DataFrame) -> pd.DataFrame:
-    """Planes named per host when a trace spans several hosts (every host has a /device:TPU:0)."""
-    if "host" not in events or events["host"].nunique() <= 1:
-        return events
-    return events.assign(plane=(events["host"].astype(str) + " " + events["plane"].astype(str)).astype("category"))
 
 
 def in_window(events: pd.DataFrame, t0: int | None, t1: int | None) -> pd.DataFrame:
@@ -115,11 +112,30 @@ def activity_heatmap(events: pd.DataFrame, origin_ns: int, bins: int = 300,
     t0, t1 = window or (int(events["start_ns"].min()),
                         int((events["start_ns"] + events["dur_ns"]).max()))
     lanes, edges, busy = activity_matrix(in_window(events, t0, t1), origin_ns, bins, t0, t1)
-    centers = (edges[:-1] + edges[1:]) / 2 / NS_PER_MS
-    fig = base_figure(f"Activity of every event ({len(events):,} events, busy % per line)",
+    return _heatmap(lanes, (edges[:-1] + edges[1:]) / 2 / NS_PER_MS, busy, len(events))
+
+
+def activity_figure(busy: pd.DataFrame, events: int, t0: int, t1: int, bins: int,
+                    max_lanes: int = MAX_LANES) -> go.Figure:
+    """The heatmap from busy ns per (plane, line, bin b) aggregated elsewhere (the Trace page's
+    SQL): bins of equal width from t0 (the origin) to t1, busiest lanes first."""
+    if not events or busy.empty:
+        return empty_figure("No trace events in this run")
+    width = max(1.0, (t1 - t0) / bins)
+    labels = [lane_label(p, li) for p, li in zip(busy["plane"], busy["line"], strict=True)]
+    keys, lanes = pd.factorize(pd.Series(labels))
+    matrix = np.zeros((len(lanes), bins))
+    np.add.at(matrix, (keys, busy["b"].to_numpy(dtype=np.int64)), busy["busy"].to_numpy(dtype=float))
+    order = np.argsort(-matrix.sum(axis=1), kind="stable")[:max_lanes]
+    centers = (np.arange(bins) + 0.5) * width / NS_PER_MS
+    return _heatmap([str(lanes[k]) for k in order], centers, np.minimum(100.0, 100.0 * matrix[order] / width), events)
+
+
+def _heatmap(lanes: list[str], centers_ms: np.ndarray, busy: np.ndarray, events: int) -> go.Figure:
+    fig = base_figure(f"Activity of every event ({events:,} events, busy % per line)",
                       height=max(220, 90 + 22 * len(lanes)))
     fig.add_trace(go.Heatmap(
-        z=busy, x=centers, y=lanes, colorscale="Blues", zmin=0, zmax=100,
+        z=busy, x=centers_ms, y=lanes, colorscale="Blues", zmin=0, zmax=100,
         colorbar={"title": {"text": "busy %"}},
         hovertemplate="%{y}<br>%{x:.3f} ms<br>%{z:.0f}% busy<extra></extra>",
     ))
@@ -157,15 +173,21 @@ def _segments(shown: pd.DataFrame, mask: np.ndarray, start: np.ndarray, dur: np.
 
 
 def trace_timeline(events: pd.DataFrame, origin_ns: int, window: tuple[int, int] | None = None,
-                   max_events: int = MAX_EVENTS) -> go.Figure:
+                   max_events: int = MAX_EVENTS, in_view: int | None = None) -> go.Figure:
     """The longest events in the window as segments, one row per trace line (busiest on top),
-    coloured by name; zoom re-queries. Each event is three points of a line trace (start, end, gap)."""
+    coloured by name; zoom re-queries. Each event is three points of a line trace (start, end, gap).
+    `in_view`: the events were picked already (the Trace page's SQL: the longest of each line's
+    pixel-wide buckets) out of that many in the window."""
     if events.empty:
         return empty_figure("No trace events in this run")
-    visible = in_window(events, *(window or (None, None)))
-    shown = longest(visible, max_events)
-    title = (f"Timeline: all {len(visible):,} events in view" if len(shown) == len(visible) else
-             f"Timeline: the {len(shown):,} longest of {len(visible):,} events in view (zoom in for more)")
+    if in_view is None:
+        visible = in_window(events, *(window or (None, None)))
+        shown, in_view = longest(visible, max_events), len(visible)
+        how = "zoom in for more"
+    else:
+        shown, how = events.sort_values("start_ns"), "the longest per pixel of each line; zoom in for more"
+    title = (f"Timeline: all {in_view:,} events in view" if len(shown) == in_view else
+             f"Timeline: the {len(shown):,} longest of {in_view:,} events in view ({how})")
     keys, labels = lane_keys(shown)
     totals = np.bincount(keys, weights=shown["dur_ns"].to_numpy(), minlength=len(labels))
     order = [k for k in np.argsort(-totals, kind="stable") if (keys == k).any()]
@@ -187,20 +209,26 @@ def trace_timeline(events: pd.DataFrame, origin_ns: int, window: tuple[int, int]
     return fig
 
 
+def ops_table(stats: pd.DataFrame) -> pd.DataFrame:
+    """The op table's columns from (plane, name, count, total ns, longest ns) per op."""
+    count, total = stats["count"].to_numpy(), stats["total"].to_numpy(dtype=float)
+    return pd.DataFrame({
+        "plane": stats["plane"].astype(str), "name": stats["name"].astype(str), "count": count.astype(int),
+        "total_ms": total / NS_PER_MS, "mean_us": total / count / 1e3,
+        "max_us": stats["longest"].to_numpy(dtype=float) / 1e3,
+    }, columns=OP_COLUMNS)
+
+
 def top_ops(events: pd.DataFrame, n: int = 50) -> pd.DataFrame:
     """Time per event name and plane, most total time first (an op profile of the window)."""
-    columns = ["plane", "name", "count", "total_ms", "mean_us", "max_us"]
     if events.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=OP_COLUMNS)
     planes, plane_names = _codes(events["plane"])
     names, op_names = _codes(events["name"])
     keys = planes * len(op_names) + names
     stats = pd.Series(events["dur_ns"].to_numpy()).groupby(keys).agg(["size", "sum", "max"])  # one int key: fast
     stats = stats.nlargest(n, "sum")
-    top, count, total, longest = stats.index.to_numpy(), stats["size"].to_numpy(), stats["sum"].to_numpy(), \
-        stats["max"].to_numpy()
-    return pd.DataFrame({
+    top = stats.index.to_numpy()
+    return ops_table(pd.DataFrame({
         "plane": [plane_names[k // len(op_names)] for k in top], "name": [op_names[k % len(op_names)] for k in top],
-        "count": count.astype(int), "total_ms": total / NS_PER_MS,
-        "mean_us": total / count / 1e3, "max_us": longest / 1e3,
-    }, columns=columns)
+        "count": stats["size"].to_numpy(), "total": stats["sum"].to_numpy(), "longest": stats["max"].to_numpy()}))

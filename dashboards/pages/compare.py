@@ -1,7 +1,9 @@
 """Compare: two runs side by side (step times, compiles, fallbacks, findings new/gone/changed).
 
 The figures that `tpuscope diff` prints come from the same module
-(tpuscope.analyze.compare): the step-time interval and the findings' matching."""
+(tpuscope.analyze.compare): the step-time interval and the findings' matching. What is read:
+the summaries (analysis.json), the judged steps' columns, and per-op fallback sums that
+DuckDB aggregates over the parts."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from tpuscope.analyze.compare import Side, compare, keyed
 from tpuscope.analyze.judge import judged_steps
 from tpuscope.report.diff import difference_text, ratio_text
 from tpuscope.schema import Finding
+from tpuscope.store import sql
 
 from ..components import finding_card, fmt_num, fmt_pct, graph
 from ..data import StoreData
@@ -76,6 +79,18 @@ def _delta_column(title: str, items: list[Finding], ident: str) -> html.Div:
     return html.Div([html.H4(f"{title} ({len(items)})", id=ident), *cards], className="delta-col")
 
 
+def fallback_counts(data: StoreData, run_id: str) -> pd.Series:
+    """CPU fallback calls per op, summed by DuckDB over the parts (a 100k-step run has 300k
+    fallback rows; only the per-op sums come back), cached until the table changes."""
+    def load() -> pd.Series:
+        table = sql.query(data.run(run_id).loc, 'SELECT op, sum("count") AS calls FROM fallbacks GROUP BY op',
+                          ["fallbacks"])
+        frame = table.to_pandas()
+        return frame.set_index("op")["calls"].astype(float) if len(frame) else pd.Series(dtype=float)
+
+    return data.derived(run_id, "fallback-calls-per-op", ("fallbacks",), load)
+
+
 def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     sa, sb = data.summary(run_a), data.summary(run_b)
     label_a, label_b = f"A: {sa['name'] or run_a}", f"B: {sb['name'] or run_b}"
@@ -83,10 +98,6 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
              label_b: judged_steps(data.columns(run_b, "steps", JUDGE_COLUMNS), sb["warmup"])["wall_ns"]}
     if label_a == label_b:
         steps = dict(zip([label_a + " (A)", label_b + " (B)"], steps.values(), strict=True))
-
-    def fallback_counts(run_id: str) -> pd.Series:
-        frame = data.columns(run_id, "fallbacks", ["op", "count"])
-        return frame.groupby("op")["count"].sum() if not frame.empty else pd.Series(dtype=float)
 
     compiles = {label_a: pd.Series({"total": sa["compiles"], "recompiles": sa["recompiles"]}),
                 label_b: pd.Series({"total": sb["compiles"], "recompiles": sb["recompiles"]})}
@@ -103,7 +114,7 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
         html.Div(graph(step_time_histograms(steps), "compare-steps"), className="panel"),
         html.Div(className="two-col", children=[
             html.Div(graph(grouped_counts(compiles, "XLA compiles", "compiles"), "compare-compiles"), className="panel"),
-            html.Div(graph(grouped_counts({label_a: fallback_counts(run_a), label_b: fallback_counts(run_b)},
+            html.Div(graph(grouped_counts({label_a: fallback_counts(data, run_a), label_b: fallback_counts(data, run_b)},
                                           "CPU fallback calls per op", "calls"), "compare-fallbacks"),
                      className="panel"),
         ]),

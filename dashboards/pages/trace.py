@@ -1,71 +1,143 @@
-"""Trace: the traced window, downsampled on the server, with links to xprof and Perfetto."""
+"""Trace: the traced window, with links to xprof and Perfetto.
+
+Nothing here holds the run's events: DuckDB aggregates them over the Parquet parts (the
+summary, exact busy time per line and bin, time per op) and picks what the timeline can
+draw (the events in view, or the longest of each line's pixel-wide buckets), reading
+only the columns each query names. A zoom runs the timeline's query again for its window."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from tpuscope.report.device import log_dirs
+from tpuscope.store import sql
 
 from ..components import NUM, empty_state, fmt_num, graph, grid, run_page, stat, stats_row
 from ..data import StoreData
-from ..figures.common import NS_PER_MS, x_window
-from ..figures.trace import activity_heatmap, lane_keys, top_ops, trace_timeline, with_host_planes
+from ..figures.common import NS_PER_MS, empty_figure, x_window
+from ..figures.trace import MAX_EVENTS, activity_figure, ops_table, trace_timeline
 
 # Files in a run folder that other tools open; served only by exact match against this listing.
 TRACE_FILES = ("**/*.xplane.pb", "**/*.pftrace", "**/*.perfetto-trace", "**/*.trace.json.gz", "**/*.trace.json",
                "**/*.perfetto.json.gz", "**/*.perfetto.json")
-# The columns the page reads (8 of the table's 18): half the Parquet to decode.
-COLUMNS = ("host", "plane", "line", "name", "start_ns", "dur_ns", "step", "hlo_op")
 OPS_COLUMNS: list[dict[str, Any]] = [
     {"field": "name", "minWidth": 240}, {"field": "plane", "minWidth": 160},
     {"field": "count", **NUM}, {"field": "total_ms", "headerName": "total (ms)", **NUM, "sort": "desc"},
     {"field": "mean_us", "headerName": "mean (us)", **NUM}, {"field": "max_us", "headerName": "max (us)", **NUM},
 ]
+BINS = 300  # the activity heatmap's columns
+PIXELS = 1500  # timeline buckets per line across the window: about the plot's width in pixels
+OPS = 50
 
 
-def origin(events: pd.DataFrame) -> int:
-    return int(events["start_ns"].min())
+def _plane(multi_host: bool) -> str:
+    """The plane label in SQL: per host when the trace spans several (every host has a /device:TPU:0)."""
+    return "coalesce(CAST(host AS VARCHAR), '') || ' ' || plane" if multi_host else "CAST(plane AS VARCHAR)"
 
 
-def trace_events(data: StoreData, run_id: str) -> pd.DataFrame:
-    """The run's trace events, planes named per host on multi-host traces (cached)."""
-    return data.derived(run_id, "trace-events", ("trace_events",),
-                        lambda: with_host_planes(data.columns(run_id, "trace_events", list(COLUMNS))))
+def _query(data: StoreData, run_id: str, statements: list[str]) -> list[pd.DataFrame]:
+    """Statements over the run's trace_events parts on one DuckDB connection (footers read once);
+    every result is small (aggregates, or at most MAX_EVENTS rows)."""
+    con = sql.views(data.run(run_id).loc, ["trace_events"])
+    try:
+        return [con.sql(statement).df() for statement in statements]
+    finally:
+        con.close()
+
+
+def _summary_sql() -> str:
+    """Counts and bounds; the planes and lines are counted from the activity's rows."""
+    return ("SELECT count(*) AS events, min(start_ns) AS t0, max(start_ns + dur_ns) AS t1, "
+            "count(DISTINCT host) AS hosts, min(step) FILTER (WHERE step >= 0) AS step_lo, "
+            "max(step) FILTER (WHERE step >= 0) AS step_hi FROM trace_events")
+
+
+def _activity_sql(plane: str, t0: int, t1: int, bins: int = BINS) -> str:
+    """Exact busy ns per (lane, bin): an event inside one bin adds its duration there; the few
+    longer than a bin are spread over the bins they overlap (generate_series)."""
+    width = max(1.0, (t1 - t0) / bins)
+    clamp = f"least(greatest(CAST(floor((%s - {t0}) / {width}) AS BIGINT), 0), {bins - 1})"
+    return f"""
+        WITH e AS (SELECT {plane} AS plane, CAST(line AS VARCHAR) AS line, start_ns AS s, start_ns + dur_ns AS e,
+                          {clamp % 'start_ns'} AS b0, {clamp % '(start_ns + dur_ns)'} AS b1 FROM trace_events),
+        parts AS (SELECT plane, line, b0 AS b, e - s AS busy FROM e WHERE b0 = b1
+                  UNION ALL
+                  SELECT plane, line, b, least(e, {t0} + (b + 1) * {width}) - greatest(s, {t0} + b * {width})
+                  FROM (SELECT *, unnest(generate_series(b0, b1)) AS b FROM e WHERE b0 <> b1))
+        SELECT plane, line, b, sum(busy) AS busy FROM parts GROUP BY ALL"""
+
+
+def _ops_sql(plane: str, n: int = OPS) -> str:
+    return (f"SELECT {plane} AS plane, CAST(name AS VARCHAR) AS name, count(*) AS count, sum(dur_ns) AS total, "
+            f"max(dur_ns) AS longest FROM trace_events GROUP BY ALL ORDER BY total DESC, plane, name LIMIT {n}")
+
+
+def _timeline_sql(plane: str, w0: int, w1: int, shown: int, pixels: int = PIXELS) -> str:
+    """The events in view; when more than `shown`, the longest of each line's pixel-wide
+    buckets, then the `shown` longest of those (what a plot of that width can draw)."""
+    view = (f"SELECT {plane} AS plane, CAST(line AS VARCHAR) AS line, CAST(name AS VARCHAR) AS name, start_ns, "
+            f"dur_ns, step FROM trace_events WHERE start_ns <= {w1} AND start_ns + dur_ns >= {w0}")
+    px = max(1.0, (w1 - w0) / pixels)
+    return f"""
+        WITH v AS ({view}), n AS (SELECT count(*) AS in_view FROM v)
+        SELECT v.*, n.in_view FROM v, n WHERE n.in_view <= {shown}
+        UNION ALL
+        SELECT plane, line, ev.name, ev.start_ns, dur_ns, ev.step, in_view FROM (
+            SELECT plane, line, max(dur_ns) AS dur_ns,
+                   arg_max({{'name': name, 'start_ns': start_ns, 'step': step}}, dur_ns) AS ev
+            FROM v, n WHERE n.in_view > {shown}
+            GROUP BY plane, line, CAST(floor((start_ns - {w0}) / {px}) AS BIGINT)
+            ORDER BY dur_ns DESC LIMIT {shown}), n"""
+
+
+def _timeline(frame: pd.DataFrame, t0: int, window: tuple[int, int] | None, run_id: str) -> go.Figure:
+    in_view = int(frame["in_view"].iloc[0]) if len(frame) else 0
+    return trace_timeline(frame.drop(columns="in_view"), t0, window, in_view=in_view).update_layout(uirevision=run_id)
 
 
 def timeline(data: StoreData, run_id: str, window_ms: tuple[float, float] | None = None) -> go.Figure:
-    """The timeline of a window (ms since trace start); the whole trace's version is cached."""
-    def build() -> go.Figure:
-        events = trace_events(data, run_id)
-        t0 = origin(events)
-        window = None if window_ms is None else (int(t0 + window_ms[0] * NS_PER_MS),
-                                                 int(t0 + window_ms[1] * NS_PER_MS))
-        return trace_timeline(events, t0, window).update_layout(uirevision=run_id)
+    """The timeline of a window (ms since trace start), read from the store for that window:
+    the whole trace's version is cached, a zoom re-reads the events in view."""
+    view = overview(data, run_id)
+    if not view["events"]:
+        return empty_figure("No trace events in this run")
+    if window_ms is None:
+        return view["timeline"]
+    t0 = view["t0"]
+    window = (int(t0 + window_ms[0] * NS_PER_MS), int(t0 + window_ms[1] * NS_PER_MS))
+    (frame,) = _query(data, run_id, [_timeline_sql(_plane(view["hosts"] > 1), *window, MAX_EVENTS)])
+    return _timeline(frame, t0, window, run_id)
 
-    if window_ms is not None:
-        return build()
-    return data.derived(run_id, "trace-timeline", ("trace_events",), build)
+
+def _steps_text(lo: Any, hi: Any) -> str:
+    if pd.isna(lo):
+        return "no step markers"
+    return f"{int(lo)}-{int(hi)}" if lo != hi else str(int(lo))
 
 
 def overview(data: StoreData, run_id: str) -> dict[str, Any]:
-    """Whole-trace figures and figures of the trace page, cached per version of the table."""
+    """The page's figures, aggregated by DuckDB over the parts (no events table in memory),
+    cached per version of the table."""
     def build() -> dict[str, Any]:
-        events = trace_events(data, run_id)
-        t0 = origin(events)
-        steps = events["step"].dropna() if "step" in events else pd.Series(dtype=float)
-        steps = steps[steps >= 0]  # -1: an event outside every step (a trace without step markers)
+        (head,) = _query(data, run_id, [_summary_sql()])
+        row = head.iloc[0]
+        events = int(row["events"])
+        if not events:
+            return {"events": 0}
+        t0, t1, multi = int(row["t0"]), int(row["t1"]), int(row["hosts"]) > 1
+        plane = _plane(multi)
+        busy, ops, shown = _query(data, run_id, [_activity_sql(plane, t0, t1), _ops_sql(plane),
+                                                 _timeline_sql(plane, t0, t1, MAX_EVENTS)])
         return {
-            "events": len(events), "lines": len(np.unique(lane_keys(events)[0])),
-            "planes": int(events["plane"].nunique()),
-            "span_ms": (int((events["start_ns"] + events["dur_ns"]).max()) - t0) / NS_PER_MS,
-            "steps": (f"{int(steps.min())}-{int(steps.max())}" if steps.min() != steps.max() else str(int(steps.min())))
-                     if len(steps) else "no step markers",
-            "activity": activity_heatmap(events, t0), "ops": top_ops(events).round(3),
+            "events": events, "lines": len(busy[["plane", "line"]].drop_duplicates()),
+            "planes": int(busy["plane"].nunique()), "hosts": int(row["hosts"]),
+            "t0": t0, "span_ms": (t1 - t0) / NS_PER_MS, "steps": _steps_text(row["step_lo"], row["step_hi"]),
+            "activity": activity_figure(busy, events, t0, t1, BINS), "ops": ops_table(ops).round(3),
+            "timeline": _timeline(shown, t0, None, run_id),
         }
 
     return data.derived(run_id, "trace-overview", ("trace_events",), build)
@@ -94,15 +166,14 @@ def links(data: StoreData, run_id: str) -> html.Div:
 
 
 def layout(data: StoreData, run_id: str) -> html.Div:
-    events = trace_events(data, run_id)
+    view = overview(data, run_id)
     header = data.header(run_id)
-    if events.empty:
+    if not view["events"]:
         return run_page("trace", run_id, header, empty_state(
             "No trace in this run",
             "Capture a device trace for a window of steps with "
             "`tpuscope run --trace-steps 10:20 python train.py`, or import an xplane.pb with "
             "`tpuscope import PATH`.", ident="no-trace"), links(data, run_id))
-    view = overview(data, run_id)
     return run_page(
         "trace", run_id, header,
         stats_row([

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from tpuscope.analyze.device_time import HOST_XLA_DEVICE, StepLookup, steps_at, work_pairs
+from tpuscope.parse.xplane_wire import member
 from tpuscope.schema import TABLES
 
 SLICE_ROWS = 1 << 16
@@ -98,7 +99,7 @@ def _work_rows(batch: pa.RecordBatch, coder: _PairKeys, work: set[tuple[str, str
     if not work:  # no device plane: XLA's CPU thunks, host events with an hlo_op
         mask = host[keys // len(lines)] & batch.column("hlo_op").is_valid().to_numpy(zero_copy_only=False)
         return mask, np.zeros(int(mask.sum()), dtype=np.int32)
-    mask = np.isin(keys, wanted)
+    mask = member(keys, wanted)
     return mask, code_of_plane[keys[mask] // len(lines)]
 
 

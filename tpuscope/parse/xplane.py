@@ -25,9 +25,14 @@ profile_start_time, ...) and the hostnames are JSON in the schema metadata
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import json
 import os
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -53,7 +58,7 @@ NUMERIC_STATS: dict[str, Any] = {"program_id": np.uint64, "flops": np.int64, "by
                                  "step_num": np.int64}
 ALWAYS = ("hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed")
 SMALL_LINE_BYTES = 1 << 16  # below this, numpy's per-call overhead exceeds upb's cost: upb reads the line
-BATCH_EVENTS = 1 << 16
+BATCH_EVENTS = 1 << 15
 
 
 class XSpaceDecodeError(ValueError):
@@ -74,7 +79,26 @@ def read_xspace(path: str | os.PathLike[str], *, engine: str = "wire",
     except (WireError, DecodeError) as exc:
         raise XSpaceDecodeError(f"{os.fspath(path)}: not a valid XSpace protobuf ({exc})") from exc
     del data  # the columns never point into the file bytes: free them before the table is built
+    _trim_heaps()
     return builder.table()
+
+
+def _trim_heaps() -> None:
+    """Hand the decoding's freed memory back to the OS. The worker threads' temporaries were
+    allocated in glibc's per-thread arenas, which keep freed memory for their next use: without
+    this the import path peaked 25 MB (0.6x the file) higher than when one thread decoded
+    (benchmarks/ingest.py). A no-op where the C library has no malloc_trim."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
 
 
 def space_info(table: pa.Table) -> dict[str, Any]:
@@ -135,19 +159,29 @@ def ps_to_ns(ps: np.ndarray) -> np.ndarray:
 
 
 # --- engine "wire": numpy decoding of the big lines -------------------------------------
+# The numpy work runs on a pool of WORKERS threads (numpy releases the GIL in its loops): the
+# big lines are framed side by side, then each line's batches are decoded at most AHEAD
+# batches in front of the main thread, which alone touches the string dictionaries and the
+# builder, in file order (so the table's rows and dictionary codes do not depend on timing).
+WORKERS = min(2, os.cpu_count() or 1)
+AHEAD = 1
+
+
 def _read_wire(data: bytes, builder: TableBuilder) -> None:
     buf = np.frombuffer(data, dtype=np.uint8)
-    for field_no, wire_type, _, start, end in fields(data, 0, len(data)):
-        if field_no == 4 and wire_type == 2:
-            builder.hostnames.append(text(data[start:end]))
-        if field_no != 1:
-            continue  # errors, warnings
-        if wire_type != 2:
-            raise WireError(f"XSpace.planes has wire type {wire_type}")
-        _read_plane(data, buf, start, end, builder)
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tpuscope-xplane") as pool:
+        for field_no, wire_type, _, start, end in fields(data, 0, len(data)):
+            if field_no == 4 and wire_type == 2:
+                builder.hostnames.append(text(data[start:end]))
+            if field_no != 1:
+                continue  # errors, warnings
+            if wire_type != 2:
+                raise WireError(f"XSpace.planes has wire type {wire_type}")
+            _read_plane(data, buf, start, end, builder, pool)
 
 
-def _read_plane(data: bytes, buf: np.ndarray, start: int, end: int, builder: TableBuilder) -> None:
+def _read_plane(data: bytes, buf: np.ndarray, start: int, end: int, builder: TableBuilder,
+                pool: Executor) -> None:
     """Lines are read with numpy; the rest of the plane (metadata maps, stats) is copied
     verbatim into a small message that upb parses."""
     lines, rest = [], []
@@ -161,12 +195,14 @@ def _read_plane(data: bytes, buf: np.ndarray, start: int, end: int, builder: Tab
     code = builder.planes.code(meta.name)
     want_ids = np.fromiter(meta.want.keys(), dtype=np.int64, count=len(meta.want))
     for line_start, line_end in lines:
-        if line_end - line_start < SMALL_LINE_BYTES:
-            line = XLine.FromString(data[line_start:line_end])
-            if len(line.events):
-                _add_upb_line(line, meta, code, builder)
-        else:
-            _read_line(data, buf, line_start, line_end, meta, code, builder, want_ids)
+        if line_end - line_start >= SMALL_LINE_BYTES:
+            header = _line_header(data, buf, line_start, line_end)
+            _read_line(data, buf, header, meta, code, builder, want_ids, pool)
+            _trim_heaps()  # the line's temporaries, freed in the workers' arenas
+            continue
+        line = XLine.FromString(data[line_start:line_end])
+        if len(line.events):
+            _add_upb_line(line, meta, code, builder)
 
 
 def _line_header(data: bytes, buf: np.ndarray, start: int, end: int) -> tuple[bytes, int, list[Any]]:
@@ -190,31 +226,57 @@ def _line_header(data: bytes, buf: np.ndarray, start: int, end: int) -> tuple[by
     return name, timestamp, runs
 
 
-def _read_line(data: bytes, buf: np.ndarray, start: int, end: int, meta: PlaneMeta, plane_code: int,
-               builder: TableBuilder, want_ids: np.ndarray) -> None:
-    raw_name, timestamp, runs = _line_header(data, buf, start, end)
+def _ahead(pool: Executor, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
+    """fn of each item on the pool, yielded in order, at most AHEAD results held (bounded memory)."""
+    pending: deque[Future[Any]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+
+
+def _read_line(data: bytes, buf: np.ndarray, header: tuple[bytes, int, list[Any]], meta: PlaneMeta,
+               plane_code: int, builder: TableBuilder, want_ids: np.ndarray, pool: Executor) -> None:
+    raw_name, timestamp, runs = header
     name = text(raw_name)
     line_code = builder.lines.code(name)
-    for all_starts, all_ends in runs:
-        for i in range(0, len(all_starts), BATCH_EVENTS):
-            starts, ends = all_starts[i:i + BATCH_EVENTS], all_ends[i:i + BATCH_EVENTS]
-            mid, offset, duration, ev_num, ev_str = _decode_events(data, buf, starts, ends, meta, builder, want_ids)
-            rows = meta.lookup(mid)
-            num_cols, str_cols = merge_stats(meta, rows, ev_num, ev_str, builder.want_numeric,
-                                             builder.want_string, name, builder.strdicts, builder.module_by_pid)
-            builder.add(plane_code, line_code, meta.name_code[rows], timestamp + ps_to_ns(offset),
-                        ps_to_ns(duration), num_cols, str_cols)
+    batches = [(starts[i:i + BATCH_EVENTS], ends[i:i + BATCH_EVENTS])
+               for starts, ends in runs for i in range(0, len(starts), BATCH_EVENTS)]
+
+    def numeric(batch: tuple[np.ndarray, np.ndarray]) -> tuple[Any, ...]:
+        return _decode_numbers(buf, *batch, want_ids)
+
+    for (starts, ends), decoded in zip(batches, _ahead(pool, numeric, batches), strict=True):
+        mid, offset, duration, ev_num, ev_str = _finish_events(data, starts, ends, decoded, meta, builder)
+        rows = meta.lookup(mid)
+        num_cols, str_cols = merge_stats(meta, rows, ev_num, ev_str, builder.want_numeric,
+                                         builder.want_string, name, builder.strdicts, builder.module_by_pid)
+        builder.add(plane_code, line_code, meta.name_code[rows], timestamp + ps_to_ns(offset),
+                    ps_to_ns(duration), num_cols, str_cols)
 
 
-def _decode_events(data: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, meta: PlaneMeta,
-                   builder: TableBuilder, want_ids: np.ndarray) -> tuple[Any, ...]:
-    """Lockstep-decode a batch of events; the few left with many fields go through upb."""
+def _decode_numbers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, want_ids: np.ndarray) -> tuple[Any, ...]:
+    """The numpy half of a batch (any thread): lockstep-decoded events and their wanted stats."""
     mid, offset, duration, ev, stat_starts, stat_ends, tail = wire.lockstep_events(
         buf, starts, ends, len(buf), want_ids)
+    stats = wire.lockstep_stats(buf, stat_starts, stat_ends, len(buf)) if ev.size else None
+    return mid, offset, duration, ev, stats, tail
+
+
+def _finish_events(data: bytes, starts: np.ndarray, ends: np.ndarray, decoded: tuple[Any, ...], meta: PlaneMeta,
+                   builder: TableBuilder) -> tuple[Any, ...]:
+    """The main thread's half: stat values as dictionary codes, the few events left with many
+    fields through upb."""
+    mid, offset, duration, ev, stats, tail = decoded
     ev_num, ev_str = {}, {}
-    if ev.size:
-        decoded = wire.lockstep_stats(buf, stat_starts, stat_ends, len(buf))
-        ev_num, ev_str = wire_stats(data, meta, ev, *decoded, builder.want_numeric, builder.strdicts)
+    if stats is not None:
+        ev_num, ev_str = wire_stats(data, meta, ev, *stats, builder.want_numeric, builder.strdicts)
     if tail.size:
         events = [XEvent.FromString(data[a:b]) for a, b in zip(starts[tail].tolist(), ends[tail].tolist(), strict=True)]
         t_mid, t_off, t_dur, t_num, t_str = upb_events(events, meta, builder.want_numeric, builder.strdicts)

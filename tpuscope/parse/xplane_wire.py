@@ -21,6 +21,8 @@ from tpuscope.parse.xplane_proto import WireError
 
 EVENT_WINDOW = 1 << 20  # bytes of a line examined per pointer-doubling pass (bounds temporary memory)
 _EVENT_TAG = 0x22  # XLine.events: field 4, wire type 2
+_LOOKUP_LIMIT = 1 << 22
+_VALID_WIRE = np.isin(np.arange(8), (0, 1, 2, 5))  # a lookup table: np.isin sorts at every call
 
 
 def np_varint(buf: np.ndarray, pos: np.ndarray, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +120,7 @@ def _chain_window(buf: np.ndarray, pos: int, window_end: int, end: int) -> tuple
 def _check_tags(tag: np.ndarray, what: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(field numbers, wire types) of the tags; WireError naming the first bad one's message."""
     field_no, wire_type = tag >> 3, tag & 7
-    bad = ~np.isin(wire_type, (0, 1, 2, 5)) | (field_no == 0) | (field_no > 0x1FFFFFFF)
+    bad = ~_VALID_WIRE[wire_type] | (field_no == 0) | (field_no > 0x1FFFFFFF)
     if bad.any():
         first = np.flatnonzero(bad)[0]
         raise WireError(f"invalid tag {int(tag[first])} inside {what} starting at byte {int(starts[first])}")
@@ -201,8 +203,20 @@ def _wanted_stats(buf: np.ndarray, start: np.ndarray, stop: np.ndarray, end: int
     keep = ~canonical
     if canonical.any():
         ids, _ = np_varint(buf, start[canonical] + 1, end)
-        keep[canonical] = np.isin(ids.view(np.int64), want_ids)
+        keep[canonical] = member(ids, want_ids)
     return keep
+
+
+def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """np.isin for small non-negative ids (metadata ids, codes): a boolean lookup table, no sort."""
+    wanted = wanted[wanted >= 0]
+    if not wanted.size:
+        return np.zeros(len(values), dtype=bool)
+    if wanted.max() > _LOOKUP_LIMIT:  # ids a table cannot hold: the sorting kind
+        return np.isin(values.astype(np.int64, copy=False), wanted)
+    table = np.zeros(int(wanted.max()) + 2, dtype=bool)
+    table[wanted] = True
+    return table[np.minimum(values, len(table) - 1).astype(np.intp, copy=False)]
 
 
 def lockstep_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, end: int) -> tuple[np.ndarray, ...]:
@@ -225,7 +239,7 @@ def lockstep_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, end: i
             value, size = np_varint(buf, at[is_varint], end)
             rows, numbers = active[is_varint], field_no[is_varint]
             mid[rows[numbers == 1]] = value[numbers == 1].view(np.int64)
-            sel = np.isin(numbers, (3, 4, 7))  # uint64, int64, ref
+            sel = (numbers == 3) | (numbers == 4) | (numbers == 7)  # uint64, int64, ref
             num[rows[sel]], kind[rows[sel]] = value[sel], numbers[sel]
             new[is_varint] = at[is_varint] + size
         is_fixed64 = wire_type == 1
