@@ -37,6 +37,7 @@ OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "ca
 SUMMARY_TABLES = ("steps", "compiles", "fallbacks", "metrics", "findings", "call_sites", "retraces")
 # Big tables keep dictionary columns as pandas categoricals (1M strings as objects is slow).
 _KEEP_CATEGORIES = {"trace_events"}
+LOOP_COLUMNS = ("host", "pid", "rank", "step", "boundary")  # what the loop's end is judged from
 
 
 class RunNotFound(LookupError):
@@ -202,6 +203,24 @@ class StoreData:
         run = self.run(run_id)
         signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
+
+    def compiles_judged(self, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The compiles as the analysis judges them: in time order with their graph family and
+        verdict (`RunTables.families`, the loop's end from the steps), and each one's closest
+        earlier compile and what changed (`detect.recompile.compile_diffs`). The rule's own
+        functions, so the pages say what the findings say; cached until a table changes."""
+        def build() -> tuple[pd.DataFrame, pd.DataFrame]:
+            from tpuscope.detect import RunTables
+            from tpuscope.detect.recompile import compile_diffs
+
+            steps = self.columns(run_id, "steps", list(LOOP_COLUMNS))
+            tables = RunTables(meta=self.meta(run_id), steps=steps, compiles=self.table(run_id, "compiles"),
+                               fallbacks=pd.DataFrame(), metrics=pd.DataFrame())
+            families = tables.families.reset_index(drop=True)
+            tables.__dict__["families"] = families
+            return families, compile_diffs(tables)
+
+        return self.derived(run_id, "compiles-judged", ("compiles", "steps"), build)
 
     def findings(self, run_id: str) -> list[Finding]:
         """Stored findings, most severe then costliest first, as every surface lists them
