@@ -19,7 +19,7 @@ from tpuscope.store import Run, sql
 
 from .figures.fallbacks import MAX_COLUMNS, MAX_OPS
 
-UNPLACED = "(call site not recorded)"
+UNPLACED = "(not traced: see the note above)"
 # CPU fallbacks only: value reads (.item(): aten::_local_scalar_dense) are host syncs, counted
 # apart on every surface (tpuscope.analyze.judge), as the report's and the pages' counts are.
 FALLBACKS_ONLY = "op::VARCHAR NOT IN ({})".format(", ".join(f"'{op}'" for op in VALUE_READ_OPS))
