@@ -24,7 +24,7 @@ import pandas as pd
 from tpuscope.detect.registry import order
 from tpuscope.detect.run_analysis import RunReport, current, stored_summary
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import Run, RunStore, layout, read_meta
+from tpuscope.store import Run, RunStore, layout, read_meta, sql
 from tpuscope.store.files import StoreError, is_valid_run_id
 from tpuscope.store.location import Location
 from tpuscope.store.run import table_to_frame
@@ -203,6 +203,16 @@ class StoreData:
         run = self.run(run_id)
         signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
+
+    def query(self, run_id: str, text: str, tables: list[str]) -> Any:
+        """SQL over some of a run's tables (each a view named after it), as an Arrow table:
+        the door the DuckDB reductions (series.py, aggregates.py) read the store through."""
+        return sql.query(self.run(run_id).loc, text, tables=tables)
+
+    def duckdb(self, run_id: str, tables: list[str]) -> Any:
+        """A DuckDB connection with views over some of a run's tables, for several statements
+        over one listing; the caller closes it (`with data.duckdb(...) as con:`)."""
+        return sql.views(self.run(run_id).loc, tables)
 
     def compiles_judged(self, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The compiles as the analysis judges them: in time order with their graph family and

@@ -110,9 +110,8 @@ def fallback_views(data: StoreData, run_id: str) -> tuple[pd.DataFrame, tuple[pd
     until the table changes; a part DuckDB cannot read makes them come from the table read
     whole (which skips and names it)."""
     def compute() -> tuple[pd.DataFrame, tuple[pd.DataFrame, int]]:
-        run = data.run(run_id)
         try:
-            return site_rows(aggregates.fallback_sites(run)), aggregates.fallback_matrix(run)
+            return site_rows(aggregates.fallback_sites(data, run_id)), aggregates.fallback_matrix(data, run_id)
         except duckdb.Error:
             rows = data.columns(run_id, "fallbacks", ["step", "op", "count", "location"])
             return fallback_sites(rows), (fallback_matrix(rows) if not rows.empty else (pd.DataFrame(), 1))
