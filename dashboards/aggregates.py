@@ -22,7 +22,7 @@ from .figures.fallbacks import MAX_COLUMNS, MAX_OPS
 if TYPE_CHECKING:
     from .data import StoreData
 
-UNPLACED = "(not traced: see the note above)"
+UNPLACED = "(not traced)"  # the note above the table says why
 # CPU fallbacks only: value reads (.item(): aten::_local_scalar_dense) are host syncs, counted
 # apart on every surface (tpuscope.analyze.judge), as the report's and the pages' counts are.
 FALLBACKS_ONLY = "op::VARCHAR NOT IN ({})".format(", ".join(f"'{op}'" for op in VALUE_READ_OPS))
