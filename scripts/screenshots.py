@@ -40,7 +40,7 @@ def make_runs(store: Path) -> None:
         cut = spec.index("--")
         options, (example, *args) = spec[:cut], spec[cut + 1:]
         command = [sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--name", name, "--quiet",
-                   *options, sys.executable, str(ROOT / "examples" / example), *args]
+                   *options, "python", f"examples/{example}", *args]  # as a user types it
         subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         print(f"ran {name}", file=sys.stderr)
 
