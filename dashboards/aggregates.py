@@ -11,35 +11,38 @@ the pandas reference (`fallback_matrix`, `fallback_sites`), which the tests comp
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tpuscope.analyze.judge import VALUE_READ_OPS
-from tpuscope.store import Run, sql
 
 from .figures.fallbacks import MAX_COLUMNS, MAX_OPS
 
-UNPLACED = "(call site not recorded)"
+if TYPE_CHECKING:
+    from .data import StoreData
+
+UNPLACED = "(not traced)"  # the note above the table says why
 # CPU fallbacks only: value reads (.item(): aten::_local_scalar_dense) are host syncs, counted
 # apart on every surface (tpuscope.analyze.judge), as the report's and the pages' counts are.
 FALLBACKS_ONLY = "op::VARCHAR NOT IN ({})".format(", ".join(f"'{op}'" for op in VALUE_READ_OPS))
 
 
-def fallback_sites(run: Run) -> pd.DataFrame:
+def fallback_sites(data: StoreData, run_id: str) -> pd.DataFrame:
     """One row per (op, call site): calls, steps with calls, first and last step (sorted by
     op and site, as a pandas groupby gives them)."""
-    return sql.query(run.loc, f"""
+    return data.query(run_id, f"""
         SELECT op::VARCHAR AS op, coalesce(location, '{UNPLACED}') AS location,
                sum(count)::BIGINT AS count, count(DISTINCT step)::BIGINT AS steps,
                min(step)::BIGINT AS first_step, max(step)::BIGINT AS last_step
         FROM fallbacks WHERE {FALLBACKS_ONLY} GROUP BY ALL ORDER BY op, location""",
-        tables=["fallbacks"]).to_pandas()
+        ["fallbacks"]).to_pandas()
 
 
-def fallback_matrix(run: Run, max_columns: int = MAX_COLUMNS, max_ops: int = MAX_OPS) -> tuple[pd.DataFrame, int]:
+def fallback_matrix(data: StoreData, run_id: str, max_columns: int = MAX_COLUMNS, max_ops: int = MAX_OPS) -> tuple[pd.DataFrame, int]:
     """Calls per (op, step bin) and the bin width, as figures.fallbacks.fallback_matrix makes
     them from the whole table: at most max_columns bins, the busiest max_ops ops first."""
-    con = sql.views(run.loc, ["fallbacks"])
+    con = data.duckdb(run_id, ["fallbacks"])
     try:
         lo, hi = con.sql(f"SELECT min(step), max(step) FROM fallbacks WHERE {FALLBACKS_ONLY}").fetchall()[0]
         if lo is None:

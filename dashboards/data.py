@@ -24,7 +24,7 @@ import pandas as pd
 from tpuscope.detect.registry import order
 from tpuscope.detect.run_analysis import RunReport, current, stored_summary
 from tpuscope.schema import TABLES, Finding
-from tpuscope.store import Run, RunStore, layout, read_meta
+from tpuscope.store import Run, RunStore, layout, read_meta, sql
 from tpuscope.store.files import StoreError, is_valid_run_id
 from tpuscope.store.location import Location
 from tpuscope.store.run import table_to_frame
@@ -37,6 +37,7 @@ OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "ca
 SUMMARY_TABLES = ("steps", "compiles", "fallbacks", "metrics", "findings", "call_sites", "retraces")
 # Big tables keep dictionary columns as pandas categoricals (1M strings as objects is slow).
 _KEEP_CATEGORIES = {"trace_events"}
+LOOP_COLUMNS = ("host", "pid", "rank", "step", "boundary")  # what the loop's end is judged from
 
 
 class RunNotFound(LookupError):
@@ -202,6 +203,34 @@ class StoreData:
         run = self.run(run_id)
         signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
+
+    def query(self, run_id: str, text: str, tables: list[str]) -> Any:
+        """SQL over some of a run's tables (each a view named after it), as an Arrow table:
+        the door the DuckDB reductions (series.py, aggregates.py) read the store through."""
+        return sql.query(self.run(run_id).loc, text, tables=tables)
+
+    def duckdb(self, run_id: str, tables: list[str]) -> Any:
+        """A DuckDB connection with views over some of a run's tables, for several statements
+        over one listing; the caller closes it (`with data.duckdb(...) as con:`)."""
+        return sql.views(self.run(run_id).loc, tables)
+
+    def compiles_judged(self, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The compiles as the analysis judges them: in time order with their graph family and
+        verdict (`RunTables.families`, the loop's end from the steps), and each one's closest
+        earlier compile and what changed (`detect.recompile.compile_diffs`). The rule's own
+        functions, so the pages say what the findings say; cached until a table changes."""
+        def build() -> tuple[pd.DataFrame, pd.DataFrame]:
+            from tpuscope.detect import RunTables
+            from tpuscope.detect.recompile import compile_diffs
+
+            steps = self.columns(run_id, "steps", list(LOOP_COLUMNS))
+            tables = RunTables(meta=self.meta(run_id), steps=steps, compiles=self.table(run_id, "compiles"),
+                               fallbacks=pd.DataFrame(), metrics=pd.DataFrame())
+            families = tables.families.reset_index(drop=True)
+            tables.__dict__["families"] = families
+            return families, compile_diffs(tables)
+
+        return self.derived(run_id, "compiles-judged", ("compiles", "steps"), build)
 
     def findings(self, run_id: str) -> list[Finding]:
         """Stored findings, most severe then costliest first, as every surface lists them

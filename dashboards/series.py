@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.store import Run, sql
 from tpuscope.store.run import table_to_frame
 
 from .aggregates import FALLBACKS_ONLY
 from .figures.common import minmax_indices, step_totals
 from .figures.steps import MAX_BARS, MAX_LANES
+
+if TYPE_CHECKING:
+    from .data import StoreData
 
 COMPILE_COLUMNS = ["step", "duration_ns", "cause", "location", "graph_hash"]
 FALLBACK_COLUMNS = ["step", "op", "count", "location"]
@@ -57,9 +60,9 @@ def _window(x_range: tuple[float, float] | None) -> str:
     return f"step >= {lo!r} AND step <= {hi!r}"
 
 
-def step_rows(run: Run) -> int:
+def step_rows(data: StoreData, run_id: str) -> int:
     """Rows of the steps table (from the Parquet footers: nothing is decoded)."""
-    return int(sql.query(run.loc, "SELECT count(*) AS n FROM steps", tables=["steps"]).column("n")[0].as_py())
+    return int(data.query(run_id, "SELECT count(*) AS n FROM steps", ["steps"]).column("n")[0].as_py())
 
 
 def _envelope(con: object, source: str, by: str, buckets: int) -> pd.DataFrame:
@@ -108,12 +111,13 @@ def _fallbacks(con: object, where: str, bars: int) -> pd.DataFrame:
     return table_to_frame(rows)
 
 
-def read_timeline(run: Run, points: int, x_range: tuple[float, float] | None = None) -> Timeline:
-    """The timeline's series of `run` in a window (None: the whole run), at most about
+def read_timeline(data: StoreData, run_id: str, points: int,
+                  x_range: tuple[float, float] | None = None) -> Timeline:
+    """The timeline's series of the run in a window (None: the whole run), at most about
     `points` per process and MAX_BARS fallback bars. Raises duckdb.Error on a part DuckDB
     cannot read (the caller then reads the tables whole, which skips and names it)."""
     where = _window(x_range)
-    con = sql.views(run.loc, ["steps", "compiles", "fallbacks"])
+    con = data.duckdb(run_id, ["steps", "compiles", "fallbacks"])
     try:
         steps, slowest_of = _steps(con, where, points)
         compiles = table_to_frame(con.sql(

@@ -6,16 +6,16 @@ fails on any console error or warning or any request leaving the machine.
 The tests are by page: test_dashboard_browser.py (Runs, Overview, Recompiles, Fallbacks),
 test_dashboard_device_browser.py (Churn, TensorCore, Trace, empty and error pages),
 test_dashboard_live_browser.py (a run in progress, `tpuscope dashboard`) and
-test_dashboard_hosts_browser.py (Hosts). Set TPUSCOPE_SCREENSHOTS=docs/screenshots to refresh
-the committed screenshots, or `python tests/dashboard_browser.py STORE docs/screenshots`.
+test_dashboard_hosts_browser.py (Hosts). The committed screenshots are made by
+`scripts/screenshots.py` (it runs the examples and visits their pages through `visit`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,39 +170,19 @@ def cell(browser, run_id: str, column: str) -> str:
     return browser.find_element(By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] div[col-id="{column}"]').text
 
 
-def screenshot_docs(store_root: Path, out: Path) -> None:
-    """Full-page screenshots of a store's pages for docs/: `python tests/dashboard_browser.py STORE OUT`.
-
-    Runs are picked by name, real runs of the examples: variable_length, variable_length_bucketed
-    (`--buckets 48,64`), host_sync_fallback, transformer_head_dim64 (`--deep --trace-steps 2:4`).
-    """
-    import tempfile
-
-    from tpuscope_dashboards import create_app
-    from werkzeug.serving import make_server
-
-    app = create_app(store_root)
-    ids = {app.tpuscope_data.meta(r).get("name"): r for r in app.tpuscope_data.run_ids()}
-    pages = [("runs", "/", "page-runs", 0),
-             ("overview", f"/run/{ids['variable_length']}", "page-overview", 1),
-             ("recompiles", f"/run/{ids['variable_length']}/recompiles", "page-recompiles", 1),
-             ("churn", f"/run/{ids['variable_length']}/churn", "page-churn", 1),
-             ("fallbacks", f"/run/{ids['host_sync_fallback']}/fallbacks", "page-fallbacks", 1),
-             ("compare", f"/compare/{ids['variable_length']}/{ids['variable_length_bucketed']}", "page-compare", 3),
-             ("tensorcore", f"/run/{ids['transformer_head_dim64']}/tensorcore", "page-tensorcore", 2),
-             ("trace", f"/run/{ids['transformer_head_dim64']}/trace", "page-trace", 2)]
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    driver = new_driver(Path(tempfile.mkdtemp()))
-    os.environ["TPUSCOPE_SCREENSHOTS"] = str(out)
-    try:
-        for name, path, page, graphs in pages:
-            visit(driver, f"http://127.0.0.1:{srv.server_port}", path, page, Path(tempfile.mkdtemp()), name, graphs)
-            print(out / f"{name}.png")
-    finally:
-        driver.quit()
-        srv.shutdown()
+TABS = ("", "recompiles", "fallbacks", "churn", "tensorcore", "trace", "hosts")  # every run page
+UNMEASURED = re.compile(r"(?<![\w.\-])(nan|NaN|-1|Unknown|\?-bound)(?![\w.])")
+PERCENT = re.compile(r"(?<![\d.,])(\d[\d,]*(?:\.\d+)?) ?%")
 
 
-if __name__ == "__main__":
-    screenshot_docs(Path(sys.argv[1]), Path(sys.argv[2]))
+def shown(browser) -> str:
+    """Every text of the page, SVG (figure titles, axes) and grid cells included, one text node a
+    line (adjacent cells "7" and "97.9%" are not one "797.9%")."""
+    return browser.execute_script(
+        "const w = document.createTreeWalker(document.getElementById('page'), NodeFilter.SHOW_TEXT);"
+        "const out = []; while (w.nextNode()) out.push(w.currentNode.nodeValue); return out.join('\\n');")
+
+
+def untrue(page_text: str) -> list[str]:
+    shares = [m.group(0) for m in PERCENT.finditer(page_text) if float(m.group(1).replace(",", "")) > 100]
+    return sorted({m.group(0) for m in UNMEASURED.finditer(page_text)} | set(shares))

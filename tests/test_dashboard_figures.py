@@ -23,7 +23,7 @@ from tpuscope_dashboards.figures.tensorcore import (
 )
 from tpuscope_dashboards.figures.trace import activity_matrix, busy_ns, top_ops, trace_timeline
 from tpuscope_dashboards.pages.churn import churn_buckets
-from tpuscope_dashboards.shapes import finding_values, shape_diffs, varying_by_step
+from tpuscope_dashboards.shapes import finding_values, varying_by_step
 
 MS = 1_000_000
 
@@ -228,32 +228,49 @@ def test_activity_matrix_and_top_ops_account_for_every_event():
 # --- shapes and churn -----------------------------------------------------------------
 
 
-def test_shape_diff_names_the_changed_argument_against_the_closest_graph_of_the_site():
+def judged(compiles: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The compiles as StoreData.compiles_judged gives them: the analysis's families (RunTables)
+    and the recompile rule's pick and diff (detect.recompile.compile_diffs), with the grid's words."""
+    from tpuscope_dashboards.pages.recompiles import diff_text
+
+    from tpuscope.detect import RunTables
+    from tpuscope.detect.recompile import compile_diffs
+
+    tables = RunTables(meta={}, steps=pd.DataFrame(), compiles=compiles, fallbacks=pd.DataFrame(),
+                       metrics=pd.DataFrame())
+    tables.__dict__["families"] = tables.families.reset_index(drop=True)
+    diffs = compile_diffs(tables)
+    return tables.families, diffs.assign(diff=[diff_text(p, c) for p, c in
+                                               zip(diffs["predecessor"], diffs["changes"], strict=True)])
+
+
+def test_shape_diff_names_the_changed_argument_against_the_rules_closest_graph():
     compiles = compiles_frame([
         (0, 1, "a.py:1", ["f32[4,41]", "f32[8]"]),
         (1, 1, "b.py:2", ["f32[9]"]),
         (3, 1, "a.py:1", ["f32[4,53]", "f32[9]"]),
         (4, 1, "a.py:1", ["f32[4,41]", "f32[9]"]),
-        (5, 1, "a.py:1", None),
+        (5, 1, "a.py:1", ["f32[4,41]", "f32[9]"]),
     ])
-    diffs = shape_diffs(compiles)
+    families, diffs = judged(compiles)
     assert diffs.loc[0, "diff"] == "first compile of this graph"
     assert diffs.loc[1, "diff"] == "first compile of this graph"
     assert diffs.loc[2, "changes"] == ["arg 0: f32[4,41] -> f32[4,53]", "arg 1: f32[8] -> f32[9]"]
-    # closest earlier graph of the site by tpuscope's shape_distance (the recompile rule's choice):
+    # closest earlier graph of the family by tpuscope's shape_distance (the recompile rule's choice):
     # #0 and #2 both differ in one dim; #0's change (8 -> 9) is the smaller one
     from tpuscope.analyze.shapes import shape_distance
 
     assert shape_distance(["f32[4,41]", "f32[8]"], ["f32[4,41]", "f32[9]"]) < \
         shape_distance(["f32[4,53]", "f32[9]"], ["f32[4,41]", "f32[9]"])
     assert diffs.loc[3, "predecessor"] == 0 and diffs.loc[3, "changes"] == ["arg 1: f32[8] -> f32[9]"]
-    assert diffs.loc[4, "diff"] == "not recorded (no input shapes)"
+    assert diffs.loc[4, "predecessor"] == 3  # the same shapes compiled again: its own earlier graph
+    assert families["recompile"].tolist() == [False, False, True, True, True]
 
 
 def test_varying_dims_per_step_and_a_churn_findings_values():
     compiles = compiles_frame([(s, 1, "a.py:1", [f"s64[8,{n}]", "f32[64,32]"])
                                for s, n in [(0, 16), (3, 41), (5, 53), (9, 41)]])
-    varying = varying_by_step(compiles)
+    varying = varying_by_step(judged(compiles)[0])
     assert varying["dim"].unique().tolist() == ["arg 0 dim 1"]
     assert varying["step"].tolist() == [0, 3, 5, 9] and varying["value"].tolist() == [16, 41, 53, 41]
     evidence = {"arg": 0, "dim": 1, "graph_hashes": ["h1", "h2", "h3"], "buckets": [48, 56]}

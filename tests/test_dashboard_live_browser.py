@@ -14,7 +14,18 @@ from urllib.request import urlopen
 
 from tests import dashboard_browser as shared
 from tests.conftest import ROOT, tpuscope_cmd
-from tests.dashboard_browser import cell, expected, needs_chromium, plotted, serving, visit, wait
+from tests.dashboard_browser import (
+    TABS,
+    cell,
+    expected,
+    needs_chromium,
+    plotted,
+    serving,
+    shown,
+    untrue,
+    visit,
+    wait,
+)
 
 # one Chromium, store and server per module, from the shared fixtures
 browser, server, shots, store = shared.browser, shared.server, shared.shots, shared.store
@@ -81,6 +92,12 @@ def test_a_run_in_progress_is_live_and_its_pages_update_by_themselves(browser, t
             wait(browser, lambda d: d.execute_script(
                 "return [...document.querySelectorAll('#compiles-grid .ag-row [col-id=\"when\"]')]"
                 ".some(c => c.textContent === 'recompile');"))
+
+            for tab in TABS:  # every page of the run while it is live: no figure nobody measured (issue 29)
+                path = f"/run/{run_id}" + (f"/{tab}" if tab else "")
+                visit(browser, url, path, f"page-{tab or 'overview'}", shots, f"live-{tab or 'overview'}")
+                assert untrue(shown(browser)) == [], (path, untrue(shown(browser)))
+            assert proc.poll() is None  # the pages above were those of a run in progress
 
             (control / "stop").touch()
             assert proc.wait(120) == 0, proc.stderr.read()

@@ -8,7 +8,6 @@ the window lets it be."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import urllib.error
 import urllib.request
@@ -18,15 +17,22 @@ import pytest
 
 from tests import dashboard_browser as shared
 from tests.conftest import ROOT, real_trace, run_tpuscope
-from tests.dashboard_browser import needs_chromium, plotted, serving, text, visit, wait
+from tests.dashboard_browser import (
+    TABS,
+    needs_chromium,
+    plotted,
+    serving,
+    shown,
+    text,
+    untrue,
+    visit,
+    wait,
+)
 from tpuscope.detect.run_analysis import analyze, current
 from tpuscope.store import Run
 
 browser, shots = shared.browser, shared.shots
 pytestmark = needs_chromium
-TABS = ("", "recompiles", "fallbacks", "churn", "tensorcore", "trace", "hosts")
-UNMEASURED = re.compile(r"(?<![\w.\-])(nan|NaN|-1|Unknown|\?-bound)(?![\w.])")
-PERCENT = re.compile(r"(?<![\d.,])(\d[\d,]*(?:\.\d+)?) ?%")
 COPIES = 24  # more runs than the ~10 rows a fixed-height table showed
 
 
@@ -49,19 +55,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
 def server(store):
     with serving(store.root) as url:
         yield url
-
-
-def shown(browser) -> str:
-    """Every text of the page, SVG (figure titles, axes) and grid cells included, one text node a
-    line (adjacent cells "7" and "97.9%" are not one "797.9%")."""
-    return browser.execute_script(
-        "const w = document.createTreeWalker(document.getElementById('page'), NodeFilter.SHOW_TEXT);"
-        "const out = []; while (w.nextNode()) out.push(w.currentNode.nodeValue); return out.join('\\n');")
-
-
-def untrue(page_text: str) -> list[str]:
-    shares = [m.group(0) for m in PERCENT.finditer(page_text) if float(m.group(1).replace(",", "")) > 100]
-    return sorted({m.group(0) for m in UNMEASURED.finditer(page_text)} | set(shares))
 
 
 @pytest.mark.parametrize("which", ["finished", "tpu", "gpu"])

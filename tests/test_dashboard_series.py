@@ -35,12 +35,17 @@ def long_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return Run(make_run(store, "long", steps=STEPS, trace_events=0, recompiles=60, device=False, parts=3))
 
 
+def door(run: Run) -> tuple[StoreData, str]:
+    """The run as the pages read it: through its store's StoreData (the one door to the store)."""
+    return StoreData(run.loc.as_path().parent), run.run_id
+
+
 def _traces(fig) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {trace.name: trace for trace in fig.data}
 
 
 def test_the_reduced_line_keeps_each_buckets_first_last_min_and_max(long_run: Run) -> None:
-    line = series.read_timeline(long_run, POINTS)
+    line = series.read_timeline(*door(long_run), POINTS)
     steps = long_run.table("steps", ["step", "wall_ns"])
     kept = line.steps.set_index("step")["wall_ns"]
     assert len(kept) <= POINTS and kept.index.is_unique
@@ -54,7 +59,7 @@ def test_the_reduced_line_keeps_each_buckets_first_last_min_and_max(long_run: Ru
 
 
 def test_markers_and_bars_drawn_from_the_reduction_are_those_of_the_whole_tables(long_run: Run) -> None:
-    line = series.read_timeline(long_run, POINTS)
+    line = series.read_timeline(*door(long_run), POINTS)
     whole = step_timeline(long_run.table("steps", ["host", "rank", "step", "wall_ns"]),
                           long_run.table("compiles", series.COMPILE_COLUMNS),
                           long_run.table("fallbacks", series.FALLBACK_COLUMNS), 2, POINTS)
@@ -78,7 +83,7 @@ def test_markers_and_bars_drawn_from_the_reduction_are_those_of_the_whole_tables
 
 def test_a_zoom_window_reads_only_its_steps_at_full_detail(long_run: Run) -> None:
     window = (12_345.0, 14_000.0)
-    line = series.read_timeline(long_run, POINTS, window)
+    line = series.read_timeline(*door(long_run), POINTS, window)
     steps = long_run.table("steps", ["step", "wall_ns"])
     inside = steps[(steps["step"] >= window[0]) & (steps["step"] <= window[1])]
     assert line.steps["step"].tolist() == inside["step"].tolist()  # fewer than POINTS: every one
@@ -112,13 +117,13 @@ def _processes_run(store: Path, ranks: int, steps: int) -> Run:
 
 
 def test_one_line_per_process_and_the_slowest_of_many(tmp_path: Path) -> None:
-    two = series.read_timeline(_processes_run(tmp_path, 2, 50), POINTS)
+    two = series.read_timeline(*door(_processes_run(tmp_path, 2, 50)), POINTS)
     assert two.slowest_of is None
     fig = step_timeline(two.steps, two.compiles, two.fallbacks, 0, POINTS, step_walls=two.step_walls)
     assert sorted(_traces(fig)) == ["rank 0 on vm", "rank 1 on vm"]
     many = MAX_LANES + 1
     run = _processes_run(tmp_path, many, 50)
-    line = series.read_timeline(run, POINTS)
+    line = series.read_timeline(*door(run), POINTS)
     assert line.slowest_of == many
     slowest = run.table("steps", ["step", "wall_ns"]).groupby("step")["wall_ns"].max()
     assert line.steps.set_index("step")["wall_ns"].to_dict() == slowest.to_dict()
@@ -127,7 +132,7 @@ def test_one_line_per_process_and_the_slowest_of_many(tmp_path: Path) -> None:
 
 
 def test_a_run_with_no_rows_gives_empty_series(tmp_path: Path) -> None:
-    line = series.read_timeline(Run(RunStore(tmp_path).new_run("empty")), POINTS)
+    line = series.read_timeline(*door(Run(RunStore(tmp_path).new_run("empty"))), POINTS)
     assert line.steps.empty and line.compiles.empty and line.fallbacks.empty and line.step_walls.empty
 
 
@@ -137,7 +142,7 @@ def test_a_damaged_part_makes_the_overview_read_the_tables_whole_without_it(tmp_
     run_dir = make_run(tmp_path, "damaged", steps=200, trace_events=0, recompiles=3, device=False, parts=2)
     (run_dir / "steps" / "part-zz-000001.parquet").write_bytes(b"PAR1 not a Parquet file PAR1")
     with pytest.raises(duckdb.Error):
-        series.read_timeline(Run(run_dir), POINTS)
+        series.read_timeline(*door(Run(run_dir)), POINTS)
     fig = overview.timeline_figure(StoreData(tmp_path), run_dir.name)
     assert sorted(_traces(fig)["step time"].x) == list(range(200))  # every healthy step, drawn
 
@@ -157,9 +162,9 @@ def test_the_fallbacks_pages_duckdb_aggregates_are_the_pandas_ones(long_run: Run
                                             preserve_index=False))
     rows = long_run.table("fallbacks", ["step", "op", "count", "location"])
     expected_sites = fallback_sites(rows).reset_index(drop=True)
-    got_sites = site_rows(aggregates.fallback_sites(long_run)).reset_index(drop=True)
+    got_sites = site_rows(aggregates.fallback_sites(*door(long_run))).reset_index(drop=True)
     pd.testing.assert_frame_equal(got_sites, expected_sites, check_dtype=False)
-    matrix, width = aggregates.fallback_matrix(long_run)
+    matrix, width = aggregates.fallback_matrix(*door(long_run))
     expected_matrix, expected_width = fallback_matrix(rows[~rows["op"].isin(VALUE_READ_OPS)])
     assert width == expected_width
     pd.testing.assert_frame_equal(matrix, expected_matrix, check_dtype=False, check_names=False)

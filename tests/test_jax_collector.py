@@ -390,3 +390,12 @@ def test_a_jitted_loop_leaves_nothing_per_step_for_the_garbage_collector(tmp_pat
     floats = recorded.metrics[recorded.metrics["name"] == "jax.host_syncs/float"]
     assert floats["count"].sum() == steps
     assert (recorded.call_sites["kind"] == "host_sync").sum() >= steps
+
+
+def test_a_program_that_only_imports_jax_is_not_labelled_jax(tmp_path: Path) -> None:
+    """Issue 29: the backend is the one whose work ran. A pytest run whose plugins import jax
+    (here: a program that imports it and runs nothing on it) has no JAX backend label."""
+    proc = run_tpuscope("run", "--store", str(tmp_path), "--quiet", "python", "-c", "import jax; print('ok')")
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+    [run_dir] = [p for p in tmp_path.iterdir() if (p / "meta.json").exists()]
+    assert all(not p.get("backend") for p in tpuscope.load_run(run_dir).meta["processes"])

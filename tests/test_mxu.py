@@ -107,6 +107,14 @@ def test_head_dim64_transformer_findings_name_the_line(hd64_run: Path) -> None:
     assert set(zip(scores["batch"], scores["m"], scores["n"], scores["k"], strict=True)) == {(4, 128, 128, 64)}
 
 
+def test_deep_keeps_only_what_tpuscope_reads(hd64_run: Path) -> None:
+    """`--deep` leaves the module texts it parsed and the .hlo.pb beside each (the frames the
+    test above reads), not XLA's LLVM IR, object code and other passes (issue 29)."""
+    kept = [p.name for p in (hd64_run / "hlo").iterdir()]
+    assert any(n.endswith(".hlo.pb") for n in kept) and any(n.endswith("before_optimizations.txt") for n in kept)
+    assert all(n.endswith(("before_optimizations.txt", "after_optimizations.txt", ".hlo.pb")) for n in kept), kept
+
+
 def test_target_v6e_flags_128_wide_dims(hd64_run: Path) -> None:
     run = Run(hd64_run)
     tables = RunTables.from_run(run)

@@ -169,3 +169,20 @@ def test_a_run_whose_every_process_died_reads_as_ended_unknown(tmp_path: Path) -
     listing = subprocess.run(tpuscope_cmd("ls", "--store", str(store), "--json"), capture_output=True, text=True)
     (listed,) = json.loads(listing.stdout)
     assert listed["status"].startswith("ended unknown")
+
+
+def test_a_ctrl_c_inside_tpuscopes_hook_ends_the_traceback_at_the_caller() -> None:
+    """Issue 29: a KeyboardInterrupt raised while tpuscope's code runs in the program's thread
+    (a step hook) is shown ending at the frame that called tpuscope, as without tpuscope."""
+    import traceback
+
+    from tpuscope.collect.session import _OWN_DIR, without_own_tail
+
+    hook: dict[str, object] = {}  # a step hook of tpuscope's, where the signal lands
+    exec(compile("def on_step():\n    raise KeyboardInterrupt\n", _OWN_DIR + "collect/hook_for_test.py", "exec"),
+         hook)
+    try:
+        hook["on_step"]()  # type: ignore[operator]  # the program's call of the hook
+    except KeyboardInterrupt as exc:
+        frames = traceback.extract_tb(without_own_tail(exc.__traceback__))
+    assert frames[-1].filename == __file__ and "on_step" in (frames[-1].line or "")

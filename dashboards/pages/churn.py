@@ -51,9 +51,9 @@ def covered(findings: list[Finding]) -> set[tuple[str, str]]:
     return pairs
 
 
-def observed_section(compiles: pd.DataFrame, skip: set[tuple[str, str]]) -> list[Any]:
-    """Varying input dims per call site straight from the compiles table (those no finding shows)."""
-    varying = varying_by_step(compiles)
+def observed_section(families: pd.DataFrame, skip: set[tuple[str, str]]) -> list[Any]:
+    """Varying input dims per call site between graphs of one family (those no finding shows)."""
+    varying = varying_by_step(families)
     if not varying.empty:
         keep = [(s, d) not in skip for s, d in zip(varying["site"], varying["dim"], strict=True)]
         varying = varying[keep]
@@ -71,7 +71,7 @@ def observed_section(compiles: pd.DataFrame, skip: set[tuple[str, str]]) -> list
 def layout(data: StoreData, run_id: str) -> html.Div:
     findings = [f for f in data.findings(run_id) if f.rule == "recompile" and f.evidence.get("shape_churn")]
     compiles = data.table(run_id, "compiles")
-    observed = observed_section(compiles, covered(findings))
+    observed = observed_section(data.compiles_judged(run_id)[0], covered(findings))
     shapes_known = not compiles.empty and compiles["input_shapes"].notna().any()
     body: list[Any] = [finding_section(f, i, compiles) for i, f in enumerate(findings)]
     if observed:

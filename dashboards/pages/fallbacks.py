@@ -49,7 +49,7 @@ def sync_sites(call_sites: pd.DataFrame) -> pd.DataFrame:
     """Host syncs (.item(), print, device_get, ...) and eager dispatches per call site."""
     if call_sites.empty:
         return pd.DataFrame(columns=[c["field"] for c in SITE_COLUMNS] + ["location"])
-    frame = call_sites.assign(location=call_sites["location"].fillna("(call site not recorded)"))
+    frame = call_sites.assign(location=call_sites["location"].fillna(aggregates.UNPLACED))
     sites = frame.groupby(["kind", "name", "location"], as_index=False).agg(
         count=("count", "sum"), steps=("step", "nunique"))
     sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
@@ -84,14 +84,34 @@ def site_rows(sites: pd.DataFrame) -> pd.DataFrame:
     return sites.sort_values("count", ascending=False)
 
 
+TRACING = ("call sites are traced only in the few steps after an op or a host read first shows up "
+           "(tracing every torch call would slow every step: collect/xla/fallback_sites.py); the other "
+           "steps' calls are counted per step, their call sites not taken")
+
+
+def traced_note(sites: pd.DataFrame, call_sites: pd.DataFrame, value_reads: int) -> html.P | None:
+    """How many of the calls the tables count have their call site, and why the others have none."""
+    total = int(sites["count"].sum()) if not sites.empty else 0
+    placed = int(sites.loc[sites["location"] != aggregates.UNPLACED, "count"].sum()) if total else 0
+    reads = call_sites[call_sites["name"].astype(str) == "item"] if not call_sites.empty else call_sites
+    traced_reads = int(reads["count"].sum()) if not reads.empty else 0
+    parts = []
+    if placed < total:
+        parts.append(f"{placed:,} of {total:,} CPU fallback calls have their call site")
+    if value_reads and traced_reads < value_reads:
+        parts.append(f"{traced_reads:,} of {value_reads:,} .item() reads were traced to theirs")
+    if not parts:
+        return None
+    return html.P("; ".join(parts) + ": " + TRACING + ".", className="muted", id="traced-note")
+
+
 def fallback_views(data: StoreData, run_id: str) -> tuple[pd.DataFrame, tuple[pd.DataFrame, int]]:
     """The call-site rows and the heatmap's (matrix, width), aggregated by DuckDB and cached
     until the table changes; a part DuckDB cannot read makes them come from the table read
     whole (which skips and names it)."""
     def compute() -> tuple[pd.DataFrame, tuple[pd.DataFrame, int]]:
-        run = data.run(run_id)
         try:
-            return site_rows(aggregates.fallback_sites(run)), aggregates.fallback_matrix(run)
+            return site_rows(aggregates.fallback_sites(data, run_id)), aggregates.fallback_matrix(data, run_id)
         except duckdb.Error:
             rows = data.columns(run_id, "fallbacks", ["step", "op", "count", "location"])
             return fallback_sites(rows), (fallback_matrix(rows) if not rows.empty else (pd.DataFrame(), 1))
@@ -120,6 +140,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
         ]),
         html.Div(graph(fallback_heatmap(None, binned=binned), "fallback-heatmap"), className="panel"),
         html.H3("Call sites"),
+        *[n for n in [traced_note(sites, call_sites, summary["value_reads"])] if n is not None],
         grid("fallback-sites", sites, COLUMNS),
         *([html.H3("Host syncs by call site"), grid("sync-sites", sync_sites(call_sites), SITE_COLUMNS)]
           if not call_sites.empty else []),

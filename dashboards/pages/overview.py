@@ -41,7 +41,7 @@ def timeline_tables(data: StoreData, run_id: str, name: str) -> Any:
 
 def step_rows(data: StoreData, run_id: str) -> int:
     """How many steps rows the run has (whether a zoom must re-read at full detail)."""
-    return data.derived(run_id, "step-rows", ("steps",), lambda: series.step_rows(data.run(run_id)))
+    return data.derived(run_id, "step-rows", ("steps",), lambda: series.step_rows(data, run_id))
 
 
 def _steps_stat(summary: dict[str, Any]) -> html.Div:
@@ -83,7 +83,7 @@ def timeline_figure(data: StoreData, run_id: str, x_range: tuple[float, float] |
     def build() -> go.Figure:
         warmup = int(data.summary(run_id)["warmup"])
         try:
-            line = series.read_timeline(data.run(run_id), MAX_POINTS, x_range)
+            line = series.read_timeline(data, run_id, MAX_POINTS, x_range)
         except duckdb.Error:  # a damaged part: read the tables whole, without it
             tables = (timeline_tables(data, run_id, n) for n in ("steps", "compiles", "fallbacks"))
             fig = step_timeline(*tables, warmup, MAX_POINTS, x_range)

@@ -7,8 +7,6 @@ from typing import Any
 import pandas as pd
 from dash import Dash, Input, Output, State, dcc, html
 
-from tpuscope.analyze.families import graph_families, process_backends
-
 from ..components import (
     NUM,
     findings_list,
@@ -28,7 +26,6 @@ from ..components import (
 from ..data import StoreData
 from ..figures.common import NS_PER_S
 from ..figures.steps import compile_bars
-from ..shapes import shape_diffs
 
 MAX_ROWS = 2000
 COLUMNS: list[dict[str, Any]] = [
@@ -77,20 +74,29 @@ def retrace_rows(retraces: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "step": retraces["step"], "function": retraces["function"].astype(str),
         "kind": retraces["kind"].astype(str), "arg": retraces["arg"].fillna("").astype(str),
-        "change": change.where(retraces["before"].notna() | retraces["after"].notna(), retraces["detail"]),
+        "change": change.where(retraces["before"].notna() | retraces["after"].notna(), retraces["detail"].fillna("")),
         "location": retraces["location"].fillna(retraces["defined_at"]).fillna(""),
     }).sort_values("step").assign(site=lambda f: f["location"].map(short_site))
 
 
 def ordered_compiles(data: StoreData, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compiles in time order with their graph family (analyze/families) and shape diffs,
-    cached until the compiles table changes."""
+    """Compiles in time order as the analysis judges them, with each one's shape change in
+    words (StoreData.compiles_judged: the recompile rule's families, pick and diff)."""
     def build() -> tuple[pd.DataFrame, pd.DataFrame]:
-        families = graph_families(data.table(run_id, "compiles"), process_backends(data.meta(run_id)))
-        ordered = families.reset_index(drop=True)
-        return ordered, shape_diffs(ordered)
+        ordered, judged = data.compiles_judged(run_id)
+        return ordered, judged.assign(diff=[diff_text(p, c) for p, c in zip(judged["predecessor"],
+                                                                               judged["changes"], strict=True)])
 
-    return data.derived(run_id, "ordered-compiles", ("compiles",), build)
+    return data.derived(run_id, "ordered-compiles", ("compiles", "steps"), build)
+
+
+def diff_text(predecessor: Any, changes: list[str]) -> str:
+    """One line of the grid: the first changes, or why there are none."""
+    if predecessor is None or predecessor != predecessor:
+        return "first compile of this graph"
+    if not changes:
+        return "not recorded (no input shapes)"
+    return "; ".join(changes[:4]) + (f"; ... ({len(changes)} changes)" if len(changes) > 4 else "")
 
 
 def compile_detail(ordered: pd.DataFrame, diffs: pd.DataFrame, n: int) -> html.Div:

@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 from dash import html
 
-from tpuscope.analyze.cost_compare import compare, target_of
-from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, matmuls, mxu_costs, roofline
+from tpuscope.analyze.cost_compare import compare
+from tpuscope.analyze.mxu import GENERATIONS, matmuls, mxu_costs, roofline
 from tpuscope.report.device import busy_idle
 
 from ..components import (
@@ -169,9 +169,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     findings = [f for f in data.findings(run_id) if f.rule == "tensorcore_underuse"]
     dots = dots_table(data.table(run_id, "hlo_ops"))
     device_steps = data.table(run_id, "device_steps")
-    ran_on = target_of(data.meta(run_id), data.table(run_id, "xprof_overview"))
-    target = str(data.meta(run_id).get("target") or ran_on or DEFAULT_TARGET).lower()
-    target = target if target in GENERATIONS else DEFAULT_TARGET
+    target = data.summary(run_id)["target"]  # the chip the analysis chose (detect/tensorcore.chip_target)
     tiles = measured_tiles(data, run_id)
     priced, view = cost_comparison(data, run_id)
     if view:

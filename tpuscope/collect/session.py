@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from tpuscope.collect.envvars import ENV_LAUNCHER_PID
@@ -168,7 +169,7 @@ class Session:
         self._write_proc_meta()
         self._start_flusher()
         if install_handlers:
-            atexit.register(self.close)
+            atexit.register(self._close_at_exit)
             sys.excepthook = self._excepthook
             self._chain_sigterm()
             if hasattr(os, "register_at_fork"):
@@ -230,6 +231,15 @@ class Session:
         self.cost.compile_flush_cpu_ns += spent
         return spent
 
+    def _close_at_exit(self) -> None:
+        """close(), where a second Ctrl-C during the last flush ends it with one line, not a
+        traceback inside tpuscope (the rows written so far stay a readable run)."""
+        try:
+            self.close()
+        except KeyboardInterrupt:
+            print("tpuscope: interrupted while saving the last rows; the run keeps what was written",
+                  file=sys.stderr)
+
     def close(self, status: str | None = None, error: str | None = None) -> None:
         """Final flush and meta; safe to call twice (atexit and an explicit stop)."""
         if self._closed:
@@ -280,6 +290,9 @@ class Session:
                   "(the program goes on; rows written so far stay readable)", file=sys.stderr)
 
     def _excepthook(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+        if issubclass(exc_type, KeyboardInterrupt):  # a Ctrl-C that landed in tpuscope's hook
+            tb = without_own_tail(tb)
+            exc = exc.with_traceback(tb)
         last = traceback.extract_tb(tb)[-1] if tb else None
         where = f" at {last.filename}:{last.lineno}" if last else ""
         self.proc_meta["status"] = "exception"
@@ -333,3 +346,21 @@ def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
 # The launcher's direct child: the process that started with the launcher as its parent.
 _FIRST_CHILD: dict[str, int] = (
     {"pid": os.getpid()} if os.environ.get(ENV_LAUNCHER_PID) == str(os.getppid()) else {})
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def without_own_tail(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback without tpuscope's trailing frames: a Ctrl-C that lands while tpuscope's
+    step hook runs in the program's thread ends at the program's (or its library's) call of
+    the hook, as it would without tpuscope, instead of reading as a crash of tpuscope."""
+    last_foreign, node = None, tb
+    while node is not None:
+        if not node.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            last_foreign = node
+        node = node.tb_next
+    if last_foreign is None:
+        return tb
+    last_foreign.tb_next = None
+    return tb

@@ -85,6 +85,21 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
     return []
 
 
+def compile_diffs(tables: RunTables) -> pd.DataFrame:
+    """Every compile of `tables.families` (same order and index), with the position in it of
+    its family's closest earlier compile (`predecessor`, None for a family's first) and what
+    changed against it (`changes`): the pick and the diff this rule makes for a recompile,
+    for every compile, so the Recompiles page shows what the card says."""
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    rows: list[dict[str, Any]] = []
+    for pos, row in enumerate(tables.families.to_dict("records")):
+        earlier = by_family.setdefault(row["family"], [])
+        before = _closest(row, earlier)
+        rows.append({"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)})
+        earlier.append({**row, "_pos": pos})
+    return pd.DataFrame(rows, columns=["predecessor", "changes"], index=tables.families.index)
+
+
 def site_of(row: dict[str, Any]) -> str:
     if row.get("backend") == "jax" and row.get("function"):
         return f"jit {row['function']}"

@@ -22,7 +22,7 @@ from tpuscope.store.run import PARTS_DIGEST
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
 
-ANALYSIS_VERSION = 4  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 5  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
@@ -37,7 +37,10 @@ class RunReport:
 
 
 def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
+    import pandas as pd
+
     from tpuscope.detect.pod import pod_summary
+    from tpuscope.detect.tensorcore import chip_target
 
     summary = tables.summarize()
     summary["findings_by_severity"] = {
@@ -45,6 +48,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
     summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
                                    for rule in sorted({f.rule for f in findings})}
     summary.update(_imported_counts(tables))
+    summary["target"] = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
     summary["analysis_version"] = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
     summary.update(pod_summary(tables, findings))

@@ -42,10 +42,15 @@ def _severity(share: float) -> str:
 
 
 def _target(tables: RunTables) -> str:
-    """--target, else the chip an imported TPU trace ran on, else the default."""
-    ran_on = target_of(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
-    target = str(tables.meta.get("target") or ran_on or DEFAULT_TARGET)
-    return target if target.lower() in GENERATIONS else DEFAULT_TARGET
+    return chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
+
+
+def chip_target(meta: dict[str, Any], xprof_overview: pd.DataFrame) -> str:
+    """The chip estimates are made for: --target, else the chip an imported TPU trace ran on,
+    else the default. The summary records it (`target`), so every surface names the same chip."""
+    ran_on = target_of(meta, xprof_overview)
+    target = str(meta.get("target") or ran_on or DEFAULT_TARGET).lower()
+    return target if target in GENERATIONS else DEFAULT_TARGET
 
 
 def _executions(tables: RunTables) -> int:

@@ -68,6 +68,24 @@ def own_xplanes(run_dir: Path, host: str | None) -> list[Path]:
     return [f for folder in folders for f in trace_ingest.xplane_files(folder)]
 
 
+def keep_only_read(folder: Path, dumps: list[Path]) -> tuple[int, int]:
+    """Delete what XLA dumped that tpuscope never reads (issue 29: a 12-step --deep run left
+    43 MB in 2,922 files): the module texts it parsed and the `.hlo.pb` beside each (the
+    Python frames, parse/hlo_frames) stay. Returns (files removed, bytes removed)."""
+    keep = {p.name for p in dumps} | {p.name.removesuffix(".txt") + ".hlo.pb" for p in dumps}
+    removed = size = 0
+    for path in folder.iterdir():
+        if path.name in keep or not path.is_file():
+            continue
+        try:
+            size += path.stat().st_size
+            path.unlink()
+            removed += 1
+        except OSError:
+            continue  # a file another host of a shared folder removed first, or read-only
+    return removed, size
+
+
 def ingest_run(run_dir: str | Path) -> list[str]:
     """Ingest what the run's processes left; returns one line per thing found (for the user)."""
     run_dir = Path(run_dir)
@@ -89,6 +107,10 @@ def ingest_run(run_dir: str | Path) -> list[str]:
         notes.append(f"{count} HLO module(s) parsed from {hlo}")
         notes += [f"cannot parse HLO {r['path']}: {r['reason']}" for r in refused]
         meta["hlo_modules"] = count
+        removed, size = keep_only_read(hlo, dumps)
+        if removed:
+            notes.append(f"{removed} dump file(s) tpuscope does not read removed from {hlo} "
+                         f"({size / 2**20:.1f} MB: LLVM IR, object code, buffer assignments, other passes)")
     if meta:
         run.update_meta(device_view=meta)
     return notes

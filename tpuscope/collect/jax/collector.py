@@ -86,9 +86,7 @@ class JaxCollector(StepTracker):
             "jax_explain_cache_misses": "set by tpuscope" if self.tracker.owns_explain else "user setting",
             "jax_step_source": "none",
         }
-        if not self.session.proc_meta.get("backend"):
-            meta["backend"] = "jax"
-        self.session.set_meta(**meta)
+        self.session.set_meta(**meta)  # the backend label waits for JAX to run (_device_meta)
         atexit.register(self.finish)
         return self
 
@@ -194,6 +192,8 @@ class JaxCollector(StepTracker):
 
             devices = jax.devices()
             self._device_meta_done = True
+            if not self.session.proc_meta.get("backend"):  # JAX ran: a run that only imported it is not JAX's
+                self.session.set_meta(backend="jax")
             self.session.set_meta(
                 platform=devices[0].platform if devices else None,
                 device_kind=devices[0].device_kind if devices else None,
