@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.contract import HostSummary, PodSummary
 from tpuscope.analyze.hosts import (
     host_blocks,
     host_summary,
@@ -222,10 +223,10 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
     return rows
 
 
-def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
-    """The summary's pod keys, {} for a run of one host: `hosts` and `host_steps`."""
+def pod_summary(tables: RunTables, findings: list[Finding]) -> PodSummary | None:
+    """The summary's pod part, None for a run of one host: `hosts` and `host_steps`."""
     hosts = hosts_section(tables, findings)
     if not hosts:
-        return {}
+        return None
     record = step_matrix_record(common.judged_steps(tables), rows=tables.host_rows)
-    return {"hosts": hosts, "host_steps": record}
+    return PodSummary([HostSummary(**h) for h in hosts], record)
