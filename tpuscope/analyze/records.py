@@ -10,6 +10,7 @@ So a record remembers the order of the dict it was read from and every key it di
 
 from __future__ import annotations
 
+from collections.abc import KeysView
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -73,6 +74,10 @@ class Record:
 
     def __contains__(self, key: object) -> bool:
         return key in self.to_dict()
+
+    def keys(self) -> KeysView[str]:
+        """The JSON form's keys: `{**summary}` and `dict(summary)` make its JSON object."""
+        return self.to_dict().keys()
 
 
 def _default(spec: Field[Any]) -> Any:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from tpuscope.analyze.contract import AfterLoop, CompileCause, FallbackOp, RunSummary
 from tpuscope.analyze.families import recompiles
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.judge import VALUE_READ_OPS, phases, run_wall_s, share, wall_s
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.step_runs import step_runs
@@ -51,7 +52,7 @@ def compile_causes(families: pd.DataFrame, top: int = 5) -> list[CompileCause]:
         CompileCause(cause=str(row["cause"]), location=row["location"] or None, count=int(row["count"]),
                      seconds=float(row["seconds"]), first_step=int(row["first_step"]),
                      recompiles=int(row["recompiles"]))
-        for row in rows.to_dict("records")
+        for row in records(rows)
     ]
 
 

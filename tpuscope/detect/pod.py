@@ -48,7 +48,8 @@ class HostSplit:
     and 100k steps has 6.4M step rows), on first use."""
 
     def __init__(self, tables: RunTables) -> None:
-        self._tables, self._parts = tables, {}
+        self._tables = tables
+        self._parts: dict[Any, Any] = {}
 
     def get(self, name: str, host: str) -> pd.DataFrame:
         if name not in self._parts:

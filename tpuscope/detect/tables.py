@@ -29,7 +29,8 @@ class LazyTables(Mapping[str, pd.DataFrame]):
     events that most detectors never look at."""
 
     def __init__(self, run: Any, names: list[str]) -> None:
-        self._run, self._names, self._cache = run, names, {}
+        self._run, self._names = run, names
+        self._cache: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._names:
