@@ -15,5 +15,7 @@ DASHBOARDS = ["tpuscope_dashboards"] + [
 setup(
     packages=find_namespace_packages(include=["tpuscope", "tpuscope.*"]) + DASHBOARDS,
     package_dir={"tpuscope_dashboards": "dashboards"},
-    package_data={"tpuscope_dashboards": ["assets/*"]},
+    # py.typed (PEP 561): tpuscope ships its annotations. Package data is listed here, not in
+    # pyproject.toml, whose [tool.setuptools.package-data] would replace this whole argument.
+    package_data={"tpuscope": ["py.typed"], "tpuscope_dashboards": ["assets/*"]},
 )

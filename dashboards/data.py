@@ -275,15 +275,15 @@ class StoreData:
         meta = self.meta(run_id)
         run = self.run(run_id)
         run.__dict__["meta"] = meta  # read once (cached above), not again by Run.meta
-        out = stored_summary(run)
-        if out is None:
+        stored = stored_summary(run)
+        if stored is None:
             report = self._report(run_id)
-            out = {**report.summary, "findings": len(report.findings)}
+            summary, findings = report.summary, len(report.findings)
         else:
-            out = {**out, "findings": int(sum((out.get("findings_by_severity") or {}).values()))}
-        ops = out.get("fallback_ops") or []
-        out["fallback_op_kinds"] = len(ops)
-        out["fallback_count"] = int(sum(op["count"] for op in ops))
+            summary, findings = stored, stored.findings_count
+        out = {**summary.to_dict(), "findings": findings}
+        out["fallback_op_kinds"] = len(summary.fallback_ops)
+        out["fallback_count"] = summary.fallback_count
         out["start_ns"] = meta.get("start_ns")
         out["ended"] = ended(meta)
         return out

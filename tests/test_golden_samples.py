@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, run_tpuscope
+from tpuscope.analyze.contract import evidence_of
 from tpuscope.detect import RunTables, detect
 from tpuscope.detect.registry import order
 from tpuscope.schema import Finding
@@ -83,6 +84,10 @@ def test_findings_are_well_formed_and_ordered_by_severity_then_cost(scenario: st
         assert finding.cost_s >= 0 and "Cost" in finding.detail
         assert finding.location is None or ".py:" in finding.location
         json.dumps(finding.to_row())  # evidence must serialise for the findings table
+    for finding in got:  # the analysis contract (analyze/contract.py) declares every evidence key
+        record = evidence_of(finding)
+        assert not record.undeclared, (finding.rule, record.undeclared)
+        assert record.to_dict() == finding.evidence and list(record.to_dict()) == list(finding.evidence)
 
 
 def test_clean_run_has_no_recompile_churn_or_fallback() -> None:

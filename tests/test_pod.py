@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import run_tpuscope
 from tests.pod_run import HOSTS, RUN_ID, STEPS, WARMUP, marked_line, pod_run
+from tpuscope.analyze.contract import StragglerEvidence, evidence_of
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import TABLES
 from tpuscope.step_runs import expand
@@ -150,6 +151,19 @@ def test_show_reports_the_pod_with_its_hosts(pod):
     assert hosts["host-1"]["rules"] == ["rank_divergence", "recompile"]
     assert hosts["host-2"]["rules"] == ["host_sync", "rank_divergence"]
     assert hosts["host-4"]["status"].startswith("lost")
+
+
+def test_the_pod_reads_through_the_analysis_contract(pod):
+    """The pod's summary and its findings' evidence as the contract's records (analyze/contract.py):
+    every key declared, and each record writes back the JSON it was read from."""
+    summary = pod.report.summary
+    assert summary.pod is not None and [h.host for h in summary.pod.hosts][:2] == ["host-0", "host-1"]
+    assert next(h for h in summary.pod.hosts if h.host == "host-3").straggler
+    for finding in pod.report.findings:
+        record = evidence_of(finding)
+        assert not record.undeclared, (finding.rule, record.undeclared)
+        assert record.to_dict() == finding.evidence
+    assert StragglerEvidence.of(by_rule(pod.report, "straggler")[0]).host == "host-3"
 
 
 def test_host_identity_from_the_environment():

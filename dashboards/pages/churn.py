@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 from dash import html
 
+from tpuscope.analyze.contract import RecompileEvidence
 from tpuscope.schema import Finding
 
 from ..components import empty_state, finding_card, fmt_num, graph, run_page, stat, stats_row
@@ -28,7 +29,8 @@ def churn_buckets(evidence: dict[str, Any]) -> list[int]:
 
 def churn_of(finding: Finding) -> dict[str, Any]:
     """The shape-churn facet of a recompile card (tpuscope.detect.shape_churn), with its site."""
-    return {**finding.evidence.get("shape_churn", {}), "location": finding.location}
+    facet = RecompileEvidence.of(finding).shape_churn
+    return {**(facet.to_dict() if facet else {}), "location": finding.location}
 
 
 def finding_section(finding: Finding, index: int, compiles: pd.DataFrame) -> html.Div:
@@ -69,7 +71,8 @@ def observed_section(families: pd.DataFrame, skip: set[tuple[str, str]]) -> list
 
 
 def layout(data: StoreData, run_id: str) -> html.Div:
-    findings = [f for f in data.findings(run_id) if f.rule == "recompile" and f.evidence.get("shape_churn")]
+    findings = [f for f in data.findings(run_id)
+                if f.rule == "recompile" and RecompileEvidence.of(f).shape_churn]
     compiles = data.table(run_id, "compiles")
     observed = observed_section(data.compiles_judged(run_id)[0], covered(findings))
     shapes_known = not compiles.empty and compiles["input_shapes"].notna().any()

@@ -7,6 +7,8 @@ from typing import Any
 import pandas as pd
 from dash import html
 
+from tpuscope.analyze.contract import RankDivergenceEvidence, StragglerEvidence
+
 from ..components import (
     NUM,
     empty_state,
@@ -59,10 +61,11 @@ def divergence_rows(findings: list[Any]) -> pd.DataFrame:
     """One row per (line, kind, graph or site) of the rank_divergence findings."""
     rows = []
     for finding in findings:
-        ev = finding.evidence
+        ev = RankDivergenceEvidence.of(finding)
+        items = ev.items or []
         site = (finding.location or "-").rsplit("/", 1)[-1]
         seen = set()
-        for item in ev.get("items", []):
+        for item in items:
             key = (item["kind"], item["key"])
             if key in seen:
                 continue
@@ -72,11 +75,9 @@ def divergence_rows(findings: list[Any]) -> pd.DataFrame:
                     "site": site,
                     "kind": item["kind"],
                     "what": item["key"],
-                    "hosts": ", ".join(ev.get("present_on", [])),
-                    "missing": ", ".join(ev.get("missing_on", [])),
-                    "first_step": min(
-                        i["step"] for i in ev["items"] if (i["kind"], i["key"]) == key
-                    ),
+                    "hosts": ", ".join(ev.present_on or []),
+                    "missing": ", ".join(ev.missing_on or []),
+                    "first_step": min(i["step"] for i in items if (i["kind"], i["key"]) == key),
                 }
             )
     return pd.DataFrame(rows, columns=[c["field"] for c in DIVERGENCE_COLUMNS])
@@ -101,7 +102,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     stragglers = [f for f in findings if f.rule == "straggler"]
     divergent = [f for f in findings if f.rule == "rank_divergence"]
     heatmap = host_heatmap(summary.get("host_steps"))  # from the analysis: no step is read here
-    pod_p50 = next((f.evidence.get("pod_p50_ms") for f in stragglers), None)
+    pod_p50 = next((StragglerEvidence.of(f).pod_p50_ms for f in stragglers), None)
     return run_page(
         "hosts",
         run_id,
@@ -118,7 +119,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
                     "stragglers",
                     fmt_num(len(stragglers)),
                     "stat-stragglers",
-                    ", ".join(f.evidence["host"] for f in stragglers) or "none",
+                    ", ".join(StragglerEvidence.of(f).host for f in stragglers) or "none",
                 ),
                 stat(
                     "divergent lines",

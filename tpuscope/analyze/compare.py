@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tpuscope.analyze.contract import RunSummary, as_summary, evidence_of
 from tpuscope.schema import Finding
 
 SEED = 0
@@ -33,9 +34,12 @@ NS_PER_MS = 1e6
 class Side:
     """One run as the comparison sees it."""
 
-    summary: dict[str, Any]
+    summary: RunSummary
     findings: list[Finding] = field(default_factory=list)
     step_ns: Sequence[float] = ()
+
+    def __post_init__(self) -> None:
+        self.summary = as_summary(self.summary)  # its JSON form too (a stored or hand-built one)
 
 
 def _medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
@@ -108,15 +112,15 @@ def _count(a: float, b: float) -> dict[str, float]:
     return {"a": a, "b": b, "delta": b - a}
 
 
-def _fallback_rates(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, Any]:
+def _fallback_rates(sa: RunSummary, sb: RunSummary) -> dict[str, Any]:
     """CPU fallback calls per step (value reads excluded, as the analysis counts them), per op."""
     ops: dict[str, dict[str, Any]] = {}
     for side, summary in (("a", sa), ("b", sb)):
-        for op in summary.get("fallback_ops") or []:
-            row = ops.setdefault(op["op"], {"op": op["op"], "a_count": 0, "b_count": 0,
-                                            "a_per_step": 0.0, "b_per_step": 0.0})
-            row[f"{side}_count"] = int(op["count"])
-            row[f"{side}_per_step"] = float(op.get("per_step") or 0.0)
+        for op in summary.fallback_ops or []:
+            row = ops.setdefault(op.op, {"op": op.op, "a_count": 0, "b_count": 0,
+                                         "a_per_step": 0.0, "b_per_step": 0.0})
+            row[f"{side}_count"] = int(op.count)
+            row[f"{side}_per_step"] = float(op.per_step or 0.0)
     rows = sorted(ops.values(), key=lambda r: -(r["a_count"] + r["b_count"]))
     return {"a_per_step": sum(r["a_per_step"] for r in rows), "b_per_step": sum(r["b_per_step"] for r in rows),
             "a_calls": sum(r["a_count"] for r in rows), "b_calls": sum(r["b_count"] for r in rows), "ops": rows}
@@ -125,7 +129,8 @@ def _fallback_rates(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, Any]:
 def finding_key(f: Finding) -> tuple[str, str, str]:
     """(rule, user location, op or jitted function): what makes two runs' findings the same one.
     Not the title: it carries the run's numbers ("5 of 6 steps"), which change."""
-    sub = f.evidence.get("op") or f.evidence.get("function") or ""
+    evidence = evidence_of(f)
+    sub = getattr(evidence, "op", None) or getattr(evidence, "function", None) or ""
     return f.rule, f.location or "", str(sub)
 
 
@@ -170,9 +175,11 @@ def findings_delta(a: Sequence[Finding], b: Sequence[Finding]) -> dict[str, list
     return out
 
 
-def _identity(summary: dict[str, Any], steps: int) -> dict[str, Any]:
-    keys = ("run_id", "name", "backend", "device_kind", "steps", "steps_judged", "exit_code")
-    return {**{k: summary.get(k) for k in keys}, "judged_steps_timed": steps}
+def _identity(summary: RunSummary, steps: int) -> dict[str, Any]:
+    return {"run_id": summary.run_id, "name": summary.name, "backend": summary.backend,
+            "device_kind": summary.device_kind, "steps": summary.steps,
+            "steps_judged": summary.steps_judged, "exit_code": summary.exit_code,
+            "judged_steps_timed": steps}
 
 
 def compare(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
@@ -183,10 +190,10 @@ def compare(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
         "a": _identity(sa, len(a.step_ns)),
         "b": _identity(sb, len(b.step_ns)),
         "step_time": step_time(a.step_ns, b.step_ns, seed, resamples, confidence),
-        "compiles": _count(int(sa.get("compiles") or 0), int(sb.get("compiles") or 0)),
-        "recompiles": _count(int(sa.get("recompiles") or 0), int(sb.get("recompiles") or 0)),
-        "compile_s": _count(float(sa.get("compile_s") or 0), float(sb.get("compile_s") or 0)),
-        "recompile_s": _count(float(sa.get("recompile_s") or 0), float(sb.get("recompile_s") or 0)),
+        "compiles": _count(int(sa.compiles or 0), int(sb.compiles or 0)),
+        "recompiles": _count(int(sa.recompiles or 0), int(sb.recompiles or 0)),
+        "compile_s": _count(float(sa.compile_s or 0), float(sb.compile_s or 0)),
+        "recompile_s": _count(float(sa.recompile_s or 0), float(sb.recompile_s or 0)),
         "fallbacks": _fallback_rates(sa, sb),
         "findings": findings_delta(a.findings, b.findings),
     }

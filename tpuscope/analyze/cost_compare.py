@@ -13,12 +13,14 @@ the share of measured time spent in ops whose estimate is within 2x of their mea
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from tpuscope.analyze import cost_model as cm
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.mxu import generation_of
 
 WITHIN = 2.0
@@ -145,7 +147,7 @@ def run_peaks(overview: pd.DataFrame, target: str) -> cm.Peaks:
         kinds = overview[overview["name"] == "device_type"]
         tpu_hosts = set(kinds.loc[kinds["text"].astype(str).str.contains("TPU"), "host"])
         overview = overview[overview["host"].isin(tpu_hosts)] if tpu_hosts else overview
-    values = {} if overview.empty else overview.dropna(subset=["value"]).groupby("name")["value"].first()
+    values: Any = {} if overview.empty else overview.dropna(subset=["value"]).groupby("name")["value"].first()
     flops, hbm = values.get("peak_flop_rate_gflops"), values.get("peak_hbm_bw_gibps")
     return cm.peaks(target, flops * 1e9 if flops else None, hbm * 2**30 if hbm else None)
 
@@ -155,7 +157,7 @@ def estimate(ops: pd.DataFrame, target: str, peak: cm.Peaks, devices: int = 1,
     """ops + estimated_us (per op, all occurrences), ratio to measured, bound and rule."""
     chip = cm.CHIPS[target]
     costs = [cm.price(r.expression, r.category, float(r.flops or 0), float(r.bytes or 0), chip, peak, devices)
-             for r in ops.itertuples()]
+             for r in cast(Iterable[Any], ops.itertuples())]
     out = ops.assign(estimate_s=[c.seconds for c in costs], bound=[c.bound for c in costs],
                      rule=[c.rule for c in costs])
     for module, sequence in (order or {}).items():
@@ -183,7 +185,7 @@ def _replay(out: pd.DataFrame, module: str, sequence: list[str], chip: cm.CostCh
         i = by_op.get(name)
         if i is None:
             continue
-        seconds = float(out.at[i, "estimate_s"])
+        seconds = float(cast(float, out.at[i, "estimate_s"]))
         expression = str(out.at[i, "expression"])
         if out.at[i, "bound"] == "host DMA" and " copy-start(" in expression:
             way = cm.host_direction(expression)
@@ -289,4 +291,4 @@ def top(priced: pd.DataFrame, n: int = 10) -> list[dict[str, Any]]:
             "bound", "xprof_bound", "rule", "counts_from"]
     rows = priced.sort_values("measured_us", ascending=False).head(n)[cols]
     return [{k: (None if isinstance(v, float) and v != v else v.item() if hasattr(v, "item") else v)
-             for k, v in r.items()} for r in rows.to_dict("records")]
+             for k, v in r.items()} for r in records(rows)]

@@ -16,6 +16,7 @@ jax's StepTraceAnnotation), else the whole traced span as step -1.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -101,9 +102,9 @@ def covered(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(i >= 0, before[np.maximum(i, 0)] + np.maximum(inside, 0), 0)
 
 
-def _device_rows(ops: pd.DataFrame) -> list[tuple[object, np.ndarray | slice]]:
+def _device_rows(ops: pd.DataFrame) -> list[tuple[Any, np.ndarray | slice]]:
     """(device, its rows) in device order; one device (a CPU trace) takes every row, no copy."""
-    groups = ops.groupby("device", observed=True, sort=True).indices
+    groups: dict[Any, Any] = ops.groupby("device", observed=True, sort=True).indices
     if len(groups) == 1:
         return [(next(iter(groups)), slice(None))]
     return sorted(groups.items(), key=lambda item: item[0])

@@ -39,10 +39,11 @@ family columns out.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import pandas as pd
 
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.shapes import parse_shape, suggest_buckets, varying_dims
 
 FAMILY_COLUMNS = ("family", "family_seq", "recompile", "verdict", "reason", "cut", "function", "eager",
@@ -64,7 +65,8 @@ _JAX_FUNCTION = (
 )
 
 
-def _known(value: Any) -> bool:
+def _known(value: Any) -> TypeGuard[Any]:
+    """Not None and not NaN (a missing value read from pandas)."""
     return value is not None and not (isinstance(value, float) and value != value)
 
 
@@ -142,7 +144,7 @@ def loop_ends(loop_steps: pd.DataFrame) -> dict[str, int]:
     keys = [k for k in ("host", "pid") if k in loop_steps.columns]
     if len(keys) < 2:
         return {}
-    last = loop_steps.groupby(keys, dropna=False)["step"].max()
+    last: Any = loop_steps.groupby(keys, dropna=False)["step"].max()  # keyed by (host, pid)
     return {f"{host}/{pid}": int(step) for (host, pid), step in last.items()}
 
 
@@ -201,7 +203,7 @@ def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = Non
     backends = backends or {}
     judge = _Judge()
     out: dict[str, list[Any]] = {name: [] for name in FAMILY_COLUMNS}
-    for n, row in enumerate(ordered.to_dict("records")):
+    for n, row in enumerate(records(ordered)):
         backend = _backend(row, backends)
         function, eager = _jax_function(row) if backend == "jax" else (None, False)
         family = _family(row, n, backend, function, eager)
@@ -236,7 +238,7 @@ def _is_bounded(rows: pd.DataFrame, loop_end: dict[str, int]) -> bool:
     hashes = [h for h in rows["graph_hash"] if _known(h)] if "graph_hash" in rows else []
     if len(hashes) != len(rows) or len(set(hashes)) != len(rows) or len(rows) > MAX_BOUNDED:
         return False
-    last = loop_end.get(_process(rows.iloc[0].to_dict()))
+    last = loop_end.get(_process(cast(dict[str, Any], rows.iloc[0].to_dict())))
     first, newest = int(rows["cut"].min()), int(rows["cut"].max())
     if last is None or last - newest < max(len(rows), newest - first + 1):
         return False

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpuscope.analyze.contract import RecompileEvidence, RunSummary, as_summary
 from tpuscope.schema_consts import RULES, SEVERITIES
 
 if TYPE_CHECKING:
@@ -71,10 +72,10 @@ class Policy:
         return bool(self.fail_on) or self.max_recompiles is not None or self.max_fallbacks is not None
 
 
-def fallback_calls(summary: dict[str, Any], allow: Sequence[str] = ()) -> dict[str, int]:
+def fallback_calls(summary: RunSummary, allow: Sequence[str] = ()) -> dict[str, int]:
     """{op: calls} of the CPU fallbacks the analysis counted, less the allowed ops."""
-    return {str(op["op"]): int(op["count"]) for op in summary.get("fallback_ops") or []
-            if not op_allowed(str(op["op"]), allow)}
+    return {str(op.op): int(op.count) for op in summary.fallback_ops or []
+            if not op_allowed(str(op.op), allow)}
 
 
 def _at_least(severity: str, floor: str) -> bool:
@@ -86,7 +87,7 @@ def is_note(finding: Finding) -> bool:
     growing; analyze/families.py): reported, never a failure of `--fail-on recompile`, since its
     compiles are not recompiles (the summary's `recompiles`, which --max-recompiles bounds, leaves
     them out too)."""
-    return finding.rule == "recompile" and finding.evidence.get("verdict") == "bounded"
+    return finding.rule == "recompile" and RecompileEvidence.of(finding).verdict == "bounded"
 
 
 def _where(finding: Finding) -> str:
@@ -94,10 +95,13 @@ def _where(finding: Finding) -> str:
     return f" at {loc.rsplit('/', 1)[-1]}" if loc else ""
 
 
-def reasons(summary: dict[str, Any], findings: Sequence[Finding], policy: Policy) -> list[str]:
-    """Why the run fails the policy, one short phrase per limit exceeded (empty: it passes)."""
+def reasons(summary: RunSummary | dict[str, Any], findings: Sequence[Finding],
+            policy: Policy) -> list[str]:
+    """Why the run fails the policy, one short phrase per limit exceeded (empty: it passes);
+    the summary as the analysis made it, or its JSON form."""
+    summary = as_summary(summary)
     out = []
-    recompiles = int(summary.get("recompiles") or 0)
+    recompiles = int(summary.recompiles or 0)
     if policy.max_recompiles is not None and recompiles > policy.max_recompiles:
         out.append(f"{recompiles} recompile{'s' * (recompiles != 1)} > --max-recompiles {policy.max_recompiles}")
     calls = fallback_calls(summary, policy.allow_fallbacks)

@@ -115,7 +115,7 @@ def _one_row_per_step(judged: pd.DataFrame) -> pd.Categorical | None:
     code = {h: i for i, h in enumerate(categories)}
     lengths = np.diff(np.append(starts, len(step)))
     codes = np.repeat(np.array([code[h] for h in labels], dtype=np.int8 if len(labels) < 127 else np.int32), lengths)
-    return pd.Categorical.from_codes(codes, categories=categories)
+    return pd.Categorical.from_codes(codes, categories=categories)  # type: ignore[call-overload]  # pandas-stubs take no int8 codes array
 
 
 def per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
@@ -306,7 +306,7 @@ def _cause(slow: pd.DataFrame) -> dict[str, Any]:
         for name, (col, _) in COMPONENTS.items()
         if col in slow.columns
     }
-    name = max(excess, key=excess.get)
+    name = max(excess, key=excess.__getitem__)
     more = {
         label: float((slow[c] - slow[f"pod_{c}"]).sum())
         for c, label in COUNTS.items()
@@ -332,12 +332,12 @@ def host_summary(
     for proc in meta.get("processes", []):
         procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
     rows = per_host_steps(judged) if rows is None else rows
-    p50 = (
+    p50: Any = (
         rows.groupby("host", observed=True)["wall_ns"].median().rename(index=str) / NS_PER_MS
         if not rows.empty
         else {}
     )
-    counts = steps["host"].astype(str).value_counts() if not steps.empty else {}
+    counts: Any = steps["host"].astype(str).value_counts() if not steps.empty else {}
     return [
         {
             "host": host,

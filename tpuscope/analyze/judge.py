@@ -24,6 +24,8 @@ reads: a host sync, never a CPU fallback.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 PROCESS_KEYS = ["host", "pid"]
@@ -50,6 +52,7 @@ def phases(steps: pd.DataFrame, warmup: int) -> pd.Series:
         pd.Series(False, index=steps.index)
     keys = process_keys(steps)
     loop = steps.loc[~after, [*keys, "step"]]  # only what is read: not a copy of every column
+    last: Any  # per row, or one value for every row
     if keys and not loop.empty:
         last = loop.groupby(keys, dropna=False)["step"].transform("max")
     else:

@@ -47,7 +47,7 @@ def generation_of(device_type: str | None) -> str | None:
     return "v4" if number == "4" else None
 
 
-def padding_waste(n: np.ndarray | float, k: np.ndarray | float, edge: int) -> np.ndarray:
+def padding_waste(n: np.ndarray | pd.Series | float, k: np.ndarray | pd.Series | float, edge: int) -> np.ndarray:
     """Share of each MXU pass spent on padding when K and N are padded to the array edge."""
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)

@@ -1,4 +1,5 @@
-"""The headline figures of a run, computed once from its tables (pure: DataFrames in, dict out).
+"""The headline figures of a run, computed once from its tables (pure: DataFrames in, a
+`RunSummary` out: tpuscope/analyze/contract.py).
 
 Every surface (console report, `show --json`, the dashboard, the pytest plugin and
 imports) shows these figures as written into the run at analysis time
@@ -16,7 +17,9 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.contract import AfterLoop, CompileCause, FallbackOp, RunSummary
 from tpuscope.analyze.families import recompiles
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.judge import VALUE_READ_OPS, phases, run_wall_s, share, wall_s
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.step_runs import step_runs
@@ -33,7 +36,7 @@ def _seconds(frame: pd.DataFrame, column: str = "duration_ns") -> float:
     return float(frame[column].fillna(0).sum()) / NS_PER_S if not frame.empty else 0.0
 
 
-def compile_causes(families: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
+def compile_causes(families: pd.DataFrame, top: int = 5) -> list[CompileCause]:
     """Compiles grouped by (cause, user frame), most time first, with how many were recompiles."""
     if families.empty:
         return []
@@ -46,13 +49,14 @@ def compile_causes(families: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]
     grouped["seconds"] = grouped["seconds"].fillna(0) / NS_PER_S
     rows = grouped.reset_index().sort_values(["seconds", "count"], ascending=False).head(top)
     return [
-        {**row, "location": row["location"] or None, "count": int(row["count"]),
-         "first_step": int(row["first_step"]), "recompiles": int(row["recompiles"])}
-        for row in rows.to_dict("records")
+        CompileCause(cause=str(row["cause"]), location=row["location"] or None, count=int(row["count"]),
+                     seconds=float(row["seconds"]), first_step=int(row["first_step"]),
+                     recompiles=int(row["recompiles"]))
+        for row in records(rows)
     ]
 
 
-def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any]]:
+def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[FallbackOp]:
     """Per op (any namespace) that ran on the host (value reads excluded): count, its steps as runs
     (tpuscope.step_runs), count per step, its first call site."""
     if fallbacks.empty:
@@ -65,10 +69,10 @@ def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[dict[str, Any
         count = int(group["count"].sum())
         runs, n_steps = step_runs(group["step"])
         located = group["location"].dropna()
-        out.append({"op": str(op), "count": count, "step_runs": runs, "step_count": n_steps,
-                    "per_step": float(count / loop_steps) if loop_steps else 0.0,
-                    "location": str(located.min()) if len(located) else None})
-    return sorted(out, key=lambda r: (-r["count"], r["op"]))
+        out.append(FallbackOp(op=str(op), count=count, step_runs=runs, step_count=n_steps,
+                              per_step=float(count / loop_steps) if loop_steps else 0.0,
+                              location=str(located.min()) if len(located) else None))
+    return sorted(out, key=lambda r: (-r.count, r.op))
 
 
 def _value_reads(fallbacks: pd.DataFrame, steps: pd.DataFrame, backend: str | None) -> int:
@@ -81,15 +85,15 @@ def _value_reads(fallbacks: pd.DataFrame, steps: pd.DataFrame, backend: str | No
     return int(fallbacks.loc[fallbacks["op"].isin(VALUE_READ_OPS), "count"].sum())
 
 
-def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -> dict[str, Any] | None:
+def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -> AfterLoop | None:
     """The work after the program's last step boundary: its own phase, not a step."""
     after = steps[phase == "after"]
     if after.empty:
         return None
     keys = [k for k in ("host", "pid", "step") if k in after.columns and k in families.columns]
     compiles = families.merge(after[keys], on=keys) if not families.empty and keys else families.iloc[0:0]
-    return {"wall_s": wall_s(after), "compiles": int(len(compiles)), "compile_s": _seconds(compiles),
-            "executions": int(after["executions"].fillna(0).sum()) if "executions" in after else 0}
+    return AfterLoop(wall_s=wall_s(after), compiles=int(len(compiles)), compile_s=_seconds(compiles),
+                     executions=int(after["executions"].fillna(0).sum()) if "executions" in after else 0)
 
 
 def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None:
@@ -107,7 +111,7 @@ def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None
 
 def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
               fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None,
-              phase: pd.Series | None = None) -> dict[str, Any]:
+              phase: pd.Series | None = None) -> RunSummary:
     """The run's headline figures; `families` is analyze.families.graph_families(compiles);
     `metrics` gives the compile totals of imported evidence that has no compile rows; `phase`
     is phases(steps, warmup) when the caller has it already."""
@@ -122,37 +126,37 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
     run_wall = run_wall_s(steps, (end - start) / NS_PER_S if start and end else None)
     totals = _imported_compiles(metrics) if families.empty else None
     n_compiles, compile_s = totals if totals else (int(len(families)), _seconds(families))
-    return {
-        "run_id": meta.get("run_id"),
-        "name": meta.get("name"),
-        "command": meta.get("command"),
-        "status": meta.get("status"),
-        "exit_code": meta.get("exit_code"),
-        "backend": _first_process_value(meta, "backend"),
-        "device_kind": _first_process_value(meta, "device_kind"),
-        "processes": len(meta.get("processes", [])),
-        "warmup": warmup,
-        "duration_s": (end - start) / NS_PER_S if start and end else None,
-        "steps": int(len(loop)),
-        "steps_judged": int(len(judged)),
-        "step_time_p50_ms": _percentile_ms(judged["wall_ns"], 0.5) if not judged.empty else None,
-        "step_time_p90_ms": _percentile_ms(judged["wall_ns"], 0.9) if not judged.empty else None,
-        "wall_s_judged": loop_wall,
-        "compiles": n_compiles,
-        "compile_s": compile_s,
-        "graph_families": int(families["family"].nunique()) if not families.empty else 0,
-        "recompiles": int(len(again)),
-        "recompile_s": _seconds(again),
-        "run_wall_s": run_wall,
-        "recompile_share": share(_seconds(again), run_wall),
-        "compile_causes": compile_causes(families),
-        "fallback_ops": fallback_ops(fallbacks, len(loop)),
-        "value_reads": _value_reads(fallbacks, steps, _first_process_value(meta, "backend")),
-        "transfers_from_device_per_step": float(transfers.mean()) if not transfers.empty else 0.0,
-        "after_loop": _after_loop(steps, phase, families),
-        "profiler_ms_per_step": profiler_ms_per_step(meta),
-        "profiler_ms_per_compile": profiler_ms_per_compile(meta, n_compiles),
-    }
+    return RunSummary(
+        run_id=meta.get("run_id"),
+        name=meta.get("name"),
+        command=meta.get("command"),
+        status=meta.get("status"),
+        exit_code=meta.get("exit_code"),
+        backend=_first_process_value(meta, "backend"),
+        device_kind=_first_process_value(meta, "device_kind"),
+        processes=len(meta.get("processes", [])),
+        warmup=warmup,
+        duration_s=(end - start) / NS_PER_S if start and end else None,
+        steps=int(len(loop)),
+        steps_judged=int(len(judged)),
+        step_time_p50_ms=_percentile_ms(judged["wall_ns"], 0.5) if not judged.empty else None,
+        step_time_p90_ms=_percentile_ms(judged["wall_ns"], 0.9) if not judged.empty else None,
+        wall_s_judged=loop_wall,
+        compiles=n_compiles,
+        compile_s=compile_s,
+        graph_families=int(families["family"].nunique()) if not families.empty else 0,
+        recompiles=int(len(again)),
+        recompile_s=_seconds(again),
+        run_wall_s=run_wall,
+        recompile_share=share(_seconds(again), run_wall),
+        compile_causes=compile_causes(families),
+        fallback_ops=fallback_ops(fallbacks, len(loop)),
+        value_reads=_value_reads(fallbacks, steps, _first_process_value(meta, "backend")),
+        transfers_from_device_per_step=float(transfers.mean()) if not transfers.empty else 0.0,
+        after_loop=_after_loop(steps, phase, families),
+        profiler_ms_per_step=profiler_ms_per_step(meta),
+        profiler_ms_per_compile=profiler_ms_per_compile(meta, n_compiles),
+    )
 
 
 def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:

@@ -60,7 +60,7 @@ def tensorcore_problems(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target
     edge = chip(target).mxu
     costs = mxu_costs(dots[dots["module"].astype(str) == module], target)
     line = roofline(hlo_modules, costs, target)
-    summary = line.iloc[0].to_dict() if not line.empty else {}
+    summary: dict[str, Any] = line.iloc[0].to_dict() if not line.empty else {}  # type: ignore[assignment]  # string column names
     summary.update(module=module, target=target, modules=int(dots["module"].nunique()))
     n, k, m = (costs[c].to_numpy() for c in ("n", "k", "m"))
     narrow = (n % edge != 0) | (k % edge != 0)

@@ -12,6 +12,7 @@ from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import RunStore, StoreError
 
 if TYPE_CHECKING:
+    from tpuscope.analyze.contract import RunSummary
     from tpuscope.analyze.gate import Policy
     from tpuscope.launch.lifecycle import Ending
 
@@ -121,8 +122,8 @@ def _say_saved(where: object, run_id: str, store: str, quiet: bool) -> None:
         click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
 
 
-def backend_note(summary: dict, meta: dict) -> str | None:
+def backend_note(summary: RunSummary, meta: dict) -> str | None:
     """What tpuscope chose for the program's backend, said only for the backend that ran."""
-    if summary.get("backend") == "torch_xla" and (meta.get("env_set") or {}).get("PJRT_DEVICE") == "CPU":
+    if summary.backend == "torch_xla" and (meta.get("env_set") or {}).get("PJRT_DEVICE") == "CPU":
         return "no TPU found: torch_xla ran on the CPU (PJRT_DEVICE=CPU, set by tpuscope)"
     return None

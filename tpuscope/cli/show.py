@@ -64,8 +64,8 @@ def show(store: str, run_id: str, as_json: bool, reanalyze: bool) -> None:
     except OSError as exc:  # --reanalyze of a run in a read-only place
         fail(f"cannot store the analysis of {run_id}: {exc.strerror or exc}; `tpuscope show {run_id}` "
              "analyses it without storing")
-    why = report.summary.get("analysed_now")
-    if why and report.summary.get("status") != "running":
+    why = report.summary.analysed_now
+    if why and report.summary.status != "running":
         click.echo(f"tpuscope: analysed now, not stored ({why}); `tpuscope show {run_id} --reanalyze` "
                    "stores it", err=True)
     renderer_for("report", _fmt(as_json)).emit(report)

@@ -20,7 +20,7 @@ fusion come on top. Imported totals use the same share of the whole-run wait.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -113,7 +113,7 @@ def transfer_share_ns(fallbacks: pd.DataFrame, metrics: pd.DataFrame) -> dict[st
               .merge(reads, on=keys, how="left"))
     denominator = merged[["all_ops", "reads"]].max(axis=1).clip(lower=1)
     merged["share"] = merged["total"].fillna(0) * merged["count"] / denominator
-    return merged.groupby("op")["share"].sum().to_dict()
+    return cast(dict[str, float], merged.groupby("op")["share"].sum().to_dict())
 
 
 def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], tuple[list[list[int]], int]]:
@@ -179,11 +179,11 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
             count = int(group["count"].sum())
         else:  # imported totals: count over the step markers of the files that counted theirs
             marks = common.per_process(tables.metrics, ["MarkStep"]) if not tables.metrics.empty else {}
-            counts = common.per_process(group, [op], name_column="op")
+            counts = common.per_process(group, [str(op)], name_column="op")
             rate = common.rate_per_step(counts, marks)
             count = int(group["count"].sum())
             n_steps = int(round(count / rate)) if rate else None
         site = common.value_read_site(tables, group["step"]) if not judged.empty else None
         findings.append(_finding(str(op), group, fallbacks[fallbacks["op"] == op], n_steps,
-                                 waits.get(op, 0.0), wall, count, site))
+                                 waits.get(str(op), 0.0), wall, count, site))
     return findings

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
 from tpuscope.detect.cpu_fallback import HOST_SYNC_OPS, TRANSFER_METRICS
@@ -60,7 +61,7 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
     calls = tables.extra.get("call_sites", pd.DataFrame())
     if not calls.empty:
         calls = calls[(calls["kind"] == "host_sync") & ~calls["location"].isin(fallback_sites)]
-        for row in calls.dropna(subset=["location"]).to_dict("records"):
+        for row in records(calls.dropna(subset=["location"])):
             site = sites.setdefault(row["location"], {"location": row["location"], "count": 0,
                                                       "calls": set(), "steps": set()})
             site["count"] += int(row["count"])
@@ -69,7 +70,7 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
     if not sites and not fallbacks.empty:  # no traced reads: fall back to .item() sites
         reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
         for loc, rows in reads.groupby("location"):
-            sites[loc] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
+            sites[str(loc)] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
                           "steps": set(rows["step"].unique())}
     ordered = sorted(sites.values(), key=lambda s: -s["count"])
     return [{"location": s["location"], "calls": sorted(s["calls"]), "count": s["count"],

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.shapes import parse_shape
 
 _KWARG = re.compile(r"^\[1\]\['(?P<name>[^']+)'\](?P<rest>.*)$")
@@ -38,7 +39,7 @@ def diffs_of(retraces: pd.DataFrame, index: int, function: str | None) -> list[d
     if retraces.empty or function is None:
         return []
     rows = retraces[(retraces["compile_index"] == index) & (retraces["function"] == function)]
-    return [{k: (v if _known(v) else None) for k, v in r.items()} for r in rows.to_dict("records")]
+    return [{k: (v if _known(v) else None) for k, v in r.items()} for r in records(rows)]
 
 
 def diff_text(diff: dict[str, Any]) -> str:
@@ -65,10 +66,11 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
         return (f"Keep the input shapes of {function} the same on every call: pad to a fixed size (or a "
                 "few bucket sizes) and mask the padding.")
     kind, arg = (diff["kind"], arg_name(diff.get("arg") or "")) if diff else ("unknown", None)
-    if kind == "input_sharding" or (kind == "input_types" and _sharding_only(diff)):
-        return sharding_fix(function, arg, diff.get("before"), diff.get("after"))  # type: ignore[union-attr]
+    found: dict[str, Any] = diff or {}  # the kinds below come from a diff
+    if kind == "input_sharding" or (kind == "input_types" and _sharding_only(found)):
+        return sharding_fix(function, arg, found.get("before"), found.get("after"))
     if kind == "input_types":
-        old, new = parse_shape(diff.get("before") or ""), parse_shape(diff.get("after") or "")
+        old, new = parse_shape(found.get("before") or ""), parse_shape(found.get("after") or "")
         if old and new and old.dims == new.dims:
             return (f"Pass {arg} with the same dtype on every call of {function} (cast it, e.g. "
                     f"jnp.asarray(x, jnp.float32); a Python scalar is weakly typed, an array is not).")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.contract import HostSummary, PodSummary
 from tpuscope.analyze.hosts import (
     host_blocks,
     host_summary,
@@ -47,7 +48,8 @@ class HostSplit:
     and 100k steps has 6.4M step rows), on first use."""
 
     def __init__(self, tables: RunTables) -> None:
-        self._tables, self._parts = tables, {}
+        self._tables = tables
+        self._parts: dict[Any, Any] = {}
 
     def get(self, name: str, host: str) -> pd.DataFrame:
         if name not in self._parts:
@@ -232,13 +234,13 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
     return rows
 
 
-def pod_summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
-    """The summary's pod keys, {} for a run of one host: `hosts` and `host_steps`."""
+def pod_summary(tables: RunTables, findings: list[Finding]) -> PodSummary | None:
+    """The summary's pod part, None for a run of one host: `hosts` and `host_steps`."""
     hosts = hosts_section(tables, findings)
     if not hosts:
-        return {}
+        return None
     if hasattr(tables, "pod"):
         record = tables.pod.step_matrix_record()
     else:
         record = step_matrix_record(common.judged_steps(tables), rows=tables.host_rows)
-    return {"hosts": hosts, "host_steps": record}
+    return PodSummary([HostSummary(**h) for h in hosts], record)

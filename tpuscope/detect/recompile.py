@@ -30,6 +30,7 @@ import pandas as pd
 
 from tpuscope.analyze import judge
 from tpuscope.analyze.families import bounded, recompiles
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.shapes import diff_shapes, shape_distance
 from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
@@ -120,8 +121,8 @@ def _items(tables: RunTables) -> list[dict[str, Any]]:
     families = tables.families
     retraces = tables.extra.get("retraces", pd.DataFrame())
     by_family: dict[str, list[dict[str, Any]]] = {}
-    out = []
-    for row in families.to_dict("records"):
+    out: list[dict[str, Any]] = []
+    for row in records(families):
         earlier = by_family.setdefault(row["family"], [])
         if row["recompile"]:
             item = recompile_item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
@@ -160,7 +161,7 @@ def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int,
     argument that has the explained shape after the change and before it in another compile."""
     if not any(d["kind"] == "input_types" and d.get("arg") for item in items for d in item["diffs"]):
         return {}  # nothing to name (torch_xla has no explanations): skip reading every graph's shapes
-    shapes = {int(r["index"]): list(r["input_shapes"]) for r in rows.to_dict("records")
+    shapes = {int(r["index"]): list(r["input_shapes"]) for r in records(rows)
               if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)}
     names: dict[int, str] = {}
     for item in items:
@@ -195,8 +196,8 @@ def _title(items: list[dict[str, Any]], where: str, storm: dict[str, Any] | None
 def _fix(tables: RunTables, items: list[dict[str, Any]], facet: dict[str, Any] | None) -> str:
     if tables.backend == "jax":
         function = items[0].get("function") or "the jitted function"
-        diffs = next((i["diffs"] for i in items if i["diffs"]), [])
-        changes = next((i["changes"] for i in items if i["changes"]), [])
+        diffs: list[dict[str, Any]] = next((i["diffs"] for i in items if i["diffs"]), [])
+        changes: list[str] = next((i["changes"] for i in items if i["changes"]), [])
         fix = jax_advice.fix_for(function, diffs, changes)
         if facet and "plan" in facet:
             fix += f" Bucketing plan: pad {facet['arg_name']} dim {facet['dim']} to {facet['plan']}."
@@ -361,7 +362,7 @@ def _imported_totals(tables: RunTables) -> list[Finding]:
 def _bounded_notes(tables: RunTables, wall: float, sites: set[str]) -> list[Finding]:
     rows = bounded(tables.families)
     by_site: dict[str, list[dict[str, Any]]] = {}
-    for row in rows.to_dict("records"):
+    for row in records(rows):
         site = site_of({**row, "backend": tables.backend})
         if site not in sites:  # a site with a recompile card: one root cause, one card
             by_site.setdefault(site, []).append(row)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpuscope.analyze.contract import HostSummary, RunSummary
 from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
 from tpuscope.store import Run
-from tpuscope.store.run import PARTS_DIGEST
 
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
@@ -29,52 +29,48 @@ ANALYSIS_VERSION = 5  # bump when the analysis changes what it writes: older one
 class RunReport:
     """What every renderer shows: headline figures and findings, most severe first."""
 
-    summary: dict[str, Any]
+    summary: RunSummary
     findings: list[Finding]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "findings": [f.to_dict() for f in self.findings]}
+        return {"summary": self.summary.to_dict(), "findings": [f.to_dict() for f in self.findings]}
 
 
-def _summary(tables: RunTables, findings: list[Finding]) -> dict[str, Any]:
+def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     import pandas as pd
 
     from tpuscope.detect.pod import pod_summary
     from tpuscope.detect.tensorcore import chip_target
 
     summary = tables.summarize()
-    summary["findings_by_severity"] = {
+    summary.findings_by_severity = {
         sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
-    summary["findings_by_rule"] = {rule: sum(f.rule == rule for f in findings)
-                                   for rule in sorted({f.rule for f in findings})}
-    summary.update(_imported_counts(tables))
-    summary["target"] = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
-    summary["analysis_version"] = ANALYSIS_VERSION
+    summary.findings_by_rule = {rule: sum(f.rule == rule for f in findings)
+                                for rule in sorted({f.rule for f in findings})}
+    summary.step_markers, summary.compiles_counted = _imported_counts(tables)
+    summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
+    summary.analysis_version = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
-    summary.update(pod_summary(tables, findings))
+    summary.pod = pod_summary(tables, findings)
     return summary
 
 
-def _imported_counts(tables: RunTables) -> dict[str, int]:
+def _imported_counts(tables: RunTables) -> tuple[int | None, int | None]:
     """What imported whole-run totals count (a metrics report's MarkStep and compile counters, a
     pt-xla-profiler note's): the step markers and compiles the findings judge imported evidence
     by, so the headline states the same counts as the cards (issue 29)."""
     from tpuscope.detect import common
 
     if tables.metrics.empty:
-        return {}
+        return None, None
     marks = common.per_process(tables.metrics, ["MarkStep"])
     compiles = (common.per_process(tables.metrics, ["CompileTime"])
                 or common.per_process(tables.metrics, ["UncachedCompile"]))
-    out = {}
-    if marks:
-        out["step_markers"] = int(sum(marks.values()))
-    if compiles:
-        out["compiles_counted"] = int(sum(compiles.values()))
-    return out
+    return (int(sum(marks.values())) if marks else None,
+            int(sum(compiles.values())) if compiles else None)
 
 
-def stored_summary(run: Run) -> dict[str, Any] | None:
+def stored_summary(run: Run) -> RunSummary | None:
     """The written summary while it is current (analysis.json newer than every table part, and
     from this version of the analysis), with who the run is and how it ended read from meta now:
     a run copied or renamed is its folder, a run ended since says so. Reads no table: what the
@@ -84,12 +80,13 @@ def stored_summary(run: Run) -> dict[str, Any] | None:
     if stored is None or stored.get("analysis_version") != ANALYSIS_VERSION:
         return None
     start, end = meta.get("start_ns"), meta.get("end_ns")
-    now = {"run_id": run.run_id, "name": meta.get("name"), "command": meta.get("command"),
-           "status": meta.get("status"), "exit_code": meta.get("exit_code"),
-           "duration_s": (end - start) / 1e9 if start and end else None}
-    if stored.get("hosts"):  # a pod: how each host ended is read now too (a host lost since)
-        now["hosts"] = hosts_ended_now(stored["hosts"], meta)
-    return {**stored, **now}
+    summary = RunSummary.from_dict(stored)
+    summary.run_id, summary.name, summary.command = run.run_id, meta.get("name"), meta.get("command")
+    summary.status, summary.exit_code = meta.get("status"), meta.get("exit_code")
+    summary.duration_s = (end - start) / 1e9 if start and end else None
+    if summary.hosts:  # a pod: how each host ended is read now too (a host lost since)
+        summary.hosts = hosts_ended_now(summary.hosts, meta)
+    return summary
 
 
 def _stored(run: Run) -> RunReport | None:
@@ -100,10 +97,12 @@ def _stored(run: Run) -> RunReport | None:
     return RunReport(summary=summary, findings=sorted(run.findings_list(), key=order))
 
 
-def hosts_ended_now(hosts: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+def hosts_ended_now(hosts: list[HostSummary], meta: dict[str, Any]) -> list[HostSummary]:
     """A stored summary's hosts with each one's status as the run's meta says now."""
     status = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
-    return [{**h, "status": status.get(str(h["host"]), h.get("status"))} for h in hosts]
+    for host in hosts:
+        host.status = status.get(str(host.host), host.status)
+    return hosts
 
 
 def _compute(run: Run) -> RunReport:
@@ -125,7 +124,7 @@ def current(run: Run) -> RunReport:
     if stored is not None:
         return stored
     report = _compute(run)
-    report.summary["analysed_now"] = _why_not_stored(run)
+    report.summary.analysed_now = _why_not_stored(run)
     return report
 
 
@@ -150,7 +149,7 @@ def analyze(run: Run, redetect: bool = True) -> RunReport:
         return current(run)
     digest = run.parts_digest()  # the parts this analysis is computed from
     report = _compute(run)
-    report.summary[PARTS_DIGEST] = digest
+    report.summary.parts_digest = digest
     run.write_findings(report.findings)
-    run.write_analysis(report.summary)
+    run.write_analysis(report.summary.to_dict())
     return report

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.contract import RunSummary
 from tpuscope.analyze.families import graph_families, loop_ends, process_backends
 from tpuscope.analyze.hosts import per_host_steps, pod_view
 from tpuscope.analyze.judge import phases
@@ -29,7 +30,8 @@ class LazyTables(Mapping[str, pd.DataFrame]):
     events that most detectors never look at."""
 
     def __init__(self, run: Any, names: list[str]) -> None:
-        self._run, self._names, self._cache = run, names, {}
+        self._run, self._names = run, names
+        self._cache: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._names:
@@ -117,7 +119,7 @@ class RunTables:
         families = self.families
         return str(families["backend"].iloc[0]) if not families.empty else "torch_xla"
 
-    def summarize(self) -> dict[str, Any]:
+    def summarize(self) -> RunSummary:
         """analyze/summary.summarize of these tables: the summary's headline figures."""
         from tpuscope.analyze.summary import summarize
 

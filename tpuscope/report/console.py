@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from tpuscope.analyze.contract import CompileCause, FallbackOp, RunSummary
 from tpuscope.detect.run_analysis import RunReport
 from tpuscope.report.fit import Col, fits, grid, print_plain
 from tpuscope.report.hosts import hosts_table
@@ -35,46 +36,46 @@ def where(location: str | None) -> str:
     return location if relative.startswith("..") else relative
 
 
-def _compiles_text(summary: dict[str, Any]) -> str:
-    counted = summary.get("compiles_counted") or 0
-    if counted > summary["compiles"] and not summary["steps"]:  # imported counters: more than the graphs named
-        return (f"{counted} counted in the imported files, {summary['compiles']} of them with their graph; "
+def _compiles_text(summary: RunSummary) -> str:
+    counted = summary.compiles_counted or 0
+    if counted > summary.compiles and not summary.steps:  # imported counters: more than the graphs named
+        return (f"{counted} counted in the imported files, {summary.compiles} of them with their graph; "
                 "recompiles judged from the counts per step marker (see the findings)")
-    if not summary["compiles"] and summary.get("status") == "imported":
+    if not summary.compiles and summary.status == "imported":
         return "none recorded in the imported files"
-    total = f"{summary['compiles']} in total ({_fmt(summary['compile_s'], ' s', 2)})"
-    if not summary["graph_families"]:  # imported totals: counts without the graphs
+    total = f"{summary.compiles} in total ({_fmt(summary.compile_s, ' s', 2)})"
+    if not summary.graph_families:  # imported totals: counts without the graphs
         return f"{total}; which graphs is not recorded"
-    share = (f", {_fmt(100 * summary['recompile_share'], '%')} of the run's wall time"
-             if summary.get("run_wall_s") else "")
-    return (f"{total} of {summary['graph_families']} graph(s); {summary['recompiles']} recompile(s) "
-            f"({_fmt(summary['recompile_s'], ' s', 2)}{share})")
+    share = (f", {_fmt(100 * summary.recompile_share, '%')} of the run's wall time"
+             if summary.run_wall_s else "")
+    return (f"{total} of {summary.graph_families} graph(s); {summary.recompiles} recompile(s) "
+            f"({_fmt(summary.recompile_s, ' s', 2)}{share})")
 
 
-def _steps_text(summary: dict[str, Any]) -> str:
+def _steps_text(summary: RunSummary) -> str:
     """How many steps, or what the imported files say of them, in words (never "0" for unknown)."""
-    if summary["steps"]:
-        return f"{summary['steps']} ({summary['steps_judged']} timed after {summary['warmup']} warm-up)"
-    markers = summary.get("step_markers")
+    if summary.steps:
+        return f"{summary.steps} ({summary.steps_judged} timed after {summary.warmup} warm-up)"
+    markers = summary.step_markers
     if markers:
         return f"{markers} step markers in the imported files (no time per step)"
-    if summary.get("status") == "imported":
+    if summary.status == "imported":
         return "none recorded: the imported files have no step markers"
     return "none (the program ended before its first step)"
 
 
-def _transfers_text(summary: dict[str, Any]) -> str | None:
+def _transfers_text(summary: RunSummary) -> str | None:
     """Host reads per timed step and the value reads, or None when neither is known."""
-    reads = f"{summary['value_reads']} value reads (.item())" if summary.get("value_reads") else ""
-    if not summary.get("steps_judged"):
+    reads = f"{summary.value_reads} value reads (.item())" if summary.value_reads else ""
+    if not summary.steps_judged:
         return reads or None
-    return (f"{_fmt(summary['transfers_from_device_per_step'], ' per step', 2)} (device to host)"
+    return (f"{_fmt(summary.transfers_from_device_per_step, ' per step', 2)} (device to host)"
             + (f", {reads}" if reads else ""))
 
 
-def _ran_on(summary: dict[str, Any]) -> str:
+def _ran_on(summary: RunSummary) -> str:
     """'[torch_xla on cpu]', or what of it was not recorded, in words."""
-    backend, device = summary.get("backend"), summary.get("device_kind")
+    backend, device = summary.backend, summary.device_kind
     if not backend and not device:
         return "[backend and device not recorded]"
     if backend in ("trace", "xprof"):  # an imported profile: what was traced is all that is known
@@ -82,31 +83,31 @@ def _ran_on(summary: dict[str, Any]) -> str:
     return f"[{backend or 'backend not recorded'} on {device or 'a device not recorded'}]"
 
 
-def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def headline_rows(summary: RunSummary) -> list[tuple[str, str]]:
     """(figure, words) of the report's head."""
-    ended = summary.get("status") or "-"
-    if summary.get("exit_code") not in (None, 0):
-        ended += f" (exit {summary['exit_code']})"
+    ended = summary.status or "-"
+    if summary.exit_code not in (None, 0):
+        ended += f" (exit {summary.exit_code})"
     rows = [
-        ("run", f"{summary.get('run_id')}  {_ran_on(summary)}"),
+        ("run", f"{summary.run_id}  {_ran_on(summary)}"),
         ("ended", ended),
         ("steps", _steps_text(summary)),
     ]
-    if summary.get("step_time_p50_ms") is not None:
-        rows.append(("step time", f"p50 {_fmt(summary['step_time_p50_ms'], ' ms', 2)}   "
-                                  f"p90 {_fmt(summary['step_time_p90_ms'], ' ms', 2)}"))
+    if summary.step_time_p50_ms is not None:
+        rows.append(("step time", f"p50 {_fmt(summary.step_time_p50_ms, ' ms', 2)}   "
+                                  f"p90 {_fmt(summary.step_time_p90_ms, ' ms', 2)}"))
     rows.append(("compiles", _compiles_text(summary)))
     transfers = _transfers_text(summary)
     if transfers:
         rows.append(("host transfers", transfers))
-    after = summary.get("after_loop")
+    after = summary.after_loop
     if after:
-        rows.append(("after the loop", f"{_fmt(after['wall_s'], ' s', 2)}: {after['compiles']} compile(s) "
-                                       f"({_fmt(after['compile_s'], ' s', 2)}), not a step"))
-    cost, p50 = summary.get("profiler_ms_per_step"), summary.get("step_time_p50_ms")
+        rows.append(("after the loop", f"{_fmt(after.wall_s, ' s', 2)}: {after.compiles} compile(s) "
+                                       f"({_fmt(after.compile_s, ' s', 2)}), not a step"))
+    cost, p50 = summary.profiler_ms_per_step, summary.step_time_p50_ms
     if cost is not None:
         share = _cost_share(cost, p50)
-        per_compile = summary.get("profiler_ms_per_compile")
+        per_compile = summary.profiler_ms_per_compile
         compiles = "" if per_compile is None else (
             f"; {per_compile:.1f} ms per compile (its step's hook and the HLO dump's files deleted)")
         rows.append(("tpuscope cost", f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
@@ -114,7 +115,7 @@ def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def headline(summary: dict[str, Any]) -> Table:
+def headline(summary: RunSummary) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
@@ -140,11 +141,11 @@ FALLBACK_COLS = (Col("op", whole=True), Col("count", justify="right"), Col("per 
                  Col("steps"), Col("where", whole=True))
 
 
-def causes_table(causes: list[dict[str, Any]], width: int = 10_000) -> RenderableType | None:
+def causes_table(causes: list[CompileCause], width: int = 10_000) -> RenderableType | None:
     if not causes:
         return None
-    rows = [(str(c["count"]), str(c.get("recompiles", 0)), f"{c['seconds']:.3f}", _step(c.get("first_step")),
-             str(c["cause"]), where(c["location"])) for c in causes]
+    rows = [(str(c.count), str(c.recompiles), f"{c.seconds:.3f}", _step(c.first_step),
+             str(c.cause), where(c.location)) for c in causes]
     return grid("Top compile causes", CAUSE_COLS, rows, width)
 
 
@@ -153,11 +154,11 @@ def _step(step: Any) -> str:
     return "not recorded" if step is None or (isinstance(step, int | float) and step < 0) else str(step)
 
 
-def fallbacks_table(ops: list[dict[str, Any]], width: int = 10_000) -> RenderableType | None:
+def fallbacks_table(ops: list[FallbackOp], width: int = 10_000) -> RenderableType | None:
     if not ops:
         return None
-    rows = [(str(op["op"]), str(op["count"]), f"{op['per_step']:.2f}",
-             runs_text(op.get("step_runs") or [], op.get("step_count"), limit=4), where(op["location"]))
+    rows = [(str(op.op), str(op.count), f"{op.per_step:.2f}",
+             runs_text(op.step_runs or [], op.step_count, limit=4), where(op.location))
             for op in ops]
     return grid("CPU fallbacks (ops torch_xla ran on the host)", FALLBACK_COLS, rows, width)
 
@@ -208,7 +209,7 @@ def _boxed_fits(report: RunReport, parts: list[Any], width: int) -> bool:
     """Whether the boxed report keeps every identity whole at `width`: each table drawn as one,
     and the run id and every finding's location shorter than a box's inside."""
     inside = width - 4
-    words = [str(report.summary.get("run_id") or "")] + [f.location or "" for f in report.findings]
+    words = [str(report.summary.run_id or "")] + [f.location or "" for f in report.findings]
     return all(fits(p) for p in parts) and all(len(w) + len("where: ") <= inside for w in words)
 
 
@@ -217,9 +218,9 @@ def render(report: RunReport, console: Console) -> None:
     without hard line breaks (tpuscope/report/fit.py)."""
     console.print(lead_line(report.findings), soft_wrap=True)
     summary = report.summary
-    tables = [t for t in (hosts_table(summary.get("hosts"), console.width - 4),
-                          causes_table(summary["compile_causes"], console.width - 4),
-                          fallbacks_table(summary["fallback_ops"], console.width - 4)) if t is not None]
+    tables = [t for t in (hosts_table(summary.hosts, console.width - 4),
+                          causes_table(summary.compile_causes, console.width - 4),
+                          fallbacks_table(summary.fallback_ops, console.width - 4)) if t is not None]
     if _boxed_fits(report, tables, console.width):
         console.print(Panel(Group(headline(summary), *tables), title="tpuscope report", title_align="left"))
         for i, finding in enumerate(report.findings, 1):

@@ -16,14 +16,13 @@ from tpuscope.analyze.judge import judged_steps
 from tpuscope.detect.run_analysis import current
 from tpuscope.report.console import where
 from tpuscope.report.fit import Col, fits, grid
-from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store import Run
 
 
 def side_of(run: Run) -> Side:
     """A run as the comparison takes it: its analysis and its judged steps' wall times."""
     report = current(run)
-    steps = judged_steps(run.steps, int(report.summary.get("warmup", DEFAULT_WARMUP)))
+    steps = judged_steps(run.steps, int(report.summary.warmup))
     wall = steps["wall_ns"].dropna().tolist() if not steps.empty else []
     return Side(summary=report.summary, findings=report.findings, step_ns=wall)
 

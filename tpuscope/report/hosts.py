@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
+from tpuscope.analyze.contract import HostSummary
 from tpuscope.report.fit import Col, grid
 
 HOST_COLS = (Col("host", whole=True), Col("procs", justify="right"), Col("steps", justify="right"),
@@ -14,7 +15,7 @@ HOST_COLS = (Col("host", whole=True), Col("procs", justify="right"), Col("steps"
              Col("findings naming it"))
 
 
-def hosts_table(hosts: list[dict[str, Any]] | None, width: int = 10_000) -> RenderableType | None:
+def hosts_table(hosts: list[HostSummary] | None, width: int = 10_000) -> RenderableType | None:
     """One row per host: processes, steps, median step, excess over the pod, how it ended, and the
     rules whose findings name it (not all hosts); records where a host name would be cut. A
     straggler's row is marked."""
@@ -22,11 +23,11 @@ def hosts_table(hosts: list[dict[str, Any]] | None, width: int = 10_000) -> Rend
         return None
     rows = []
     for h in hosts:
-        excess = h.get("excess_ms")
-        rows.append((str(h["host"]) + (" (straggler)" if h.get("straggler") else ""), str(h.get("processes", "-")),
-                     str(h.get("steps", "-")), f"{h['p50_ms']:.2f}" if h.get("p50_ms") is not None else "-",
-                     f"{excess:+.2f}" if excess is not None else "-", str(h.get("status") or "-"),
-                     ", ".join(h.get("rules") or []) or "-"))
+        excess = h.excess_ms
+        rows.append((str(h.host) + (" (straggler)" if h.straggler else ""), str(h.processes),
+                     str(h.steps), f"{h.p50_ms:.2f}" if h.p50_ms is not None else "-",
+                     f"{excess:+.2f}" if excess is not None else "-", str(h.status or "-"),
+                     ", ".join(h.rules or []) or "-"))
     return grid(f"Hosts ({len(hosts)})", HOST_COLS, rows, width)
 
 

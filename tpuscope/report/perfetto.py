@@ -23,7 +23,7 @@ _ARGS = ("step", "hlo_module", "hlo_category")
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """Dictionary codes (-1 for null) and the escaped dictionary of a string column."""
-    array = column.combine_chunks()
+    array: pa.DictionaryArray = column.combine_chunks()  # type: ignore[assignment]  # encoded below when not
     if not pa.types.is_dictionary(array.type):
         array = array.dictionary_encode()
     codes = array.indices.to_numpy(zero_copy_only=False)

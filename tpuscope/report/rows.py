@@ -54,7 +54,7 @@ def csv_text(table: pa.Table) -> str:
     """The rows as CSV; a list or struct cell is its JSON text."""
     import pyarrow.csv as pacsv
 
-    flat = pa.table({name: _flat(table.column(name)) for name in table.column_names})
+    flat = pa.table({name: _flat(table.column(name)) for name in table.column_names})  # type: ignore[misc]  # chunked arrays too (stubs: not)
     sink = pa.BufferOutputStream()
     pacsv.write_csv(flat, sink)
     return sink.getvalue().to_pybytes().decode()

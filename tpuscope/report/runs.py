@@ -59,7 +59,7 @@ def backend_text(meta: dict[str, Any]) -> str:
 
 def run_rows(runs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     """One row of cells per run, in RUN_COLS' order."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for meta in runs:
         summary = meta.get("analysis")
         p50 = (summary or {}).get("step_time_p50_ms")

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,8 @@ def _count(columns: Columns) -> int:
     return len(next(iter(columns.values()), []))
 
 
-def _by_table(rows: dict[str, list[dict[str, Any]]], columns: dict[str, list[Columns]]):  # type: ignore[no-untyped-def]
+def _by_table(rows: dict[str, list[dict[str, Any]]], columns: dict[str, list[Columns]]
+              ) -> Iterator[tuple[str, list[dict[str, Any]], list[Columns]]]:
     """(table, dict rows, column chunks) of every table with something to write, in a fixed order."""
     for name in sorted(set(rows) | set(columns)):
         if rows.get(name) or columns.get(name):

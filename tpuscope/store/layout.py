@@ -51,7 +51,7 @@ def trace_host(folder: str) -> str | None:
     return host if backend and sep and sep2 and host and pid.isdigit() else None
 
 
-def proc_file(host: str, pid: int) -> str:
+def proc_file(host: str, pid: int | str) -> str:
     return f"{PROCS}/{host}-{pid}.json"
 
 

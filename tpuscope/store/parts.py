@@ -32,7 +32,7 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        pq.write_table(table, tmp, use_dictionary=_text_columns(table.schema))
+        pq.write_table(table, tmp, use_dictionary=_text_columns(table.schema))  # type: ignore[arg-type]  # a list of columns: pyarrow takes it, its stubs say bool
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
@@ -68,7 +68,7 @@ def warm_up() -> None:
         table = pa.concat_tables([pa.Table.from_pylist([{}], schema=schema), _chunk_table(schema, {
             "host": Repeat("h", 1), "step": np.zeros(1, dtype=np.int64), "name": Coded(np.zeros(1, dtype=np.int64), ["n"]),
         })])
-        pq.write_table(table, pa.BufferOutputStream(), use_dictionary=_text_columns(schema))
+        pq.write_table(table, pa.BufferOutputStream(), use_dictionary=_text_columns(schema))  # type: ignore[arg-type]  # as above
 
 
 def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, Any]]) -> int:
@@ -108,9 +108,11 @@ def _repeated(value: Any, kind: pa.DataType, count: int) -> pa.Array:
     if pa.types.is_list(kind) and isinstance(value, (list, tuple)):
         import numpy as np
 
-        offsets = pa.array(np.arange(count + 1, dtype=np.int32) * len(value))
-        return pa.ListArray.from_arrays(offsets, pa.array(list(value) * count, kind.value_type), type=kind)
-    return pa.repeat(pa.scalar(value, kind), count)
+        offsets: Any = pa.array(np.arange(count + 1, dtype=np.int32) * len(value))  # stubs: a BooleanArray
+        values: Any = pa.array(list(value) * count, kind.value_type)
+        return pa.ListArray.from_arrays(offsets, values, type=kind)
+    scalar: Any = pa.scalar(value, kind)  # pyarrow-stubs type it Scalar[DataType], which no overload takes
+    return pa.repeat(scalar, count)
 
 
 def _coded_array(column: Coded, kind: pa.DataType) -> pa.Array:
@@ -123,7 +125,8 @@ def _coded_array(column: Coded, kind: pa.DataType) -> pa.Array:
     lookup = np.zeros(len(column.names), dtype=np.int32)
     lookup[used] = np.arange(len(used), dtype=np.int32)
     names = pa.array([column.names[i] for i in used.tolist()], pa.string())
-    array = pa.DictionaryArray.from_arrays(pa.array(lookup[codes]), names)
+    indices: Any = pa.array(lookup[codes])  # int32; pyarrow-stubs type pa.array(numpy) a BooleanArray
+    array = pa.DictionaryArray.from_arrays(indices, names)
     return array if array.type == kind else array.cast(kind)
 
 

@@ -139,7 +139,7 @@ def combine(meta: dict[str, Any], run_dir: Path | Location, warnings: list[str])
         ],
         status=combined_status([h["status"] for h in hosts]),
         start_ns=min(starts) if starts else meta.get("start_ns"),
-        end_ns=max(ends) if ends and all(ends) else None,
+        end_ns=max(e for e in ends if e) if ends and all(ends) else None,
         exit_code=codes[0]
         if codes
         else (0 if all(h.get("exit_code") == 0 for h in hosts) else None),

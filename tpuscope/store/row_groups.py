@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,7 +32,7 @@ def write_row_groups_atomic(path: Path, table: pa.Table, rows: int = ROW_GROUP_R
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     deltas = [c for c in delta if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
-    options = {"use_dictionary": [c for c in table.column_names if c not in deltas],
+    options: dict[str, Any] = {"use_dictionary": [c for c in table.column_names if c not in deltas],
                "column_encoding": dict.fromkeys(deltas, "DELTA_BINARY_PACKED")} if deltas else {}
     pool = pa.default_memory_pool()
     try:

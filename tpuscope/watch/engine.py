@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuscope.analyze.contract import FallbackEvidence, RecompileEvidence
 from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.gate import fallback_name, op_allowed
 from tpuscope.analyze.judge import is_value_read
@@ -243,8 +244,8 @@ class Watch:
 
     def _recompile(self, row: dict[str, Any], run: Run, rules: list[Finding]) -> Recompile:
         step, graph, index = int(row["step"]), row.get("graph_hash") or None, int(row["index"])
-        finding = next((f for f in rules if any(isinstance(c, dict) and c.get("index") == index
-                                                for c in f.evidence.get("compiles", []))), None)
+        finding = next((f for f in rules if any(c.index == index for c in
+                                                RecompileEvidence.of(f).graphs_recompiled)), None)
         function = row.get("function") or None
         diffs = jax_advice.diffs_of(run.retraces, index, function) if function else []
         changes = jax_advice.changes_of(diffs) or _finding_changes(finding, index)
@@ -335,7 +336,7 @@ def compiles_allowed(warmup_compiles: int, warmup_steps: int | None = None) -> i
 
 
 def _finding_op(finding: Finding) -> str | None:
-    op = finding.evidence.get("op")
+    op = FallbackEvidence.of(finding).op
     return fallback_name(op) if isinstance(op, str) else None
 
 
@@ -343,7 +344,8 @@ def _finding_changes(finding: Finding | None, index: int) -> list[str]:
     """The recompile detector's diff for this compile ("arg 3: f32[4,41,128] -> f32[4,53,128]")."""
     if finding is None:
         return []
-    for item in finding.evidence.get("compiles", []):
-        if isinstance(item, dict) and item.get("index") == index:
-            return [str(c) for c in item.get("changes") or []]
-    return [str(c) for c in finding.evidence.get("changes") or []]
+    evidence = RecompileEvidence.of(finding)
+    for item in evidence.graphs_recompiled:
+        if item.index == index:
+            return [str(c) for c in item.changes or []]
+    return [str(c) for c in evidence.changes or []]

@@ -1,0 +1,51 @@
+"""The type checker over the store, the analysis with its contract, and the rules (issue 28).
+
+`[tool.mypy]` in pyproject.toml names the packages. The analysis contract
+(tpuscope/analyze/contract.py) is what every surface reads as attributes: a key renamed there
+fails here, not as a silent None in one report. mypy keeps its incremental cache in the
+temporary folder (outside the checkout), so a second run on the same machine takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def test_mypy_is_clean_on_the_store_the_analysis_and_the_rules() -> None:
+    cache = Path(tempfile.gettempdir()) / "tpuscope-mypy-cache"
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Success: no issues found" in proc.stdout
+
+
+def test_every_stored_summary_reads_back_as_written() -> None:
+    """The golden samples' analysis.json (written by older versions of the analysis) read as a
+    RunSummary and written back: the same JSON, key for key and in order (`show --json`)."""
+    from tpuscope.analyze.contract import RunSummary
+
+    for path in sorted((ROOT / "sample_traces").glob("*/analysis.json")):
+        text = path.read_text()
+        stored = json.loads(text)
+        summary = RunSummary.from_dict(stored)
+        assert json.dumps(summary.to_dict(), indent=1) == json.dumps(stored, indent=1), path
+        assert summary.steps == stored["steps"] and summary.compile_causes[0].count > 0, path
+        assert {**summary} == stored  # its JSON form, for scripts that read keys
+
+
+def test_a_summary_made_now_writes_its_keys_in_the_contract_order() -> None:
+    from tpuscope.analyze.contract import FallbackOp, HostSummary, PodSummary, RunSummary
+
+    summary = RunSummary(run_id="r", steps=3, fallback_ops=[FallbackOp(op="aten::nonzero", count=4)])
+    written = summary.to_dict()
+    assert list(written) == [k for k in RunSummary.declared() if k in written]
+    assert "hosts" not in written and "host_steps" not in written and "analysed_now" not in written
+    assert written["fallback_ops"][0]["op"] == "aten::nonzero" and summary.fallback_count == 4
+    summary.pod = PodSummary([HostSummary(host="h0"), HostSummary(host="h1")], None)
+    assert summary.to_dict()["host_steps"] is None and summary.to_dict()["hosts"][1]["host"] == "h1"

@@ -1,0 +1,399 @@
+"""THE analysis contract: what the analysis of a run states, as types every surface reads.
+
+`detect/run_analysis.py` (the one analysis, at the boundary of analyze/ and detect/) makes a
+`RunSummary` (with a `PodSummary` for a run of many hosts) and findings whose `evidence` has the
+shape of its rule's record below. The console report, `show --json`, `ls`, `diff`, the gates, the
+pytest watch and the dashboard read these attributes, never string keys, so a key renamed in
+the analysis is a type error at every reader (mypy runs in CI: tests/test_types.py), not a
+silent `None` in one of them.
+
+The JSON forms (analysis.json, `show --json`, the findings table's `evidence`) are unchanged:
+each record writes back exactly the object it was read from (tpuscope/analyze/records.py), so
+the analysis.json of runs written before this contract still read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from tpuscope.analyze.records import Record
+from tpuscope.schema_consts import DEFAULT_WARMUP
+
+E = TypeVar("E", bound="Evidence")
+
+
+class HasEvidence(Protocol):
+    """A finding as the contract sees it (tpuscope.schema.Finding)."""
+
+    rule: str
+    evidence: dict[str, Any]
+
+
+# ---- the summary --------------------------------------------------------------------------
+
+
+@dataclass
+class CompileCause(Record):
+    """Compiles grouped by (cause, user frame): `summary.compile_causes`."""
+
+    cause: str = "(cause unknown)"
+    location: str | None = None
+    count: int = 0
+    seconds: float = 0.0
+    first_step: int | None = None  # -1: imported totals, no step
+    recompiles: int = 0
+
+
+@dataclass
+class FallbackOp(Record):
+    """One op that ran on the host (value reads excluded): `summary.fallback_ops`."""
+
+    op: str = ""
+    count: int = 0
+    step_runs: list[list[int]] = field(default_factory=list)
+    step_count: int | None = None
+    per_step: float = 0.0
+    location: str | None = None
+
+
+@dataclass
+class AfterLoop(Record):
+    """The work after the program's last step boundary: its own phase, not a step."""
+
+    wall_s: float = 0.0
+    compiles: int = 0
+    compile_s: float = 0.0
+    executions: int = 0
+
+
+@dataclass
+class HostSummary(Record):
+    """One host of a pod: its processes, steps, median step, how it ended, the rules naming it."""
+
+    host: str = ""
+    processes: int = 0
+    steps: int = 0
+    p50_ms: float | None = None
+    status: str | None = None
+    rules: list[str] = field(default_factory=list)
+    straggler: bool = False
+    excess_ms: float | None = None
+
+
+@dataclass
+class PodSummary:
+    """The summary of a run of many hosts: each host, and step time per host x step (binned:
+    `hosts`, `steps`, `width`, `ms`, as analyze/hosts.step_matrix_record writes it)."""
+
+    hosts: list[HostSummary]
+    host_steps: dict[str, Any] | None = None
+
+
+@dataclass
+class RunSummary(Record):
+    """The headline figures of a run (analyze/summary.py computes them; run_analysis adds the
+    findings' counts, imported counters and the pod). Field order is the JSON's key order."""
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"step_markers", "compiles_counted", "hosts", "analysed_now", "parts_digest"})
+    NESTED: ClassVar[dict[str, type[Record]]] = {
+        "compile_causes": CompileCause, "fallback_ops": FallbackOp, "after_loop": AfterLoop,
+        "hosts": HostSummary}
+
+    run_id: str | None = None
+    name: str | None = None
+    command: Any = None  # a list of words for a program run, a string for an import
+    status: str | None = None
+    exit_code: int | None = None
+    backend: str | None = None
+    device_kind: str | None = None
+    processes: int = 0
+    warmup: int = DEFAULT_WARMUP
+    duration_s: float | None = None
+    steps: int = 0
+    steps_judged: int = 0
+    step_time_p50_ms: float | None = None
+    step_time_p90_ms: float | None = None
+    wall_s_judged: float = 0.0
+    compiles: int = 0
+    compile_s: float = 0.0
+    graph_families: int = 0
+    recompiles: int = 0
+    recompile_s: float = 0.0
+    run_wall_s: float | None = None
+    recompile_share: float = 0.0
+    compile_causes: list[CompileCause] = field(default_factory=list)
+    fallback_ops: list[FallbackOp] = field(default_factory=list)
+    value_reads: int = 0
+    transfers_from_device_per_step: float = 0.0
+    after_loop: AfterLoop | None = None
+    profiler_ms_per_step: float | None = None
+    profiler_ms_per_compile: float | None = None
+    findings_by_severity: dict[str, int] = field(default_factory=dict)
+    findings_by_rule: dict[str, int] = field(default_factory=dict)
+    step_markers: int | None = None  # imported whole-run counters (a metrics report)
+    compiles_counted: int | None = None
+    target: str | None = None  # the chip the estimates are for (detect/tensorcore.chip_target)
+    analysis_version: int | None = None
+    hosts: list[HostSummary] | None = None  # a pod (two or more hosts) only
+    host_steps: dict[str, Any] | None = None
+    analysed_now: str | None = None  # why a read computed the analysis instead of reading it
+    parts_digest: str | None = None  # the parts a stored analysis was computed from
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object; `host_steps` is written with `hosts` (a pod), null when no step was
+        judged."""
+        out = super().to_dict()
+        if self.key_order is None and self.hosts is None:
+            out.pop("host_steps", None)
+        return out
+
+    @property
+    def pod(self) -> PodSummary | None:
+        """The pod's part of the summary, None for a run of one host."""
+        return PodSummary(self.hosts, self.host_steps) if self.hosts else None
+
+    @pod.setter
+    def pod(self, pod: PodSummary | None) -> None:
+        self.hosts, self.host_steps = (pod.hosts, pod.host_steps) if pod else (None, None)
+
+    @property
+    def findings_count(self) -> int:
+        """How many findings the analysis made (every severity)."""
+        return int(sum(self.findings_by_severity.values()))
+
+    @property
+    def fallback_count(self) -> int:
+        """Calls of ops that ran on the host, every op."""
+        return int(sum(op.count for op in self.fallback_ops))
+
+
+# ---- the evidence of each rule ------------------------------------------------------------
+
+
+@dataclass
+class Evidence(Record):
+    """A finding's evidence. A rule judged host by host on a pod (detect/pod.py) adds the hosts
+    its finding was seen on; those keys are on every rule's record."""
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"hosts", "hosts_total", "worst_host", "cost_s_per_host"})
+    RULE: ClassVar[str] = ""
+    OPEN: ClassVar[bool] = False  # keys not declared here are expected (measured figures by name)
+
+    hosts: list[str] | None = None
+    hosts_total: int | None = None
+    worst_host: str | None = None
+    cost_s_per_host: dict[str, float] | None = None
+
+    @classmethod
+    def of(cls: type[E], finding: HasEvidence) -> E:
+        """The finding's evidence as this record (any rule's: only the declared keys are read)."""
+        return cls.from_dict(finding.evidence)
+
+    @property
+    def undeclared(self) -> list[str]:
+        """Keys the producer wrote that this record does not declare (none, for a closed one)."""
+        return [] if self.OPEN else sorted(self.extra)
+
+
+@dataclass
+class RecompiledGraph(Record):
+    """One recompile of a recompile finding (`evidence.compiles`, the first 50)."""
+
+    step: int | None = None
+    index: int | None = None
+    graph_hash: str | None = None
+    cause: str | None = None
+    location: str | None = None
+    family: str | None = None
+    function: str | None = None
+    duration_s: float = 0.0
+    reason: str | None = None
+    changes: list[str] = field(default_factory=list)
+    against_graph: str | None = None
+
+
+@dataclass
+class ShapeChurnFacet(Record):
+    """The varying dim of a recompiled family (detect/shape_churn.py), with a bucketing plan."""
+
+    arg: int | None = None
+    arg_name: str | None = None
+    dim: int | None = None
+    dtype: str | None = None
+    values: list[int] = field(default_factory=list)
+    linked_dims: list[Any] = field(default_factory=list)
+    graphs: int = 0
+    max_waste: float | None = None
+    graph_hashes: list[str] = field(default_factory=list)
+    buckets: list[int] | None = None
+    plan: str | None = None
+    padding_waste: float | None = None
+    how: str | None = None
+    saved_compiles: int | None = None
+    saved_s: float | None = None
+
+
+@dataclass
+class StormFacet(Record):
+    """Most steps of the loop compiled again."""
+
+    loop_steps: int = 0
+    recompiling_steps: int = 0
+
+
+@dataclass
+class RecompileEvidence(Evidence):
+    """Rule `recompile`: a family's recompiles (verdict "recompile"), a bounded set of buckets
+    (verdict "bounded"), or imported totals (`compiles` a count, `source` "imported totals")."""
+
+    RULE: ClassVar[str] = "recompile"
+    NESTED: ClassVar[dict[str, type[Record]]] = {
+        "compiles": RecompiledGraph, "shape_churn": ShapeChurnFacet, "storm": StormFacet}
+
+    graph_hash: str | None = None
+    graph_hashes: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    compiles: list[RecompiledGraph] | int = field(default_factory=list)
+    location: str | None = None
+    function: str | None = None
+    backend: str | None = None
+    recompiles: int = 0
+    compile_s: float = 0.0
+    verdict: str | None = None
+    graphs: int | None = None
+    run_wall_s: float = 0.0
+    share: float = 0.0
+    recurring: bool | None = None
+    quiet_steps: int | None = None
+    last_step: int | None = None
+    per_1000_steps: float | None = None
+    s_per_1000_steps: float | None = None
+    facets: list[str] = field(default_factory=list)
+    shape_churn: ShapeChurnFacet | None = None
+    storm: StormFacet | None = None
+    steps: int | None = None
+    source: str | None = None
+    files: list[str] | None = None
+
+    @property
+    def graphs_recompiled(self) -> list[RecompiledGraph]:
+        """The recompiles listed (none for imported totals, which count them only)."""
+        return self.compiles if isinstance(self.compiles, list) else []
+
+
+@dataclass
+class FallbackEvidence(Evidence):
+    """Rule `cpu_fallback`: one op that torch_xla ran on the host."""
+
+    RULE: ClassVar[str] = "cpu_fallback"
+
+    op: str | None = None
+    count: int = 0
+    per_step: float | None = None
+    sites: list[dict[str, Any]] = field(default_factory=list)
+    traced_step_runs: list[list[int]] = field(default_factory=list)
+    alternative: str | None = None
+    source: str | None = None
+    files: list[str] | None = None
+
+
+@dataclass
+class HostSyncEvidence(Evidence):
+    """Rule `host_sync`: device-to-host reads per step and their call sites."""
+
+    RULE: ClassVar[str] = "host_sync"
+
+    reads_per_step: float = 0.0
+    sites: list[dict[str, Any]] = field(default_factory=list)
+    share_of_host_reads: float | None = None
+    step_markers: int | None = None
+    source: str | None = None
+    files: list[str] | None = None
+
+
+@dataclass
+class OpByOpEvidence(Evidence):
+    """Rule `op_by_op`: ops dispatched one by one (torch_xla eager mode, JAX outside jit)."""
+
+    RULE: ClassVar[str] = "op_by_op"
+
+    executions_per_step: float | None = None
+    source: str | None = None
+    dispatches_per_step: float | None = None
+    jit_calls_per_step: float | None = None
+    eager_dispatch_s: float | None = None
+    wall_s: float | None = None
+    eager_time_share: float | None = None
+    top_lines: list[dict[str, Any]] = field(default_factory=list)
+    top_primitives: list[dict[str, Any]] = field(default_factory=list)
+    backend: str | None = None
+
+
+@dataclass
+class TensorCoreEvidence(Evidence):
+    """Rule `tensorcore_underuse`: estimated (cost model: a step graph's problems as facets) or
+    measured (xprof). Open: the problem's figures and xprof's measurements keep their own names."""
+
+    RULE: ClassVar[str] = "tensorcore_underuse"
+    OPEN: ClassVar[bool] = True
+
+    basis: str | None = None
+    cost_figure: str | None = None
+    target: str | None = None
+    kind: str | None = None
+    share_of_step: float | None = None
+    padding_share_by_generation: dict[str, float] | None = None
+    roofline: dict[str, Any] | None = None
+    facets: list[dict[str, Any]] = field(default_factory=list)
+    kinds: list[str | None] = field(default_factory=list)
+    library_lines: list[str] = field(default_factory=list)
+    graph_site: str | None = None
+    matmul_time_percent: float | None = None
+    top_ops: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class StragglerEvidence(Evidence):
+    """Rule `straggler`: one host slower than the pod (docs/pods.md)."""
+
+    RULE: ClassVar[str] = "straggler"
+
+    host: str = ""
+    p50_ms: float | None = None
+    pod_p50_ms: float | None = None
+    excess_ms: float | None = None
+    noise_ms: float | None = None
+    threshold_ms: float | None = None
+    cause: dict[str, Any] | None = None
+
+
+@dataclass
+class RankDivergenceEvidence(Evidence):
+    """Rule `rank_divergence`: graphs or ops some hosts ran and others did not, or counts apart."""
+
+    RULE: ClassVar[str] = "rank_divergence"
+
+    present_on: list[str] | None = None
+    missing_on: list[str] | None = None
+    items: list[dict[str, Any]] | None = None
+    only: Any = None
+    graphs_per_host: dict[str, int] | None = None
+
+
+EVIDENCE: dict[str, type[Evidence]] = {
+    cls.RULE: cls for cls in (RecompileEvidence, FallbackEvidence, HostSyncEvidence, OpByOpEvidence,
+                              TensorCoreEvidence, StragglerEvidence, RankDivergenceEvidence)}
+
+
+def evidence_of(finding: HasEvidence) -> Evidence:
+    """The finding's evidence as its rule's record (the base record for a rule not listed)."""
+    return EVIDENCE.get(finding.rule, Evidence).of(finding)
+
+
+def as_summary(summary: RunSummary | dict[str, Any]) -> RunSummary:
+    """A summary as the contract's record, from the record or its JSON form (a hand-built or
+    stored analysis: `tpuscope diff` of two analysis.json files, a script's dict)."""
+    return summary if isinstance(summary, RunSummary) else RunSummary.from_dict(summary)
