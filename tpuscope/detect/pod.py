@@ -102,7 +102,7 @@ def run_hosts(tables: RunTables) -> list[str]:
     Imported evidence is not (each imported file is a process of status "imported" whose
     `host` is the file's name), so an import of many files is judged as one run, as before."""
     if hasattr(tables, "pod"):  # detect/pod_tables.PodTables: its hosts were found by SQL
-        return list(tables.hosts)
+        return list(tables.hosts)  # type: ignore[attr-defined]  # PodTables imports this module
     live = {
         str(p.get("host"))
         for p in tables.meta.get("processes", [])

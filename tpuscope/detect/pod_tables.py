@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tpuscope.analyze.contract import RunSummary
 from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.hosts import natural_key
 from tpuscope.analyze.judge import AFTER_LOOP
@@ -35,7 +36,8 @@ class HostExtra(Mapping[str, pd.DataFrame]):
     """A run's other tables, each read on first access and only the host's rows (its parts)."""
 
     def __init__(self, reader: HostReader, names: list[str], host: str) -> None:
-        self._reader, self._names, self._host, self._cache = reader, names, host, {}
+        self._reader, self._names, self._host = reader, names, host
+        self._cache: dict[str, pd.DataFrame] = {}
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._names:
@@ -115,7 +117,7 @@ class PodTables(RunTables):
         return graph_families(self.compiles, process_backends(self.meta), self.pod.loop_ends())
 
     @property
-    def phase(self) -> pd.Series:  # type: ignore[override]
+    def phase(self) -> pd.Series:
         raise TypeError("a pod's step rows stay in its parts: ask PodTables.pod")
 
     judged = phase  # type: ignore[assignment]
@@ -126,7 +128,7 @@ class PodTables(RunTables):
     def pod_view(self) -> dict[str, Any]:
         return self.pod.pod_view()
 
-    def summarize(self) -> dict[str, Any]:
+    def summarize(self) -> RunSummary:
         """analyze/summary.summarize with its step figures from SQL (the same keys and values)."""
         from tpuscope.analyze import summary as sm
         from tpuscope.analyze.families import recompiles
@@ -141,19 +143,18 @@ class PodTables(RunTables):
             run_wall = max(run_wall, float(duration))
         judged = fig["judged"]
         after = self.pod.after_rows()
-        out.update({
-            "steps": fig["loop"], "steps_judged": judged,
-            "step_time_p50_ms": self.pod.judged_quantile(0.5, judged) / sm.NS_PER_MS if judged else None,
-            "step_time_p90_ms": self.pod.judged_quantile(0.9, judged) / sm.NS_PER_MS if judged else None,
-            "wall_s_judged": float(fig["judged_wall_ns"]) / 1e9,
-            "run_wall_s": run_wall,
-            "recompile_share": share(sm._seconds(recompiles(self.families)), run_wall),
-            "fallback_ops": sm.fallback_ops(self.fallbacks, fig["loop"]),
-            "transfers_from_device_per_step": fig["transfers_mean"] if judged and fig["transfers_mean"] is not None else 0.0,
-            "after_loop": sm._after_loop(after, pd.Series("after", index=after.index), self.families),
-        })
+        out.steps, out.steps_judged = fig["loop"], judged
+        out.step_time_p50_ms = self.pod.judged_quantile(0.5, judged) / sm.NS_PER_MS if judged else None
+        out.step_time_p90_ms = self.pod.judged_quantile(0.9, judged) / sm.NS_PER_MS if judged else None
+        out.wall_s_judged = float(fig["judged_wall_ns"]) / 1e9
+        out.run_wall_s = run_wall
+        out.recompile_share = share(sm._seconds(recompiles(self.families)), run_wall)
+        out.fallback_ops = sm.fallback_ops(self.fallbacks, fig["loop"])
+        mean = fig["transfers_mean"]
+        out.transfers_from_device_per_step = mean if judged and mean is not None else 0.0
+        out.after_loop = sm._after_loop(after, pd.Series("after", index=after.index), self.families)
         if sm._first_process_value(self.meta, "backend") == "jax":
-            out["value_reads"] = fig["transfers"]
+            out.value_reads = fig["transfers"]
         return out
 
     # -- one host ------------------------------------------------------------------------------
@@ -182,6 +183,7 @@ class PodTables(RunTables):
             with ThreadPoolExecutor(1) as pool:
                 coming = pool.submit(self._read, ahead, hosts[0]) if hosts else None
                 for n, host in enumerate(hosts):
+                    assert coming is not None  # hosts is not empty here
                     rows = coming.result()
                     if n + 1 < len(hosts):
                         coming = pool.submit(self._read, ahead, hosts[n + 1])

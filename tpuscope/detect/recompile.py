@@ -93,7 +93,7 @@ def compile_diffs(tables: RunTables) -> pd.DataFrame:
     for every compile, so the Recompiles page shows what the card says."""
     by_family: dict[str, list[dict[str, Any]]] = {}
     rows: list[dict[str, Any]] = []
-    for pos, row in enumerate(tables.families.to_dict("records")):
+    for pos, row in enumerate(records(tables.families)):
         earlier = by_family.setdefault(row["family"], [])
         before = _closest(row, earlier)
         rows.append({"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)})

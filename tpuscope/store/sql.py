@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -216,7 +217,9 @@ class HostReader:
     of connections cost more than the reads)."""
 
     def __init__(self, run: Location) -> None:
-        self.run, self._urls, self._present = run, {}, {}
+        self.run = run
+        self._urls: dict[str, Any] = {}
+        self._present: dict[str, Any] = {}
         self._con: duckdb.DuckDBPyConnection | None = None
 
     def _host_urls(self, name: str, host: str) -> list[str]:

@@ -155,15 +155,15 @@ class Watch:
         self.saved_at = ending.where  # an object store: the run is shipped now (tables read)
         if self._temp is not None:
             shutil.rmtree(self._temp, ignore_errors=True)
-        failure = stopped or ending.error
-        if failure is None:
+        problem = stopped or ending.error
+        if problem is None:
             return
-        if not isinstance(failure, Exception):
-            raise failure  # Ctrl-C
+        if not isinstance(problem, Exception):
+            raise problem  # Ctrl-C
         if exc_type is None:
-            raise WatchError(f"tpuscope: could not read watch {self.name!r}: {failure}") from failure
+            raise WatchError(f"tpuscope: could not read watch {self.name!r}: {problem}") from problem
         # the block's own exception matters more than tpuscope's: let it through
-        warnings.warn(f"tpuscope: could not read watch {self.name!r}: {failure}", stacklevel=2)
+        warnings.warn(f"tpuscope: could not read watch {self.name!r}: {problem}", stacklevel=2)
 
     def _keep(self, ending: Ending) -> None:
         """Keep the analysis and its tables in memory: a temporary folder goes away at exit."""
