@@ -4,9 +4,9 @@ A Watch is a short in-process profile — a run in the store, collected by the s
 Session and backend collectors as `tpuscope run` and `tpuscope.profile()` — plus the
 judgement a test needs: which graphs compiled again (recompiles) and which ops fell back
 to the host, with messages that name the step, the cause, the user's line and what
-changed. It judges as the analysis does, by graph family (tpuscope.analyze.families:
-torch_xla, the user's line and the graph's structure; JAX, the jitted function): a
-further compile of a family is a recompile, whichever step it falls in. Value reads
+changed. It judges by the report's verdicts (tpuscope.analyze.families: torch_xla, the
+user's line and the graph's structure; JAX, the jitted function): a recompile is what the
+report calls one, so a bounded set of bucket graphs fails no watch. Value reads
 (`.item()`) are host syncs, not fallbacks. The API and messages are the same for both.
 
     with Watch(name="decode", warmup_steps=1) as w:
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.gate import fallback_name, op_allowed
 from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
 from tpuscope.detect import jax_advice
 from tpuscope.detect.run_analysis import analyze
+from tpuscope.detect.tables import RunTables
 from tpuscope.launch import env as process_env
 from tpuscope.launch.lifecycle import collect_here, stop_here
 from tpuscope.schema import Finding
@@ -197,14 +197,18 @@ class Watch:
 
     @property
     def recompiles(self) -> list[Recompile]:
-        """Compiles of a graph family beyond its first `warmup_steps` compiles, oldest first
-        (analyze/families.py: the same families the analysis judges; warmup_steps=1 is its
-        rule exactly, 0 judges every compile, 2 lets each family compile twice)."""
+        """The compiles the report calls recompiles (analyze/families.py's `verdict` column, the
+        same families and loop the analysis judges), oldest first: a bounded set of graphs
+        (buckets, each compiled once, then run from the cache) and a first pass's distinct graphs
+        are not recompiles. `warmup_steps` >= 1 also lets each family compile that many times
+        (1 is the report's rule exactly, 2 lets each family compile twice); 0 judges every compile."""
         run = self._tables()
-        families = graph_families(run.compiles, process_backends(run.meta))
+        families = _families(run)
         if families.empty:
             return []
-        judged = families[~families["eager"].astype(bool) & (families["family_seq"] >= self.warmup_steps)]
+        judged = families[~families["eager"].astype(bool)]
+        if self.warmup_steps > 0:
+            judged = judged[(judged["verdict"] == "recompile") & (judged["family_seq"] >= self.warmup_steps)]
         rules = [f for f in self._findings if f.rule == "recompile"]
         return [self._recompile(row, run, rules) for row in judged.to_dict("records")]
 
@@ -310,6 +314,16 @@ class Watch:
 def watch(name: str = "watch", warmup_steps: int = 1, store: str | Path | None = None) -> Watch:
     """`with tpuscope.watch.watch(warmup_steps=1) as w: ...` outside pytest."""
     return Watch(name=name, warmup_steps=warmup_steps, store=store)
+
+
+def _families(run: Run) -> Any:
+    """The run's graph families as its analysis judges them (detect/tables.RunTables.families:
+    the loop's last step per process lets a bounded set be seen as one)."""
+    import pandas as pd
+
+    empty = pd.DataFrame()
+    return RunTables(meta=run.meta, steps=run.steps, compiles=run.compiles, fallbacks=empty,
+                     metrics=empty).families
 
 
 def _finding_op(finding: Finding) -> str | None:
