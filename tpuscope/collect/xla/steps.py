@@ -113,6 +113,23 @@ def _loader_boundary(frame: Any) -> str:
     return LOADER_START
 
 
+# What the walk needs of a frame, by its code object (a dict lookup instead of string tests and
+# two cached path rules per frame: the walk runs at every step): its kind and, for torch_xla's
+# frames, the API its function name stands for.
+_TORCH_XLA, _PLUMBING, _USER, _LIBRARY = range(4)
+_CODES: dict[Any, tuple[int, str | None]] = {}
+_MAX_CODES = 4096  # a program's code objects that reach a step boundary: far fewer
+
+
+def _code_kind(code: Any) -> tuple[int, str | None]:
+    filename = code.co_filename
+    if "torch_xla" in filename:
+        return _TORCH_XLA, _BOUNDARY_FRAMES.get(code.co_name)
+    if is_plumbing(filename):
+        return _PLUMBING, None
+    return (_USER if is_user_file(filename) else _LIBRARY), None
+
+
 def boundary_name(depth: int = 2) -> tuple[str, bool]:
     """(the API that called `torch_xla.sync`, whether a library called it), looking from
     `depth` frames above this call. Only torch_xla's own frames name the API (a user's
@@ -120,17 +137,22 @@ def boundary_name(depth: int = 2) -> tuple[str, bool]:
     torch_xla and the standard library."""
     frame: Any = sys._getframe(depth)
     name = "sync"
+    codes = _CODES
     for _ in range(_MAX_FRAMES):
         if frame is None:
             break
-        filename = frame.f_code.co_filename
-        if "torch_xla" not in filename:
-            if not is_plumbing(filename):
-                return name, not is_user_file(filename)
-        else:
-            found = _BOUNDARY_FRAMES.get(frame.f_code.co_name)
+        code = frame.f_code
+        kind = codes.get(code)
+        if kind is None:
+            if len(codes) >= _MAX_CODES:
+                codes.clear()
+            kind = codes[code] = _code_kind(code)
+        if kind[0] == _TORCH_XLA:
+            found = kind[1]
             if found and found != "sync" and name == "sync":
                 name = _loader_boundary(frame) if found == LOADER else found
+        elif kind[0] != _PLUMBING:
+            return name, kind[0] == _LIBRARY
         frame = frame.f_back
     return name, False
 
