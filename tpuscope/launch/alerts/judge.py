@@ -78,7 +78,7 @@ class AlertJudge:
         self.compiles = _grown(self.compiles, new.get("compiles"))
         problems: list[Problem] = []
         again: list[Again] = []
-        if not self.compiles.empty and ("compiles" in new or "steps" in new or self._deferred or ended):
+        if not self.compiles.empty and ("compiles" in new or self._deferred or ended):
             self._recompiles(meta, problems, again, ended)
         if "fallbacks" in new:
             self._add_fallbacks(new["fallbacks"])
