@@ -78,6 +78,15 @@ def test_varying_shapes():
         torch_xla.sync()  # VARYING SYNC
 
 
+@pytest.mark.tpuscope(max_recompiles=0)
+def test_bucketed_shapes():
+    # padded to 2 buckets, each compiled once, then run from the cache: the report's bounded
+    # note, not a recompile, so the watch passes as the report's `--fail-on recompile` would
+    for n in (48, 64, 48, 64, 64, 48, 64, 48):
+        y = torch.ones(3, n).to(DEV) + 1
+        torch_xla.sync()
+
+
 @pytest.mark.tpuscope(max_fallbacks=0)
 def test_boolean_mask():
     x = torch.arange(8.0, device=DEV)
@@ -161,7 +170,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[pytest.RunResult, P
 @needs_torch_xla
 def test_static_passes_and_the_rest_as_expected(cases) -> None:
     result, _ = cases
-    result.assert_outcomes(passed=5, failed=2)
+    result.assert_outcomes(passed=6, failed=2)
     result.stdout.fnmatch_lines(["*test_cases.py::test_varying_shapes - Failed: tpuscope: 3 recompiles*",
                                  "*test_cases.py::test_boolean_mask - Failed: tpuscope: *"])
     result.stdout.no_fnmatch_line("*FAILED*test_static*")
@@ -206,11 +215,12 @@ def test_summary_lists_every_watched_test(cases) -> None:
     """--tpuscope watches unmarked tests too: listed, judged only when limits are given."""
     result, store = cases
     result.stdout.fnmatch_lines([
-        "*- tpuscope: 7 watched tests -*",
+        "*- tpuscope: 8 watched tests -*",
         " steps  compiles  recompiles  fallbacks  test",
         "     5         2           0          0  test_cases.py::test_static",
         "     4         4           3          0  test_cases.py::test_varying_shapes  "
         "OVER LIMIT: 3 recompiles > 0",
+        "     8         2           0          0  test_cases.py::test_bucketed_shapes",
         # 4 compiles, 4 graph families: `x` is an arange graph in step 0 and device data after
         "     3         4           0          3  test_cases.py::test_boolean_mask (aten::nonzero x3)  "
         "OVER LIMIT: 3 fallbacks > 0",
@@ -226,7 +236,7 @@ def test_summary_lists_every_watched_test(cases) -> None:
 def test_store_keeps_each_watched_test_as_a_run(cases) -> None:
     _, store = cases
     runs = {tpuscope.load_run(p).meta["test"]: tpuscope.load_run(p) for p in store.iterdir()}
-    assert len(runs) == 7
+    assert len(runs) == 8
     varying = runs["test_cases.py::test_varying_shapes"]
     # the run's step warm-up is every run's (DEFAULT_WARMUP); the watch's is compiles per family
     assert varying.meta["status"] == "finished" and varying.meta["warmup"] == DEFAULT_WARMUP

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tpuscope.analyze.judge import phases
 from tpuscope.analyze.step_stream import has_step_structure
-from tpuscope.collect.xla.steps import COLLECTIVE, DYNAMO_CALL, DYNAMO_TRACE, END, LOADER, StepRule
+from tpuscope.collect.xla.steps import (
+    COLLECTIVE,
+    DYNAMO_CALL,
+    DYNAMO_TRACE,
+    END,
+    LOADER,
+    LOADER_START,
+    StepRule,
+    boundary_name,
+)
 
 
 def _rule() -> StepRule:
@@ -77,3 +87,51 @@ def test_an_executable_run_again_or_two_steps_are_step_structure() -> None:
 
 def test_imported_steps_without_the_columns_count_as_structured() -> None:
     assert has_step_structure(pd.DataFrame({"step": [0], "wall_ns": [10]}))
+
+
+def test_a_loaders_first_sync_of_a_pass_ends_no_step() -> None:
+    """Between two loader passes the program reads a value (an eval's `correct.item()`, then
+    `xm.mesh_reduce`): the next pass's first sync is the top of its iteration 0, so that work
+    goes into it (corpus_xla_mnist.py, corpus_xla_mesh_reduce.py: steps = iterations)."""
+    rule = _rule()
+    assert rule.end(LOADER_START, 0, 0, 0, False) is None  # pass 1 starts
+    assert rule.end(LOADER, 1, 1, 1, False) == 1  # iteration 0 (the loader is the step marker)
+    assert rule.end(LOADER, 2, 1, 1, False) == 1  # iteration 1, at the pass's StopIteration sync
+    assert rule.end(LOADER, 2, 0, 0, False) is None  # its second sync: nothing launched since
+    assert rule.end(LOADER_START, 4, 2, 2, True) is None  # the read and mesh_reduce's graphs
+    assert rule.end(LOADER, 5, 3, 3, True) == 3  # pass 2's iteration 0 carries them
+
+
+def test_boundary_name_tells_a_passs_first_sync_from_the_next() -> None:
+    """The `next` frame of torch_xla's PerDeviceLoader names the boundary, and its loader
+    object tells a pass's first sync (a new loader per `iter()`) from the later ones."""
+    namespace: dict[str, object] = {}
+    code = compile("class PerDeviceLoader:\n    def next(self):\n        return probe()\n",
+                   "/x/site-packages/torch_xla/distributed/parallel_loader.py", "exec")
+    exec(code, {"probe": lambda: boundary_name(depth=2)}, namespace)
+    loader_class = namespace["PerDeviceLoader"]
+    first, second = loader_class(), loader_class()  # type: ignore[operator]
+    assert first.next() == (LOADER_START, False)
+    assert first.next() == (LOADER, False)
+    assert second.next() == (LOADER_START, False)  # a new pass
+
+
+def _kinds(*boundaries: str) -> pd.DataFrame:
+    return pd.DataFrame([{"host": "h", "pid": 1, "step": i, "boundary": b} for i, b in enumerate(boundaries)])
+
+
+def test_a_setup_sync_before_a_loop_at_another_boundary_is_no_step() -> None:
+    """corpus_xla_dynamo_train.py: a setup `torch_xla.sync()`, then 12 compiled calls; the
+    setup step is its own phase and the warm-up counts from the loop's first step."""
+    steps = _kinds("sync", *["torch.compile"] * 4, "end")
+    phase = phases(steps, warmup=2).tolist()
+    assert phase == ["setup", "warmup", "warmup", "judged", "judged", "after"]
+
+
+def test_a_loop_of_one_boundary_kind_has_no_setup() -> None:
+    assert "setup" not in phases(_kinds(*["mark_step"] * 4), 1).tolist()
+    # a trainer's loop passes two kinds, both recurring (loader next, the logging mark_step)
+    trainer = _kinds("MpDeviceLoader", "MpDeviceLoader", "mark_step", "MpDeviceLoader", "mark_step")
+    assert "setup" not in phases(trainer, 1).tolist()
+    # too short to tell a setup from a loop: two steps of two kinds are both steps
+    assert "setup" not in phases(_kinds("sync", "mark_step"), 1).tolist()

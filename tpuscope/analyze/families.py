@@ -233,14 +233,22 @@ def _bounded(frame: pd.DataFrame, loop_end: dict[str, int]) -> pd.DataFrame:
 
 
 def _is_bounded(rows: pd.DataFrame, loop_end: dict[str, int]) -> bool:
+    if not may_be_bounded(rows):
+        return False
+    last = loop_end.get(_process(cast(dict[str, Any], rows.iloc[0].to_dict())))
+    first, newest = int(rows["cut"].min()), int(rows["cut"].max())
+    return last is not None and last - newest >= max(len(rows), newest - first + 1)
+
+
+def may_be_bounded(rows: pd.DataFrame) -> bool:
+    """Whether a family's compiles so far can still be judged a bounded set, once the loop has
+    run long enough without a new graph (the live alerts wait for that before saying
+    "recompile", launch/alerts/): torch_xla, each graph compiled once, no more than
+    MAX_BOUNDED, and no bucketing plan that would cut the set."""
     if (rows["backend"] == "jax").any() or not rows["reason"].dropna().isin(["recurred", "new shapes"]).all():
         return False
     hashes = [h for h in rows["graph_hash"] if _known(h)] if "graph_hash" in rows else []
     if len(hashes) != len(rows) or len(set(hashes)) != len(rows) or len(rows) > MAX_BOUNDED:
-        return False
-    last = loop_end.get(_process(cast(dict[str, Any], rows.iloc[0].to_dict())))
-    first, newest = int(rows["cut"].min()), int(rows["cut"].max())
-    if last is None or last - newest < max(len(rows), newest - first + 1):
         return False
     return not _plan_cuts(rows)
 

@@ -24,9 +24,9 @@ reads: a host sync, never a CPU fallback.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
+
+from tpuscope.analyze.step_stream import setup_steps
 
 PROCESS_KEYS = ["host", "pid"]
 HIGH_SHARE = 0.10
@@ -34,6 +34,7 @@ MEDIUM_SHARE = 0.01
 HIGH_MIN_S = 0.01
 VALUE_READ_OPS = ("aten::_local_scalar_dense",)
 AFTER_LOOP = "end"
+NOT_LOOP = ("setup", "after")  # phases that are no step of the loop
 
 
 def is_value_read(op: object) -> bool:
@@ -45,22 +46,32 @@ def process_keys(frame: pd.DataFrame) -> list[str]:
 
 
 def phases(steps: pd.DataFrame, warmup: int) -> pd.Series:
-    """Per step row: "warmup", "judged" or "after" (the after-the-loop phase)."""
+    """Per step row: "setup", "warmup", "judged" or "after" (the after-the-loop phase). Setup
+    steps (analyze/step_stream.setup_steps) come before the loop and are not its steps; the
+    warm-up counts from the loop's first step."""
     if steps.empty:
         return pd.Series(dtype=object, index=steps.index)
     after = steps["boundary"].astype(str).eq(AFTER_LOOP) if "boundary" in steps else \
         pd.Series(False, index=steps.index)
+    setup = setup_steps(steps, after)
     keys = process_keys(steps)
-    loop = steps.loc[~after, [*keys, "step"]]  # only what is read: not a copy of every column
-    last: Any  # per row, or one value for every row
+    loop = steps.loc[~(after | setup), [*keys, "step"]]  # only what is read: not a copy of every column
     if keys and not loop.empty:
-        last = loop.groupby(keys, dropna=False)["step"].transform("max")
+        grouped = loop.groupby(keys, dropna=False)["step"]
+        last, first = grouped.transform("max"), grouped.transform("min")
     else:
         last = loop["step"].max() if not loop.empty else 0
-    limit = pd.Series(warmup, index=loop.index).clip(upper=last) if not loop.empty else warmup
+        first = loop["step"].min() if not loop.empty else 0
+    limit = (first + warmup).clip(upper=last) if isinstance(first, pd.Series) else min(first + warmup, last)
     out = pd.Series("after", index=steps.index, dtype=object)
     out.loc[loop.index] = (loop["step"] >= limit).map({True: "judged", False: "warmup"})
+    out.loc[setup] = "setup"
     return out.mask(_whole_program(steps, after, keys), "judged")
+
+
+def in_loop(phase: pd.Series) -> pd.Series:
+    """The rows of the loop's steps (warm-up and judged): not setup, not after the loop."""
+    return ~phase.isin(NOT_LOOP)
 
 
 def _whole_program(steps: pd.DataFrame, after: pd.Series, keys: list[str]) -> pd.Series:

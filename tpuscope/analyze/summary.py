@@ -20,7 +20,7 @@ import pandas as pd
 from tpuscope.analyze.contract import AfterLoop, CompileCause, FallbackOp, RunSummary
 from tpuscope.analyze.families import recompiles
 from tpuscope.analyze.frames import records
-from tpuscope.analyze.judge import VALUE_READ_OPS, phases, run_wall_s, share, wall_s
+from tpuscope.analyze.judge import VALUE_READ_OPS, in_loop, phases, run_wall_s, share, wall_s
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.step_runs import step_runs
 
@@ -118,7 +118,7 @@ def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
     warmup = int(meta.get("warmup", DEFAULT_WARMUP))
     phase = phases(steps, warmup) if phase is None else phase
     judged = steps[phase == "judged"] if not steps.empty else steps
-    loop = steps[phase != "after"] if not steps.empty else steps
+    loop = steps[in_loop(phase)] if not steps.empty else steps
     again = recompiles(families)
     loop_wall = wall_s(judged)
     transfers = judged["transfers_from_device"] if not judged.empty else pd.Series(dtype=float)

@@ -23,6 +23,7 @@ from tpuscope.analyze.hosts import (
     hosts_of,
     step_matrix_record,
 )
+from tpuscope.analyze.judge import in_loop
 from tpuscope.detect import common
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import SEVERITIES, Finding
@@ -134,8 +135,8 @@ def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> Ru
     # (only the per-host rules read them: no copy of a pod's every step row for them)
     if not one.steps.empty:  # RunTables' cached properties, filled from the whole run's
         one.__dict__["judged"] = split.derived("judged", common.judged_steps, host)
-        phase = tables.phase.loc[one.steps.index].to_numpy()
-        one.__dict__["loop"] = one.steps[phase != "after"]
+        phase = tables.phase.loc[one.steps.index]
+        one.__dict__["loop"] = one.steps[in_loop(phase).to_numpy()]
     return one
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from tpuscope.analyze.contract import RunSummary
 from tpuscope.analyze.families import graph_families, loop_ends, process_backends
 from tpuscope.analyze.hosts import per_host_steps, pod_view
-from tpuscope.analyze.judge import phases
+from tpuscope.analyze.judge import in_loop, phases
 from tpuscope.schema_consts import DEFAULT_WARMUP
 
 # A list of graph hashes per step that no rule reads (compiles has them): on a million steps,
@@ -80,8 +80,8 @@ class RunTables:
 
     @cached_property
     def loop(self) -> pd.DataFrame:
-        """Every step of the loop (warm-up included, the after-the-loop step not)."""
-        return self.steps if self.steps.empty else self.steps[self.phase.to_numpy() != "after"]
+        """Every step of the loop (warm-up included; setup and the after-the-loop step not)."""
+        return self.steps if self.steps.empty else self.steps[in_loop(self.phase).to_numpy()]
 
     @cached_property
     def host_rows(self) -> pd.DataFrame:

@@ -4,9 +4,9 @@ A Watch is a short in-process profile — a run in the store, collected by the s
 Session and backend collectors as `tpuscope run` and `tpuscope.profile()` — plus the
 judgement a test needs: which graphs compiled again (recompiles) and which ops fell back
 to the host, with messages that name the step, the cause, the user's line and what
-changed. It judges as the analysis does, by graph family (tpuscope.analyze.families:
-torch_xla, the user's line and the graph's structure; JAX, the jitted function): a
-further compile of a family is a recompile, whichever step it falls in. Value reads
+changed. It judges by the report's verdicts (tpuscope.analyze.families: torch_xla, the
+user's line and the graph's structure; JAX, the jitted function): a recompile is what the
+report calls one, so a bounded set of bucket graphs fails no watch. Value reads
 (`.item()`) are host syncs, not fallbacks. The API and messages are the same for both.
 
     with Watch(name="decode", warmup_compiles=1) as w:
@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.analyze.contract import FallbackEvidence, RecompileEvidence
-from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.gate import fallback_name, op_allowed
 from tpuscope.analyze.judge import is_value_read
 from tpuscope.collect import autostart
 from tpuscope.detect import jax_advice
+from tpuscope.detect.tables import RunTables
 from tpuscope.launch import env as process_env
 from tpuscope.launch.lifecycle import Ending, collect_here, finish_run, stop_here
 from tpuscope.schema import Finding
@@ -209,14 +209,18 @@ class Watch:
 
     @property
     def recompiles(self) -> list[Recompile]:
-        """Compiles of a graph family beyond its first `warmup_steps` compiles, oldest first
-        (analyze/families.py: the same families the analysis judges; warmup_steps=1 is its
-        rule exactly, 0 judges every compile, 2 lets each family compile twice)."""
+        """The compiles the report calls recompiles (analyze/families.py's `verdict` column, the
+        same families and loop the analysis judges), oldest first: a bounded set of graphs
+        (buckets, each compiled once, then run from the cache) and a first pass's distinct graphs
+        are not recompiles. `warmup_compiles` >= 1 also lets each family compile that many times
+        (1 is the report's rule exactly, 2 lets each family compile twice); 0 judges every compile."""
         run = self._tables()
-        families = graph_families(run.compiles, process_backends(run.meta))
+        families = _families(run)
         if families.empty:
             return []
-        judged = families[~families["eager"].astype(bool) & (families["family_seq"] >= self.warmup_steps)]
+        judged = families[~families["eager"].astype(bool)]
+        if self.warmup_compiles > 0:
+            judged = judged[(judged["verdict"] == "recompile") & (judged["family_seq"] >= self.warmup_compiles)]
         rules = [f for f in self._findings if f.rule == "recompile"]
         return [self._recompile(row, run, rules) for row in judged.to_dict("records")]
 
@@ -333,6 +337,16 @@ def compiles_allowed(warmup_compiles: int, warmup_steps: int | None = None) -> i
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"tpuscope: {name} must be an integer >= 0, not {value!r}")
     return value
+
+
+def _families(run: Run) -> Any:
+    """The run's graph families as its analysis judges them (detect/tables.RunTables.families:
+    the loop's last step per process lets a bounded set be seen as one)."""
+    import pandas as pd
+
+    empty = pd.DataFrame()
+    return RunTables(meta=run.meta, steps=run.steps, compiles=run.compiles, fallbacks=empty,
+                     metrics=empty).families
 
 
 def _finding_op(finding: Finding) -> str | None:

@@ -35,8 +35,13 @@ Which boundary ends an iteration when it passes several:
   (`xm.optimizer_step(opt)` without barrier) gets one step per `next()`, the last at
   StopIteration. A boundary that gives way leaves its counter and metric reads to the
   next step (the reader re-reads host transfers; a full read is repeated).
-Setup syncs before the loop (moving a model, `xm.broadcast_master_param`) are steps of
-their own when they launched something (in eager mode `.to(device)` runs ops).
+- a loader's first sync of a pass (the first `next()` of a new `iter(loader)`, before it
+  handed out any batch of that pass) ends no iteration of it: work since the last step
+  (an eval's `correct.item()` and `xm.mesh_reduce` between epochs) is not an iteration, and
+  goes into the next step ("MpDeviceLoader start"; corpus_xla_mnist.py, corpus_xla_mesh_reduce.py).
+Setup syncs before the loop (moving a model, `xm.broadcast_master_param`) end a step here when
+they launched something (in eager mode `.to(device)` runs ops); the analysis, which sees the
+whole stream, tells them apart from the loop's steps (analyze/step_stream.setup_steps).
 
 Loops that are not the program's own (issue 26: N iterations are N steps whichever idiom
 ends them):
@@ -59,6 +64,7 @@ ends them):
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
 from tpuscope.user_files import is_plumbing, is_user_file
@@ -69,6 +75,7 @@ DYNAMO_TRACE = "dynamo trace"  # the openxla bridge's syncs while it traces a fu
 DYNAMO_CALL = "torch.compile"  # the return of a torch.compile'd function (collector.py)
 WITHIN_A_CALL = (COMPILE_PRELUDE, COLLECTIVE, DYNAMO_TRACE)  # never end a step
 LOADER = "MpDeviceLoader"
+LOADER_START = "MpDeviceLoader start"  # a loader's first sync of a pass: never ends a step
 END = "end"
 LOOKUPS = ("UncachedCompile", "CachedCompile")
 EXECUTED = "ExecuteComputation"
@@ -86,6 +93,41 @@ _BOUNDARY_FRAMES = {
     "sync": "sync",
 }
 _MAX_FRAMES = 16
+_LOADER_FILE = "parallel_loader.py"
+# the PerDeviceLoader of every pass that already synced (torch_xla makes one per iter(loader))
+_PASSES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _loader_boundary(frame: Any) -> str:
+    """LOADER_START when this `PerDeviceLoader.next` frame is its pass's first sync, else LOADER.
+    Reads the frame's locals: only at loader boundaries, a few us."""
+    if not frame.f_code.co_filename.endswith(_LOADER_FILE):
+        return LOADER
+    try:
+        loader = frame.f_locals.get("self")
+        if loader is None or loader in _PASSES:
+            return LOADER
+        _PASSES.add(loader)
+    except TypeError:  # not weak-referenceable: judged as any loader boundary
+        return LOADER
+    return LOADER_START
+
+
+# What the walk needs of a frame, by its code object (a dict lookup instead of string tests and
+# two cached path rules per frame: the walk runs at every step): its kind and, for torch_xla's
+# frames, the API its function name stands for.
+_TORCH_XLA, _PLUMBING, _USER, _LIBRARY = range(4)
+_CODES: dict[Any, tuple[int, str | None]] = {}
+_MAX_CODES = 4096  # a program's code objects that reach a step boundary: far fewer
+
+
+def _code_kind(code: Any) -> tuple[int, str | None]:
+    filename = code.co_filename
+    if "torch_xla" in filename:
+        return _TORCH_XLA, _BOUNDARY_FRAMES.get(code.co_name)
+    if is_plumbing(filename):
+        return _PLUMBING, None
+    return (_USER if is_user_file(filename) else _LIBRARY), None
 
 
 def boundary_name(depth: int = 2) -> tuple[str, bool]:
@@ -95,17 +137,22 @@ def boundary_name(depth: int = 2) -> tuple[str, bool]:
     torch_xla and the standard library."""
     frame: Any = sys._getframe(depth)
     name = "sync"
+    codes = _CODES
     for _ in range(_MAX_FRAMES):
         if frame is None:
             break
-        filename = frame.f_code.co_filename
-        if "torch_xla" not in filename:
-            if not is_plumbing(filename):
-                return name, not is_user_file(filename)
-        else:
-            found = _BOUNDARY_FRAMES.get(frame.f_code.co_name)
+        code = frame.f_code
+        kind = codes.get(code)
+        if kind is None:
+            if len(codes) >= _MAX_CODES:
+                codes.clear()
+            kind = codes[code] = _code_kind(code)
+        if kind[0] == _TORCH_XLA:
+            found = kind[1]
             if found and found != "sync" and name == "sync":
-                name = found
+                name = _loader_boundary(frame) if found == LOADER else found
+        elif kind[0] != _PLUMBING:
+            return name, kind[0] == _LIBRARY
         frame = frame.f_back
     return name, False
 
@@ -155,6 +202,9 @@ class StepRule:
         flight, plus `direct`. One flat call: on the caches a step leaves, each Python call
         costs about 1 us."""
         if boundary in WITHIN_A_CALL:
+            return None
+        if boundary == LOADER_START:  # the top of a pass: what ran since goes into the next step
+            self._own_boundary, self._yielded_at = False, None
             return None
         if boundary == LOADER:
             if self._loader_gives_way(lookups_now):

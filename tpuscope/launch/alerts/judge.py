@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.judge import AFTER_LOOP
+
 MAX_LINE = 240  # characters of what changed, at most
 
 
@@ -56,6 +58,7 @@ class AlertJudge:
         self._sites: set[str] = set()
         self._ops: dict[str, _Op] = {}
         self._last_step: dict[tuple[str, int], int] = {}
+        self._loop_last: dict[str, int] = {}  # 'host/pid' -> the loop's last step seen ("end" left out)
         self._procs: dict[tuple[str, int], dict[str, Any]] = {}
         self._deferred = False  # compile rows of a process whose backend its meta does not say yet
 
@@ -64,6 +67,7 @@ class AlertJudge:
         """New problems and further recompiles in these rows. `meta` is the run's (with its
         processes); `ended`: the program is over, nothing more will come for a fallback's site."""
         self._procs = {(str(p.get("host")), int(p.get("pid") or 0)): p for p in meta.get("processes", [])}
+        self._note_loop(new.get("steps"))
         for name in ("steps", "fallbacks", "compiles"):
             frame = new.get(name)
             if frame is not None and not frame.empty:
@@ -74,22 +78,40 @@ class AlertJudge:
         self.compiles = _grown(self.compiles, new.get("compiles"))
         problems: list[Problem] = []
         again: list[Again] = []
-        if not self.compiles.empty and ("compiles" in new or self._deferred):
-            self._recompiles(meta, problems, again)
+        if not self.compiles.empty and ("compiles" in new or self._deferred or ended):
+            self._recompiles(meta, problems, again, ended)
         if "fallbacks" in new:
             self._add_fallbacks(new["fallbacks"])
         problems.extend(self._fallbacks(meta, ended))
         return problems, again
 
     # recompiles -----------------------------------------------------------------------------
+    def _note_loop(self, steps: pd.DataFrame | None) -> None:
+        """The loop's last step per process so far: a bounded set is seen by the steps after it."""
+        if steps is None or steps.empty:
+            return
+        loop = steps[steps["boundary"].astype(str) != AFTER_LOOP] if "boundary" in steps else steps
+        for (host, pid), step in loop.groupby(["host", "pid"], dropna=False)["step"].max().items():
+            key = f"{host}/{pid}"
+            self._loop_last[key] = max(self._loop_last.get(key, -1), int(step))
+
     def _tables(self, meta: dict[str, Any], compiles: pd.DataFrame) -> Any:
+        from tpuscope.analyze.families import graph_families, process_backends
         from tpuscope.detect.tables import RunTables
 
         empty = pd.DataFrame()
-        return RunTables(meta=meta, steps=empty, compiles=compiles, fallbacks=empty, metrics=empty,
-                         extra={"retraces": self.retraces})
+        tables = RunTables(meta=meta, steps=empty, compiles=compiles, fallbacks=empty, metrics=empty,
+                           extra={"retraces": self.retraces})
+        # the report's families over the loop seen so far (its steps are not kept here)
+        tables.__dict__["families"] = graph_families(compiles, process_backends(meta), self._loop_last)
+        return tables
 
-    def _recompiles(self, meta: dict[str, Any], problems: list[Problem], again: list[Again]) -> None:
+    def _recompiles(self, meta: dict[str, Any], problems: list[Problem], again: list[Again],
+                    ended: bool = False) -> None:
+        """Say the report's recompiles. A family whose new graphs may still turn out a bounded set
+        (buckets: the report's low note, never "recompile") waits until it is one (nothing to
+        say), can no longer be one (a new graph beyond the set), or the program ended."""
+        from tpuscope.analyze.families import may_be_bounded
         from tpuscope.detect.recompile import recompile_item, site_of
 
         mask = [self._backend_known(h, p) for h, p in zip(self.compiles["host"], self.compiles["pid"], strict=True)]
@@ -99,9 +121,16 @@ class AlertJudge:
             return
         tables = self._tables(meta, known)
         families = tables.families
-        fresh = families[families["recompile"].astype(bool)]
-        fresh = fresh[[(h, p, int(i)) not in self._judged_rows
-                       for h, p, i in zip(fresh["host"], fresh["pid"], fresh["index"], strict=True)]]
+        new = pd.Series([(h, p, int(i)) not in self._judged_rows for h, p, i in
+                         zip(families["host"], families["pid"], families["index"], strict=True)],
+                        index=families.index, dtype=bool)
+        for row in families[new & (families["verdict"] == "bounded")].to_dict("records"):
+            self._judged_rows.add((row["host"], row["pid"], int(row["index"])))  # a note, not an alert
+        fresh = families[new & families["recompile"].astype(bool)]
+        if not ended and not fresh.empty:
+            waiting = {f for f in fresh["family"].unique() if may_be_bounded(families[families["family"] == f])}
+            self._deferred = self._deferred or bool(waiting)
+            fresh = fresh[~fresh["family"].isin(waiting)]
         if fresh.empty:
             return
         counted: dict[str, Again] = {}
