@@ -86,3 +86,21 @@ def test_host_phases_are_judge_phases():
                                       "boundary": boundary}))
         frame = pd.concat(rows, ignore_index=True)
         assert host_phases(frame, warmup).equals(phases(frame, warmup)), (n, warmup)
+
+
+def test_setup_steps_over_the_parts_are_the_in_memory_ones(tmp_path):
+    """A host whose first step ends at a boundary its loop never passes again (a setup sync,
+    analyze/step_stream.setup_steps) has it labelled setup both ways: same steps, same figures."""
+    import pyarrow.parquet as pq
+
+    root = _make_pod()(tmp_path, 3, 40)
+    part = sorted((root / "steps").glob("part-host-0-*.parquet"))[0]
+    table = pq.read_table(part).to_pandas()
+    table["boundary"] = table["boundary"].astype(str)
+    table.loc[table["step"] == 0, "boundary"] = "xm.broadcast_master_param"
+    pq.write_table(pq.read_table(part).from_pandas(table, preserve_index=False,
+                                                   schema=pq.read_schema(part)), part)
+    (found, summary), (found_mem, summary_mem) = both_ways(Run(root))
+    assert same(found, found_mem)
+    assert same(summary, summary_mem)
+    assert summary["steps"] == summary_mem["steps"] == 3 * 40 - 1  # host-0's setup is no step

@@ -60,8 +60,13 @@ class PodSteps:
         con.execute(f"CREATE TEMP VIEW s AS SELECT {cols}, {after} AS is_after FROM steps")
         con.execute(
             "CREATE TEMP TABLE procs AS SELECT host, pid, count(*) AS n, "
-            "max(step) FILTER (WHERE NOT is_after) AS last_loop FROM s GROUP BY host, pid"
+            "max(step) FILTER (WHERE NOT is_after) AS last_loop, "
+            "min(step) FILTER (WHERE NOT is_after) AS first_loop, "
+            "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
+            "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
+            "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds FROM s GROUP BY host, pid"
         )
+        self._mark_setup()
         if self._simple_phases():  # every process past its warm-up, none a single step
             phase = (f"CASE WHEN is_after THEN 'after' WHEN step >= {self.warmup} THEN 'judged' "
                      "ELSE 'warmup' END")
@@ -69,7 +74,9 @@ class PodSteps:
         else:
             phase = (
                 "CASE WHEN s.is_after AND p.n = 1 THEN 'judged' WHEN s.is_after THEN 'after' "
-                f"WHEN s.step >= least({self.warmup}, p.last_loop) THEN 'judged' ELSE 'warmup' END"
+                "WHEN s.step < p.loop_from THEN 'setup' "
+                f"WHEN s.step >= least(p.loop_from + {self.warmup}, p.last_loop) THEN 'judged' "
+                "ELSE 'warmup' END"
             )
             con.execute(
                 f"CREATE TEMP VIEW phased AS SELECT s.*, {phase} AS phase FROM s JOIN procs p "
@@ -103,9 +110,31 @@ class PodSteps:
 
     def _simple_phases(self) -> bool:
         row = self.con.execute(
-            f"SELECT bool_and(n > 1 AND (last_loop IS NULL OR last_loop >= {self.warmup})) "
-            "FROM procs").fetchall()[0]
+            f"SELECT bool_and(n > 1 AND (last_loop IS NULL OR last_loop >= {self.warmup}) "
+            "AND coalesce(loop_from, 0) = 0) FROM procs").fetchall()[0]
         return bool(row[0])
+
+    def _mark_setup(self) -> None:
+        """procs.loop_from: each process's first step of its loop, after its setup steps
+        (analyze/step_stream.setup_steps: leading steps at a boundary kind the loop passes only
+        once, with at least two steps after them). A process can have setup only when its first
+        step's kind occurs once, and its setup is at most one step per kind: those few leading
+        rows are read, never the whole table."""
+        self.con.execute("ALTER TABLE procs ADD COLUMN loop_from BIGINT")
+        self.con.execute("UPDATE procs SET loop_from = first_loop")
+        maybe = self.rows("SELECT host, pid, n_loop, kinds FROM procs "
+                          "WHERE first_kind IS NOT NULL AND kinds[first_kind] = 1 AND n_loop > 2")
+        for host, pid, n_loop, kinds in maybe:
+            lead_rows = self.con.execute(
+                "SELECT step, boundary FROM s WHERE host IS NOT DISTINCT FROM ? AND "
+                "pid IS NOT DISTINCT FROM ? AND NOT is_after ORDER BY step LIMIT ?",
+                [host, pid, len(kinds) + 1]).fetchall()
+            lead = 0
+            while lead < min(n_loop - 2, len(lead_rows)) and kinds.get(lead_rows[lead][1]) == 1:
+                lead += 1
+            if lead and lead < len(lead_rows):
+                self.con.execute("UPDATE procs SET loop_from = ? WHERE host IS NOT DISTINCT FROM ? "
+                                 "AND pid IS NOT DISTINCT FROM ?", [lead_rows[lead][0], host, pid])
 
     def _one_process_per_host(self) -> bool:
         row = self.con.execute(
@@ -126,7 +155,7 @@ class PodSteps:
 
     def loop_ends(self) -> dict[str, int]:
         """analyze/families.loop_ends: 'host/pid' -> the last step of its loop."""
-        rows = self.rows("SELECT host, pid, max(step) FROM phased WHERE phase <> 'after' "
+        rows = self.rows("SELECT host, pid, max(step) FROM phased WHERE phase NOT IN ('after', 'setup') "
                          "GROUP BY host, pid")
         return {f"{h}/{p}": int(s) for h, p, s in rows if s is not None}
 
@@ -149,7 +178,7 @@ class PodSteps:
         """Counts and sums of the phases: what analyze/summary.summarize reads of the steps."""
         (loop, judged, judged_wall, transfers, transfers_n, all_wall, procs, all_transfers,
          rows) = self.rows(
-            "SELECT count(*) FILTER (WHERE phase <> 'after'), count(*) FILTER (WHERE phase = 'judged'), "
+            "SELECT count(*) FILTER (WHERE phase NOT IN ('after', 'setup')), count(*) FILTER (WHERE phase = 'judged'), "
             "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
             "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
             "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "

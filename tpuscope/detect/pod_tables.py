@@ -220,15 +220,33 @@ def host_phases(steps: pd.DataFrame, warmup: int) -> pd.Series | None:
     step = steps["step"].to_numpy()
     if step.dtype.kind not in "iu":
         return None
-    after = steps["boundary"].to_numpy() == AFTER_LOOP
+    boundary = steps["boundary"].to_numpy()
+    after = boundary == AFTER_LOOP
     _, proc = np.unique(steps["pid"].to_numpy(), return_inverse=True)
+    if _may_have_setup(step, boundary, proc, after):
+        return None
     last = np.full(proc.max() + 1, np.iinfo(np.int64).min)
     np.maximum.at(last, proc[~after], step[~after])
+    first = np.full(proc.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, proc[~after], step[~after])
     size = np.bincount(proc)
-    limit = np.minimum(warmup, last)[proc]
+    limit = np.minimum(first + warmup, last)[proc]
     code = np.where(after, 2, (step >= limit).astype(np.int64))  # warmup 0, judged 1, after 2
     code[after & (size[proc] == 1)] = 1
     return pd.Series(PHASES[code], index=steps.index, dtype=object)
+
+
+def _may_have_setup(step: np.ndarray, boundary: np.ndarray, proc: np.ndarray,
+                    after: np.ndarray) -> bool:
+    """Whether a process's first loop step ends at a boundary kind it passes only once (then
+    analyze/step_stream.setup_steps, through judge.phases, labels its setup steps)."""
+    for p in np.unique(proc[~after]):
+        mine = (proc == p) & ~after
+        kinds = boundary[mine]
+        first_kind = kinds[np.argmin(step[mine])]
+        if (kinds == first_kind).sum() == 1 and len(kinds) > 2:
+            return True
+    return False
 
 
 def steps_twice(steps: pd.DataFrame) -> bool:
