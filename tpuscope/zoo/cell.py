@@ -113,8 +113,12 @@ def _status(code: int | None, stderr: str, truth: CellTruth | None, timeout: flo
         return {"status": "timeout", "reason": f"no end after {timeout:.0f} s"}
     if truth is not None and truth.error:
         err = truth.error
-        return {"status": err["status"], "reason": f"{err['type']}: {err['message']}", "phase": err["phase"],
-                "where": err.get("where"), "cpu_error": err.get("cpu_error")}
+        status, reason = err["status"], f"{err['type']}: {err['message']}"
+        fallbacks = err.get("fallback_ops") or []
+        if status == "error" and fallbacks and "_cpu" in err["message"]:  # a CPU kernel raised inside a fallback
+            status, reason = "fallback-error", f"CPU fallback of {', '.join(fallbacks)} raised: {reason}"
+        return {"status": status, "reason": reason, "phase": err["phase"], "where": err.get("where"),
+                "cpu_error": err.get("cpu_error"), "fallback_ops": fallbacks}
     if code != 0 or truth is None or "end" not in truth.labels:
         return {"status": "crash", "reason": f"exit {code}: {_last_error(stderr)}"}
     return {"status": "ok", "reason": ""}

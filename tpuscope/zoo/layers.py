@@ -46,7 +46,16 @@ def _per_layer(default: Any, layers: int) -> list[list[Any]]:
     if derived is not None and len(derived) == layers and derived not in lists:
         lists.append(derived)
     lists += [[i in members for i in range(layers)] for members in index_lists(default, layers).values()]
+    per_layer = heterogeneous(default)
+    if per_layer:  # a heterogeneous config's per-layer overrides are kinds too
+        lists.append([repr(per_layer.get(i)) for i in range(layers)])
     return lists
+
+
+def heterogeneous(config: Any) -> dict[int, dict[str, Any]]:
+    """A heterogeneous config's per-layer overrides ({layer: {attribute: value}}), {} when none."""
+    spec = vars(config).get("_heterogeneity_spec")
+    return dict(getattr(spec, "per_layer_overrides", None) or {})
 
 
 def _safe_layer_types(config: Any) -> list[Any] | None:
@@ -113,6 +122,9 @@ def overrides(default: Any) -> dict[str, Any]:
     out.update(runs)
     if keep:
         keep = sorted([*keep, *[i for i in range(layers) if i not in keep][: n - len(keep)]])
+        per_layer = heterogeneous(default)
+        if per_layer:
+            out["per_layer_config"] = {j: per_layer[i] for j, i in enumerate(keep) if i in per_layer}
         out.update({k: [v[i] for i in keep] for k, v in attrs.items()
                     if isinstance(v, list | tuple) and len(v) == layers})
         out.update({k: [j for j, i in enumerate(keep) if i in members]

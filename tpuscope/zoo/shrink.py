@@ -106,6 +106,11 @@ def _size(key: str, value: int, widths: set[int]) -> int | None:
     return size if size is not None and value > max(size, 256) else None
 
 
+def _shrunk(values: dict[str, Any], widths: set[int]) -> dict[str, Any]:
+    """One layer's overrides with every size shrunk (the others kept)."""
+    return {k: (_size(k, v, widths) or v) if _is_int(v) else v for k, v in values.items()}
+
+
 def _head_dim(attrs: dict[str, Any]) -> int | None:
     if _is_int(attrs.get("head_dim")):
         return attrs["head_dim"]
@@ -155,6 +160,9 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
             out[key] = max(2, 2 * round(attrs[key] * HEAD_DIM / old_head / 2))
     out.update(_ssm(attrs))
     out.update(layer_rules.overrides(default))
+    if "per_layer_config" in out:  # a heterogeneous config: each kept layer's overrides shrunk the same way
+        out["per_layer_config"] = {i: {**_shrunk(layer, widths), **_grouped({**attrs, **layer})}
+                                   for i, layer in out["per_layer_config"].items()}
     for key, value in out.items():  # per-layer sizes (the kept layers' list), each shrunk
         if isinstance(value, list) and key in _SIZES and all(_is_int(v) for v in value):
             out[key] = [min(v, _SIZES[key]) for v in value]
@@ -167,7 +175,7 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
 
 def _as_fields(default: Any, out: dict[str, Any]) -> dict[str, Any]:
     """Only constructor fields, each under its field name (attribute_map aliases point either way)."""
-    keep = fields(default)
+    keep = fields(default) | {"per_layer_config"}
     aliases = getattr(default, "attribute_map", {}) or {}
     names = {**{target: alias for alias, target in aliases.items() if alias in keep},
              **{alias: target for alias, target in aliases.items() if target in keep}, **{k: k for k in keep}}
