@@ -8,7 +8,8 @@ Each rule is a property of the architecture kept while sizes shrink, never a mod
   a width equal to any hidden size of the config tree stays equal to it (an adapter's input is
   the audio tower's hidden size, its output the text model's);
 - groupings kept: key/value heads and SSM groups as MQA / grouped / one per head;
-- dims that are a fraction of the head dim (rotary_dim) keep their fraction;
+- dims that are a fraction of the head dim (rotary_dim) keep their fraction; a head_dim equal to
+  qk_rope_head_dim (MLA, where a field) stays equal to it;
 - MoE: 4 experts, top-2, one group; a routing count the default leaves None (a default that
   cannot route) gets the tiny value;
 - sliding windows and attention chunks below every scenario's sequence (8 < 16 tokens, the
@@ -154,6 +155,8 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
     for key in ("head_dim", "moe_intermediate_size", "num_key_value_heads"):  # None = "derive it": some cannot
         if key in attrs and attrs[key] is None:
             out[key] = HEADS if key == "num_key_value_heads" else _SIZES[key]
+    if _is_int(attrs.get("head_dim")) and attrs.get("head_dim") == attrs.get("qk_rope_head_dim"):
+        out["head_dim"] = out.get("qk_rope_head_dim", attrs["head_dim"])  # MLA: the rope part is the head dim
     old_head = _head_dim(attrs)
     for key in _HEAD_FRACTIONS:
         if _is_int(attrs.get(key)) and old_head:
