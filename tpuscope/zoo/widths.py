@@ -53,27 +53,39 @@ def summary(config: Any) -> dict[str, Any]:
 
 
 _DEF = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\w+)\[")
-_DOT = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = \w+\[[^=]*? dot\(%?([\w.\-]+), %?([\w.\-]+)\)")
+_OPERAND = r"(?:(\w+)\[[^\]]*\]\S*\s+)?%?([\w.\-]+)"  # an operand, its type inline or not
+_DOT = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = \w+\[[^=]*? dot\(" + _OPERAND + r",\s*" + _OPERAND + r"\)")
+MIN_WASTE = 0.01  # tpuscope's documented threshold (detect/tensorcore.py MIN_SHARE): below 1%, no finding
 
 
 def f32_dots(hlo_text: str) -> int:
-    """Dot instructions whose two operands are f32, in an HLO module's text."""
+    """Dot instructions whose two operands are f32, in an HLO module's text (operand types inline,
+    as torch_xla prints them, or looked up from their definitions, as XLA's dumps have them)."""
     types = {m.group(1): m.group(2) for line in hlo_text.splitlines() if (m := _DEF.match(line))}
-    return sum(1 for line in hlo_text.splitlines() if (m := _DOT.match(line))
-               and types.get(m.group(1)) == types.get(m.group(2)) == "f32")
+    count = 0
+    for line in hlo_text.splitlines():
+        if m := _DOT.match(line):
+            a, b = m.group(1) or types.get(m.group(2)), m.group(3) or types.get(m.group(4))
+            count += a == b == "f32"
+    return count
+
+
+def padding(width: int, edge: int) -> float:
+    """The share of a width's MXU tiles that is padding (50257 on 128: 0.09%)."""
+    return (-width % edge) / width
 
 
 def expected(config: Any, f32: int = 0) -> dict[str, list[str]]:
-    """Per target: the problem kinds the widths imply (head_dim < edge; hidden, FFN or vocabulary
-    not a multiple of the edge), and f32 when the traced graph has f32 dots. 1 x 1024 rows: no
-    short M."""
+    """Per target: the problem kinds the widths imply (head_dim < edge; a hidden, FFN or vocabulary
+    width padded by >= 1% to the edge: below that tpuscope's rule reports nothing, by design), and
+    f32 when the traced graph has f32 dots. 1 x 1024 rows: no short M."""
     sizes = summary(config)
     out = {}
     for target, edge in EDGE.items():
         kinds = []
         if isinstance(sizes["head_dim"], int) and sizes["head_dim"] < edge:
             kinds.append("head_dim")
-        if any(isinstance(sizes[k], int) and sizes[k] % edge for k in ("hidden", "ffn", "vocab")):
+        if any(isinstance(sizes[k], int) and padding(sizes[k], edge) >= MIN_WASTE for k in ("hidden", "ffn", "vocab")):
             kinds.append("unaligned")
         if f32:
             kinds.append("f32")
