@@ -20,6 +20,7 @@ COLUMNS: list[dict[str, Any]] = [
     {"field": "compiles", "headerName": "compiles", **NUM, "minWidth": 85},
     {"field": "recompiles", "headerName": "recompiles", **NUM, "minWidth": 95},
     {"field": "fallback_ops", "headerName": "CPU fallbacks", "minWidth": 180, "tooltipField": "fallback_ops"},
+    {"field": "tensorcore", "headerName": "TensorCore problems", "minWidth": 140, "tooltipField": "tensorcore"},
     {"field": "reads_per_step", "headerName": "value reads / step", **NUM, "minWidth": 90},
     {"field": "executions_per_step", "headerName": "executions / step", **NUM, "minWidth": 90},
     {"field": "step_ms", "headerName": "step p50 (ms)", **NUM, "minWidth": 90},

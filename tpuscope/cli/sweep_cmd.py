@@ -9,7 +9,7 @@ import click
 
 from tpuscope.cli.options import store_option
 
-_SCENARIOS = ("train", "generate", "train-varlen", "eager")
+_SCENARIOS = ("train", "generate", "train-varlen", "eager", "tensorcore")
 _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
 
 
@@ -24,6 +24,8 @@ _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
 @click.option("-j", "--jobs", default=1, show_default=True, help="Cells run at once (each its own process).")
 @click.option("--shard", metavar="K/N", help="Run every N-th cell from the K-th (N machines, one store).")
 @click.option("--timeout", default=900.0, show_default=True, help="Seconds a cell may run.")
+@click.option("--target", default="v5e", show_default=True, type=click.Choice(["v4", "v5e", "v5p", "v6e", "v7"]),
+              help="TPU generation the tensorcore scenario's lint judges the real widths for.")
 @click.option("--retry", multiple=True, metavar="STATUS",
               help="Run again the finished cells with this status (error, crash, timeout, ...).")
 @click.option("--list", "list_only", is_flag=True, help="List the cells the sweep covers and exit.")
@@ -32,7 +34,7 @@ _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the table as Markdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def sweep(store: str, scenarios: tuple[str, ...], tasks: tuple[str, ...], only: tuple[str, ...],
-          exclude: tuple[str, ...], jobs: int, shard: str | None, timeout: float, retry: tuple[str, ...],
+          exclude: tuple[str, ...], jobs: int, shard: str | None, timeout: float, target: str, retry: tuple[str, ...],
           list_only: bool, table_only: bool, fmt: str | None, quiet: bool) -> None:
     """Run Hugging Face model types (tiny random-weight models from their own configs) through
     tpuscope on torch_xla, one run per model type and scenario (`zoo/<type>/<scenario>`), each
@@ -43,6 +45,7 @@ def sweep(store: str, scenarios: tuple[str, ...], tasks: tuple[str, ...], only: 
       tpuscope sweep --store /data/zoo --task causal-lm --only 'llama*' --only gpt2 -j 2
       tpuscope sweep --store gs://b/zoo --shard 2/4       # this machine's quarter
       tpuscope sweep --store /data/zoo --table --markdown  # what ran so far
+      tpuscope sweep --store /data/zoo --scenario tensorcore --target v6e --only llama
     """
     from tpuscope.zoo import table
     from tpuscope.zoo.driver import parse_shard, plan, run_sweep
@@ -60,7 +63,7 @@ def sweep(store: str, scenarios: tuple[str, ...], tasks: tuple[str, ...], only: 
         records = table.load_records(store)
     else:
         records = run_sweep(store, chosen, tasks or None, only, exclude, jobs, cut, timeout, retry,
-                            progress=None if not quiet else False)
+                            progress=None if not quiet else False, target=target)
         table.write_outputs(store)
     if fmt == "json":
         click.echo(json.dumps(table.to_json(records), indent=1, default=str))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 # task -> (the auto mapping's name, the scenarios that fit it)
 TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "train-varlen", "eager")),
+    "causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "train-varlen", "eager", "tensorcore")),
     "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", ("train", "train-varlen", "eager")),
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "eager")),
     "seq-cls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),

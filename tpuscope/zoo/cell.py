@@ -78,7 +78,7 @@ def _last_error(stderr: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900) -> dict[str, Any]:
+def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900, target: str = "v5e") -> dict[str, Any]:
     """Run one cell and write its record; returns the record."""
     scenario = scenarios.SCENARIOS[scenario_name]
     store = Path(store)
@@ -89,7 +89,8 @@ def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900
     shutil.copy(PROGRAMS / scenario.program, program)
     truth_file = work / "truth.json"
     name = f"zoo/{entry.model_type}/{scenario_name}"
-    cmd = [sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--name", name, "--quiet",
+    deep = ["--deep", "--target", target] if scenario.deep else []
+    cmd = [sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--name", name, "--quiet", *deep,
            "--warmup", str(scenario.warmup), "python", program.name, entry.model_type, entry.class_name,
            entry.task, *scenario.args]
     env = _env(truth_file)
@@ -97,13 +98,14 @@ def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900
     code, stderr = _run(cmd, work, env, timeout)
     record: dict[str, Any] = {"model_type": entry.model_type, "task": entry.task, "class_name": entry.class_name,
                               "scenario": scenario_name, "exit_code": code,
+                              **({"target": target} if scenario.deep else {}),
                               "seconds": round(time.monotonic() - start, 1)}
     truth = CellTruth.load(truth_file)
     record.update(_status(code, stderr, truth, timeout))
     shown = _show(store, name, env) if code is not None else None
     record["run_id"] = shown.get("run_id") if shown else None
     if truth and record["status"] == "ok" and shown and "summary" in shown:
-        record.update(_judged(scenario, truth, shown))
+        record.update(_judged(scenario, truth, shown, target))
     _write(record_path(store, entry.model_type, scenario_name), record)
     return record
 
@@ -113,16 +115,20 @@ def _status(code: int | None, stderr: str, truth: CellTruth | None, timeout: flo
         return {"status": "timeout", "reason": f"no end after {timeout:.0f} s"}
     if truth is not None and truth.error:
         err = truth.error
-        return {"status": err["status"], "reason": f"{err['type']}: {err['message']}", "phase": err["phase"],
-                "where": err.get("where"), "cpu_error": err.get("cpu_error")}
+        status, reason = err["status"], f"{err['type']}: {err['message']}"
+        fallbacks = err.get("fallback_ops") or []
+        if status == "error" and fallbacks and "_cpu" in err["message"]:  # a CPU kernel raised inside a fallback
+            status, reason = "fallback-error", f"CPU fallback of {', '.join(fallbacks)} raised: {reason}"
+        return {"status": status, "reason": reason, "phase": err["phase"], "where": err.get("where"),
+                "cpu_error": err.get("cpu_error"), "fallback_ops": fallbacks}
     if code != 0 or truth is None or "end" not in truth.labels:
         return {"status": "crash", "reason": f"exit {code}: {_last_error(stderr)}"}
     return {"status": "ok", "reason": ""}
 
 
-def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any]) -> dict[str, Any]:
+def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any], target: str) -> dict[str, Any]:
     summary, findings = shown["summary"], shown.get("findings", [])
-    expected = scenarios.expected(scenario, truth)
+    expected = scenarios.expected(scenario, truth, target)
     told = agree.said(findings, summary.get("steps"))
     fallbacks = truth.fallback_calls(scenario.phase)
     return {
@@ -132,7 +138,8 @@ def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any
                   "executions": truth.per_phase("ExecuteComputation", scenario.phase),
                   "reads": [truth.value_reads(g) for g in truth.groups(scenario.phase)],
                   "per_token": truth.per_token_compiles(),
-                  "fallbacks": fallbacks, "static_cache": truth.extra.get("static_cache")},
+                  "fallbacks": fallbacks, "static_cache": truth.extra.get("static_cache"),
+                  **({k: truth.extra.get(k) for k in ("widths", "f32_dots", "params")} if scenario.deep else {})},
         "expected": expected, "said": told,
         "disagreements": agree.disagreements(expected, told),
         "summary": {k: summary.get(k) for k in ("steps", "compiles", "recompiles", "value_reads",
@@ -148,6 +155,7 @@ def _finding(f: dict[str, Any]) -> dict[str, Any]:
     return {"rule": f.get("rule"), "location": f.get("location"), "title": f.get("title"),
             "cause": causes[0] if causes else None,
             "op": ev.get("op"), "per_step": ev.get("per_step") or ev.get("reads_per_step"),
+            "kinds": ev.get("kinds"),
             "sites": [s for s in sites if s][:3]}
 
 

@@ -56,7 +56,7 @@ def load_record(store: Path, model_type: str, scenario: str) -> dict[str, Any] |
 def run_sweep(store: str | Path, scenarios: Iterable[str] = DEFAULT_SCENARIOS, tasks: Iterable[str] | None = None,
               only: Iterable[str] = (), exclude: Iterable[str] = (), jobs: int = 1,
               shard: tuple[int, int] | str | None = None, timeout: float = 900,
-              retry: Iterable[str] = (), progress: bool | None = None,
+              retry: Iterable[str] = (), progress: bool | None = None, target: str = "v5e",
               on_cell: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run every unfinished cell of the plan; returns the records of all its cells (old and new)."""
     store = Path(store)
@@ -73,7 +73,7 @@ def run_sweep(store: str | Path, scenarios: Iterable[str] = DEFAULT_SCENARIOS, t
             todo.append((entry, scenario))
     show = sys.stderr.isatty() if progress is None else progress
     with _Progress(len(todo), show) as bar, ThreadPoolExecutor(max(1, jobs)) as pool:
-        futures = {pool.submit(run_cell, entry, scenario, store, timeout): (entry, scenario)
+        futures = {pool.submit(run_cell, entry, scenario, store, timeout, target): (entry, scenario)
                    for entry, scenario in todo}
         for future in as_completed(futures):
             entry, scenario = futures[future]

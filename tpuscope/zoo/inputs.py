@@ -89,5 +89,35 @@ def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> 
         else:
             model.train()(**batch(task, config, 16)).loss.backward()
     except Exception as exc:  # the reason is the result
-        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+        return _reason(exc)
     return None
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+
+
+def _same(a: str, b: str) -> bool:
+    """The same error up to sizes (a full-size model's message has other numbers)."""
+    import re
+
+    return re.sub(r"\d+", "N", a) == re.sub(r"\d+", "N", b)
+
+
+def fails_at_full_size(model_type: str, class_name: str, task: str, cpu_error: str) -> bool:
+    """Whether the type's own default config, not shrunk, fails the same way: its model built
+    and run forward on the meta device (no memory, no compute). Then the default config itself
+    is broken (transformers' problem), not the tiny config nor XLA."""
+    import torch
+    from transformers import CONFIG_MAPPING
+
+    from tpuscope.zoo import configs
+
+    try:
+        default = configs.for_class(CONFIG_MAPPING[model_type](), class_name)
+        with torch.device("meta"):
+            model = configs.model_class(class_name)(default)
+            model.train()(**batch(task, default, 16))
+    except Exception as exc:  # the same failure, or another one: compared below
+        return _same(_reason(exc), cpu_error)
+    return False

@@ -9,6 +9,8 @@ warm-up for it, and `expected(truth)`: the findings the counters imply, as the r
 - eager: the train loop in torch_xla's eager mode (op by op): torch_xla's EagerOpExecuteTime
   metric samples every op run eagerly; tpuscope must report `op_by_op` iff a judged step has
   such samples (so in no other scenario).
+- tensorcore: one training step at the real default widths, compiled and never run (placeholder
+  weights); the truth is the widths' problems on the --target (widths.expected).
 - generate: two identical generate() requests with a sync after each; warm-up 1 (the first
   request), so the second request, which repeats the first, must compile nothing; and the
   counters read at every token say whether the decode compiles again per token (a decode
@@ -29,6 +31,7 @@ class Scenario:
     args: tuple[str, ...]  # after MODEL_TYPE CLASS TASK
     warmup: int  # tpuscope's --warmup: the steps the truth does not judge
     phase: str  # the truth's mark prefix of one step ("step:", "request:")
+    deep: bool = False  # run under tpuscope --deep --target (the TensorCore lint reads the HLO)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -36,12 +39,22 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("train-varlen", "zoo_train.py", ("6", "16,16,24,16,32,16"), 2, "step:"),
     Scenario("generate", "zoo_generate.py", ("2", "4"), 1, "request:"),
     Scenario("eager", "zoo_train.py", ("3", "16", "eager"), 1, "step:"),
+    Scenario("tensorcore", "zoo_tensorcore.py", ("1024",), 0, "step:", deep=True),
 ]}
 
 
-def expected(scenario: Scenario, truth: CellTruth) -> dict[str, object]:
+def expected_tensorcore(truth: CellTruth, target: str) -> dict[str, object]:
+    """tensorcore: the problem kinds the real widths (and the traced graph's f32 dots) imply on
+    the target; the program compiles one step and runs none, so tpuscope counts 1 step or none."""
+    kinds = (truth.extra.get("expected_tensorcore") or {}).get(target, [])
+    return {"tensorcore": sorted(kinds)}
+
+
+def expected(scenario: Scenario, truth: CellTruth, target: str = "v5e") -> dict[str, object]:
     """The findings the counters imply: {'recompile': bool, 'cpu_fallback': sorted ops,
     'host_sync': bool, 'steps': the iteration count}."""
+    if scenario.deep:
+        return expected_tensorcore(truth, target)
     judged = truth.groups(scenario.phase)[scenario.warmup:]
     reads = [truth.value_reads(g) for g in judged]
     # generate: the first request is the warm-up (its per-token graphs are distinct graphs of one

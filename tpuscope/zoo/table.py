@@ -48,6 +48,7 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
         "compiles": summary.get("compiles"), "recompiles": summary.get("recompiles"),
         "findings": ", ".join(sorted({str(f.get("rule")) for f in findings})),
         "fallback_ops": "; ".join(fallbacks),
+        "tensorcore": ", ".join(sorted({str(k) for f in findings for k in f.get("kinds") or []})),
         "reads_per_step": _per_step(truth.get("reads") or []) if ok else None,
         "uncached_per_step": " ".join(str(n) for n in truth.get("uncached") or []),
         "executions_per_step": _per_step(truth.get("executions") or []) if ok else None,
@@ -107,7 +108,7 @@ def markdown_summary(s: dict[str, Any]) -> str:
 
 
 _COLUMNS = ("model_type", "scenario", "status", "compiles", "recompiles", "findings", "fallback_ops",
-            "reads_per_step", "step_ms", "agrees", "reason")
+            "tensorcore", "reads_per_step", "step_ms", "agrees", "reason")
 
 
 def markdown(records: list[dict[str, Any]]) -> str:

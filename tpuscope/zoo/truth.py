@@ -55,10 +55,13 @@ def finish(**notes: Any) -> None:
 
 def failed(exc: BaseException, phase: str, status: str = "error", cpu_error: str | None = None) -> None:
     """The program raised in `phase` (build, a step, generate): the reason kept for the table."""
+    import torch_xla.debug.metrics as met
+
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in reversed(frames)
                   if "transformers" in f.filename), None)
     _state["error"] = {"status": status, "phase": phase, "type": type(exc).__name__,
                        "message": str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "",
-                       "where": where, "cpu_error": cpu_error}
+                       "where": where, "cpu_error": cpu_error,
+                       "fallback_ops": sorted(op for op in met.executed_fallback_ops() if "_local_scalar_dense" not in op)}
     _write()

@@ -36,7 +36,10 @@ def main(model_type: str, class_name: str, task: str, requests: int, new_tokens:
     except Exception as exc:
         status = "refused" if isinstance(exc, configs.NotTiny) else "error"
         cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "generate")
-        truth.failed(exc, phase, "fails-on-cpu-too" if cpu else status, cpu_error=cpu)
+        if cpu:
+            status = "broken-default" if inputs.fails_at_full_size(model_type, class_name, task, cpu) \
+                else "fails-on-cpu-too"
+        truth.failed(exc, phase, status, cpu_error=cpu)
         raise
     truth.finish(iterations=requests, params=params, static_cache=static)
     return 0
