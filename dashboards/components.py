@@ -9,6 +9,7 @@ import dash_ag_grid as dag
 import pandas as pd
 from dash import dcc, html
 
+from tpuscope.report.console import where
 from tpuscope.schema import Finding
 
 MAX_EVIDENCE = 4000
@@ -106,7 +107,7 @@ def finding_card(finding: Finding, index: int) -> html.Div:
         html.H4(finding.title),
         html.P(finding.detail),
         html.P([html.B("Fix: "), finding.fix], className="fix"),
-        html.P([html.B("Where: "), html.Code(finding.location)], className="where") if finding.location else None,
+        html.P([html.B("Where: "), html.Code(where(finding.location))], className="where") if finding.location else None,
         html.P([html.B("Steps: "), finding.steps_text]) if finding.step_runs else None,
         html.Details([html.Summary("Evidence"), html.Pre(evidence)]) if evidence else None,
     ])

@@ -98,12 +98,19 @@ def test_a_run_in_progress_is_live_and_its_pages_update_by_themselves(browser, t
                 visit(browser, url, path, f"page-{tab or 'overview'}", shots, f"live-{tab or 'overview'}")
                 assert untrue(shown(browser)) == [], (path, untrue(shown(browser)))
             assert proc.poll() is None  # the pages above were those of a run in progress
+            # back on a page with live figures: the walk above ended on the last tab
+            visit(browser, url, f"/run/{run_id}/recompiles", "page-recompiles", shots, "live-recompiles",
+                  graphs=1)
 
             (control / "stop").touch()
             assert proc.wait(120) == 0, proc.stderr.read()
             wait(browser, lambda d: not d.find_elements(By.ID, "live-badge"), timeout=30)
             run, summary = expected(SimpleNamespace(root=root), run_id)
-            assert _now(browser, "stat-recompiles") == str(summary["recompiles"]) == "1"
+            # the short batch stays a recompile until the loop has run past it as long as before it;
+            # then the family is a bounded set (analyze/families.py): which one depends on when the
+            # program was stopped, and the page states what the analysis states
+            assert _now(browser, "stat-recompiles") == str(summary["recompiles"])
+            assert summary["recompiles"] in (0, 1)
             assert _now(browser, "stat-compiles") == str(len(run.compiles))
             updates = _callbacks(browser)
             time.sleep(3 * LIVE_S)

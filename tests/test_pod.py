@@ -221,7 +221,7 @@ def test_the_analysis_over_the_parts_is_the_in_memory_one(pod):
 
     memory = RunTables.from_run(Run(pod.run_dir))
     findings = detect(memory)
-    summary = {k: v for k, v in pod.report.summary.items() if k != "parts_digest"}
+    summary = {k: v for k, v in pod.report.summary.to_dict().items() if k != "parts_digest"}
     text = lambda x: json.dumps(x, sort_keys=True, default=str)  # noqa: E731
     assert text([f.to_dict() for f in pod.report.findings]) == text([f.to_dict() for f in findings])
-    assert text(summary) == text(_summary(memory, findings))
+    assert text(summary) == text(_summary(memory, findings).to_dict())
