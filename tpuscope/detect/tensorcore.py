@@ -36,9 +36,12 @@ IDLE_SHARE = 0.20  # device idle share of traced steps that is a finding
 LOW_MXU = 50.0  # measured MXU utilization (%) below which xprof's figures are a finding
 
 
-def _severity(share: float) -> str:
-    """The shared thresholds (analyze/judge), on the share of the estimated device step time."""
-    return judge.severity(share, 1.0)
+def _severity(share: float, cost_s: float) -> str:
+    """The shared thresholds (analyze/judge) on the share of the estimated device step time,
+    and, as for every rule, never high below judge.HIGH_MIN_S of estimated time over the run:
+    a tiny model's padding is a real share of its step, but not yet time worth a high card."""
+    level = judge.severity(share, 1.0)
+    return "medium" if level == "high" and cost_s < judge.HIGH_MIN_S else level
 
 
 def _target(tables: RunTables) -> str:
@@ -99,7 +102,8 @@ def _estimated(problem: MatmulProblem, step_s: float, runs: int, target: str, su
     detail = f"{_text_ops(info)}. {cost} {roof} {basis}"
     evidence = {"basis": "estimated", "cost_figure": "estimated (cost model)", "target": target, "kind": problem.kind, "share_of_step": round(share, 4),
                 "padding_share_by_generation": waste, **info, "roofline": _clean(summary), **measured}
-    return Finding(RULE, _severity(share) if problem.kind != "head_dim" or share >= MIN_SHARE else "low",
+    return Finding(RULE, _severity(share, problem.cost_s * runs) if problem.kind != "head_dim" or share >= MIN_SHARE
+                   else "low",
                    title, detail, fix, info.get("location"), problem.cost_s * runs, [], evidence)
 
 
@@ -258,7 +262,7 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
     fix = " ".join(dict.fromkeys(f.fix for f in ordered))
     evidence = {**lead.evidence, "facets": facets, "kinds": [f.evidence.get("kind") for f in ordered],
                 "library_lines": library, "graph_site": site, "share_of_step": round(share, 4)}
-    return Finding(RULE, _severity(share), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
+    return Finding(RULE, _severity(share, sum(f.cost_s for f in ordered)), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
                    detail, fix, location, sum(f.cost_s for f in ordered), [], evidence)
 
 
