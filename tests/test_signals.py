@@ -159,7 +159,7 @@ def test_a_run_whose_every_process_died_reads_as_ended_unknown(tmp_path: Path) -
     not shown as running."""
     launcher, child, store = launch(tmp_path)
     wait_for(lambda: launcher.stdout.readline().startswith("step 5"), what="step 5")
-    os.kill(child, signal.SIGSTOP)  # so it cannot run its SIGTERM handler when the launcher dies
+    os.kill(child, signal.SIGSTOP)  # so it cannot record the end when the launcher dies
     launcher.kill()
     launcher.wait(timeout=10)
     os.kill(child, signal.SIGKILL)

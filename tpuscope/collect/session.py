@@ -2,8 +2,11 @@
 
 One Session lives in every profiled process (the launcher's child, every spawned
 worker, every forked child). Backend collectors (xla, jax, tpu) only produce rows;
-the session owns durability: the flush thread, the exit and SIGTERM paths, fork
-safety and this process's meta file.
+the session owns durability: the flush thread, the exit path, the launcher-lost signal, fork
+safety and this process's meta file. It handles no signal a program might get: SIGTERM keeps
+its default action, so it ends the process at once, even inside a long C++ call (an XLA
+compile) where a Python handler would not run until the call returned; the rows flushed
+until then stay (each part file appears whole, by rename).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tpuscope.collect.envvars import ENV_LAUNCHER_PID
+from tpuscope.collect.envvars import ENV_LAUNCHER_PID, LAUNCHER_LOST_SIGNAL_OFFSET
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store.columns import Repeat
 from tpuscope.store.hosts import file_host
@@ -171,7 +174,7 @@ class Session:
         if install_handlers:
             atexit.register(self._close_at_exit)
             sys.excepthook = self._excepthook
-            self._chain_sigterm()
+            self._record_end_if_launcher_lost()
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=self._after_fork)
         return self
@@ -299,20 +302,25 @@ class Session:
         self.proc_meta["error"] = f"{exc_type.__name__}: {exc}{where}"
         self._prev_excepthook(exc_type, exc, tb)
 
-    def _chain_sigterm(self) -> None:
-        """On SIGTERM, flush before dying, if the program has no handler of its own."""
+    def _record_end_if_launcher_lost(self) -> None:
+        """When the launcher dies (SIGKILL), its first child gets the launcher-lost signal:
+        flush, record the run's end, then die of SIGTERM as before. Only that process, and
+        only while the program left that signal alone."""
+        lost = launcher_lost_signal()
+        if lost is None or os.getpid() != _FIRST_CHILD.get("pid"):
+            return
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        if signal.getsignal(lost) is not signal.SIG_DFL:
             return
 
-        def on_sigterm(signum: int, frame: Any) -> None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the close short
-            self.close(status="killed", error="SIGTERM")
+        def on_launcher_lost(signum: int, frame: Any) -> None:
+            signal.signal(signum, signal.SIG_IGN)  # a second one must not cut the close short
+            self.close(status="killed", error="SIGTERM (the launcher was lost)")
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
-        signal.signal(signal.SIGTERM, on_sigterm)
+        signal.signal(lost, on_launcher_lost)
 
     def _after_fork(self) -> None:
         self.pid = os.getpid()
@@ -326,6 +334,12 @@ class Session:
         mp_util = sys.modules.get("multiprocessing.util")
         if mp_util is not None:
             mp_util.Finalize(None, self.close, exitpriority=100)
+
+
+def launcher_lost_signal() -> int | None:
+    """The signal `tpuscope run` asks the kernel to send its child when it dies (Linux only)."""
+    first = getattr(signal, "SIGRTMIN", None)
+    return None if first is None else first + LAUNCHER_LOST_SIGNAL_OFFSET
 
 
 def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:

@@ -159,6 +159,12 @@ def run_program(
     watcher = _start_alerts(run_dir) if alerts else None
     code = running.wait()
     record.close(describe_exit(code), exit_code=code)
+    if running.hurried and (code != 0 or analysis is not True):
+        # asked to end: end as the bare program would, now (rows and meta are kept, `show`
+        # analyses the run; the alert watcher's daemon thread ends with the launcher). Limits
+        # (analysis True) still judge a program that exited 0: they may change its status.
+        return finish_run(run_dir, analysis=False, compact=False, pod_host=host if run_id else None,
+                          store=store), code
     if watcher is not None:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C now skips the last count, not the run
             watcher.stop()  # the rows of the program's last seconds, then a last count

@@ -5,7 +5,9 @@ sends it to the whole foreground process group, so the launcher does not send it
 second time), SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to the launcher alone (`kill`,
 `timeout`, a scheduler, `docker stop`) are passed on, and the launcher ends with the
 program's own status, re-raising the signal that killed it. The child also must not
-outlive a launcher killed by SIGKILL: it gets SIGTERM then (PR_SET_PDEATHSIG on Linux).
+outlive a launcher killed by SIGKILL: it gets a real-time signal then (PR_SET_PDEATHSIG on
+Linux), whose default action ends it and for which its session records the run's end first
+(SIGTERM itself keeps its default action in the child: it must end the program at once).
 
 Signals are taken synchronously (blocked, then `sigtimedwait`), which also says who sent
 each one: a terminal's signals come from the kernel (SI_KERNEL), `kill` from a process.
@@ -22,13 +24,16 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tpuscope.collect.envvars import ENV_LAUNCHER_PID
+from tpuscope.collect.envvars import ENV_LAUNCHER_PID, LAUNCHER_LOST_SIGNAL_OFFSET
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WATCHED = (*FORWARDED, signal.SIGCHLD)
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent: the terminal's Ctrl-C, Ctrl-\, hang-up
 _PR_SET_PDEATHSIG = 1
 _REPEAT_S = 0.5  # one sender's same signal again within this: a group kill that also reached us
+# Signals that ask the program to go now (`timeout`, `docker stop`, a scheduler, a closed
+# terminal): once the program has ended, the launcher must end too, not start analysing.
+HURRY = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _has_terminal() -> bool:
@@ -63,7 +68,7 @@ class Child:
         def child_setup() -> None:  # runs in the forked child, before exec
             signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
             if prctl is not None:
-                prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+                prctl(_PR_SET_PDEATHSIG, signal.SIGRTMIN + LAUNCHER_LOST_SIGNAL_OFFSET, 0, 0, 0)
             if os.getppid() != launcher:  # the launcher died before prctl took effect
                 os.kill(os.getpid(), signal.SIGTERM)
             if not self.shares_group:
@@ -75,6 +80,10 @@ class Child:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
             raise
         self._last: dict[int, tuple[int, float]] = {}
+        # The launcher was sent a HURRY signal while the program ran: it ends with the program,
+        # as the bare program would, and leaves the analysis to `tpuscope show`. (A program
+        # that killed itself, or was killed alone, is analysed as usual: nobody waits.)
+        self.hurried = False
 
     def wait(self) -> int:
         """Pass signals on until the program ends; its return code (negative: killed by that signal).
@@ -85,11 +94,13 @@ class Child:
             return self._wait_with_handlers()
         while (code := self.proc.poll()) is None:
             info = signal.sigtimedwait(_WATCHED, 1.0)
+            if info is not None and info.si_signo in HURRY:
+                self.hurried = True
             if info is not None and info.si_signo != signal.SIGCHLD and self._should_forward(info):
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.send_signal(info.si_signo)
-        while signal.sigtimedwait(_WATCHED, 0) is not None:
-            pass
+        while (info := signal.sigtimedwait(_WATCHED, 0)) is not None:
+            self.hurried = self.hurried or info.si_signo in HURRY
         signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
         return code
 
@@ -99,6 +110,7 @@ class Child:
         own = (signal.SIGINT, signal.SIGQUIT) if self.shares_group else ()
 
         def forward(signum: int, frame: object) -> None:
+            self.hurried = self.hurried or signum in HURRY
             if signum not in own:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.send_signal(signum)
