@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpuscope.analyze.compare import Side, compare, findings_delta, regressions, step_time
+from tests.conftest import ROOT
+from tpuscope.analyze.compare import STEADY, Side, compare, findings_delta, regressions, step_time
 from tpuscope.analyze.gate import (
     EXIT_LIMIT,
     EXIT_UNJUDGED,
@@ -145,3 +146,40 @@ def test_compiles_and_fallback_rates_per_op() -> None:
     assert (fb["a_per_step"], fb["b_per_step"]) == (3.0, 0.1)
     assert [(r["op"], r["a_count"], r["b_count"]) for r in fb["ops"]] == [("aten::nonzero", 12, 0),
                                                                            ("aten::unique2", 0, 10)]
+
+
+# -- the steady step time: judged steps that compiled are left out (session 11) -------------------
+def test_steps_that_compiled_are_left_out_and_counted() -> None:
+    steady_a, steady_b = steps_ms(20, 7, 1), steps_ms(10, 7, 2)
+    a = Side(summary(), step_ns=[40_000 * MS] * 3 + steady_a, step_compiles=[1] * 3 + [0] * 7)
+    b = Side(summary(), step_ns=steady_b + [40_000 * MS], step_compiles=[0] * 7 + [2])
+    st = compare(a, b)["step_time"]
+    assert st == {**step_time(steady_a, steady_b, kind="judged steps without a compile"), "steps": STEADY,
+                  "a_compiled": 3, "b_compiled": 1, "a_left_out": 3, "b_left_out": 1}
+    assert st["verdict"] == "faster" and st["diff_ci_ms"][0] > -15  # not +-40 s wide
+    assert regressions(compare(b, a), 5)[0].startswith("median steady step time +")
+
+
+def test_too_few_steps_without_a_compile_keep_them_all_and_say_so() -> None:
+    a = Side(summary(), step_ns=steps_ms(20, 6, 1), step_compiles=[1, 1, 1, 1, 0, 0])
+    b = Side(summary(), step_ns=steps_ms(10, 6, 2), step_compiles=[0] * 6)
+    st = compare(a, b)["step_time"]
+    assert st["a_steps"] == 6 and st["a_left_out"] == 0 and st["a_compiled"] == 4
+    assert st["steps"] == "all judged steps" and "steps that compiled are kept" in st["note"]
+    unknown = compare(Side(summary(), step_ns=steps_ms(20, 6, 1)), b)["step_time"]
+    assert unknown["a_compiled"] is None and unknown["a_steps"] == 6  # not given: nothing left out
+
+
+def test_golden_churn_samples_compare_their_steady_steps() -> None:
+    """The two 10-step churn samples: 4 judged steps of each compiled (40-70 s each), which
+    made the interval of B - A about +-46 s; the steady steps give a narrow one."""
+    from tpuscope.report.diff import rows, side_of
+    from tpuscope.store import Run
+
+    a, b = (side_of(Run(ROOT / "sample_traces" / name)) for name in ("shape_churn", "shape_churn_default"))
+    diff = compare(a, b)
+    st = diff["step_time"]
+    assert (st["a_steps"], st["a_left_out"], st["b_steps"], st["b_left_out"]) == (6, 4, 6, 4)
+    assert st["verdict"] == "faster" and -200 < st["diff_ci_ms"][0] < st["diff_ci_ms"][1] < 0
+    assert ("judged steps that compiled", "4", "4", "left out of the step time") in rows(diff)
+    assert any(row[0] == "median steady step time" for row in rows(diff))

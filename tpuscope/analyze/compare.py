@@ -4,7 +4,11 @@ Pure: each side is its analysis (summary + findings, tpuscope.detect.run_analysi
 times of its judged steps (analyze/judge.py); the result is a plain dict. The runs may
 differ in length and machine, so step time is compared as medians of the judged steps
 with a percentile bootstrap interval (fixed seed, so the same runs always give the same
-interval; each resample's median drawn exactly from its distribution, see _medians) for the ratio B/A and the difference B - A; counts of compiles are compared
+interval; each resample's median drawn exactly from its distribution, see _medians) for the ratio B/A and the difference B - A. The step time compared is the steady
+one: judged steps that compiled are left out (a 40 s recompile among 20 ms steps made the
+interval of ten churn steps +-46 s; the compiles are compared on their own rows), and how
+many on each side is said; when a side keeps fewer than MIN_STEPS, all its judged steps
+are compared and the result says so. Counts of compiles are compared
 as totals and CPU fallbacks as calls per step. Findings are matched by (rule, user
 location) (plus the op for `cpu_fallback` and the jitted function for JAX, which share
 lines): new in B, gone from B, changed (severity, or cost by CHANGED_COST or more), same.
@@ -28,6 +32,7 @@ MIN_STEPS = 3  # fewer judged steps on a side: no interval (a bootstrap of 1-2 v
 CHANGED_COST = 0.25  # relative change of a finding's cost that makes it "changed"
 MIN_COST_CHANGE_S = 0.001  # ... and at least this many seconds
 NS_PER_MS = 1e6
+STEADY = "judged steps without a compile"  # step_time["steps"] when the compiling ones were left out
 
 
 @dataclass
@@ -37,6 +42,8 @@ class Side:
     summary: RunSummary
     findings: list[Finding] = field(default_factory=list)
     step_ns: Sequence[float] = ()
+    # compiles in each of those steps (steps.compiles), same order; None: not given, none left out
+    step_compiles: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         self.summary = as_summary(self.summary)  # its JSON form too (a stored or hand-built one)
@@ -78,15 +85,59 @@ def _medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np
     return (x[lo] + x[upper]) / 2
 
 
+def judged_walls(steps: Any, warmup: int) -> tuple[list[float], list[float] | None]:
+    """A run's judged steps as a Side takes them: (wall_ns, compiles), from its steps table
+    (compiles None when the table has no such column). The one reading `tpuscope diff` and
+    the Compare page share, so that both compare the same steps."""
+    from tpuscope.analyze.judge import judged_steps
+
+    judged = judged_steps(steps, warmup)
+    if judged.empty:
+        return [], []
+    judged = judged[judged["wall_ns"].notna()]
+    compiles = judged["compiles"].fillna(0).tolist() if "compiles" in judged.columns else None
+    return judged["wall_ns"].tolist(), compiles
+
+
+def steady_steps(side: Side) -> tuple[list[float], int | None]:
+    """The side's judged step walls without the steps that compiled; how many were left out
+    (None: which steps compiled was not given)."""
+    walls = list(side.step_ns)
+    if side.step_compiles is None or len(side.step_compiles) != len(walls):
+        return walls, None
+    kept = [w for w, c in zip(walls, side.step_compiles, strict=True) if not c]
+    return kept, len(walls) - len(kept)
+
+
+def steady_step_time(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
+                     confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """step_time of the steps without a compile, or of all judged steps when a side keeps
+    fewer than MIN_STEPS of them; "steps" says which, "a_compiled"/"b_compiled" how many
+    judged steps compiled (None: not known), "a_left_out"/"b_left_out" how many were left out."""
+    (ka, compiled_a), (kb, compiled_b) = steady_steps(a), steady_steps(b)
+    counts = {"a_compiled": compiled_a, "b_compiled": compiled_b}
+    if compiled_a is None or compiled_b is None:
+        return {**step_time(a.step_ns, b.step_ns, seed, resamples, confidence), **counts,
+                "steps": "all judged steps (which compiled is not known)", "a_left_out": 0, "b_left_out": 0}
+    if min(len(ka), len(kb)) >= MIN_STEPS:
+        return {**step_time(ka, kb, seed, resamples, confidence, kind="judged steps without a compile"),
+                **counts, "steps": STEADY, "a_left_out": compiled_a, "b_left_out": compiled_b}
+    out = step_time(a.step_ns, b.step_ns, seed, resamples, confidence)
+    why = f"fewer than {MIN_STEPS} judged steps without a compile on a side: steps that compiled are kept"
+    return {**out, **counts, "steps": "all judged steps", "a_left_out": 0, "b_left_out": 0,
+            "note": f"{out['note']}; {why}" if out.get("note") else why}
+
+
 def step_time(a: Sequence[float], b: Sequence[float], seed: int = SEED, resamples: int = RESAMPLES,
-              confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """Median judged step time of A and B (ms), B/A and B - A with bootstrap intervals."""
+              confidence: float = CONFIDENCE, kind: str = "judged steps") -> dict[str, Any]:
+    """Median step time of A and B (ms) over the steps given, B/A and B - A with bootstrap
+    intervals; `kind` names those steps in the method."""
     xa, xb = np.asarray(a, dtype=float) / NS_PER_MS, np.asarray(b, dtype=float) / NS_PER_MS
     out: dict[str, Any] = {
         "a_median_ms": float(np.median(xa)) if len(xa) else None,
         "b_median_ms": float(np.median(xb)) if len(xb) else None,
         "a_steps": int(len(xa)), "b_steps": int(len(xb)),
-        "method": f"percentile bootstrap of the medians, {resamples} resamples of each run's judged steps, "
+        "method": f"percentile bootstrap of the medians, {resamples} resamples of each run's {kind}, "
                   f"seed {seed}",
         "confidence": confidence, "ratio": None, "ratio_ci": None, "diff_ms": None, "diff_ci_ms": None,
     }
@@ -189,7 +240,7 @@ def compare(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
     return {
         "a": _identity(sa, len(a.step_ns)),
         "b": _identity(sb, len(b.step_ns)),
-        "step_time": step_time(a.step_ns, b.step_ns, seed, resamples, confidence),
+        "step_time": steady_step_time(a, b, seed, resamples, confidence),
         "compiles": _count(int(sa.compiles or 0), int(sb.compiles or 0)),
         "recompiles": _count(int(sa.recompiles or 0), int(sb.recompiles or 0)),
         "compile_s": _count(float(sa.compile_s or 0), float(sb.compile_s or 0)),
@@ -200,14 +251,15 @@ def compare(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
 
 
 def regressions(diff: dict[str, Any], pct: float) -> list[str]:
-    """Why B is a regression of A (empty: it is not): its median judged step time is more
+    """Why B is a regression of A (empty: it is not): its median (steady) step time is more
     than pct% worse with the whole interval of B/A above 1 + pct/100, or B has a finding
     of high severity that A did not have at that severity (new, or changed to high)."""
     out = []
     st = diff["step_time"]
     if st.get("ratio_ci") and st["ratio_ci"][0] > 1 + pct / 100:
         lo, hi = st["ratio_ci"]
-        out.append(f"median judged step time {100 * (st['ratio'] - 1):+.1f}% "
+        word = "steady" if st.get("steps") == STEADY else "judged"
+        out.append(f"median {word} step time {100 * (st['ratio'] - 1):+.1f}% "
                    f"({100 * (lo - 1):+.1f}%..{100 * (hi - 1):+.1f}%) > {pct:g}%")
     new_high = [f for kind in ("new", "changed") for f in diff["findings"][kind]
                 if f["b_severity"] == "high" and f["a_severity"] != "high"]

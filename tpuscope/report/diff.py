@@ -11,8 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tpuscope.analyze.compare import Side
-from tpuscope.analyze.judge import judged_steps
+from tpuscope.analyze.compare import STEADY, Side, judged_walls
 from tpuscope.detect.run_analysis import current
 from tpuscope.report.console import where
 from tpuscope.report.fit import Col, fits, grid
@@ -20,11 +19,10 @@ from tpuscope.store import Run
 
 
 def side_of(run: Run) -> Side:
-    """A run as the comparison takes it: its analysis and its judged steps' wall times."""
+    """A run as the comparison takes it: its analysis, its judged steps' wall times and compiles."""
     report = current(run)
-    steps = judged_steps(run.steps, int(report.summary.warmup))
-    wall = steps["wall_ns"].dropna().tolist() if not steps.empty else []
-    return Side(summary=report.summary, findings=report.findings, step_ns=wall)
+    wall, compiles = judged_walls(run.steps, int(report.summary.warmup))
+    return Side(summary=report.summary, findings=report.findings, step_ns=wall, step_compiles=compiles)
 
 
 def _device(side: dict[str, Any]) -> str:
@@ -57,6 +55,20 @@ def difference_text(st: dict[str, Any]) -> str:
     return f"{st['diff_ms']:+,.2f} ms ({round(100 * st['confidence'])}% CI {lo:+,.2f}..{hi:+,.2f} ms)"
 
 
+def steps_word(st: dict[str, Any]) -> str:
+    """'steady' when the judged steps that compiled were left out, else 'judged'."""
+    return "steady" if st.get("steps") == STEADY else "judged"
+
+
+def _compiled_row(st: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """How many judged steps compiled, and whether the step time left them out (when known)."""
+    if st.get("a_compiled") is None or st.get("b_compiled") is None:
+        return []
+    fate = "left out of the step time" if st.get("steps") == STEADY else \
+        "kept in the step time (too few steps without a compile)"
+    return [("judged steps that compiled", str(st["a_compiled"]), str(st["b_compiled"]), fate)]
+
+
 def _delta(c: dict[str, float], digits: int = 0) -> str:
     fmt = f"{{:+,.{digits}f}}"
     return "same" if c["delta"] == 0 else fmt.format(c["delta"])
@@ -69,7 +81,8 @@ def rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("run", str(a["run_id"]), str(b["run_id"]), ""),
         ("device", _device(a), _device(b), ""),
         ("judged steps", str(a["steps_judged"]), str(b["steps_judged"]), ""),
-        ("median judged step time", _ms(st["a_median_ms"]), _ms(st["b_median_ms"]), ratio_text(st)),
+        *_compiled_row(st),
+        (f"median {steps_word(st)} step time", _ms(st["a_median_ms"]), _ms(st["b_median_ms"]), ratio_text(st)),
         ("step time B - A", "", "", difference_text(st)),
         ("compiles", str(diff["compiles"]["a"]), str(diff["compiles"]["b"]), _delta(diff["compiles"])),
         ("recompiles", str(diff["recompiles"]["a"]), str(diff["recompiles"]["b"]), _delta(diff["recompiles"])),
