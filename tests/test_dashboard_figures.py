@@ -137,6 +137,17 @@ def test_fallback_matrix_bins_many_steps_and_keeps_every_call():
     assert heat.customdata[0][0] == "0-4"
 
 
+def test_fallback_heatmap_colour_bar_counts_from_zero_clear_of_the_modebar():
+    """Session 11: the colour bar's labels sat under the vertical modebar (checked in chromium:
+    a right margin as wide as both keeps them apart), and a single count of 3 read 2.5..3.5."""
+    from tpuscope_dashboards.figures.fallbacks import COLORBAR_PX, MODEBAR_PX
+
+    fig = fallback_heatmap(fallbacks_frame([(s, "aten::nonzero", 3) for s in range(4)]))
+    heat = fig.data[0]
+    assert (heat.zmin, heat.zmax) == (0, 3) and heat.colorbar.tickformat == ",d" and heat.colorbar.dtick == 1
+    assert fig.layout.margin.r == COLORBAR_PX + MODEBAR_PX
+
+
 def test_transfers_timeline_plots_transfers_per_step():
     fig = transfers_timeline(steps_frame([50, 40, 40, 40]), warmup=2)
     assert list(fig.data[0].y) == [0, 0, 2, 2]

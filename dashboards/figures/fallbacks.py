@@ -28,6 +28,18 @@ def fallback_matrix(fallbacks: pd.DataFrame, max_columns: int = MAX_COLUMNS,
     return matrix.loc[order], width
 
 
+# The vertical modebar (figures/common.py) takes the figure's right edge, where Plotly puts a
+# colour bar: a right margin as wide as both keeps the bar's labels left of the modebar.
+COLORBAR_PX, MODEBAR_PX = 64, 44
+
+
+def _calls_colorbar(most: float) -> dict:
+    """The colour bar of call counts: from 0, whole numbers only (a single count of 3 was drawn
+    as a scale from 2.5 to 3.5)."""
+    return {"title": {"text": "calls", "side": "right"}, "thickness": 14, "tick0": 0,
+            "dtick": max(1, math.ceil(most / 4)), "tickformat": ",d"}
+
+
 def fallback_heatmap(fallbacks: pd.DataFrame | None, max_columns: int = MAX_COLUMNS,
                      binned: tuple[pd.DataFrame, int] | None = None) -> go.Figure:
     """Which aten ops ran on the host in which steps (binned when there are many steps); from
@@ -50,12 +62,14 @@ def fallback_heatmap(fallbacks: pd.DataFrame | None, max_columns: int = MAX_COLU
                       height=max(240, 90 + 26 * len(matrix)))
     fig.add_trace(go.Heatmap(
         z=matrix.to_numpy(), x=starts, y=[str(op) for op in matrix.index], customdata=custom,
-        colorscale="YlOrRd", colorbar={"title": {"text": "calls"}},
+        colorscale="YlOrRd", zmin=0, zmax=max(1.0, float(np.nanmax(matrix.to_numpy()))),
+        colorbar=_calls_colorbar(float(np.nanmax(matrix.to_numpy()))),
         hovertemplate="%{y}<br>" + ("%{customdata}" if isinstance(starts[0], str) else "step %{customdata}")
                       + "<br>%{z} calls<extra></extra>", xgap=1, ygap=1,
     ))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_layout(margin_r=COLORBAR_PX + MODEBAR_PX)
     return fig
 
 
