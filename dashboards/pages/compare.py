@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
-from tpuscope.analyze.compare import Side, compare, keyed
+from tpuscope.analyze.compare import Side, compare, judged_walls, keyed
 from tpuscope.analyze.judge import judged_steps
-from tpuscope.report.diff import difference_text, ratio_text
+from tpuscope.report.diff import difference_text, ratio_text, steps_word
 from tpuscope.schema import Finding
 from tpuscope.store import sql
 
@@ -24,7 +24,7 @@ from ..data import StoreData
 from ..figures.compare import grouped_counts, step_time_histograms
 
 # What judging steps needs (analyze/judge: process keys, step, boundary) and the wall time shown.
-JUDGE_COLUMNS = ["host", "pid", "step", "boundary", "wall_ns"]
+JUDGE_COLUMNS = ["host", "pid", "step", "boundary", "wall_ns", "compiles"]
 
 # (label, summary key, formatter, row id): the rows of the side-by-side table.
 ROWS: list[tuple[str, str, Callable[[Any], str], str]] = [
@@ -62,7 +62,7 @@ def side_by_side(a: dict[str, Any], b: dict[str, Any], diff: dict[str, Any]) -> 
                      html.Td(change(a.get(key), b.get(key), fmt is fmt_pct), className="muted")])
             for label, key, fmt, ident in ROWS]
     st = diff["step_time"]
-    body.insert(3, html.Tr([html.Td("median judged step time"), html.Td(fmt_num(st["a_median_ms"], 2, "ms")),
+    body.insert(3, html.Tr([html.Td(f"median {steps_word(st)} step time"), html.Td(fmt_num(st["a_median_ms"], 2, "ms")),
                             html.Td(fmt_num(st["b_median_ms"], 2, "ms")),
                             html.Td([ratio_text(st), html.Br(), difference_text(st)], id="cmp-interval")]))
     return html.Table([head, html.Tbody(body)], className="compare-table", id="compare-table")
@@ -102,8 +102,9 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     compiles = {label_a: pd.Series({"total": sa["compiles"], "recompiles": sa["recompiles"]}),
                 label_b: pd.Series({"total": sb["compiles"], "recompiles": sb["recompiles"]})}
     findings_a, findings_b = data.findings(run_a), data.findings(run_b)
-    wall_a, wall_b = (list(v) for v in steps.values())
-    diff = compare(Side(sa, findings_a, wall_a), Side(sb, findings_b, wall_b))
+    (wall_a, compiled_a), (wall_b, compiled_b) = (  # as `tpuscope diff` reads them
+        judged_walls(data.columns(run, "steps", JUDGE_COLUMNS), s["warmup"]) for run, s in ((run_a, sa), (run_b, sb)))
+    diff = compare(Side(sa, findings_a, wall_a, compiled_a), Side(sb, findings_b, wall_b, compiled_b))
     delta = findings_delta(diff, findings_a, findings_b)
     return html.Div(className="page", id="page-compare", children=[
         html.H2("Compare runs"),
