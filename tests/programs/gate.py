@@ -21,5 +21,14 @@ for _ in range(steps):
 if ending[:1] == ["exit"]:
     sys.exit(int(ending[1]))
 if ending[:1] == ["sigterm"]:
+    # SIGTERM ends the process at once (tpuscope keeps its default action): only rows already
+    # flushed (every 2 s) are kept, so wait for the steps' rows to be on disk first, as a
+    # program that runs longer than a flush would have them.
+    import time
+    from pathlib import Path
+
+    run_dir, deadline = Path(os.environ.get("TPUSCOPE_RUN_DIR", ".")), time.monotonic() + 60
+    while not list(run_dir.glob("steps/part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGTERM)
