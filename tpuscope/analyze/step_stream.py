@@ -21,7 +21,6 @@ has two or more steps, or its one step re-ran an executable. Pure: the steps tab
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 PROCESS_KEYS = ["host", "pid"]
@@ -64,9 +63,13 @@ def setup_steps(steps: pd.DataFrame, after: pd.Series) -> pd.Series:
     groups = loop.groupby(keys, dropna=False, sort=False) if keys else [(None, loop)]
     for _, rows in groups:
         ordered = rows.sort_values("step", kind="stable")
-        kinds = ordered["boundary"].astype(str)
-        once = (kinds.map(kinds.value_counts()) == 1).to_numpy()  # vectorised: 100k steps per run
-        lead = min(int(np.argmin(once)) if not once.all() else len(once), max(len(once) - 2, 0))
+        kinds = ordered["boundary"].astype(str).tolist()
+        counts: dict[str, int] = {}
+        for kind in kinds:
+            counts[kind] = counts.get(kind, 0) + 1
+        lead = 0
+        while lead < len(kinds) - 2 and counts[kinds[lead]] == 1:
+            lead += 1
         if lead:
             out.loc[ordered.index[:lead]] = True
     return out
