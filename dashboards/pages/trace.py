@@ -16,21 +16,28 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from tpuscope.report.device import log_dirs
 from tpuscope.store import sql
 
-from ..components import NUM, empty_state, fmt_num, graph, grid, run_page, stat, stats_row
+from ..components import empty_state, fmt_num, graph, run_page, stat, stats_row
 from ..data import StoreData
 from ..figures.common import NS_PER_MS, empty_figure, x_window
-from ..figures.trace import MAX_EVENTS, activity_figure, ops_table, trace_timeline
+from ..figures.trace import activity_figure, ops_table, trace_timeline
 
 # Files in a run folder that other tools open; served only by exact match against this listing.
 TRACE_FILES = ("**/*.xplane.pb", "**/*.pftrace", "**/*.perfetto-trace", "**/*.trace.json.gz", "**/*.trace.json",
                "**/*.perfetto.json.gz", "**/*.perfetto.json")
-OPS_COLUMNS: list[dict[str, Any]] = [
-    {"field": "name", "minWidth": 240}, {"field": "plane", "minWidth": 160},
-    {"field": "count", **NUM}, {"field": "total_ms", "headerName": "total (ms)", **NUM, "sort": "desc"},
-    {"field": "mean_us", "headerName": "mean (us)", **NUM}, {"field": "max_us", "headerName": "max (us)", **NUM},
+# The op table's (column, header, digits; None: text). A plain table, not an AG Grid: at most
+# OPS rows in a fixed order need no sorting or filtering, and the grid cost the Trace page's
+# renderer ~0.25 s of its ~0.9 s of CPU (issue 30, session 11).
+OPS_COLUMNS: list[tuple[str, str, int | None]] = [
+    ("name", "name", None), ("plane", "plane", None), ("count", "count", 0), ("total_ms", "total (ms)", 3),
+    ("mean_us", "mean (us)", 3), ("max_us", "max (us)", 3),
 ]
 BINS = 300  # the activity heatmap's columns
-PIXELS = 1500  # timeline buckets per line across the window: about the plot's width in pixels
+# Timeline buckets per line across the window: under the plot's width in pixels (at most ~1,150
+# px: a 1,400 px page less the lane labels), so no bucket is narrower than a pixel; and the
+# events drawn, at most: Plotly's cost in the browser grows with the points (3 per event), and
+# half a visible event per pixel column per lane is what the eye resolves (issue 30).
+PIXELS = 1000
+SHOWN = 2000
 OPS = 50
 
 
@@ -41,7 +48,7 @@ def _plane(multi_host: bool) -> str:
 
 def _query(data: StoreData, run_id: str, statements: list[str]) -> list[pd.DataFrame]:
     """Statements over the run's trace_events parts on one DuckDB connection (footers read once);
-    every result is small (aggregates, or at most MAX_EVENTS rows)."""
+    every result is small (aggregates, or at most SHOWN rows)."""
     con = sql.views(data.run(run_id).loc, ["trace_events"])
     try:
         return [con.sql(statement).df() for statement in statements]
@@ -109,7 +116,7 @@ def timeline(data: StoreData, run_id: str, window_ms: tuple[float, float] | None
         return view["timeline"]
     t0 = view["t0"]
     window = (int(t0 + window_ms[0] * NS_PER_MS), int(t0 + window_ms[1] * NS_PER_MS))
-    (frame,) = _query(data, run_id, [_timeline_sql(_plane(view["hosts"] > 1), *window, MAX_EVENTS)])
+    (frame,) = _query(data, run_id, [_timeline_sql(_plane(view["hosts"] > 1), *window, SHOWN)])
     return _timeline(frame, t0, window, run_id)
 
 
@@ -131,7 +138,7 @@ def overview(data: StoreData, run_id: str) -> dict[str, Any]:
         t0, t1, multi = int(row["t0"]), int(row["t1"]), int(row["hosts"]) > 1
         plane = _plane(multi)
         busy, ops, shown = _query(data, run_id, [_activity_sql(plane, t0, t1), _ops_sql(plane),
-                                                 _timeline_sql(plane, t0, t1, MAX_EVENTS)])
+                                                 _timeline_sql(plane, t0, t1, SHOWN)])
         return {
             "events": events, "lines": len(busy[["plane", "line"]].drop_duplicates()),
             "planes": int(busy["plane"].nunique()), "hosts": int(row["hosts"]),
@@ -141,6 +148,16 @@ def overview(data: StoreData, run_id: str) -> dict[str, Any]:
         }
 
     return data.derived(run_id, "trace-overview", ("trace_events",), build)
+
+
+def ops_table_html(ops: pd.DataFrame) -> html.Table:
+    """The time per op, most total time first (as ops_table orders it), one row per op."""
+    left = {"textAlign": "left"}
+    head = html.Thead(html.Tr([html.Th(title, style=left if digits is None else None)
+                               for _, title, digits in OPS_COLUMNS]))
+    rows = [html.Tr([html.Td(str(row[col]), style=left) if digits is None else html.Td(fmt_num(row[col], digits))
+                     for col, _, digits in OPS_COLUMNS]) for row in ops.to_dict("records")]
+    return html.Table([head, html.Tbody(rows)], className="compare-table", id="trace-ops")
 
 
 def links(data: StoreData, run_id: str) -> html.Div:
@@ -190,7 +207,7 @@ def layout(data: StoreData, run_id: str) -> html.Div:
                    className="muted"),
         ]),
         html.H3("Time per op (whole trace)"),
-        grid("trace-ops", view["ops"], OPS_COLUMNS),
+        ops_table_html(view["ops"]),
         links(data, run_id),
     )
 
