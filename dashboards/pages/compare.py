@@ -14,7 +14,6 @@ import pandas as pd
 from dash import dcc, html
 
 from tpuscope.analyze.compare import Side, compare, judged_walls, keyed
-from tpuscope.analyze.judge import judged_steps
 from tpuscope.report.diff import difference_text, ratio_text, steps_word
 from tpuscope.schema import Finding
 from tpuscope.store import sql
@@ -91,25 +90,25 @@ def fallback_counts(data: StoreData, run_id: str) -> pd.Series:
     return data.derived(run_id, "fallback-calls-per-op", ("fallbacks",), load)
 
 
-def judged_wall(data: StoreData, run_id: str, warmup: int) -> pd.Series:
-    """The judged steps' wall ns, cached until the steps table changes: judging 100k steps
-    costs ~0.15 s of CPU, paid again at every Compare request that names the run."""
-    return data.derived(run_id, f"judged-wall-{warmup}", ("steps",),
-                        lambda: judged_steps(data.columns(run_id, "steps", JUDGE_COLUMNS), warmup)["wall_ns"])
+def judged(data: StoreData, run_id: str, warmup: int) -> tuple[list[float], list[float] | None]:
+    """The judged steps' wall ns and compiles as `tpuscope diff` reads them, cached until the
+    steps table changes: judging 100k steps costs ~0.15 s of CPU, paid again at every Compare
+    request that names the run."""
+    return data.derived(run_id, f"judged-walls-{warmup}", ("steps",),
+                        lambda: judged_walls(data.columns(run_id, "steps", JUDGE_COLUMNS), warmup))
 
 
 def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     sa, sb = data.summary(run_a), data.summary(run_b)
     label_a, label_b = f"A: {sa['name'] or run_a}", f"B: {sb['name'] or run_b}"
-    steps = {label_a: judged_wall(data, run_a, sa["warmup"]), label_b: judged_wall(data, run_b, sb["warmup"])}
+    (wall_a, compiled_a), (wall_b, compiled_b) = judged(data, run_a, sa["warmup"]), judged(data, run_b, sb["warmup"])
+    steps = {label_a: pd.Series(wall_a, dtype=float), label_b: pd.Series(wall_b, dtype=float)}
     if label_a == label_b:
         steps = dict(zip([label_a + " (A)", label_b + " (B)"], steps.values(), strict=True))
 
     compiles = {label_a: pd.Series({"total": sa["compiles"], "recompiles": sa["recompiles"]}),
                 label_b: pd.Series({"total": sb["compiles"], "recompiles": sb["recompiles"]})}
     findings_a, findings_b = data.findings(run_a), data.findings(run_b)
-    (wall_a, compiled_a), (wall_b, compiled_b) = (  # as `tpuscope diff` reads them
-        judged_walls(data.columns(run, "steps", JUDGE_COLUMNS), s["warmup"]) for run, s in ((run_a, sa), (run_b, sb)))
     diff = compare(Side(sa, findings_a, wall_a, compiled_a), Side(sb, findings_b, wall_b, compiled_b))
     delta = findings_delta(diff, findings_a, findings_b)
     return html.Div(className="page", id="page-compare", children=[
