@@ -59,6 +59,7 @@ class StepMatrix:
         con.executemany("INSERT INTO host_index VALUES (?, ?)", [(h, i) for i, h in enumerate(hosts)])
         lo, hi = con.execute("SELECT min(step), max(step) FROM host_steps").fetchall()[0]
         self.lo, self.span = int(lo), int(hi) - int(lo) + 1
+        self.rows = 0  # rows of host_steps the last full pass read (a step twice: more than cells)
 
     def columns(self, names: list[str], steps: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """hosts x steps float64 matrices of some columns of host_steps, NaN where a host has no
@@ -71,7 +72,9 @@ class StepMatrix:
         reader = self.con.sql(
             f"SELECT x.i, h.step - {self.lo} AS k, {picked} FROM host_steps h "
             "JOIN host_index x ON CAST(h.host AS VARCHAR) = x.host").to_arrow_reader(BATCH_ROWS)
+        self.rows = 0
         for batch in reader:
+            self.rows += batch.num_rows
             i = batch.column("i").to_numpy(zero_copy_only=False)
             k = where[batch.column("k").to_numpy(zero_copy_only=False)]
             keep = k >= 0

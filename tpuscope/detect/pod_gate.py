@@ -4,7 +4,7 @@ Judging a pod host by host (detect/pod.py) read every host's step and metrics ro
 and ran every rule on them: at 128 hosts x 100k steps, ~80% of the analysis's CPU, nearly all
 of it on hosts where no rule could fire (no syncs, no fallbacks, no compiles after warm-up).
 Each default rule returns nothing unless some input of its own holds something; those inputs
-are counted here for every host at once (one DuckDB pass over the steps, one over the metrics,
+are counted here for every host at once (the steps' pass that PodSteps makes anyway, one over the metrics,
 one per device table; the small compiles and fallbacks frames are in memory already), and a
 rule runs on a host's tables only when its inputs there are not empty. A rule not listed here
 (a user's own) runs on every host, as before. The findings are the same by construction: a
@@ -77,14 +77,13 @@ def plan(facts: dict[str, HostFacts], hosts: list[str],
 
 def host_facts(con: Any, run: Any, hosts: list[str], fallbacks: dict[str, pd.DataFrame],
                families: dict[str, pd.DataFrame]) -> dict[str, HostFacts]:
-    """HostFacts of every host: `con` has the views `s` (analyze/pod_sql.PodSteps) and
-    `metrics`; fallbacks and families are the pod's, split by host."""
+    """HostFacts of every host: `con` has the table `procs` (analyze/pod_sql.PodSteps: rows and
+    whether a step read from the device, per process) and the view `metrics`; fallbacks and families are the pod's, split by host."""
     from tpuscope.analyze.families import bounded, recompiles
 
     facts = {host: HostFacts() for host in hosts}
     for host, n, transfers in con.execute(
-            "SELECT CAST(host AS VARCHAR), count(*), "
-            "coalesce(max(transfers_from_device) > 0, false) FROM s GROUP BY 1").fetchall():
+            "SELECT CAST(host AS VARCHAR), sum(n), bool_or(transfers) FROM procs GROUP BY 1").fetchall():
         if host in facts:
             facts[host].steps, facts[host].transfers = int(n), bool(transfers)
     names = ", ".join("'" + n + "'" for n in DISPATCH_METRICS)
