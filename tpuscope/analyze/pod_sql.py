@@ -68,7 +68,8 @@ class PodSteps:
             "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
             "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
             "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds, "
-            "coalesce(max(transfers_from_device) > 0, false) AS transfers FROM s GROUP BY host, pid"
+            "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step "
+            "FROM s GROUP BY host, pid"
         )
         self._mark_setup()
         if self._simple_phases():  # every process past its warm-up, none a single step
@@ -169,7 +170,7 @@ class PodSteps:
     # -- whole-run figures (analyze/summary.py, analyze/families.loop_ends) ------------------
     def hosts(self) -> list[str]:
         """Every host with a step row."""
-        return [str(r[0]) for r in self.rows("SELECT DISTINCT host FROM s WHERE host IS NOT NULL")]
+        return [str(r[0]) for r in self.rows("SELECT DISTINCT host FROM procs WHERE host IS NOT NULL")]
 
     def loop_ends(self) -> dict[str, int]:
         """analyze/families.loop_ends: 'host/pid' -> the last step of its loop."""
@@ -179,7 +180,7 @@ class PodSteps:
 
     def last_steps(self) -> dict[str, int]:
         """Per host, its last step (any phase)."""
-        rows = self.rows("SELECT host, max(step) FROM s WHERE host IS NOT NULL GROUP BY host")
+        rows = self.rows("SELECT host, max(last_step) FROM procs WHERE host IS NOT NULL GROUP BY host")
         return {str(h): int(s) for h, s in rows if s is not None}
 
     def judged_wall_s(self) -> float:
@@ -279,7 +280,7 @@ class PodSteps:
         for proc in meta.get("processes", []):
             procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
         counts = {str(h): int(n) for h, n in self.rows(
-            "SELECT CAST(host AS VARCHAR), count(*) FROM s GROUP BY 1")}
+            "SELECT CAST(host AS VARCHAR), sum(n) FROM procs GROUP BY 1")}
         p50 = {str(h): float(m) / NS_PER_MS for h, m in self.rows(
             "SELECT host, median(wall_ns) FROM host_steps GROUP BY host")}
         return [{"host": host, "processes": procs.get(host, 0), "steps": counts[host],

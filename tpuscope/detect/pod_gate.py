@@ -76,9 +76,10 @@ def plan(facts: dict[str, HostFacts], hosts: list[str],
 
 
 def host_facts(con: Any, run: Any, hosts: list[str], fallbacks: dict[str, pd.DataFrame],
-               families: dict[str, pd.DataFrame]) -> dict[str, HostFacts]:
+               families: pd.DataFrame) -> dict[str, HostFacts]:
     """HostFacts of every host: `con` has the table `procs` (analyze/pod_sql.PodSteps: rows and
-    whether a step read from the device, per process) and the view `metrics`; fallbacks and families are the pod's, split by host."""
+    whether a step read from the device, per process) and the view `metrics`; fallbacks are the pod's split by host, families the pod's (each host's part of
+    them is split_by_host's: its rows whose host is that text, as recompiles/bounded filter rows)."""
     from tpuscope.analyze.families import bounded, recompiles
 
     facts = {host: HostFacts() for host in hosts}
@@ -93,10 +94,11 @@ def host_facts(con: Any, run: Any, hosts: list[str], fallbacks: dict[str, pd.Dat
             facts[host].dispatch_metrics = True
     for host in _device_hosts(con, run, set(hosts)):
         facts[host].device_rows = True
+    again = pd.concat([recompiles(families), bounded(families)])  # row filters: the pod's at once
+    judged = set(again["host"].astype(str)) if not again.empty and "host" in again else set()
     for host, fact in facts.items():
         fact.fallbacks = host in fallbacks and not fallbacks[host].empty
-        mine = families.get(host)
-        fact.recompiles = mine is not None and not (recompiles(mine).empty and bounded(mine).empty)
+        fact.recompiles = host in judged
     return facts
 
 

@@ -178,7 +178,7 @@ class PodTables(RunTables):
         from tpuscope.detect.pod_gate import host_facts, plan
 
         split = self._split
-        facts = host_facts(self.pod.con, self.run, hosts, split["fallbacks"], split["families"])
+        facts = host_facts(self.pod.con, self.run, hosts, split["fallbacks"], self.families)
         todo = plan(facts, hosts, rules)
         if not self.pod.steps_once():
             self.pod.group_steps()
