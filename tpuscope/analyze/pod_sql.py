@@ -68,8 +68,8 @@ class PodSteps:
             "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
             "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
             "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds, "
-            "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step "
-            "FROM s GROUP BY host, pid"
+            "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step, "
+            "min(step) AS first_step, count(step) AS n_step FROM s GROUP BY host, pid"
         )
         self._mark_setup()
         if self._simple_phases():  # every process past its warm-up, none a single step
@@ -119,7 +119,8 @@ class PodSteps:
         CPU at 12.8M rows); False when it cannot be proven cheaply (a null step, a wide span)."""
         if self.grouped:
             return True  # grouped already: a step written twice is taken as pandas takes it
-        lo, hi, nulls = self.rows("SELECT min(step), max(step), count(*) - count(step) FROM s")[0]
+        lo, hi, nulls = self.rows(
+            "SELECT min(first_step), max(last_step), sum(n) - sum(n_step) FROM procs")[0]
         if lo is None or nulls or int(hi) - int(lo) >= MAX_STEP_SPAN:
             return lo is None
         twice = self.rows(
