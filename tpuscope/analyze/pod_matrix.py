@@ -53,11 +53,12 @@ class StepMatrix:
     """The judged (host, step) rows of a pod (DuckDB view `host_steps`) as host x step
     matrices, a column at a time; hosts in the order given, steps from the lowest judged one."""
 
-    def __init__(self, con: Any, hosts: list[str]) -> None:
+    def __init__(self, con: Any, hosts: list[str], span: tuple[Any, Any] | None = None) -> None:
+        """`span`: the lowest and highest step of host_steps, when the caller has them."""
         self.con, self.hosts = con, hosts
         con.execute("CREATE OR REPLACE TEMP TABLE host_index (host VARCHAR, i INTEGER)")
         con.executemany("INSERT INTO host_index VALUES (?, ?)", [(h, i) for i, h in enumerate(hosts)])
-        lo, hi = con.execute("SELECT min(step), max(step) FROM host_steps").fetchall()[0]
+        lo, hi = span or con.execute("SELECT min(step), max(step) FROM host_steps").fetchall()[0]
         self.lo, self.span = int(lo), int(hi) - int(lo) + 1
         self.rows = 0  # rows of host_steps the last full pass read (a step twice: more than cells)
 

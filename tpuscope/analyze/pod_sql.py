@@ -175,8 +175,11 @@ class PodSteps:
 
     def loop_ends(self) -> dict[str, int]:
         """analyze/families.loop_ends: 'host/pid' -> the last step of its loop."""
-        rows = self.rows("SELECT host, pid, max(step) FROM phased WHERE phase NOT IN ('after', 'setup') "
-                         "GROUP BY host, pid")
+        # max(step) of the phases but after and setup, per process, from procs (no pass over the
+        # rows): setup steps lead the loop (its last step is last_loop), and a process of one
+        # row at the after-the-loop boundary has that row judged (phased), its step its last
+        rows = self.rows("SELECT host, pid, CASE WHEN last_loop IS NOT NULL THEN last_loop "
+                         "WHEN n = 1 THEN last_step END FROM procs")
         return {f"{h}/{p}": int(s) for h, p, s in rows if s is not None}
 
     def last_steps(self) -> dict[str, int]:
@@ -236,15 +239,21 @@ class PodSteps:
     # -- the pod view (analyze/hosts.pod_view) ------------------------------------------------
     def judged_hosts(self) -> list[str]:
         """The hosts with judged steps, in natural order."""
-        rows = self.rows("SELECT DISTINCT CAST(host AS VARCHAR) FROM host_steps")
-        return sorted((str(r[0]) for r in rows), key=natural_key)
+        return sorted(self._judged_span()[0], key=natural_key)
+
+    def _judged_span(self) -> tuple[list[str], int | None, int | None]:
+        """The hosts with judged steps and their lowest and highest judged step, in one pass."""
+        hosts, lo, hi = self.rows("SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) "
+                                  "FROM host_steps")[0]
+        return [str(h) for h in hosts or []], lo, hi
 
     def pod_view(self) -> dict[str, Any]:
         """analyze/hosts.pod_view of the judged steps: the same dict, from host x step matrices."""
-        hosts = self.judged_hosts()
+        found, lo, hi = self._judged_span()
+        hosts = sorted(found, key=natural_key)
         if len(hosts) < 2:
             return {}
-        matrices = StepMatrix(self.con, hosts)
+        matrices = StepMatrix(self.con, hosts, (lo, hi))
         wall = matrices.columns(["wall_ns"])["wall_ns"]
         self._order_stats(wall, matrices.rows)
         p50 = nan_median(wall, 1)
