@@ -195,7 +195,9 @@ def _union(all_runs: list[list[list[int]]]) -> Any:
 def detect_per_host(
     tables: RunTables, rules: list[Callable[[RunTables], list[Finding]]], hosts: list[str]
 ) -> list[Finding]:
-    """Every rule on every host alone, the same root cause merged across hosts."""
+    """Every rule on every host alone, the same root cause merged across hosts. A PodTables
+    runs a rule only on the hosts whose aggregates hold its inputs (detect/pod_gate.py): the
+    others would return nothing, and their rows are never read."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
     todo = {host: rules for host in hosts}
     if hasattr(tables, "each_host"):  # a PodTables: each host's rows read from its own parts,
