@@ -104,3 +104,55 @@ def test_setup_steps_over_the_parts_are_the_in_memory_ones(tmp_path):
     assert same(found, found_mem)
     assert same(summary, summary_mem)
     assert summary["steps"] == summary_mem["steps"] == 3 * 40 - 1  # host-0's setup is no step
+
+
+def _rewrite_steps(root: Path, host: str, edit) -> None:
+    """Edit one host's steps part in place (pandas), keeping the store's schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    part = sorted((root / "steps").glob(f"part-{host}-*.parquet"))[0]
+    schema = pq.read_schema(part)
+    frame = edit(pq.read_table(part).to_pandas())
+    pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), part)
+
+
+def test_the_gate_runs_a_rule_only_where_its_inputs_are_and_finds_the_same(tmp_path):
+    """detect/pod_gate.py: host-2 reads from the device every step (host_sync runs there and
+    fires), the quiet hosts are never read; the findings are the in-memory path's, which runs
+    every rule on every host."""
+    from tpuscope.detect import DETECTORS
+    from tpuscope.detect.host_sync import detect_host_sync
+
+    root = _make_pod()(tmp_path, 4, 60)
+
+    def reads(frame: pd.DataFrame) -> pd.DataFrame:
+        frame["transfers_from_device"] = 1
+        return frame
+
+    _rewrite_steps(root, "host-2", reads)
+    run = Run(root)
+    parts = run_tables(run)
+    todo = parts.plan(parts.hosts, DETECTORS)
+    assert list(todo) == ["host-2"] and detect_host_sync in todo["host-2"]
+    (found, summary), (found_mem, summary_mem) = both_ways(run)
+    assert [f["evidence"]["hosts"] for f in found if f["rule"] == "host_sync"] == [["host-2"]]
+    assert same(found, found_mem)
+    assert same(summary, summary_mem)
+
+
+def test_a_step_written_twice_on_a_host_never_read_is_grouped_as_pandas_groups_it(tmp_path):
+    """A quiet host is not read by the rules, so its step written twice is found by SQL
+    (PodSteps.steps_once): the pod's figures take each (host, step) as pandas does."""
+    root = _make_pod()(tmp_path, 3, 40)
+
+    def twice(frame: pd.DataFrame) -> pd.DataFrame:
+        extra = frame[frame["step"] == 20].assign(wall_ns=lambda f: f["wall_ns"] * 3)
+        return pd.concat([frame, extra], ignore_index=True)
+
+    _rewrite_steps(root, "host-0", twice)
+    parts = run_tables(Run(root))
+    assert not parts.pod.steps_once()
+    (found, summary), (found_mem, summary_mem) = both_ways(Run(root))
+    assert same(found, found_mem)
+    assert same(summary, summary_mem)

@@ -195,15 +195,19 @@ def _union(all_runs: list[list[list[int]]]) -> Any:
 def detect_per_host(
     tables: RunTables, rules: list[Callable[[RunTables], list[Finding]]], hosts: list[str]
 ) -> list[Finding]:
-    """Every rule on every host alone, the same root cause merged across hosts."""
+    """Every rule on every host alone, the same root cause merged across hosts. A PodTables
+    runs a rule only on the hosts whose aggregates hold its inputs (detect/pod_gate.py): the
+    others would return nothing, and their rows are never read."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
-    if hasattr(tables, "each_host"):  # a PodTables: each host's rows read from its own parts
-        each = tables.each_host(hosts)
+    todo = {host: rules for host in hosts}
+    if hasattr(tables, "each_host"):  # a PodTables: each host's rows read from its own parts,
+        todo = tables.plan(hosts, rules)  # and only the rules that can find something there
+        each = tables.each_host(list(todo))
     else:
         split = HostSplit(tables)
         each = ((host, for_host(tables, host, split)) for host in hosts)
     for host, one in each:
-        for rule in rules:
+        for rule in todo[host]:
             for finding in rule(one):
                 groups.setdefault(_key(finding), []).append((host, finding))
     return [_merge(found, len(hosts)) for found in groups.values()]

@@ -171,6 +171,19 @@ class PodTables(RunTables):
         """The run as one host saw it: its rows (its own parts), its processes, its families."""
         return self._host_tables(host, self._read(self.reader, host))
 
+    def plan(self, hosts: list[str], rules: list[Any]) -> dict[str, list[Any]]:
+        """Per host, the rules that can find something on it (detect/pod_gate.py); the hosts
+        left out are never read. Their steps are checked for a step written twice (by SQL) as
+        _host_tables checks a read host's, so the pod's step figures group them alike."""
+        from tpuscope.detect.pod_gate import host_facts, plan
+
+        split = self._split
+        facts = host_facts(self.pod.con, self.run, hosts, split["fallbacks"], self.families)
+        todo = plan(facts, hosts, rules)
+        if not self.pod.steps_once():
+            self.pod.group_steps()
+        return todo
+
     def each_host(self, hosts: list[str]) -> Iterator[tuple[str, RunTables]]:
         """(host, for_host(host)) in order, the next host's rows read by a second thread (its
         own DuckDB connection) while the rules judge this one: reading is a third of a host's
