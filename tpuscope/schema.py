@@ -9,8 +9,9 @@ names stays small. Bump SCHEMA_VERSION when a column changes meaning or type
 from __future__ import annotations
 
 import json
+from collections.abc import KeysView
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -245,12 +246,29 @@ def table_columns(table: str, **columns: list[Any]) -> dict[str, list[Any]]:
     return columns
 
 
+class JsonObject(Protocol):
+    """A JSON object as its readers see it: a dict, or a record of the analysis contract
+    (tpuscope/analyze/records.py) that reads as the object it writes."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+    def __contains__(self, key: object, /) -> bool: ...
+
+    def keys(self) -> KeysView[str]: ...
+
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+
+
 @dataclass
 class Finding:
     """One diagnosis: what is wrong, where, what it costs and the change that fixes it.
 
     Its steps are runs of consecutive steps ([[2, 999999]]) with their count, never a list of
-    every step (tpuscope/step_runs.py): `Finding.of_steps` makes both from any steps."""
+    every step (tpuscope/step_runs.py): `Finding.of_steps` makes both from any steps.
+
+    Its `evidence` is its rule's typed record (tpuscope/analyze/contract.py) as the rule made
+    it, or as the analysis read it back; a plain dict from a script or a row read here (the
+    contract lives above this module: run_analysis types it)."""
 
     rule: str
     severity: str
@@ -260,7 +278,7 @@ class Finding:
     location: str | None = None
     cost_s: float = 0.0
     step_runs: list[list[int]] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JsonObject = field(default_factory=dict)
     step_count: int = 0
 
     def __post_init__(self) -> None:
@@ -283,7 +301,7 @@ class Finding:
 
     def to_row(self) -> dict[str, Any]:
         row = self.to_dict()
-        row["evidence"] = json.dumps(self.evidence, default=str, sort_keys=True)
+        row["evidence"] = json.dumps(row["evidence"], default=str, sort_keys=True)
         return row
 
     @classmethod
@@ -301,5 +319,13 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data; a shallow copy of the fields (dataclasses.asdict deep-copies every
-        nested value, seconds on a storm's evidence)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        nested value, seconds on a storm's evidence), the evidence as its JSON object."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["evidence"] = plain_evidence(self.evidence)
+        return data
+
+
+def plain_evidence(evidence: JsonObject) -> dict[str, Any]:
+    """A finding's evidence as the JSON object it writes (a record's `to_dict`, a dict as is)."""
+    to_dict = getattr(evidence, "to_dict", None)
+    return to_dict() if callable(to_dict) else {key: evidence[key] for key in evidence.keys()}
