@@ -9,7 +9,7 @@ names stays small. Bump SCHEMA_VERSION when a column changes meaning or type
 from __future__ import annotations
 
 import json
-from collections.abc import KeysView
+from collections.abc import Iterator, KeysView
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -254,6 +254,8 @@ class JsonObject(Protocol):
 
     def __contains__(self, key: object, /) -> bool: ...
 
+    def __iter__(self) -> Iterator[str]: ...
+
     def keys(self) -> KeysView[str]: ...
 
     def get(self, key: str, default: Any = None, /) -> Any: ...
@@ -282,12 +284,18 @@ class Finding:
     step_count: int = 0
 
     def __post_init__(self) -> None:
+        """A finding's missing values, made plain here once whatever it was read from (a pyarrow
+        row gives None, a pandas row NaN): no location is None, no cost 0.0, no steps []."""
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
         if not isinstance(self.location, str) or not self.location:
-            self.location = None  # a missing location read from pandas arrives as NaN
+            self.location = None
+        if self.cost_s is None or self.cost_s != self.cost_s:
+            self.cost_s = 0.0
         self.step_runs = normalize_runs(self.step_runs)
-        self.step_count = int(self.step_count or 0) or runs_count(self.step_runs)
+        count = self.step_count
+        count = 0 if count is None or count != count else int(count)
+        self.step_count = count or runs_count(self.step_runs)
 
     @staticmethod
     def of_steps(steps: Any) -> tuple[list[list[int]], int]:
@@ -306,16 +314,9 @@ class Finding:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Finding:
-        data = dict(row)
-        data["evidence"] = json.loads(data.get("evidence") or "{}")
-        data["step_runs"] = normalize_runs(data.get("step_runs"))
-        count = data.get("step_count")
-        data["step_count"] = 0 if count is None or count != count else int(count)
-        cost = data.get("cost_s")
-        data["cost_s"] = 0.0 if cost is None or cost != cost else float(cost)
-        if not isinstance(data.get("location"), str):  # pandas' str dtype reads nulls as NaN
-            data["location"] = None
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        data = {k: row.get(k) for k in cls.__dataclass_fields__}
+        data["evidence"] = json.loads(row.get("evidence") or "{}")
+        return cls(**data)  # missing values made plain in __post_init__
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data; a shallow copy of the fields (dataclasses.asdict deep-copies every
@@ -328,4 +329,4 @@ class Finding:
 def plain_evidence(evidence: JsonObject) -> dict[str, Any]:
     """A finding's evidence as the JSON object it writes (a record's `to_dict`, a dict as is)."""
     to_dict = getattr(evidence, "to_dict", None)
-    return to_dict() if callable(to_dict) else {key: evidence[key] for key in evidence.keys()}
+    return to_dict() if callable(to_dict) else {key: evidence[key] for key in evidence}

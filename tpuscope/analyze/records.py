@@ -50,7 +50,7 @@ class Record:
         """The record of a JSON object as read (a dict, or another record's JSON form); keys it
         does not declare are kept in `extra`."""
         if not isinstance(data, dict):
-            data = data.to_dict() if isinstance(data, Record) else {k: data[k] for k in data.keys()}
+            data = data.to_dict() if isinstance(data, Record) else {k: data[k] for k in data}
         known = set(cls.declared())
         values = {k: _read(cls.NESTED.get(k), v) for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}

@@ -95,11 +95,16 @@ def _stored(run: Run) -> RunReport | None:
     summary = stored_summary(run)
     if summary is None:
         return None
-    return RunReport(summary=summary, findings=sorted(map(_typed, run.findings_list()), key=order))
+    return RunReport(summary=summary, findings=stored_findings(run))
+
+
+def stored_findings(run: Run) -> list[Finding]:
+    """The findings table as written, most severe then costliest first, each one's evidence as
+    its rule's record (the table holds its JSON): what every surface lists of an ended run."""
+    return sorted(map(_typed, run.findings_list()), key=order)
 
 
 def _typed(finding: Finding) -> Finding:
-    """A stored finding with its evidence as its rule's record (the table holds its JSON)."""
     finding.evidence = evidence_of(finding)
     return finding
 
