@@ -10,7 +10,7 @@ import pandas as pd
 from dash import dcc, html
 
 from tpuscope.report.console import where
-from tpuscope.schema import Finding
+from tpuscope.schema import Finding, plain_evidence
 
 MAX_EVIDENCE = 4000
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
@@ -95,7 +95,8 @@ def compact(value: Any, items: int = 20) -> Any:
 
 def finding_card(finding: Finding, index: int) -> html.Div:
     """One finding: what, where, what it costs, the fix, and the evidence on demand."""
-    evidence = json.dumps(compact(finding.evidence), indent=1, default=str) if finding.evidence else None
+    written = plain_evidence(finding.evidence)  # the rule's record as the JSON it writes
+    evidence = json.dumps(compact(written), indent=1, default=str) if written else None
     if evidence and len(evidence) > MAX_EVIDENCE:  # a storm's evidence can be megabytes
         evidence = (evidence[:MAX_EVIDENCE] + f"\n... ({len(evidence) - MAX_EVIDENCE:,} more characters: "
                     "tpuscope show RUN --json has all of it)")

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.detect.registry import order
-from tpuscope.detect.run_analysis import RunReport, current, stored_summary
+from tpuscope.detect.run_analysis import RunReport, current, stored_findings, stored_summary
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, layout, read_meta, sql
 from tpuscope.store.files import StoreError, is_valid_run_id
@@ -235,15 +235,9 @@ class StoreData:
     def findings(self, run_id: str) -> list[Finding]:
         """Stored findings, most severe then costliest first, as every surface lists them
         (the dashboard never re-runs detectors on an ended run)."""
-        def load() -> list[Finding]:
-            items = [Finding.from_row(row) for row in self.table(run_id, "findings").to_dict("records")]
-            for item in items:  # a None location comes back from Parquet as NaN
-                if not isinstance(item.location, str) or not item.location:
-                    item.location = None
-            return sorted(items, key=order)
-
         run = self.run(run_id)
-        return self._cached((run_id, "derived:findings"), _signature(run, "findings"), load, small=True)
+        return self._cached((run_id, "derived:findings"), _signature(run, "findings"),
+                            lambda: stored_findings(run), small=True)
 
     def _analysis_signature(self, run: Run) -> tuple[Any, ...]:
         return (_meta_signature(run), _file_signature(run, layout.ANALYSIS),
@@ -257,11 +251,7 @@ class StoreData:
 
     def live_findings(self, run_id: str) -> list[Finding]:
         """The findings of the analysis so far (a live run has none stored yet)."""
-        findings = sorted(self._report(run_id).findings, key=order)
-        for item in findings:
-            if not isinstance(item.location, str) or not item.location:
-                item.location = None
-        return findings
+        return sorted(self._report(run_id).findings, key=order)
 
     def summary(self, run_id: str) -> dict[str, Any]:
         """The run's one analysis (see _report) plus the counts the pages show."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.contract import ShapeChurnFacet
 from tpuscope.analyze.shapes import parse_shape, varying_dims
 
 
@@ -38,10 +39,10 @@ def varying_by_step(families: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["site", "dim", "step", "value"])
 
 
-def finding_values(compiles: pd.DataFrame, evidence: dict[str, Any]) -> pd.DataFrame:
+def finding_values(compiles: pd.DataFrame, facet: ShapeChurnFacet | None) -> pd.DataFrame:
     """(dim, step, value) of a shape_churn finding's dim, read back from the graphs it names."""
-    arg, dim = evidence.get("arg"), evidence.get("dim")
-    hashes = set(evidence.get("graph_hashes") or [])
+    arg, dim = (facet.arg, facet.dim) if facet else (None, None)
+    hashes = set(facet.graph_hashes if facet else [])
     if compiles.empty or arg is None or dim is None or not hashes:
         return pd.DataFrame(columns=["dim", "step", "value"])
     rows = []

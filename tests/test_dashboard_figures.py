@@ -25,6 +25,8 @@ from tpuscope_dashboards.figures.trace import activity_matrix, busy_ns, top_ops,
 from tpuscope_dashboards.pages.churn import churn_buckets
 from tpuscope_dashboards.shapes import finding_values, varying_by_step
 
+from tpuscope.analyze.contract import ShapeChurnFacet
+
 MS = 1_000_000
 
 
@@ -284,7 +286,7 @@ def test_varying_dims_per_step_and_a_churn_findings_values():
     varying = varying_by_step(judged(compiles)[0])
     assert varying["dim"].unique().tolist() == ["arg 0 dim 1"]
     assert varying["step"].tolist() == [0, 3, 5, 9] and varying["value"].tolist() == [16, 41, 53, 41]
-    evidence = {"arg": 0, "dim": 1, "graph_hashes": ["h1", "h2", "h3"], "buckets": [48, 56]}
+    evidence = ShapeChurnFacet(arg=0, dim=1, graph_hashes=["h1", "h2", "h3"], buckets=[48, 56])
     values = finding_values(compiles, evidence)
     assert values["step"].tolist() == [3, 5, 9] and values["value"].tolist() == [41, 53, 41]
     assert churn_buckets(evidence) == [48, 56]

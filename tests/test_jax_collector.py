@@ -1,8 +1,7 @@
-"""The JAX collector on real JAX (CPU): compiles with cause/line/shapes, retraces as rows,
-steps from jit calls and StepTraceAnnotation, host syncs, op-by-op dispatches, traces.
-
-In-process runs use tpuscope.profile(); one `tpuscope run` of examples/jax_train.py
-checks the whole path (sitecustomize -> post-import hook -> store -> report).
+"""The JAX collector on real JAX (CPU), in-process runs under tpuscope.profile(): compiles with
+cause/line/shapes, retraces as rows, steps from jit calls and StepTraceAnnotation, host syncs,
+op-by-op dispatches, traces. The explanation parser: test_jax_explain.py; the whole path under
+`tpuscope run` and the golden sample: test_jax_run.py.
 """
 
 from __future__ import annotations
@@ -17,19 +16,14 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import tpuscope  # noqa: E402
-from tests.conftest import ROOT, run_tpuscope  # noqa: E402
+from tests.conftest import run_tpuscope  # noqa: E402
 from tpuscope.collect.jax.explain import (  # noqa: E402
-    DEBUG_INFO,
     FIRST,
     INPUT_TYPES,
     PYTREE,
-    REDEFINED,
     STATIC_ARG,
-    TRACING_CONTEXT,
-    cause_text,
-    parse_explanation,
 )
-from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window  # noqa: E402
+from tpuscope.collect.trace_steps import ENV_TRACE_STEPS  # noqa: E402
 from tpuscope.detect import RunTables  # noqa: E402
 from tpuscope.detect.op_by_op import detect_op_by_op  # noqa: E402
 
@@ -41,81 +35,6 @@ def line_of(text: str) -> int:
     lines = HERE.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("def line_of"))
     return next(i for i, line in enumerate(lines) if i > start + 3 and text in line) + 1
-
-
-# -- the explanation parser, on messages exactly as JAX 0.10.2 logs them ------------------
-
-NEVER = ("TRACING CACHE MISS at /w/train.py:27 (<module>):\n  never seen function:\n"
-         "    f id=140660422161760 defined at /w/train.py:17")
-REDEF = NEVER + ("\n  but seen another function defined on the same line; maybe the function is\n"
-                 "  being re-defined repeatedly, preventing caching?")
-TYPES = ("TRACING CACHE MISS at /w/train.py:31 (<module>):\n  for f defined at /w/train.py:17\n"
-         "  all previously seen cache keys differ. For the closest previous key:\n"
-         "  different input types:\n  * at x, now f32[5,8] and before f32[4,8]\n"
-         "  * at batch['y'], now i32[5] and before i32[4]")
-WEAK = ("TRACING CACHE MISS at /w/t.py:3 (g):\n  for g defined at /w/t.py:1\n"
-        "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
-        "  * at s, now f32[]{weak_type=True} and before f32[]{weak_type=False}"
-        "https://docs.jax.dev/en/latest/type_promotion.html#weak-types")
-STATIC = ("TRACING CACHE MISS at /w/train.py:35:10 (<module>):\n  for g defined at /w/train.py:21\n"
-          "  all previously seen cache keys differ. For the closest previous key:\n  different input pytree:\n"
-          "  * at input path [0][1], now <class 'jax._src.tree_util.Static'> with pytree metadata "
-          "Static(val=3) and before <class 'jax._src.tree_util.Static'> with pytree metadata "
-          "Static(val=2), so the pytree node metadata does not match")
-TREE = ("TRACING CACHE MISS at /w/train.py:39:13 (<module>):\n  for h defined at /w/train.py:37\n"
-        "  all previously seen cache keys differ. For the closest previous key:\n  different input pytree:\n"
-        "  * at input path [0][0], now <class 'dict'> with 2 children and before <class 'dict'> with 1 "
-        "child, so the numbers of children do not match, with the symmetric difference of key sets: {'b'}")
-CONTEXT = ("TRACING CACHE MISS at /w/t.py:9 (<module>):\n  for f defined at /w/t.py:2\n"
-           "  all previously seen cache keys differ. For the closest previous key:\n"
-           "  Tracing context doesn't match, e.g. due to config or context manager.\n"
-           "  * jax_enable_x64 differs: now True and before False")
-DEBUG = ("TRACING CACHE MISS at /w/t.py:9 (<module>):\n  for f defined at /w/t.py:2\n"
-         "  all previously seen cache keys differ. For the closest previous key:\n  Debug info doesn't match.")
-
-
-def test_parse_first_and_redefined() -> None:
-    first = parse_explanation(NEVER)
-    assert (first.kind, first.function, first.defined_at, first.callsite) == (
-        FIRST, "f", "/w/train.py:17", "/w/train.py:27")
-    assert cause_text(first, "f") == "first trace of f"
-    redefined = parse_explanation(REDEF)
-    assert redefined.kind == REDEFINED
-    assert "re-defined on every call" in cause_text(redefined, "f")
-
-
-def test_parse_input_types_argument_by_argument() -> None:
-    expl = parse_explanation(TYPES)
-    assert expl.kind == INPUT_TYPES
-    assert [(d.arg, d.before, d.after) for d in expl.diffs] == [
-        ("x", "f32[4,8]", "f32[5,8]"), ("batch['y']", "i32[4]", "i32[5]")]
-    assert cause_text(expl, "f") == "retrace of f: arg x: f32[4,8] -> f32[5,8]; arg batch['y']: i32[4] -> i32[5]"
-    weak = parse_explanation(WEAK).diffs[0]
-    assert (weak.before, weak.after) == ("f32[]{weak_type=False}", "f32[]{weak_type=True}")
-
-
-def test_parse_static_pytree_context_debug() -> None:
-    static = parse_explanation(STATIC)
-    assert (static.kind, static.callsite) == (STATIC_ARG, "/w/train.py:35")
-    assert [(d.arg, d.before, d.after) for d in static.diffs] == [("[0][1]", "2", "3")]
-    assert cause_text(static, "g") == "retrace of g: static arg [0][1]: 2 -> 3"
-    tree = parse_explanation(TREE).diffs[0]
-    assert (tree.kind, tree.before, tree.after) == (PYTREE, "dict with 1 child", "dict with 2 children")
-    assert "{'b'}" in tree.detail
-    context = parse_explanation(CONTEXT).diffs
-    assert [(d.kind, d.arg, d.before, d.after) for d in context] == [
-        (TRACING_CONTEXT, "jax_enable_x64", "False", "True")]
-    assert parse_explanation(DEBUG).kind == DEBUG_INFO
-    assert parse_explanation("some other warning") is None
-
-
-def test_trace_window_parsing() -> None:
-    assert parse_window("10:20").start == 10 and 19 in parse_window("10:20") and 20 not in parse_window("10:20")
-    assert (parse_window("5").start, parse_window("5").stop) == (5, 6)
-    assert parse_window("") is None
-    for bad in ("a:b", "5:5", "-1:3"):
-        with pytest.raises(ValueError, match="trace steps"):
-            parse_window(bad)
 
 
 # -- in-process runs on real JAX ---------------------------------------------------------
@@ -283,69 +202,10 @@ def test_no_op_by_op_finding_on_a_jitted_loop(retrace_run) -> None:
     assert detect_op_by_op(RunTables.from_run(run)) == []
 
 
-# -- the example, end to end through `tpuscope run` ----------------------------------------
-
-def test_example_under_tpuscope_run_shows_the_retrace(example_run) -> None:
-    pytest.importorskip("flax")
-    run_dir, proc = example_run("jax_train.py")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "epoch 1: mean loss" in proc.stdout  # the program's own output is untouched
-    run = tpuscope.load_run(run_dir)
-    assert run.meta["processes"][0]["backend"] == "jax"
-    steps = run.steps
-    assert len(steps) == 14 and set(steps["boundary"]) == {"jit:train_step"}
-    after_warmup = run.compiles[run.compiles["step"] >= 2]
-    assert len(after_warmup) == 1
-    retrace = after_warmup.iloc[0]
-    assert retrace["step"] == 6
-    assert retrace["cause"].startswith("retrace of train_step: arg batch['x']: f32[32,64] -> f32[8,64]")
-    example = (ROOT / "examples" / "jax_train.py").read_text().splitlines()
-    call = next(i + 1 for i, line in enumerate(example) if "= train_step(state, batch)" in line)
-    assert retrace["location"] == f"{ROOT / 'examples' / 'jax_train.py'}:{call}"
-    assert "f32[8,64]" in list(retrace["input_shapes"])
-    shown = run_tpuscope("show", run_dir.name, "--store", str(run_dir.parent))
-    assert shown.returncode == 0, shown.stderr
-    assert "retrace of" in shown.stdout and "train_step" in shown.stdout
-
-
-# -- the sample trace (golden) -------------------------------------------------------------
-
-def test_sample_trace_jax_retrace_gives_its_expected_findings() -> None:
-    import json
-
-    from tpuscope.detect import detect
-
-    folder = ROOT / "sample_traces" / "jax_retrace"
-    expected = json.loads((folder / "expected_findings.json").read_text())
-    run = tpuscope.load_run(folder)
-    findings = detect(RunTables.from_run(run))
-    rules = {f.rule for f in findings}
-    for want in expected["findings"]:
-        found = [f for f in findings if f.rule == want["rule"]]
-        assert found, f"no {want['rule']} finding: {rules}"
-        finding = found[0]
-        assert finding.severity == want["severity"]
-        assert (finding.location or "").endswith(want["location_endswith"])
-        assert finding.step_runs == want["step_runs"]
-        text = f"{finding.title} {finding.detail} {json.dumps(finding.evidence)}"
-        assert all(piece in text for piece in want["text_contains"]), text
-    assert rules <= {w["rule"] for w in expected["findings"]} | set(expected["allowed"])
-    assert not rules & set(expected["absent"])
-    tables = expected["tables"]
-    assert len(run.steps) == tables["steps"]
-    from tpuscope.analyze.families import graph_families, process_backends
-
-    families = graph_families(run.compiles, process_backends(run.meta))
-    assert int(families["recompile"].sum()) == tables["recompiles"]
-    got = run.retraces.to_dict("records")
-    for want in tables["retraces"]:
-        assert any(all(row.get(k) == v for k, v in want.items()) for row in got), want
-
-
 def test_step_function_is_the_most_called_jitted_function(tmp_path: Path) -> None:
     """Eval steps first, then training: steps follow eval_step until train_step overtakes it."""
     from tpuscope.collect.jax.collector import JaxCollector
-    from tpuscope.collect.jax.hooks import JitTarget
+    from tpuscope.collect.jax.jit_hook import JitTarget
     from tpuscope.collect.session import Session
     from tpuscope.store import RunStore
 

@@ -9,8 +9,9 @@ names stays small. Bump SCHEMA_VERSION when a column changes meaning or type
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, KeysView
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -245,12 +246,31 @@ def table_columns(table: str, **columns: list[Any]) -> dict[str, list[Any]]:
     return columns
 
 
+class JsonObject(Protocol):
+    """A JSON object as its readers see it: a dict, or a record of the analysis contract
+    (tpuscope/analyze/records.py) that reads as the object it writes."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+    def __contains__(self, key: object, /) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def keys(self) -> KeysView[str]: ...
+
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+
+
 @dataclass
 class Finding:
     """One diagnosis: what is wrong, where, what it costs and the change that fixes it.
 
     Its steps are runs of consecutive steps ([[2, 999999]]) with their count, never a list of
-    every step (tpuscope/step_runs.py): `Finding.of_steps` makes both from any steps."""
+    every step (tpuscope/step_runs.py): `Finding.of_steps` makes both from any steps.
+
+    Its `evidence` is its rule's typed record (tpuscope/analyze/contract.py) as the rule made
+    it, or as the analysis read it back; a plain dict from a script or a row read here (the
+    contract lives above this module: run_analysis types it)."""
 
     rule: str
     severity: str
@@ -260,16 +280,22 @@ class Finding:
     location: str | None = None
     cost_s: float = 0.0
     step_runs: list[list[int]] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JsonObject = field(default_factory=dict)
     step_count: int = 0
 
     def __post_init__(self) -> None:
+        """A finding's missing values, made plain here once whatever it was read from (a pyarrow
+        row gives None, a pandas row NaN): no location is None, no cost 0.0, no steps []."""
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
         if not isinstance(self.location, str) or not self.location:
-            self.location = None  # a missing location read from pandas arrives as NaN
+            self.location = None
+        if self.cost_s is None or self.cost_s != self.cost_s:
+            self.cost_s = 0.0
         self.step_runs = normalize_runs(self.step_runs)
-        self.step_count = int(self.step_count or 0) or runs_count(self.step_runs)
+        count = self.step_count
+        count = 0 if count is None or count != count else int(count)
+        self.step_count = count or runs_count(self.step_runs)
 
     @staticmethod
     def of_steps(steps: Any) -> tuple[list[list[int]], int]:
@@ -283,23 +309,24 @@ class Finding:
 
     def to_row(self) -> dict[str, Any]:
         row = self.to_dict()
-        row["evidence"] = json.dumps(self.evidence, default=str, sort_keys=True)
+        row["evidence"] = json.dumps(row["evidence"], default=str, sort_keys=True)
         return row
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Finding:
-        data = dict(row)
-        data["evidence"] = json.loads(data.get("evidence") or "{}")
-        data["step_runs"] = normalize_runs(data.get("step_runs"))
-        count = data.get("step_count")
-        data["step_count"] = 0 if count is None or count != count else int(count)
-        cost = data.get("cost_s")
-        data["cost_s"] = 0.0 if cost is None or cost != cost else float(cost)
-        if not isinstance(data.get("location"), str):  # pandas' str dtype reads nulls as NaN
-            data["location"] = None
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        data = {k: row.get(k) for k in cls.__dataclass_fields__}
+        data["evidence"] = json.loads(row.get("evidence") or "{}")
+        return cls(**data)  # missing values made plain in __post_init__
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data; a shallow copy of the fields (dataclasses.asdict deep-copies every
-        nested value, seconds on a storm's evidence)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        nested value, seconds on a storm's evidence), the evidence as its JSON object."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["evidence"] = plain_evidence(self.evidence)
+        return data
+
+
+def plain_evidence(evidence: JsonObject) -> dict[str, Any]:
+    """A finding's evidence as the JSON object it writes (a record's `to_dict`, a dict as is)."""
+    to_dict = getattr(evidence, "to_dict", None)
+    return to_dict() if callable(to_dict) else {key: evidence[key] for key in evidence}

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from dash import html
 
-from tpuscope.analyze.contract import RecompileEvidence
+from tpuscope.analyze.contract import RecompileEvidence, ShapeChurnFacet
 from tpuscope.schema import Finding
 
 from ..components import empty_state, finding_card, fmt_num, graph, run_page, stat, stats_row
@@ -22,19 +22,13 @@ from ..figures.churn import dim_values
 from ..shapes import finding_values, varying_by_step
 
 
-def churn_buckets(evidence: dict[str, Any]) -> list[int]:
+def churn_buckets(facet: ShapeChurnFacet | None) -> list[int]:
     """The bucket sizes of the finding's padding plan."""
-    return [int(b) for b in evidence.get("buckets") or [] if isinstance(b, int | float)]
-
-
-def churn_of(finding: Finding) -> dict[str, Any]:
-    """The shape-churn facet of a recompile card (tpuscope.detect.shape_churn), with its site."""
-    facet = RecompileEvidence.of(finding).shape_churn
-    return {**(facet.to_dict() if facet else {}), "location": finding.location}
+    return [int(b) for b in (facet.buckets if facet else None) or [] if isinstance(b, int | float)]
 
 
 def finding_section(finding: Finding, index: int, compiles: pd.DataFrame) -> html.Div:
-    facet = churn_of(finding)
+    facet = RecompileEvidence.of(finding).shape_churn  # tpuscope.detect.shape_churn's facet
     values = finding_values(compiles, facet)
     parts: list[Any] = [finding_card(finding, index)]
     if not values.empty:
@@ -47,9 +41,9 @@ def covered(findings: list[Finding]) -> set[tuple[str, str]]:
     """(call site, 'arg A dim D') pairs a finding already plots, with the dims linked to it."""
     pairs = set()
     for f in findings:
-        ev = churn_of(f)
-        linked = ev.get("linked_dims") or [[ev.get("arg"), ev.get("dim")]]
-        pairs |= {(ev.get("location") or f.location or "", f"arg {a} dim {d}") for a, d in linked}
+        facet = RecompileEvidence.of(f).shape_churn or ShapeChurnFacet()
+        linked = facet.linked_dims or [[facet.arg, facet.dim]]
+        pairs |= {(f.location or "", f"arg {a} dim {d}") for a, d in linked}
     return pairs
 
 

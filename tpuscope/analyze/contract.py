@@ -7,9 +7,13 @@ pytest watch and the dashboard read these attributes, never string keys, so a ke
 the analysis is a type error at every reader (mypy runs in CI: tests/test_types.py), not a
 silent `None` in one of them.
 
-The JSON forms (analysis.json, `show --json`, the findings table's `evidence`) are unchanged:
-each record writes back exactly the object it was read from (tpuscope/analyze/records.py), so
-the analysis.json of runs written before this contract still read.
+Each rule makes its finding's record itself (tpuscope/detect/); the analysis types a stored
+finding's evidence as its rule's record when it reads it back (run_analysis), so a surface
+never meets a dict. The JSON forms (analysis.json, `show --json`, the findings table's
+`evidence`) are unchanged: a record made by a rule writes the keys its rule always wrote, in
+that order, and one read back writes exactly the object it was read from
+(tpuscope/analyze/records.py), so the analysis.json of runs written before this contract still
+read.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from tpuscope.analyze.records import Record
+from tpuscope.schema import JsonObject
 from tpuscope.schema_consts import DEFAULT_WARMUP
 
 E = TypeVar("E", bound="Evidence")
@@ -27,7 +32,7 @@ class HasEvidence(Protocol):
     """A finding as the contract sees it (tpuscope.schema.Finding)."""
 
     rule: str
-    evidence: dict[str, Any]
+    evidence: JsonObject
 
 
 # ---- the summary --------------------------------------------------------------------------
@@ -189,8 +194,16 @@ class Evidence(Record):
 
     @classmethod
     def of(cls: type[E], finding: HasEvidence) -> E:
-        """The finding's evidence as this record (any rule's: only the declared keys are read)."""
-        return cls.from_dict(finding.evidence)
+        """The finding's evidence as this record: the record its rule made, or (a dict, another
+        rule's record) one read from its JSON form, whose declared keys only are typed."""
+        evidence = finding.evidence
+        return evidence if isinstance(evidence, cls) else cls.from_dict(evidence)
+
+    def on_hosts(self: E, hosts: list[str], total: int, worst: str,
+                 cost_s: dict[str, float]) -> E:
+        """This evidence naming the hosts of a pod its finding was seen on (detect/pod.py): the
+        rule's keys as they were, the hosts' after them."""
+        return self.with_values(hosts=hosts, hosts_total=total, worst_host=worst, cost_s_per_host=cost_s)
 
     @property
     def undeclared(self) -> list[str]:
@@ -218,6 +231,9 @@ class RecompiledGraph(Record):
 @dataclass
 class ShapeChurnFacet(Record):
     """The varying dim of a recompiled family (detect/shape_churn.py), with a bucketing plan."""
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset(  # the plan: three sizes or more
+        {"buckets", "plan", "padding_waste", "how", "saved_compiles", "saved_s"})
 
     arg: int | None = None
     arg_name: str | None = None
@@ -250,6 +266,14 @@ class RecompileEvidence(Evidence):
     (verdict "bounded"), or imported totals (`compiles` a count, `source` "imported totals")."""
 
     RULE: ClassVar[str] = "recompile"
+    OMIT_NONE: ClassVar[frozenset[str]] = Evidence.OMIT_NONE | {
+        "graphs", "quiet_steps", "last_step", "per_1000_steps", "s_per_1000_steps", "shape_churn",
+        "storm", "steps", "source", "files"}
+    # the other shapes' keys, in the order written (the declared order is a recompile's)
+    BOUNDED: ClassVar[tuple[str, ...]] = (
+        "verdict", "graphs", "graph_hashes", "location", "backend", "compile_s", "recompiles",
+        "run_wall_s", "share", "facets")
+    IMPORTED: ClassVar[tuple[str, ...]] = ("compiles", "steps", "source", "files")
     NESTED: ClassVar[dict[str, type[Record]]] = {
         "compiles": RecompiledGraph, "shape_churn": ShapeChurnFacet, "storm": StormFacet}
 
@@ -289,6 +313,7 @@ class FallbackEvidence(Evidence):
     """Rule `cpu_fallback`: one op that torch_xla ran on the host."""
 
     RULE: ClassVar[str] = "cpu_fallback"
+    OMIT_NONE: ClassVar[frozenset[str]] = Evidence.OMIT_NONE | {"source", "files"}
 
     op: str | None = None
     count: int = 0
@@ -305,12 +330,16 @@ class HostSyncEvidence(Evidence):
     """Rule `host_sync`: device-to-host reads per step and their call sites."""
 
     RULE: ClassVar[str] = "host_sync"
+    OMIT_NONE: ClassVar[frozenset[str]] = Evidence.OMIT_NONE | {
+        "share_of_host_reads", "source", "value_reads", "host_reads", "step_markers", "files"}
 
     reads_per_step: float = 0.0
     sites: list[dict[str, Any]] = field(default_factory=list)
-    share_of_host_reads: float | None = None
+    share_of_host_reads: float | None = None  # steps judged: the reads' share of host reads
+    source: str | None = None  # imported totals: what they count, over their step markers
+    value_reads: int | None = None
+    host_reads: int | None = None
     step_markers: int | None = None
-    source: str | None = None
     files: list[str] | None = None
 
 
@@ -319,6 +348,9 @@ class OpByOpEvidence(Evidence):
     """Rule `op_by_op`: ops dispatched one by one (torch_xla eager mode, JAX outside jit)."""
 
     RULE: ClassVar[str] = "op_by_op"
+    OMIT_NONE: ClassVar[frozenset[str]] = Evidence.OMIT_NONE | {  # torch_xla's keys, or JAX's
+        "executions_per_step", "source", "dispatches_per_step", "jit_calls_per_step",
+        "eager_dispatch_s", "wall_s", "eager_time_share", "top_lines", "top_primitives", "backend"}
 
     executions_per_step: float | None = None
     source: str | None = None
@@ -327,18 +359,21 @@ class OpByOpEvidence(Evidence):
     eager_dispatch_s: float | None = None
     wall_s: float | None = None
     eager_time_share: float | None = None
-    top_lines: list[dict[str, Any]] = field(default_factory=list)
-    top_primitives: list[dict[str, Any]] = field(default_factory=list)
+    top_lines: list[dict[str, Any]] | None = None
+    top_primitives: list[dict[str, Any]] | None = None
     backend: str | None = None
 
 
 @dataclass
 class TensorCoreEvidence(Evidence):
-    """Rule `tensorcore_underuse`: estimated (cost model: a step graph's problems as facets) or
-    measured (xprof). Open: the problem's figures and xprof's measurements keep their own names."""
+    """Rule `tensorcore_underuse`: estimated (cost model: a step graph's problems as facets),
+    measured (xprof's MXU figures) or the device idle in traced steps. Each shape writes its
+    own keys (detect/tensorcore.py states their order); open to a measurement not named here."""
 
     RULE: ClassVar[str] = "tensorcore_underuse"
     OPEN: ClassVar[bool] = True
+    MEASURED: ClassVar[tuple[str, ...]] = (  # xprof's overview_page, as the rule reads it
+        "mxu_utilization_percent", "device_duty_cycle_percent", "device_idle_time_percent")
 
     basis: str | None = None
     cost_figure: str | None = None
@@ -346,6 +381,18 @@ class TensorCoreEvidence(Evidence):
     kind: str | None = None
     share_of_step: float | None = None
     padding_share_by_generation: dict[str, float] | None = None
+    # the problem's matmuls (analyze/tensorcore._describe); the last five by kind
+    count: int | None = None
+    location: str | None = None
+    lines: list[str] | None = None
+    module_paths: list[str] | None = None
+    flops: float | None = None
+    shapes: list[str] | None = None
+    head_dim: int | None = None
+    dims: list[int] | None = None
+    padded: list[int] | None = None
+    precision: list[str] | None = None
+    rows: list[int] | None = None
     roofline: dict[str, Any] | None = None
     facets: list[dict[str, Any]] = field(default_factory=list)
     kinds: list[str | None] = field(default_factory=list)
@@ -353,6 +400,11 @@ class TensorCoreEvidence(Evidence):
     graph_site: str | None = None
     matmul_time_percent: float | None = None
     top_ops: list[dict[str, Any]] | None = None
+    idle_share: float | None = None
+    devices: list[str] | None = None
+    mxu_utilization_percent: float | None = None
+    device_duty_cycle_percent: float | None = None
+    device_idle_time_percent: float | None = None
 
 
 @dataclass
@@ -375,6 +427,10 @@ class RankDivergenceEvidence(Evidence):
     """Rule `rank_divergence`: graphs or ops some hosts ran and others did not, or counts apart."""
 
     RULE: ClassVar[str] = "rank_divergence"
+    # its two shapes' keys, in the order written: what some hosts did at a line, graphs per host
+    AT_LINE: ClassVar[tuple[str, ...]] = (
+        "hosts", "present_on", "missing_on", "hosts_total", "items", "only")
+    GRAPH_COUNTS: ClassVar[tuple[str, ...]] = ("hosts", "hosts_total", "graphs_per_host")
 
     present_on: list[str] | None = None
     missing_on: list[str] | None = None

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze import cost_model as cm
-from tpuscope.analyze.frames import records
+from tpuscope.analyze.frames import json_records
 from tpuscope.analyze.mxu import generation_of
 
 WITHIN = 2.0
@@ -290,5 +290,4 @@ def top(priced: pd.DataFrame, n: int = 10) -> list[dict[str, Any]]:
     cols = ["module", "op", "category", "occurrences", "measured_us", "estimated_us", "ratio", "within_2x",
             "bound", "xprof_bound", "rule", "counts_from"]
     rows = priced.sort_values("measured_us", ascending=False).head(n)[cols]
-    return [{k: (None if isinstance(v, float) and v != v else v.item() if hasattr(v, "item") else v)
-             for k, v in r.items()} for r in records(rows)]
+    return json_records(rows)

@@ -6,13 +6,21 @@ must come back byte for byte (`show --json` of a stored run prints its keys in t
 file has them, sorted; a run analysed now prints them in the order the analysis made them), and
 keys a record does not declare (written by another version of tpuscope) are kept, not dropped.
 So a record remembers the order of the dict it was read from and every key it did not know.
+
+A rule makes its finding's record itself (tpuscope/detect/): the keys it writes are the declared
+ones in order, or, for a rule whose findings come in several shapes (a bounded set of graphs
+beside a recompile), the `key_order` it states. A record reads as its JSON form (`record["key"]`,
+`get`, `keys`), the `JsonObject` that `Finding.evidence` (tpuscope/schema.py, below the
+contract) is typed as. Not a `Mapping`: JSON keys named `values` and `items` are fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import KeysView
-from dataclasses import MISSING, Field, dataclass, field, fields
+from collections.abc import Iterator, KeysView
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
+
+from tpuscope.schema import JsonObject
 
 R = TypeVar("R", bound="Record")
 
@@ -38,8 +46,11 @@ class Record:
         return [f.name for f in fields(cls) if f.name not in _OWN]
 
     @classmethod
-    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
-        """The record of a JSON object as read; keys it does not declare are kept in `extra`."""
+    def from_dict(cls: type[R], data: JsonObject) -> R:
+        """The record of a JSON object as read (a dict, or another record's JSON form); keys it
+        does not declare are kept in `extra`."""
+        if not isinstance(data, dict):
+            data = data.to_dict() if isinstance(data, Record) else {k: data[k] for k in data}
         known = set(cls.declared())
         values = {k: _read(cls.NESTED.get(k), v) for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
@@ -47,8 +58,9 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object. A record made by the analysis writes its declared keys in order
-        (those in OMIT_NONE only with a value); one read from JSON gives back the keys it was
-        read with, in their order, and any key given a value since."""
+        (those in OMIT_NONE only with a value); one read from JSON, or made with a `key_order`
+        (the shape its rule writes), gives back those keys in their order, and any key given a
+        value since."""
         if self.key_order is None:
             out = {k: _write(getattr(self, k)) for k in self.declared()
                    if not (k in self.OMIT_NONE and getattr(self, k) is None)}
@@ -59,6 +71,15 @@ class Record:
         out.update((f.name, _write(getattr(self, f.name))) for f in fields(self)
                    if f.name not in _OWN and f.name not in read and getattr(self, f.name) != _default(f))
         return out
+
+    def with_values(self: R, **values: Any) -> R:
+        """This record with keys given values, as `{**json, **values}` would write them: its
+        keys where they were, new ones after them (a pod's hosts on a rule's evidence)."""
+        declared = set(self.declared())
+        extra = {**self.extra, **{k: v for k, v in values.items() if k not in declared}}
+        order = tuple(dict.fromkeys((*self.keys(), *values)))
+        return replace(self, **{k: v for k, v in values.items() if k in declared}, extra=extra,
+                       key_order=order)
 
     def _value(self, key: str) -> Any:
         return self.extra[key] if key in self.extra else _write(getattr(self, key))
@@ -78,6 +99,12 @@ class Record:
     def keys(self) -> KeysView[str]:
         """The JSON form's keys: `{**summary}` and `dict(summary)` make its JSON object."""
         return self.to_dict().keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
 
 
 def _default(spec: Field[Any]) -> Any:

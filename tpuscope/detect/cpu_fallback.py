@@ -25,6 +25,7 @@ from typing import Any, cast
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.contract import FallbackEvidence
 from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.detect import common
 from tpuscope.detect.tables import RunTables
@@ -154,8 +155,8 @@ def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int |
               "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
               "upload and the lost fusion come on top.")
     severity = judge.severity(cost, wall)
-    evidence = {"op": op, "count": count, "per_step": per_step, "sites": sites, "traced_step_runs": traced[0],
-                "alternative": alternative if specific else None}
+    evidence = FallbackEvidence(op=op, count=count, per_step=per_step, sites=sites, traced_step_runs=traced[0],
+                                alternative=alternative if specific else None)
     return Finding(RULE, severity, title, detail, f"At {common.file_and_line(location) if location else 'the call site'}: "
                    f"{alternative}.", location, cost, runs, evidence, n_runs)
 

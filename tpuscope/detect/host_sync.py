@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.contract import HostSyncEvidence
 from tpuscope.analyze.frames import records
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
@@ -100,7 +101,9 @@ def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, 
 
 
 def _finding(per_step: float, cost: float, wall: float, steps: Any, sites: list[dict[str, Any]],
-             extra: dict[str, Any], fix: str = FIX) -> Finding:
+             evidence: HostSyncEvidence, fix: str = FIX) -> Finding:
+    """The card; `evidence` holds what this kind of reading adds (the reads' share of the host
+    reads, or what imported totals count), the reads and their sites are set here."""
     runs, count = Finding.of_steps(steps)
     location = sites[0]["location"] if sites else None
     calls = ", ".join(f"{'/'.join(s['calls'])} at {common.file_and_line(s['location'])} "
@@ -108,14 +111,14 @@ def _finding(per_step: float, cost: float, wall: float, steps: Any, sites: list[
                       for s in sites[:3]) or "call sites not traced"
     title = f"{per_step:.1f} device-to-host reads per step" + (
         f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else "")
-    span = (f"{count} steps" if "step_markers" not in extra
-            else f"over {extra['step_markers']} step markers of the imported evidence")
+    span = (f"{count} steps" if evidence.step_markers is None
+            else f"over {evidence.step_markers} step markers of the imported evidence")
     detail = (f"The step reads values back from the device {per_step:.1f} times per step on average "
               f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
               f"that point, so the host stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s "
               "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share.")
     severity = judge.severity(cost, wall)
-    evidence = {"reads_per_step": per_step, "sites": sites, **extra}
+    evidence.reads_per_step, evidence.sites = per_step, sites
     return Finding(RULE, severity, title, detail, fix, location, cost, runs, evidence, count)
 
 
@@ -133,10 +136,11 @@ def _imported(tables: RunTables) -> list[Finding]:
     wait = common.per_process(metrics, TRANSFER_METRICS, "total")
     cost = sum(wait.get(k, 0.0) * min(value_reads.get(k, 0.0) / reads[k], 1.0) if reads.get(k) and
                value_reads.get(k) else wait.get(k, 0.0) for k in counted) / common.NS
-    extra = {"source": "imported totals", "value_reads": int(sum(value_reads.get(k, 0) for k in counted)),
-             "host_reads": int(sum(reads.get(k, 0) for k in counted)),
-             "step_markers": int(sum(steps[k] for k in counted))}
-    return [_finding(per_step, cost, 0.0, [], [], extra)]
+    totals = HostSyncEvidence(source="imported totals",
+                              value_reads=int(sum(value_reads.get(k, 0) for k in counted)),
+                              host_reads=int(sum(reads.get(k, 0) for k in counted)),
+                              step_markers=int(sum(steps[k] for k in counted)))
+    return [_finding(per_step, cost, 0.0, [], [], totals)]
 
 
 def detect_host_sync(tables: RunTables) -> list[Finding]:
@@ -155,4 +159,4 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
     sites = _sites(tables) or _untraced_site(tables, steps)
     return [_finding(per_step, cost, common.run_wall_s(tables), steps, sites,
-                     {"share_of_host_reads": round(share, 3)}, JAX_FIX if tables.backend == "jax" else FIX)]
+                     HostSyncEvidence(share_of_host_reads=round(share, 3)), JAX_FIX if tables.backend == "jax" else FIX)]

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.contract import OpByOpEvidence
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
 from tpuscope.detect.tables import RunTables
@@ -118,8 +119,8 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
              "or turn eager mode off (torch_xla.experimental.eager_mode(False)) and end each step with "
              "torch_xla.sync()."),
         location=_eager_mode_at(tables.meta), cost_s=cost, step_runs=runs, step_count=count,
-        evidence={"executions_per_step": round(per_step, 1), "source": XLA_EAGER_METRIC,
-                  "wall_s": round(common.wall_s(judged), 6), "backend": "torch_xla"})]
+        evidence=OpByOpEvidence(executions_per_step=round(per_step, 1), source=XLA_EAGER_METRIC,
+                                wall_s=round(common.wall_s(judged), 6), backend="torch_xla"))]
 
 
 def _eager_mode_at(meta: dict[str, Any]) -> str | None:
@@ -147,7 +148,7 @@ def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, shar
              "value_and_grad call and the optimizer update inside it) so each step is one compiled "
              "dispatch; keep prints and Python control flow on traced values outside it."),
         location=location, cost_s=cost_s, step_runs=runs, step_count=count,
-        evidence={"dispatches_per_step": round(per_step, 1), "jit_calls_per_step": round(jit_calls, 2),
-                  "eager_dispatch_s": round(cost_s, 6), "wall_s": round(wall, 6),
-                  "eager_time_share": round(share, 4), "top_lines": lines, "top_primitives": primitives},
+        evidence=OpByOpEvidence(dispatches_per_step=round(per_step, 1), jit_calls_per_step=round(jit_calls, 2),
+                                eager_dispatch_s=round(cost_s, 6), wall_s=round(wall, 6),
+                                eager_time_share=round(share, 4), top_lines=lines, top_primitives=primitives),
     )

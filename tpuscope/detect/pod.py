@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from tpuscope.analyze.contract import HostSummary, PodSummary
+from tpuscope.analyze.contract import HostSummary, PodSummary, evidence_of
 from tpuscope.analyze.hosts import (
     host_blocks,
     host_summary,
@@ -141,8 +141,9 @@ def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> Ru
 
 
 def _key(finding: Finding) -> tuple[Any, ...]:
-    ev = finding.evidence
-    return (finding.rule, finding.location, ev.get("op"), ev.get("function"), ev.get("kind"))
+    ev = evidence_of(finding)  # what tells two cards of a rule at one line apart, by rule
+    return (finding.rule, finding.location, getattr(ev, "op", None), getattr(ev, "function", None),
+            getattr(ev, "kind", None))
 
 
 def hosts_text(named: list[str], total: int) -> str:
@@ -160,13 +161,8 @@ def _merge(found: list[tuple[str, Finding]], total: int) -> Finding:
     hosts = [h for h, _ in found]
     worst_host, worst = max(found, key=lambda hf: (-SEVERITIES.index(hf[1].severity), hf[1].cost_s))
     where = hosts_text(hosts, total)
-    evidence = {
-        **worst.evidence,
-        "hosts": hosts,
-        "hosts_total": total,
-        "worst_host": worst_host,
-        "cost_s_per_host": {h: round(f.cost_s, 6) for h, f in found},
-    }
+    evidence = evidence_of(worst).on_hosts(
+        hosts, total, worst_host, {h: round(f.cost_s, 6) for h, f in found})
     runs, count = Finding.of_steps(_union([f.step_runs for _, f in found]))
     title = worst.title if len(hosts) == total else f"{worst.title} [hosts: {where}]"
     detail = f"{worst.detail} On {where}; figures of {worst_host}, the costliest."
@@ -228,8 +224,8 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
             {
                 f.rule
                 for f in findings
-                if row["host"] in (f.evidence.get("hosts") or [])
-                and len(f.evidence.get("hosts") or []) < len(rows)
+                if row["host"] in (hosts := evidence_of(f).hosts or [])
+                and len(hosts) < len(rows)
             }
         )
         mine = view.get(row["host"], {})

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.contract import RankDivergenceEvidence
 from tpuscope.analyze.hosts import natural_key
 from tpuscope.detect import common
 from tpuscope.detect.pod import hosts_text, run_hosts
@@ -156,14 +157,15 @@ def _finding(
     )
     severity = judge.severity(cost, wall)
     runs, count = Finding.of_steps(steps)
-    evidence = {
-        "hosts": named,
-        "present_on": present,
-        "missing_on": missing,
-        "hosts_total": total,
-        "items": rows[["kind", "key", "host", "step", "n"]].to_dict("records")[:100],
-        "only": only,
-    }
+    evidence = RankDivergenceEvidence(
+        hosts=named,
+        present_on=present,
+        missing_on=missing,
+        hosts_total=total,
+        items=rows[["kind", "key", "host", "step", "n"]].to_dict("records")[:100],
+        only=only,
+        key_order=RankDivergenceEvidence.AT_LINE,
+    )
     return Finding(
         RULE,
         "medium" if severity == "low" else severity,
@@ -215,11 +217,12 @@ def _count_finding(
         f"Of the graph families every host compiled, hosts {text} compiled a different number of graphs "
         f"than the usual {usual}: recompiles on some hosts only (see the recompile finding's hosts)."
     )
-    evidence = {
-        "hosts": odd,
-        "hosts_total": len(hosts),
-        "graphs_per_host": {h: int(counts[h]) for h in hosts},
-    }
+    evidence = RankDivergenceEvidence(
+        hosts=odd,
+        hosts_total=len(hosts),
+        graphs_per_host={h: int(counts[h]) for h in hosts},
+        key_order=RankDivergenceEvidence.GRAPH_COUNTS,
+    )
     return [Finding(RULE, "medium", title, detail, FIX, None, 0.0, [], evidence)]
 
 

@@ -29,6 +29,12 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.contract import (
+    RecompiledGraph,
+    RecompileEvidence,
+    ShapeChurnFacet,
+    StormFacet,
+)
 from tpuscope.analyze.families import bounded, recompiles
 from tpuscope.analyze.frames import records
 from tpuscope.analyze.shapes import diff_shapes, shape_distance
@@ -147,7 +153,7 @@ def recompile_item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces:
             "diffs": diffs}
 
 
-def _facet(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _facet(tables: RunTables, items: list[dict[str, Any]]) -> ShapeChurnFacet | None:
     """Shape churn of the site's recompiled family with the most compiles."""
     families = tables.families
     names = sorted({i["family"] for i in items}, key=lambda f: -int((families["family"] == f).sum()))
@@ -176,31 +182,31 @@ def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int,
     return names
 
 
-def _storm(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _storm(tables: RunTables, items: list[dict[str, Any]]) -> StormFacet | None:
     loop = common.loop_steps(tables)
     stepped = {(i["step"]) for i in items if i["step"] >= 0}
     if len(loop) and len(stepped) >= max(STORM_MIN_STEPS, STORM_SHARE * len(loop)):
-        return {"loop_steps": int(len(loop)), "recompiling_steps": len(stepped)}
+        return StormFacet(loop_steps=int(len(loop)), recompiling_steps=len(stepped))
     return None
 
 
-def _title(items: list[dict[str, Any]], where: str, storm: dict[str, Any] | None,
-           facet: dict[str, Any] | None, cost: float) -> str:
+def _title(items: list[dict[str, Any]], where: str, storm: StormFacet | None,
+           facet: ShapeChurnFacet | None, cost: float) -> str:
     if storm:
-        return (f"Recompile storm at {where}: {storm['recompiling_steps']} of {storm['loop_steps']} "
+        return (f"Recompile storm at {where}: {storm.recompiling_steps} of {storm.loop_steps} "
                 f"steps compiled again ({cost:.1f} s compiling)")
-    what = f": dim {facet['dim']} of {facet['arg_name']} took {len(facet['values'])} sizes" if facet else ""
+    what = f": dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes" if facet else ""
     return f"{len(items)} recompile{'s' * (len(items) > 1)} at {where}{what}"
 
 
-def _fix(tables: RunTables, items: list[dict[str, Any]], facet: dict[str, Any] | None) -> str:
+def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet | None) -> str:
     if tables.backend == "jax":
         function = items[0].get("function") or "the jitted function"
         diffs: list[dict[str, Any]] = next((i["diffs"] for i in items if i["diffs"]), [])
         changes: list[str] = next((i["changes"] for i in items if i["changes"]), [])
         fix = jax_advice.fix_for(function, diffs, changes)
-        if facet and "plan" in facet:
-            fix += f" Bucketing plan: pad {facet['arg_name']} dim {facet['dim']} to {facet['plan']}."
+        if facet and facet.plan is not None:
+            fix += f" Bucketing plan: pad {facet.arg_name} dim {facet.dim} to {facet.plan}."
         return fix
     changes = next((i["changes"] for i in items if i["changes"]), [])
     causes = [i["cause"] or "" for i in items]
@@ -266,17 +272,15 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
               + _cost_text(cost, wall, recurrence))
     if tables.backend == "jax":
         detail = detail.replace("; torch_xla's cause:", "; cause:")
-    evidence = {"graph_hash": items[-1]["graph_hash"], "graph_hashes": [i["graph_hash"] for i in items],
-                "changes": first["changes"], "compiles": [{k: v for k, v in i.items() if k != "diffs"}
-                                                          for i in items[:50]],
-                "location": location, "function": items[0].get("function"), "backend": tables.backend,
-                "recompiles": len(items), "compile_s": cost, "verdict": "recompile",
-                "run_wall_s": wall, "share": judge.share(cost, wall), **recurrence,
-                "facets": ["compile_time"] + (["shape_churn"] if facet else []) + (["storm"] if storm else [])}
-    if facet:
-        evidence["shape_churn"] = facet
-    if storm:
-        evidence["storm"] = storm
+    evidence = RecompileEvidence(
+        graph_hash=items[-1]["graph_hash"], graph_hashes=[i["graph_hash"] for i in items],
+        changes=first["changes"],
+        compiles=[RecompiledGraph.from_dict({k: v for k, v in i.items() if k != "diffs"}) for i in items[:50]],
+        location=location, function=items[0].get("function"), backend=tables.backend,
+        recompiles=len(items), compile_s=cost, verdict="recompile", run_wall_s=wall,
+        share=judge.share(cost, wall), **recurrence,
+        facets=["compile_time"] + (["shape_churn"] if facet else []) + (["storm"] if storm else []),
+        shape_churn=facet, storm=storm)
     title = _title(items, where, storm, facet, cost)
     return Finding(RULE, judge.severity(cost, wall), title, detail, _fix(tables, items, facet),
                    location, cost, runs, evidence, count)
@@ -299,9 +303,9 @@ def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall
     last = int(members["cut"].max())
     quiet = max(common.loop_steps(tables)["step"].max() - last, 0) if len(common.loop_steps(tables)) else 0
     if facet:
-        sizes = ", ".join(map(str, facet["values"]))
-        what = f"dim {facet['dim']} of {facet['arg_name']} took {len(facet['values'])} sizes ({sizes}): buckets"
-        title = f"{n} bucket graphs at {where}: {facet['arg_name']} dim {facet['dim']} in {{{sizes}}}"
+        sizes = ", ".join(map(str, facet.values))
+        what = f"dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes ({sizes}): buckets"
+        title = f"{n} bucket graphs at {where}: {facet.arg_name} dim {facet.dim} in {{{sizes}}}"
     else:
         what = f"what differs between them is not known ({NO_SHAPES_HINT})"
         title = f"{n} graphs at {where}, each compiled once (a bounded set; shapes unknown)"
@@ -315,14 +319,14 @@ def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall
            "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`).") if facet else (
         "Run it again with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see whether these are buckets "
         "(nothing to change) or a varying dim that a bucketing plan would cut to fewer graphs.")
-    if facet and facet["dim"] == 0 and len(facet["values"]) == 2:
+    if facet and facet.dim == 0 and len(facet.values) == 2:
         fix += (" If the smaller size is a short last batch, dropping it (DataLoader(drop_last=True)) saves "
                 "its compile.")
-    evidence = {"verdict": "bounded", "graphs": n, "graph_hashes": [str(h) for h in members["graph_hash"]],
-                "location": location, "backend": tables.backend, "compile_s": cost, "recompiles": 0,
-                "run_wall_s": wall, "share": judge.share(cost, wall), "facets": ["bounded"]}
-    if facet:
-        evidence["shape_churn"] = facet
+    evidence = RecompileEvidence(
+        verdict="bounded", graphs=n, graph_hashes=[str(h) for h in members["graph_hash"]], location=location,
+        backend=tables.backend, compile_s=cost, recompiles=0, run_wall_s=wall, share=judge.share(cost, wall),
+        facets=["bounded"], shape_churn=facet,
+        key_order=RecompileEvidence.BOUNDED)
     return Finding(RULE, _bounded_severity(cost, wall, facet is not None), title, detail, fix, location, cost,
                    runs, evidence, count)
 
@@ -353,8 +357,9 @@ def _imported_totals(tables: RunTables) -> list[Finding]:
     detail = (f"The imported evidence counts {int(n_compiles)} XLA compiles over {int(n_steps)} step "
               f"markers ({n_compiles / n_steps:.1f} per step): the program keeps compiling new graphs. Cost: "
               f"the CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator).")
-    evidence = {"compiles": int(n_compiles), "steps": int(n_steps), "source": "imported totals",
-                "files": sorted({str(k[0]) for k in counted if k})}
+    evidence = RecompileEvidence(compiles=int(n_compiles), steps=int(n_steps), source="imported totals",
+                                 files=sorted({str(k[0]) for k in counted if k}),
+                                 key_order=RecompileEvidence.IMPORTED)
     # no wall time to take a share of: medium, the severity of imported evidence that counts something
     return [Finding(RULE, "medium", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)]
 

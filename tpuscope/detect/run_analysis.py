@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tpuscope.analyze.contract import HostSummary, RunSummary
+from tpuscope.analyze.contract import HostSummary, RunSummary, evidence_of
 from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import SEVERITIES
 from tpuscope.store import Run
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
 
     summary = tables.summarize()
     summary.findings_by_severity = {
-        sev: sum(f.severity == sev for f in findings) for sev in ("high", "medium", "low")}
+        sev: sum(f.severity == sev for f in findings) for sev in SEVERITIES}
     summary.findings_by_rule = {rule: sum(f.rule == rule for f in findings)
                                 for rule in sorted({f.rule for f in findings})}
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
@@ -94,7 +95,18 @@ def _stored(run: Run) -> RunReport | None:
     summary = stored_summary(run)
     if summary is None:
         return None
-    return RunReport(summary=summary, findings=sorted(run.findings_list(), key=order))
+    return RunReport(summary=summary, findings=stored_findings(run))
+
+
+def stored_findings(run: Run) -> list[Finding]:
+    """The findings table as written, most severe then costliest first, each one's evidence as
+    its rule's record (the table holds its JSON): what every surface lists of an ended run."""
+    return sorted(map(_typed, run.findings_list()), key=order)
+
+
+def _typed(finding: Finding) -> Finding:
+    finding.evidence = evidence_of(finding)
+    return finding
 
 
 def hosts_ended_now(hosts: list[HostSummary], meta: dict[str, Any]) -> list[HostSummary]:

@@ -11,10 +11,9 @@ is the compiles bucketing would avoid, (graphs - buckets) x their mean compile t
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
+from tpuscope.analyze.contract import ShapeChurnFacet
 from tpuscope.analyze.shapes import (
     Bucketing,
     VaryingDim,
@@ -59,7 +58,7 @@ def _shape_lists(family_rows: pd.DataFrame) -> list[list[str]]:
     return [list(s) for s in family_rows["input_shapes"] if s is not None and not isinstance(s, float) and len(s)]
 
 
-def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = None) -> dict[str, Any] | None:
+def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = None) -> ShapeChurnFacet | None:
     """The varying dim of one family's compiles and its bucketing plan (None: no dim varies)."""
     lists = _shape_lists(family_rows)
     if len(lists) < 2 or len({len(x) for x in lists}) != 1:
@@ -70,31 +69,30 @@ def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = No
     cluster = _linked(dims)[0]
     lead = cluster[0]
     names = arg_names or {}
-    facet: dict[str, Any] = {
-        "arg": lead.arg, "arg_name": names.get(lead.arg, f"arg {lead.arg}"), "dim": lead.dim,
-        "dtype": lead.dtype, "values": lead.distinct, "linked_dims": [[d.arg, d.dim] for d in cluster],
-        "graphs": len(lists), "max_waste": MAX_WASTE,
-        "graph_hashes": [str(h) for h in family_rows["graph_hash"] if isinstance(h, str) and h],
-    }
+    facet = ShapeChurnFacet(
+        arg=lead.arg, arg_name=names.get(lead.arg, f"arg {lead.arg}"), dim=lead.dim,
+        dtype=lead.dtype, values=lead.distinct, linked_dims=[[d.arg, d.dim] for d in cluster],
+        graphs=len(lists), max_waste=MAX_WASTE,
+        graph_hashes=[str(h) for h in family_rows["graph_hash"] if isinstance(h, str) and h])
     if len(lead.distinct) >= MIN_PLAN_SIZES:
         plan, how = _plan(lead.distinct)
         mean_compile = float(family_rows["duration_ns"].fillna(0).mean()) / common.NS
         saved = max(len(lists) - len(plan.buckets), 0)
-        facet.update(buckets=plan.buckets, plan=plan.describe(), padding_waste=round(plan.waste, 4),
-                     how=how, saved_compiles=saved, saved_s=saved * mean_compile)
+        facet.buckets, facet.plan, facet.padding_waste = plan.buckets, plan.describe(), round(plan.waste, 4)
+        facet.how, facet.saved_compiles, facet.saved_s = how, saved, saved * mean_compile
     return facet
 
 
-def facet_text(facet: dict[str, Any]) -> str:
+def facet_text(facet: ShapeChurnFacet) -> str:
     """One sentence: the varying dim, its sizes and, with three or more sizes, the plan."""
-    sizes = facet["values"]
-    text = (f"dim {facet['dim']} of {facet['arg_name']} ({facet['dtype']}) took {len(sizes)} sizes "
+    sizes = facet.values
+    text = (f"dim {facet.dim} of {facet.arg_name} ({facet.dtype}) took {len(sizes)} sizes "
             f"({', '.join(map(str, sizes[:8]))}{' ...' if len(sizes) > 8 else ''})")
-    if "plan" in facet:
-        text += (f"; bucketing plan ({facet['how']}): pad to {facet['plan']}, {len(facet['buckets'])} "
-                 f"graph{'s' * (len(facet['buckets']) > 1)} instead of {facet['graphs']}, "
-                 f"{100 * facet['padding_waste']:.0f}% padding, saving {facet['saved_compiles']} compiles "
-                 f"({facet['saved_s']:.2f} s)")
+    if facet.plan is not None and facet.buckets is not None:  # the plan's figures come together
+        text += (f"; bucketing plan ({facet.how}): pad to {facet.plan}, {len(facet.buckets)} "
+                 f"graph{'s' * (len(facet.buckets) > 1)} instead of {facet.graphs}, "
+                 f"{100 * (facet.padding_waste or 0.0):.0f}% padding, saving {facet.saved_compiles} compiles "
+                 f"({facet.saved_s or 0.0:.2f} s)")
     return text
 
 

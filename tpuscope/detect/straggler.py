@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.contract import StragglerEvidence
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -72,17 +73,15 @@ def _finding(
         f"summed over those steps, {cost:.3f} s."
     )
     part = (host["cause"] or {}).get("part", "host")
-    evidence = {
-        "host": host["host"],
-        "p50_ms": host["p50_ms"],
-        "pod_p50_ms": view["pod_p50_ms"],
-        "excess_ms": host["excess_ms"],
-        "noise_ms": view["noise_ms"],
-        "threshold_ms": view["threshold_ms"],
-        "cause": host["cause"],
-        "hosts": [host["host"]],
-        "hosts_total": total_hosts,
-    }
+    evidence = StragglerEvidence(
+        host=host["host"],
+        p50_ms=host["p50_ms"],
+        pod_p50_ms=view["pod_p50_ms"],
+        excess_ms=host["excess_ms"],
+        noise_ms=view["noise_ms"],
+        threshold_ms=view["threshold_ms"],
+        cause=host["cause"],
+    ).with_values(hosts=[host["host"]], hosts_total=total_hosts)
     runs, count = Finding.of_steps(slow)
     return Finding(
         RULE,

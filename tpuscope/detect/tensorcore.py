@@ -13,11 +13,13 @@ judged steps; measured ones are time in the trace. Thresholds: docs/detectors.md
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.cost_compare import target_of
 from tpuscope.analyze.mxu import DEFAULT_TARGET, GENERATIONS, chip, fmt_time
 from tpuscope.analyze.tensorcore import (
@@ -61,7 +63,7 @@ def _executions(tables: RunTables) -> int:
     return max(len(judged), 1)
 
 
-def _measured(tables: RunTables) -> dict[str, float]:
+def _measured(tables: RunTables) -> dict[str, Any]:
     overview = tables.extra.get("xprof_overview", pd.DataFrame())
     if overview.empty:
         return {}
@@ -77,7 +79,7 @@ def _text_ops(info: dict[str, Any]) -> str:
 
 
 def _estimated(problem: MatmulProblem, step_s: float, runs: int, target: str, summary: dict[str, Any],
-               measured: dict[str, float]) -> Finding | None:
+               measured: dict[str, Any]) -> Finding | None:
     spec, info = chip(target), problem.info
     share = problem.cost_s / step_s if step_s > 0 else 0.0
     if share < MIN_SHARE and problem.kind != "head_dim":
@@ -100,8 +102,10 @@ def _estimated(problem: MatmulProblem, step_s: float, runs: int, target: str, su
             f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
             f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes).")
     detail = f"{_text_ops(info)}. {cost} {roof} {basis}"
-    evidence = {"basis": "estimated", "cost_figure": "estimated (cost model)", "target": target, "kind": problem.kind, "share_of_step": round(share, 4),
-                "padding_share_by_generation": waste, **info, "roofline": _clean(summary), **measured}
+    evidence = TensorCoreEvidence(
+        basis="estimated", cost_figure="estimated (cost model)", target=target, kind=problem.kind,
+        share_of_step=round(share, 4), padding_share_by_generation=waste, **info, roofline=_clean(summary),
+        **measured, key_order=_keys(ESTIMATED_KEYS, info, ["roofline"], measured))
     return Finding(RULE, _severity(share, problem.cost_s * runs) if problem.kind != "head_dim" or share >= MIN_SHARE
                    else "low",
                    title, detail, fix, info.get("location"), problem.cost_s * runs, [], evidence)
@@ -130,11 +134,20 @@ def _wording(kind: str, info: dict[str, Any], edge: int, target: str, waste: dic
             f"matmuls (one fused QKV projection instead of three).")
 
 
+ESTIMATED_KEYS = ("basis", "cost_figure", "target", "kind", "share_of_step", "padding_share_by_generation")
+
+
+def _keys(*parts: Iterable[str]) -> tuple[str, ...]:
+    """The keys a shape of this rule's evidence writes, in order: its own, then the problem's
+    figures or xprof's measurements it carries (TensorCoreEvidence declares them all)."""
+    return tuple(dict.fromkeys(key for part in parts for key in part))
+
+
 def _clean(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in summary.items()}
 
 
-def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
+def _idle(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     device_steps = tables.extra.get("device_steps", pd.DataFrame())
     judged = judged_steps(tables)
     rows = device_steps
@@ -163,8 +176,10 @@ def _idle(tables: RunTables, measured: dict[str, float]) -> Finding | None:
         "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
         "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
         "batch so each step has more device work.",
-        None, idle_s, runs, {"basis": basis, "cost_figure": "measured", "idle_share": round(idle_share, 4),
-                             "devices": devices, **measured}, count)
+        None, idle_s, runs,
+        TensorCoreEvidence(basis=basis, cost_figure="measured", idle_share=round(idle_share, 4), devices=devices,
+                           **measured, key_order=_keys(["basis", "cost_figure", "idle_share", "devices"], measured)),
+        count)
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
@@ -175,7 +190,7 @@ def _known(bound: Any) -> bool:
     return isinstance(bound, str) and bound.strip().lower() not in ("", "?", "unknown", "nan", "none")
 
 
-def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
+def _xprof_mxu(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     """Measured MXU utilization from xprof: a problem when matmuls take device time at low
     utilization; when the device time goes to other ops, a low-severity note of where."""
     mxu = measured.get("mxu_utilization_percent")
@@ -193,10 +208,11 @@ def _xprof_mxu(tables: RunTables, measured: dict[str, float]) -> Finding | None:
                       + f"{r.self_time_percent:.0f}% of op time)" for r in top.itertuples()) or "no per-op statistics"
     location = next((str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None)
     duty = measured.get("device_duty_cycle_percent")
-    evidence = {"basis": "measured (xprof overview_page, hlo_stats, op_profile)", "cost_figure": "measured",
-                "matmul_time_percent": share,
-                "top_ops": top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
-                **measured}
+    evidence = TensorCoreEvidence(
+        basis="measured (xprof overview_page, hlo_stats, op_profile)", cost_figure="measured",
+        matmul_time_percent=share,
+        top_ops=top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
+        **measured, key_order=_keys(["basis", "cost_figure", "matmul_time_percent", "top_ops"], measured))
     head = f"xprof's overview_page: MXU utilization {mxu:.1f}%" + (
         f", device duty cycle {duty:.1f}%. " if duty is not None else " (no device duty cycle measured). ")
     if share >= 10:
@@ -252,18 +268,19 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
     user = [f.location for f in ordered if f.location and not is_library_path(f.location)]
     location = user[0] if user else site
     library = sorted({f.location for f in findings if f.location and is_library_path(f.location)})
+    evidence = [TensorCoreEvidence.of(f) for f in ordered]
     facets = [{"title": f.title, "cost_s": f.cost_s, "fix": f.fix, "location": f.location,
-               **{k: v for k, v in f.evidence.items() if k != "roofline"}} for f in ordered]
-    share = min(sum(f.evidence.get("share_of_step") or 0.0 for f in ordered), 1.0)
+               **{k: v for k, v in ev.to_dict().items() if k != "roofline"}} for f, ev in zip(ordered, evidence, strict=True)]
+    share = min(sum(ev.share_of_step or 0.0 for ev in evidence), 1.0)
     others = "; ".join(f.title for f in ordered[1:])
     detail = lead.detail + (f" Also in this graph: {others}." if others else "") + (
         f" The graph is cut at {file_and_line(site)}; torch's own lines: "
         f"{', '.join(file_and_line(x) for x in library[:3])}." if library and site else "")
     fix = " ".join(dict.fromkeys(f.fix for f in ordered))
-    evidence = {**lead.evidence, "facets": facets, "kinds": [f.evidence.get("kind") for f in ordered],
-                "library_lines": library, "graph_site": site, "share_of_step": round(share, 4)}
+    card = evidence[0].with_values(facets=facets, kinds=[ev.kind for ev in evidence], library_lines=library,
+                                   graph_site=site, share_of_step=round(share, 4))
     return Finding(RULE, _severity(share, sum(f.cost_s for f in ordered)), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
-                   detail, fix, location, sum(f.cost_s for f in ordered), [], evidence)
+                   detail, fix, location, sum(f.cost_s for f in ordered), [], card)
 
 
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:

@@ -7,8 +7,7 @@ graphs of one family; the fix follows from both.
 
 from __future__ import annotations
 
-from typing import Any
-
+from tpuscope.analyze.contract import ShapeChurnFacet
 from tpuscope.detect.common import VALUE_READ_CAUSE
 
 SAME_SHAPES = "same input and output shapes: the graph itself changed"
@@ -24,22 +23,22 @@ def _shape_change(changes: list[str]) -> bool:
     return any(("->" in c and "[" in c) or "graph input size" in c for c in changes)
 
 
-def _bucketing(facet: dict[str, Any], data_dependent: list[str]) -> str:
-    lead = f"dim {facet['dim']} of {facet['arg_name']}"
-    if data_dependent and facet.get("dtype") in ("s64", "s32"):
+def _bucketing(facet: ShapeChurnFacet, data_dependent: list[str]) -> str:
+    lead = f"dim {facet.dim} of {facet.arg_name}"
+    if data_dependent and facet.dtype in ("s64", "s32"):
         return (f"The length of {lead} depends on the data ({', '.join(data_dependent)} ran on the CPU): "
                 "replace that op with a static-shape form (see the cpu_fallback finding) instead of "
                 "bucketing.")
-    plan = (f"pad {lead} to the buckets {facet['plan']} in the data pipeline (a collate_fn that pads each "
+    plan = (f"pad {lead} to the buckets {facet.plan} in the data pipeline (a collate_fn that pads each "
             "batch to the next bucket, or pad_to_multiple_of in a tokenizer) and mask the padding"
-            if "plan" in facet else f"pad {lead} to one fixed size (the largest, {facet['values'][-1]}) "
+            if facet.plan is not None else f"pad {lead} to one fixed size (the largest, {facet.values[-1]}) "
             "and mask the padding")
     last_batch = (" If only the last batch of an epoch is smaller, drop it (DataLoader(drop_last=True)) "
-                  "or pad it to the full batch.") if facet["dim"] == 0 and len(facet["values"]) == 2 else ""
+                  "or pad it to the full batch.") if facet.dim == 0 and len(facet.values) == 2 else ""
     return f"Keep the input shapes fixed: {plan}.{last_batch}"
 
 
-def recompile_fix(changes: list[str], causes: list[str], facet: dict[str, Any] | None,
+def recompile_fix(changes: list[str], causes: list[str], facet: ShapeChurnFacet | None,
                   data_dependent: list[str]) -> str:
     """The concrete change, from what changed, the churn facet and torch_xla's stated cause."""
     if any(VALUE_READ_CAUSE in c for c in causes):

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze.frames import json_records
 from tpuscope.report.cost import cost_view
 from tpuscope.report.cost import render as render_cost
 from tpuscope.report.fit import Col, grid, print_plain
@@ -59,8 +60,7 @@ def top_ops(xprof_ops: pd.DataFrame, n: int = 5) -> list[dict[str, Any]]:
         return []
     top = xprof_ops.sort_values("self_time_us", ascending=False).head(n)
     cols = ["hlo_op", "category", "self_time_percent", "bound_by", "flops_utilization", "source_info"]
-    return [{k: (None if v is None or (isinstance(v, float) and v != v) else v) for k, v in r.items()}
-            for r in top[cols].to_dict("records")]
+    return json_records(top[cols])
 
 
 def device_view(run: Run) -> dict[str, Any]:

@@ -18,14 +18,8 @@ from typing import Any
 
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker
-from tpuscope.collect.jax.hooks import (
-    AnnotationHook,
-    EagerHook,
-    JitHook,
-    JitTarget,
-    PmapHook,
-    SyncHook,
-)
+from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
+from tpuscope.collect.jax.jit_hook import JitHook, JitTarget, PmapHook
 from tpuscope.collect.jax.rows import StepColumns
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.session import Session

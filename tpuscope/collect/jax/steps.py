@@ -29,7 +29,7 @@ from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
 
-from tpuscope.collect.jax.hooks import JitTarget
+from tpuscope.collect.jax.jit_hook import JitTarget
 from tpuscope.collect.jax.ready import StepClock
 from tpuscope.collect.jax.rows import (
     EAGER,

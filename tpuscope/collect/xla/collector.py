@@ -8,7 +8,7 @@ tpuscope's own frame off the stack that PT_XLA_DEBUG inspects to name the cause
 (it looks at the two innermost Python frames of the step marker call).
 
 A step is one iteration of the program's loop: which boundaries end one, and why
-asynchronous execution counters do not, is in xla_steps. Work after the last
+asynchronous execution counters do not, is in steps.py. Work after the last
 boundary (a final eval ending in `.item()`, a `generate()` call) becomes a last step
 "end" when the session closes, whichever way it closes (exit, profile(), pytest watch).
 """
@@ -187,7 +187,7 @@ class XlaCollector:
             self.session.set_meta(ir_frames_off_steps=self.frames.off_steps)
 
     def record_unread(self) -> None:
-        """At close: what per-step reads skip (see xla_counters) gets its rows, so per-name
+        """At close: what per-step reads skip (see counters.py) gets its rows, so per-name
         totals equal torch_xla's own: metric samples since the last full read are split over
         the steps since, by time (later ones go to the last step); counters not read per step
         get their delta as a row of the last step. Core counters keep their last step's
@@ -247,7 +247,7 @@ class XlaCollector:
         launched = self.rule.end(boundary, values[UNCACHED] + values[CACHED], lookups, executed,
                                  fell_back or HOST_TRANSFER in growth, library, self._direct_runs())
         if launched is None:
-            return False  # not a step of its own: its deltas go to the next step (xla_steps)
+            return False  # not a step of its own: its deltas go to the next step (steps.py)
         self._direct_at_step += self._direct_runs()
         self._last_names, self._last = snap.names, values
         if snap.metrics:
@@ -287,7 +287,7 @@ class XlaCollector:
         self._full_due = False
         self._direct_at_step += self._direct_runs()
         # in place: a new 60-entry dict is the step's first large allocation, which pays for
-        # merging the step's freed chunks (see xla_counters)
+        # merging the step's freed chunks (see counters.py)
         prev_counters.update(snap.counters)
         self._prev_metrics.update(snap.metrics)
         self._last_names, self._last = snap.names, snap.values

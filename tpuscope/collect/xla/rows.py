@@ -225,7 +225,7 @@ class StepRows:
     ) -> None:
         """The steps row; the step's counter rows and, on a full read, the metric rows of
         every step since the previous one. `execute_ns` is known on full-read steps only;
-        `executions` are the graphs launched in the step (xla_steps)."""
+        `executions` are the graphs launched in the step (steps.py)."""
         counters, growth = record.counter_deltas(), record.growth
         fallbacks = {n: c for n, c in counters.items() if is_fallback_counter(n)}
         own = split[0] if split is not None else None
