@@ -76,7 +76,8 @@ def token_marks(mark: Callable[[int], None]) -> Any:
     return LogitsProcessorList([_Mark()])
 
 
-def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> str | None:
+def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str,
+                 experts: str | None = None) -> str | None:
     """The same tiny model and inputs on the plain CPU (no XLA): the error there, or None when it
     runs. A cell that fails on XLA but runs here is XLA's problem; one that fails here too is the
     model's (or the tiny config's)."""
@@ -84,6 +85,8 @@ def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> 
 
     try:
         config, model, _ = configs.build(model_type, class_name, decoder=task == "causal-lm")
+        if experts:
+            model.set_experts_implementation(experts)
         if scenario == "generate":
             model.eval().generate(**prompt(task, config), max_new_tokens=2, **generate_kwargs(task, config, False))
         else:
