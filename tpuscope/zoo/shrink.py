@@ -163,6 +163,8 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
             out[key] = max(2, 2 * round(attrs[key] * HEAD_DIM / old_head / 2))
     out.update(_ssm(attrs))
     out.update(_factors(attrs))
+    if "default_language" in attrs and attrs["default_language"] is None and attrs.get("languages"):
+        out["default_language"] = list(attrs["languages"])[0]  # a choice the model cannot run without (xmod)
     out.update(layer_rules.overrides(default))
     if "per_layer_config" in out:  # a heterogeneous config: each kept layer's overrides shrunk the same way
         out["per_layer_config"] = {i: {**_shrunk(layer, widths), **_grouped({**attrs, **layer})}
