@@ -103,8 +103,14 @@ def test_tiny_configs_keep_the_architecture(model_type: str) -> None:
     ("cohere2", lambda t, d: t.sliding_window == configs.WINDOW < 16 < d.sliding_window),
     # a default with no attention layer gets one (its cache needs one), the rest stays Mamba
     ("bamba", lambda t, d: t.attn_layer_indices == [t.num_hidden_layers - 1]),
-    # attention every 8th layer from the 4th -> period 2: a 2-layer model has both kinds
+    # attention every 8th layer from the 4th -> period 2 over 4 layers: both kinds, each repeated
     ("jamba", lambda t, d: sorted(set(t.layer_types)) == ["full_attention", "linear_attention"]),
+    # zamba ties its shared block from the first hybrid layer to the others: two hybrid layers kept
+    ("zamba", lambda t, d: t.layers_block_type.count("hybrid") == 2),
+    # parts summing to the hidden size keep summing to it; factors of the positions multiply to them
+    ("reformer", lambda t, d: sum(t.axial_pos_embds_dim) == t.hidden_size
+     and t.axial_pos_shape[0] * t.axial_pos_shape[1] == t.max_position_embeddings),
+    ("xmod", lambda t, d: d.default_language is None and t.default_language == d.languages[0]),
     # a cyclic pattern shorter than the layers: its distinct kinds, one layer each
     ("recurrent_gemma", lambda t, d: t.block_types == ["recurrent", "attention"] and t.num_hidden_layers == 2),
     # layer counts that partition the layers (8 + 20 + 8 = 36) stay a partition
@@ -120,6 +126,11 @@ def test_tiny_config_rules(model_type: str, check: Any) -> None:
     from transformers import CONFIG_MAPPING
 
     assert check(configs.tiny_config(model_type, decoder=True), CONFIG_MAPPING[model_type]())
+
+
+def test_a_class_of_one_part_of_a_composite_config_takes_that_part() -> None:
+    composite = configs.tiny_config("musicgen", decoder=True)  # a text encoder and a decoder
+    assert type(configs.for_class(composite, "MusicgenForCausalLM")).__name__ == "MusicgenDecoderConfig"
 
 
 def test_the_tensorcore_truth_reads_widths_and_f32_dots() -> None:
