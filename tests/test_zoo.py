@@ -106,7 +106,9 @@ def test_tiny_configs_keep_the_architecture(model_type: str) -> None:
     # attention every 8th layer from the 4th -> period 2 over 4 layers: both kinds, each repeated
     ("jamba", lambda t, d: sorted(set(t.layer_types)) == ["full_attention", "linear_attention"]),
     # zamba ties its shared block from the first hybrid layer to the others: two hybrid layers kept
-    ("zamba", lambda t, d: t.layers_block_type.count("hybrid") == 2),
+    # and its attention_head_dim, left None in the default, is derived again (2 x hidden / heads)
+    ("zamba", lambda t, d: t.layers_block_type.count("hybrid") == 2
+     and t.attention_head_dim * t.num_attention_heads == t.attention_hidden_size == 2 * t.hidden_size),
     # parts summing to the hidden size keep summing to it; factors of the positions multiply to them
     ("reformer", lambda t, d: sum(t.axial_pos_embds_dim) == t.hidden_size
      and t.axial_pos_shape[0] * t.axial_pos_shape[1] == t.max_position_embeddings),

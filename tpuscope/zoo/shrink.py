@@ -74,6 +74,15 @@ def fields(config: Any) -> set[str]:
     return set(vars(config))
 
 
+def _derived(config: Any) -> set[str]:
+    """Width fields the default leaves None and __post_init__ fills from other sizes (zamba's
+    attention_head_dim = 2 x hidden / heads): passed as None, they are derived again."""
+    if not dataclasses.is_dataclass(config):
+        return set()
+    return {f.name for f in dataclasses.fields(config) if f.default is None and _WIDTH.search(f.name)
+            and f.name not in ("head_dim",) and _is_int(getattr(config, f.name, None))}
+
+
 def hidden_sizes(config: Any) -> set[int]:
     """Every hidden size in the config tree (the root's and each sub-config's)."""
     from transformers import PretrainedConfig
@@ -140,7 +149,10 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
     widths = hidden_sizes(default) if widths is None else widths
     attrs = vars(default)
     out: dict[str, Any] = {}
+    derived = _derived(default)
     for key, value in attrs.items():
+        if key in derived:
+            continue  # the config derives it from the shrunk fields again
         if isinstance(value, PretrainedConfig):
             out[key] = {"model_type": getattr(value, "model_type", None), **overrides(value, widths)}
         elif value is None and key in _ROUTING:
