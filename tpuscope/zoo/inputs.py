@@ -101,7 +101,7 @@ def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str,
         if experts:
             model.set_experts_implementation(experts)
         if scenario == "generate":
-            model.eval().generate(**prompt(task, config), max_new_tokens=2, **generate_kwargs(task, config, False))
+            model.eval().generate(**prompt(task, config), max_new_tokens=4, **generate_kwargs(task, config, False))
         else:
             model.train()(**batch(task, config, 16)).loss.backward()
     except Exception as exc:  # the reason is the result
