@@ -1,20 +1,34 @@
 """The full zoo sweep on this machine (resumable): every causal-LM type in `train` and `generate`.
 
-Usage: nice -n 10 python3 benchmarks/zoo_sweep.py [STORE] [-- extra `tpuscope sweep` options]
-Re-running continues where the last run stopped (finished cells are skipped). At the end it
-writes the table (zoo/table.md, zoo/cells.csv in the store) and prints the summary.
+Usage: nice -n 10 python3 benchmarks/zoo_sweep.py [STORE] [--scenario S ...] [--retry STATUS ...]
+       [--only GLOB ...] [--exclude GLOB ...] [--timeout SECONDS]
+Re-running continues where the last run stopped (finished cells are skipped; `--retry` runs the
+cells of a status again). One line per cell as it ends (the log), then the table is written
+(zoo/table.md, zoo/cells.csv in the store) and the summary printed.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
 from tpuscope.zoo.driver import run_sweep
 
 
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("store", nargs="?", default="/work/zoo-store")
+    parser.add_argument("--scenario", action="append", dest="scenarios")
+    parser.add_argument("--retry", action="append", default=[])
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--exclude", action="append", default=[])
+    parser.add_argument("--timeout", type=float, default=900)
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
-    store = argv[0] if argv else "/work/zoo-store"
+    args = _args(argv)
     start = time.monotonic()
 
     def said(record: dict) -> None:
@@ -23,11 +37,12 @@ def main(argv: list[str]) -> int:
               f"{' DISAGREES ' + '; '.join(record['disagreements']) if record.get('disagreements') else ''}",
               flush=True)
 
-    records = run_sweep(store, scenarios=("train", "generate"), tasks=["causal-lm"], jobs=1,
-                              timeout=900, on_cell=said, progress=False)
+    records = run_sweep(args.store, scenarios=tuple(args.scenarios or ("train", "generate")), tasks=["causal-lm"],
+                        only=args.only, exclude=args.exclude, jobs=1, timeout=args.timeout, retry=args.retry,
+                        on_cell=said, progress=False)
     from tpuscope.zoo import table  # at the end: the table module may be newer than the sweep
 
-    table.write_outputs(store, records)
+    table.write_outputs(args.store)
     print(table.markdown_summary(table.summarize(records)))
     print(f"sweep wall time this session: {time.monotonic() - start:.0f} s")
     return 0

@@ -6,8 +6,8 @@ sweep (docs/zoo.md): llama `train` (clean: compiles at steps 0-1 only), gpt2 `ge
 fallback, aten::isin in generate's stopping criteria; value reads; the decode compiling again
 per token), mixtral `train` (an MoE whose default experts kernel raises on XLA: histc on int
 tensors falls back to the CPU, which has no int histc: a recorded `fallback-error` naming the op
-and transformers'
-line), jetmoe `train` (an MoE that aborts the process inside XLA: a recorded crash), llama
+and transformers' line; then its workaround cell `train+batched_mm`, the experts implementation a
+user switches to, which trains clean), jetmoe `train` (an MoE that aborts the process inside XLA: a recorded crash), llama
 `eager` (torch_xla's eager mode: op by op, and only there), bart `train` (its forward reads a
 value from the device every step). One sweep
 of those cells runs once per session through the CLI; the other tests reuse its store.
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_tpuscope
-from tpuscope.zoo import catalog, configs, table
+from tpuscope.zoo import catalog, cell, configs, table
 from tpuscope.zoo.cell import run_cell
 from tpuscope.zoo.driver import plan
 
@@ -47,7 +47,7 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str,
         assert proc.returncode == 0, proc.stderr[-3000:]
         json.loads(proc.stdout)
     records = {(r["model_type"], r["scenario"]): r for r in table.load_records(store)}
-    assert set(records) == set(SUBSET)
+    assert set(records) == {*SUBSET, ("mixtral", "train+batched_mm")}
     return store, records
 
 
@@ -103,8 +103,16 @@ def test_tiny_configs_keep_the_architecture(model_type: str) -> None:
     ("cohere2", lambda t, d: t.sliding_window == configs.WINDOW < 16 < d.sliding_window),
     # a default with no attention layer gets one (its cache needs one), the rest stays Mamba
     ("bamba", lambda t, d: t.attn_layer_indices == [t.num_hidden_layers - 1]),
-    # attention every 8th layer from the 4th -> period 2: a 2-layer model has both kinds
+    # attention every 8th layer from the 4th -> period 2 over 4 layers: both kinds, each repeated
     ("jamba", lambda t, d: sorted(set(t.layer_types)) == ["full_attention", "linear_attention"]),
+    # zamba ties its shared block from the first hybrid layer to the others: two hybrid layers kept
+    # and its attention_head_dim, left None in the default, is derived again (2 x hidden / heads)
+    ("zamba", lambda t, d: t.layers_block_type.count("hybrid") == 2
+     and t.attention_head_dim * t.num_attention_heads == t.attention_hidden_size == 2 * t.hidden_size),
+    # parts summing to the hidden size keep summing to it; factors of the positions multiply to them
+    ("reformer", lambda t, d: sum(t.axial_pos_embds_dim) == t.hidden_size
+     and t.axial_pos_shape[0] * t.axial_pos_shape[1] == t.max_position_embeddings),
+    ("xmod", lambda t, d: d.default_language is None and t.default_language == d.languages[0]),
     # a cyclic pattern shorter than the layers: its distinct kinds, one layer each
     ("recurrent_gemma", lambda t, d: t.block_types == ["recurrent", "attention"] and t.num_hidden_layers == 2),
     # layer counts that partition the layers (8 + 20 + 8 = 36) stay a partition
@@ -120,6 +128,11 @@ def test_tiny_config_rules(model_type: str, check: Any) -> None:
     from transformers import CONFIG_MAPPING
 
     assert check(configs.tiny_config(model_type, decoder=True), CONFIG_MAPPING[model_type]())
+
+
+def test_a_class_of_one_part_of_a_composite_config_takes_that_part() -> None:
+    composite = configs.tiny_config("musicgen", decoder=True)  # a text encoder and a decoder
+    assert type(configs.for_class(composite, "MusicgenForCausalLM")).__name__ == "MusicgenDecoderConfig"
 
 
 def test_the_tensorcore_truth_reads_widths_and_f32_dots() -> None:
@@ -144,13 +157,23 @@ def test_a_build_that_is_not_tiny_is_refused_before_any_weight() -> None:
         configs.build("llama", "LlamaForCausalLM", decoder=True, max_params=1000)
 
 
+def test_a_package_this_machine_lacks_is_its_own_status() -> None:
+    from tpuscope.zoo.truthread import CellTruth
+
+    message = "TimmWrapperModel requires the timm library but it was not found in your environment."
+    truth = CellTruth({"error": {"status": "broken-default", "type": "ImportError", "message": message,
+                                 "phase": "build"}})
+    assert cell._status(1, "", truth, 900)["status"] == "needs-package"  # gemma3n's vision tower
+
+
 # the CI subset: findings against the counters --------------------------------------------------
 
 def test_every_cell_that_ran_agrees_with_its_counters(zoo) -> None:
     _, records = zoo
     ran = [r for r in records.values() if r["status"] == "ok"]
     assert {(r["model_type"], r["scenario"]) for r in ran} == {("llama", "train"), ("gpt2", "generate"),
-                                                                ("llama", "eager"), ("bart", "train")}
+                                                                ("llama", "eager"), ("bart", "train"),
+                                                                ("mixtral", "train+batched_mm")}
     for r in ran:
         assert r["disagreements"] == [], (r["model_type"], r["scenario"], r["disagreements"])
 
@@ -199,6 +222,18 @@ def test_an_op_raising_on_xla_is_a_recorded_error_with_transformers_line(zoo) ->
     assert record["where"].startswith("transformers/integrations/moe.py:")
 
 
+def test_an_moe_whose_experts_kernel_fails_runs_again_with_the_documented_switch(zoo) -> None:
+    record = zoo[1][("mixtral", "train+batched_mm")]  # model.set_experts_implementation("batched_mm")
+    assert record["status"] == "ok" and record["experts"] == "batched_mm" and record["base_scenario"] == "train"
+    assert record["truth"]["fallbacks"] == {} and record["truth"]["uncached"][2:] == [0, 0]
+    assert record["findings"] == [] and record["run_id"].startswith("zoo-mixtral-train-batched_mm-")
+    assert cell.workaround(zoo[1][("mixtral", "train")]) == "batched_mm" and cell.workaround(record) is None
+    assert cell.workaround(zoo[1][("jetmoe", "train")]) is None  # a crash elsewhere is not the kernel's
+    rows = [table.row(r) for r in zoo[1].values()]
+    assert table.coverage(rows, ("train",)) == {"model_types": 5, "ran_all_default": 2,
+                                                "ran_all_with_workaround": 3}
+
+
 def test_a_process_that_aborts_is_a_recorded_crash(zoo) -> None:
     record = zoo[1][("jetmoe", "train")]
     assert record["status"] == "crash" and record["exit_code"] < 0 and "Check failed" in record["reason"]
@@ -211,7 +246,8 @@ def test_resume_skips_finished_cells(zoo) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in store.iterdir() if p.name.startswith("zoo-")) == runs_before
     cells = json.loads(proc.stdout)["cells"]
-    assert {(c["model_type"], c["status"]) for c in cells} == {("llama", "ok"), ("mixtral", "fallback-error")}
+    assert {(c["model_type"], c["scenario"], c["status"]) for c in cells} == {
+        ("llama", "train", "ok"), ("mixtral", "train", "fallback-error"), ("mixtral", "train+batched_mm", "ok")}
 
 
 def test_a_hanging_cell_times_out_as_a_result(tmp_path: Path) -> None:
@@ -229,12 +265,12 @@ def test_the_table_outputs_and_duckdb(zoo) -> None:
     text = (folder / "table.md").read_text()
     assert "0 disagreements" in text and "| gpt2 | generate | ok |" in text
     rows = duckdb.sql(f"SELECT model_type, status, agrees FROM '{folder / 'cells.parquet'}' "
-                      "ORDER BY model_type").fetchall()
+                      "ORDER BY model_type, scenario").fetchall()
     assert rows == [("bart", "ok", True),
         ("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True), ("llama", "ok", True),
-        ("mixtral", "fallback-error", None)]
+        ("mixtral", "fallback-error", None), ("mixtral", "ok", True)]
     summary = table.summarize(list(records.values()))
-    assert summary["judged"] == 4 and summary["disagreements"] == 0 and summary["cells"] == 6
+    assert summary["judged"] == 5 and summary["disagreements"] == 0 and summary["cells"] == 7
 
 
 def _line(program: str, name: str) -> int:
@@ -250,7 +286,7 @@ def test_the_dashboard_zoo_page_lists_every_cell_linking_its_run(zoo) -> None:
     page = route(StoreData(str(store)), "/zoo")
     grid = next(c for c in page.children if getattr(c, "id", None) == "zoo-grid")
     rows = {r["link"]: r for r in grid.rowData}
-    assert set(rows) == {f"{t}/{s}" for t, s in SUBSET}
+    assert set(rows) == {f"{t}/{s}" for t, s in SUBSET} | {"mixtral/train+batched_mm"}
     assert rows["llama/train"]["run_id"] == records[("llama", "train")]["run_id"]  # RunLink's target
     assert rows["llama/train"]["agrees"] == "yes" and rows["jetmoe/train"]["status"] == "crash"
     assert "0 disagreements" in page.children[0].children[1].children

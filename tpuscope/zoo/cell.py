@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,22 +27,46 @@ from tpuscope.zoo import agree, scenarios
 from tpuscope.zoo.catalog import Entry
 from tpuscope.zoo.truthread import CellTruth
 
+_NEEDS_PACKAGE = re.compile(r"requires the \S+ library")
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the tpuscope package
+
+
+WORKAROUND_EXPERTS = "batched_mm"  # transformers' static-shape experts kernel (no histc, no nonzero)
+_EXPERTS_KERNEL = "transformers/integrations/moe.py"
 
 
 def cell_key(model_type: str, scenario: str) -> str:
     return f"{model_type}.{scenario}"
 
 
+def variant(scenario: str, experts: str | None) -> str:
+    """The cell's scenario label: `train`, or `train+batched_mm` for a run with another experts kernel."""
+    return f"{scenario}+{experts}" if experts else scenario
+
+
+def workaround(record: dict[str, Any] | None) -> str | None:
+    """The experts implementation to run a failed default cell again with, or None.
+
+    The rule: a default cell that failed inside transformers' experts kernel (integrations/moe.py,
+    the histc of every `use_experts_implementation` MoE) is run again as a user would then run it,
+    with `model.set_experts_implementation("batched_mm")` (transformers' documented switch), so the
+    type's other findings are known; the default's failure stays its own cell."""
+    if not record or record.get("experts") or record.get("status") not in ("error", "fallback-error"):
+        return None
+    return WORKAROUND_EXPERTS if str(record.get("where") or "").startswith(_EXPERTS_KERNEL) else None
+
+
 def record_path(store: Path, model_type: str, scenario: str) -> Path:
     return Path(store) / "zoo" / "cells" / f"{cell_key(model_type, scenario)}.json"
 
 
-def _env(truth: Path) -> dict[str, str]:
+def _env(truth: Path, experts: str | None = None) -> dict[str, str]:
     env = {**os.environ, "PJRT_DEVICE": "CPU", "ZOO_TRUTH": str(truth)}
-    for name in ("PT_XLA_DEBUG_LEVEL", "XLA_FLAGS", "TPUSCOPE_STORE"):
+    for name in ("PT_XLA_DEBUG_LEVEL", "XLA_FLAGS", "TPUSCOPE_STORE", "ZOO_EXPERTS"):
         env.pop(name, None)
+    if experts:
+        env["ZOO_EXPERTS"] = experts
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
     return env
 
@@ -61,7 +86,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
 
 def _show(store: Path, name: str, env: dict[str, str]) -> dict[str, Any] | None:
     """`tpuscope show --json` of the newest run of this cell, with its run id."""
-    prefix = name.replace("/", "-") + "-"
+    prefix = re.sub(r"[^A-Za-z0-9._-]+", "-", name) + "-"  # the run id's form of the name (runstore)
     runs = sorted((p for p in Path(store).glob(f"{prefix}*") if p.is_dir()), key=lambda p: p.name)
     runs = [p for p in runs if p.name[len(prefix):][:1].isdigit()]  # not a longer type's runs
     if not runs:
@@ -78,26 +103,30 @@ def _last_error(stderr: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900, target: str = "v5e") -> dict[str, Any]:
-    """Run one cell and write its record; returns the record."""
+def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900, target: str = "v5e",
+             experts: str | None = None) -> dict[str, Any]:
+    """Run one cell and write its record; returns the record. `experts` runs it with that experts
+    implementation (the cell `<scenario>+<experts>`, see `workaround`)."""
     scenario = scenarios.SCENARIOS[scenario_name]
     store = Path(store)
-    work = store / "zoo" / "work" / cell_key(entry.model_type, scenario_name)
+    label = variant(scenario_name, experts)
+    work = store / "zoo" / "work" / cell_key(entry.model_type, label)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     program = work / scenario.program
     shutil.copy(PROGRAMS / scenario.program, program)
     truth_file = work / "truth.json"
-    name = f"zoo/{entry.model_type}/{scenario_name}"
+    name = f"zoo/{entry.model_type}/{label}"
     deep = ["--deep", "--target", target] if scenario.deep else []
     cmd = [sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--name", name, "--quiet", *deep,
            "--warmup", str(scenario.warmup), "python", program.name, entry.model_type, entry.class_name,
            entry.task, *scenario.args]
-    env = _env(truth_file)
+    env = _env(truth_file, experts)
     start = time.monotonic()
     code, stderr = _run(cmd, work, env, timeout)
     record: dict[str, Any] = {"model_type": entry.model_type, "task": entry.task, "class_name": entry.class_name,
-                              "scenario": scenario_name, "exit_code": code,
+                              "scenario": label, "exit_code": code,
+                              **({"base_scenario": scenario_name, "experts": experts} if experts else {}),
                               **({"target": target} if scenario.deep else {}),
                               "seconds": round(time.monotonic() - start, 1)}
     truth = CellTruth.load(truth_file)
@@ -106,7 +135,7 @@ def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900
     record["run_id"] = shown.get("run_id") if shown else None
     if truth and record["status"] == "ok" and shown and "summary" in shown:
         record.update(_judged(scenario, truth, shown, target))
-    _write(record_path(store, entry.model_type, scenario_name), record)
+    _write(record_path(store, entry.model_type, label), record)
     return record
 
 
@@ -116,6 +145,8 @@ def _status(code: int | None, stderr: str, truth: CellTruth | None, timeout: flo
     if truth is not None and truth.error:
         err = truth.error
         status, reason = err["status"], f"{err['type']}: {err['message']}"
+        if err["type"] == "ImportError" and _NEEDS_PACKAGE.search(err["message"]):
+            status = "needs-package"  # a package this machine lacks (gemma3n's vision tower needs timm)
         fallbacks = err.get("fallback_ops") or []
         if status == "error" and fallbacks and "_cpu" in err["message"]:  # a CPU kernel raised inside a fallback
             status, reason = "fallback-error", f"CPU fallback of {', '.join(fallbacks)} raised: {reason}"

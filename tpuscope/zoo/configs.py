@@ -42,10 +42,16 @@ def tiny_config(model_type: str, decoder: bool = False) -> Any:
 
 
 def for_class(config: Any, class_name: str) -> Any:
-    """The config the class takes: a composite config's text config when the class is its text
-    model (transformers registers e.g. qwen3_5's causal LM under the composite type)."""
+    """The config the class takes: a composite config's sub-config of the class's config type when
+    the class is one part (transformers registers e.g. qwen3_5's causal LM under the composite type,
+    and musicgen's decoder under a config with a text encoder and a decoder: no single text config)."""
     wanted = getattr(model_class(class_name), "config_class", None)
-    if wanted is None or isinstance(config, wanted) or not hasattr(config, "get_text_config"):
+    if wanted is None or isinstance(config, wanted):
+        return config
+    parts = [v for v in vars(config).values() if isinstance(v, wanted)]
+    if len(parts) == 1:
+        return parts[0]
+    if not hasattr(config, "get_text_config"):
         return config
     text = config.get_text_config()
     return text if isinstance(text, wanted) else config

@@ -4,7 +4,9 @@ Each cell is its own process (cell.run_cell); the driver only waits on them, so 
 here are N cell processes at once. `shard=(k, n)` keeps every n-th model type starting at the
 k-th (1-based), with all its cells: n machines with the same arguments split one sweep into one
 store. A cell whose record
-exists is finished and skipped (resume), unless its status is in `retry`.
+exists is finished and skipped (resume), unless its status is in `retry`. A default cell that
+failed in transformers' experts kernel is followed by its workaround cell (cell.workaround:
+`<scenario>+batched_mm`), resumed the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.zoo import catalog
-from tpuscope.zoo.cell import record_path, run_cell
+from tpuscope.zoo.cell import record_path, run_cell, variant, workaround
 
 DEFAULT_SCENARIOS = ("train", "generate")
 
@@ -64,25 +66,47 @@ def run_sweep(store: str | Path, scenarios: Iterable[str] = DEFAULT_SCENARIOS, t
     cells = plan(scenarios, tasks, only, exclude, shard)
     retry = set(retry)
     records: dict[tuple[str, str], dict[str, Any]] = {}
-    todo = []
+    todo: list[tuple[catalog.Entry, str, bool]] = []  # (entry, scenario, default cell to run too)
     for entry, scenario in cells:
         old = load_record(store, entry.model_type, scenario)
         if old is not None and old.get("status") not in retry:
             records[(entry.model_type, scenario)] = old
+            experts = workaround(old)
+            if experts:
+                done = load_record(store, entry.model_type, variant(scenario, experts))
+                if done is not None and done.get("status") not in retry:
+                    records[(entry.model_type, variant(scenario, experts))] = done
+                else:
+                    todo.append((entry, scenario, False))
         else:
-            todo.append((entry, scenario))
+            todo.append((entry, scenario, True))
     show = sys.stderr.isatty() if progress is None else progress
+
+    def run(entry: catalog.Entry, scenario: str, default: bool) -> list[dict[str, Any]]:
+        first = run_cell(entry, scenario, store, timeout, target) if default else \
+            records[(entry.model_type, scenario)]
+        experts = workaround(first)
+        second = [run_cell(entry, scenario, store, timeout, target, experts)] if experts else []
+        return ([first] if default else []) + second
+
     with _Progress(len(todo), show) as bar, ThreadPoolExecutor(max(1, jobs)) as pool:
-        futures = {pool.submit(run_cell, entry, scenario, store, timeout, target): (entry, scenario)
-                   for entry, scenario in todo}
+        futures = {pool.submit(run, *job): job for job in todo}
         for future in as_completed(futures):
-            entry, scenario = futures[future]
-            record = future.result()
-            records[(entry.model_type, scenario)] = record
-            bar.advance(f"{entry.model_type}/{scenario}: {record['status']}")
-            if on_cell:
-                on_cell(record)
-    return [records[(e.model_type, s)] for e, s in cells if (e.model_type, s) in records]
+            done = future.result()
+            for record in done:
+                records[(record["model_type"], record["scenario"])] = record
+                if on_cell:
+                    on_cell(record)
+            bar.advance(", ".join(f"{r['model_type']}/{r['scenario']}: {r['status']}" for r in done))
+    order = [(e.model_type, s) for e, s in cells]
+    order += [key for key in records if key not in set(order)]
+    return [records[key] for key in sorted(order, key=_order(order)) if key in records]
+
+
+def _order(cells: list[tuple[str, str]]) -> Callable[[tuple[str, str]], tuple[int, str]]:
+    """Plan order, each workaround cell right after its default cell."""
+    rank = {key: i for i, key in enumerate(cells)}
+    return lambda key: (rank.get((key[0], key[1].split("+")[0]), len(rank)), key[1])
 
 
 class _Progress:

@@ -13,7 +13,10 @@ BATCH = 2
 
 
 def _vocab(config: Any) -> int:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    try:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    except ValueError:  # several text configs (an encoder's and a decoder's): the config's own
+        text = config
     return int(getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 256)
 
 
@@ -24,11 +27,21 @@ def _ids(config: Any, batch: int, length: int) -> Any:
     return torch.randint(4, max(5, _vocab(config) - 8), (batch, length), generator=generator)
 
 
+def _codebooks(config: Any) -> int:
+    """Parallel token streams per sequence (an audio decoder's codebooks: musicgen's input_ids are
+    (batch x codebooks, length), its labels (batch, length, codebooks)); 1 for text."""
+    value = getattr(config, "num_codebooks", None)
+    return value if isinstance(value, int) and value > 1 else 1
+
+
 def batch(task: str, config: Any, length: int) -> dict[str, Any]:
     """One training batch of `length` tokens (no padding: every position is real)."""
     import torch
 
-    ids = _ids(config, BATCH, length)
+    books = _codebooks(config)
+    ids = _ids(config, BATCH * books, length)
+    if task in ("causal-lm", "masked-lm") and books > 1:
+        return {"input_ids": ids, "labels": ids.view(BATCH, books, length).transpose(1, 2).contiguous()}
     if task in ("causal-lm", "masked-lm"):
         return {"input_ids": ids, "labels": ids.clone()}
     if task == "seq2seq":
@@ -44,7 +57,7 @@ def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:
     """One generation prompt: a single sequence with its attention mask."""
     import torch
 
-    ids = _ids(config, 1, length)
+    ids = _ids(config, _codebooks(config), length)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
@@ -76,7 +89,8 @@ def token_marks(mark: Callable[[int], None]) -> Any:
     return LogitsProcessorList([_Mark()])
 
 
-def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> str | None:
+def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str,
+                 experts: str | None = None) -> str | None:
     """The same tiny model and inputs on the plain CPU (no XLA): the error there, or None when it
     runs. A cell that fails on XLA but runs here is XLA's problem; one that fails here too is the
     model's (or the tiny config's)."""
@@ -84,8 +98,10 @@ def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str) -> 
 
     try:
         config, model, _ = configs.build(model_type, class_name, decoder=task == "causal-lm")
+        if experts:
+            model.set_experts_implementation(experts)
         if scenario == "generate":
-            model.eval().generate(**prompt(task, config), max_new_tokens=2, **generate_kwargs(task, config, False))
+            model.eval().generate(**prompt(task, config), max_new_tokens=4, **generate_kwargs(task, config, False))
         else:
             model.train()(**batch(task, config, 16)).loss.backward()
     except Exception as exc:  # the reason is the result

@@ -6,8 +6,9 @@ A config says what kind each layer is in one of several encodings, all kept cons
 - index lists (attn_layer_indices, hybrid_layer_ids): remapped onto the kept layers;
 - a cyclic pattern shorter than the layer count (recurrent_gemma's block_types, repeated over
   the layers): reduced to its distinct kinds in order, so n layers hold every kind;
-- a period and offset (jamba's attention every 8th layer from the 4th): period 2, so a 2-layer
-  model has a layer of each kind;
+- a period and offset (jamba's attention every 8th layer from the 4th): period 2 over 4 layers,
+  so every kind is there and repeats (zamba ties one shared attention block from its first
+  layer to the others: with one such layer the tie has no target);
 - counts of layers of one kind (first_k_dense_replace, num_kv_shared_layers): scaled to the new
   layer count, kept strictly between 0 and it when they were (both kinds survive).
 Finally `needs_attention`: a hybrid whose layers are all linear (Mamba, linear attention, conv)
@@ -84,6 +85,20 @@ def kept_layers(default: Any, layers: int) -> list[int] | None:
     return keep
 
 
+def _seconds(default: Any, layers: int, keep: list[int]) -> list[int]:
+    """The layers to add beyond one of each kind: each kind's second layer first (a kind then
+    repeats: zamba ties its shared attention block from the first hybrid layer to the others),
+    then the rest in order."""
+    lists = _per_layer(default, layers)
+    seen: dict[str, int] = {}
+    seconds = []
+    for i, kinds in enumerate(zip(*lists, strict=True)):
+        seen[repr(kinds)] = seen.get(repr(kinds), 0) + 1
+        if seen[repr(kinds)] == 2:
+            seconds.append(i)
+    return [*seconds, *[i for i in range(layers) if i not in keep and i not in seconds]]
+
+
 def _patterns(attrs: dict[str, Any], layers: int) -> dict[str, list[str]]:
     """Cyclic patterns: string lists shorter than the layer count with a repeated kind."""
     return {k: list(dict.fromkeys(v)) for k, v in attrs.items()
@@ -116,12 +131,14 @@ def overrides(default: Any) -> dict[str, Any]:
     partition = len(counts) > 1 and sum(counts.values()) == layers  # consecutive blocks of kinds
     sizes = [len(keep) if keep else min(layers, 2), *map(len, patterns.values()),
              *(sum(len(kinds) for kinds, _ in run) for run in runs.values()), len(counts) if partition else 0]
+    if any(k.endswith("_period") and _int(v) and v > 2 for k, v in attrs.items()):
+        sizes.append(2 * 2)  # two periods: a kind repeats (zamba ties its shared block from the first to the rest)
     n = min(max(sizes), layers)
     out: dict[str, Any] = {k: n for k in LAYERS if _int(attrs.get(k)) and attrs[k] > n}
     out.update(patterns)
     out.update(runs)
     if keep:
-        keep = sorted([*keep, *[i for i in range(layers) if i not in keep][: n - len(keep)]])
+        keep = sorted([*keep, *_seconds(default, layers, keep)[: n - len(keep)]])
         per_layer = heterogeneous(default)
         if per_layer:
             out["per_layer_config"] = {j: per_layer[i] for j, i in enumerate(keep) if i in per_layer}

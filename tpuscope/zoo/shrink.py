@@ -74,6 +74,15 @@ def fields(config: Any) -> set[str]:
     return set(vars(config))
 
 
+def _derived(config: Any) -> set[str]:
+    """Width fields the default leaves None and __post_init__ fills from other sizes (zamba's
+    attention_head_dim = 2 x hidden / heads): passed as None, they are derived again."""
+    if not dataclasses.is_dataclass(config):
+        return set()
+    return {f.name for f in dataclasses.fields(config) if f.default is None and _WIDTH.search(f.name)
+            and f.name not in ("head_dim",) and _is_int(getattr(config, f.name, None))}
+
+
 def hidden_sizes(config: Any) -> set[int]:
     """Every hidden size in the config tree (the root's and each sub-config's)."""
     from transformers import PretrainedConfig
@@ -140,7 +149,10 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
     widths = hidden_sizes(default) if widths is None else widths
     attrs = vars(default)
     out: dict[str, Any] = {}
+    derived = _derived(default)
     for key, value in attrs.items():
+        if key in derived:
+            continue  # the config derives it from the shrunk fields again
         if isinstance(value, PretrainedConfig):
             out[key] = {"model_type": getattr(value, "model_type", None), **overrides(value, widths)}
         elif value is None and key in _ROUTING:
@@ -162,6 +174,9 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
         if _is_int(attrs.get(key)) and old_head:
             out[key] = max(2, 2 * round(attrs[key] * HEAD_DIM / old_head / 2))
     out.update(_ssm(attrs))
+    out.update(_factors(attrs))
+    if "default_language" in attrs and attrs["default_language"] is None and attrs.get("languages"):
+        out["default_language"] = list(attrs["languages"])[0]  # a choice the model cannot run without (xmod)
     out.update(layer_rules.overrides(default))
     if "per_layer_config" in out:  # a heterogeneous config: each kept layer's overrides shrunk the same way
         out["per_layer_config"] = {i: {**_shrunk(layer, widths), **_grouped({**attrs, **layer})}
@@ -199,6 +214,24 @@ def _rope(value: Any, head_dim: int) -> Any:
     for key in ("original_max_position_embeddings",):
         if isinstance(out.get(key), int) and out[key] > POSITIONS:
             out[key] = POSITIONS // 2
+    return out
+
+
+def _factors(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Tuples that split a size (reformer's axial position embeddings): parts summing to the
+    hidden size keep summing to it, factors multiplying to the position count keep multiplying
+    to it (one even split each)."""
+    hidden = next((attrs[k] for k in _HIDDEN_KEYS if _is_int(attrs.get(k))), None)
+    positions = next((attrs[k] for k in _POSITIONS if _is_int(attrs.get(k))), None)
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if not (isinstance(value, list | tuple) and len(value) > 1 and all(_is_int(v) for v in value)):
+            continue
+        n = len(value)
+        if hidden and hidden > HIDDEN and sum(value) == hidden:
+            out[key] = [HIDDEN // n] * (n - 1) + [HIDDEN - HIDDEN // n * (n - 1)]
+        elif positions and positions > POSITIONS and n == 2 and value[0] * value[1] == positions:
+            out[key] = [16, POSITIONS // 16]
     return out
 
 

@@ -9,6 +9,7 @@ op added), so the truth also says whether the decode compiles again per token.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -19,9 +20,12 @@ from tpuscope.zoo import configs, inputs, truth
 
 def main(model_type: str, class_name: str, task: str, requests: int, new_tokens: int) -> int:
     device = torch_xla.device()
-    phase = "build"
+    phase, experts = "build", None
     try:
         config, model, params = configs.build(model_type, class_name, decoder=task == "causal-lm")
+        experts = os.environ.get("ZOO_EXPERTS")  # the sweep's workaround cell (docs/zoo.md)
+        if experts:
+            model.set_experts_implementation(experts)  # zoo: experts
         model = model.to(device).eval()
         static = bool(getattr(model, "_can_compile_fullgraph", False))
         kwargs = inputs.generate_kwargs(task, config, static)
@@ -35,7 +39,7 @@ def main(model_type: str, class_name: str, task: str, requests: int, new_tokens:
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
         status = "refused" if isinstance(exc, configs.NotTiny) else "error"
-        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "generate")
+        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "generate", experts)
         if cpu:
             status = "broken-default" if inputs.fails_at_full_size(model_type, class_name, task, cpu) \
                 else "fails-on-cpu-too"

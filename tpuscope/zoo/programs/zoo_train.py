@@ -8,6 +8,7 @@ idiom: forward with labels, backward, optimizer step, `torch_xla.sync()`; nothin
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -21,9 +22,12 @@ def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[
     if eager:
         torch_xla.experimental.eager_mode(True)  # zoo: eager-on
     device = torch_xla.device()
-    phase = "build"
+    phase, experts = "build", None
     try:
         config, model, params = configs.build(model_type, class_name, decoder=task == "causal-lm")
+        experts = os.environ.get("ZOO_EXPERTS")  # the sweep's workaround cell (docs/zoo.md)
+        if experts:
+            model.set_experts_implementation(experts)  # zoo: experts
         model = model.to(device).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         batches = [{k: v.to(device) for k, v in inputs.batch(task, config, length).items()} for length in lengths]
@@ -37,7 +41,7 @@ def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
         status = "refused" if isinstance(exc, configs.NotTiny) else "error"
-        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "train")
+        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "train", experts)
         if cpu:
             status = "broken-default" if inputs.fails_at_full_size(model_type, class_name, task, cpu) \
                 else "fails-on-cpu-too"
