@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from plotly.io.json import to_json_plotly
-from tpuscope_dashboards.app import create_app, route
-from tpuscope_dashboards.data import StoreData
-from tpuscope_dashboards.pages import overview, trace
-from tpuscope_dashboards.synthetic import make_run
+
+from tpuscope.dashboards.app import create_app, route
+from tpuscope.dashboards.data import StoreData
+from tpuscope.dashboards.pages import overview, trace
+from tpuscope.dashboards.synthetic import make_run
 
 TARGET_S = 1.0
 

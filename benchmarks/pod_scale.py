@@ -218,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _hosts_page(root: Path) -> str:
     from plotly.io.json import to_json_plotly
-    from tpuscope_dashboards.app import route
-    from tpuscope_dashboards.data import StoreData
+
+    from tpuscope.dashboards.app import route
+    from tpuscope.dashboards.data import StoreData
 
     return str(to_json_plotly(route(StoreData(str(root)), "/run/pod-bench/hosts")))
 

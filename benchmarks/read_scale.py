@@ -40,8 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tpuscope_dashboards.synthetic import make_run
-
+from tpuscope.dashboards.synthetic import make_run
 from tpuscope.store import Run, RunStore, update_meta
 
 TARGETS = {"show": 1.0, "show --json": 1.0, "Overview": 1.0, "Runs": 0.3}
@@ -101,7 +100,7 @@ def page_request(client: Any, path: str) -> int:
 
 def page_times(store: Path, path: str, repeat: int = 3) -> dict[str, float]:
     """Cold (fresh app) and warm server time of one page (wall and CPU), and its payload."""
-    from tpuscope_dashboards.app import create_app
+    from tpuscope.dashboards.app import create_app
 
     client = create_app(store).server.test_client()
     cold, cold_cpu, size = timed(lambda: page_request(client, path))
@@ -227,8 +226,9 @@ def browser_times(
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    from tpuscope_dashboards.app import create_app
     from werkzeug.serving import make_server
+
+    from tpuscope.dashboards.app import create_app
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     app = create_app(store)

@@ -179,8 +179,9 @@ def hosts_page(store: str, run_id: str, env: dict[str, str], repeats: int) -> tu
     the run's meta, its stored summary, the layout built and serialized), in this process."""
     os.environ.update(env)
     from plotly.io.json import to_json_plotly
-    from tpuscope_dashboards.app import route
-    from tpuscope_dashboards.data import StoreData
+
+    from tpuscope.dashboards.app import route
+    from tpuscope.dashboards.data import StoreData
 
     walls, cpus = [], []
     for _ in range(repeats):

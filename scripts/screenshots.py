@@ -60,10 +60,10 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str, int]]:
 
 def screenshots(store: Path, out: Path) -> None:
     """Full-page screenshots of the store's pages into `out`, through the browser tests' `visit`."""
-    from tpuscope_dashboards import create_app
     from werkzeug.serving import make_server
 
     from tests.dashboard_browser import new_driver, visit
+    from tpuscope.dashboards import create_app
 
     app = create_app(store)
     data = app.tpuscope_data

@@ -44,7 +44,7 @@ needs_chromium = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exis
 
 @pytest.fixture(scope="module")
 def store(example_run, tmp_path_factory) -> SimpleNamespace:
-    from tpuscope_dashboards.synthetic import make_run
+    from tpuscope.dashboards.synthetic import make_run
 
     real_dir, proc = example_run(*EXAMPLE)
     assert proc.returncode == 0, proc.stderr
@@ -60,8 +60,9 @@ def store(example_run, tmp_path_factory) -> SimpleNamespace:
 @contextlib.contextmanager
 def serving(root: Path) -> Iterator[str]:
     """The dashboard over `root` on a free loopback port, in a thread; yields its URL."""
-    from tpuscope_dashboards import create_app
     from werkzeug.serving import make_server
+
+    from tpuscope.dashboards import create_app
 
     srv = make_server("127.0.0.1", 0, create_app(root).server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

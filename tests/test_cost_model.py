@@ -128,9 +128,9 @@ def test_trace_json_has_estimate_and_measurement(v5: Run) -> None:
 
 
 def test_tensorcore_page_shows_estimate_against_measurement(v6e: Run) -> None:
-    from tpuscope_dashboards.data import StoreData
-    from tpuscope_dashboards.figures.tensorcore import estimate_scatter
-    from tpuscope_dashboards.pages.tensorcore import cost_comparison, cost_rows, layout
+    from tpuscope.dashboards.data import StoreData
+    from tpuscope.dashboards.figures.tensorcore import estimate_scatter
+    from tpuscope.dashboards.pages.tensorcore import cost_comparison, cost_rows, layout
 
     data = StoreData(v6e.path.parent)
     page = str(layout(data, v6e.run_id).to_plotly_json())

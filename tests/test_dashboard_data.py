@@ -9,9 +9,9 @@ import sys
 import pandas as pd
 import pyarrow as pa
 import pytest
-from tpuscope_dashboards.data import RunNotFound, StoreData, runs_row
-from tpuscope_dashboards.synthetic import make_run
 
+from tpuscope.dashboards.data import RunNotFound, StoreData, runs_row
+from tpuscope.dashboards.synthetic import make_run
 from tpuscope.schema import TABLES
 from tpuscope.store.parts import write_table_atomic
 
@@ -60,7 +60,7 @@ def test_summary_and_runs_row_match_the_tables(small_store):
 
 
 def test_router_pages_and_error_pages(small_store):
-    from tpuscope_dashboards.app import route
+    from tpuscope.dashboards.app import route
 
     root, run_dir = small_store
     data = StoreData(root)
@@ -75,7 +75,7 @@ def test_router_pages_and_error_pages(small_store):
 
 
 def test_download_route_serves_only_listed_trace_files(small_store):
-    from tpuscope_dashboards.app import create_app
+    from tpuscope.dashboards.app import create_app
 
     root, run_dir = small_store
     (run_dir / "trace").mkdir()
@@ -92,8 +92,8 @@ def test_download_route_serves_only_listed_trace_files(small_store):
 
 
 def test_importing_the_dashboard_loads_nothing_and_never_a_collector(tmp_path):
-    code = ("import sys, tpuscope_dashboards; assert 'dash' not in sys.modules, 'dash at import';"
-            "from tpuscope_dashboards import create_app; create_app(sys.argv[1]);"
+    code = ("import sys, tpuscope.dashboards; assert 'dash' not in sys.modules, 'dash at import';"
+            "from tpuscope.dashboards import create_app; create_app(sys.argv[1]);"
             "bad = [m for m in sys.modules if m.startswith(('tpuscope.collect', 'torch', 'jax'))];"
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
@@ -101,8 +101,8 @@ def test_importing_the_dashboard_loads_nothing_and_never_a_collector(tmp_path):
 
 
 def test_host_sync_sites_and_jax_retraces_tables():
-    from tpuscope_dashboards.pages.fallbacks import sync_sites
-    from tpuscope_dashboards.pages.recompiles import retrace_rows
+    from tpuscope.dashboards.pages.fallbacks import sync_sites
+    from tpuscope.dashboards.pages.recompiles import retrace_rows
 
     sites = pd.DataFrame({"step": [2, 3, 3], "kind": "host_sync", "name": "item",
                           "location": ["train.py:70", "train.py:70", None], "count": [1, 1, 2]})
@@ -117,7 +117,7 @@ def test_host_sync_sites_and_jax_retraces_tables():
 
 
 def test_xprof_op_profile_rows_are_the_ops_with_most_self_time():
-    from tpuscope_dashboards.pages.tensorcore import xprof_rows
+    from tpuscope.dashboards.pages.tensorcore import xprof_rows
 
     ops = pd.DataFrame({"hlo_op": ["fusion.1", "dot.2", "copy.3"], "category": ["loop fusion", "convolution", "copy"],
                         "self_time_us": [5.0, 40.0, 1.0], "self_time_percent": [10.9, 87.0, 2.1],
@@ -128,9 +128,8 @@ def test_xprof_op_profile_rows_are_the_ops_with_most_self_time():
 
 
 def test_compare_page_shows_the_diff_modules_interval_and_findings(tmp_path):
-    from tpuscope_dashboards.pages.compare import layout
-
     from tpuscope.analyze.compare import compare
+    from tpuscope.dashboards.pages.compare import layout
     from tpuscope.report.diff import ratio_text, side_of
     from tpuscope.store import Run
 

@@ -6,26 +6,26 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from tpuscope_dashboards.figures.churn import dim_values
-from tpuscope_dashboards.figures.common import minmax_indices, x_window
-from tpuscope_dashboards.figures.compare import grouped_counts, step_time_histograms
-from tpuscope_dashboards.figures.fallbacks import (
+
+from tpuscope.analyze.contract import ShapeChurnFacet
+from tpuscope.dashboards.figures.churn import dim_values
+from tpuscope.dashboards.figures.common import minmax_indices, x_window
+from tpuscope.dashboards.figures.compare import grouped_counts, step_time_histograms
+from tpuscope.dashboards.figures.fallbacks import (
     fallback_heatmap,
     fallback_matrix,
     transfers_timeline,
 )
-from tpuscope_dashboards.figures.steps import compile_bars, step_timeline
-from tpuscope_dashboards.figures.tensorcore import (
+from tpuscope.dashboards.figures.steps import compile_bars, step_timeline
+from tpuscope.dashboards.figures.tensorcore import (
     busy_idle_bars,
     dot_waste,
     padding_waste_bars,
     weighted_waste,
 )
-from tpuscope_dashboards.figures.trace import activity_matrix, busy_ns, top_ops, trace_timeline
-from tpuscope_dashboards.pages.churn import churn_buckets
-from tpuscope_dashboards.shapes import finding_values, varying_by_step
-
-from tpuscope.analyze.contract import ShapeChurnFacet
+from tpuscope.dashboards.figures.trace import activity_matrix, busy_ns, top_ops, trace_timeline
+from tpuscope.dashboards.pages.churn import churn_buckets
+from tpuscope.dashboards.shapes import finding_values, varying_by_step
 
 MS = 1_000_000
 
@@ -142,7 +142,7 @@ def test_fallback_matrix_bins_many_steps_and_keeps_every_call():
 def test_fallback_heatmap_colour_bar_counts_from_zero_clear_of_the_modebar():
     """Session 11: the colour bar's labels sat under the vertical modebar (checked in chromium:
     a right margin as wide as both keeps them apart), and a single count of 3 read 2.5..3.5."""
-    from tpuscope_dashboards.figures.fallbacks import COLORBAR_PX, MODEBAR_PX
+    from tpuscope.dashboards.figures.fallbacks import COLORBAR_PX, MODEBAR_PX
 
     fig = fallback_heatmap(fallbacks_frame([(s, "aten::nonzero", 3) for s in range(4)]))
     heat = fig.data[0]
@@ -244,8 +244,7 @@ def test_activity_matrix_and_top_ops_account_for_every_event():
 def judged(compiles: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The compiles as StoreData.compiles_judged gives them: the analysis's families (RunTables)
     and the recompile rule's pick and diff (detect.recompile.compile_diffs), with the grid's words."""
-    from tpuscope_dashboards.pages.recompiles import diff_text
-
+    from tpuscope.dashboards.pages.recompiles import diff_text
     from tpuscope.detect import RunTables
     from tpuscope.detect.recompile import compile_diffs
 

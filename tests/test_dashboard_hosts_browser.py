@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def pod_store(tmp_path_factory) -> SimpleNamespace:
-    from tpuscope_dashboards.synthetic import make_run
+    from tpuscope.dashboards.synthetic import make_run
 
     made = pod_run(tmp_path_factory.getbasetemp())
     analyze(Run(made.run_dir))  # written into the run, as `tpuscope show --reanalyze` does
@@ -40,8 +40,9 @@ def pod_store(tmp_path_factory) -> SimpleNamespace:
 
 @pytest.fixture(scope="module")
 def server(pod_store):
-    from tpuscope_dashboards import create_app
     from werkzeug.serving import make_server
+
+    from tpuscope.dashboards import create_app
 
     srv = make_server("127.0.0.1", 0, create_app(pod_store.root).server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

@@ -62,7 +62,7 @@ def hostile_store(tmp_path_factory: pytest.TempPathFactory, beacon: Beacon) -> t
 
 @pytest.fixture(scope="module")
 def served(hostile_store):  # type: ignore[no-untyped-def]
-    from tpuscope_dashboards.serve import make_server
+    from tpuscope.dashboards.serve import make_server
 
     server = make_server(hostile_store[0], "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -90,7 +90,7 @@ def test_requests_for_another_host_are_refused(served: int) -> None:
 
 def test_an_app_made_with_create_app_answers_only_to_loopback_names(hostile_store) -> None:
     """`create_app(store).run()` (the documented Python way) is guarded too, at any port."""
-    from tpuscope_dashboards import create_app
+    from tpuscope.dashboards import create_app
 
     client = create_app(hostile_store[0]).server.test_client()
     for host, status in (("127.0.0.1:8050", 200), ("localhost:9999", 200), ("[::1]:8050", 200),
@@ -99,7 +99,7 @@ def test_an_app_made_with_create_app_answers_only_to_loopback_names(hostile_stor
 
 
 def test_host_check_is_off_only_when_the_network_was_asked_for() -> None:
-    from tpuscope_dashboards.serve import allowed_hosts
+    from tpuscope.dashboards.serve import allowed_hosts
 
     assert allowed_hosts("0.0.0.0", 8050) is None
     assert allowed_hosts("127.0.0.1", 8050) == {"127.0.0.1:8050", "localhost:8050", "[::1]:8050"}
@@ -114,7 +114,7 @@ def test_a_bad_run_id_in_a_callback_is_a_404_with_one_log_line(served: int, capl
     with caplog.at_level(logging.INFO):
         status, text = request(served, "/_dash-update-component", f"127.0.0.1:{served}", "POST", body)
     assert status == 404 and b"not a valid run id" in text
-    lines = [r for r in caplog.records if r.name.startswith(("tpuscope", "werkzeug", "tpuscope_dashboards"))
+    lines = [r for r in caplog.records if r.name.startswith(("tpuscope", "werkzeug", "tpuscope.dashboards"))
              and r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "not a valid run id" in lines[0].getMessage()
     assert not any(r.exc_info for r in caplog.records)

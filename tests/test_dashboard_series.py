@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from tpuscope_dashboards import series
-from tpuscope_dashboards.data import StoreData
-from tpuscope_dashboards.figures.steps import MAX_LANES, step_timeline
-from tpuscope_dashboards.pages import overview
-from tpuscope_dashboards.synthetic import make_run
 
 from tpuscope.analyze.judge import VALUE_READ_OPS
+from tpuscope.dashboards import series
+from tpuscope.dashboards.data import StoreData
+from tpuscope.dashboards.figures.steps import MAX_LANES, step_timeline
+from tpuscope.dashboards.pages import overview
+from tpuscope.dashboards.synthetic import make_run
 from tpuscope.schema import TABLES
 from tpuscope.store import Run, RunStore
 from tpuscope.store.parts import write_table_atomic
@@ -150,9 +150,9 @@ def test_a_damaged_part_makes_the_overview_read_the_tables_whole_without_it(tmp_
 def test_the_fallbacks_pages_duckdb_aggregates_are_the_pandas_ones(long_run: Run, tmp_path: Path) -> None:
     import shutil
 
-    from tpuscope_dashboards import aggregates
-    from tpuscope_dashboards.figures.fallbacks import fallback_matrix
-    from tpuscope_dashboards.pages.fallbacks import fallback_sites, fallback_views, site_rows
+    from tpuscope.dashboards import aggregates
+    from tpuscope.dashboards.figures.fallbacks import fallback_matrix
+    from tpuscope.dashboards.pages.fallbacks import fallback_sites, fallback_views, site_rows
 
     long_run = Run(shutil.copytree(long_run.loc.as_path(), tmp_path / long_run.run_id))
     rows = long_run.table("fallbacks", ["step", "op", "count", "location"])
@@ -175,7 +175,7 @@ def test_the_fallbacks_pages_duckdb_aggregates_are_the_pandas_ones(long_run: Run
 
 def test_the_reductions_read_a_run_in_an_object_store_as_they_read_it_locally(gcs_store, tmp_path: Path) -> None:
     """DuckDB reads the parts through the store's fsspec filesystem (a real GCS API server)."""
-    from tpuscope_dashboards.pages.fallbacks import fallback_views
+    from tpuscope.dashboards.pages.fallbacks import fallback_views
 
     run_dir = make_run(tmp_path / "runs", "remote", steps=6_000, trace_events=0, recompiles=12, device=False,
                        parts=2, analyze=True)

@@ -95,8 +95,8 @@ def _texts(node: Any, out: list[str]) -> list[str]:
 
 
 def test_no_dashboard_page_shows_an_unmeasured_figure(store: Path) -> None:
-    from tpuscope_dashboards.app import RUN_PAGES, route
-    from tpuscope_dashboards.data import StoreData
+    from tpuscope.dashboards.app import RUN_PAGES, route
+    from tpuscope.dashboards.data import StoreData
 
     data = StoreData(str(store))
     pages = ["/"] + [f"/run/{run_id(store, name)}" + (f"/{tab}" if tab else "")
@@ -123,8 +123,8 @@ def _stats(node: Any, out: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_overview_says_in_words_what_an_import_did_not_record(store: Path) -> None:
-    from tpuscope_dashboards.app import route
-    from tpuscope_dashboards.data import StoreData
+    from tpuscope.dashboards.app import route
+    from tpuscope.dashboards.data import StoreData
 
     data = StoreData(str(store))
     for name, steps in (("gpu", "not recorded"), ("report", "3,603")):

@@ -29,7 +29,7 @@ FLOORS: dict[str, int] = {
     "cli": 7, "pytest_plugin": 7,
     "__main__": 8, "": 8,  # the package face `tpuscope`: the public API, loaded lazily
 }
-PACKAGES = {"tpuscope": ROOT / "tpuscope", "tpuscope_dashboards": ROOT / "dashboards"}
+PACKAGES = {"tpuscope": ROOT / "tpuscope"}
 
 
 def _module_name(package: str, folder: Path, path: Path) -> str:
@@ -77,8 +77,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _room(module: str) -> str:
-    head, _, rest = module.partition(".")
-    return "dashboards" if head == "tpuscope_dashboards" else rest.split(".")[0]
+    return module.partition(".")[2].split(".")[0]
 
 
 def _graph() -> tuple[dict[str, set[str]], list[str]]:

@@ -28,7 +28,7 @@ STEPS = 20_000
 
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tpuscope_dashboards.synthetic import make_run
+    from tpuscope.dashboards.synthetic import make_run
 
     store = tmp_path_factory.mktemp("long")
     return make_run(
@@ -114,7 +114,7 @@ def test_ls_json_carries_each_runs_analysis_brief(long_run: Path) -> None:
 def test_the_runs_page_of_more_runs_than_the_table_cache_reads_each_run_once(
     long_run: Path, tmp_path: Path
 ) -> None:
-    from tpuscope_dashboards.data import StoreData
+    from tpuscope.dashboards.data import StoreData
 
     store = tmp_path / "many"
     for i in range(80):  # more than the 64 tables the dashboard keeps
@@ -134,8 +134,8 @@ def test_a_part_added_after_the_analysis_makes_the_summary_current_again(
     long_run: Path, tmp_path: Path
 ) -> None:
     import pyarrow as pa
-    from tpuscope_dashboards.data import StoreData
 
+    from tpuscope.dashboards.data import StoreData
     from tpuscope.schema import TABLES
     from tpuscope.store.parts import write_table_atomic
 

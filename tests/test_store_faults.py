@@ -72,7 +72,7 @@ def test_a_part_of_another_schema_is_skipped_by_name(made: Path, tmp_path: Path)
 
 def test_the_dashboard_still_lists_a_run_with_a_damaged_part(made: Path, tmp_path: Path) -> None:
     pytest.importorskip("dash")
-    from tpuscope_dashboards.data import StoreData
+    from tpuscope.dashboards.data import StoreData
 
     run_dir = imported(made, tmp_path)
     for part in (run_dir / "fallbacks").glob("part-*.parquet"):

@@ -62,7 +62,7 @@ def test_tpuscope_compact_merges_a_run_and_keeps_its_rows(tmp_path: Path) -> Non
 
 def test_the_dashboard_data_layer_reads_a_run_in_an_object_store(gcs_store, tmp_path: Path) -> None:
     pytest.importorskip("dash")
-    from tpuscope_dashboards.data import StoreData
+    from tpuscope.dashboards.data import StoreData
 
     run_id = a_run(tmp_path / "runs")
     fs = gcs_store.filesystem()

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tpuscope_dashboards.data import StoreData
-from tpuscope_dashboards.pages import trace
-from tpuscope_dashboards.synthetic import make_run
+
+from tpuscope.dashboards.data import StoreData
+from tpuscope.dashboards.pages import trace
+from tpuscope.dashboards.synthetic import make_run
 
 
 @pytest.fixture(scope="module")

@@ -84,7 +84,7 @@ def dashboard(store: str, port: int, host: str) -> None:
     Example:
       tpuscope dashboard --store ./tpuscope-runs --port 8050
     """
-    from tpuscope_dashboards.serve import ServeError, serve
+    from tpuscope.dashboards.serve import ServeError, serve
 
     try:
         serve(store, host=host, port=port)

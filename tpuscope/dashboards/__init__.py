@@ -1,4 +1,4 @@
-"""tpuscope's web dashboard (import name `tpuscope_dashboards`).
+"""tpuscope's web dashboard.
 
 `create_app(store)` returns a Dash app over a run store. Importing this package
 loads nothing (no Dash, no store): the app and its data are built on demand, so
