@@ -26,7 +26,7 @@ import functools
 import sys
 from collections.abc import Callable
 from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
+from importlib.machinery import ModuleSpec, SourceFileLoader
 from types import ModuleType
 from typing import Any
 
@@ -57,17 +57,15 @@ class _PostImport(MetaPathFinder):
         else:
             return None
         loader = spec.loader
-        run = getattr(loader, "exec_module", None)
-        if run is None:
+        if not isinstance(loader, SourceFileLoader):  # only a loader made for this one spec is wrapped
             return spec
-        on_import = self._on_import
+        run, on_import = loader.exec_module, self._on_import
 
         def exec_module(module: ModuleType) -> None:
             run(module)
             on_import(fullname, module)
 
-        with contextlib.suppress(AttributeError, TypeError):  # a loader that takes no attribute: unpatched
-            loader.exec_module = exec_module  # type: ignore[union-attr]  # this spec's own loader
+        loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
