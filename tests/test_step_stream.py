@@ -21,6 +21,7 @@ from tpuscope.collect.xla.steps import (
     DYNAMO_CALL,
     DYNAMO_TRACE,
     END,
+    LIBRARY_CALL,
     LOADER,
     LOADER_START,
     StepRule,
@@ -188,3 +189,14 @@ def test_a_module_imported_before_the_collector_is_patched_at_install(
         loops.uninstall()
         sys.modules.pop("fake_generation_early", None)
     assert returned == [1]
+
+
+def test_the_first_boundary_after_a_library_loop_call_gives_way() -> None:
+    """tests/programs/idioms.py --generate: `generate()` then `torch_xla.sync()` per iteration; the
+    sync runs the outputs' pending graph, which goes into the next call's step: 1 call, 1 step."""
+    rule = _rule()
+    assert rule.end(LIBRARY_CALL, 5, 5, 5, True) == 5  # the call's forwards and reads
+    assert rule.end("sync", 6, 1, 1, False) is None  # the outputs' graph: carried
+    assert rule.end(LIBRARY_CALL, 9, 4, 4, True) == 4  # the next call (+ the carried graph)
+    assert rule.end("sync", 9, 0, 0, False) is None
+    assert rule.end("sync", 10, 1, 1, False) == 1  # a second boundary is a step again

@@ -41,14 +41,14 @@ from tpuscope.collect.xla.dynamo import CompiledCalls
 from tpuscope.collect.xla.eager import watch_eager_mode
 from tpuscope.collect.xla.fallback_sites import SiteTracer
 from tpuscope.collect.xla.ir_frames import IrFrames
-from tpuscope.collect.xla.library_loops import LIBRARY_CALL, LibraryLoops
+from tpuscope.collect.xla.library_loops import LibraryLoops
 from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
 from tpuscope.collect.xla.steps import (
     DYNAMO_CALL,
     END,
+    LIBRARY_CALL,
     LOOKUPS,
-    WITHIN_A_CALL,
     StepRule,
     boundary_name,
     library_caller,
@@ -89,7 +89,6 @@ class XlaCollector:
         self._direct_at_step = 0  # dynamo's cached-graph runs when the last step ended
         self._optimizer_hook: Any = None
         self.library_loops: LibraryLoops | None = None  # generate() calls (xla/library_loops.py)
-        self._held: tuple[Snapshot, int, bool] | None = None  # a library call's return, held (see below)
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -161,7 +160,7 @@ class XlaCollector:
 
         def _library_loop_returned() -> None:
             start = time.perf_counter_ns()
-            compiled = self._library_call_returned(library_caller(3))  # 3: the call's caller
+            compiled = self.on_step_end(LIBRARY_CALL, library=library_caller(3))  # 3: the call's caller
             self.session.cost.hooked(start, compiled)
 
         self.library_loops = LibraryLoops(_library_loop_returned).install()
@@ -183,25 +182,11 @@ class XlaCollector:
             self._unwrap_eager()
             self._unwrap_eager = None
 
-    def _library_call_returned(self, library: bool) -> bool:
-        """A library loop call returned (xla/library_loops.py): its counters are read now, and the
-        step it ends is held until the next boundary. If that is the program's own (a sync after
-        `generate()` that runs the outputs' pending graph), the iteration ends there with all its
-        work; if it is the next call's return, or the end, the held step ends where the call
-        returned. So a call is one step whether or not the program syncs after it."""
-        held, self._held = self._held, (self.reader.snapshot(full=self._full_due), time.time_ns(), library)
-        if held is None:
-            return False
-        return self.on_step_end(LIBRARY_CALL, held[0], library=held[2], now=held[1])
-
     def close_open_step(self) -> None:
         """Record work since the last boundary (a block that ends in `.item()`, not a sync)
         as a last step "end"; the previous step's async execution finishing late is not work."""
         if self._xlac is None:
             return
-        held, self._held = self._held, None
-        if held is not None:
-            self.on_step_end(LIBRARY_CALL, held[0], library=held[2], now=held[1])
         self.on_step_end(END, self.reader.snapshot(full=True))
         if self.sites is not None:
             self.sites.close()  # nothing follows to trace
@@ -253,19 +238,13 @@ class XlaCollector:
         self.session.set_meta(**meta)
 
     # -- per step --------------------------------------------------------------
-    def on_step_end(self, boundary: str, snap: Snapshot | None = None, library: bool = False,
-                    now: int | None = None) -> bool:
+    def on_step_end(self, boundary: str, snap: Snapshot | None = None, library: bool = False) -> bool:
         """Record the step that just ended; True if it compiled. Only what cannot wait is done
         here (reads, the step rule, arming the call-site tracer, the profiler window); its
         rows are built in the flush thread (xla/rows.py). A plain step (no full read, host
         transfer, fallback, compile or armed tracer) costs the reads, a few tuple comparisons
         and one row of integers appended to a PlainLog (xla/plain.py): no object per step."""
-        if self._held is not None and boundary != LIBRARY_CALL and boundary not in WITHIN_A_CALL:
-            # the program's own boundary ends the held call's iteration; a full read it took
-            # (a compile) is taken again here, for the step's compile rows
-            self._full_due = self._full_due or self._held[0].full
-            self._held = None
-        now = now or time.time_ns()
+        now = time.time_ns()
         snap = snap or self.reader.snapshot(full=self._full_due)
         if snap.full:
             return self._full_step(boundary, snap, now, library)

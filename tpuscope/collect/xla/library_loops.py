@@ -8,10 +8,9 @@ were invisible. No cheap Python hook fires inside such a call (measured: not one
 Python function runs during a `generate()` on the XLA device; its reads and executions happen
 in C++), so the iteration is seen where it is made: the user's loop calls the library
 function once per iteration, and the return of the outermost such call is a step boundary
-candidate, as a `torch.compile`'d call's is (collect/xla/dynamo.py). The collector holds that
-step until the next boundary (XlaCollector._library_call_returned): a sync the program makes
-after the call (which runs the outputs' pending graph) ends the iteration instead, so a call
-is one step whether or not the program syncs after it. The step rule still
+candidate, as a `torch.compile`'d call's is (collect/xla/dynamo.py); the program's first
+boundary after it (a sync after the call, which runs the outputs' pending graph) gives way, so
+a call is one step whether or not the program syncs after it. The step rule still
 decides (collect/xla/steps.py): a call that launched nothing ends no step, and a call a
 library makes inside a framework's training iteration (generation in a trainer's eval) ends
 none while the optimizer has not stepped since the last step.
@@ -37,7 +36,6 @@ from typing import Any
 ENTRY_POINTS: dict[str, tuple[str, str]] = {
     "transformers.generation.utils": ("GenerationMixin", "generate"),
 }
-LIBRARY_CALL = "generate"  # the boundary's name in the steps table
 
 
 class _PostImport(MetaPathFinder):
