@@ -54,14 +54,12 @@ CARDS = {card.program: card for card in [
     # 3 requests; request 2 and 3 compile the same graph families at new lengths (prompt and
     # growing cache), aten::isin falls back inside generate(), and generate() reads values. The
     # shape churn is a facet of the recompile card (one root cause, one card). generate() never
-    # marks a step (truth: MarkStep 0), so the whole program is one step: no tool can see requests.
+    # marks a step (truth: MarkStep 0); each request is one call of it, whose return is the step
+    # boundary (collect/xla/library_loops.py, session 11): 3 requests, 3 steps.
     # The print line reads `out[0, length:]`: its small graph compiles again for each new length.
-    # The whole program is one step, so recurrence between requests is not seen; the recompiles are
-    # seen by identity: the same graph (same line, same input structure) at new input shapes, which
-    # the default mode's per-graph shapes show.
     Card("corpus_hf_generate.py", "xla", 3, _at(
         "corpus_hf_generate.py", ("cpu_fallback", "generate"), ("host_sync", "generate"),
-        ("recompile", "generate"), ("recompile", "print")), steps=1),
+        ("recompile", "generate"), ("recompile", "print"))),
     Card("corpus_hf_train.py", "xla", 10, _at("corpus_hf_train.py")),
     # transformers reads the attention mask's values inside every forward: a host sync.
     Card("corpus_hf_train_mask.py", "xla", 8,
@@ -124,11 +122,13 @@ CARDS = {card.program: card for card in [
     # a torch.library custom op with a CPU kernel only runs on the host every step
     Card("corpus_xla_fallback_custom_op.py", "xla", 6, _at("corpus_xla_fallback_custom_op.py", ("cpu_fallback", "custom-op"))),
     # -- task "recompile" (session 9, issue 26: recompiles by graph identity and recurrence) ------
-    # generate() with a static cache, 2 identical requests; generate() never marks a step, so the
-    # program is one step. Request 1 cuts 14 distinct graphs at the one line, request 2 compiles
-    # nothing: no recompile. aten::isin falls back and generate() reads values (as corpus_hf_generate).
+    # generate() with a static cache, 2 identical requests; each request is one generate() call, a
+    # step (session 11: its return is the boundary, as for corpus_hf_generate.py). Request 1 cuts 14
+    # distinct graphs at the one line, request 2 compiles nothing: no recompile. aten::isin falls
+    # back and generate() reads values (8 `.item()`-style reads a request, at the generate line;
+    # the print's `.tolist()` is 1).
     Card("corpus_hf_generate_static.py", "xla", 2, _at(
-        "corpus_hf_generate_static.py", ("cpu_fallback", "generate"), ("host_sync", "generate")), steps=1),
+        "corpus_hf_generate_static.py", ("cpu_fallback", "generate"), ("host_sync", "generate"))),
     # 20 train + 4 eval iterations over two MpDeviceLoaders; mesh_reduce's syncs are inside its call
     # and end no step; epoch 1's accuracy `.item()` read and mesh_reduce go into epoch 2's first
     # step (a loader's first sync of a pass ends no step), epoch 2's come after the loop: 24 steps.

@@ -6,15 +6,22 @@ programs corpus_hf_trainer.py and corpus_xla_dynamo_train.py (tests/test_corpus.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pandas as pd
+import pytest
 
 from tpuscope.analyze.judge import phases
 from tpuscope.analyze.step_stream import has_step_structure
+from tpuscope.collect.xla import library_loops
+from tpuscope.collect.xla.library_loops import LibraryLoops
 from tpuscope.collect.xla.steps import (
     COLLECTIVE,
     DYNAMO_CALL,
     DYNAMO_TRACE,
     END,
+    LIBRARY_CALL,
     LOADER,
     LOADER_START,
     StepRule,
@@ -135,3 +142,61 @@ def test_a_loop_of_one_boundary_kind_has_no_setup() -> None:
     assert "setup" not in phases(trainer, 1).tolist()
     # too short to tell a setup from a loop: two steps of two kinds are both steps
     assert "setup" not in phases(_kinds("sync", "mark_step"), 1).tolist()
+
+
+def test_an_outermost_library_loop_call_is_one_boundary_and_uninstall_restores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """collect/xla/library_loops: a module named in ENTRY_POINTS is patched when it is imported
+    (the real import system, a module file on sys.path), each outermost call's return calls the
+    collector once (a nested call, as a model's generate() calling super().generate(), does
+    not), an exception still returns through it, and uninstall restores the function."""
+    (tmp_path / "fake_generation.py").write_text(
+        "class Mixin:\n"
+        "    def generate(self, n, fail=False):\n"
+        "        if fail:\n            raise ValueError('no')\n"
+        "        return self.generate(n - 1) if n else 'done'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(library_loops.ENTRY_POINTS, "fake_generation", ("Mixin", "generate"))
+    returned: list[int] = []
+    loops = LibraryLoops(lambda: returned.append(1)).install()
+    try:
+        import fake_generation  # type: ignore[import-not-found]
+
+        assert fake_generation.Mixin().generate(2) == "done"
+        assert returned == [1]  # three nested calls, one boundary
+        with pytest.raises(ValueError):
+            fake_generation.Mixin().generate(0, fail=True)
+        assert returned == [1, 1]
+    finally:
+        loops.uninstall()
+        sys.modules.pop("fake_generation", None)
+    assert fake_generation.Mixin().generate(1) == "done" and returned == [1, 1]
+    assert loops._finder is None and not any(isinstance(f, library_loops._PostImport) for f in sys.meta_path)
+
+
+def test_a_module_imported_before_the_collector_is_patched_at_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fake_generation_early.py").write_text("class Mixin:\n    def generate(self):\n        return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(library_loops.ENTRY_POINTS, "fake_generation_early", ("Mixin", "generate"))
+    import fake_generation_early  # type: ignore[import-not-found]
+
+    returned: list[int] = []
+    loops = LibraryLoops(lambda: returned.append(1)).install()
+    try:
+        fake_generation_early.Mixin().generate()
+    finally:
+        loops.uninstall()
+        sys.modules.pop("fake_generation_early", None)
+    assert returned == [1]
+
+
+def test_the_first_boundary_after_a_library_loop_call_gives_way() -> None:
+    """tests/programs/idioms.py --generate: `generate()` then `torch_xla.sync()` per iteration; the
+    sync runs the outputs' pending graph, which goes into the next call's step: 1 call, 1 step."""
+    rule = _rule()
+    assert rule.end(LIBRARY_CALL, 5, 5, 5, True) == 5  # the call's forwards and reads
+    assert rule.end("sync", 6, 1, 1, False) is None  # the outputs' graph: carried
+    assert rule.end(LIBRARY_CALL, 9, 4, 4, True) == 4  # the next call (+ the carried graph)
+    assert rule.end("sync", 9, 0, 0, False) is None
+    assert rule.end("sync", 10, 1, 1, False) == 1  # a second boundary is a step again

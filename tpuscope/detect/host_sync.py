@@ -68,11 +68,12 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
             site["count"] += int(row["count"])
             site["calls"].add(str(row["name"]))
             site["steps"].add(int(row["step"]))
-    if not sites and not fallbacks.empty:  # no traced reads: fall back to .item() sites
+    if not fallbacks.empty:  # .item()-style reads move no copy counter: their sites are the fallbacks table's
         reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
         for loc, rows in reads.groupby("location"):
-            sites[str(loc)] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
-                          "steps": set(rows["step"].unique())}
+            if str(loc) not in sites:  # a traced transfer site already counts its reads
+                sites[str(loc)] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
+                                   "steps": set(rows["step"].unique())}
     ordered = sorted(sites.values(), key=lambda s: -s["count"])
     return [{"location": s["location"], "calls": sorted(s["calls"]), "count": s["count"],
              "per_traced_step": s["count"] / max(len(s["steps"]), 1)} for s in ordered]

@@ -41,11 +41,13 @@ from tpuscope.collect.xla.dynamo import CompiledCalls
 from tpuscope.collect.xla.eager import watch_eager_mode
 from tpuscope.collect.xla.fallback_sites import SiteTracer
 from tpuscope.collect.xla.ir_frames import IrFrames
+from tpuscope.collect.xla.library_loops import LibraryLoops
 from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
 from tpuscope.collect.xla.steps import (
     DYNAMO_CALL,
     END,
+    LIBRARY_CALL,
     LOOKUPS,
     StepRule,
     boundary_name,
@@ -86,6 +88,7 @@ class XlaCollector:
         self.compiled_calls: CompiledCalls | None = None  # torch.compile(openxla) calls (xla/dynamo.py)
         self._direct_at_step = 0  # dynamo's cached-graph runs when the last step ended
         self._optimizer_hook: Any = None
+        self.library_loops: LibraryLoops | None = None  # generate() calls (xla/library_loops.py)
 
     # -- install / uninstall -------------------------------------------------
     def install(self) -> XlaCollector:
@@ -137,7 +140,8 @@ class XlaCollector:
 
     def _watch_loops(self) -> None:
         """Step sources beyond torch_xla.sync (xla/steps.py): optimizer steps (a framework's
-        loop is one optimizer step an iteration) and torch.compile'd calls (xla/dynamo.py)."""
+        loop is one optimizer step an iteration), torch.compile'd calls (xla/dynamo.py) and
+        calls of library functions that run a device loop themselves (xla/library_loops.py)."""
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         rule = self.rule
@@ -154,6 +158,13 @@ class XlaCollector:
 
         self.compiled_calls = CompiledCalls(self._xlac, _compiled_call_returned).install()
 
+        def _library_loop_returned() -> None:
+            start = time.perf_counter_ns()
+            compiled = self.on_step_end(LIBRARY_CALL, library=library_caller(3))  # 3: the call's caller
+            self.session.cost.hooked(start, compiled)
+
+        self.library_loops = LibraryLoops(_library_loop_returned).install()
+
     def uninstall(self) -> None:
         if self._original is not None:
             self._xm._run_step_closures = self._original
@@ -163,6 +174,8 @@ class XlaCollector:
             self._optimizer_hook = None
         if self.compiled_calls is not None:
             self.compiled_calls.uninstall()
+        if self.library_loops is not None:
+            self.library_loops.uninstall()
         if self.sites is not None:
             self.sites.close()
         if self._unwrap_eager is not None:

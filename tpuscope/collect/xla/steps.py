@@ -59,6 +59,10 @@ ends them):
   a step only if the optimizer stepped since the last step, once the program has stepped
   an optimizer at all: a training iteration is one optimizer step. Boundaries in the
   user's own code are never held back (an eval loop has no optimizer step).
+- a library function that runs a device loop itself (transformers' `generate()`: no sync) is
+  one iteration per call: its return is a boundary ("generate", library_loops.py); the
+  program's first boundary after such a step (a sync after the call, which runs the outputs'
+  pending graph) gives way, so a call is one step whether or not the program syncs after it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ COMPILE_PRELUDE = "torch_xla.compile prelude"
 COLLECTIVE = "rendezvous"  # xm.rendezvous / xm.mesh_reduce's own syncs
 DYNAMO_TRACE = "dynamo trace"  # the openxla bridge's syncs while it traces a function
 DYNAMO_CALL = "torch.compile"  # the return of a torch.compile'd function (collector.py)
+LIBRARY_CALL = "generate"  # the return of a library loop call: transformers' generate() (library_loops.py)
 WITHIN_A_CALL = (COMPILE_PRELUDE, COLLECTIVE, DYNAMO_TRACE)  # never end a step
 LOADER = "MpDeviceLoader"
 LOADER_START = "MpDeviceLoader start"  # a loader's first sync of a pass: never ends a step
@@ -182,6 +187,7 @@ class StepRule:
         self._yielded_at: int | None = None  # lookups when a loader boundary last gave way
         self.optimizer_steps = 0  # optimizer.step() calls so far (the collector's post-hook)
         self._optimizer_steps_at_end = 0  # ... when the last step ended
+        self._library_step = False  # the last step ended at a library loop call's return
 
     def _loader_gives_way(self, lookups: int) -> bool:
         """The loader's sync is the top of the next iteration: the program synced itself since
@@ -203,6 +209,11 @@ class StepRule:
         costs about 1 us."""
         if boundary in WITHIN_A_CALL:
             return None
+        if self._library_step and boundary not in (LIBRARY_CALL, END):
+            # the program's first boundary after a library loop call (a sync that runs the
+            # outputs' pending graph) is inside that iteration: its work goes into the next step
+            self._library_step = False
+            return None
         if boundary == LOADER_START:  # the top of a pass: what ran since goes into the next step
             self._own_boundary, self._yielded_at = False, None
             return None
@@ -218,5 +229,6 @@ class StepRule:
                 self.optimizer_steps == self._optimizer_steps_at_end:
             return None  # a framework's boundary inside its training iteration (module doc)
         self._optimizer_steps_at_end = self.optimizer_steps
+        self._library_step = boundary == LIBRARY_CALL
         self.outstanding = max(0, self.outstanding + lookups - executed)
         return launched
