@@ -34,7 +34,9 @@ from tpuscope.dashboards.synthetic import make_run
 TARGET_S = 1.0
 
 
-def timed(make: Callable[[StoreData], Callable[[], Any]], store: Path, repeat: int) -> dict[str, float]:
+def timed(
+    make: Callable[[StoreData], Callable[[], Any]], store: Path, repeat: int
+) -> dict[str, float]:
     """Seconds of render + JSON serialization: cold (a fresh reader, nothing cached, not even
     the tables other pages read) and warm (median of `repeat` more renders); payload size."""
     render = make(StoreData(store))
@@ -45,11 +47,17 @@ def timed(make: Callable[[StoreData], Callable[[], Any]], store: Path, repeat: i
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         size = len(payload)
-    return {"cold_s": times[0], "cold_cpu_s": cpu[0], "warm_s": statistics.median(times[1:]),
-            "payload_kb": size / 1024}
+    return {
+        "cold_s": times[0],
+        "cold_cpu_s": cpu[0],
+        "warm_s": statistics.median(times[1:]),
+        "payload_kb": size / 1024,
+    }
 
 
-def pages(run_id: str, other: str, steps: int, span_ms: float) -> dict[str, Callable[[StoreData], Callable[[], Any]]]:
+def pages(
+    run_id: str, other: str, steps: int, span_ms: float
+) -> dict[str, Callable[[StoreData], Callable[[], Any]]]:
     """Page name -> (reader -> render function)."""
     base = f"/run/{run_id}"
     third = (steps // 3, steps // 3 + 500)
@@ -63,7 +71,9 @@ def pages(run_id: str, other: str, steps: int, span_ms: float) -> dict[str, Call
         "TensorCore": lambda d: lambda: route(d, base + "/tensorcore"),
         "Trace": lambda d: lambda: route(d, base + "/trace"),
         "Compare": lambda d: lambda: route(d, f"/compare/{other}/{run_id}"),
-        "zoom: step timeline (500 steps)": lambda d: lambda: overview.timeline_figure(d, run_id, third),
+        "zoom: step timeline (500 steps)": lambda d: (
+            lambda: overview.timeline_figure(d, run_id, third)
+        ),
         "zoom: trace timeline (1% window)": lambda d: lambda: trace.timeline(d, run_id, window),
     }
 
@@ -83,21 +93,38 @@ def main(argv: list[str] | None = None) -> int:
         build_s = time.perf_counter() - start
         create_app(store)  # as served: create_app also warms Plotly up
         events = StoreData(store).table(big.name, "trace_events")
-        span_ms = float((events["start_ns"] + events["dur_ns"]).max() - events["start_ns"].min()) / 1e6
-        results = {name: timed(make, store, args.repeat)
-                   for name, make in pages(big.name, small.name, args.steps, span_ms).items()}
+        span_ms = (
+            float((events["start_ns"] + events["dur_ns"]).max() - events["start_ns"].min()) / 1e6
+        )
+        results = {
+            name: timed(make, store, args.repeat)
+            for name, make in pages(big.name, small.name, args.steps, span_ms).items()
+        }
     if args.json:
-        print(json.dumps({"steps": args.steps, "events": args.events, "build_s": build_s, "pages": results}, indent=2))
+        print(
+            json.dumps(
+                {"steps": args.steps, "events": args.events, "build_s": build_s, "pages": results},
+                indent=2,
+            )
+        )
     else:
-        print(f"synthetic store: {args.steps:,} steps, {args.events:,} trace events (built in {build_s:.1f} s)")
+        print(
+            f"synthetic store: {args.steps:,} steps, {args.events:,} trace events (built in {build_s:.1f} s)"
+        )
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"load average {load:.1f} on {os.cpu_count()} cores: on a busy machine wall time "
-              "exceeds CPU time (the process waits for a core)")
-        print(f"{'page':34s} {'cold (s)':>9s} {'cold CPU (s)':>13s} {'warm (s)':>9s} {'payload (KB)':>13s}")
+        print(
+            f"load average {load:.1f} on {os.cpu_count()} cores: on a busy machine wall time "
+            "exceeds CPU time (the process waits for a core)"
+        )
+        print(
+            f"{'page':34s} {'cold (s)':>9s} {'cold CPU (s)':>13s} {'warm (s)':>9s} {'payload (KB)':>13s}"
+        )
         for name, r in results.items():
             flag = "" if r["cold_s"] < TARGET_S else "  over target"
-            print(f"{name:34s} {r['cold_s']:9.3f} {r['cold_cpu_s']:13.3f} {r['warm_s']:9.3f} "
-                  f"{r['payload_kb']:13.0f}{flag}")
+            print(
+                f"{name:34s} {r['cold_s']:9.3f} {r['cold_cpu_s']:13.3f} {r['warm_s']:9.3f} "
+                f"{r['payload_kb']:13.0f}{flag}"
+            )
     return 0 if all(r["cold_s"] < TARGET_S for r in results.values()) else 1
 
 

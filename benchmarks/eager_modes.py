@@ -33,15 +33,21 @@ PLAN = [  # (model, size, backends, modes, repeats); --size/--repeats override s
 def machine() -> str:
     versions = package_versions()
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; "
-            f"python {versions.get('python')}, torch {versions.get('torch')}, "
-            f"torch_xla {versions.get('torch_xla')}, jax {versions.get('jax')}; "
-            f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}")
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; "
+        f"python {versions.get('python')}, torch {versions.get('torch')}, "
+        f"torch_xla {versions.get('torch_xla')}, jax {versions.get('jax')}; "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default=None, help="one size for every model (default: the plan's)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", default=None, help="one size for every model (default: the plan's)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=None, help="default: the plan's")
@@ -57,14 +63,27 @@ def main() -> None:
         if model not in wanted or (model, size) in done:  # --size collapses the plan's sizes
             continue
         done.add((model, size))
-        command = (f"tpuscope bench --model {model} --backends {','.join(backends)} --modes {','.join(modes)} "
-                   f"--size {size} --steps {args.steps} --warmup {args.warmup} --repeats {repeats}")
-        plan = BenchPlan(model=model, modes=modes, backends=backends, size=size, steps=args.steps,
-                         warmup=args.warmup, repeats=repeats, store=args.store, command=command)
+        command = (
+            f"tpuscope bench --model {model} --backends {','.join(backends)} --modes {','.join(modes)} "
+            f"--size {size} --steps {args.steps} --warmup {args.warmup} --repeats {repeats}"
+        )
+        plan = BenchPlan(
+            model=model,
+            modes=modes,
+            backends=backends,
+            size=size,
+            steps=args.steps,
+            warmup=args.warmup,
+            repeats=repeats,
+            store=args.store,
+            command=command,
+        )
         started = time.strftime("%H:%M:%S")
         result = run_bench(plan)
-        sections.append(f"### {model} ({size})\n\n`{command}` (started {started}, {result.seconds:.0f} s, "
-                        f"group `{result.group}`)\n\n{report.to_markdown(result)}\n")
+        sections.append(
+            f"### {model} ({size})\n\n`{command}` (started {started}, {result.seconds:.0f} s, "
+            f"group `{result.group}`)\n\n{report.to_markdown(result)}\n"
+        )
         print(sections[-1], flush=True)
     sections.append(f"Load average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.out:

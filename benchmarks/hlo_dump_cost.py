@@ -64,6 +64,7 @@ def variant_flags(variant: str, folder: Path) -> str:
 
 # -- inside the measured process ------------------------------------------------------------
 
+
 def _inner(program: str, args: list[str], out: str, read_folder: str | None) -> None:
     """Run `program` as __main__ with the step marker timed; write the figures to `out`."""
     import runpy
@@ -77,9 +78,17 @@ def _inner(program: str, args: list[str], out: str, read_folder: str | None) -> 
         from tpuscope.collect.xla.shapes import HloDumpShapes
 
         reader = HloDumpShapes(Path(read_folder), owned=True)
-    figures: dict[str, Any] = {"compile_steps": 0, "compile_cpu_s": 0.0, "compile_wall_s": 0.0,
-                               "read_cpu_s": 0.0, "modules_read": 0, "shaped": 0, "bytes_written": 0,
-                               "files_written": 0, "peak_files": 0}
+    figures: dict[str, Any] = {
+        "compile_steps": 0,
+        "compile_cpu_s": 0.0,
+        "compile_wall_s": 0.0,
+        "read_cpu_s": 0.0,
+        "modules_read": 0,
+        "shaped": 0,
+        "bytes_written": 0,
+        "files_written": 0,
+        "peak_files": 0,
+    }
     marker = torch_xla._XLAC._xla_step_marker
 
     def timed_marker(*a: Any, **k: Any) -> Any:
@@ -108,8 +117,12 @@ def _inner(program: str, args: list[str], out: str, read_folder: str | None) -> 
     if reader is not None:
         _read(reader, figures)  # compiles outside a step marker (a final .item())
     count, total_ns, _ = met.metric_data("CompileTime") or (0, 0, [])
-    figures.update(process_cpu_s=time.process_time() - start_cpu, compiles=met.counter_value("UncachedCompile"),
-                   xla_compile_time_s=total_ns / 1e9, xla_compiles=count)
+    figures.update(
+        process_cpu_s=time.process_time() - start_cpu,
+        compiles=met.counter_value("UncachedCompile"),
+        xla_compile_time_s=total_ns / 1e9,
+        xla_compiles=count,
+    )
     Path(out).write_text(json.dumps(figures))
 
 
@@ -156,25 +169,60 @@ def perf_share(program: str, args: list[str]) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="hlo-perf-") as tmp:
         data = Path(tmp) / "perf.data"
-        env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"),
-                   XLA_FLAGS=variant_flags("tpuscope", Path(tmp) / "dump"),
-                   PYTHONPATH=os.pathsep.join([str(Path(program).resolve().parent), os.environ.get("PYTHONPATH", "")]))
-        subprocess.run(["perf", "record", "-F", "250", "-e", "cpu-clock", "-o", str(data), "--",
-                        sys.executable, program, *args], env=env, check=True, capture_output=True)
-        report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "sym", "--stdio", "--no-children"],
-                                check=True, capture_output=True, text=True).stdout
-    rows = [(float(m[1]), m[2]) for m in re.finditer(r"^\s+([\d.]+)%\s+\[.\]\s+(.*)$", report, re.M)]
-    shares = {name: round(sum(pct for pct, sym in rows if re.search(pattern, sym)), 2)
-              for name, pattern in DUMP_CODE.items()}
+        env = dict(
+            os.environ,
+            PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"),
+            XLA_FLAGS=variant_flags("tpuscope", Path(tmp) / "dump"),
+            PYTHONPATH=os.pathsep.join(
+                [str(Path(program).resolve().parent), os.environ.get("PYTHONPATH", "")]
+            ),
+        )
+        subprocess.run(
+            [
+                "perf",
+                "record",
+                "-F",
+                "250",
+                "-e",
+                "cpu-clock",
+                "-o",
+                str(data),
+                "--",
+                sys.executable,
+                program,
+                *args,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        report = subprocess.run(
+            ["perf", "report", "-i", str(data), "--sort", "sym", "--stdio", "--no-children"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    rows = [
+        (float(m[1]), m[2]) for m in re.finditer(r"^\s+([\d.]+)%\s+\[.\]\s+(.*)$", report, re.M)
+    ]
+    shares = {
+        name: round(sum(pct for pct, sym in rows if re.search(pattern, sym)), 2)
+        for name, pattern in DUMP_CODE.items()
+    }
     events = re.search(r"Event count \(approx\.\): (\d+)", report)  # cpu-clock: ns of CPU
     cpu_s = int(events[1]) / 1e9 if events else None
     dump_pct = round(sum(shares.values()), 2)
-    return {"dump_share_pct": dump_pct, "by_part_pct": shares, "process_cpu_s": cpu_s,
-            "dump_cpu_ms": round(cpu_s * dump_pct * 10, 1) if cpu_s else None,
-            "samples_pct_listed": round(sum(pct for pct, _ in rows), 1)}
+    return {
+        "dump_share_pct": dump_pct,
+        "by_part_pct": shares,
+        "process_cpu_s": cpu_s,
+        "dump_cpu_ms": round(cpu_s * dump_pct * 10, 1) if cpu_s else None,
+        "samples_pct_listed": round(sum(pct for pct, _ in rows), 1),
+    }
 
 
 # -- the driver ------------------------------------------------------------------------------
+
 
 def run_once(program: str, args: list[str], variant: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hlo-cost-") as tmp:
@@ -190,8 +238,11 @@ def run_once(program: str, args: list[str], variant: str) -> dict[str, Any]:
         figures = json.loads(out.read_text())
         if not read and folder.is_dir():  # nothing emptied it: all it wrote is there
             names = os.listdir(folder)
-            figures.update(files_written=len(names), peak_files=len(names),
-                           bytes_written=sum(_size(folder / n) for n in names))
+            figures.update(
+                files_written=len(names),
+                peak_files=len(names),
+                bytes_written=sum(_size(folder / n) for n in names),
+            )
         figures["variant"] = variant
         return figures
 
@@ -207,18 +258,29 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
             return statistics.median(r[key] for r in rows) / per
 
         table[variant] = {
-            "compile_steps": mine[0]["compile_steps"], "compiles": mine[0]["compiles"],
+            "compile_steps": mine[0]["compile_steps"],
+            "compiles": mine[0]["compiles"],
             "cpu_ms_per_compile_step": round(1e3 * med("compile_cpu_s"), 1),
             "wall_ms_per_compile_step": round(1e3 * med("compile_wall_s"), 1),
-            "xla_compile_ms_per_compile": round(1e3 * med("xla_compile_time_s", mine[0]["xla_compiles"] or 1), 1),
+            "xla_compile_ms_per_compile": round(
+                1e3 * med("xla_compile_time_s", mine[0]["xla_compiles"] or 1), 1
+            ),
             "read_ms_per_compile_step": round(1e3 * med("read_cpu_s"), 2),
-            "read_wall_ms_per_compile_step": round(1e3 * med("read_wall_s"), 2) if "read_wall_s" in mine[0] else None,
-            "sweep_cpu_ms_per_compile_step": round(1e3 * med("sweep_cpu_s"), 2) if "sweep_cpu_s" in mine[0] else None,
-            "sweep_wall_ms_per_compile_step": round(1e3 * med("sweep_wall_s"), 2) if "sweep_wall_s" in mine[0] else None,
+            "read_wall_ms_per_compile_step": round(1e3 * med("read_wall_s"), 2)
+            if "read_wall_s" in mine[0]
+            else None,
+            "sweep_cpu_ms_per_compile_step": round(1e3 * med("sweep_cpu_s"), 2)
+            if "sweep_cpu_s" in mine[0]
+            else None,
+            "sweep_wall_ms_per_compile_step": round(1e3 * med("sweep_wall_s"), 2)
+            if "sweep_wall_s" in mine[0]
+            else None,
             "files_per_compile_step": round(med("files_written"), 1),
             "kb_per_compile_step": round(med("bytes_written") / 1024, 1),
             "peak_files_in_folder": max(r["peak_files"] for r in mine),
-            "modules_shaped": f"{mine[0]['shaped']}/{mine[0]['modules_read']}" if mine[0]["modules_read"] else None,
+            "modules_shaped": f"{mine[0]['shaped']}/{mine[0]['modules_read']}"
+            if mine[0]["modules_read"]
+            else None,
             "process_cpu_s": round(med("process_cpu_s", 1), 2),
             "rounds": len(mine),
         }
@@ -226,8 +288,12 @@ def summarise(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
     if base:
         for variant, row in table.items():
             if variant != "none":
-                row["cpu_vs_none_pct"] = round(100 * (row["cpu_ms_per_compile_step"] / base["cpu_ms_per_compile_step"] - 1), 1)
-                row["cpu_ms_added_per_compile_step"] = round(row["cpu_ms_per_compile_step"] - base["cpu_ms_per_compile_step"], 1)
+                row["cpu_vs_none_pct"] = round(
+                    100 * (row["cpu_ms_per_compile_step"] / base["cpu_ms_per_compile_step"] - 1), 1
+                )
+                row["cpu_ms_added_per_compile_step"] = round(
+                    row["cpu_ms_per_compile_step"] - base["cpu_ms_per_compile_step"], 1
+                )
     return table
 
 
@@ -240,13 +306,17 @@ def main() -> None:
             read, rest = rest[1], rest[2:]
         _inner(rest[0], rest[1:], out, read)
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("program")
     parser.add_argument("--args", default="", help="the program's own arguments, one string")
     parser.add_argument("--variants", default="none,text,tpuscope")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="also write the runs and the table here")
-    parser.add_argument("--perf", action="store_true", help="also: the dump's share of one run's CPU samples")
+    parser.add_argument(
+        "--perf", action="store_true", help="also: the dump's share of one run's CPU samples"
+    )
     opts = parser.parse_args()
     variants = opts.variants.split(",")
     runs = []
@@ -254,8 +324,11 @@ def main() -> None:
         order = variants if round_no % 2 == 0 else variants[::-1]  # alternate: load drifts
         for variant in order:
             runs.append(run_once(opts.program, shlex.split(opts.args), variant))
-            print(f"round {round_no} {variant}: {runs[-1]['compile_steps']} compile steps, "
-                  f"{runs[-1]['compile_cpu_s']:.2f} s CPU in them", file=sys.stderr)
+            print(
+                f"round {round_no} {variant}: {runs[-1]['compile_steps']} compile steps, "
+                f"{runs[-1]['compile_cpu_s']:.2f} s CPU in them",
+                file=sys.stderr,
+            )
     table = summarise(runs, variants) if runs else {}
     if opts.perf:
         table["perf"] = perf_share(opts.program, shlex.split(opts.args))

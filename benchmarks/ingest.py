@@ -40,12 +40,14 @@ import time
 from pathlib import Path
 
 METHODS = ("tpuscope", "tpuscope_import", "profiledata_loop", "xprof_trace_viewer", "xprof_rs")
-XPROF_RS_PUBLISHED_S = 1.40  # issue 30: xprof-rs's cold trace_viewer@ of this 1.05M-event trace (2 cores)
+XPROF_RS_PUBLISHED_S = (
+    1.40  # issue 30: xprof-rs's cold trace_viewer@ of this 1.05M-event trace (2 cores)
+)
 IMPORT_TARGET_RATIO = 1.5  # the import path must be at least this much faster than xprof-rs
 STATS = ("hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed")
 CHAIN = 50  # matmuls per step: ~220 events per step on the CPU backend
 
-GENERATOR = r'''
+GENERATOR = r"""
 import sys, torch, torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.profiler as xp
@@ -64,7 +66,7 @@ for _ in range(steps):
     x = step(x); torch_xla.sync()
 xm.wait_device_ops()
 xp.stop_trace()
-'''
+"""
 
 
 def _status(key: str) -> int:
@@ -89,7 +91,9 @@ def _profiledata_loop(path: str) -> int:
 
     data = ProfileData.from_file(path)
     cols: dict[str, list] = {k: [] for k in ("plane", "line", "name", "start_ns", "dur_ns", *STATS)}
-    plane_c, line_c, name_c, start_c, dur_c = (cols[k] for k in ("plane", "line", "name", "start_ns", "dur_ns"))
+    plane_c, line_c, name_c, start_c, dur_c = (
+        cols[k] for k in ("plane", "line", "name", "start_ns", "dur_ns")
+    )
     stat_cols = [cols[k] for k in STATS]
     for plane in data.planes:
         for line in plane.lines:
@@ -114,6 +118,7 @@ def child(method: str, path: str) -> dict:
         import jax.profiler  # noqa: F401
     elif method == "xprof_trace_viewer":
         from xprof.convert import raw_to_tool_data
+
         work = tempfile.mkdtemp(prefix="tpuscope-bench-")
         path = shutil.copy(path, work)  # xprof writes cache files next to its input
     else:
@@ -140,14 +145,25 @@ def child(method: str, path: str) -> dict:
     peak = _status("VmHWM") - rss0
     if work:
         shutil.rmtree(work, ignore_errors=True)
-    return {"method": method, "events": events, "seconds": seconds, "cpu_s": cpu, "peak_bytes": peak}
+    return {
+        "method": method,
+        "events": events,
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "peak_bytes": peak,
+    }
 
 
 def _generate(steps: int, out: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PJRT_DEVICE": "CPU"}
-    subprocess.run([sys.executable, "-c", GENERATOR, str(steps), str(out), str(CHAIN)], check=True, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", GENERATOR, str(steps), str(out), str(CHAIN)],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return Path(sorted(glob.glob(str(out / "plugins/profile/*/*.xplane.pb")))[-1])
 
 
@@ -170,7 +186,9 @@ def make_trace(events: int, cache: Path) -> Path:
     path = _generate(steps, cache / "run")
     found = _count(path)
     if found < events:
-        raise SystemExit(f"the trace has {found:,} events, fewer than {events:,}; rerun with a larger --events")
+        raise SystemExit(
+            f"the trace has {found:,} events, fewer than {events:,}; rerun with a larger --events"
+        )
     cache.mkdir(parents=True, exist_ok=True)
     shutil.move(str(path), kept)
     shutil.rmtree(cache / "calibrate", ignore_errors=True)
@@ -202,8 +220,11 @@ def xprof_rs_once(binary: str, path: Path) -> dict:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([binary, "--logdir", str(work / "logs"), "--port", str(port), "--host", "127.0.0.1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [binary, "--logdir", str(work / "logs"), "--port", str(port), "--host", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             try:
@@ -214,7 +235,9 @@ def xprof_rs_once(binary: str, path: Path) -> dict:
         host = path.name.removesuffix(".xplane.pb")
         cpu0 = _child_cpu(server.pid)
         t0 = time.perf_counter()
-        body = _get(port, f"/data/plugin/profile/data?run=run/s&tag=trace_viewer@&host={host}&resolution=0")
+        body = _get(
+            port, f"/data/plugin/profile/data?run=run/s&tag=trace_viewer@&host={host}&resolution=0"
+        )
         seconds = time.perf_counter() - t0
         cpu = _child_cpu(server.pid) - cpu0
         peak = _proc_status(server.pid, "VmHWM")
@@ -224,12 +247,20 @@ def xprof_rs_once(binary: str, path: Path) -> dict:
         server.terminate()
         server.wait()
         shutil.rmtree(work, ignore_errors=True)
-    return {"method": "xprof_rs", "events": events, "seconds": seconds, "cpu_s": cpu, "peak_bytes": peak}
+    return {
+        "method": "xprof_rs",
+        "events": events,
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "peak_bytes": peak,
+    }
 
 
 def _proc_status(pid: int, key: str) -> int:
     with open(f"/proc/{pid}/status") as handle:
-        return next((int(line.split()[1]) * 1024 for line in handle if line.startswith(key + ":")), 0)
+        return next(
+            (int(line.split()[1]) * 1024 for line in handle if line.startswith(key + ":")), 0
+        )
 
 
 def _child_cpu(pid: int) -> float:
@@ -241,45 +272,70 @@ def _child_cpu(pid: int) -> float:
 def measure(method: str, path: Path, runs: int, xprof_rs: str | None = None) -> dict:
     if method == "xprof_rs":
         if not xprof_rs:
-            return {"method": method, "absent": True,
-                    "error": "xprof-rs is not installed here (no xprof-rs binary on PATH; pass --xprof-rs PATH)"}
+            return {
+                "method": method,
+                "absent": True,
+                "error": "xprof-rs is not installed here (no xprof-rs binary on PATH; pass --xprof-rs PATH)",
+            }
         results = [xprof_rs_once(xprof_rs, path) for _ in range(runs)]
         best = min(results, key=lambda r: r["seconds"])
-        return {**best, "cpu_s": min(r["cpu_s"] for r in results),
-                "peak_bytes": max(r["peak_bytes"] for r in results), "runs": len(results)}
+        return {
+            **best,
+            "cpu_s": min(r["cpu_s"] for r in results),
+            "peak_bytes": max(r["peak_bytes"] for r in results),
+            "runs": len(results),
+        }
     results = []
     for _ in range(runs):
-        proc = subprocess.run([sys.executable, __file__, "--child", method, str(path)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", method, str(path)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             return {"method": method, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     best = min(results, key=lambda r: r["seconds"])
-    return {**best, "cpu_s": min(r["cpu_s"] for r in results), "peak_bytes": max(r["peak_bytes"] for r in results),
-            "runs": len(results)}
+    return {
+        **best,
+        "cpu_s": min(r["cpu_s"] for r in results),
+        "peak_bytes": max(r["peak_bytes"] for r in results),
+        "runs": len(results),
+    }
 
 
 def report(path: Path, rows: list[dict]) -> None:
     size = path.stat().st_size
     load = os.getloadavg()
-    print(f"file: {path} ({size / 1e6:.1f} MB); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
-          f"on {os.cpu_count()} cores (wall times wait for a core; CPU times do not)")
-    print(f"{'method':20s} {'events':>10s} {'best s':>8s} {'cpu s':>7s} {'events/s':>11s} {'peak MB':>8s} {'x file':>7s}")
+    print(
+        f"file: {path} ({size / 1e6:.1f} MB); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+        f"on {os.cpu_count()} cores (wall times wait for a core; CPU times do not)"
+    )
+    print(
+        f"{'method':20s} {'events':>10s} {'best s':>8s} {'cpu s':>7s} {'events/s':>11s} {'peak MB':>8s} {'x file':>7s}"
+    )
     for r in rows:
         if "error" in r:
-            print(f"{r['method']:20s} {'absent' if r.get('absent') else 'failed'}: {r['error'][:100]}")
+            print(
+                f"{r['method']:20s} {'absent' if r.get('absent') else 'failed'}: {r['error'][:100]}"
+            )
             continue
-        print(f"{r['method']:20s} {r['events']:10,d} {r['seconds']:8.2f} {r['cpu_s']:7.2f} "
-              f"{r['events'] / r['seconds']:11,.0f} {r['peak_bytes'] / 1e6:8.1f} {r['peak_bytes'] / size:7.2f}")
+        print(
+            f"{r['method']:20s} {r['events']:10,d} {r['seconds']:8.2f} {r['cpu_s']:7.2f} "
+            f"{r['events'] / r['seconds']:11,.0f} {r['peak_bytes'] / 1e6:8.1f} {r['peak_bytes'] / size:7.2f}"
+        )
     found = {r["method"]: r for r in rows if "error" not in r}
     base = found.get("profiledata_loop")
-    for method, label in (("tpuscope", "tpuscope read_xspace"), ("tpuscope_import", "full import path (+ Parquet)")):
+    for method, label in (
+        ("tpuscope", "tpuscope read_xspace"),
+        ("tpuscope_import", "full import path (+ Parquet)"),
+    ):
         ours = found.get(method)
         if ours and base:
             speed = (ours["events"] / ours["seconds"]) / (base["events"] / base["seconds"])
             cpu = (ours["events"] / ours["cpu_s"]) / (base["events"] / base["cpu_s"])
-            print(f"{label} vs ProfileData loop: {speed:.1f}x events/s wall, {cpu:.1f}x by CPU time "
-                  f"(target >= 2x); peak {ours['peak_bytes'] / size:.2f}x file size (target < 3x)")
+            print(
+                f"{label} vs ProfileData loop: {speed:.1f}x events/s wall, {cpu:.1f}x by CPU time "
+                f"(target >= 2x); peak {ours['peak_bytes'] / size:.2f}x file size (target < 3x)"
+            )
     peer_target(found, size)
 
 
@@ -289,24 +345,40 @@ def peer_target(found: dict, size: int) -> None:
     if not ours:
         return
     peer = found.get("xprof_rs")
-    reference, source = ((peer["seconds"], "xprof-rs measured here, same file, same load")
-                         if peer else (XPROF_RS_PUBLISHED_S, "xprof-rs absent here: issue 30's published "
-                                       f"{XPROF_RS_PUBLISHED_S:.2f} s for this trace, quiet machine"))
+    reference, source = (
+        (peer["seconds"], "xprof-rs measured here, same file, same load")
+        if peer
+        else (
+            XPROF_RS_PUBLISHED_S,
+            "xprof-rs absent here: issue 30's published "
+            f"{XPROF_RS_PUBLISHED_S:.2f} s for this trace, quiet machine",
+        )
+    )
     limit = reference / IMPORT_TARGET_RATIO
     verdict = "met" if ours["seconds"] <= limit and ours["peak_bytes"] < 3 * size else "NOT met"
-    print(f"import path {ours['seconds']:.2f} s wall ({ours['cpu_s']:.2f} s CPU) vs {reference:.2f} s ({source}): "
-          f"{reference / ours['seconds']:.2f}x; target <= {limit:.2f} s and peak < 3x file: {verdict}")
+    print(
+        f"import path {ours['seconds']:.2f} s wall ({ours['cpu_s']:.2f} s CPU) vs {reference:.2f} s ({source}): "
+        f"{reference / ours['seconds']:.2f}x; target <= {limit:.2f} s and peak < 3x file: {verdict}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "tpuscope-bench-ingest")
+    parser.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "tpuscope-bench-ingest"
+    )
     parser.add_argument("--file", type=Path, help="Use this xplane.pb instead of making one.")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", action="store_true", help="Print the results as JSON too.")
-    parser.add_argument("--xprof-rs", default=shutil.which("xprof-rs"), help="the xprof-rs binary (default: on PATH)")
+    parser.add_argument(
+        "--xprof-rs",
+        default=shutil.which("xprof-rs"),
+        help="the xprof-rs binary (default: on PATH)",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -316,7 +388,9 @@ def main() -> None:
     rows = [measure(m, path, args.runs, args.xprof_rs) for m in args.methods.split(",")]
     report(path, rows)
     if args.json:
-        print(json.dumps({"file": str(path), "size": path.stat().st_size, "results": rows}, indent=2))
+        print(
+            json.dumps({"file": str(path), "size": path.stat().st_size, "results": rows}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,12 @@ PIECES = ("pre-dispatch", "post-dispatch", "pre-block", "post-block")
 def make_state() -> tuple:
     """timed_jax's parameters and batch."""
     k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(0), 4)
-    params = {"w1": jax.random.normal(k1, (256, 256)) * 0.05, "b1": jnp.zeros(256),
-              "w2": jax.random.normal(k2, (256, 256)) * 0.05, "b2": jnp.zeros(256)}
+    params = {
+        "w1": jax.random.normal(k1, (256, 256)) * 0.05,
+        "b1": jnp.zeros(256),
+        "w2": jax.random.normal(k2, (256, 256)) * 0.05,
+        "b2": jnp.zeros(256),
+    }
     return params, jax.random.normal(k3, (32, 256)), jax.random.normal(k4, (32, 256))
 
 
@@ -63,8 +67,10 @@ def main() -> None:
 
     cells = dict(zip(hooked_method.__code__.co_freevars, hooked_method.__closure__, strict=True))
     cells["original"].cell_contents = stamped_method  # the hook now calls the stamped method
-    modes = {True: (step, jax.block_until_ready, hooked_method),
-             False: (stamped, jax.block_until_ready.__wrapped__, stamped_method)}
+    modes = {
+        True: (step, jax.block_until_ready, hooked_method),
+        False: (stamped, jax.block_until_ready.__wrapped__, stamped_method),
+    }
     times: dict[bool, list[list[int]]] = {on: [[] for _ in range(5)] for on in modes}
     for i in range(steps + 20):
         on = i < 20 or (i // 2) % 2 == 0
@@ -77,13 +83,24 @@ def main() -> None:
         block(loss)
         end = perf_counter_ns()
         if i >= 20:
-            for piece, ns in zip(times[on], (stamps[0] - start, called - stamps[1], stamps[2] - called,
-                                             end - stamps[3], end - start), strict=True):
+            for piece, ns in zip(
+                times[on],
+                (
+                    stamps[0] - start,
+                    called - stamps[1],
+                    stamps[2] - called,
+                    end - stamps[3],
+                    end - start,
+                ),
+                strict=True,
+            ):
                 piece.append(ns)
     ArrayImpl.block_until_ready = hooked_method
     for k, name in enumerate((*PIECES, "whole step")):
         on, off = statistics.median(times[True][k]) / 1e3, statistics.median(times[False][k]) / 1e3
-        print(f"{name:14s} hooks on {on:7.2f} us   off {off:7.2f} us   difference {on - off:+6.2f} us")
+        print(
+            f"{name:14s} hooks on {on:7.2f} us   off {off:7.2f} us   difference {on - off:+6.2f} us"
+        )
 
 
 if __name__ == "__main__":

@@ -43,7 +43,11 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROGRAMS = {"transformer": HERE / "timed_steps.py", "mlp": HERE / "timed_mlp.py", "jax": HERE / "timed_jax.py"}
+PROGRAMS = {
+    "transformer": HERE / "timed_steps.py",
+    "mlp": HERE / "timed_mlp.py",
+    "jax": HERE / "timed_jax.py",
+}
 PROGRAM = PROGRAMS["transformer"]
 SKIP = 10
 LOW: dict[str, list[float]] = {}  # per mode: each run's 10th-percentile step time
@@ -63,7 +67,17 @@ def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
             env.update(DEBUG_TEXT_ENV, PT_XLA_DEBUG_FILE=str(work / "pt_xla_debug.txt"))
     else:
         extra = ["--deep"] if mode == "deep" else []
-        cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *extra, *program]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tpuscope",
+            "run",
+            "--quiet",
+            "--store",
+            str(store),
+            *extra,
+            *program,
+        ]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     times = sorted(json.loads(out.read_text())[SKIP:])
     LOW[mode].append(times[len(times) // 10])  # the 10th percentile: what interference spares
@@ -84,7 +98,9 @@ def flush_ms_per_step(store: Path, before_loop: dict | None = None) -> float:
     the loop's rows, the last one at exit included) over the steps hooked since."""
     import tpuscope
 
-    (cost,) = [p["profiler_cost"] for p in tpuscope.load_run("latest", store=store).meta["processes"]]
+    (cost,) = [
+        p["profiler_cost"] for p in tpuscope.load_run("latest", store=store).meta["processes"]
+    ]
     cpu, steps = cost["flush_cpu_ns"], cost["hook_calls"] + cost["compile_hook_calls"]
     if before_loop:
         cpu, steps = cpu - before_loop["flush_cpu_ns"], steps - before_loop["steps"]
@@ -107,24 +123,45 @@ def paired(steps: int, work: Path, deep: bool = False) -> None:
     on, off = times["on"], times["off"]
     # the k-th pair of steps with the hook ran right after the k-th pair without it: their
     # difference cancels the machine's drift, and the median of the differences its spikes
-    diffs = [(on[k] + on[k + 1] - off[k] - off[k + 1]) / 2 for k in range(0, min(len(on), len(off)) - 1, 2)]
+    diffs = [
+        (on[k] + on[k + 1] - off[k] - off[k + 1]) / 2
+        for k in range(0, min(len(on), len(off)) - 1, 2)
+    ]
     hook = statistics.median(diffs) * 1e3
     low, high = (d * 1e3 for d in median_interval(diffs))
     bare = statistics.median(off) * 1e3
     flush = flush_ms_per_step(full_store)
-    print(f"flush thread: {flush:.4f} ms per step in a run of {steps} steps, every one hooked; in the "
-          f"alternating run {flush_ms_per_step(store, times.get('before_loop')):.4f} per hooked step")
-    print(f"paired{' (--deep)' if deep else ''} ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
-          f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
-          f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "
-          f"{(bare + hook + flush) / bare:.4f} (interval {(bare + low + flush) / bare:.4f} .. "
-          f"{(bare + high + flush) / bare:.4f})")
+    print(
+        f"flush thread: {flush:.4f} ms per step in a run of {steps} steps, every one hooked; in the "
+        f"alternating run {flush_ms_per_step(store, times.get('before_loop')):.4f} per hooked step"
+    )
+    print(
+        f"paired{' (--deep)' if deep else ''} ({len(diffs)} adjacent pairs of 2 steps with / 2 without the hook, one process): "
+        f"hook {hook:.3f} ms per step (95% interval of the median {low:.3f} .. {high:.3f} ms) + flush "
+        f"thread {flush:.3f} ms = {hook + flush:.3f} ms on a {bare:.3f} ms step: ratio "
+        f"{(bare + hook + flush) / bare:.4f} (interval {(bare + low + flush) / bare:.4f} .. "
+        f"{(bare + high + flush) / bare:.4f})"
+    )
 
 
 def _profiled(work: Path, store: Path, out: Path, steps: int, deep: bool, *options: str) -> Path:
     """`tpuscope run` of the program (quiet, into `store`); returns its output file."""
-    cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store), *(["--deep"] if deep else []),
-           "python", str(PROGRAM), str(out), "--steps", str(steps), *options]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tpuscope",
+        "run",
+        "--quiet",
+        "--store",
+        str(store),
+        *(["--deep"] if deep else []),
+        "python",
+        str(PROGRAM),
+        str(out),
+        "--steps",
+        str(steps),
+        *options,
+    ]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
@@ -139,19 +176,32 @@ def median_interval(values: list[float]) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--program", choices=sorted(PROGRAMS), default="transformer")
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--deep", action="store_true", help="also measure tpuscope run --deep")
-    parser.add_argument("--debug-text", action="store_true",
-                        help="also measure the bare program with PT_XLA_DEBUG_LEVEL=1 (torch_xla programs)")
-    parser.add_argument("--paired-steps", type=int, default=1000, help="0: skip the paired estimate")
-    parser.add_argument("--paired-deep", action="store_true", help="the paired run under tpuscope run --deep")
+    parser.add_argument(
+        "--debug-text",
+        action="store_true",
+        help="also measure the bare program with PT_XLA_DEBUG_LEVEL=1 (torch_xla programs)",
+    )
+    parser.add_argument(
+        "--paired-steps", type=int, default=1000, help="0: skip the paired estimate"
+    )
+    parser.add_argument(
+        "--paired-deep", action="store_true", help="the paired run under tpuscope run --deep"
+    )
     args = parser.parse_args()
     global PROGRAM
     PROGRAM = PROGRAMS[args.program]
-    modes = ["bare", "tpuscope"] + (["deep"] if args.deep else []) + (["debug-text"] if args.debug_text else [])
+    modes = (
+        ["bare", "tpuscope"]
+        + (["deep"] if args.deep else [])
+        + (["debug-text"] if args.debug_text else [])
+    )
     medians: dict[str, list[float]] = {m: [] for m in modes}
     LOW.update({m: [] for m in modes})
     costs: dict[str, list[float]] = {m: [] for m in modes[1:]}
@@ -163,28 +213,37 @@ def main() -> None:
                 medians[mode].append(step)
                 if cost is not None:
                     costs[mode].append(cost)
-            print(f"rep {rep + 1}/{args.reps}: " + "  ".join(
-                f"{m} {medians[m][-1] * 1e3:.3f} ms" for m in modes), flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps}: "
+                + "  ".join(f"{m} {medians[m][-1] * 1e3:.3f} ms" for m in modes),
+                flush=True,
+            )
         if args.reps:
             report(modes, medians, costs)
         if args.paired_steps:
             paired(args.paired_steps, work, deep=args.paired_deep)
 
 
-def report(modes: list[str], medians: dict[str, list[float]], costs: dict[str, list[float]]) -> None:
+def report(
+    modes: list[str], medians: dict[str, list[float]], costs: dict[str, list[float]]
+) -> None:
     bare = statistics.median(medians["bare"])
     print(f"\n{PROGRAM.name}: median step time, bare:      {bare * 1e3:.3f} ms")
     for mode in modes[1:]:
         ratios = [t / b for t, b in zip(medians[mode], medians["bare"], strict=True)]
-        print(f"{mode}: median ratio {statistics.median(ratios):.4f} "
-              f"(per-rep {', '.join(f'{r:.3f}' for r in ratios)}); "
-              f"ratio of medians {statistics.median(medians[mode]) / bare:.4f}; "
-              f"ratio of the runs' median 10th-percentile steps "
-              f"{statistics.median(LOW[mode]) / statistics.median(LOW['bare']):.4f}")
+        print(
+            f"{mode}: median ratio {statistics.median(ratios):.4f} "
+            f"(per-rep {', '.join(f'{r:.3f}' for r in ratios)}); "
+            f"ratio of medians {statistics.median(medians[mode]) / bare:.4f}; "
+            f"ratio of the runs' median 10th-percentile steps "
+            f"{statistics.median(LOW[mode]) / statistics.median(LOW['bare']):.4f}"
+        )
         if costs[mode]:
             cost = statistics.median(costs[mode])
-            print(f"{mode}: tpuscope's own measured cost {cost:.3f} ms per step "
-                  f"= {100 * cost / (bare * 1e3):.2f}% of the bare step")
+            print(
+                f"{mode}: tpuscope's own measured cost {cost:.3f} ms per step "
+                f"= {100 * cost / (bare * 1e3):.2f}% of the bare step"
+            )
 
 
 if __name__ == "__main__":

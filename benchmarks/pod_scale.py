@@ -152,14 +152,20 @@ def _analyse_here(run_dir: str, in_memory: bool) -> dict[str, Any]:
     wall, cpu = time.perf_counter(), time.process_time()
     report = _in_memory(Run(run_dir)) if in_memory else analyze(Run(run_dir))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"analyze_s": round(wall, 2), "analyze_cpu_s": round(cpu, 2),
-            "findings": sorted({(f.rule, ", ".join(f.evidence.get("hosts", [])[:3]))
-                                for f in report.findings})}
+    return {
+        "analyze_s": round(wall, 2),
+        "analyze_cpu_s": round(cpu, 2),
+        "findings": sorted(
+            {(f.rule, ", ".join(f.evidence.get("hosts", [])[:3])) for f in report.findings}
+        ),
+    }
 
 
 def _analyse(run_dir: Path, in_memory: bool) -> dict[str, Any]:
     """The analysis in a child process: its own timings, and its wall, CPU and peak RSS."""
-    argv = [sys.executable, __file__, "--analyse-only", str(run_dir)] + (["--in-memory"] * in_memory)
+    argv = [sys.executable, __file__, "--analyse-only", str(run_dir)] + (
+        ["--in-memory"] * in_memory
+    )
     load = os.getloadavg()[0]
     start = time.perf_counter()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -169,10 +175,13 @@ def _analyse(run_dir: Path, in_memory: bool) -> dict[str, Any]:
     if status:
         raise SystemExit(f"the analysis failed (status {status})")
     child.returncode = 0
-    return {**json.loads(out), "analysis_process_s": round(wall, 2),
-            "analysis_process_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "analysis_peak_rss_gb": round(usage.ru_maxrss / 1e6, 3),
-            "load_before_after": [round(load, 2), round(os.getloadavg()[0], 2)]}
+    return {
+        **json.loads(out),
+        "analysis_process_s": round(wall, 2),
+        "analysis_process_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "analysis_peak_rss_gb": round(usage.ru_maxrss / 1e6, 3),
+        "load_before_after": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=64)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--in-memory", action="store_true",
-                        help="the pandas path: every host's tables in memory at once")
+    parser.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="the pandas path: every host's tables in memory at once",
+    )
     parser.add_argument("--root", help="build the pod here (once; reused when it is there)")
     parser.add_argument("--analyse-only", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -43,12 +43,23 @@ def _children_cpu() -> float:
 def run_once(folder: Path, extra: list[str]) -> tuple[float, float, float]:
     """(process wall s, process CPU s, pytest's own session s) of one pytest run."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PT_XLA_DEBUG_LEVEL")}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, "test_trivial.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *extra,
+        "test_trivial.py",
+    ]
     cpu, start = _children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if proc.returncode != 0:
-        raise SystemExit(f"pytest failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"pytest failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     match = _SESSION_TIME.search(proc.stdout.strip().splitlines()[-1])
     return wall, cpu, float(match.group(1)) if match else float("nan")
 
@@ -71,20 +82,29 @@ def main() -> None:
         for _ in range(args.reps):  # alternate, so drifting machine load hits every variant alike
             for name, extra in variants.items():
                 times[name].append(run_once(folder, extra))
-    medians = {name: [statistics.median(run[i] for run in runs) for i in range(3)]
-               for name, runs in times.items()}
+    medians = {
+        name: [statistics.median(run[i] for run in runs) for i in range(3)]
+        for name, runs in times.items()
+    }
     base = medians["without (-p no:tpuscope)"]
-    print(f"{args.tests} trivial tests, {args.reps} runs each, alternating (medians; ratio to without):")
+    print(
+        f"{args.tests} trivial tests, {args.reps} runs each, alternating (medians; ratio to without):"
+    )
     for name, (wall, cpu, session) in medians.items():
-        print(f"  {name:<26} wall {wall:7.3f} s ({wall / base[0]:5.3f})   cpu {cpu:7.3f} s "
-              f"({cpu / base[1]:5.3f})   session {session:6.3f} s ({session / base[2]:5.3f})")
+        print(
+            f"  {name:<26} wall {wall:7.3f} s ({wall / base[0]:5.3f})   cpu {cpu:7.3f} s "
+            f"({cpu / base[1]:5.3f})   session {session:6.3f} s ({session / base[2]:5.3f})"
+        )
     for label, i in (("wall time", 0), ("CPU time", 1)):
         ratio = medians["with tpuscope"][i] / base[i]
-        print(f"plugin installed but unused: {100 * (ratio - 1):+.1f}% {label} "
-              f"({'within' if ratio < 1.05 else 'OVER'} the 5% target)")
+        print(
+            f"plugin installed but unused: {100 * (ratio - 1):+.1f}% {label} "
+            f"({'within' if ratio < 1.05 else 'OVER'} the 5% target)"
+        )
     if args.watched:
         watched = medians["--tpuscope (all watched)"][2]
         print(f"--tpuscope: {1e3 * (watched - base[2]) / args.tests:.1f} ms per watched test")
+
 
 if __name__ == "__main__":
     main()

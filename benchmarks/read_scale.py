@@ -57,6 +57,7 @@ RUN_PAGES = {
 COMPARE = "Compare"  # /compare/<run>/<second run>: timed when --pages names it (or by default)
 EVENTS: dict[str, int | None] = {"trace_events": None}  # --events: trace events of each run
 
+
 def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     """(wall s, CPU s, result) of one call."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -134,7 +135,9 @@ def show_times(store: Path, run_dir: Path) -> dict[str, float]:
 
     out: dict[str, float] = {}
     for key, extra in (("show", ()), ("show_json", ("--json",))):
-        out[f"{key}_s"], out[f"{key}_cpu_s"] = cli("show", run_dir.name, *extra, "--store", str(store))
+        out[f"{key}_s"], out[f"{key}_cpu_s"] = cli(
+            "show", run_dir.name, *extra, "--store", str(store)
+        )
     wall, cpu, text = timed(lambda: to_json(analyze(Run(run_dir), redetect=False)))
     out.update(show_json_inproc_s=wall, show_json_inproc_cpu_s=cpu, show_json_kb=len(text) / 1024)
     return out
@@ -160,10 +163,21 @@ def one_run(root: Path, steps: int, browser: Any, compare: bool = True) -> dict[
     row: dict[str, Any] = {"steps": steps, "parts_per_table": parts, "build_s": build}
     row.update(analysis_times(run_dir))
     row.update(show_times(store, run_dir))
-    pages = {name: (f"/run/{run_dir.name}{suffix}", ident) for name, (suffix, ident) in RUN_PAGES.items()}
+    pages = {
+        name: (f"/run/{run_dir.name}{suffix}", ident) for name, (suffix, ident) in RUN_PAGES.items()
+    }
     if compare:  # a second analysed run of as many steps (another seed, no device tables)
-        other = make_run(store, "scale-b", steps=steps, device=False, recompiles=min(200, steps // 10),
-                         seed=1, metrics=True, parts=parts, analyze=True)
+        other = make_run(
+            store,
+            "scale-b",
+            steps=steps,
+            device=False,
+            recompiles=min(200, steps // 10),
+            seed=1,
+            metrics=True,
+            parts=parts,
+            analyze=True,
+        )
         pages[COMPARE] = (f"/compare/{run_dir.name}/{other.name}", "page-compare")
     for name, (path, _) in pages.items():
         row[name] = page_times(store, path)
@@ -243,16 +257,26 @@ def browser_times(
     try:
         browser.get(base + "/no-such-page")  # load the JS bundles once
         WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CLASS_NAME, "topbar"))
-        first = {name: _load(browser, base + path, ident, graphs[name]) for name, (path, ident) in pages.items()}
-        for _ in range(2):  # Chrome reuses V8's compiled code of a script (Plotly: 4.8 MB) from its third run on
+        first = {
+            name: _load(browser, base + path, ident, graphs[name])
+            for name, (path, ident) in pages.items()
+        }
+        for _ in range(
+            2
+        ):  # Chrome reuses V8's compiled code of a script (Plotly: 4.8 MB) from its third run on
             for name, (path, ident) in pages.items():
                 _load(browser, base + path, ident, graphs[name])
         app.tpuscope_data.clear()
         for name, (path, ident) in pages.items():
             cold = _load(browser, base + path, ident, graphs[name])
             warm = [_load(browser, base + path, ident, graphs[name]) for _ in range(repeat)]
-            out[name] = {"first_s": first[name][0], "cold_s": cold[0], "best_s": min(w[0] for w in warm),
-                         "cpu_s": statistics.median(w[1] for w in warm), "graphs": graphs[name]}
+            out[name] = {
+                "first_s": first[name][0],
+                "cold_s": cold[0],
+                "best_s": min(w[0] for w in warm),
+                "cpu_s": statistics.median(w[1] for w in warm),
+                "graphs": graphs[name],
+            }
     finally:
         server.shutdown()
         thread.join(10)
@@ -327,28 +351,42 @@ def _browser(browser: dict[str, Any], page: str) -> str:
 
 def print_table(results: dict[str, Any]) -> None:
     load = os.getloadavg()[0]
-    print(f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)")
-    print(f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s (cpu)':>13} "
-          f"{'--json s (cpu)':>14} {'--json KB':>9}")
+    print(
+        f"load average {load:.1f} on {os.cpu_count()} cores (wall time includes waiting for a core)"
+    )
+    print(
+        f"{'steps':>9} {'analysis s (cpu)':>17} {'findings KB':>11} {'show s (cpu)':>13} "
+        f"{'--json s (cpu)':>14} {'--json KB':>9}"
+    )
     for r in results["runs"]:
-        print(f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
-              f"{r['show_s']:6.2f} ({r['show_cpu_s']:4.2f}) {r['show_json_s']:7.2f} ({r['show_json_cpu_s']:4.2f}) "
-              f"{r['show_json_kb']:9.1f}")
-    print(f"\n{'steps':>9} {'page':11} {'server cold s (cpu)':>19} {'warm s':>6} {'KB':>5}   "
-          "browser: first   cold   best  cpu s")
+        print(
+            f"{r['steps']:>9,} {r['analysis_s']:8.2f} ({r['analysis_cpu_s']:5.2f}) {r['findings_kb']:11.1f} "
+            f"{r['show_s']:6.2f} ({r['show_cpu_s']:4.2f}) {r['show_json_s']:7.2f} ({r['show_json_cpu_s']:4.2f}) "
+            f"{r['show_json_kb']:9.1f}"
+        )
+    print(
+        f"\n{'steps':>9} {'page':11} {'server cold s (cpu)':>19} {'warm s':>6} {'KB':>5}   "
+        "browser: first   cold   best  cpu s"
+    )
     for r in results["runs"]:
         for page in [*RUN_PAGES, COMPARE]:
             if page not in r:
                 continue
             t = r[page]
-            print(f"{r['steps']:>9,} {page:11} {t['cold_s']:11.2f} ({t['cold_cpu_s']:4.2f}) {t['warm_s']:6.2f} "
-                  f"{t['payload_kb']:5.0f}   {_browser(r.get('browser', {}), page)}")
-    print(f"\n{'runs':>6} {'ls s (cpu)':>13} {'list_runs s':>11} {'Runs cold s (cpu)':>17} {'warm s':>6}   "
-          "browser: first   cold   best  cpu s")
+            print(
+                f"{r['steps']:>9,} {page:11} {t['cold_s']:11.2f} ({t['cold_cpu_s']:4.2f}) {t['warm_s']:6.2f} "
+                f"{t['payload_kb']:5.0f}   {_browser(r.get('browser', {}), page)}"
+            )
+    print(
+        f"\n{'runs':>6} {'ls s (cpu)':>13} {'list_runs s':>11} {'Runs cold s (cpu)':>17} {'warm s':>6}   "
+        "browser: first   cold   best  cpu s"
+    )
     for r in results["stores"]:
         t = r["Runs"]
-        print(f"{r['runs']:>6} {r['ls_s']:6.2f} ({r['ls_cpu_s']:4.2f}) {r['ls_inproc_s']:11.3f} {t['cold_s']:10.3f} ({t['cold_cpu_s']:4.2f}) "
-              f"{t['warm_s']:6.3f}   {_browser(r.get('browser', {}), 'Runs')}")
+        print(
+            f"{r['runs']:>6} {r['ls_s']:6.2f} ({r['ls_cpu_s']:4.2f}) {r['ls_inproc_s']:11.3f} {t['cold_s']:10.3f} ({t['cold_cpu_s']:4.2f}) "
+            f"{t['warm_s']:6.3f}   {_browser(r.get('browser', {}), 'Runs')}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,9 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--browser", action="store_true", help="also time pages in headless Chromium"
     )
-    parser.add_argument("--pages", nargs="*", choices=[*RUN_PAGES, COMPARE], help="time only these run pages")
-    parser.add_argument("--events", type=int, help="trace events of each run (default: as many as steps, "
-                                                   "at most 200,000)")
+    parser.add_argument(
+        "--pages", nargs="*", choices=[*RUN_PAGES, COMPARE], help="time only these run pages"
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        help="trace events of each run (default: as many as steps, at most 200,000)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args(argv)

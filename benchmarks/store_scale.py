@@ -279,7 +279,9 @@ def main() -> None:
                 remote = f"scale/store/{run_id}"
                 for path in sorted(local.rglob("*")):  # analysis.json last: newer than every part
                     if path.is_file() and path.name != layout.ANALYSIS:
-                        fs.pipe_file(f"{remote}/{path.relative_to(local).as_posix()}", path.read_bytes())
+                        fs.pipe_file(
+                            f"{remote}/{path.relative_to(local).as_posix()}", path.read_bytes()
+                        )
                 fs.pipe_file(f"{remote}/{layout.ANALYSIS}", (local / layout.ANALYSIS).read_bytes())
                 results["gcs emulator"] = measure(
                     "gs://scale/store", run_id, env, args.repeats, analyse=False

@@ -32,14 +32,25 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
 
     def said(record: dict) -> None:
-        print(f"{time.monotonic() - start:7.0f} s  {record['model_type']}/{record['scenario']}: "
-              f"{record['status']} {record.get('seconds')} s {record.get('reason', '')[:120]}"
-              f"{' DISAGREES ' + '; '.join(record['disagreements']) if record.get('disagreements') else ''}",
-              flush=True)
+        print(
+            f"{time.monotonic() - start:7.0f} s  {record['model_type']}/{record['scenario']}: "
+            f"{record['status']} {record.get('seconds')} s {record.get('reason', '')[:120]}"
+            f"{' DISAGREES ' + '; '.join(record['disagreements']) if record.get('disagreements') else ''}",
+            flush=True,
+        )
 
-    records = run_sweep(args.store, scenarios=tuple(args.scenarios or ("train", "generate")), tasks=["causal-lm"],
-                        only=args.only, exclude=args.exclude, jobs=1, timeout=args.timeout, retry=args.retry,
-                        on_cell=said, progress=False)
+    records = run_sweep(
+        args.store,
+        scenarios=tuple(args.scenarios or ("train", "generate")),
+        tasks=["causal-lm"],
+        only=args.only,
+        exclude=args.exclude,
+        jobs=1,
+        timeout=args.timeout,
+        retry=args.retry,
+        on_cell=said,
+        progress=False,
+    )
     from tpuscope.zoo import table  # at the end: the table module may be newer than the sweep
 
     table.write_outputs(args.store)

@@ -83,8 +83,12 @@ def relativize(run: Path) -> int:
 
 def reanalyze(run: Path) -> None:
     """Store the current analysis: `tpuscope show RUN --reanalyze` (its report is not needed)."""
-    subprocess.run([sys.executable, "-m", "tpuscope", "show", str(run), "--reanalyze", "--json"],
-                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "tpuscope", "show", str(run), "--reanalyze", "--json"],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main() -> None:

@@ -20,8 +20,14 @@ from tests.object_stores import gcs_store, s3_store  # noqa: F401 (real GCS / S3
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 # ../shared/real_traces beside the project (a worktree one folder deeper: ../../shared)
-SHARED = next((p / "shared" / "real_traces" for p in (ROOT.parent, ROOT.parent.parent)
-               if (p / "shared" / "real_traces").exists()), ROOT.parent / "shared" / "real_traces")
+SHARED = next(
+    (
+        p / "shared" / "real_traces"
+        for p in (ROOT.parent, ROOT.parent.parent)
+        if (p / "shared" / "real_traces").exists()
+    ),
+    ROOT.parent / "shared" / "real_traces",
+)
 
 # tests/tpu_real needs the real torch_tpu, which cannot share an environment with torch_xla
 # 2.9: it runs in .venv-torch-tpu, started by tests/test_tpu_real.py.
@@ -45,12 +51,14 @@ def tpuscope_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "tpuscope", *args]
 
 
-def run_tpuscope(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                 timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_tpuscope(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PJRT_DEVICE", None) if env is None or "PJRT_DEVICE" not in env else None
-    return subprocess.run(tpuscope_cmd(*args), cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        tpuscope_cmd(*args), cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="session")
@@ -63,12 +71,24 @@ def example_run(session_store: Path):
     """example_run("train_transformer.py", "--steps", "6") -> (run folder, CompletedProcess)."""
     cache: dict[tuple[str, ...], tuple[Path, subprocess.CompletedProcess[str]]] = {}
 
-    def get(script: str, *args: str, tpuscope_args: tuple[str, ...] = ()) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    def get(
+        script: str, *args: str, tpuscope_args: tuple[str, ...] = ()
+    ) -> tuple[Path, subprocess.CompletedProcess[str]]:
         key = (script, *args, "|", *tpuscope_args)
         if key not in cache:
             name = f"t{len(cache)}-{Path(script).stem}"
-            proc = run_tpuscope("run", "--store", str(session_store), "--name", name, "--quiet",
-                                *tpuscope_args, "python", str(EXAMPLES / script), *args)
+            proc = run_tpuscope(
+                "run",
+                "--store",
+                str(session_store),
+                "--name",
+                name,
+                "--quiet",
+                *tpuscope_args,
+                "python",
+                str(EXAMPLES / script),
+                *args,
+            )
             runs = sorted(p for p in session_store.iterdir() if p.name.startswith(f"{name}-"))
             assert runs, f"no run folder made: {proc.stderr}"
             cache[key] = (runs[-1], proc)

@@ -35,124 +35,228 @@ class Card:
     expected: Callable[[], set[Finding]]  # called lazily: it reads the marker lines
     tpuscope_args: tuple[str, ...] = ()
     hlo: bool = False  # measure the truth with an XLA HLO dump (dot shapes)
-    steps: int | None = None  # the steps when an iteration has no step boundary (default: iterations)
-    env: tuple[tuple[str, str], ...] = ()  # environment for the tpuscope run (e.g. TPUSCOPE_HLO_SHAPES=1)
+    steps: int | None = (
+        None  # the steps when an iteration has no step boundary (default: iterations)
+    )
+    env: tuple[
+        tuple[str, str], ...
+    ] = ()  # environment for the tpuscope run (e.g. TPUSCOPE_HLO_SHAPES=1)
 
 
 def _at(program: str, *pairs: tuple[str, str]) -> Callable[[], set[Finding]]:
     return lambda: {(rule, where(program, marker)) for rule, marker in pairs}
 
 
-CARDS = {card.program: card for card in [
-    # 12 train + 4 eval iterations over two MpDeviceLoaders; all compiles are first compiles.
-    # tpuscope's steps: the 16 iterations. broadcast_master_param's sync is setup (a boundary the
-    # loop never passes again: analyze/step_stream.setup_steps), and the epoch-1 accuracy `.item()`
-    # read goes into epoch 2's first step (a loader's first sync of a pass ends no step).
-    Card("corpus_xla_mnist.py", "xla", 16, _at("corpus_xla_mnist.py")),
-    Card("corpus_xla_compile_loader.py", "xla", 12, _at("corpus_xla_compile_loader.py")),
-    Card("corpus_xla_eager.py", "xla", 8, _at("corpus_xla_eager.py", ("op_by_op", "eager-on"))),
-    # 3 requests; request 2 and 3 compile the same graph families at new lengths (prompt and
-    # growing cache), aten::isin falls back inside generate(), and generate() reads values. The
-    # shape churn is a facet of the recompile card (one root cause, one card). generate() never
-    # marks a step (truth: MarkStep 0); each request is one call of it, whose return is the step
-    # boundary (collect/xla/library_loops.py, session 11): 3 requests, 3 steps.
-    # The print line reads `out[0, length:]`: its small graph compiles again for each new length.
-    Card("corpus_hf_generate.py", "xla", 3, _at(
-        "corpus_hf_generate.py", ("cpu_fallback", "generate"), ("host_sync", "generate"),
-        ("recompile", "generate"), ("recompile", "print"))),
-    Card("corpus_hf_train.py", "xla", 10, _at("corpus_hf_train.py")),
-    # transformers reads the attention mask's values inside every forward: a host sync.
-    Card("corpus_hf_train_mask.py", "xla", 8,
-         _at("corpus_hf_train_mask.py", ("host_sync", "model-call"))),
-    Card("corpus_xla_encoder_head64.py", "xla", 6,
-         _at("corpus_xla_encoder_head64.py", ("tensorcore_underuse", "model-call")),
-         tpuscope_args=("--deep",), hlo=True),
-    Card("corpus_xla_short_trailing.py", "xla", 3, _at("corpus_xla_short_trailing.py")),
-    Card("corpus_jax_flax_mnist.py", "jax", 12, _at("corpus_jax_flax_mnist.py")),
-    Card("corpus_jax_shortbatch.py", "jax", 14,
-         _at("corpus_jax_shortbatch.py", ("recompile", "step-call"))),
-    # the varying length is the recompile card's shape-churn facet, not a card of its own; the
-    # per-graph input shapes that name the dim come with --deep (the default mode says so)
-    # --deep also prices the step graph on the target TPU: a tiny f32 GPT-2 runs its matmuls in
-    # f32 (truth: every dot is f32), named at the user's model() line, not transformers' code
-    # the default mode (issue 26): the recompile card names dim 1 and its sizes from the shapes
-    # every compile carries without --deep; the --deep run (tensorcore_underuse) is below.
-    Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync"))),
-    # the forward falls back at the user's forward line (the innermost user frame), the
-    # backward's fallback runs inside `loss.backward()`.
-    Card("corpus_xla_fallback.py", "xla", 8, _at(
-        "corpus_xla_fallback.py", ("cpu_fallback", "embedding-call"), ("cpu_fallback", "backward"))),
-    # --- issue 26, "steps wherever the loop lives" (helper xsteps): loops a framework owns ---
-    # HF Trainer: 12 optimizer steps are 12 steps, whatever boundaries the trainer passes (its
-    # logging pass's mark_step, mesh_reduce's syncs, the flush after the loop). transformers reads
-    # a value inside every forward (masking_utils.find_packed_sequence_indices: position_ids
-    # without a mask or cache), and the logging pass reads the loss and grad norm: a host sync at
-    # the user's `trainer.train()` line. The logging pass's first-time reductions are distinct
-    # one-off graphs, not recompiles (truth: nothing compiles in the later logging passes).
-    Card("corpus_hf_trainer.py", "xla", 12, _at("corpus_hf_trainer.py", ("host_sync", "train"))),
-    # torch.compile(train_model, backend="openxla"): 12 calls of the compiled step, no
-    # mark_step anywhere. Steps: the 12 calls; the program's own setup torch_xla.sync(), which
-    # launches a graph, is setup (as in corpus_xla_mnist.py), not a step. Nothing to report.
-    Card("corpus_xla_dynamo_train.py", "xla", 12, _at("corpus_xla_dynamo_train.py")),
-    # SPMD data parallelism over 4 CPU devices (one process): a sharded step is one step; the
-    # logged loss is read in a step closure, after the step's graph: nothing to report.
-    Card("corpus_xla_spmd_dp.py", "xla", 12, _at("corpus_xla_spmd_dp.py")),
-    # -- issue 26, JAX beyond jit (helper "jax"): loops a framework owns, pmap, sharded jit --------
-    # Keras 3 `fit` on JAX: 12 iterations of Keras's jitted train_step (the step: the program jits
-    # nothing of its own); the short last batch of epoch 1 compiles it again, at the user's fit line.
-    Card("corpus_jax_keras_fit.py", "jax", 12, _at("corpus_jax_keras_fit.py", ("recompile", "fit"))),
-    # pmap: the train step compiles again at iteration 1 (its inputs came on replicate()'s mesh),
-    # the eval step again for the short last eval batch after one cached call.
-    Card("corpus_jax_pmap.py", "jax", 12, _at("corpus_jax_pmap.py", ("recompile", "step-call"),
-                                              ("recompile", "eval-call"))),
-    # jit over NamedSharding inputs: `update` compiles again when the layout moves to a 2-d mesh.
-    Card("corpus_jax_sharding.py", "jax", 12, _at("corpus_jax_sharding.py", ("recompile", "step-call"))),
-    # -- issue 26 "Every CPU fallback" (helper fallback): fallbacks outside `aten::` -------------
-    # torchvision detection post-processing: aten::nonzero (2 lines; the card is at the first
-    # called), torchvision::nms and torchvision::roi_align every batch; the graphs cut at the
-    # data-dependent lines compile again as the kept boxes change (truth: every batch compiles);
-    # the evaluator's `.cpu()` of the detections reads 3 values a batch (host sync). The
-    # fallbacks' own reads are the fallback cards', not host syncs.
-    Card("corpus_tv_detect_postprocess.py", "xla", 8, _at(
-        "corpus_tv_detect_postprocess.py", ("cpu_fallback", "score-filter"), ("cpu_fallback", "nms"),
-        ("cpu_fallback", "roi"), ("host_sync", "read"), ("recompile", "small-boxes"), ("recompile", "nms"),
-        ("recompile", "roi"), ("recompile", "sync"))),
-    # a stock torchvision resnet18 trains clean on torch_xla (truth: no fallback, 2 warm-up compiles)
-    Card("corpus_tv_resnet_train.py", "xla", 6, _at("corpus_tv_resnet_train.py")),
-    # a torch.library custom op with a CPU kernel only runs on the host every step
-    Card("corpus_xla_fallback_custom_op.py", "xla", 6, _at("corpus_xla_fallback_custom_op.py", ("cpu_fallback", "custom-op"))),
-    # -- task "recompile" (session 9, issue 26: recompiles by graph identity and recurrence) ------
-    # generate() with a static cache, 2 identical requests; each request is one generate() call, a
-    # step (session 11: its return is the boundary, as for corpus_hf_generate.py). Request 1 cuts 14
-    # distinct graphs at the one line, request 2 compiles nothing: no recompile. aten::isin falls
-    # back and generate() reads values (8 `.item()`-style reads a request, at the generate line;
-    # the print's `.tolist()` is 1).
-    Card("corpus_hf_generate_static.py", "xla", 2, _at(
-        "corpus_hf_generate_static.py", ("cpu_fallback", "generate"), ("host_sync", "generate"))),
-    # 20 train + 4 eval iterations over two MpDeviceLoaders; mesh_reduce's syncs are inside its call
-    # and end no step; epoch 1's accuracy `.item()` read and mesh_reduce go into epoch 2's first
-    # step (a loader's first sync of a pass ends no step), epoch 2's come after the loop: 24 steps.
-    # mesh_reduce compiles its 2 internal graphs in its first call only: no recompile.
-    Card("corpus_xla_mesh_reduce.py", "xla", 24, _at("corpus_xla_mesh_reduce.py")),
-    # tpuscope's bucketing advice followed: 2 bucket graphs, each compiled once, then 10 steps from the
-    # cache: a low note naming the buckets (the default mode's per-graph shapes), which
-    # `--fail-on recompile` does not fail on (exit status 0, as without it).
-    Card("corpus_xla_buckets.py", "xla", 12, _at("corpus_xla_buckets.py", ("recompile", "sync")),
-         tpuscope_args=("--fail-on", "recompile")),
-    # -- end of task "recompile" ----------------------------------------------------------------
-]}
+CARDS = {
+    card.program: card
+    for card in [
+        # 12 train + 4 eval iterations over two MpDeviceLoaders; all compiles are first compiles.
+        # tpuscope's steps: the 16 iterations. broadcast_master_param's sync is setup (a boundary the
+        # loop never passes again: analyze/step_stream.setup_steps), and the epoch-1 accuracy `.item()`
+        # read goes into epoch 2's first step (a loader's first sync of a pass ends no step).
+        Card("corpus_xla_mnist.py", "xla", 16, _at("corpus_xla_mnist.py")),
+        Card("corpus_xla_compile_loader.py", "xla", 12, _at("corpus_xla_compile_loader.py")),
+        Card("corpus_xla_eager.py", "xla", 8, _at("corpus_xla_eager.py", ("op_by_op", "eager-on"))),
+        # 3 requests; request 2 and 3 compile the same graph families at new lengths (prompt and
+        # growing cache), aten::isin falls back inside generate(), and generate() reads values. The
+        # shape churn is a facet of the recompile card (one root cause, one card). generate() never
+        # marks a step (truth: MarkStep 0); each request is one call of it, whose return is the step
+        # boundary (collect/xla/library_loops.py, session 11): 3 requests, 3 steps.
+        # The print line reads `out[0, length:]`: its small graph compiles again for each new length.
+        Card(
+            "corpus_hf_generate.py",
+            "xla",
+            3,
+            _at(
+                "corpus_hf_generate.py",
+                ("cpu_fallback", "generate"),
+                ("host_sync", "generate"),
+                ("recompile", "generate"),
+                ("recompile", "print"),
+            ),
+        ),
+        Card("corpus_hf_train.py", "xla", 10, _at("corpus_hf_train.py")),
+        # transformers reads the attention mask's values inside every forward: a host sync.
+        Card(
+            "corpus_hf_train_mask.py",
+            "xla",
+            8,
+            _at("corpus_hf_train_mask.py", ("host_sync", "model-call")),
+        ),
+        Card(
+            "corpus_xla_encoder_head64.py",
+            "xla",
+            6,
+            _at("corpus_xla_encoder_head64.py", ("tensorcore_underuse", "model-call")),
+            tpuscope_args=("--deep",),
+            hlo=True,
+        ),
+        Card("corpus_xla_short_trailing.py", "xla", 3, _at("corpus_xla_short_trailing.py")),
+        Card("corpus_jax_flax_mnist.py", "jax", 12, _at("corpus_jax_flax_mnist.py")),
+        Card(
+            "corpus_jax_shortbatch.py",
+            "jax",
+            14,
+            _at("corpus_jax_shortbatch.py", ("recompile", "step-call")),
+        ),
+        # the varying length is the recompile card's shape-churn facet, not a card of its own; the
+        # per-graph input shapes that name the dim come with --deep (the default mode says so)
+        # --deep also prices the step graph on the target TPU: a tiny f32 GPT-2 runs its matmuls in
+        # f32 (truth: every dot is f32), named at the user's model() line, not transformers' code
+        # the default mode (issue 26): the recompile card names dim 1 and its sizes from the shapes
+        # every compile carries without --deep; the --deep run (tensorcore_underuse) is below.
+        Card("corpus_hf_varlen.py", "xla", 8, _at("corpus_hf_varlen.py", ("recompile", "sync"))),
+        # the forward falls back at the user's forward line (the innermost user frame), the
+        # backward's fallback runs inside `loss.backward()`.
+        Card(
+            "corpus_xla_fallback.py",
+            "xla",
+            8,
+            _at(
+                "corpus_xla_fallback.py",
+                ("cpu_fallback", "embedding-call"),
+                ("cpu_fallback", "backward"),
+            ),
+        ),
+        # --- issue 26, "steps wherever the loop lives" (helper xsteps): loops a framework owns ---
+        # HF Trainer: 12 optimizer steps are 12 steps, whatever boundaries the trainer passes (its
+        # logging pass's mark_step, mesh_reduce's syncs, the flush after the loop). transformers reads
+        # a value inside every forward (masking_utils.find_packed_sequence_indices: position_ids
+        # without a mask or cache), and the logging pass reads the loss and grad norm: a host sync at
+        # the user's `trainer.train()` line. The logging pass's first-time reductions are distinct
+        # one-off graphs, not recompiles (truth: nothing compiles in the later logging passes).
+        Card(
+            "corpus_hf_trainer.py", "xla", 12, _at("corpus_hf_trainer.py", ("host_sync", "train"))
+        ),
+        # torch.compile(train_model, backend="openxla"): 12 calls of the compiled step, no
+        # mark_step anywhere. Steps: the 12 calls; the program's own setup torch_xla.sync(), which
+        # launches a graph, is setup (as in corpus_xla_mnist.py), not a step. Nothing to report.
+        Card("corpus_xla_dynamo_train.py", "xla", 12, _at("corpus_xla_dynamo_train.py")),
+        # SPMD data parallelism over 4 CPU devices (one process): a sharded step is one step; the
+        # logged loss is read in a step closure, after the step's graph: nothing to report.
+        Card("corpus_xla_spmd_dp.py", "xla", 12, _at("corpus_xla_spmd_dp.py")),
+        # -- issue 26, JAX beyond jit (helper "jax"): loops a framework owns, pmap, sharded jit --------
+        # Keras 3 `fit` on JAX: 12 iterations of Keras's jitted train_step (the step: the program jits
+        # nothing of its own); the short last batch of epoch 1 compiles it again, at the user's fit line.
+        Card(
+            "corpus_jax_keras_fit.py",
+            "jax",
+            12,
+            _at("corpus_jax_keras_fit.py", ("recompile", "fit")),
+        ),
+        # pmap: the train step compiles again at iteration 1 (its inputs came on replicate()'s mesh),
+        # the eval step again for the short last eval batch after one cached call.
+        Card(
+            "corpus_jax_pmap.py",
+            "jax",
+            12,
+            _at("corpus_jax_pmap.py", ("recompile", "step-call"), ("recompile", "eval-call")),
+        ),
+        # jit over NamedSharding inputs: `update` compiles again when the layout moves to a 2-d mesh.
+        Card(
+            "corpus_jax_sharding.py",
+            "jax",
+            12,
+            _at("corpus_jax_sharding.py", ("recompile", "step-call")),
+        ),
+        # -- issue 26 "Every CPU fallback" (helper fallback): fallbacks outside `aten::` -------------
+        # torchvision detection post-processing: aten::nonzero (2 lines; the card is at the first
+        # called), torchvision::nms and torchvision::roi_align every batch; the graphs cut at the
+        # data-dependent lines compile again as the kept boxes change (truth: every batch compiles);
+        # the evaluator's `.cpu()` of the detections reads 3 values a batch (host sync). The
+        # fallbacks' own reads are the fallback cards', not host syncs.
+        Card(
+            "corpus_tv_detect_postprocess.py",
+            "xla",
+            8,
+            _at(
+                "corpus_tv_detect_postprocess.py",
+                ("cpu_fallback", "score-filter"),
+                ("cpu_fallback", "nms"),
+                ("cpu_fallback", "roi"),
+                ("host_sync", "read"),
+                ("recompile", "small-boxes"),
+                ("recompile", "nms"),
+                ("recompile", "roi"),
+                ("recompile", "sync"),
+            ),
+        ),
+        # a stock torchvision resnet18 trains clean on torch_xla (truth: no fallback, 2 warm-up compiles)
+        Card("corpus_tv_resnet_train.py", "xla", 6, _at("corpus_tv_resnet_train.py")),
+        # a torch.library custom op with a CPU kernel only runs on the host every step
+        Card(
+            "corpus_xla_fallback_custom_op.py",
+            "xla",
+            6,
+            _at("corpus_xla_fallback_custom_op.py", ("cpu_fallback", "custom-op")),
+        ),
+        # -- task "recompile" (session 9, issue 26: recompiles by graph identity and recurrence) ------
+        # generate() with a static cache, 2 identical requests; each request is one generate() call, a
+        # step (session 11: its return is the boundary, as for corpus_hf_generate.py). Request 1 cuts 14
+        # distinct graphs at the one line, request 2 compiles nothing: no recompile. aten::isin falls
+        # back and generate() reads values (8 `.item()`-style reads a request, at the generate line;
+        # the print's `.tolist()` is 1).
+        Card(
+            "corpus_hf_generate_static.py",
+            "xla",
+            2,
+            _at(
+                "corpus_hf_generate_static.py",
+                ("cpu_fallback", "generate"),
+                ("host_sync", "generate"),
+            ),
+        ),
+        # 20 train + 4 eval iterations over two MpDeviceLoaders; mesh_reduce's syncs are inside its call
+        # and end no step; epoch 1's accuracy `.item()` read and mesh_reduce go into epoch 2's first
+        # step (a loader's first sync of a pass ends no step), epoch 2's come after the loop: 24 steps.
+        # mesh_reduce compiles its 2 internal graphs in its first call only: no recompile.
+        Card("corpus_xla_mesh_reduce.py", "xla", 24, _at("corpus_xla_mesh_reduce.py")),
+        # tpuscope's bucketing advice followed: 2 bucket graphs, each compiled once, then 10 steps from the
+        # cache: a low note naming the buckets (the default mode's per-graph shapes), which
+        # `--fail-on recompile` does not fail on (exit status 0, as without it).
+        Card(
+            "corpus_xla_buckets.py",
+            "xla",
+            12,
+            _at("corpus_xla_buckets.py", ("recompile", "sync")),
+            tpuscope_args=("--fail-on", "recompile"),
+        ),
+        # -- end of task "recompile" ----------------------------------------------------------------
+    ]
+}
 PROGRAMS = list(CARDS)
 # the corpus in two halves, one per test module (and xdist worker): the programs of sessions 1-8
 # (tests/test_corpus.py) and session 9's idioms (tests/test_corpus_idioms.py)
-FIRST_HALF = [p for p in PROGRAMS if p in {
-    "corpus_xla_mnist.py", "corpus_xla_compile_loader.py", "corpus_xla_eager.py", "corpus_hf_generate.py",
-    "corpus_hf_train.py", "corpus_hf_train_mask.py", "corpus_xla_encoder_head64.py",
-    "corpus_xla_short_trailing.py", "corpus_jax_flax_mnist.py", "corpus_jax_shortbatch.py",
-    "corpus_hf_varlen.py", "corpus_xla_fallback.py"}]
+FIRST_HALF = [
+    p
+    for p in PROGRAMS
+    if p
+    in {
+        "corpus_xla_mnist.py",
+        "corpus_xla_compile_loader.py",
+        "corpus_xla_eager.py",
+        "corpus_hf_generate.py",
+        "corpus_hf_train.py",
+        "corpus_hf_train_mask.py",
+        "corpus_xla_encoder_head64.py",
+        "corpus_xla_short_trailing.py",
+        "corpus_jax_flax_mnist.py",
+        "corpus_jax_shortbatch.py",
+        "corpus_hf_varlen.py",
+        "corpus_xla_fallback.py",
+    }
+]
 SECOND_HALF = [p for p in PROGRAMS if p not in FIRST_HALF]
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
-TORCH_XLA_WORDS = ("torch_xla", "PJRT_DEVICE", "DataLoader(drop_last", "xm.", "mark_step",
-                   "PT_XLA", "MpDeviceLoader")
+TORCH_XLA_WORDS = (
+    "torch_xla",
+    "PJRT_DEVICE",
+    "DataLoader(drop_last",
+    "xm.",
+    "mark_step",
+    "PT_XLA",
+    "MpDeviceLoader",
+)
 
 
 @dataclass
@@ -200,9 +304,21 @@ def corpus_run(corpus_store: Path) -> Callable[[str], CorpusRun]:
         if program not in cache:
             card = CARDS[program]
             name = f"c{len(cache)}-{Path(program).stem}"
-            proc = run_tpuscope("run", "--store", str(corpus_store), "--name", name, "--quiet", "--alerts", "on",
-                                *card.tpuscope_args, "python", str(CORPUS / program),
-                                cwd=corpus_store.parent, env=dict(card.env) or None)
+            proc = run_tpuscope(
+                "run",
+                "--store",
+                str(corpus_store),
+                "--name",
+                name,
+                "--quiet",
+                "--alerts",
+                "on",
+                *card.tpuscope_args,
+                "python",
+                str(CORPUS / program),
+                cwd=corpus_store.parent,
+                env=dict(card.env) or None,
+            )
             runs = sorted(p for p in corpus_store.iterdir() if p.name.startswith(f"{name}-"))
             assert runs, f"no run folder made for {program}: {proc.stderr[-3000:]}"
             shown = run_tpuscope("show", "--store", str(corpus_store), runs[-1].name, "--json")
@@ -227,8 +343,6 @@ def truth() -> Callable[[str], Truth]:
     return get
 
 
-
-
 def parametrize_programs(metafunc: pytest.Metafunc, programs: list[str]) -> None:
     """The generic tests of a module over its programs (`program`), JAX ones alone (`jax_program`)."""
     if "program" in metafunc.fixturenames:
@@ -237,11 +351,12 @@ def parametrize_programs(metafunc: pytest.Metafunc, programs: list[str]) -> None
         metafunc.parametrize("jax_program", [p for p in programs if CARDS[p].backend == "jax"])
 
 
-
 # (b) the program runs unchanged under tpuscope ------------------------------------------------
 
-def test_same_output_and_exit_with_tpuscope(program: str, truth: Callable[[str], Truth],
-                                            corpus_run: Callable[[str], CorpusRun]) -> None:
+
+def test_same_output_and_exit_with_tpuscope(
+    program: str, truth: Callable[[str], Truth], corpus_run: Callable[[str], CorpusRun]
+) -> None:
     plain, run = truth(program), corpus_run(program)
     assert run.proc.returncode == plain.returncode == 0, run.proc.stderr[-3000:]
     assert run.proc.stdout == plain.stdout
@@ -250,6 +365,7 @@ def test_same_output_and_exit_with_tpuscope(program: str, truth: Callable[[str],
 
 # (c) steps are the program's iterations ------------------------------------------------------
 
+
 def test_steps_equal_iterations(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
     card = CARDS[program]
     assert corpus_run(program).report["summary"]["steps"] == (card.steps or card.iterations)
@@ -257,23 +373,30 @@ def test_steps_equal_iterations(program: str, corpus_run: Callable[[str], Corpus
 
 # (d) exactly the findings the truth implies ---------------------------------------------------
 
+
 def test_exact_findings(program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
     run = corpus_run(program)
     assert run.pairs() == CARDS[program].expected(), [f["title"] for f in run.findings]
 
 
-_ALERTED = re.compile(r"^tpuscope: (?:step \d+: )?(?:(recompile) of (?:the graph from )?(?:\S+ at )?|new CPU "
-                      r"(fallback) \S+ at )(\S+:\d+) \(")
+_ALERTED = re.compile(
+    r"^tpuscope: (?:step \d+: )?(?:(recompile) of (?:the graph from )?(?:\S+ at )?|new CPU "
+    r"(fallback) \S+ at )(\S+:\d+) \("
+)
 
 
-def test_live_alerts_name_the_reports_recompiles_and_fallbacks(program: str,
-                                                               corpus_run: Callable[[str], CorpusRun]) -> None:
+def test_live_alerts_name_the_reports_recompiles_and_fallbacks(
+    program: str, corpus_run: Callable[[str], CorpusRun]
+) -> None:
     """`--alerts on`: one line per recompile site and fallback op of the report, at its line, and
     nothing for a program whose report has neither, nor for a bounded note (buckets)
     (tpuscope/launch/alerts/: the same rules and verdicts)."""
     run = corpus_run(program)
-    said = [line for line in run.proc.stderr.splitlines()
-            if re.match(r"tpuscope: (?:step \d+: )?(?:recompile of|new CPU fallback)", line)]
+    said = [
+        line
+        for line in run.proc.stderr.splitlines()
+        if re.match(r"tpuscope: (?:step \d+: )?(?:recompile of|new CPU fallback)", line)
+    ]
     pairs = set()
     for line in said:
         match = _ALERTED.match(line)
@@ -281,22 +404,28 @@ def test_live_alerts_name_the_reports_recompiles_and_fallbacks(program: str,
         pairs.add(("recompile" if match[1] else "cpu_fallback", _short(match[3])))
     assert len(pairs) == len(said), said  # once per problem
     # a bounded set of graphs (buckets) is the report's low note, never an alert (the same verdicts)
-    expected = {(f["rule"], _short(f.get("location"))) for f in run.findings
-                if f["rule"] in ("recompile", "cpu_fallback") and _evidence(f).get("verdict") != "bounded"}
+    expected = {
+        (f["rule"], _short(f.get("location")))
+        for f in run.findings
+        if f["rule"] in ("recompile", "cpu_fallback") and _evidence(f).get("verdict") != "bounded"
+    }
     # past MAX_NEW new problems per window, the printer folds the rest into one summing-up line
     # that names them ("2 more new problems (torchvision::nms, torchvision::roi_align; ...)")
-    folded = [m for line in run.proc.stderr.splitlines()
-              for m in re.findall(r"(\d+) more new problems? \((.*?); the report lists them\)", line)]
+    folded = [
+        m
+        for line in run.proc.stderr.splitlines()
+        for m in re.findall(r"(\d+) more new problems? \((.*?); the report lists them\)", line)
+    ]
     named = [label for _, labels in folded for label in labels.split(", ") if label != "..."]
     cards = json.dumps([f for f in run.findings if f["rule"] in ("recompile", "cpu_fallback")])
     assert all(label in cards for label in named), (named, said)
     assert pairs <= expected and len(pairs) + sum(int(n) for n, _ in folded) == len(expected), said
 
 
-def test_jax_findings_say_nothing_of_torch_xla(jax_program: str, corpus_run: Callable[[str], CorpusRun]) -> None:
+def test_jax_findings_say_nothing_of_torch_xla(
+    jax_program: str, corpus_run: Callable[[str], CorpusRun]
+) -> None:
     run = corpus_run(jax_program)
     assert run.report["summary"]["backend"] == "jax"
     text = json.dumps(run.findings)
     assert [w for w in TORCH_XLA_WORDS if w in text] == []
-
-

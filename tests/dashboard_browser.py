@@ -28,18 +28,51 @@ from tpuscope.detect.run_analysis import current
 from tpuscope.store import Run
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-EXAMPLE = ("train_transformer.py", "--steps", "5", "--d-model", "32", "--layers", "1", "--vocab", "64", "--seq", "16")
+EXAMPLE = (
+    "train_transformer.py",
+    "--steps",
+    "5",
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--vocab",
+    "64",
+    "--seq",
+    "16",
+)
 # The traced head_dim-64 run of the device-view tests (same key: made once per session).
-TRACED = ("transformer_head_dim64.py", "--steps", "5", "--seq", "128", "--d-model", "128", "--batch", "2",
-          "--vocab", "128")
+TRACED = (
+    "transformer_head_dim64.py",
+    "--steps",
+    "5",
+    "--seq",
+    "128",
+    "--d-model",
+    "128",
+    "--batch",
+    "2",
+    "--vocab",
+    "128",
+)
 TRACED_TPUSCOPE = ("--deep", "--trace-steps", "2:4")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1000")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
 
 webdriver = pytest.importorskip("selenium.webdriver")
-needs_chromium = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-                                    reason="needs Debian's chromium and chromium-driver in /usr/bin")
+needs_chromium = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="needs Debian's chromium and chromium-driver in /usr/bin",
+)
 
 
 @pytest.fixture(scope="module")
@@ -120,35 +153,67 @@ def plotted(browser, ident: str) -> list[dict[str, Any]]:
         "const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
         "return gd && gd.data ? gd.data.map(t => ({name: t.name, mode: t.mode, x: plain(t.x), y: plain(t.y),"
         " z: plain(t.z)}))"
-        " : null;", ident)
+        " : null;",
+        ident,
+    )
 
 
-def visit(browser, server: str, path: str, page: str, shots: Path, name: str, graphs: int = 0,
-          missing: bool = False) -> None:
+def visit(
+    browser,
+    server: str,
+    path: str,
+    page: str,
+    shots: Path,
+    name: str,
+    graphs: int = 0,
+    missing: bool = False,
+) -> None:
     """Open a page, wait until it and its graphs are drawn, check the console and network, screenshot.
     `missing`: the page names a run the store does not hold, so its own URL answers 404."""
     from selenium.webdriver.common.by import By
 
     browser.get(server + path)
     wait(browser, lambda d: d.find_elements(By.ID, page))
-    wait(browser, lambda d: d.execute_script(
-        "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
-        " && !document.querySelector('[data-dash-is-loading=\"true\"]');", graphs))
+    wait(
+        browser,
+        lambda d: d.execute_script(
+            "return document.querySelectorAll('.js-plotly-plot .main-svg').length >= arguments[0]"
+            " && !document.querySelector('[data-dash-is-loading=\"true\"]');",
+            graphs,
+        ),
+    )
     browser.save_screenshot(str(shots / f"{name}.png"))
     if os.environ.get("TPUSCOPE_SCREENSHOTS"):
         full_page_screenshot(browser, Path(os.environ["TPUSCOPE_SCREENSHOTS"]) / f"{name}.png")
-    problems = [entry for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")
-                and not (missing and entry["message"].startswith(f"{server}{path} ") and "404" in entry["message"])]
+    problems = [
+        entry
+        for entry in browser.get_log("browser")
+        if entry["level"] in ("SEVERE", "WARNING")
+        and not (
+            missing
+            and entry["message"].startswith(f"{server}{path} ")
+            and "404" in entry["message"]
+        )
+    ]
     assert not problems, f"console of {path}: {problems}"
-    resources = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
-    assert resources and all(r.startswith(server) for r in resources), [r for r in resources if not r.startswith(server)]
+    resources = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+    )
+    assert resources and all(r.startswith(server) for r in resources), [
+        r for r in resources if not r.startswith(server)
+    ]
 
 
 def full_page_screenshot(browser, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     height = browser.execute_script("return document.body.scrollHeight")
     browser.set_window_size(1400, min(max(height + 40, 700), 2600))
-    wait(browser, lambda d: not d.execute_script("return document.querySelector('[data-dash-is-loading=\"true\"]')"))
+    wait(
+        browser,
+        lambda d: (
+            not d.execute_script("return document.querySelector('[data-dash-is-loading=\"true\"]')")
+        ),
+    )
     browser.save_screenshot(str(target))
     browser.set_window_size(1400, 1000)
 
@@ -168,7 +233,9 @@ def expected(store, run_id: str) -> tuple[Run, dict[str, Any]]:
 def cell(browser, run_id: str, column: str) -> str:
     from selenium.webdriver.common.by import By
 
-    return browser.find_element(By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] div[col-id="{column}"]').text
+    return browser.find_element(
+        By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] div[col-id="{column}"]'
+    ).text
 
 
 TABS = ("", "recompiles", "fallbacks", "churn", "tensorcore", "trace", "hosts")  # every run page
@@ -181,9 +248,12 @@ def shown(browser) -> str:
     line (adjacent cells "7" and "97.9%" are not one "797.9%")."""
     return browser.execute_script(
         "const w = document.createTreeWalker(document.getElementById('page'), NodeFilter.SHOW_TEXT);"
-        "const out = []; while (w.nextNode()) out.push(w.currentNode.nodeValue); return out.join('\\n');")
+        "const out = []; while (w.nextNode()) out.push(w.currentNode.nodeValue); return out.join('\\n');"
+    )
 
 
 def untrue(page_text: str) -> list[str]:
-    shares = [m.group(0) for m in PERCENT.finditer(page_text) if float(m.group(1).replace(",", "")) > 100]
+    shares = [
+        m.group(0) for m in PERCENT.finditer(page_text) if float(m.group(1).replace(",", "")) > 100
+    ]
     return sorted({m.group(0) for m in UNMEASURED.finditer(page_text)} | set(shares))

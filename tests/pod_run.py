@@ -65,13 +65,34 @@ def marked_line(marker: str) -> str:
 def _launch(pod: Pod, rank: int, barrier: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     env.update(pod.env, TPUSCOPE_HOST=f"host-{rank}", RANK=str(rank))
-    args = [str(pod.steps), *pod.options, f"hang={pod.lost[0]}:{pod.lost[1]}",
-            f"barrier={barrier}:{pod.hosts}"]
-    cmd = tpuscope_cmd("run", "--store", pod.store, "--run-id", pod.run_id, "--warmup",
-                       str(WARMUP), "--quiet", "python", str(PROGRAM), *args)
+    args = [
+        str(pod.steps),
+        *pod.options,
+        f"hang={pod.lost[0]}:{pod.lost[1]}",
+        f"barrier={barrier}:{pod.hosts}",
+    ]
+    cmd = tpuscope_cmd(
+        "run",
+        "--store",
+        pod.store,
+        "--run-id",
+        pod.run_id,
+        "--warmup",
+        str(WARMUP),
+        "--quiet",
+        "python",
+        str(PROGRAM),
+        *args,
+    )
     # its own session: the test, not a terminal, decides which signals it gets
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _flushed(run: Location, host: str, step: int) -> bool:
@@ -99,8 +120,9 @@ def run_pod(pod: Pod, barrier: Path, procs_of_lost: Path) -> SimpleNamespace:
     barrier.mkdir()
     procs = [_launch(pod, rank, barrier) for rank in range(pod.hosts)]
     lost, hang = pod.lost
-    outputs = {rank: procs[rank].communicate(timeout=600)
-               for rank in range(pod.hosts) if rank != lost}
+    outputs = {
+        rank: procs[rank].communicate(timeout=600) for rank in range(pod.hosts) if rank != lost
+    }
     run = Location.of(pod.store) / pod.run_id
     deadline = time.monotonic() + 60
     while not _flushed(run, f"host-{lost}", hang - 1) and time.monotonic() < deadline:
@@ -111,8 +133,14 @@ def run_pod(pod: Pod, barrier: Path, procs_of_lost: Path) -> SimpleNamespace:
     return SimpleNamespace(run=run, procs=procs, outputs=outputs, before=before)
 
 
-def side_by_side(store: Path, run_id: str, tpuscope_args: list[str], program_args: list[str],
-                 barrier: Path, hosts: int = 2) -> list[subprocess.CompletedProcess[str]]:
+def side_by_side(
+    store: Path,
+    run_id: str,
+    tpuscope_args: list[str],
+    program_args: list[str],
+    barrier: Path,
+    hosts: int = 2,
+) -> list[subprocess.CompletedProcess[str]]:
     """`hosts` hosts of one pod run into a shared local folder, held together before step 2
     (as collectives hold a real pod's hosts), each run to its end; their finished processes."""
     barrier.mkdir()
@@ -120,10 +148,24 @@ def side_by_side(store: Path, run_id: str, tpuscope_args: list[str], program_arg
     for rank in range(hosts):
         env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
         env.update(TPUSCOPE_HOST=f"host-{rank}", RANK=str(rank))
-        cmd = tpuscope_cmd("run", "--store", str(store), "--run-id", run_id, *tpuscope_args, "--quiet",
-                           "python", str(PROGRAM), *program_args, f"barrier={barrier}:{hosts}")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        cmd = tpuscope_cmd(
+            "run",
+            "--store",
+            str(store),
+            "--run-id",
+            run_id,
+            *tpuscope_args,
+            "--quiet",
+            "python",
+            str(PROGRAM),
+            *program_args,
+            f"barrier={barrier}:{hosts}",
+        )
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     out = []
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=600)
@@ -148,8 +190,15 @@ def remote_pod_run(base: Path, url: str, env: dict[str, str]) -> SimpleNamespace
         stage = base / "remote-stage"
         env = {**env, "TPUSCOPE_STAGE": str(stage), "TPUSCOPE_SHIP_INTERVAL": "0.5"}
         os.environ.update({k: v for k, v in env.items() if k not in ("TPUSCOPE_STAGE",)})
-        pod = Pod(url, REMOTE_RUN_ID, REMOTE_HOSTS, REMOTE_STEPS, ["slow=2", "extra=1", "item=1"],
-                  (0, LOST_STEP), env)
+        pod = Pod(
+            url,
+            REMOTE_RUN_ID,
+            REMOTE_HOSTS,
+            REMOTE_STEPS,
+            ["slow=2", "extra=1", "item=1"],
+            (0, LOST_STEP),
+            env,
+        )
         made = run_pod(pod, base / "remote-barrier", stage / "host-0" / REMOTE_RUN_ID / "procs")
         _MADE["remote"] = SimpleNamespace(**vars(made), store=url, env=env, stage=stage)
     return _MADE["remote"]

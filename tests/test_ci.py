@@ -25,10 +25,21 @@ def gated(tmp_path_factory: pytest.TempPathFactory):
     store = tmp_path_factory.mktemp("ci")
     made: dict[str, tuple[Path, subprocess.CompletedProcess[str]]] = {}
 
-    def get(name: str, program: tuple[str, ...], *options: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    def get(
+        name: str, program: tuple[str, ...], *options: str
+    ) -> tuple[Path, subprocess.CompletedProcess[str]]:
         if name not in made:
-            proc = run_tpuscope("run", "--store", str(store), "--name", name, "--quiet", *options,
-                                "python", *program)
+            proc = run_tpuscope(
+                "run",
+                "--store",
+                str(store),
+                "--name",
+                name,
+                "--quiet",
+                *options,
+                "python",
+                *program,
+            )
             made[name] = (next(p for p in store.iterdir() if p.name.startswith(f"{name}-")), proc)
         return made[name]
 
@@ -47,12 +58,16 @@ def analysis(run_dir: Path) -> dict:
 def test_a_finding_after_a_clean_exit_is_exit_3_with_one_line_why(gated) -> None:
     run_dir, proc = gated("churn", CHURN, "--fail-on", "recompile,cpu_fallback")
     assert proc.returncode == 3, proc.stderr
-    assert json.loads((run_dir / "meta.json").read_text())["exit_code"] == 0  # the program's own, recorded
+    assert (
+        json.loads((run_dir / "meta.json").read_text())["exit_code"] == 0
+    )  # the program's own, recorded
     assert lines(proc) == ["tpuscope: exit 3: recompile (high) at variable_length.py:56"]
 
 
 def test_the_fixed_run_passes_the_same_limits(gated) -> None:
-    run_dir, proc = gated("fixed", FIXED, "--fail-on", "all", "--max-recompiles", "0", "--max-fallbacks", "0")
+    run_dir, proc = gated(
+        "fixed", FIXED, "--fail-on", "all", "--max-recompiles", "0", "--max-fallbacks", "0"
+    )
     assert proc.returncode == 0, proc.stderr
     assert analysis(run_dir)["recompiles"] == 0 and lines(proc) == []
 
@@ -62,12 +77,16 @@ def test_the_program_failing_keeps_its_status(gated) -> None:
     assert proc.returncode == 1
     # the severity is the fallback's measured share of the step time (low or medium by load)
     [card] = [f for f in Run(run_dir).findings_list() if f.rule == "cpu_fallback"]
-    assert lines(proc) == [f"tpuscope: limits exceeded too (cpu_fallback ({card.severity}) at gate.py:18); "
-                           "the status stays the program's (exit status 1)"]
+    assert lines(proc) == [
+        f"tpuscope: limits exceeded too (cpu_fallback ({card.severity}) at gate.py:18); "
+        "the status stays the program's (exit status 1)"
+    ]
 
 
 def test_death_by_a_signal_keeps_the_signal(gated) -> None:
-    _, proc = gated("sigterm", (str(GATE), "3", "sigterm"), "--fail-on", "cpu_fallback", "--max-fallbacks", "0")
+    _, proc = gated(
+        "sigterm", (str(GATE), "3", "sigterm"), "--fail-on", "cpu_fallback", "--max-fallbacks", "0"
+    )
     assert proc.returncode == -signal.SIGTERM
     assert "killed by SIGTERM" in lines(proc)[0]
 
@@ -89,14 +108,20 @@ def test_allowed_fallbacks_pass(gated) -> None:
 
 
 def test_bad_rule_is_a_usage_error(tmp_path: Path) -> None:
-    proc = run_tpuscope("run", "--store", str(tmp_path), "--fail-on", "recompiles", "python", "-c", "0")
+    proc = run_tpuscope(
+        "run", "--store", str(tmp_path), "--fail-on", "recompiles", "python", "-c", "0"
+    )
     assert proc.returncode == 2 and "unknown rule recompiles" in proc.stderr
     assert not list(tmp_path.iterdir())
 
 
 def diff(gated, *args: str) -> subprocess.CompletedProcess[str]:
-    churn, fixed = gated("churn", CHURN, "--fail-on", "recompile,cpu_fallback")[0], gated(
-        "fixed", FIXED, "--fail-on", "all", "--max-recompiles", "0", "--max-fallbacks", "0")[0]
+    churn, fixed = (
+        gated("churn", CHURN, "--fail-on", "recompile,cpu_fallback")[0],
+        gated("fixed", FIXED, "--fail-on", "all", "--max-recompiles", "0", "--max-fallbacks", "0")[
+            0
+        ],
+    )
     names = {"A": churn.name, "B": fixed.name}
     return run_tpuscope("diff", "--store", str(gated.store), *[names.get(a, a) for a in args])
 

@@ -50,10 +50,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 # (a) the ground truth, measured without tpuscope ---------------------------------------------
 
+
 def test_truth_mnist_compiles_in_epoch_1_only(truth: Callable[[str], Truth]) -> None:
     t = truth("corpus_xla_mnist.py")
     phases = ("train:e{}", "train-end:e{}", "eval:e{}", "eval-end:e{}")
-    epoch1 = t.total("UncachedCompile", "setup") + sum(t.total("UncachedCompile", p.format(1)) for p in phases)
+    epoch1 = t.total("UncachedCompile", "setup") + sum(
+        t.total("UncachedCompile", p.format(1)) for p in phases
+    )
     epoch2 = sum(t.total("UncachedCompile", p.format(2)) for p in phases)
     # epoch 1: broadcast_master_param, train iterations 0 and 1, eval iterations 0 and 1
     assert (epoch1, epoch2) == (5, 0)
@@ -66,7 +69,9 @@ def test_truth_mnist_compiles_in_epoch_1_only(truth: Callable[[str], Truth]) -> 
     assert t.extra["iterations"] == {"train": 12, "eval": 4}
 
 
-def test_truth_compile_loader_two_compiles_in_twelve_iterations(truth: Callable[[str], Truth]) -> None:
+def test_truth_compile_loader_two_compiles_in_twelve_iterations(
+    truth: Callable[[str], Truth],
+) -> None:
     t = truth("corpus_xla_compile_loader.py")
     assert t.per_phase("UncachedCompile", "train:") == [1, 1] + [0] * 10
     assert t.per_phase("CachedCompile", "train:")[2:] == [1] * 10
@@ -81,7 +86,9 @@ def test_truth_eager_runs_op_by_op(truth: Callable[[str], Truth]) -> None:
     # every execution is one EagerOpExecuteTime sample; samples land when the async execution
     # ends, so they are split between neighbouring marks, but none is lost
     samples = t.per_phase("metric:EagerOpExecuteTime", "train:")[2:]
-    assert abs(sum(samples) - sum(steady)) <= steady[0]  # at most one step's samples still in flight
+    assert (
+        abs(sum(samples) - sum(steady)) <= steady[0]
+    )  # at most one step's samples still in flight
     assert t.fallback_ops == []
 
 
@@ -106,7 +113,11 @@ def test_truth_encoder_dots_have_head_dim_64(truth: Callable[[str], Truth]) -> N
     t = truth("corpus_xla_encoder_head64.py")
     assert t.extra["head_dim"] == 64
     shapes = set(t.dots)
-    assert ("f32[12,64,64]", "f32[12,64,64]", "f32[12,64,64]") in shapes  # q @ k^T, attn @ v per head
+    assert (
+        "f32[12,64,64]",
+        "f32[12,64,64]",
+        "f32[12,64,64]",
+    ) in shapes  # q @ k^T, attn @ v per head
     assert ("f32[256,192]", "f32[192,576]", "f32[256,576]") in shapes  # fused qkv projection
     assert t.per_phase("UncachedCompile", "infer:")[1:] == [0] * 5
     assert t.fallback_ops == []
@@ -118,7 +129,9 @@ def test_truth_hf_mask_reads_values_inside_every_forward(truth: Callable[[str], 
     # 2 reads inside model() every step, +1 for the loss.item() logged at steps 0 and 4
     assert reads == [3, 2, 2, 2, 3, 2, 2, 2]
     assert t.per_phase("UncachedCompile", "train:")[2:] == [0] * 6
-    assert t.per_phase("CachedCompile", "train:")[2:] == [3] * 6  # the reads cut each step in 3 graphs
+    assert (
+        t.per_phase("CachedCompile", "train:")[2:] == [3] * 6
+    )  # the reads cut each step in 3 graphs
     assert t.fallback_ops == []
 
 
@@ -177,7 +190,9 @@ def test_fallback_findings_name_the_ops(corpus_run: Callable[[str], CorpusRun]) 
     assert backward and "_embedding_bag_backward" in backward["title"] + backward["detail"]
 
 
-def test_generate_value_reads_are_host_syncs_not_fallbacks(corpus_run: Callable[[str], CorpusRun]) -> None:
+def test_generate_value_reads_are_host_syncs_not_fallbacks(
+    corpus_run: Callable[[str], CorpusRun],
+) -> None:
     run = corpus_run("corpus_hf_generate.py")
     fallbacks = [f for f in run.findings if f["rule"] == "cpu_fallback"]
     assert fallbacks and all("isin" in f["title"] + f["detail"] for f in fallbacks)
@@ -185,13 +200,17 @@ def test_generate_value_reads_are_host_syncs_not_fallbacks(corpus_run: Callable[
     assert any(f["rule"] == "host_sync" for f in run.findings)
 
 
-def test_encoder_underuse_names_head_dim_at_the_users_line(corpus_run: Callable[[str], CorpusRun]) -> None:
+def test_encoder_underuse_names_head_dim_at_the_users_line(
+    corpus_run: Callable[[str], CorpusRun],
+) -> None:
     run = corpus_run("corpus_xla_encoder_head64.py")
     underuse = [f for f in run.findings if f["rule"] == "tensorcore_underuse"]
     assert underuse and any("head_dim" in f["title"] + f["detail"] for f in underuse)
     for f in underuse:
         assert _short(f["location"]) == where("corpus_xla_encoder_head64.py", "model-call")
-        assert "linear.py" not in (f.get("location") or "") and "functional.py" not in (f.get("location") or "")
+        assert "linear.py" not in (f.get("location") or "") and "functional.py" not in (
+            f.get("location") or ""
+        )
 
 
 def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], CorpusRun]) -> None:
@@ -208,10 +227,21 @@ def test_varlen_recompile_carries_its_shape_churn(corpus_run: Callable[[str], Co
 # default. --deep adds the HLO with each op's line, which the tensorcore rule needs: that finding
 # keeps its own run here.
 
+
 @pytest.fixture(scope="session")
 def varlen_deep(corpus_store: Path) -> CorpusRun:
-    proc = run_tpuscope("run", "--store", str(corpus_store), "--name", "deep-varlen", "--quiet", "--deep",
-                        "python", str(CORPUS / "corpus_hf_varlen.py"), cwd=corpus_store.parent)
+    proc = run_tpuscope(
+        "run",
+        "--store",
+        str(corpus_store),
+        "--name",
+        "deep-varlen",
+        "--quiet",
+        "--deep",
+        "python",
+        str(CORPUS / "corpus_hf_varlen.py"),
+        cwd=corpus_store.parent,
+    )
     [run_dir] = [p for p in corpus_store.iterdir() if p.name.startswith("deep-varlen-")]
     shown = run_tpuscope("show", "--store", str(corpus_store), run_dir.name, "--json")
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -221,12 +251,15 @@ def varlen_deep(corpus_store: Path) -> CorpusRun:
 def test_varlen_deep_adds_tensorcore_underuse(varlen_deep: CorpusRun) -> None:
     assert varlen_deep.proc.returncode == 0, varlen_deep.proc.stderr[-3000:]
     assert varlen_deep.report["summary"]["steps"] == 8
-    assert varlen_deep.pairs() == {("recompile", where("corpus_hf_varlen.py", "sync")),
-                                   ("tensorcore_underuse", where("corpus_hf_varlen.py", "model-call"))}
+    assert varlen_deep.pairs() == {
+        ("recompile", where("corpus_hf_varlen.py", "sync")),
+        ("tensorcore_underuse", where("corpus_hf_varlen.py", "model-call")),
+    }
 
 
 def test_varlen_default_mode_compiles_carry_shapes_and_leave_no_dump(
-        corpus_run: Callable[[str], CorpusRun], truth: Callable[[str], Truth]) -> None:
+    corpus_run: Callable[[str], CorpusRun], truth: Callable[[str], Truth]
+) -> None:
     """Every compile of the train step has its graph's shapes (the token batch s64[4,length] among
     them, truth: lengths 16, 24, 32 compile); tpuscope's dump folder is gone with the run."""
     from tpuscope.store import Run
@@ -235,6 +268,6 @@ def test_varlen_default_mode_compiles_carry_shapes_and_leave_no_dump(
     compiles = Run(run.run_dir).compiles
     assert all(shapes is not None and len(shapes) for shapes in compiles["input_shapes"])
     tokens = [[s for s in shapes if s.startswith("s64[4,")] for shapes in compiles["input_shapes"]]
-    lengths = sorted({int(s[len("s64[4,"):-1]) for found in tokens for s in found})
+    lengths = sorted({int(s[len("s64[4,") : -1]) for found in tokens for s in found})
     assert lengths == sorted(set(truth("corpus_hf_varlen.py").extra["lengths"]))
     assert not list((run.run_dir / "debug").glob("hlo-*"))

@@ -53,7 +53,11 @@ def test_v6e_estimates_within_2x_for_nearly_all_measured_time(v6e: Run) -> None:
     assert _op(view, "broadcast_add_fusion")["ratio"] == pytest.approx(0.885, abs=0.005)
     # the one op outside 2x: a 2-chip all-reduce at 44 GB/s per direction, modelled at 100
     psum = _op(view, "all-reduce")
-    assert psum["bound"] == "ICI" and psum["ratio"] == pytest.approx(0.441, abs=0.005) and not psum["within_2x"]
+    assert (
+        psum["bound"] == "ICI"
+        and psum["ratio"] == pytest.approx(0.441, abs=0.005)
+        and not psum["within_2x"]
+    )
     jit_f = next(m for m in view["modules"] if m["module"] == "jit_f")
     assert jit_f["executions"] == 400 and jit_f["ratio"] == pytest.approx(0.864, abs=0.01)
     assert jit_f["bound"] == "host DMA"
@@ -69,7 +73,9 @@ def test_v5_training_estimates_within_2x_for_most_measured_time(v5: Run) -> None
     step = view["modules"][0]
     assert step["module"] == "jit_train_step" and step["ratio"] == pytest.approx(0.975, abs=0.01)
     assert step["bound"] == "compute"  # xprof's roofline: the program is compute-bound
-    dus = _op(view, "dynamic-update-slice.31")  # f32[1,512,7168] into f32[16,512,7168]{2,0,1:T(8,128)}
+    dus = _op(
+        view, "dynamic-update-slice.31"
+    )  # f32[1,512,7168] into f32[16,512,7168]{2,0,1:T(8,128)}
     assert dus["ratio"] == pytest.approx(1.02, abs=0.01) and "partial tiles" in dus["rule"]
     scatter = _op(view, "fusion.24")  # reduce-scatter of f32[2048,32000] over 4 chips
     assert scatter["bound"] == "ICI" and scatter["ratio"] == pytest.approx(1.0, abs=0.01)
@@ -84,12 +90,20 @@ def test_v5_training_estimates_within_2x_for_most_measured_time(v5: Run) -> None
 
 def test_trace_hlo_protos_become_hlo_tables(v6e: Run) -> None:
     modules = v6e.hlo_modules.set_index("module")
-    assert sorted(modules.index) == ["jit__psum", "jit_broadcast_in_dim", "jit_convert_element_type", "jit_f"]
+    assert sorted(modules.index) == [
+        "jit__psum",
+        "jit_broadcast_in_dim",
+        "jit_convert_element_type",
+        "jit_f",
+    ]
     assert set(modules["stage"]) == {"tpu_trace"} and modules.at["jit_f", "instructions"] == 31
     ops = v6e.hlo_ops[v6e.hlo_ops["module"] == "jit_f"]
     assert (ops["opcode"] == "copy-start").sum() == 6 and (ops["opcode"] == "fusion").sum() == 3
     adds = ops[ops["opcode"] == "add"]
-    assert set(adds["source_line"]) == {29} and adds["source_file"].str.endswith("host_offload_stress_test.py").all()
+    assert (
+        set(adds["source_line"]) == {29}
+        and adds["source_file"].str.endswith("host_offload_stress_test.py").all()
+    )
 
 
 def _expression(name: str) -> str:
@@ -117,8 +131,12 @@ def test_rules_on_real_instructions() -> None:
 
 
 def test_trace_json_has_estimate_and_measurement(v5: Run) -> None:
-    proc = subprocess.run(tpuscope_cmd("trace", "--store", str(v5.path.parent), v5.run_id, "--json"),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        tpuscope_cmd("trace", "--store", str(v5.path.parent), v5.run_id, "--json"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     view = json.loads(proc.stdout)["cost_model"]
     assert view["share_within_2x"] == pytest.approx(0.8436, abs=0.001) and len(view["ops"]) == 357
@@ -138,7 +156,9 @@ def test_tensorcore_page_shows_estimate_against_measurement(v6e: Run) -> None:
     priced, view = cost_comparison(data, v6e.run_id)
     assert view["target"] == "v6e"
     rows = cost_rows(priced)
-    assert rows.iloc[0]["op"] == "copy-done.2" and rows.iloc[0]["measured_ms"] == pytest.approx(87957.83, rel=1e-4)
+    assert rows.iloc[0]["op"] == "copy-done.2" and rows.iloc[0]["measured_ms"] == pytest.approx(
+        87957.83, rel=1e-4
+    )
     fig = estimate_scatter(priced)
     assert {t.name for t in fig.data if t.showlegend is not False} == {"HBM", "ICI", "host DMA"}
     assert fig.layout.xaxis.type == "log"

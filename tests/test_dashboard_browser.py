@@ -25,32 +25,59 @@ def test_runs_page_shows_the_store_and_compares_two_selected_runs(browser, serve
     from selenium.webdriver.common.keys import Keys
 
     visit(browser, server, "/", "page-runs", shots, "runs")
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")) == 3)
+    wait(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")) == 3,
+    )
     for run_id in (store.real, store.traced, store.synth):
         run, summary = expected(store, run_id)
         findings = run.findings
         assert cell(browser, run_id, "steps") == str(summary["steps"])
         assert float(cell(browser, run_id, "p50_ms")) == round(summary["step_time_p50_ms"], 3)
         assert cell(browser, run_id, "recompiles") == str(summary["recompiles"])
-        cpu = run.fallbacks[run.fallbacks["op"] != "aten::_local_scalar_dense"] if not run.fallbacks.empty \
+        cpu = (
+            run.fallbacks[run.fallbacks["op"] != "aten::_local_scalar_dense"]
+            if not run.fallbacks.empty
             else run.fallbacks
-        assert cell(browser, run_id, "fallbacks") == str(int(cpu["count"].sum()) if not cpu.empty else 0)
+        )
+        assert cell(browser, run_id, "fallbacks") == str(
+            int(cpu["count"].sum()) if not cpu.empty else 0
+        )
         for sev in ("high", "medium", "low"):
             assert cell(browser, run_id, sev) == str(int((findings["severity"] == sev).sum()))
         assert cell(browser, run_id, "ended") == "finished"
 
     browser.find_element(By.ID, "runs-filter").send_keys("varlen")
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")) == 1)
+    wait(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")) == 1,
+    )
     browser.find_element(By.ID, "runs-filter").send_keys(*[Keys.BACKSPACE] * len("varlen"))
-    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")) == 3)
+    wait(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")) == 3,
+    )
 
     for run_id in (store.real, store.synth):
-        browser.find_element(By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] input[type="checkbox"]').click()
+        browser.find_element(
+            By.CSS_SELECTOR, f'div.ag-row[row-id="{run_id}"] input[type="checkbox"]'
+        ).click()
     link = browser.find_element(By.ID, "compare-link")
-    wait(browser, lambda d: link.get_attribute("href").endswith(f"/compare/{store.real}/{store.synth}"))
+    wait(
+        browser,
+        lambda d: link.get_attribute("href").endswith(f"/compare/{store.real}/{store.synth}"),
+    )
     link.click()
     wait(browser, lambda d: d.find_elements(By.ID, "page-compare"))
-    visit(browser, server, f"/compare/{store.real}/{store.synth}", "page-compare", shots, "compare", graphs=3)
+    visit(
+        browser,
+        server,
+        f"/compare/{store.real}/{store.synth}",
+        "page-compare",
+        shots,
+        "compare",
+        graphs=3,
+    )
     for side, run_id in (("a", store.real), ("b", store.synth)):
         run, summary = expected(store, run_id)
         assert text(browser, f"cmp-{side}-steps") == f"{summary['steps']:,}"
@@ -78,7 +105,15 @@ def test_overview_of_a_run_with_findings_orders_cards_by_cost(browser, server, s
     from selenium.webdriver.common.by import By
 
     run = Run(store.root / store.synth)
-    visit(browser, server, f"/run/{store.synth}", "page-overview", shots, "overview-findings", graphs=1)
+    visit(
+        browser,
+        server,
+        f"/run/{store.synth}",
+        "page-overview",
+        shots,
+        "overview-findings",
+        graphs=1,
+    )
     costs = [c.text for c in browser.find_elements(By.CSS_SELECTOR, ".finding .cost")]
     stored = sorted(run.findings["cost_s"], reverse=True)
     assert costs == [f"~{c:,.2f} s lost" for c in stored]
@@ -89,11 +124,26 @@ def test_recompiles_page_lists_every_compile_and_shows_its_frames(browser, serve
     from selenium.webdriver.common.by import By
 
     run = Run(store.root / store.real)
-    visit(browser, server, f"/run/{store.real}/recompiles", "page-recompiles", shots, "recompiles", graphs=1)
-    rows = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#compiles-grid .ag-center-cols-container .ag-row"))
+    visit(
+        browser,
+        server,
+        f"/run/{store.real}/recompiles",
+        "page-recompiles",
+        shots,
+        "recompiles",
+        graphs=1,
+    )
+    rows = wait(
+        browser,
+        lambda d: d.find_elements(
+            By.CSS_SELECTOR, "#compiles-grid .ag-center-cols-container .ag-row"
+        ),
+    )
     assert len(rows) == len(run.compiles)
     first = run.compiles.sort_values("time_ns").iloc[0]
-    grid_seconds = browser.find_element(By.CSS_SELECTOR, '#compiles-grid div.ag-row[row-id="1"] div[col-id="seconds"]')
+    grid_seconds = browser.find_element(
+        By.CSS_SELECTOR, '#compiles-grid div.ag-row[row-id="1"] div[col-id="seconds"]'
+    )
     assert float(grid_seconds.text) == round(first["duration_ns"] / 1e9, 3)
     grid_seconds.click()
     detail = wait(browser, lambda d: d.find_elements(By.ID, "compile-detail"))[0]
@@ -102,9 +152,21 @@ def test_recompiles_page_lists_every_compile_and_shows_its_frames(browser, serve
 
 def test_fallbacks_page_counts_match_the_store(browser, server, store, shots):
     run = Run(store.root / store.synth)
-    visit(browser, server, f"/run/{store.synth}/fallbacks", "page-fallbacks", shots, "fallbacks", graphs=2)
-    cpu = run.fallbacks[run.fallbacks["op"] != "aten::_local_scalar_dense"]  # value reads: host syncs
+    visit(
+        browser,
+        server,
+        f"/run/{store.synth}/fallbacks",
+        "page-fallbacks",
+        shots,
+        "fallbacks",
+        graphs=2,
+    )
+    cpu = run.fallbacks[
+        run.fallbacks["op"] != "aten::_local_scalar_dense"
+    ]  # value reads: host syncs
     assert text(browser, "stat-fallbacks") == f"{int(cpu['count'].sum()):,}"
     heat = plotted(browser, "fallback-heatmap")[0]
-    assert sum(sum(row) for row in heat["z"]) == int(cpu["count"].sum())  # value reads apart (issue 29)
+    assert sum(sum(row) for row in heat["z"]) == int(
+        cpu["count"].sum()
+    )  # value reads apart (issue 29)
     assert set(heat["y"]) == set(cpu["op"])

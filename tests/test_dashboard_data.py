@@ -22,7 +22,9 @@ def small_store(tmp_path):
     return tmp_path, run_dir
 
 
-@pytest.mark.parametrize("bad", ["..", "../etc", "a/b", "%2e%2e", "", "x" * 300, None, 5, "/etc/passwd"])
+@pytest.mark.parametrize(
+    "bad", ["..", "../etc", "a/b", "%2e%2e", "", "x" * 300, None, 5, "/etc/passwd"]
+)
 def test_run_ids_from_urls_are_validated(small_store, bad):
     data = StoreData(small_store[0])
     with pytest.raises(RunNotFound):
@@ -66,8 +68,12 @@ def test_router_pages_and_error_pages(small_store):
     data = StoreData(root)
     rid = run_dir.name
     pages = ["recompiles", "fallbacks", "churn", "tensorcore", "trace"]
-    for path, page in [("/", "page-runs"), (f"/run/{rid}", "page-overview"), (f"/compare/{rid}/{rid}", "page-compare"),
-                       *[(f"/run/{rid}/{p}", f"page-{p}") for p in pages]]:
+    for path, page in [
+        ("/", "page-runs"),
+        (f"/run/{rid}", "page-overview"),
+        (f"/compare/{rid}/{rid}", "page-compare"),
+        *[(f"/run/{rid}/{p}", f"page-{p}") for p in pages],
+    ]:
         assert route(data, path).id == page, path
     assert "not a valid run id" in str(route(data, "/run/..%2F..%2Fetc").to_plotly_json())
     assert "no run 'nope'" in str(route(data, "/run/nope").to_plotly_json())
@@ -83,20 +89,28 @@ def test_download_route_serves_only_listed_trace_files(small_store):
     (root / "secret.xplane.pb").write_bytes(b"secret")
     client = create_app(root).server.test_client()
     assert client.get(f"/download/{run_dir.name}/trace/host.xplane.pb").data == b"xplane"
-    for url in [f"/download/{run_dir.name}/meta.json", f"/download/{run_dir.name}/../secret.xplane.pb",
-                f"/download/{run_dir.name}/..%2Fsecret.xplane.pb", "/download/..%2F/secret.xplane.pb",
-                f"/download/{run_dir.name}//etc/passwd"]:
+    for url in [
+        f"/download/{run_dir.name}/meta.json",
+        f"/download/{run_dir.name}/../secret.xplane.pb",
+        f"/download/{run_dir.name}/..%2Fsecret.xplane.pb",
+        "/download/..%2F/secret.xplane.pb",
+        f"/download/{run_dir.name}//etc/passwd",
+    ]:
         resp = client.get(url)  # a 404, or Dash's catch-all page: never the file
         assert resp.status_code == 404 or b"react-entry-point" in resp.data, url
         assert b"secret" not in resp.data and b"run_id" not in resp.data, url
 
 
 def test_importing_the_dashboard_loads_nothing_and_never_a_collector(tmp_path):
-    code = ("import sys, tpuscope.dashboards; assert 'dash' not in sys.modules, 'dash at import';"
-            "from tpuscope.dashboards import create_app; create_app(sys.argv[1]);"
-            "bad = [m for m in sys.modules if m.startswith(('tpuscope.collect', 'torch', 'jax'))];"
-            "assert not bad, bad")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    code = (
+        "import sys, tpuscope.dashboards; assert 'dash' not in sys.modules, 'dash at import';"
+        "from tpuscope.dashboards import create_app; create_app(sys.argv[1]);"
+        "bad = [m for m in sys.modules if m.startswith(('tpuscope.collect', 'torch', 'jax'))];"
+        "assert not bad, bad"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -104,14 +118,38 @@ def test_host_sync_sites_and_jax_retraces_tables():
     from tpuscope.dashboards.pages.fallbacks import sync_sites
     from tpuscope.dashboards.pages.recompiles import retrace_rows
 
-    sites = pd.DataFrame({"step": [2, 3, 3], "kind": "host_sync", "name": "item",
-                          "location": ["train.py:70", "train.py:70", None], "count": [1, 1, 2]})
+    sites = pd.DataFrame(
+        {
+            "step": [2, 3, 3],
+            "kind": "host_sync",
+            "name": "item",
+            "location": ["train.py:70", "train.py:70", None],
+            "count": [1, 1, 2],
+        }
+    )
     table = sync_sites(sites)
-    assert table[table["location"] == "train.py:70"].to_dict("records")[0] == {"kind": "host_sync", "name": "item", "location": "train.py:70",
-                                           "count": 2, "steps": 2, "per_step": 1.0, "site": "train.py:70"}
-    retraces = pd.DataFrame({"step": [4], "function": ["loss_fn"], "kind": ["input_types"], "arg": ["x"],
-                             "before": ["f32[32,64]"], "after": ["f32[8,64]"], "detail": [""],
-                             "location": [None], "defined_at": ["train.py:20"]})
+    assert table[table["location"] == "train.py:70"].to_dict("records")[0] == {
+        "kind": "host_sync",
+        "name": "item",
+        "location": "train.py:70",
+        "count": 2,
+        "steps": 2,
+        "per_step": 1.0,
+        "site": "train.py:70",
+    }
+    retraces = pd.DataFrame(
+        {
+            "step": [4],
+            "function": ["loss_fn"],
+            "kind": ["input_types"],
+            "arg": ["x"],
+            "before": ["f32[32,64]"],
+            "after": ["f32[8,64]"],
+            "detail": [""],
+            "location": [None],
+            "defined_at": ["train.py:20"],
+        }
+    )
     row = retrace_rows(retraces).to_dict("records")[0]
     assert row["change"] == "f32[32,64] -> f32[8,64]" and row["location"] == "train.py:20"
 
@@ -119,12 +157,22 @@ def test_host_sync_sites_and_jax_retraces_tables():
 def test_xprof_op_profile_rows_are_the_ops_with_most_self_time():
     from tpuscope.dashboards.pages.tensorcore import xprof_rows
 
-    ops = pd.DataFrame({"hlo_op": ["fusion.1", "dot.2", "copy.3"], "category": ["loop fusion", "convolution", "copy"],
-                        "self_time_us": [5.0, 40.0, 1.0], "self_time_percent": [10.9, 87.0, 2.1],
-                        "flops_utilization": [0.0, 0.61, 0.0], "bound_by": ["HBM", "Compute", "HBM"],
-                        "source_info": [None, "model.py:81", None]})
+    ops = pd.DataFrame(
+        {
+            "hlo_op": ["fusion.1", "dot.2", "copy.3"],
+            "category": ["loop fusion", "convolution", "copy"],
+            "self_time_us": [5.0, 40.0, 1.0],
+            "self_time_percent": [10.9, 87.0, 2.1],
+            "flops_utilization": [0.0, 0.61, 0.0],
+            "bound_by": ["HBM", "Compute", "HBM"],
+            "source_info": [None, "model.py:81", None],
+        }
+    )
     rows = xprof_rows(ops, n=2)
-    assert rows["hlo_op"].tolist() == ["dot.2", "fusion.1"] and rows.iloc[0]["flops_utilization"] == 0.61
+    assert (
+        rows["hlo_op"].tolist() == ["dot.2", "fusion.1"]
+        and rows.iloc[0]["flops_utilization"] == 0.61
+    )
 
 
 def test_compare_page_shows_the_diff_modules_interval_and_findings(tmp_path):

@@ -24,14 +24,25 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
     from selenium.webdriver.common.by import By
 
     run = Run(store.root / store.synth)
-    churn = next(f.evidence["shape_churn"] for f in run.findings_list()
-                 if f.rule == "recompile" and f.evidence.get("shape_churn"))
+    churn = next(
+        f.evidence["shape_churn"]
+        for f in run.findings_list()
+        if f.rule == "recompile" and f.evidence.get("shape_churn")
+    )
     named = run.compiles[run.compiles["graph_hash"].isin(churn["graph_hashes"])].sort_values("step")
     sizes = [parse_shape(s[churn["arg"]]).dims[churn["dim"]] for s in named["input_shapes"]]
     visit(browser, server, f"/run/{store.synth}/churn", "page-churn", shots, "churn", graphs=2)
     assert plotted(browser, "churn-graph-0")[0]["y"] == sizes
 
-    visit(browser, server, f"/run/{store.synth}/tensorcore", "page-tensorcore", shots, "tensorcore", graphs=1)
+    visit(
+        browser,
+        server,
+        f"/run/{store.synth}/tensorcore",
+        "page-tensorcore",
+        shots,
+        "tensorcore",
+        graphs=1,
+    )
     assert text(browser, "stat-dots") == "6"
     assert text(browser, "stat-mxu") == "31.5 %"
 
@@ -40,22 +51,37 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
     assert text(browser, "stat-events") == f"{len(events):,}"
     title = browser.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle")
     # the whole trace: the longest event of each line's pixel-wide buckets, at most 2,000 (issue 30, session 11)
-    shown = re.search(rf"the ([\d,]+) longest of {len(events):,} events in view \(the longest per pixel", title.text)
+    shown = re.search(
+        rf"the ([\d,]+) longest of {len(events):,} events in view \(the longest per pixel",
+        title.text,
+    )
     assert shown and 0 < int(shown[1].replace(",", "")) <= 2000, title.text
     drawn = plotted(browser, "trace-timeline")
-    assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * int(shown[1].replace(",", ""))
+    assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * int(
+        shown[1].replace(",", "")
+    )
     t0 = int(events["start_ns"].min())
     lo, hi = 100.0, 101.0  # ms since trace start
-    in_view = ((events["start_ns"] <= t0 + hi * 1e6) & (events["start_ns"] + events["dur_ns"] >= t0 + lo * 1e6)).sum()
+    in_view = (
+        (events["start_ns"] <= t0 + hi * 1e6)
+        & (events["start_ns"] + events["dur_ns"] >= t0 + lo * 1e6)
+    ).sum()
     polls = iter(range(10**6))
 
     def zoomed(d) -> bool:
         """Zoom (again every 5 s: on a loaded machine the first relayout can come before
         dcc.Graph listens), until the server's re-drawn figure is in."""
         if next(polls) % 50 == 0:
-            d.execute_script("Plotly.relayout(document.querySelector('#trace-timeline .js-plotly-plot'),"
-                             "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});", lo, hi)
-        return f"all {in_view:,} events in view" in d.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle").text
+            d.execute_script(
+                "Plotly.relayout(document.querySelector('#trace-timeline .js-plotly-plot'),"
+                "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
+                lo,
+                hi,
+            )
+        return (
+            f"all {in_view:,} events in view"
+            in d.find_element(By.CSS_SELECTOR, "#trace-timeline .gtitle").text
+        )
 
     wait(browser, zoomed, timeout=60)
     drawn = plotted(browser, "trace-timeline")  # line segments: start, end and a gap per event
@@ -66,29 +92,57 @@ def test_tensorcore_and_trace_pages_of_a_real_traced_run(browser, server, store,
     from tpuscope.analyze.mxu import matmuls
 
     run = Run(store.root / store.traced)
-    visit(browser, server, f"/run/{store.traced}/tensorcore", "page-tensorcore", shots, "tensorcore-real", graphs=2)
+    visit(
+        browser,
+        server,
+        f"/run/{store.traced}/tensorcore",
+        "page-tensorcore",
+        shots,
+        "tensorcore-real",
+        graphs=2,
+    )
     assert text(browser, "stat-dots") == str(len(matmuls(run.hlo_ops)))
     busy, idle = run.device_steps["busy_ns"].sum(), run.device_steps["idle_ns"].sum()
     assert text(browser, "stat-duty") == f"{100 * busy / (busy + idle):.1f} %"
     bars = plotted(browser, "busy-idle")
     assert bars[0]["x"] == sorted(run.device_steps["step"].unique().tolist())
 
-    visit(browser, server, f"/run/{store.traced}/trace", "page-trace", shots, "trace-real", graphs=2)
+    visit(
+        browser, server, f"/run/{store.traced}/trace", "page-trace", shots, "trace-real", graphs=2
+    )
     assert text(browser, "stat-events") == f"{len(run.trace_events):,}"
     assert "xprof --logdir" in text(browser, "trace-links")
 
 
-@pytest.mark.parametrize(("page", "says"), [("churn", "No shape churn"), ("tensorcore", "tpuscope run --deep"),
-                                            ("trace", "tpuscope run --trace-steps")])
+@pytest.mark.parametrize(
+    ("page", "says"),
+    [
+        ("churn", "No shape churn"),
+        ("tensorcore", "tpuscope run --deep"),
+        ("trace", "tpuscope run --trace-steps"),
+    ],
+)
 def test_pages_without_data_say_so_and_how_to_get_it(browser, server, store, shots, page, says):
     visit(browser, server, f"/run/{store.real}/{page}", f"page-{page}", shots, f"empty-{page}")
     assert says in text(browser, f"no-{page}")
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("/run/..%2F..%2Fetc", "not a valid run id"), ("/run/nope-123", "no run 'nope-123'"),
-    ("/compare/a..b/x", "not a valid run id"),
-])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/run/..%2F..%2Fetc", "not a valid run id"),
+        ("/run/nope-123", "no run 'nope-123'"),
+        ("/compare/a..b/x", "not a valid run id"),
+    ],
+)
 def test_bad_run_ids_give_an_error_page(browser, server, shots, path, message):
-    visit(browser, server, path, "error-message", shots, "error-" + re.sub(r"\W+", "-", path), missing=True)
+    visit(
+        browser,
+        server,
+        path,
+        "error-message",
+        shots,
+        "error-" + re.sub(r"\W+", "-", path),
+        missing=True,
+    )
     assert message in text(browser, "error-message")

@@ -44,10 +44,18 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     analyze(Run(finished))  # stored with its parts' digest: the copies below read it as current
     for i in range(COPIES):
         shutil.copytree(finished, root / f"fallback_host_sync-copy{i:02d}")
-    for name, trace in (("tpu", "xplane/tpu_inference_2.xplane.pb"), ("gpu", "xplane/34.83.195.179_6003.xplane.pb")):
-        proc = run_tpuscope("import", "--store", str(root), "--quiet", "--name", name, str(real_trace(trace)))
+    for name, trace in (
+        ("tpu", "xplane/tpu_inference_2.xplane.pb"),
+        ("gpu", "xplane/34.83.195.179_6003.xplane.pb"),
+    ):
+        proc = run_tpuscope(
+            "import", "--store", str(root), "--quiet", "--name", name, str(real_trace(trace))
+        )
         assert proc.returncode == 0, proc.stderr
-    ids = {name: next(p.name for p in root.iterdir() if p.name.startswith(f"{name}-")) for name in ("tpu", "gpu")}
+    ids = {
+        name: next(p.name for p in root.iterdir() if p.name.startswith(f"{name}-"))
+        for name in ("tpu", "gpu")
+    }
     return SimpleNamespace(root=root, finished=finished.name, **ids)
 
 
@@ -62,7 +70,14 @@ def test_no_page_shows_a_figure_nobody_measured(browser, server, store, shots, w
     run_id = getattr(store, which)
     for tab in TABS:
         path = f"/run/{run_id}" + (f"/{tab}" if tab else "")
-        visit(browser, server, path, f"page-{tab or 'overview'}", shots, f"{which}-{tab or 'overview'}")
+        visit(
+            browser,
+            server,
+            path,
+            f"page-{tab or 'overview'}",
+            shots,
+            f"{which}-{tab or 'overview'}",
+        )
         page_text = shown(browser)
         assert untrue(page_text) == [], (path, untrue(page_text))
 
@@ -71,22 +86,49 @@ def test_fallback_counts_agree_and_leave_value_reads_apart(browser, server, stor
     summary = current(Run(store.root / store.finished)).summary
     cpu = sum(op["count"] for op in summary["fallback_ops"])
     assert summary["value_reads"] > 0 and cpu > 0  # the sample has both
-    visit(browser, server, f"/run/{store.finished}", "page-overview", shots, "agree-overview", graphs=1)
+    visit(
+        browser,
+        server,
+        f"/run/{store.finished}",
+        "page-overview",
+        shots,
+        "agree-overview",
+        graphs=1,
+    )
     assert text(browser, "stat-fallbacks") == f"{cpu:,}"
     bars = [t for t in plotted(browser, "step-timeline") if t["name"] == "CPU fallback calls"]
     assert bars and sum(bars[0]["y"]) == cpu
-    visit(browser, server, f"/run/{store.finished}/fallbacks", "page-fallbacks", shots, "agree-fallbacks", graphs=1)
+    visit(
+        browser,
+        server,
+        f"/run/{store.finished}/fallbacks",
+        "page-fallbacks",
+        shots,
+        "agree-fallbacks",
+        graphs=1,
+    )
     assert text(browser, "stat-fallbacks") == f"{cpu:,}"
     assert text(browser, "stat-syncs") == f"{summary['value_reads']:,}"
     heat = plotted(browser, "fallback-heatmap")[0]
     assert "aten::_local_scalar_dense" not in heat["y"]
     assert sum(sum(v for v in row if v) for row in heat["z"]) == cpu
-    visit(browser, server, f"/run/{store.finished}/recompiles", "page-recompiles", shots, "agree-recompiles")
+    visit(
+        browser,
+        server,
+        f"/run/{store.finished}/recompiles",
+        "page-recompiles",
+        shots,
+        "agree-recompiles",
+    )
     assert text(browser, "stat-graphs") == str(summary["graph_families"])
 
 
 def test_an_unknown_run_answers_404_and_says_so(browser, server, store, shots) -> None:
-    for path in ("/run/no-such-run", "/run/no-such-run/fallbacks", f"/compare/{store.finished}/no-such-run"):
+    for path in (
+        "/run/no-such-run",
+        "/run/no-such-run/fallbacks",
+        f"/compare/{store.finished}/no-such-run",
+    ):
         with pytest.raises(urllib.error.HTTPError) as answer:
             urllib.request.urlopen(server + path, timeout=30)
         assert answer.value.code == 404, path
@@ -96,7 +138,9 @@ def test_an_unknown_run_answers_404_and_says_so(browser, server, store, shots) -
     assert "no-such-run" in text(browser, "error-message")
 
 
-def test_the_runs_table_fills_the_window_and_shows_every_id_whole(browser, server, store, shots) -> None:
+def test_the_runs_table_fills_the_window_and_shows_every_id_whole(
+    browser, server, store, shots
+) -> None:
     from selenium.webdriver.common.by import By
 
     visit(browser, server, "/", "page-runs", shots, "runs-tall")
@@ -108,6 +152,10 @@ def test_the_runs_table_fills_the_window_and_shows_every_id_whole(browser, serve
     assert len(rows) > 12
     links = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.run-link")]
     assert store.tpu in links and store.gpu in links
-    for link in browser.find_elements(By.CSS_SELECTOR, "a.run-link"):  # whole: no cell cuts its link
-        assert browser.execute_script("const c = arguments[0].closest('.ag-cell');"
-                                      "return c.scrollWidth <= c.clientWidth;", link), link.text
+    for link in browser.find_elements(
+        By.CSS_SELECTOR, "a.run-link"
+    ):  # whole: no cell cuts its link
+        assert browser.execute_script(
+            "const c = arguments[0].closest('.ag-cell');return c.scrollWidth <= c.clientWidth;",
+            link,
+        ), link.text

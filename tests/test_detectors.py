@@ -30,37 +30,89 @@ def frame(name: str, rows: list[dict]) -> pd.DataFrame:
     return table_to_frame(pa.Table.from_pylist([{**PROC, **r} for r in rows], schema=TABLES[name]))
 
 
-def steps(n: int, compiles: dict[int, int] | None = None, reads: int = 0, wall_ms: float = 100,
-          compile_ms: float = 0) -> pd.DataFrame:
+def steps(
+    n: int,
+    compiles: dict[int, int] | None = None,
+    reads: int = 0,
+    wall_ms: float = 100,
+    compile_ms: float = 0,
+) -> pd.DataFrame:
     compiles = compiles or {}
-    return frame("steps", [{
-        "step": i, "start_ns": i * 10**9, "end_ns": i * 10**9 + int(wall_ms * MS),
-        "wall_ns": int(wall_ms * MS), "boundary": "sync", "compiles": compiles.get(i, 0),
-        "compile_ns": int(compile_ms * MS) * compiles.get(i, 0), "executions": 1, "execute_ns": MS,
-        "fallback_ops": 0, "transfers_from_device": reads, "graph_hashes": []} for i in range(n)])
+    return frame(
+        "steps",
+        [
+            {
+                "step": i,
+                "start_ns": i * 10**9,
+                "end_ns": i * 10**9 + int(wall_ms * MS),
+                "wall_ns": int(wall_ms * MS),
+                "boundary": "sync",
+                "compiles": compiles.get(i, 0),
+                "compile_ns": int(compile_ms * MS) * compiles.get(i, 0),
+                "executions": 1,
+                "execute_ns": MS,
+                "fallback_ops": 0,
+                "transfers_from_device": reads,
+                "graph_hashes": [],
+            }
+            for i in range(n)
+        ],
+    )
 
 
-def compile_row(step: int, shapes: list[str] | None, graph: str, ms: float = 500, location: str = SITE,
-                cause: str = "user torch_xla.sync", **extra) -> dict:
-    return {"step": step, "index": step, "time_ns": step * 10**9 + 1, "duration_ns": int(ms * MS),
-            "graph_hash": graph, "cause": cause, "location": location, "frames": [],
-            "num_inputs": len(shapes) if shapes else extra.pop("num_inputs", None),
-            "input_shapes": shapes, "output_shapes": extra.pop("outputs", None), **extra}
+def compile_row(
+    step: int,
+    shapes: list[str] | None,
+    graph: str,
+    ms: float = 500,
+    location: str = SITE,
+    cause: str = "user torch_xla.sync",
+    **extra,
+) -> dict:
+    return {
+        "step": step,
+        "index": step,
+        "time_ns": step * 10**9 + 1,
+        "duration_ns": int(ms * MS),
+        "graph_hash": graph,
+        "cause": cause,
+        "location": location,
+        "frames": [],
+        "num_inputs": len(shapes) if shapes else extra.pop("num_inputs", None),
+        "input_shapes": shapes,
+        "output_shapes": extra.pop("outputs", None),
+        **extra,
+    }
 
 
-def tables(steps_frame: pd.DataFrame, compiles: list[dict] = (), fallbacks: list[dict] = (),
-           metrics: list[dict] = (), call_sites: list[dict] = (), warmup: int = 2) -> RunTables:
-    return RunTables(meta={"warmup": warmup}, steps=steps_frame, compiles=frame("compiles", list(compiles)),
-                     fallbacks=frame("fallbacks", list(fallbacks)), metrics=frame("metrics", list(metrics)),
-                     extra={"call_sites": frame("call_sites", list(call_sites))})
+def tables(
+    steps_frame: pd.DataFrame,
+    compiles: list[dict] = (),
+    fallbacks: list[dict] = (),
+    metrics: list[dict] = (),
+    call_sites: list[dict] = (),
+    warmup: int = 2,
+) -> RunTables:
+    return RunTables(
+        meta={"warmup": warmup},
+        steps=steps_frame,
+        compiles=frame("compiles", list(compiles)),
+        fallbacks=frame("fallbacks", list(fallbacks)),
+        metrics=frame("metrics", list(metrics)),
+        extra={"call_sites": frame("call_sites", list(call_sites))},
+    )
 
 
 def static_run() -> RunTables:
     """The shape of a clean torch_xla loop: two warm-up compiles, then cached steps."""
     params = ["f32[512,32]", "f32[32]"]
-    return tables(steps(10, {0: 1, 1: 1}, compile_ms=800), [
-        compile_row(0, ["s64[8,65]", *params], "a"),
-        compile_row(1, ["s64[8,65]", *params, "f32[512,32]", "f32[32]"], "b")])
+    return tables(
+        steps(10, {0: 1, 1: 1}, compile_ms=800),
+        [
+            compile_row(0, ["s64[8,65]", *params], "a"),
+            compile_row(1, ["s64[8,65]", *params, "f32[512,32]", "f32[32]"], "b"),
+        ],
+    )
 
 
 # -- judged steps --------------------------------------------------------------------------
@@ -87,15 +139,23 @@ def test_clean_static_run_has_no_findings() -> None:
 # -- recompile -----------------------------------------------------------------------------
 def test_recompile_names_the_argument_that_changed() -> None:
     params = ["f32[512,32]", "f32[32]"]
-    run = tables(steps(8, {0: 1, 1: 1, 5: 1}, compile_ms=500), [
-        compile_row(0, ["f32[4,41,128]", *params], "a"),
-        compile_row(1, ["f32[4,41,128]", *params, "f32[9]"], "b"),
-        compile_row(5, ["f32[4,53,128]", *params, "f32[9]"], "c", ms=700)])
+    run = tables(
+        steps(8, {0: 1, 1: 1, 5: 1}, compile_ms=500),
+        [
+            compile_row(0, ["f32[4,41,128]", *params], "a"),
+            compile_row(1, ["f32[4,41,128]", *params, "f32[9]"], "b"),
+            compile_row(5, ["f32[4,53,128]", *params, "f32[9]"], "c", ms=700),
+        ],
+    )
     [finding] = detect_recompile(run)
     assert finding.rule == "recompile" and finding.location == SITE
     assert finding.evidence["changes"] == ["arg 0: f32[4,41,128] -> f32[4,53,128]"]
     assert finding.evidence["compiles"][0]["against_graph"] == "b"  # closest graph, not the first
-    assert finding.step_runs == [[5, 5]] and finding.step_count == 1 and finding.cost_s == pytest.approx(0.7)
+    assert (
+        finding.step_runs == [[5, 5]]
+        and finding.step_count == 1
+        and finding.cost_s == pytest.approx(0.7)
+    )
     assert "compile time" in finding.detail and "pad dim 1 of arg 0" in finding.fix
     assert finding.title == "1 recompile at train.py:67: dim 1 of arg 0 took 2 sizes"
 
@@ -103,18 +163,29 @@ def test_recompile_names_the_argument_that_changed() -> None:
 def test_a_setup_graph_and_an_eval_graph_are_first_compiles() -> None:
     """Compiles late in the run from other lines or with another structure are not recompiles."""
     params = ["f32[512,32]", "f32[32]"]
-    run = tables(steps(8, {0: 1, 1: 1, 6: 1}), [
-        compile_row(0, ["f32[8,128]", *params], "a", location="/home/u/setup.py:9"),
-        compile_row(1, ["f32[8,128]", *params], "b"),
-        compile_row(6, ["f32[8,128]", *params], "c", location="/home/u/eval.py:30")])
+    run = tables(
+        steps(8, {0: 1, 1: 1, 6: 1}),
+        [
+            compile_row(0, ["f32[8,128]", *params], "a", location="/home/u/setup.py:9"),
+            compile_row(1, ["f32[8,128]", *params], "b"),
+            compile_row(6, ["f32[8,128]", *params], "c", location="/home/u/eval.py:30"),
+        ],
+    )
     assert detect_recompile(run) == []
 
 
 def test_recompile_storm_is_one_high_finding() -> None:
-    compiles = [compile_row(i, [f"s64[2,{8 + i}]", "f32[128,32]"], f"g{i}", ms=900) for i in range(10)]
-    [finding] = detect_recompile(tables(steps(10, {i: 1 for i in range(10)}, compile_ms=900), compiles))
+    compiles = [
+        compile_row(i, [f"s64[2,{8 + i}]", "f32[128,32]"], f"g{i}", ms=900) for i in range(10)
+    ]
+    [finding] = detect_recompile(
+        tables(steps(10, {i: 1 for i in range(10)}, compile_ms=900), compiles)
+    )
     assert finding.severity == "high"
-    assert finding.title == "Recompile storm at train.py:67: 9 of 10 steps compiled again (8.1 s compiling)"
+    assert (
+        finding.title
+        == "Recompile storm at train.py:67: 9 of 10 steps compiled again (8.1 s compiling)"
+    )
     assert finding.step_runs == [[1, 9]] and finding.step_count == 9
     assert finding.evidence["shape_churn"]["values"] == list(range(8, 18))
     assert set(finding.evidence["facets"]) == {"compile_time", "shape_churn", "storm"}
@@ -123,24 +194,44 @@ def test_recompile_storm_is_one_high_finding() -> None:
 
 def test_same_shapes_means_a_traced_constant() -> None:
     same = ["f32[8,16]", "f32[16]"]
-    run = tables(steps(6, {0: 1, 4: 1}), [compile_row(0, same, "a", outputs=["f32[]"]),
-                                          compile_row(4, same, "b", outputs=["f32[]"])])
+    run = tables(
+        steps(6, {0: 1, 4: 1}),
+        [
+            compile_row(0, same, "a", outputs=["f32[]"]),
+            compile_row(4, same, "b", outputs=["f32[]"]),
+        ],
+    )
     [finding] = detect_recompile(run)
     assert finding.evidence["changes"] == ["same input and output shapes: the graph itself changed"]
     assert "torch.tensor(lr, device=device)" in finding.fix
 
 
 def test_output_shapes_are_diffed_when_inputs_match() -> None:
-    run = tables(steps(6, {0: 1, 4: 1}), [compile_row(0, ["s64[]"], "a", outputs=["f32[3,5]"]),
-                                          compile_row(4, ["s64[]"], "b", outputs=["f32[3,7]"])])
+    run = tables(
+        steps(6, {0: 1, 4: 1}),
+        [
+            compile_row(0, ["s64[]"], "a", outputs=["f32[3,5]"]),
+            compile_row(4, ["s64[]"], "b", outputs=["f32[3,7]"]),
+        ],
+    )
     assert detect_recompile(run)[0].evidence["changes"] == ["output 0: f32[3,5] -> f32[3,7]"]
 
 
 def test_recompile_without_shapes_uses_pt_xla_debug_counts() -> None:
-    run = tables(steps(6, {0: 1, 4: 1}), [
-        compile_row(0, None, "a", num_inputs=25, input_gb=0.0002),
-        compile_row(4, None, "b", num_inputs=25, input_gb=0.0003,
-                    cause="most likely user code trying to access tensor value before torch_xla.sync")])
+    run = tables(
+        steps(6, {0: 1, 4: 1}),
+        [
+            compile_row(0, None, "a", num_inputs=25, input_gb=0.0002),
+            compile_row(
+                4,
+                None,
+                "b",
+                num_inputs=25,
+                input_gb=0.0003,
+                cause="most likely user code trying to access tensor value before torch_xla.sync",
+            ),
+        ],
+    )
     [finding] = detect_recompile(run)
     assert "graph input size 0.200 MB -> 0.300 MB" in finding.evidence["changes"][0]
     assert "--deep" in finding.evidence["changes"][0]
@@ -148,18 +239,24 @@ def test_recompile_without_shapes_uses_pt_xla_debug_counts() -> None:
 
 
 def test_imported_compile_counts_make_a_storm() -> None:
-    metrics = [{"step": -1, "name": "CompileTime", "kind": "metric", "count": 23, "total": 0.0},
-               {"step": -1, "name": "MarkStep", "kind": "counter", "count": 12, "total": 0.0}]
+    metrics = [
+        {"step": -1, "name": "CompileTime", "kind": "metric", "count": 23, "total": 0.0},
+        {"step": -1, "name": "MarkStep", "kind": "counter", "count": 12, "total": 0.0},
+    ]
     run = tables(frame("steps", []), metrics=metrics, warmup=0)
     [finding] = detect_recompile(run)
     # no wall time and no compile time (total 0.0): medium, never a high card that costs 0.00 s
-    assert finding.title == "Recompile storm: 23 compiles in 12 steps" and finding.severity == "medium"
+    assert (
+        finding.title == "Recompile storm: 23 compiles in 12 steps" and finding.severity == "medium"
+    )
 
 
 # -- shape_churn ---------------------------------------------------------------------------
 def churn_run(lengths: list[int]) -> RunTables:
-    compiles = [compile_row(i, [f"s64[4,{n}]", f"s64[4,{n}]", "f32[128,32]"], f"g{i}", ms=1000)
-                for i, n in enumerate(lengths)]
+    compiles = [
+        compile_row(i, [f"s64[4,{n}]", f"s64[4,{n}]", "f32[128,32]"], f"g{i}", ms=1000)
+        for i, n in enumerate(lengths)
+    ]
     return tables(steps(len(lengths) + 4, {i: 1 for i in range(len(lengths))}), compiles)
 
 
@@ -175,7 +272,9 @@ def test_shape_churn_is_a_facet_of_the_recompile_with_a_bucket_plan() -> None:
 
 
 def test_two_sizes_pad_to_the_larger_or_drop_the_short_batch() -> None:
-    compiles = [compile_row(i, [f"f32[{n},64]", "f32[64,10]"], f"g{i}") for i, n in enumerate([32, 8])]
+    compiles = [
+        compile_row(i, [f"f32[{n},64]", "f32[64,10]"], f"g{i}") for i, n in enumerate([32, 8])
+    ]
     # 3 steps: the second size came at the end of the loop (6 steps would show a bounded set: buckets)
     [finding] = detect_recompile(tables(steps(3, {0: 1, 1: 1}), compiles))
     assert "plan" not in finding.evidence["shape_churn"]
@@ -183,21 +282,30 @@ def test_two_sizes_pad_to_the_larger_or_drop_the_short_batch() -> None:
 
 
 def test_different_signatures_are_different_programs() -> None:
-    run = tables(steps(6, {0: 1, 1: 1, 2: 1}), [
-        compile_row(0, ["s64[4,38]"], "a"), compile_row(1, ["s64[4,42]", "f32[9]"], "b"),
-        compile_row(2, ["f32[4,46]"], "c")])
+    run = tables(
+        steps(6, {0: 1, 1: 1, 2: 1}),
+        [
+            compile_row(0, ["s64[4,38]"], "a"),
+            compile_row(1, ["s64[4,42]", "f32[9]"], "b"),
+            compile_row(2, ["f32[4,46]"], "c"),
+        ],
+    )
     assert detect_recompile(run) == []
 
 
 def test_data_dependent_index_lengths_point_at_the_fallback() -> None:
     run = churn_run([14, 15, 16])
-    run.fallbacks = frame("fallbacks", [{"step": 3, "op": "aten::nonzero", "count": 2, "location": None}])
+    run.fallbacks = frame(
+        "fallbacks", [{"step": 3, "op": "aten::nonzero", "count": 2, "location": None}]
+    )
     [finding] = detect_recompile(run)
     assert "aten::nonzero" in finding.fix and "instead of bucketing" in finding.fix
 
 
 def test_recompiles_without_shapes_use_input_sizes() -> None:
-    compiles = [compile_row(i, None, f"g{i}", num_inputs=25, input_gb=0.001 * (i + 1)) for i in range(4)]
+    compiles = [
+        compile_row(i, None, f"g{i}", num_inputs=25, input_gb=0.001 * (i + 1)) for i in range(4)
+    ]
     # 5 steps: still recompiling at the end of the loop (8 steps would make the 4 graphs a bounded set)
     [finding] = detect_recompile(tables(steps(5, {i: 1 for i in range(4)}), compiles))
     assert "graph input size" in finding.evidence["changes"][0] and "--deep" in finding.detail
@@ -205,18 +313,28 @@ def test_recompiles_without_shapes_use_input_sizes() -> None:
 
 # -- cpu_fallback --------------------------------------------------------------------------
 def fallback_rows(n_steps: int, op: str, per_step: int, location: str | None = None) -> list[dict]:
-    return [{"step": i, "op": op, "count": per_step, "location": location if i == 1 else None}
-            for i in range(n_steps)]
+    return [
+        {"step": i, "op": op, "count": per_step, "location": location if i == 1 else None}
+        for i in range(n_steps)
+    ]
 
 
 def test_cpu_fallback_per_op_with_site_alternative_and_cost() -> None:
     where = "/home/u/loss.py:23"
-    rows = fallback_rows(6, "aten::nonzero", 2, where) + fallback_rows(6, "aten::_local_scalar_dense", 1)
-    metrics = [{"step": i, "name": "TransferFromDeviceTime", "kind": "metric", "count": 3, "total": 3e6}
-               for i in range(6)]
+    rows = fallback_rows(6, "aten::nonzero", 2, where) + fallback_rows(
+        6, "aten::_local_scalar_dense", 1
+    )
+    metrics = [
+        {"step": i, "name": "TransferFromDeviceTime", "kind": "metric", "count": 3, "total": 3e6}
+        for i in range(6)
+    ]
     [finding] = detect_cpu_fallback(tables(steps(6, reads=3), fallbacks=rows, metrics=metrics))
     assert finding.rule == "cpu_fallback" and finding.evidence["op"] == "aten::nonzero"
-    assert finding.evidence["per_step"] == 2.0 and finding.step_runs == [[0, 5]] and finding.step_count == 6
+    assert (
+        finding.evidence["per_step"] == 2.0
+        and finding.step_runs == [[0, 5]]
+        and finding.step_count == 6
+    )
     assert finding.location == where and finding.evidence["sites"][0]["per_traced_step"] == 2
     assert "torch.where(mask, x, 0)" in finding.fix
     assert finding.cost_s == pytest.approx(6 * 3e6 * 2 / 3 / 1e9)  # 2 of 3 reads, every step
@@ -224,41 +342,64 @@ def test_cpu_fallback_per_op_with_site_alternative_and_cost() -> None:
 
 def test_a_fallback_in_setup_is_still_a_fallback_priced_by_its_cost() -> None:
     rows = [{"step": 0, "op": "aten::median", "count": 1, "location": None}]
-    metrics = [{"step": 0, "name": "TransferFromDeviceTime", "kind": "metric", "count": 1, "total": 1e5}]
+    metrics = [
+        {"step": 0, "name": "TransferFromDeviceTime", "kind": "metric", "count": 1, "total": 1e5}
+    ]
     [finding] = detect_cpu_fallback(tables(steps(5), fallbacks=rows, metrics=metrics))
     assert finding.step_runs == [[0, 0]] and finding.severity == "low"  # 0.1 ms of 0.5 s
 
 
 def test_unknown_op_gets_the_generic_advice() -> None:
-    [finding] = detect_cpu_fallback(tables(steps(4), fallbacks=fallback_rows(4, "aten::weird_op", 1)))
+    [finding] = detect_cpu_fallback(
+        tables(steps(4), fallbacks=fallback_rows(4, "aten::weird_op", 1))
+    )
     assert finding.evidence["alternative"] is None and "move it out of the step" in finding.fix
 
 
 def test_fallbacks_outside_aten_are_cards_with_their_own_fix() -> None:
     """torchvision's ops and torch.library custom ops fall back like aten ones (issue 26)."""
     nms, custom = "/home/u/detect.py:73", "/home/u/model.py:53"
-    rows = fallback_rows(4, "torchvision::nms", 1, nms) + fallback_rows(4, "corpus_ops::numpy_tanh", 1, custom)
-    found = {f.evidence["op"]: f for f in detect_cpu_fallback(tables(steps(4, reads=2), fallbacks=rows))}
-    assert found["torchvision::nms"].location == nms and "XLA_EXPERIMENTAL=nms" in found["torchvision::nms"].fix
+    rows = fallback_rows(4, "torchvision::nms", 1, nms) + fallback_rows(
+        4, "corpus_ops::numpy_tanh", 1, custom
+    )
+    found = {
+        f.evidence["op"]: f for f in detect_cpu_fallback(tables(steps(4, reads=2), fallbacks=rows))
+    }
+    assert (
+        found["torchvision::nms"].location == nms
+        and "XLA_EXPERIMENTAL=nms" in found["torchvision::nms"].fix
+    )
     tanh = found["corpus_ops::numpy_tanh"]
     assert tanh.location == custom and tanh.evidence["per_step"] == 1.0
     assert "custom op" in tanh.detail and '@numpy_tanh.register_kernel("xla")' in tanh.fix
 
 
 def test_one_op_at_two_lines_is_at_the_first_line_called_on_a_tie() -> None:
-    first, second = "/home/u/post.py:71", "/home/u/post.py:69"  # the tracer's call order: 71 ran first
-    rows = [{"step": 1, "op": "aten::nonzero", "count": 1, "location": first},
-            {"step": 1, "op": "aten::nonzero", "count": 1, "location": second}]
+    first, second = (
+        "/home/u/post.py:71",
+        "/home/u/post.py:69",
+    )  # the tracer's call order: 71 ran first
+    rows = [
+        {"step": 1, "op": "aten::nonzero", "count": 1, "location": first},
+        {"step": 1, "op": "aten::nonzero", "count": 1, "location": second},
+    ]
     [finding] = detect_cpu_fallback(tables(steps(3), fallbacks=rows))
-    assert finding.location == first and [s["location"] for s in finding.evidence["sites"]] == [first, second]
+    assert finding.location == first and [s["location"] for s in finding.evidence["sites"]] == [
+        first,
+        second,
+    ]
 
 
 # -- host_sync -----------------------------------------------------------------------------
 def test_host_sync_counts_reads_not_caused_by_fallbacks() -> None:
     item_site, mask_site = "/home/u/train.py:49", "/home/u/loss.py:23"
-    fallbacks = fallback_rows(6, "aten::nonzero", 3, mask_site) + fallback_rows(6, "aten::_local_scalar_dense", 1)
-    calls = [{"step": 3, "kind": "host_sync", "name": "item", "location": item_site, "count": 1},
-             {"step": 3, "kind": "host_sync", "name": "__getitem__", "location": mask_site, "count": 3}]
+    fallbacks = fallback_rows(6, "aten::nonzero", 3, mask_site) + fallback_rows(
+        6, "aten::_local_scalar_dense", 1
+    )
+    calls = [
+        {"step": 3, "kind": "host_sync", "name": "item", "location": item_site, "count": 1},
+        {"step": 3, "kind": "host_sync", "name": "__getitem__", "location": mask_site, "count": 3},
+    ]
     fallbacks[1]["location"] = fallbacks[9]["location"] = None
     fallbacks[3] = {**fallbacks[3], "location": mask_site}
     [finding] = detect_host_sync(tables(steps(6, reads=4), fallbacks=fallbacks, call_sites=calls))
@@ -287,7 +428,9 @@ def test_parse_and_diff_shapes() -> None:
     assert str(parse_shape("pred[]")) == "pred[]"
     assert parse_shape("(f32[2], s32[])") is None
     assert diff_shapes(["a[1]", "b[2]", "c[3]"], ["a[1]", "x[9]", "b[2]", "c[3]"]) == [
-        "arg 1 added: x[9]", "3 -> 4 args"]
+        "arg 1 added: x[9]",
+        "3 -> 4 args",
+    ]
 
 
 def test_varying_dims_only_within_one_signature() -> None:
@@ -296,8 +439,15 @@ def test_varying_dims_only_within_one_signature() -> None:
     assert varying_dims([["f32[4,10]"], ["f32[4,12]", "s64[]"]]) == []
 
 
-@pytest.mark.parametrize("values", [[38, 42, 46, 54, 59, 65], [8, 9, 10, 11, 12, 13, 14, 15, 16, 17],
-                                    [100, 101, 250, 251, 400], [7, 300]])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [38, 42, 46, 54, 59, 65],
+        [8, 9, 10, 11, 12, 13, 14, 15, 16, 17],
+        [100, 101, 250, 251, 400],
+        [7, 300],
+    ],
+)
 def test_bucket_plan_is_the_fewest_buckets_under_the_bound(values: list[int]) -> None:
     plan = suggest_buckets(values, max_waste=0.10)
     assert plan.waste <= 0.10 and plan.buckets[-1] >= max(values)

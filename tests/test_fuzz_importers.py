@@ -36,8 +36,18 @@ SEEDS = [
 ]
 CASES_PER_SEED = 60
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_ODD_NUMBERS = ["99999999999999999999", "-99999999999999999999", "1.2.3", "nan", "inf", "x", "", "0" * 40,
-                "1e999", "-1"]
+_ODD_NUMBERS = [
+    "99999999999999999999",
+    "-99999999999999999999",
+    "1.2.3",
+    "nan",
+    "inf",
+    "x",
+    "",
+    "0" * 40,
+    "1e999",
+    "-1",
+]
 
 
 def mutate(text: str, rng: random.Random) -> str:
@@ -47,12 +57,12 @@ def mutate(text: str, rng: random.Random) -> str:
         lines = text.split("\n")
         if kind == 0 and (numbers := list(_NUMBER.finditer(text))):
             hit = rng.choice(numbers)
-            text = text[: hit.start()] + rng.choice(_ODD_NUMBERS) + text[hit.end():]
+            text = text[: hit.start()] + rng.choice(_ODD_NUMBERS) + text[hit.end() :]
         elif kind == 1:
             text = text[: rng.randrange(len(text) + 1)]
         elif kind == 2 and lines:
             i = rng.randrange(len(lines))
-            text = "\n".join(lines[:i] + [lines[i]] * rng.randint(2, 4) + lines[i + 1:])
+            text = "\n".join(lines[:i] + [lines[i]] * rng.randint(2, 4) + lines[i + 1 :])
         elif kind == 3 and lines:
             del lines[rng.randrange(len(lines))]
             text = "\n".join(lines)
@@ -62,7 +72,11 @@ def mutate(text: str, rng: random.Random) -> str:
             text = "\n".join(lines)
         else:
             at = rng.randrange(len(text) + 1)
-            text = text[:at] + rng.choice([":", "=", "%", "\x00", "\ufffd", "  ", ";", "\r"]) + text[at:]
+            text = (
+                text[:at]
+                + rng.choice([":", "=", "%", "\x00", "\ufffd", "  ", ";", "\r"])
+                + text[at:]
+            )
     return text
 
 
@@ -97,7 +111,7 @@ def feed_live(text: str, rng: random.Random, path: Path) -> None:
     while at < len(data):
         step = rng.randint(1, 400)
         with open(path, "ab") as handle:
-            handle.write(data[at:at + step])
+            handle.write(data[at : at + step])
         at += step
         tail.poll()
     assert not tail.failed, "the live tail hit an error it had to swallow"
@@ -106,14 +120,18 @@ def feed_live(text: str, rng: random.Random, path: Path) -> None:
 
 
 @pytest.mark.parametrize("seed_file", SEEDS, ids=[Path(s).name[:40] for s in SEEDS])
-def test_mutated_real_files_are_imported_or_refused_never_crash(seed_file: str, tmp_path: Path) -> None:
+def test_mutated_real_files_are_imported_or_refused_never_crash(
+    seed_file: str, tmp_path: Path
+) -> None:
     source = real_trace(seed_file)
     original = source.read_text(errors="replace")
     rng = random.Random(f"tpuscope-fuzz-{seed_file}")
     outcomes = {True: 0, False: 0}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    cases = CASES_PER_SEED // 3 if seed_file.startswith("hlo/") else CASES_PER_SEED  # HLO parses slower
+    cases = (
+        CASES_PER_SEED // 3 if seed_file.startswith("hlo/") else CASES_PER_SEED
+    )  # HLO parses slower
     for index in range(cases):
         text = mutate(original, rng)
         case = tmp_path / f"{source.stem}.{index}{source.suffix}"

@@ -22,8 +22,11 @@ from tpuscope.store import Run
 
 SAMPLES = ROOT / "sample_traces"
 MY_RULES = ("recompile", "cpu_fallback", "host_sync", "op_by_op")
-SCENARIOS = sorted(p.parent.name for p in SAMPLES.glob("*/expected_findings.json")
-                   if "expected" in json.loads(p.read_text()))
+SCENARIOS = sorted(
+    p.parent.name
+    for p in SAMPLES.glob("*/expected_findings.json")
+    if "expected" in json.loads(p.read_text())
+)
 SAMPLE_BUDGET_BYTES = 5 * 1024 * 1024
 
 
@@ -38,7 +41,9 @@ def findings(scenario: str) -> list[Finding]:
 def contains(actual: Any, wanted: Any) -> bool:
     """wanted is a subset of actual: dict keys recursively, other values equal."""
     if isinstance(wanted, dict):
-        return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in wanted.items())
+        return isinstance(actual, dict) and all(
+            k in actual and contains(actual[k], v) for k, v in wanted.items()
+        )
     return actual == wanted
 
 
@@ -46,7 +51,8 @@ def matches(finding: Finding, want: dict[str, Any]) -> bool:
     checks = [
         finding.rule == want["rule"],
         "severity" not in want or finding.severity == want["severity"],
-        "location_endswith" not in want or (finding.location or "").endswith(want["location_endswith"]),
+        "location_endswith" not in want
+        or (finding.location or "").endswith(want["location_endswith"]),
         "step_runs" not in want or finding.step_runs == want["step_runs"],
         contains(plain_evidence(finding.evidence), want.get("evidence", {})),
         want.get("title_contains", "") in finding.title,
@@ -57,7 +63,9 @@ def matches(finding: Finding, want: dict[str, Any]) -> bool:
 
 
 def test_there_are_scenarios() -> None:
-    assert {"clean_static", "shape_churn", "recompile_storm", "fallback_host_sync"} <= set(SCENARIOS)
+    assert {"clean_static", "shape_churn", "recompile_storm", "fallback_host_sync"} <= set(
+        SCENARIOS
+    )
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -68,7 +76,8 @@ def test_expected_findings(scenario: str) -> None:
         candidates = [f for f in got if f.rule == want["rule"]]
         assert any(matches(f, want) for f in candidates), (
             f"{scenario}: no finding matches {want}; {want['rule']} findings: "
-            + json.dumps([f.to_dict() for f in candidates], default=str)[:3000])
+            + json.dumps([f.to_dict() for f in candidates], default=str)[:3000]
+        )
     for rule in spec.get("absent_rules", []):
         assert not [f.title for f in got if f.rule == rule], f"{scenario}: unexpected {rule}"
     for rule, count in spec.get("count", {}).items():
@@ -84,7 +93,9 @@ def test_findings_are_well_formed_and_ordered_by_severity_then_cost(scenario: st
         assert finding.cost_s >= 0 and "Cost" in finding.detail
         assert finding.location is None or ".py:" in finding.location
         json.dumps(finding.to_row())  # evidence must serialise for the findings table
-    for finding in got:  # each rule makes its contract record (analyze/contract.py), every key declared
+    for (
+        finding
+    ) in got:  # each rule makes its contract record (analyze/contract.py), every key declared
         record = finding.evidence
         assert type(record) is EVIDENCE[finding.rule] and not record.undeclared, finding.rule
         stored = Finding.from_row(finding.to_row())  # through the findings table and back
@@ -99,12 +110,25 @@ def test_the_report_leads_with_the_most_severe_finding_and_its_fix(tmp_path: Pat
     import shutil
 
     copy = shutil.copytree(SAMPLES / "shape_churn", tmp_path / "shape_churn")  # --reanalyze writes
-    proc = run_tpuscope("show", str(copy), "--json", "--reanalyze", env={"TPUSCOPE_STORE": str(tmp_path)})
+    proc = run_tpuscope(
+        "show", str(copy), "--json", "--reanalyze", env={"TPUSCOPE_STORE": str(tmp_path)}
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     first = report["findings"][0]
     assert first["rule"] == "recompile" and "pad dim 1 of arg 0" in first["fix"].lower()
-    assert set(first) >= {"rule", "severity", "title", "detail", "fix", "location", "cost_s", "step_runs", "step_count", "evidence"}
+    assert set(first) >= {
+        "rule",
+        "severity",
+        "title",
+        "detail",
+        "fix",
+        "location",
+        "cost_s",
+        "step_runs",
+        "step_count",
+        "evidence",
+    }
 
 
 def test_sample_traces_stay_small() -> None:
@@ -133,23 +157,48 @@ def test_live_rerun_matches_the_sample(example_run) -> None:
     for want in expected("fallback_host_sync")["expected"]:
         assert any(matches(f, want) for f in got), want
     # site tracing splits counts by call site but never changes torch_xla's totals
-    counters = run.metrics[(run.metrics["kind"] == "counter") & run.metrics["name"].str.startswith("aten::")]
-    assert run.fallbacks.groupby("op")["count"].sum().to_dict() == counters.groupby("name")["count"].sum().to_dict()
+    counters = run.metrics[
+        (run.metrics["kind"] == "counter") & run.metrics["name"].str.startswith("aten::")
+    ]
+    assert (
+        run.fallbacks.groupby("op")["count"].sum().to_dict()
+        == counters.groupby("name")["count"].sum().to_dict()
+    )
     sites = run.fallbacks.dropna(subset=["location"])
-    assert {(op, Path(loc).name) for op, loc in zip(sites["op"], sites["location"], strict=True)} >= {
-        ("aten::nonzero", "host_sync_fallback.py:23"), ("aten::_local_scalar_dense", "host_sync_fallback.py:49")}
+    assert {
+        (op, Path(loc).name) for op, loc in zip(sites["op"], sites["location"], strict=True)
+    } >= {
+        ("aten::nonzero", "host_sync_fallback.py:23"),
+        ("aten::_local_scalar_dense", "host_sync_fallback.py:49"),
+    }
     reads = run.table("call_sites")
-    assert ("item", "host_sync_fallback.py:49") in {(n, Path(loc).name) for n, loc in zip(reads["name"], reads["location"], strict=True)}
+    assert ("item", "host_sync_fallback.py:49") in {
+        (n, Path(loc).name) for n, loc in zip(reads["name"], reads["location"], strict=True)
+    }
     # every compile got its parameters from the HLO dump, paired by count
     shaped = run.compiles.dropna(subset=["input_shapes"])
-    assert len(shaped) == len(run.compiles) and (shaped["num_inputs"] == shaped["input_shapes"].map(len)).all()
+    assert (
+        len(shaped) == len(run.compiles)
+        and (shaped["num_inputs"] == shaped["input_shapes"].map(len)).all()
+    )
 
 
 @pytest.mark.slow
 def test_live_clean_run_has_no_findings(example_run) -> None:
     """The static transformer (the same run the dashboard tests use) after warm-up: nothing to fix."""
-    run_dir, proc = example_run("train_transformer.py", "--steps", "5", "--d-model", "32", "--layers", "1",
-                                "--vocab", "64", "--seq", "16")
+    run_dir, proc = example_run(
+        "train_transformer.py",
+        "--steps",
+        "5",
+        "--d-model",
+        "32",
+        "--layers",
+        "1",
+        "--vocab",
+        "64",
+        "--seq",
+        "16",
+    )
     assert proc.returncode == 0, proc.stderr
     assert not [f.title for f in detect(RunTables.from_run(Run(run_dir))) if f.rule in MY_RULES]
     compiles = Run(run_dir).compiles  # the default mode has every graph's input shapes too

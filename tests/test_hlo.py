@@ -20,10 +20,18 @@ from tpuscope.parse.hlo_rows import matmul, module_rows
 from tpuscope.store import load_run
 
 NEURON = "hlo/graphhelper_torch_neuronx"
-HLO_TEXTS = ["bert_bert_dp_graph_2.hlo.txt", "bert_bert_single_graph_2.hlo.txt", "gpt_gpt2_tp=8.hlo.txt",
-             "llama2_llama2_dp=1_tp=1_pp=1.hlo.txt", "llama2_llama2_dp=1_tp=8_pp=4.hlo.txt", "llama_tp_8.hlo.txt",
-             "misc_sharding_fsdp.hlo.txt", "misc_sharding_megatron-lm.hlo.txt", "mlp_mlp_dp_2_updated.hlo.txt",
-             "qwb_linear_model_pp_2_layers_2_rank_0.hlo.txt"]
+HLO_TEXTS = [
+    "bert_bert_dp_graph_2.hlo.txt",
+    "bert_bert_single_graph_2.hlo.txt",
+    "gpt_gpt2_tp=8.hlo.txt",
+    "llama2_llama2_dp=1_tp=1_pp=1.hlo.txt",
+    "llama2_llama2_dp=1_tp=8_pp=4.hlo.txt",
+    "llama_tp_8.hlo.txt",
+    "misc_sharding_fsdp.hlo.txt",
+    "misc_sharding_megatron-lm.hlo.txt",
+    "mlp_mlp_dp_2_updated.hlo.txt",
+    "qwb_linear_model_pp_2_layers_2_rank_0.hlo.txt",
+]
 
 # An excerpt of a real torch_xla 2.9 dump (examples/transformer_head_dim64.py, XLA_HLO_DEBUG=1):
 # current XLA prints operands as bare names, so their shapes come from their definitions.
@@ -47,8 +55,12 @@ def test_real_torch_xla_hlo_parses(name: str) -> None:
     text = path.read_text()
     instructions = list(module.instructions())
     assert module.name.startswith(("SyncTensorsGraph.", "FullyUnrolled."))
-    assert len(instructions) == sum(1 for line in text.splitlines() if " = " in line and "HloModule" not in line)
-    assert all(s is not None for i in instructions for s in i.operand_shapes)  # every operand resolved
+    assert len(instructions) == sum(
+        1 for line in text.splitlines() if " = " in line and "HloModule" not in line
+    )
+    assert all(
+        s is not None for i in instructions for s in i.operand_shapes
+    )  # every operand resolved
     assert module.entry is not None and any(i.is_root for i in module.entry.instructions)
 
 
@@ -65,14 +77,21 @@ def test_llama_dots_dims_and_source_lines() -> None:
     scores = matmul(dots["dot.220"])  # attention q @ k^T: batch x heads = 32768, head_dim 2
     assert (scores.batch, scores.m, scores.n, scores.k) == (32768, 4096, 4096, 2)
     ops = collections.Counter(i.opcode for i in module.instructions())
-    assert (sum(ops.values()), ops["all-gather"], ops["reduce-scatter"]) == (3517, 43, 35)  # as SOURCES.md counts
+    assert (sum(ops.values()), ops["all-gather"], ops["reduce-scatter"]) == (
+        3517,
+        43,
+        35,
+    )  # as SOURCES.md counts
 
 
 def test_current_torch_xla_spelling_resolves_operand_shapes() -> None:
     module = parse_module(TORCH_XLA_29)
     dot = next(i for i in module.instructions() if i.opcode == "dot")
     assert [str(s) for s in dot.operand_shapes] == ["f32[16,128,64]", "f32[16,64,128]"]
-    assert dot.metadata["source_file"] == "/work/main/examples/transformer_head_dim64.py" and dot.source_line == 35
+    assert (
+        dot.metadata["source_file"] == "/work/main/examples/transformer_head_dim64.py"
+        and dot.source_line == 35
+    )
     mm = matmul(dot)
     assert (mm.batch, mm.m, mm.n, mm.k, mm.precision) == (16, 128, 128, 64, "default")
     assert mm.flops == 2 * 16 * 128 * 128 * 64
@@ -82,7 +101,9 @@ def test_current_torch_xla_spelling_resolves_operand_shapes() -> None:
 
 
 def test_fusion_membership_in_optimized_jax_hlo() -> None:
-    path = real_trace("hlo/jaxdecomp_benchmarks_a100/16_jaxfft_1024_4_4_NCCL_float32_FFT.compiled.after_optimizations.hlo.txt")
+    path = real_trace(
+        "hlo/jaxdecomp_benchmarks_a100/16_jaxfft_1024_4_4_NCCL_float32_FFT.compiled.after_optimizations.hlo.txt"
+    )
     module = read_dump(path)
     fusions = {i.name for i in module.instructions() if i.opcode == "fusion"}
     fused = [i for i in module.instructions() if i.fusion is not None]
@@ -92,38 +113,51 @@ def test_fusion_membership_in_optimized_jax_hlo() -> None:
 
 
 def test_convolution_matmul_view_and_tpu_layouts() -> None:
-    conv = parse_instruction("%convolution.3 = f32[8,32,32,64]{3,2,1,0} convolution(f32[8,32,32,3]{3,2,1,0} %p0, "
-                             "f32[3,3,3,64]{3,2,1,0} %p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f")
+    conv = parse_instruction(
+        "%convolution.3 = f32[8,32,32,64]{3,2,1,0} convolution(f32[8,32,32,3]{3,2,1,0} %p0, "
+        "f32[3,3,3,64]{3,2,1,0} %p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f"
+    )
     mm = matmul(conv)
     assert (mm.batch, mm.m, mm.n, mm.k) == (1, 8 * 32 * 32, 64, 3 * 9)
-    grouped = parse_instruction("%c = bf16[4,16,16,32]{3,2,1,0} convolution(bf16[4,16,16,32]{3,2,1,0} %a, "
-                                "bf16[3,3,1,32]{3,2,1,0} %b), window={size=3x3 pad=1_1x1_1}, "
-                                "dim_labels=b01f_01io->b01f, feature_group_count=32")
+    grouped = parse_instruction(
+        "%c = bf16[4,16,16,32]{3,2,1,0} convolution(bf16[4,16,16,32]{3,2,1,0} %a, "
+        "bf16[3,3,1,32]{3,2,1,0} %b), window={size=3x3 pad=1_1x1_1}, "
+        "dim_labels=b01f_01io->b01f, feature_group_count=32"
+    )
     depthwise = matmul(grouped)
     assert (depthwise.batch, depthwise.n, depthwise.k) == (32, 1, 9)
     # an op name from a TPU trace's "XLA Ops" line: tiled layouts and memory spaces
-    op = parse_instruction("%broadcast.2 = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} "
-                           "broadcast(f32[]{:T(128)S(6)} %copy), dimensions={}")
+    op = parse_instruction(
+        "%broadcast.2 = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} "
+        "broadcast(f32[]{:T(128)S(6)} %copy), dimensions={}"
+    )
     assert op.opcode == "broadcast" and str(op.shape) == "f32[5,1024,1024,256]"
     assert op.operands == ["copy"] and str(op.operand_shapes[0]) == "f32[]"
-    precise = parse_instruction("%d = f32[8,8]{1,0} dot(f32[8,8]{1,0} %a, f32[8,8]{1,0} %b), "
-                                "lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
-                                "operand_precision={highest,highest}")
+    precise = parse_instruction(
+        "%d = f32[8,8]{1,0} dot(f32[8,8]{1,0} %a, f32[8,8]{1,0} %b), "
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+        "operand_precision={highest,highest}"
+    )
     assert matmul(precise).precision == "highest"
 
 
 def test_not_hlo_names_the_line() -> None:
     with pytest.raises(HloParseError, match=r"bad\.txt:4: not an HLO instruction"):
-        parse_modules("HloModule m\n\nENTRY %main () -> f32[] {\n  what is this\n}\n", source="bad.txt")
+        parse_modules(
+            "HloModule m\n\nENTRY %main () -> f32[] {\n  what is this\n}\n", source="bad.txt"
+        )
 
 
 def test_import_dump_folder_refuses_bad_file_and_goes_on(tmp_path: Path) -> None:
     dump = tmp_path / "xla_dump"
     dump.mkdir()
-    shutil.copy(real_trace(f"{NEURON}/mlp_mlp_dp_2_updated.hlo.txt"),
-                dump / "module_0000.SyncTensorsGraph.357.before_optimizations.txt")
+    shutil.copy(
+        real_trace(f"{NEURON}/mlp_mlp_dp_2_updated.hlo.txt"),
+        dump / "module_0000.SyncTensorsGraph.357.before_optimizations.txt",
+    )
     (dump / "module_0001.SyncTensorsGraph.9.before_optimizations.txt").write_text(
-        "HloModule broken\n\nENTRY %e () -> f32[] {\n  %x = f32[] garbage\n}\n")
+        "HloModule broken\n\nENTRY %e () -> f32[] {\n  %x = f32[] garbage\n}\n"
+    )
     (dump / "module_0000.SyncTensorsGraph.357.ir-no-opt.ll").write_text("; LLVM IR, not read\n")
     store = tmp_path / "store"
     proc = run_tpuscope("import", "--store", str(store), "--quiet", str(dump))

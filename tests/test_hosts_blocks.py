@@ -25,15 +25,21 @@ def steps_frame(hosts: int, steps: int, seed: int = 0, pids_per_host: int = 1) -
     for k in range(hosts):
         for pid in range(pids_per_host):
             n = steps
-            rows.append(pd.DataFrame({
-                "host": f"host-{k}", "pid": 100 * k + pid, "step": np.arange(n),
-                "wall_ns": rng.integers(10, 20, n) * 1_000_000,  # few values: many ties
-                "compile_ns": rng.integers(0, 3, n) * 1_000_000,
-                "execute_ns": rng.integers(5, 9, n) * 1_000_000,
-                "compiles": rng.integers(0, 2, n),
-                "fallback_ops": np.zeros(n, np.int64),
-                "transfers_from_device": rng.integers(0, 2, n),
-            }))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "host": f"host-{k}",
+                        "pid": 100 * k + pid,
+                        "step": np.arange(n),
+                        "wall_ns": rng.integers(10, 20, n) * 1_000_000,  # few values: many ties
+                        "compile_ns": rng.integers(0, 3, n) * 1_000_000,
+                        "execute_ns": rng.integers(5, 9, n) * 1_000_000,
+                        "compiles": rng.integers(0, 2, n),
+                        "fallback_ops": np.zeros(n, np.int64),
+                        "transfers_from_device": rng.integers(0, 2, n),
+                    }
+                )
+            )
     return pd.concat(rows, ignore_index=True)
 
 

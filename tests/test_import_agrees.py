@@ -19,9 +19,14 @@ from tpuscope.cli.main import main
 from tpuscope.ingest import IMPORTERS
 
 # each reader's name -> the words `import --help` names it by (a new reader fails until listed)
-HELP_WORDS = {"metrics_report": "torch_xla metrics reports", "pt_xla_debug": "PT_XLA_DEBUG logs",
-              "xplane": "*.xplane.pb", "xprof_json": "xprof tool outputs", "hlo_dump": "XLA HLO text",
-              "hlo_proto": "*.hlo_proto.pb"}
+HELP_WORDS = {
+    "metrics_report": "torch_xla metrics reports",
+    "pt_xla_debug": "PT_XLA_DEBUG logs",
+    "xplane": "*.xplane.pb",
+    "xprof_json": "xprof tool outputs",
+    "hlo_dump": "XLA HLO text",
+    "hlo_proto": "*.hlo_proto.pb",
+}
 REPORT = "metrics_reports/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt"
 
 
@@ -38,8 +43,12 @@ def test_import_help_names_every_format_read() -> None:
         assert words in text, words
 
 
-@pytest.mark.parametrize(("field", "bad"), [("TotalSamples", "abc"), ("Accumulator", "garbage"), ("Value", "x12")])
-def test_a_malformed_number_is_refused_whichever_field_holds_it(tmp_path: Path, field: str, bad: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "bad"), [("TotalSamples", "abc"), ("Accumulator", "garbage"), ("Value", "x12")]
+)
+def test_a_malformed_number_is_refused_whichever_field_holds_it(
+    tmp_path: Path, field: str, bad: str
+) -> None:
     lines = real_trace(REPORT).read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{field}:"))
     lines[at] = re.sub(rf"{field}:.*", f"{field}: {bad}", lines[at])
@@ -70,14 +79,22 @@ def test_the_headline_counts_what_the_findings_judge_by(tmp_path: Path) -> None:
     report = imported(tmp_path / "store", real_trace(REPORT), name="report")
     sync = next(f for f in report["findings"] if f["rule"] == "host_sync")
     assert report["summary"]["step_markers"] == sync["evidence"]["step_markers"] == 3603
-    logs = [real_trace(f"pt_xla_debug/{n}") for n in (
-        "pytorch_xla_troubleshooting_2023-12_auto_metrics_analysis.pt-xla-profiler.txt",
-        "pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt",
-        "pytorch_xla_troubleshooting_2024-05_parallel_loader_decoder_only.pt_xla_debug.txt")]
+    logs = [
+        real_trace(f"pt_xla_debug/{n}")
+        for n in (
+            "pytorch_xla_troubleshooting_2023-12_auto_metrics_analysis.pt-xla-profiler.txt",
+            "pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt",
+            "pytorch_xla_troubleshooting_2024-05_parallel_loader_decoder_only.pt_xla_debug.txt",
+        )
+    ]
     debug = imported(tmp_path / "store", *logs, name="debug")
     storm = next(f for f in debug["findings"] if f["rule"] == "recompile")
     assert debug["summary"]["compiles_counted"] == storm["evidence"]["compiles"] == 23
     assert debug["summary"]["step_markers"] == storm["evidence"]["steps"] == 12
-    shown = run_tpuscope("show", "--store", str(tmp_path / "store"), debug["run_id"], env={"COLUMNS": "200"})
-    assert "23 counted in the imported files" in shown.stdout and "0 recompile(s)" not in shown.stdout
+    shown = run_tpuscope(
+        "show", "--store", str(tmp_path / "store"), debug["run_id"], env={"COLUMNS": "200"}
+    )
+    assert (
+        "23 counted in the imported files" in shown.stdout and "0 recompile(s)" not in shown.stdout
+    )
     assert "12 step markers" in shown.stdout

@@ -24,9 +24,13 @@ GRID = f"{REPORTS}/fastai_xla_extensions_XLA_run_debug_base_grid_sample_tpu_xrt.
 CAIL = f"{REPORTS}/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt"
 LOG = f"{REPORTS}/fastai_xla_extensions_XLA_run_debug_base_debug_run_full_output.log"
 OLD_2019 = f"{REPORTS}/partial_or_variant/pytorch_xla_TROUBLESHOOTING_2019_CompileTime_old_Counter_label.fragment.txt"
-WRAPPED = f"{REPORTS}/partial_or_variant/pytorch_xla_scan_doc_forloop_50layers_CompileTime.fragment.txt"
+WRAPPED = (
+    f"{REPORTS}/partial_or_variant/pytorch_xla_scan_doc_forloop_50layers_CompileTime.fragment.txt"
+)
 NOTES = "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_auto_metrics_analysis.pt-xla-profiler.txt"
-IMAGENET = "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt"
+IMAGENET = (
+    "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt"
+)
 
 
 def findings_by_rule(run_dir: Path) -> dict[str, list]:
@@ -39,13 +43,23 @@ def findings_by_rule(run_dir: Path) -> dict[str, list]:
 
 
 # -- the metrics-report parser ---------------------------------------------------------------
-@pytest.mark.parametrize(("text", "value", "unit"), [
-    ("02m57s694ms418.595us", 177_694_418_595.0, "ns"), ("110.018us", 110_018.0, "ns"),
-    ("1d02h", 93_600e9, "ns"), ("5.72GB", 5.72 * 1024**3, "bytes"), ("4.00B", 4.0, "bytes"),
-    ("2126.00", 2126.0, ""), ("nanB", float("nan"), "bytes")])
+@pytest.mark.parametrize(
+    ("text", "value", "unit"),
+    [
+        ("02m57s694ms418.595us", 177_694_418_595.0, "ns"),
+        ("110.018us", 110_018.0, "ns"),
+        ("1d02h", 93_600e9, "ns"),
+        ("5.72GB", 5.72 * 1024**3, "bytes"),
+        ("4.00B", 4.0, "bytes"),
+        ("2126.00", 2126.0, ""),
+        ("nanB", float("nan"), "bytes"),
+    ],
+)
 def test_quantities(text: str, value: float, unit: str) -> None:
     number, got_unit = parse_quantity(text)
-    assert got_unit == unit and (number == pytest.approx(value) or (number != number and value != value))
+    assert got_unit == unit and (
+        number == pytest.approx(value) or (number != number and value != value)
+    )
 
 
 def torch_xla_parser():
@@ -76,7 +90,10 @@ def test_agrees_with_torch_xla_parser_on_every_report_it_reads() -> None:
             elif field == "TotalSamples":
                 assert ours.metrics[name].samples == value, (path.name, key)
             elif field == "Accumulator_sec":
-                assert ours.metrics[name].total == pytest.approx(value * 1e9, rel=1e-9), (path.name, key)
+                assert ours.metrics[name].total == pytest.approx(value * 1e9, rel=1e-9), (
+                    path.name,
+                    key,
+                )
             else:
                 continue
             checked += 1
@@ -92,7 +109,10 @@ def test_formats_torch_xla_parser_misses() -> None:
 
 def test_report_inside_a_long_log() -> None:
     report = parse_metrics_report(real_trace(LOG).read_text())
-    assert report.counters["aten::grid_sampler_2d"] == 10 and report.metrics["CompileTime"].samples == 3
+    assert (
+        report.counters["aten::grid_sampler_2d"] == 10
+        and report.metrics["CompileTime"].samples == 3
+    )
 
 
 # -- importing into runs ----------------------------------------------------------------------
@@ -100,13 +120,18 @@ def test_grid_sampler_report_yields_cpu_fallback_findings(tmp_path: Path) -> Non
     result = import_paths([real_trace(GRID)], RunStore(tmp_path), name="fastai")
     assert result.refused == [] and result.imported[0]["formats"] == ["metrics_report"]
     run = Run(result.run_dir)
-    assert set(run.fallbacks["op"]) == {"aten::_local_scalar_dense", "aten::affine_grid_generator",
-                                        "aten::grid_sampler_2d"}
+    assert set(run.fallbacks["op"]) == {
+        "aten::_local_scalar_dense",
+        "aten::affine_grid_generator",
+        "aten::grid_sampler_2d",
+    }
     assert (run.metrics["step"] == -1).all() and run.meta["warmup"] == 0
     fallbacks = {f.evidence["op"]: f for f in findings_by_rule(result.run_dir)["cpu_fallback"]}
     grid = fallbacks["aten::grid_sampler_2d"]
     assert grid.evidence["count"] == 10 and "input pipeline" in grid.fix
-    assert grid.cost_s == pytest.approx(23.267565925 * 10 / 30)  # its share of TransferFromServerTime
+    assert grid.cost_s == pytest.approx(
+        23.267565925 * 10 / 30
+    )  # its share of TransferFromServerTime
     assert "aten::_local_scalar_dense" not in fallbacks  # a value read: host_sync's business
 
 
@@ -119,7 +144,9 @@ def test_xrt_bert_report_reads_back_every_other_step(tmp_path: Path) -> None:
 
 
 def test_pt_xla_debug_logs_and_profiler_notes(tmp_path: Path) -> None:
-    result = import_paths([real_trace(IMAGENET), real_trace(NOTES)], RunStore(tmp_path), name="logs")
+    result = import_paths(
+        [real_trace(IMAGENET), real_trace(NOTES)], RunStore(tmp_path), name="logs"
+    )
     run = Run(result.run_dir)
     [compile_] = run.compiles.to_dict("records")
     assert compile_["location"] == "/workspaces/dk2/pytorch/xla/test/test_train_mp_imagenet.py:261"
@@ -128,14 +155,21 @@ def test_pt_xla_debug_logs_and_profiler_notes(tmp_path: Path) -> None:
     rules = findings_by_rule(result.run_dir)
     [storm] = rules["recompile"]
     assert storm.title == "Recompile storm: 23 compiles in 12 steps"
-    assert {f.evidence["op"] for f in rules["cpu_fallback"]} == {"aten::_ctc_loss", "aten::_ctc_loss_backward"}
-    assert rules["host_sync"][0].evidence["reads_per_step"] == 1.0  # TransferFromServerTime 12 in 12 steps
+    assert {f.evidence["op"] for f in rules["cpu_fallback"]} == {
+        "aten::_ctc_loss",
+        "aten::_ctc_loss_backward",
+    }
+    assert (
+        rules["host_sync"][0].evidence["reads_per_step"] == 1.0
+    )  # TransferFromServerTime 12 in 12 steps
 
 
 def test_refused_files_are_named_and_the_rest_imported(tmp_path: Path) -> None:
     junk = tmp_path / "notes.txt"
     junk.write_text("lr=3e-4, loss went down\n")
-    result = import_paths([junk, real_trace(GRID), tmp_path / "missing.txt"], RunStore(tmp_path / "s"))
+    result = import_paths(
+        [junk, real_trace(GRID), tmp_path / "missing.txt"], RunStore(tmp_path / "s")
+    )
     assert [r["path"] for r in result.refused] == [str(junk), str(tmp_path / "missing.txt")]
     assert "no format tpuscope reads" in result.refused[0]["reason"]
     assert result.refused[1]["reason"] == "no such file"
@@ -164,8 +198,9 @@ def test_cli_json_and_exit_status(tmp_path: Path) -> None:
     grid = real_trace(GRID)  # skips here, fails in CI, when ../shared/real_traces is absent
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)))
-    proc = run_tpuscope("import", "--store", str(tmp_path / "s"), "--json", "--name", "grid",
-                        str(grid), str(junk))
+    proc = run_tpuscope(
+        "import", "--store", str(tmp_path / "s"), "--json", "--name", "grid", str(grid), str(junk)
+    )
     assert proc.returncode == 2
     assert f"tpuscope: cannot import {junk}:" in proc.stderr
     payload = json.loads(proc.stdout)

@@ -21,8 +21,10 @@ IMPORTS = {
     "gpu": ["xplane/34.83.195.179_6003.xplane.pb"],
     "mi300": ["xplane/tracelens_mi300_jax/jax08_gemm__tw003.xplane.pb"],
     "report": ["metrics_reports/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt"],
-    "debug": ["pt_xla_debug/pytorch_xla_troubleshooting_2023-12_auto_metrics_analysis.pt-xla-profiler.txt",
-              "pt_xla_debug/pytorch_xla_troubleshooting_2024-05_parallel_loader_decoder_only.pt_xla_debug.txt"],
+    "debug": [
+        "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_auto_metrics_analysis.pt-xla-profiler.txt",
+        "pt_xla_debug/pytorch_xla_troubleshooting_2024-05_parallel_loader_decoder_only.pt_xla_debug.txt",
+    ],
 }
 # a figure nobody measured: -1 (no step), nan, "?"/"Unknown" bound; or a share above 100%
 UNMEASURED = re.compile(r"(?<![\w.\-])(nan|NaN|-1|Unknown|\?-bound)(?![\w.])")
@@ -30,7 +32,9 @@ PERCENT = re.compile(r"(?<![\d.,])(\d[\d,]*(?:\.\d+)?) ?%")
 
 
 def unmeasured(text: str) -> list[str]:
-    shares = [m.group(0) for m in PERCENT.finditer(text) if float(m.group(1).replace(",", "")) > 100]
+    shares = [
+        m.group(0) for m in PERCENT.finditer(text) if float(m.group(1).replace(",", "")) > 100
+    ]
     return sorted({m.group(0) for m in UNMEASURED.finditer(text)} | set(shares))
 
 
@@ -38,8 +42,15 @@ def unmeasured(text: str) -> list[str]:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("imports")
     for name, files in IMPORTS.items():
-        proc = run_tpuscope("import", "--store", str(root), "--quiet", "--name", name,
-                            *(str(real_trace(f)) for f in files))
+        proc = run_tpuscope(
+            "import",
+            "--store",
+            str(root),
+            "--quiet",
+            "--name",
+            name,
+            *(str(real_trace(f)) for f in files),
+        )
         assert proc.returncode == 0, proc.stderr
     return root
 
@@ -70,11 +81,15 @@ def test_trace_shows_only_measured_figures(store: Path, name: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("name", ["gpu", "mi300"])
-def test_a_gpu_trace_says_so_and_is_not_judged_as_a_tpu(store: Path, name: str, tmp_path: Path) -> None:
+def test_a_gpu_trace_says_so_and_is_not_judged_as_a_tpu(
+    store: Path, name: str, tmp_path: Path
+) -> None:
     report = cli(store, "show", run_id(store, name))
     assert re.search(r"profiler trace on (AMD )?GPU", report), report
     assert "MXU" not in report and "TensorCore" not in report
-    view = json.loads(cli(store, "trace", run_id(store, name), "--json", "-o", str(tmp_path / "t.json.gz")))
+    view = json.loads(
+        cli(store, "trace", run_id(store, name), "--json", "-o", str(tmp_path / "t.json.gz"))
+    )
     figures = {k for host in view["xprof"] for k in host}
     assert not figures & {"mxu_utilization_percent", "hbm_utilization_percent"}, figures
     assert all(op.get("bound_by") not in ("?", "Unknown") for op in view["top_ops"])
@@ -99,11 +114,16 @@ def test_no_dashboard_page_shows_an_unmeasured_figure(store: Path) -> None:
     from tpuscope.dashboards.data import StoreData
 
     data = StoreData(str(store))
-    pages = ["/"] + [f"/run/{run_id(store, name)}" + (f"/{tab}" if tab else "")
-                     for name in IMPORTS for tab in RUN_PAGES]
+    pages = ["/"] + [
+        f"/run/{run_id(store, name)}" + (f"/{tab}" if tab else "")
+        for name in IMPORTS
+        for tab in RUN_PAGES
+    ]
     for page in pages:
         shown = _texts(json.loads(plotly.io.json.to_json_plotly(route(data, page))), [])
-        assert "Not found" not in shown and not any(t.startswith("cannot show") for t in shown), page
+        assert "Not found" not in shown and not any(t.startswith("cannot show") for t in shown), (
+            page
+        )
         bad = [t[:200] for t in shown if unmeasured(t)]
         assert bad == [], (page, bad)
 

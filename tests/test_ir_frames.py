@@ -26,24 +26,48 @@ WARMUP = 2
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     tmp = tmp_path_factory.mktemp("ir_frames")
-    bare = subprocess.run([sys.executable, str(PROGRAM), str(tmp / "bare.json")], capture_output=True,
-                          text=True, env={**os.environ, "PJRT_DEVICE": "CPU"}, timeout=600)
+    bare = subprocess.run(
+        [sys.executable, str(PROGRAM), str(tmp / "bare.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PJRT_DEVICE": "CPU"},
+        timeout=600,
+    )
     assert bare.returncode == 0, bare.stderr
     store = tmp / "store"
-    deep = run_tpuscope("run", "--store", str(store), "--name", "frames", "--quiet", "--deep",
-                        "python", str(PROGRAM), str(tmp / "deep.json"))
+    deep = run_tpuscope(
+        "run",
+        "--store",
+        str(store),
+        "--name",
+        "frames",
+        "--quiet",
+        "--deep",
+        "python",
+        str(PROGRAM),
+        str(tmp / "deep.json"),
+    )
     assert deep.returncode == 0, deep.stderr
-    return {"bare": json.loads((tmp / "bare.json").read_text()), "deep": json.loads((tmp / "deep.json").read_text()),
-            "run": Run(next(store.glob("frames-*")))}
+    return {
+        "bare": json.loads((tmp / "bare.json").read_text()),
+        "deep": json.loads((tmp / "deep.json").read_text()),
+        "run": Run(next(store.glob("frames-*"))),
+    }
 
 
 def test_frames_on_while_graphs_are_new_and_off_in_the_steady_state(runs) -> None:
     frames = runs["deep"]["frames"]
     quiet = WARMUP + AFTER_COMPILE
     want = [step < quiet or 20 < step < 24 + AFTER_COMPILE for step in range(len(frames))]
-    assert frames == want  # off from step 10; the step-20 compile turns them on again, through step 31
+    assert (
+        frames == want
+    )  # off from step 10; the step-20 compile turns them on again, through step 31
     assert not any(runs["bare"]["frames"])  # torch_xla's default: no frames
-    off = [p["ir_frames_off_steps"] for p in runs["run"].meta["processes"] if "ir_frames_off_steps" in p]
+    off = [
+        p["ir_frames_off_steps"]
+        for p in runs["run"].meta["processes"]
+        if "ir_frames_off_steps" in p
+    ]
     assert off == [frames.count(False)]
 
 
@@ -60,7 +84,10 @@ def test_hlo_names_the_line_of_graphs_compiled_with_frames(runs) -> None:
 
     def lines(batch: int) -> set[tuple[str, int]]:
         rows = dots[dots["k"] == batch].dropna(subset=["source_file"])
-        return {(Path(f).name, int(n)) for f, n in zip(rows["source_file"], rows["source_line"], strict=True)}
+        return {
+            (Path(f).name, int(n))
+            for f, n in zip(rows["source_file"], rows["source_line"], strict=True)
+        }
 
     assert lines(4) == lines(5) == {(PROGRAM.name, 23)}
     assert (dots["k"] == 3).sum() and lines(3) == set()

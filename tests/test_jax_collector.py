@@ -39,6 +39,7 @@ def line_of(text: str) -> int:
 
 # -- in-process runs on real JAX ---------------------------------------------------------
 
+
 class _Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -61,6 +62,7 @@ def retrace_run(tmp_path_factory: pytest.TempPathFactory):
     jit_before = jax.jit
     try:
         with tpuscope.profile(store=store, name="retrace", warmup=1) as run:
+
             @jax.jit
             def step(w, x):
                 return w - 0.1 * jax.grad(lambda w: ((x @ w) ** 2).mean())(w)
@@ -122,7 +124,12 @@ def test_retraces_table_keeps_static_and_pytree_differences(retrace_run) -> None
     rows = run.retraces
     by_kind = {kind: frame for kind, frame in rows.groupby("kind")}
     shape = by_kind[INPUT_TYPES].iloc[0]
-    assert (shape["function"], shape["arg"], shape["before"], shape["after"]) == ("step", "x", "f32[16,8]", "f32[10,8]")
+    assert (shape["function"], shape["arg"], shape["before"], shape["after"]) == (
+        "step",
+        "x",
+        "f32[16,8]",
+        "f32[10,8]",
+    )
     static = by_kind[STATIC_ARG].iloc[0]
     assert (static["function"], static["before"], static["after"]) == ("scale", "2", "3")
     tree = by_kind[PYTREE].iloc[0]
@@ -184,12 +191,15 @@ def test_op_by_op_loop_with_step_annotations_and_a_trace(tmp_path: Path, monkeyp
     eager = run.metrics[run.metrics["name"] == "jax.eager_dispatch_time"].set_index("step")
     assert (eager["count"] >= 10).all() and (eager["total"] > 0).all()
     assert proc["trace_steps"] == [2, 4]
-    assert proc["trace_files"] and all(Path(f).is_file() and f.startswith(str(run.path / "trace"))
-                                       for f in proc["trace_files"])
+    assert proc["trace_files"] and all(
+        Path(f).is_file() and f.startswith(str(run.path / "trace")) for f in proc["trace_files"]
+    )
     [finding] = detect_op_by_op(RunTables.from_run(run))
     from tpuscope.analyze.judge import judged_steps, severity, wall_s
 
-    assert finding.rule == "op_by_op" and finding.cost_s > 0  # severity: its share of the judged wall
+    assert (
+        finding.rule == "op_by_op" and finding.cost_s > 0
+    )  # severity: its share of the judged wall
     assert finding.severity == severity(finding.cost_s, wall_s(judged_steps(run.steps, 2)))
     assert finding.step_runs == [[2, 4]] and finding.step_count == 3
     assert finding.location.startswith(f"{HERE}:")
@@ -255,7 +265,9 @@ def test_a_jitted_loop_leaves_nothing_per_step_for_the_garbage_collector(tmp_pat
 def test_a_program_that_only_imports_jax_is_not_labelled_jax(tmp_path: Path) -> None:
     """Issue 29: the backend is the one whose work ran. A pytest run whose plugins import jax
     (here: a program that imports it and runs nothing on it) has no JAX backend label."""
-    proc = run_tpuscope("run", "--store", str(tmp_path), "--quiet", "python", "-c", "import jax; print('ok')")
+    proc = run_tpuscope(
+        "run", "--store", str(tmp_path), "--quiet", "python", "-c", "import jax; print('ok')"
+    )
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
     [run_dir] = [p for p in tmp_path.iterdir() if (p / "meta.json").exists()]
     assert all(not p.get("backend") for p in tpuscope.load_run(run_dir).meta["processes"])

@@ -22,12 +22,14 @@ from tpuscope.collect.jax.explain import INPUT_SHARDING, INPUT_TYPES, parse_expl
 from tpuscope.detect import jax_advice  # noqa: E402
 
 # JAX 0.10.2's message when only the mesh of the inputs changed (corpus_jax_sharding.py)
-SHARDED = ("TRACING CACHE MISS at /w/t.py:68:17 (train):\n  for update defined at /w/t.py:59\n"
-           "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
-           "  * at params[0][0], now f32[64,128@model]({Explicit: ('batch', 'model')}) and before "
-           "f32[64,128]({Explicit: ('batch',)})\n"
-           "  * at batch[0], now f32[16@batch,64]({Explicit: ('batch', 'model')}) and before "
-           "f32[32@batch,64]({Explicit: ('batch',)})")
+SHARDED = (
+    "TRACING CACHE MISS at /w/t.py:68:17 (train):\n  for update defined at /w/t.py:59\n"
+    "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
+    "  * at params[0][0], now f32[64,128@model]({Explicit: ('batch', 'model')}) and before "
+    "f32[64,128]({Explicit: ('batch',)})\n"
+    "  * at batch[0], now f32[16@batch,64]({Explicit: ('batch', 'model')}) and before "
+    "f32[32@batch,64]({Explicit: ('batch',)})"
+)
 
 
 def test_a_sharding_only_difference_is_its_own_kind() -> None:
@@ -39,13 +41,28 @@ def test_a_sharding_only_difference_is_its_own_kind() -> None:
 
 
 def test_sharding_advice_names_the_sharding_not_a_dtype() -> None:
-    diffs = [{"kind": INPUT_SHARDING, "arg": "params[0][0]", "before": "f32[64,128]({Explicit: ('batch',)})",
-              "after": "f32[64,128@model]({Explicit: ('batch', 'model')})"}]
+    diffs = [
+        {
+            "kind": INPUT_SHARDING,
+            "arg": "params[0][0]",
+            "before": "f32[64,128]({Explicit: ('batch',)})",
+            "after": "f32[64,128@model]({Explicit: ('batch', 'model')})",
+        }
+    ]
     fix = jax_advice.fix_for("update", diffs)
-    assert "sharding" in fix and "params[0][0]" in fix and "cast" not in fix and "dtype (" not in fix
+    assert (
+        "sharding" in fix and "params[0][0]" in fix and "cast" not in fix and "dtype (" not in fix
+    )
     old_run = [{**diffs[0], "kind": INPUT_TYPES}]  # stored before the collector told them apart
     assert jax_advice.fix_for("update", old_run) == fix
-    weak = [{"kind": INPUT_TYPES, "arg": "s", "before": "f32[]{weak_type=False}", "after": "f32[]{weak_type=True}"}]
+    weak = [
+        {
+            "kind": INPUT_TYPES,
+            "arg": "s",
+            "before": "f32[]{weak_type=False}",
+            "after": "f32[]{weak_type=True}",
+        }
+    ]
     assert "cast it" in jax_advice.fix_for("g", weak)  # a dtype / weak-type change keeps its advice
 
 
@@ -65,15 +82,22 @@ def test_pmapped_steps_and_the_compile_its_new_input_sharding_costs(tmp_path: Pa
     assert list(run.steps["boundary"]) == ["pmap:_p_step"] * 4
     assert run.meta["processes"][0]["jax_step_source"].startswith("calls of pmapped _p_step (")
     compiles = run.compiles[run.compiles["function"] == "_p_step"]
-    assert len(compiles) == 2 and not compiles["eager"].any()  # JAX's jit(_fun), the user's function
+    assert (
+        len(compiles) == 2 and not compiles["eager"].any()
+    )  # JAX's jit(_fun), the user's function
     assert compiles["graph_hash"].nunique() == 1  # the same program, compiled again
     retraces = run.retraces[run.retraces["compile_index"] == compiles["index"].max()]
     assert set(retraces["kind"]) == {INPUT_SHARDING} and set(retraces["arg"]) == {"w"}
-    assert "_device_put_sharded" in retraces["before"].iloc[0] and "'batch'" in retraces["after"].iloc[0]
+    assert (
+        "_device_put_sharded" in retraces["before"].iloc[0]
+        and "'batch'" in retraces["after"].iloc[0]
+    )
     assert run.steps["transfers_from_device"].sum() == 1  # float(w[0, 0])
 
 
-def test_a_library_jit_is_the_step_only_when_the_program_jits_nothing_of_its_own(tmp_path: Path) -> None:
+def test_a_library_jit_is_the_step_only_when_the_program_jits_nothing_of_its_own(
+    tmp_path: Path,
+) -> None:
     """Keras's fit: the program's loop calls the library's jitted train_step; once the program
     jits a function of its own, library calls never make steps."""
     from tpuscope.collect.jax.collector import JaxCollector

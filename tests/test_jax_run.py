@@ -13,6 +13,7 @@ from tpuscope.detect import RunTables  # noqa: E402
 
 # -- the example, end to end through `tpuscope run` ----------------------------------------
 
+
 def test_example_under_tpuscope_run_shows_the_retrace(example_run) -> None:
     pytest.importorskip("flax")
     run_dir, proc = example_run("jax_train.py")
@@ -26,7 +27,9 @@ def test_example_under_tpuscope_run_shows_the_retrace(example_run) -> None:
     assert len(after_warmup) == 1
     retrace = after_warmup.iloc[0]
     assert retrace["step"] == 6
-    assert retrace["cause"].startswith("retrace of train_step: arg batch['x']: f32[32,64] -> f32[8,64]")
+    assert retrace["cause"].startswith(
+        "retrace of train_step: arg batch['x']: f32[32,64] -> f32[8,64]"
+    )
     example = (ROOT / "examples" / "jax_train.py").read_text().splitlines()
     call = next(i + 1 for i, line in enumerate(example) if "= train_step(state, batch)" in line)
     assert retrace["location"] == f"{ROOT / 'examples' / 'jax_train.py'}:{call}"
@@ -37,6 +40,7 @@ def test_example_under_tpuscope_run_shows_the_retrace(example_run) -> None:
 
 
 # -- the sample trace (golden) -------------------------------------------------------------
+
 
 def test_sample_trace_jax_retrace_gives_its_expected_findings() -> None:
     import json

@@ -17,15 +17,20 @@ from tpuscope.collect.jax.ready import StepClock  # noqa: E402
 from tpuscope.collect.jax.steps import StepTracker  # noqa: E402
 
 # what each table's rows must agree on (times and compile durations are the machine's)
-COLUMNS = {"steps": ["step", "boundary", "compiles", "executions", "transfers_from_device"],
-           "metrics": ["step", "name", "kind", "count"],
-           "call_sites": ["step", "kind", "name", "location", "library_frame", "count"]}
+COLUMNS = {
+    "steps": ["step", "boundary", "compiles", "executions", "transfers_from_device"],
+    "metrics": ["step", "name", "kind", "count"],
+    "call_sites": ["step", "kind", "name", "location", "library_frame", "count"],
+}
 
 
 def loop() -> None:
     """A training loop with a bit of everything a real one does between plain steps."""
+
     def train(w: jax.Array, x: jax.Array, big: jax.Array) -> tuple:
-        for _ in range(6):  # a few ms of work: a step that nothing waits on is still running at the next call
+        for _ in range(
+            6
+        ):  # a few ms of work: a step that nothing waits on is still running at the next call
             big = jnp.tanh(big @ big)
         return w - 0.01 * x.T @ (x @ w) + 0 * jnp.mean(big), jnp.mean((x @ w) ** 2)
 
@@ -50,7 +55,10 @@ def tables(tmp_path: Path, name: str) -> dict:
     with tpuscope.profile(store=tmp_path, name=name, warmup=1, analyze_at_exit=False) as run:
         loop()
     recorded = tpuscope.load_run(run.path)
-    return {table: getattr(recorded, table)[columns].reset_index(drop=True) for table, columns in COLUMNS.items()}
+    return {
+        table: getattr(recorded, table)[columns].reset_index(drop=True)
+        for table, columns in COLUMNS.items()
+    }
 
 
 def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> None:
@@ -64,7 +72,9 @@ def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> No
     tables(tmp_path, "first")  # JAX's once-a-process metrics (its compilation cache's) go here
     monkeypatch.setattr(StepTracker, "_lane_roll", counted)
     lane = tables(tmp_path, "lane")
-    assert taken.count(True) >= 15 and False in taken, taken  # in the lane, and out of it (a step not waited on)
+    assert taken.count(True) >= 15 and False in taken, (
+        taken
+    )  # in the lane, and out of it (a step not waited on)
     monkeypatch.setattr(StepClock, "settled_at", lambda clock, t_ns: False)
     taken.clear()
     general = tables(tmp_path, "general")
@@ -72,4 +82,7 @@ def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> No
     assert len(lane["steps"]) == 60 and lane["steps"]["compiles"].sum() >= 2
     assert lane["steps"]["transfers_from_device"].sum() == 26  # the float(loss) steps
     for table, rows in lane.items():
-        assert rows.equals(general[table]), (table, rows.compare(general[table]) if rows.shape == general[table].shape else rows)
+        assert rows.equals(general[table]), (
+            table,
+            rows.compare(general[table]) if rows.shape == general[table].shape else rows,
+        )

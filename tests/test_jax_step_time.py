@@ -22,6 +22,7 @@ def test_step_wall_time_covers_the_steps_compute(tmp_path: Path) -> None:
     once failed): right after the loop each step's output is asked whether it is ready; a
     step whose output was not ready at that moment must end after it."""
     with tpuscope.profile(store=tmp_path, name="jax-step-time", warmup=1) as run:
+
         @jax.jit
         def step(x, w):
             for _ in range(3):
@@ -34,11 +35,13 @@ def test_step_wall_time_covers_the_steps_compute(tmp_path: Path) -> None:
         for _ in range(STEPS):
             x = step(x, w)  # never blocks
             outputs.append(x)
-        probed_ns = time.time_ns()  # before asking: an output not ready then was not ready at probed_ns
+        probed_ns = (
+            time.time_ns()
+        )  # before asking: an output not ready then was not ready at probed_ns
         not_ready = [i for i, out in enumerate(outputs) if not out.is_ready()]
         x.block_until_ready()
     steps = tpuscope.load_run(run.path).steps
-    loop = steps.iloc[1:1 + STEPS]  # step 0 holds the first (compiling) call
+    loop = steps.iloc[1 : 1 + STEPS]  # step 0 holds the first (compiling) call
     assert len(loop) == STEPS
     assert not_ready, "the loop did not run ahead of the device: nothing to prove"
     assert STEPS - 1 in not_ready  # the last output is the last to be ready

@@ -19,15 +19,28 @@ ROOT = Path(__file__).resolve().parent.parent
 # floor of each top-level room of tpuscope (docs/architecture.md); rooms on one floor do
 # not import each other
 FLOORS: dict[str, int] = {
-    "schema_consts": 0, "user_files": 0, "step_runs": 0, "version": 0,
+    "schema_consts": 0,
+    "user_files": 0,
+    "step_runs": 0,
+    "version": 0,
     "schema": 1,
-    "store": 2, "parse": 2,
+    "store": 2,
+    "parse": 2,
     "analyze": 3,
-    "detect": 4, "collect": 4, "ingest": 4,
-    "report": 5, "launch": 5, "zoo": 5,
-    "_boot": 6, "watch": 6, "bench": 6, "dashboards": 6,
-    "cli": 7, "pytest_plugin": 7,
-    "__main__": 8, "": 8,  # the package face `tpuscope`: the public API, loaded lazily
+    "detect": 4,
+    "collect": 4,
+    "ingest": 4,
+    "report": 5,
+    "launch": 5,
+    "zoo": 5,
+    "_boot": 6,
+    "watch": 6,
+    "bench": 6,
+    "dashboards": 6,
+    "cli": 7,
+    "pytest_plugin": 7,
+    "__main__": 8,
+    "": 8,  # the package face `tpuscope`: the public API, loaded lazily
 }
 PACKAGES = {"tpuscope": ROOT / "tpuscope"}
 
@@ -72,8 +85,11 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(package, folder, path): path
-            for package, folder in PACKAGES.items() for path in sorted(folder.rglob("*.py"))}
+    return {
+        _module_name(package, folder, path): path
+        for package, folder in PACKAGES.items()
+        for path in sorted(folder.rglob("*.py"))
+    }
 
 
 def _room(module: str) -> str:
@@ -93,8 +109,10 @@ def _graph() -> tuple[dict[str, set[str]], list[str]]:
             edges[name].add(target)
             src, dst = _room(name), _room(target)
             if src != dst and FLOORS[dst] >= FLOORS[src]:
-                upward.append(f"{path.relative_to(ROOT)}:{line} ({src}, floor {FLOORS[src]}) "
-                              f"imports {target} ({dst}, floor {FLOORS[dst]})")
+                upward.append(
+                    f"{path.relative_to(ROOT)}:{line} ({src}, floor {FLOORS[src]}) "
+                    f"imports {target} ({dst}, floor {FLOORS[dst]})"
+                )
     return edges, upward
 
 

@@ -108,8 +108,14 @@ def test_buffered_rows_and_column_chunks_make_the_table_pyarrow_would(tmp_path: 
         "time_ns": [6, 7],
         "input_shapes": [["f32[2]"], None],
     }
-    repeated = {"host": Repeat("h", 2), "pid": Repeat(1, 2), "rank": Repeat(0, 2), "step": [3, 4],
-                "index": [3, 4], "input_shapes": [None, ["f32[1]"]]}  # the session's process columns
+    repeated = {
+        "host": Repeat("h", 2),
+        "pid": Repeat(1, 2),
+        "rank": Repeat(0, 2),
+        "step": [3, 4],
+        "index": [3, 4],
+        "input_shapes": [None, ["f32[1]"]],
+    }  # the session's process columns
     writer.extend("compiles", rows)
     writer.extend_columns("compiles", chunk)
     writer.extend_columns("compiles", repeated)
@@ -117,8 +123,13 @@ def test_buffered_rows_and_column_chunks_make_the_table_pyarrow_would(tmp_path: 
     assert writer.flush() == 5 and writer.pending() == 0
     got = read_table(tmp_path, "compiles")
     as_rows = rows + [{name: values[i] for name, values in chunk.items()} for i in range(2)]
-    as_rows += [{name: values.value if isinstance(values, Repeat) else values[i] for name, values in repeated.items()}
-                for i in range(2)]
+    as_rows += [
+        {
+            name: values.value if isinstance(values, Repeat) else values[i]
+            for name, values in repeated.items()
+        }
+        for i in range(2)
+    ]
     want = pa.Table.from_pylist(as_rows, schema=TABLES["compiles"])
     assert got.equals(want.combine_chunks())
     assert writer.flush() == 0 and len(list((tmp_path / "compiles").glob("part-*"))) == 1
@@ -130,14 +141,37 @@ def test_numpy_and_coded_columns_make_the_rows_lists_would(tmp_path: Path) -> No
     import numpy as np
 
     writer = PartWriter(tmp_path, tag="t")
-    lists = {"host": ["h"], "pid": [1], "rank": [0], "step": [0], "start_ns": [1], "end_ns": [3], "wall_ns": [2],
-             "boundary": ["mark_step"], "compiles": [1], "executions": [1], "execute_ns": [7], "graph_hashes": [["g"]]}
+    lists = {
+        "host": ["h"],
+        "pid": [1],
+        "rank": [0],
+        "step": [0],
+        "start_ns": [1],
+        "end_ns": [3],
+        "wall_ns": [2],
+        "boundary": ["mark_step"],
+        "compiles": [1],
+        "executions": [1],
+        "execute_ns": [7],
+        "graph_hashes": [["g"]],
+    }
     boundaries = ["sync", "mark_step", "never used"]
-    arrays = {"host": Repeat("h", 3), "pid": Repeat(1, 3), "rank": Repeat(0, 3), "step": np.arange(1, 4),
-              "start_ns": np.array([3, 5, 8]), "end_ns": np.array([5, 8, 9]), "wall_ns": np.array([2, 3, 1]),
-              "boundary": Coded(np.array([1, 0, 1]), boundaries), "compiles": np.zeros(3, dtype=np.int64),
-              "compile_ns": Repeat(0, 3), "executions": np.ones(3, dtype=np.int64)[::1],
-              "fallback_ops": np.array([0, 2, 0]), "transfers_from_device": Repeat(0, 3), "graph_hashes": Repeat([], 3)}
+    arrays = {
+        "host": Repeat("h", 3),
+        "pid": Repeat(1, 3),
+        "rank": Repeat(0, 3),
+        "step": np.arange(1, 4),
+        "start_ns": np.array([3, 5, 8]),
+        "end_ns": np.array([5, 8, 9]),
+        "wall_ns": np.array([2, 3, 1]),
+        "boundary": Coded(np.array([1, 0, 1]), boundaries),
+        "compiles": np.zeros(3, dtype=np.int64),
+        "compile_ns": Repeat(0, 3),
+        "executions": np.ones(3, dtype=np.int64)[::1],
+        "fallback_ops": np.array([0, 2, 0]),
+        "transfers_from_device": Repeat(0, 3),
+        "graph_hashes": Repeat([], 3),
+    }
     writer.extend_columns("steps", lists)
     writer.extend_columns("steps", arrays)
     assert writer.pending() == 4 and writer.flush() == 4
@@ -187,11 +221,18 @@ def test_a_torch_xla_loop_leaves_nothing_per_step_for_the_garbage_collector(tmp_
     integers go to a PlainLog, collect/xla/plain.py); a StepRecord and its tuples per step made
     a profiled loop collect where the bare one does not. Its rows are all still written."""
     steps = 1500
-    proc = subprocess.run([sys.executable, "-c", XLA_GC_PROBE, str(tmp_path), str(steps)], capture_output=True,
-                          text=True, timeout=600, env={**__import__("os").environ, "PJRT_DEVICE": "CPU"})
+    proc = subprocess.run(
+        [sys.executable, "-c", XLA_GC_PROBE, str(tmp_path), str(steps)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "PJRT_DEVICE": "CPU"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
-    assert result["grown"] < steps / 10, f"{result['grown']} more tracked objects after {steps} steps"
+    assert result["grown"] < steps / 10, (
+        f"{result['grown']} more tracked objects after {steps} steps"
+    )
     assert result["steps"] >= steps + 20
 
 
@@ -248,7 +289,9 @@ def _sync_batch(steps: int, events_of: Any) -> tuple[Any, Any, Any, list[Any]]:
     return log.take(), taken, ids, events.keys
 
 
-def test_jax_rows_of_one_sync_a_step_are_those_built_step_by_step(tmp_path: Path, monkeypatch) -> None:
+def test_jax_rows_of_one_sync_a_step_are_those_built_step_by_step(
+    tmp_path: Path, monkeypatch
+) -> None:
     """The flush's column-wise rows for batches of one host sync a step (rows.StepColumns) are the
     rows the step-by-step path gives, as written to Parquet; other batches take that path."""
     from tpuscope.collect.jax.rows import HOST_SYNC, JIT_CALL, StepColumns
@@ -262,7 +305,10 @@ def test_jax_rows_of_one_sync_a_step_are_those_built_step_by_step(tmp_path: Path
         "a read in a library": (lambda s: [sync("/u/t.py:4", "float", "lib/x.py:2")], True),
         "steps without": (lambda s: [sync("/u/t.py:3")] if s % 4 else [], True),
         "two a step": (lambda s: [sync("/u/t.py:3")] * 2, False),
-        "another jitted call": (lambda s: [(JIT_CALL, "g", None, None)] if s == 5 else [sync("/u/t.py:3")], False),
+        "another jitted call": (
+            lambda s: [(JIT_CALL, "g", None, None)] if s == 5 else [sync("/u/t.py:3")],
+            False,
+        ),
     }
     for label, (events_of, column_wise) in patterns.items():
         batch = _sync_batch(40, events_of)
@@ -279,8 +325,15 @@ def test_jax_rows_of_one_sync_a_step_are_those_built_step_by_step(tmp_path: Path
                 folder.mkdir(parents=True)
                 writer = PartWriter(folder, tag="t")
                 count = len(columns["step"])
-                writer.extend_columns(table, {"host": Repeat("h", count), "pid": Repeat(1, count),
-                                              "rank": Repeat(0, count), **columns})
+                writer.extend_columns(
+                    table,
+                    {
+                        "host": Repeat("h", count),
+                        "pid": Repeat(1, count),
+                        "rank": Repeat(0, count),
+                        **columns,
+                    },
+                )
                 writer.flush()
                 written.append(read_table(folder, table))
             assert written[0].equals(written[1]), (label, table)

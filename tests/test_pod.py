@@ -157,7 +157,10 @@ def test_the_pod_reads_through_the_analysis_contract(pod):
     """The pod's summary and its findings' evidence as the contract's records (analyze/contract.py):
     every key declared, and each record writes back the JSON it was read from."""
     summary = pod.report.summary
-    assert summary.pod is not None and [h.host for h in summary.pod.hosts][:2] == ["host-0", "host-1"]
+    assert summary.pod is not None and [h.host for h in summary.pod.hosts][:2] == [
+        "host-0",
+        "host-1",
+    ]
     assert next(h for h in summary.pod.hosts if h.host == "host-3").straggler
     for finding in pod.report.findings:
         record = evidence_of(finding)  # the analysis read it back as its rule's record

@@ -17,8 +17,9 @@ STEPS = 8  # host-1 compiles its own graphs at steps 4 and 6 (extra=1)
 
 
 def test_two_deep_hosts_keep_their_own_hlo(tmp_path):
-    done = side_by_side(tmp_path / "store", "deep2", ["--deep"], [str(STEPS), "extra=1"],
-                        tmp_path / "barrier")
+    done = side_by_side(
+        tmp_path / "store", "deep2", ["--deep"], [str(STEPS), "extra=1"], tmp_path / "barrier"
+    )
     assert [p.returncode for p in done] == [0, 0], [p.stderr[-2000:] for p in done]
     run_dir = tmp_path / "store" / "deep2"
     for host in ("host-0", "host-1"):  # each host's dumps in a folder of its own

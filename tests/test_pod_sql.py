@@ -82,8 +82,16 @@ def test_host_phases_are_judge_phases():
             boundary = ["sync"] * count
             if rng.random() < 0.6:
                 boundary[-1] = "end"
-            rows.append(pd.DataFrame({"host": "h", "pid": np.int32(pid), "step": np.arange(count),
-                                      "boundary": boundary}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "host": "h",
+                        "pid": np.int32(pid),
+                        "step": np.arange(count),
+                        "boundary": boundary,
+                    }
+                )
+            )
         frame = pd.concat(rows, ignore_index=True)
         assert host_phases(frame, warmup).equals(phases(frame, warmup)), (n, warmup)
 
@@ -98,8 +106,10 @@ def test_setup_steps_over_the_parts_are_the_in_memory_ones(tmp_path):
     table = pq.read_table(part).to_pandas()
     table["boundary"] = table["boundary"].astype(str)
     table.loc[table["step"] == 0, "boundary"] = "xm.broadcast_master_param"
-    pq.write_table(pq.read_table(part).from_pandas(table, preserve_index=False,
-                                                   schema=pq.read_schema(part)), part)
+    pq.write_table(
+        pq.read_table(part).from_pandas(table, preserve_index=False, schema=pq.read_schema(part)),
+        part,
+    )
     (found, summary), (found_mem, summary_mem) = both_ways(Run(root))
     assert same(found, found_mem)
     assert same(summary, summary_mem)

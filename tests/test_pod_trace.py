@@ -29,7 +29,9 @@ def _xplanes(run_dir: Path, host: str) -> list[Path]:
 
 
 def test_two_traced_hosts_keep_their_own_trace(tmp_path):
-    done = side_by_side(tmp_path / "store", "trace2", ["--trace-steps", "2:4"], ["6"], tmp_path / "barrier")
+    done = side_by_side(
+        tmp_path / "store", "trace2", ["--trace-steps", "2:4"], ["6"], tmp_path / "barrier"
+    )
     assert [p.returncode for p in done] == [0, 0], [p.stderr[-2000:] for p in done]
     run_dir = tmp_path / "store" / "trace2"
     for table in TABLES:

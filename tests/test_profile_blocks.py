@@ -16,12 +16,21 @@ PROGRAM = Path(__file__).parent / "programs" / "two_profiles.py"
 
 def test_a_second_profile_block_gets_compile_causes_and_lines(tmp_path: Path) -> None:
     env = {**os.environ, "PJRT_DEVICE": "CPU"}
-    proc = subprocess.run([sys.executable, str(PROGRAM), str(tmp_path)], capture_output=True,
-                          text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAM), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     run_ids = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("RUN ")]
     assert len(run_ids) == 2
-    line = next(n for n, text in enumerate(PROGRAM.read_text().splitlines(), 1) if "two_profiles: sync" in text)
+    line = next(
+        n
+        for n, text in enumerate(PROGRAM.read_text().splitlines(), 1)
+        if "two_profiles: sync" in text
+    )
     for run_id in run_ids:
         compiles = tpuscope.load_run(run_id, store=tmp_path).compiles
         assert len(compiles) == 2, (run_id, compiles)  # each block compiles its two new shapes

@@ -22,17 +22,40 @@ from tpuscope.schema_consts import DEFAULT_WARMUP
 
 pytest_plugins = ["pytester"]
 # What loading the plugin imports of tpuscope: its own package, nothing that collects or reads.
-PLUGIN_MODULES = ["tpuscope", "tpuscope.pytest_plugin", "tpuscope.pytest_plugin.fixture",
-                  "tpuscope.pytest_plugin.marker", "tpuscope.pytest_plugin.options",
-                  "tpuscope.pytest_plugin.session", "tpuscope.version"]
+PLUGIN_MODULES = [
+    "tpuscope",
+    "tpuscope.pytest_plugin",
+    "tpuscope.pytest_plugin.fixture",
+    "tpuscope.pytest_plugin.marker",
+    "tpuscope.pytest_plugin.options",
+    "tpuscope.pytest_plugin.session",
+    "tpuscope.version",
+]
 
-needs_torch_xla = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
-                                     reason="torch_xla is not installed")
+needs_torch_xla = pytest.mark.skipif(
+    importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed"
+)
 
 # Unrelated plugins installed here (dash, hypothesis, benchmark) cost ~5 s per pytest start.
-QUIET = ("-p", "no:cacheprovider", "-p", "no:dash", "-p", "no:hypothesispytest", "-p", "no:benchmark")
-SCRUBBED = ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "TPUSCOPE_OWNS_PT_XLA_DEBUG",
-            "TPUSCOPE_XLA_DUMP_DIR", "XLA_FLAGS", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
+QUIET = (
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:dash",
+    "-p",
+    "no:hypothesispytest",
+    "-p",
+    "no:benchmark",
+)
+SCRUBBED = (
+    "PT_XLA_DEBUG_LEVEL",
+    "PT_XLA_DEBUG_FILE",
+    "TPUSCOPE_OWNS_PT_XLA_DEBUG",
+    "TPUSCOPE_XLA_DUMP_DIR",
+    "XLA_FLAGS",
+    "PYTEST_ADDOPTS",
+    "PYTEST_XDIST_WORKER",
+)
 
 CONFTEST = """
 import os
@@ -40,7 +63,9 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 """
 
 # Every watch must leave torch_xla as it found it (the pyinstrument way: assert no leaked hooks).
-CASES_CONFTEST = CONFTEST + """
+CASES_CONFTEST = (
+    CONFTEST
+    + """
 import pytest
 import torch
 
@@ -53,9 +78,10 @@ def no_leaked_hooks():
     assert xm._run_step_closures.__module__ == "torch_xla.core.xla_model"
     assert torch._C._len_torch_function_stack() == 0
 """
+)
 
 # Each test uses its own shapes: the XLA compile cache is per process, shared by tests.
-CASES = '''
+CASES = """
 import pytest
 import torch
 import torch_xla
@@ -131,7 +157,7 @@ def test_unmarked_varying():
     for n in (31, 32, 33):
         y = torch.ones(n, device=DEV) - 1
         torch_xla.sync()
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -150,9 +176,17 @@ def run_pytest(folder: Path, *args: str, timeout: float = 600) -> pytest.RunResu
     """pytest in a subprocess, as pytester.runpytest_subprocess does, kept for a whole module."""
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env["PJRT_DEVICE"] = "CPU"
-    proc = subprocess.run([sys.executable, "-m", "pytest", *QUIET, *args],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
-    return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), 0.0)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *QUIET, *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return pytest.RunResult(
+        proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), 0.0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +205,12 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[pytest.RunResult, P
 def test_static_passes_and_the_rest_as_expected(cases) -> None:
     result, _ = cases
     result.assert_outcomes(passed=6, failed=2)
-    result.stdout.fnmatch_lines(["*test_cases.py::test_varying_shapes - Failed: tpuscope: 3 recompiles*",
-                                 "*test_cases.py::test_boolean_mask - Failed: tpuscope: *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_cases.py::test_varying_shapes - Failed: tpuscope: 3 recompiles*",
+            "*test_cases.py::test_boolean_mask - Failed: tpuscope: *",
+        ]
+    )
     result.stdout.no_fnmatch_line("*FAILED*test_static*")
 
 
@@ -180,56 +218,62 @@ def test_static_passes_and_the_rest_as_expected(cases) -> None:
 def test_varying_shapes_fail_naming_step_cause_and_line(cases) -> None:
     result, _ = cases
     sync = line_of(CASES, "VARYING SYNC")
-    result.stdout.fnmatch_lines([
-        "*_ test_varying_shapes _*",
-        "tpuscope: 3 recompiles, limit 0 (a recompile: a graph compiled again after its first compile, "
-        "judged per graph family: the same line and graph structure, or the same jitted function)",
-        "  step 1: graph * compiled, cause: user torch_xla.sync",
-        f"    at test_cases.py:{sync}: torch_xla.sync()  # VARYING SYNC",
-        "    what changed: arg *: f32[[]3,11] -> f32[[]3,12]",
-        "  step 2: graph * compiled, cause: user torch_xla.sync",
-        f"    at test_cases.py:{sync}: torch_xla.sync()  # VARYING SYNC",
-        "    what changed: arg *: f32[[]3,12] -> f32[[]3,13]",
-        "  step 3: graph * compiled, cause: user torch_xla.sync",
-        f"    at test_cases.py:{sync}: torch_xla.sync()  # VARYING SYNC",
-        "    what changed: arg *: f32[[]3,13] -> f32[[]3,14]",
-        "  fix: Keep the input shapes fixed: pad dim 1 of arg 0 to the buckets {12, 14}*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_varying_shapes _*",
+            "tpuscope: 3 recompiles, limit 0 (a recompile: a graph compiled again after its first compile, "
+            "judged per graph family: the same line and graph structure, or the same jitted function)",
+            "  step 1: graph * compiled, cause: user torch_xla.sync",
+            f"    at test_cases.py:{sync}: torch_xla.sync()  # VARYING SYNC",
+            "    what changed: arg *: f32[[]3,11] -> f32[[]3,12]",
+            "  step 2: graph * compiled, cause: user torch_xla.sync",
+            f"    at test_cases.py:{sync}: torch_xla.sync()  # VARYING SYNC",
+            "    what changed: arg *: f32[[]3,12] -> f32[[]3,13]",
+            "  step 3: graph * compiled, cause: user torch_xla.sync",
+            f"    at test_cases.py:{sync}: torch_xla.sync()  # VARYING SYNC",
+            "    what changed: arg *: f32[[]3,13] -> f32[[]3,14]",
+            "  fix: Keep the input shapes fixed: pad dim 1 of arg 0 to the buckets {12, 14}*",
+        ]
+    )
 
 
 @needs_torch_xla
 def test_boolean_mask_fails_naming_nonzero_and_its_line(cases) -> None:
     result, _ = cases
     mask = line_of(CASES, "MASK LINE")
-    result.stdout.fnmatch_lines([
-        "*_ test_boolean_mask _*",
-        "tpuscope: 3 CPU fallbacks (ops torch_xla ran on the host), limit 0",
-        "  aten::nonzero ran on the host 3 times (steps 0-2)",
-        f"    at test_cases.py:{mask}: kept = x[[]x > 3]  # MASK LINE",
-        f"    fix: At test_cases.py:{mask}: replace `x[[]mask]` by a static-shape form: *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_boolean_mask _*",
+            "tpuscope: 3 CPU fallbacks (ops torch_xla ran on the host), limit 0",
+            "  aten::nonzero ran on the host 3 times (steps 0-2)",
+            f"    at test_cases.py:{mask}: kept = x[[]x > 3]  # MASK LINE",
+            f"    fix: At test_cases.py:{mask}: replace `x[[]mask]` by a static-shape form: *",
+        ]
+    )
 
 
 @needs_torch_xla
 def test_summary_lists_every_watched_test(cases) -> None:
     """--tpuscope watches unmarked tests too: listed, judged only when limits are given."""
     result, store = cases
-    result.stdout.fnmatch_lines([
-        "*- tpuscope: 8 watched tests -*",
-        " steps  compiles  recompiles  fallbacks  test",
-        "     5         2           0          0  test_cases.py::test_static",
-        "     4         4           3          0  test_cases.py::test_varying_shapes  "
-        "OVER LIMIT: 3 recompiles > 0",
-        "     8         2           0          0  test_cases.py::test_bucketed_shapes",
-        # 4 compiles, 4 graph families: `x` is an arange graph in step 0 and device data after
-        "     3         4           0          3  test_cases.py::test_boolean_mask (aten::nonzero x3)  "
-        "OVER LIMIT: 3 fallbacks > 0",
-        "     1         * 0          1  test_cases.py::test_boolean_mask_allowed (aten::nonzero x1)",
-        "     2         2           1          0  test_cases.py::test_fixture_api",
-        "     1         * 0          1  test_cases.py::test_fixture_fallbacks (aten::nonzero x1)",
-        "     3         3           2          0  test_cases.py::test_unmarked_varying",
-        f"runs saved in {store} (tpuscope ls --store {store})",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*- tpuscope: 8 watched tests -*",
+            " steps  compiles  recompiles  fallbacks  test",
+            "     5         2           0          0  test_cases.py::test_static",
+            "     4         4           3          0  test_cases.py::test_varying_shapes  "
+            "OVER LIMIT: 3 recompiles > 0",
+            "     8         2           0          0  test_cases.py::test_bucketed_shapes",
+            # 4 compiles, 4 graph families: `x` is an arange graph in step 0 and device data after
+            "     3         4           0          3  test_cases.py::test_boolean_mask (aten::nonzero x3)  "
+            "OVER LIMIT: 3 fallbacks > 0",
+            "     1         * 0          1  test_cases.py::test_boolean_mask_allowed (aten::nonzero x1)",
+            "     2         2           1          0  test_cases.py::test_fixture_api",
+            "     1         * 0          1  test_cases.py::test_fixture_fallbacks (aten::nonzero x1)",
+            "     3         3           2          0  test_cases.py::test_unmarked_varying",
+            f"runs saved in {store} (tpuscope ls --store {store})",
+        ]
+    )
 
 
 @needs_torch_xla
@@ -244,18 +288,22 @@ def test_store_keeps_each_watched_test_as_a_run(cases) -> None:
     assert len(varying.compiles) == 4 and varying.compiles["cause"].eq("user torch_xla.sync").all()
     assert varying.meta["env_set"]["PT_XLA_DEBUG_LEVEL"] == "1"  # tpuscope set it, and says so
     assert "--xla_dump_to=" in varying.meta["env_set"]["XLA_FLAGS"]
-    assert [list(s) for s in varying.compiles["input_shapes"]] == [[f"f32[3,{n}]"] for n in (11, 12, 13, 14)]
+    assert [list(s) for s in varying.compiles["input_shapes"]] == [
+        [f"f32[3,{n}]"] for n in (11, 12, 13, 14)
+    ]
     mask = runs["test_cases.py::test_boolean_mask"]
     assert mask.fallbacks.groupby("op")["count"].sum().to_dict() == {"aten::nonzero": 3}
 
 
 @needs_torch_xla
-def test_xdist_workers_report_their_own_tests(pytester: pytest.Pytester,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xdist_workers_report_their_own_tests(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("xdist")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_pair='''
+    pytester.makepyfile(
+        test_pair="""
         import pytest, torch, torch_xla
 
         @pytest.mark.tpuscope(max_recompiles=0)
@@ -269,20 +317,23 @@ def test_xdist_workers_report_their_own_tests(pytester: pytest.Pytester,
             for n in (41, 42, 43):
                 y = torch.ones(n, device=torch_xla.device()) * 2
                 torch_xla.sync()
-    ''')
+    """
+    )
     result = pytester.runpytest_subprocess("-n", "2", *QUIET)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines_random([
-        "     3         1           0          0  test_pair.py::test_same_shape [[]gw?[]]",
-        "     3         3           2          0  test_pair.py::test_new_shapes [[]gw?[]]  "
-        "OVER LIMIT: 2 recompiles > 0",
-        "tpuscope: 2 recompiles, limit 0*",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "     3         1           0          0  test_pair.py::test_same_shape [[]gw?[]]",
+            "     3         3           2          0  test_pair.py::test_new_shapes [[]gw?[]]  "
+            "OVER LIMIT: 2 recompiles > 0",
+            "tpuscope: 2 recompiles, limit 0*",
+        ]
+    )
 
 
 def test_loading_the_plugin_imports_no_framework(pytester: pytest.Pytester) -> None:
     """Inert unless used: no torch_xla, jax or tpuscope internals, no env change, no summary."""
-    pytester.makeconftest('''
+    pytester.makeconftest("""
         import json, os, sys
 
         def pytest_unconfigure(config):
@@ -294,18 +345,17 @@ def test_loading_the_plugin_imports_no_framework(pytester: pytest.Pytester) -> N
                       "runner": pm.has_plugin("tpuscope-runner")}
             with open("report.json", "w") as f:
                 json.dump(report, f)
-    ''')
+    """)
     pytester.makepyfile("def test_plain():\n    assert True\n")
     result = pytester.runpytest_subprocess(*QUIET)
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*watched test*")
     report = json.loads((pytester.path / "report.json").read_text())
-    assert report == {"mods": PLUGIN_MODULES, "env": [],
-                      "plugin": True, "runner": False}
+    assert report == {"mods": PLUGIN_MODULES, "env": [], "plugin": True, "runner": False}
 
 
 def test_bad_marker_arguments_are_usage_errors(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile('''
+    pytester.makepyfile("""
         import pytest
 
         @pytest.mark.tpuscope(max_recompile=0)
@@ -325,32 +375,39 @@ def test_bad_marker_arguments_are_usage_errors(pytester: pytest.Pytester) -> Non
 
         @pytest.mark.tpuscope(warmup_steps=1, warmup_compiles=1)
         def test_both_names(): pass
-    ''')
+    """)
     result = pytester.runpytest(*QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "ERROR: tpuscope: bad @pytest.mark.tpuscope on test_bad_marker_arguments_are_usage_errors.py"
-        "::test_typo: unknown keyword 'max_recompile' (it takes max_recompiles, max_fallbacks, "
-        "warmup_compiles, allow_fallbacks)",
-        "tpuscope: bad * on *::test_positional: takes keyword arguments only, got (1,)",
-        "tpuscope: bad * on *::test_negative: max_fallbacks must be an integer >= 0, not -1",
-        "tpuscope: bad * on *::test_not_a_list: allow_fallbacks must be a list of op names*",
-        "tpuscope: bad * on *::test_no_warmup: warmup_steps must be an integer >= 0, not None",
-        "tpuscope: bad * on *::test_both_names: warmup_steps is the older name of warmup_compiles: give one",
-    ])
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: tpuscope: bad @pytest.mark.tpuscope on test_bad_marker_arguments_are_usage_errors.py"
+            "::test_typo: unknown keyword 'max_recompile' (it takes max_recompiles, max_fallbacks, "
+            "warmup_compiles, allow_fallbacks)",
+            "tpuscope: bad * on *::test_positional: takes keyword arguments only, got (1,)",
+            "tpuscope: bad * on *::test_negative: max_fallbacks must be an integer >= 0, not -1",
+            "tpuscope: bad * on *::test_not_a_list: allow_fallbacks must be a list of op names*",
+            "tpuscope: bad * on *::test_no_warmup: warmup_steps must be an integer >= 0, not None",
+            "tpuscope: bad * on *::test_both_names: warmup_steps is the older name of warmup_compiles: give one",
+        ]
+    )
 
 
-def test_bad_command_line_values_are_usage_errors(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_bad_command_line_values_are_usage_errors(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     pytester.makepyfile("def test_plain():\n    assert True\n")
     result = pytester.runpytest(*QUIET, "--tpuscope-max-recompiles=-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*argument --tpuscope-max-recompiles: expected an integer >= 0, "
-                                 "not '-1'"])
+    result.stderr.fnmatch_lines(
+        ["*argument --tpuscope-max-recompiles: expected an integer >= 0, not '-1'"]
+    )
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     result = pytester.runpytest(*QUIET, f"--tpuscope-store={blocker / 'store'}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: tpuscope: cannot write to --tpuscope-store {blocker}/store: *"])
+    result.stderr.fnmatch_lines(
+        [f"ERROR: tpuscope: cannot write to --tpuscope-store {blocker}/store: *"]
+    )
 
 
 def test_early_preparation_reads_code_not_text() -> None:
@@ -367,5 +424,9 @@ def test_early_preparation_reads_code_not_text() -> None:
 
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*QUIET, "--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.tpuscope(max_recompiles=0, max_fallbacks=0, "
-                                 "warmup_compiles=1, allow_fallbacks=[]): fail the test if *"])
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.tpuscope(max_recompiles=0, max_fallbacks=0, "
+            "warmup_compiles=1, allow_fallbacks=[]): fail the test if *"
+        ]
+    )

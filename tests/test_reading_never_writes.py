@@ -22,30 +22,43 @@ SAMPLES = sorted(p.parent.name for p in (ROOT / "sample_traces").glob("*/meta.js
 
 
 def show(store: Path, run_id: str, *args: str) -> tuple[str, str]:
-    result = CliRunner().invoke(main, ["show", "--store", str(store), run_id, *args], env={"COLUMNS": "120"})
+    result = CliRunner().invoke(
+        main, ["show", "--store", str(store), run_id, *args], env={"COLUMNS": "120"}
+    )
     assert result.exit_code == 0, result.output
     return result.stdout, result.stderr
 
 
 def snapshot(run_dir: Path) -> dict[str, tuple[bytes, int]]:
     """Every file of the run: its bytes and mtime."""
-    return {str(p.relative_to(run_dir)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run_dir)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_show_leaves_the_golden_samples_of_a_fresh_clone_unmodified(tmp_path: Path) -> None:
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, capture_output=True
+    )
     store = clone / "sample_traces"
     for sample in SAMPLES:
         out, err = show(store, sample)
         assert sample in out and "analysed now" not in err  # read as stored: current and whole
-        assert "/work/" not in out  # the capture machine's folders are cut (scripts/golden_samples.py)
+        assert (
+            "/work/" not in out
+        )  # the capture machine's folders are cut (scripts/golden_samples.py)
         show(store, sample, "--json")
-    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], check=True,
-                            capture_output=True, text=True).stdout
+    status = subprocess.run(
+        ["git", "-C", str(clone), "status", "--porcelain"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert status == ""
 
 
@@ -64,7 +77,9 @@ def test_a_copied_run_is_read_as_stored(analysed: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copied" / "fallback_host_sync"
     shutil.copytree(analysed, copy, copy_function=shutil.copyfile)  # every file and folder new
     later = analysed.stat().st_mtime_ns + 10**9
-    for path in copy.rglob("*"):  # the tables newer than analysis.json, as a checkout may leave them
+    for path in copy.rglob(
+        "*"
+    ):  # the tables newer than analysis.json, as a checkout may leave them
         if path.is_dir():
             os.utime(path, ns=(later, later))
     assert Run(copy).analysis is not None
@@ -82,5 +97,8 @@ def test_a_changed_run_is_analysed_in_memory_and_left_as_it_was(analysed: Path) 
     before = snapshot(analysed)
     out, err = show(analysed.parent, analysed.name, "--json")
     assert "analysed now, not stored (its tables changed since its analysis was stored)" in err
-    assert json.loads(out)["summary"]["analysed_now"] == "its tables changed since its analysis was stored"
+    assert (
+        json.loads(out)["summary"]["analysed_now"]
+        == "its tables changed since its analysis was stored"
+    )
     assert snapshot(analysed) == before

@@ -22,8 +22,17 @@ def verdicts(run) -> list[tuple[str, str | None]]:
 
 def test_distinct_graphs_in_one_step_are_warm_up() -> None:
     """A library cutting several graphs at one line in one pass (shapes unknown): not recompiles."""
-    compiles = [compile_row(0, None, f"g{i}", num_inputs=1, num_outputs=1,
-                            cause="most likely user code trying to access tensor value") for i in range(3)]
+    compiles = [
+        compile_row(
+            0,
+            None,
+            f"g{i}",
+            num_inputs=1,
+            num_outputs=1,
+            cause="most likely user code trying to access tensor value",
+        )
+        for i in range(3)
+    ]
     run = tables(steps(1), compiles)
     assert verdicts(run) == [("first", None), ("warmup", None), ("warmup", None)]
     assert detect_recompile(run) == []
@@ -38,7 +47,9 @@ def test_the_same_hash_compiled_again_is_an_evicted_recompile() -> None:
 
 
 def test_new_graphs_that_keep_coming_are_a_storm_high_by_the_whole_runs_share() -> None:
-    compiles = [compile_row(i, [f"s64[4,{40 + i}]", *PARAMS], f"g{i}", ms=900) for i in range(0, 10, 2)]
+    compiles = [
+        compile_row(i, [f"s64[4,{40 + i}]", *PARAMS], f"g{i}", ms=900) for i in range(0, 10, 2)
+    ]
     run = tables(steps(10, wall_ms=1000), compiles)
     [card] = detect_recompile(run)
     assert card.severity == "high" and card.evidence["recurring"] is True
@@ -47,11 +58,17 @@ def test_new_graphs_that_keep_coming_are_a_storm_high_by_the_whole_runs_share() 
 
 
 def test_buckets_are_a_low_note_that_fail_on_recompile_passes() -> None:
-    compiles = [compile_row(0, ["s64[4,48]", *PARAMS], "b48", ms=20_000),
-                compile_row(1, ["s64[4,64]", *PARAMS], "b64", ms=20_000)]
+    compiles = [
+        compile_row(0, ["s64[4,48]", *PARAMS], "b48", ms=20_000),
+        compile_row(1, ["s64[4,64]", *PARAMS], "b64", ms=20_000),
+    ]
     run = tables(steps(12, wall_ms=30), compiles)
     [note] = detect_recompile(run)
-    assert note.severity == "low" and note.evidence["verdict"] == "bounded" and "{48, 64}" in note.title
+    assert (
+        note.severity == "low"
+        and note.evidence["verdict"] == "bounded"
+        and "{48, 64}" in note.title
+    )
     summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
     assert summary["recompiles"] == 0
     assert reasons(summary, [note], Policy(fail_on=("recompile",))) == []
@@ -60,12 +77,18 @@ def test_buckets_are_a_low_note_that_fail_on_recompile_passes() -> None:
 def test_a_bounded_set_without_shapes_says_so_and_is_at_most_medium() -> None:
     compiles = [compile_row(i, None, f"g{i}", num_inputs=19, ms=20_000) for i in range(2)]
     [note] = detect_recompile(tables(steps(12, wall_ms=30), compiles))
-    assert note.severity == "medium" and "shapes unknown" in note.title and "TPUSCOPE_HLO_SHAPES=1" in note.fix
+    assert (
+        note.severity == "medium"
+        and "shapes unknown" in note.title
+        and "TPUSCOPE_HLO_SHAPES=1" in note.fix
+    )
 
 
 def test_sizes_a_plan_would_cut_are_churn_even_when_the_set_stopped() -> None:
     lengths = [37, 41, 45, 53, 58, 64]
-    compiles = [compile_row(i, [f"s64[4,{n}]", *PARAMS], f"g{i}", ms=3000) for i, n in enumerate(lengths)]
+    compiles = [
+        compile_row(i, [f"s64[4,{n}]", *PARAMS], f"g{i}", ms=3000) for i, n in enumerate(lengths)
+    ]
     [card] = detect_recompile(tables(steps(12, wall_ms=40), compiles))
     assert card.evidence["verdict"] == "recompile" and card.evidence["recurring"] is False
     assert "one-off" in card.detail and card.evidence["shape_churn"]["plan"]
@@ -89,14 +112,24 @@ def test_imported_logs_count_a_sync_as_a_step() -> None:
     """A PT_XLA_DEBUG log has no steps: a compile made at a sync ends one; value reads do not."""
     synced = [compile_row(-1, None, f"s{i}", num_inputs=5) for i in range(3)]
     assert [v for v, _ in verdicts(tables(steps(0), synced))] == ["first", "recompile", "recompile"]
-    read = [compile_row(-1, None, f"r{i}", num_inputs=5, cause="most likely user code trying to access "
-                        "tensor value before torch_xla.sync") for i in range(3)]
+    read = [
+        compile_row(
+            -1,
+            None,
+            f"r{i}",
+            num_inputs=5,
+            cause="most likely user code trying to access tensor value before torch_xla.sync",
+        )
+        for i in range(3)
+    ]
     assert [v for v, _ in verdicts(tables(steps(0), read))] == ["first", "warmup", "warmup"]
 
 
 def test_a_recompile_costing_more_than_the_timed_steps_is_still_a_share() -> None:
-    compiles = [compile_row(0, ["s64[4,8]", *PARAMS], "a", ms=50_000),
-                compile_row(1, ["s64[4,9]", *PARAMS], "b", ms=50_000)]
+    compiles = [
+        compile_row(0, ["s64[4,8]", *PARAMS], "a", ms=50_000),
+        compile_row(1, ["s64[4,9]", *PARAMS], "b", ms=50_000),
+    ]
     run = tables(steps(3, wall_ms=20), compiles)
     summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
     assert 0 < summary["recompile_share"] <= 1

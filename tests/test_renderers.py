@@ -22,30 +22,49 @@ from tpuscope.store import Run, read_table
 @pytest.fixture(scope="module")
 def trace_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     store = tmp_path_factory.mktemp("store")
-    proc = run_tpuscope("import", "--store", str(store), "--quiet", str(real_trace("xplane/tpu_inference_2.xplane.pb")))
+    proc = run_tpuscope(
+        "import",
+        "--store",
+        str(store),
+        "--quiet",
+        str(real_trace("xplane/tpu_inference_2.xplane.pb")),
+    )
     assert proc.returncode == 0, proc.stderr
     return Run(next(p for p in store.iterdir() if p.is_dir()))
 
 
 def test_an_unknown_name_is_refused_with_the_names_there_are() -> None:
     assert names("diff") == ["console", "json", "markdown"]
-    with pytest.raises(UnknownRenderer, match="no 'html' renderer for report; there are: console, json"):
+    with pytest.raises(
+        UnknownRenderer, match="no 'html' renderer for report; there are: console, json"
+    ):
         renderer_for("report", "html")
 
 
-def test_the_perfetto_renderer_is_the_trace_file_the_command_writes(trace_run: Run, tmp_path: Path) -> None:
+def test_the_perfetto_renderer_is_the_trace_file_the_command_writes(
+    trace_run: Run, tmp_path: Path
+) -> None:
     events = read_table(trace_run.path, "trace_events")
     rendered = renderer_for("trace", "perfetto").render(events)
     assert isinstance(rendered, bytes)
     written = write_chrome_trace(events, tmp_path / "streamed.json.gz")
-    assert gzip.decompress(rendered) == gzip.decompress((tmp_path / "streamed.json.gz").read_bytes())
+    assert gzip.decompress(rendered) == gzip.decompress(
+        (tmp_path / "streamed.json.gz").read_bytes()
+    )
     chrome = json.loads(gzip.decompress(rendered))
     assert sum(e["ph"] == "X" for e in chrome["traceEvents"]) == written == events.num_rows > 0
 
 
 def test_text_renderers_give_what_the_trace_command_prints(trace_run: Run) -> None:
-    proc = run_tpuscope("trace", "--store", str(trace_run.path.parent), trace_run.run_id, "--json",
-                        "-o", str(trace_run.path / "t.json.gz"))
+    proc = run_tpuscope(
+        "trace",
+        "--store",
+        str(trace_run.path.parent),
+        trace_run.run_id,
+        "--json",
+        "-o",
+        str(trace_run.path / "t.json.gz"),
+    )
     assert proc.returncode == 0, proc.stderr
     view = json.loads(proc.stdout)
     again = device_view(trace_run)
@@ -59,7 +78,10 @@ def test_rich_renderers_return_what_the_console_would_print(example_run) -> None
     report = analyze(Run(run_dir))
     text = renderer_for("report", "console").render(report, Console(width=120, color_system=None))
     assert isinstance(text, str) and text.startswith("tpuscope: first: [")
-    assert "tpuscope report" in text and f"1. [{report.findings[0].severity}] {report.findings[0].rule}" in text
+    assert (
+        "tpuscope report" in text
+        and f"1. [{report.findings[0].severity}] {report.findings[0].rule}" in text
+    )
     as_json = json.loads(renderer_for("report", "json").render(report))
     assert as_json["summary"]["run_id"] == run_dir.name
     assert [f["rule"] for f in as_json["findings"]] == [f.rule for f in report.findings]

@@ -21,13 +21,26 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     store = tmp_path_factory.mktemp("runs")
     made: dict[str, tuple[Path, subprocess.CompletedProcess[str], dict]] = {}
 
-    def get(ending: str = "", steps: int = 5) -> tuple[Path, subprocess.CompletedProcess[str], dict]:
+    def get(
+        ending: str = "", steps: int = 5
+    ) -> tuple[Path, subprocess.CompletedProcess[str], dict]:
         if ending not in made:
             name = f"steps-{ending.replace(' ', '') or 'ok'}"
             counters = store / f"{name}.json"
-            proc = run_tpuscope("run", "--store", str(store), "--name", name, "--warmup", "1",
-                                "python", str(PROGRAMS / "steps.py"), str(steps), str(counters),
-                                *ending.split())
+            proc = run_tpuscope(
+                "run",
+                "--store",
+                str(store),
+                "--name",
+                name,
+                "--warmup",
+                "1",
+                "python",
+                str(PROGRAMS / "steps.py"),
+                str(steps),
+                str(counters),
+                *ending.split(),
+            )
             run_dir = next(p for p in store.iterdir() if p.name.startswith(f"{name}-"))
             own = json.loads(counters.read_text()) if counters.exists() else {}
             made[ending] = (run_dir, proc, own)
@@ -47,7 +60,9 @@ def test_counts_match_torch_xla_own_counters(runs) -> None:
         assert counters.get(name, 0) == own["counters"].get(name, 0), name
     compile_samples = own["metrics"]["CompileTime"][0]
     assert len(run.compiles) == compile_samples == own["counters"]["UncachedCompile"]
-    assert run.compiles["duration_ns"].sum() == pytest.approx(own["metrics"]["CompileTime"][1], rel=1e-6)
+    assert run.compiles["duration_ns"].sum() == pytest.approx(
+        own["metrics"]["CompileTime"][1], rel=1e-6
+    )
 
 
 def test_counters_that_first_move_late_still_add_up(runs) -> None:
@@ -59,7 +74,9 @@ def test_counters_that_first_move_late_still_add_up(runs) -> None:
     metrics = tpuscope.load_run(run_dir).metrics
     late = metrics[metrics["name"] == "TpuscopeLate"]
     assert late["count"].sum() == own["counters"]["TpuscopeLate"] == 3
-    assert 12 <= late["step"].min() < 23  # the periodic full read after step 12, not the one at exit
+    assert (
+        12 <= late["step"].min() < 23
+    )  # the periodic full read after step 12, not the one at exit
     after = metrics[metrics["name"] == "TpuscopeAfterLoop"]
     assert after["count"].sum() == 2 and list(after["step"]) == [23]
     counters = metrics[metrics["kind"] == "counter"].groupby("name")["count"].sum()
@@ -83,7 +100,9 @@ def test_metrics_are_split_over_steps_by_sample_time(runs) -> None:
     run = tpuscope.load_run(run_dir)
     graphs = run.metrics[run.metrics["name"] == "TensorsGraphSize"]  # one graph per sync
     assert list(graphs.sort_values("step")["step"]) == list(range(24))
-    assert (graphs["count"] == 1).all() and graphs["count"].sum() == own["metrics"]["TensorsGraphSize"][0]
+    assert (graphs["count"] == 1).all() and graphs["count"].sum() == own["metrics"][
+        "TensorsGraphSize"
+    ][0]
     assert graphs["total"].sum() == pytest.approx(own["metrics"]["TensorsGraphSize"][1])
     compiles = run.metrics[run.metrics["name"] == "CompileTime"]
     assert compiles["count"].sum() == own["metrics"]["CompileTime"][0]
@@ -109,7 +128,9 @@ def test_meta_records_versions_device_and_env(runs) -> None:
     meta = tpuscope.load_run(run_dir).meta
     assert meta["status"] == "finished" and meta["exit_code"] == 0
     assert meta["env_set"]["PJRT_DEVICE"] == "CPU"
-    assert "no TPU found: torch_xla ran on the CPU (PJRT_DEVICE=CPU, set by tpuscope)" in proc.stderr
+    assert (
+        "no TPU found: torch_xla ran on the CPU (PJRT_DEVICE=CPU, set by tpuscope)" in proc.stderr
+    )
     (proc_meta,) = meta["processes"]
     assert proc_meta["backend"] == "torch_xla" and proc_meta["device_kind"] == "CPU"
     assert {"python", "torch", "torch_xla", "tpuscope"} <= set(proc_meta["versions"])
@@ -217,9 +238,16 @@ def test_script_module_and_inline_forms(tmp_path: Path) -> None:
 
 def test_user_settings_are_never_overridden(tmp_path: Path) -> None:
     env = {"PJRT_DEVICE": "CPU", "PT_XLA_DEBUG_LEVEL": "0"}
-    proc = run_tpuscope("run", "--store", str(tmp_path), "-q", "python", "-c",
-                        "import os; print(os.environ['PT_XLA_DEBUG_LEVEL'], os.environ['PJRT_DEVICE'])",
-                        env=env)
+    proc = run_tpuscope(
+        "run",
+        "--store",
+        str(tmp_path),
+        "-q",
+        "python",
+        "-c",
+        "import os; print(os.environ['PT_XLA_DEBUG_LEVEL'], os.environ['PJRT_DEVICE'])",
+        env=env,
+    )
     assert proc.stdout.strip() == "0 CPU"
     (run_dir,) = tmp_path.iterdir()
     meta = tpuscope.load_run(run_dir).meta
@@ -228,7 +256,9 @@ def test_user_settings_are_never_overridden(tmp_path: Path) -> None:
 
 
 def test_spawned_workers_write_one_run(tmp_path: Path) -> None:
-    proc = run_tpuscope("run", "--store", str(tmp_path), "-q", "python", str(PROGRAMS / "workers.py"), "3")
+    proc = run_tpuscope(
+        "run", "--store", str(tmp_path), "-q", "python", str(PROGRAMS / "workers.py"), "3"
+    )
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = tmp_path.iterdir()
     run = tpuscope.load_run(run_dir)

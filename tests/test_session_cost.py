@@ -52,10 +52,22 @@ def test_flushes_from_two_threads_never_overlap(tmp_path: Path) -> None:
 
 
 def test_the_report_says_per_step_and_per_compile_apart() -> None:
-    cost = {"hook_ns": 1_000_000, "hook_calls": 10, "compile_hook_ns": 4_000_000, "compile_hook_calls": 2,
-            "flush_cpu_ns": 12_000_000, "compile_flush_cpu_ns": 56_000_000}
+    cost = {
+        "hook_ns": 1_000_000,
+        "hook_calls": 10,
+        "compile_hook_ns": 4_000_000,
+        "compile_hook_calls": 2,
+        "flush_cpu_ns": 12_000_000,
+        "compile_flush_cpu_ns": 56_000_000,
+    }
     meta = {"processes": [{"profiler_cost": cost}]}
-    assert profiler_ms_per_step(meta) == pytest.approx(0.1 + 1.0)  # hooks 0.1 ms, flushes 12 ms / 12 steps
+    assert profiler_ms_per_step(meta) == pytest.approx(
+        0.1 + 1.0
+    )  # hooks 0.1 ms, flushes 12 ms / 12 steps
     assert profiler_ms_per_compile(meta, compiles=2) == pytest.approx(30.0)
-    old = {"processes": [{"profiler_cost": {k: v for k, v in cost.items() if k != "compile_flush_cpu_ns"}}]}
+    old = {
+        "processes": [
+            {"profiler_cost": {k: v for k, v in cost.items() if k != "compile_flush_cpu_ns"}}
+        ]
+    }
     assert profiler_ms_per_compile(old, compiles=2) is None  # a run made before: its line as it was

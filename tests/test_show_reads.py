@@ -32,11 +32,24 @@ def run_dir(tmp_path: Path) -> Path:
 
 def _show(run_dir: Path, *args: str) -> tuple[dict, set[str]]:
     """`show --json` as a subprocess: its report and the modules it imported."""
-    cmd = [sys.executable, "-X", "importtime", "-m", "tpuscope", "show", str(run_dir), "--json", *args]
+    cmd = [
+        sys.executable,
+        "-X",
+        "importtime",
+        "-m",
+        "tpuscope",
+        "show",
+        str(run_dir),
+        "--json",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
-                if line.startswith("import time:")}
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     return json.loads(proc.stdout), imported
 
 
@@ -53,7 +66,9 @@ def _add_part(run_dir: Path) -> None:
     os.utime(analysis, ns=(stamp, stamp))
 
 
-def test_show_of_a_current_analysis_loads_no_rule_and_says_what_the_rules_say(run_dir: Path) -> None:
+def test_show_of_a_current_analysis_loads_no_rule_and_says_what_the_rules_say(
+    run_dir: Path,
+) -> None:
     stored, imported = _show(run_dir)
     assert not imported & set(RULES), imported & set(RULES)
     assert stored["findings"], "the sample has findings to read back"
@@ -62,7 +77,9 @@ def test_show_of_a_current_analysis_loads_no_rule_and_says_what_the_rules_say(ru
     assert recomputed == stored
 
 
-def test_a_part_added_after_the_analysis_makes_it_stale_and_show_runs_the_rules(run_dir: Path) -> None:
+def test_a_part_added_after_the_analysis_makes_it_stale_and_show_runs_the_rules(
+    run_dir: Path,
+) -> None:
     assert Run(run_dir).analysis is not None
     _add_part(run_dir)
     assert Run(run_dir).analysis is None

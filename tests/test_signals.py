@@ -66,8 +66,15 @@ def in_pty(argv: list[str], interrupt_after: str) -> tuple[int, str]:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            preexec_fn=controlling_terminal, env=env)
+    proc = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=controlling_terminal,
+        env=env,
+    )
     os.close(slave)
     shown, typed = b"", False
     while True:
@@ -89,11 +96,17 @@ def test_ctrl_c_in_a_terminal_stops_the_program_as_without_tpuscope(tmp_path: Pa
     bare_code, bare = in_pty([sys.executable, str(PROGRAM), str(tmp_path / "bare.pid")], "step 20")
     assert bare_code == -signal.SIGINT and "KeyboardInterrupt" in bare
     store = tmp_path / "s"
-    code, shown = in_pty(tpuscope_cmd("run", "--store", str(store), "-q", "python", str(PROGRAM),
-                                      str(tmp_path / "p.pid")), "step 20")
+    code, shown = in_pty(
+        tpuscope_cmd(
+            "run", "--store", str(store), "-q", "python", str(PROGRAM), str(tmp_path / "p.pid")
+        ),
+        "step 20",
+    )
     assert code == bare_code, shown
     assert "interrupted at step" in shown and "step 299" not in shown
-    assert shown.count("KeyboardInterrupt") == bare.count("KeyboardInterrupt") == 1  # delivered once
+    assert (
+        shown.count("KeyboardInterrupt") == bare.count("KeyboardInterrupt") == 1
+    )  # delivered once
     assert "During handling" not in shown
     meta = tpuscope.load_run(only_run(store)).meta
     assert meta["status"] == "killed by SIGINT" and meta["exit_code"] == -signal.SIGINT
@@ -106,14 +119,31 @@ def launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path
     store = tmp_path / "s"
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     launcher = subprocess.Popen(
-        tpuscope_cmd("run", "--store", str(store), "-q", "python", str(PROGRAM), str(tmp_path / "p.pid"), *args),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        tpuscope_cmd(
+            "run",
+            "--store",
+            str(store),
+            "-q",
+            "python",
+            str(PROGRAM),
+            str(tmp_path / "p.pid"),
+            *args,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     return launcher, read_pid(tmp_path / "p.pid"), store
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
-                         ids=lambda s: s.name)
-def test_signals_to_the_launcher_reach_the_program_once(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT], ids=lambda s: s.name
+)
+def test_signals_to_the_launcher_reach_the_program_once(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     launcher, child, store = launch(tmp_path, "count")
     launcher.send_signal(sig)
     out, err = launcher.communicate(timeout=30)
@@ -128,7 +158,9 @@ def test_sigterm_to_the_launcher_ends_the_run_with_the_program(tmp_path: Path) -
     wait_for(lambda: launcher.stdout.readline().startswith("step 5"), what="step 5")
     launcher.terminate()
     launcher.communicate(timeout=30)
-    assert launcher.returncode == -signal.SIGTERM  # as `timeout` or `docker stop` would see the bare program
+    assert (
+        launcher.returncode == -signal.SIGTERM
+    )  # as `timeout` or `docker stop` would see the bare program
     assert not alive(child)
     meta = tpuscope.load_run(only_run(store)).meta
     assert meta["status"] == "killed by SIGTERM" and meta["exit_code"] == -signal.SIGTERM
@@ -136,21 +168,30 @@ def test_sigterm_to_the_launcher_ends_the_run_with_the_program(tmp_path: Path) -
     # the program ran no backend, so the run has no rows: not analysed at its end (it would cost
     # more than the program), analysed by `show` when asked, like any ended run
     assert not list(only_run(store).glob("*/part-*.parquet"))
-    shown = subprocess.run(tpuscope_cmd("show", only_run(store).name, "--store", str(store), "--json"),
-                           capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        tpuscope_cmd("show", only_run(store).name, "--store", str(store), "--json"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["findings"] == []
     assert json.loads(shown.stdout)["summary"]["status"] == "killed by SIGTERM"
 
 
-def test_sigkill_of_the_launcher_leaves_no_orphan_and_the_child_records_the_end(tmp_path: Path) -> None:
+def test_sigkill_of_the_launcher_leaves_no_orphan_and_the_child_records_the_end(
+    tmp_path: Path,
+) -> None:
     launcher, child, store = launch(tmp_path)
     wait_for(lambda: launcher.stdout.readline().startswith("step 5"), what="step 5")
     launcher.kill()
     launcher.wait(timeout=10)
     wait_for(lambda: not alive(child), what="the orphaned child to end")
-    meta = wait_for(lambda: (m := tpuscope.load_run(only_run(store)).meta).get("end_ns") and m,
-                    timeout=60, what="meta end")  # the child's exit path, slow on a loaded machine
+    meta = wait_for(
+        lambda: (m := tpuscope.load_run(only_run(store)).meta).get("end_ns") and m,
+        timeout=60,
+        what="meta end",
+    )  # the child's exit path, slow on a loaded machine
     assert meta["status"] == "killed by SIGTERM" and meta["launcher_lost"] is True
 
 
@@ -166,7 +207,9 @@ def test_a_run_whose_every_process_died_reads_as_ended_unknown(tmp_path: Path) -
     wait_for(lambda: not alive(child), what="the child to end")
     run_dir = only_run(store)
     assert tpuscope.load_run(run_dir).meta["status"].startswith("ended unknown (last write at 20")
-    listing = subprocess.run(tpuscope_cmd("ls", "--store", str(store), "--json"), capture_output=True, text=True)
+    listing = subprocess.run(
+        tpuscope_cmd("ls", "--store", str(store), "--json"), capture_output=True, text=True
+    )
     (listed,) = json.loads(listing.stdout)
     assert listed["status"].startswith("ended unknown")
 
@@ -179,8 +222,14 @@ def test_a_ctrl_c_inside_tpuscopes_hook_ends_the_traceback_at_the_caller() -> No
     from tpuscope.collect.session import _OWN_DIR, without_own_tail
 
     hook: dict[str, object] = {}  # a step hook of tpuscope's, where the signal lands
-    exec(compile("def on_step():\n    raise KeyboardInterrupt\n", _OWN_DIR + "collect/hook_for_test.py", "exec"),
-         hook)
+    exec(
+        compile(
+            "def on_step():\n    raise KeyboardInterrupt\n",
+            _OWN_DIR + "collect/hook_for_test.py",
+            "exec",
+        ),
+        hook,
+    )
     try:
         hook["on_step"]()  # type: ignore[operator]  # the program's call of the hook
     except KeyboardInterrupt as exc:

@@ -36,10 +36,19 @@ def test_sigterm_during_a_compile_ends_the_program_at_once_keeping_its_rows(tmp_
     store = tmp_path / "s"
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     launcher = subprocess.Popen(
-        tpuscope_cmd("run", "--store", str(store), "-q", "python", str(PROGRAM), str(tmp_path / "p.pid")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        tpuscope_cmd(
+            "run", "--store", str(store), "-q", "python", str(PROGRAM), str(tmp_path / "p.pid")
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     child = read_pid(tmp_path / "p.pid")
-    wait_for(lambda: launcher.stdout.readline().startswith("compiling"), timeout=120, what="the compile")
+    wait_for(
+        lambda: launcher.stdout.readline().startswith("compiling"), timeout=120, what="the compile"
+    )
     before = wait_for(lambda: flushed_rows(store), timeout=30, what="a flush")
     time.sleep(0.5)  # inside jit's compile now: C++, no Python runs until it returns
     sent = time.monotonic()
@@ -47,7 +56,9 @@ def test_sigterm_during_a_compile_ends_the_program_at_once_keeping_its_rows(tmp_
     out, err = launcher.communicate(timeout=60)
     took = time.monotonic() - sent
     assert "compiled" not in out, "the compile ended before the signal: the test proves nothing"
-    assert launcher.returncode == -signal.SIGTERM, err  # the bare program's status, as a shell sees it
+    assert launcher.returncode == -signal.SIGTERM, (
+        err
+    )  # the bare program's status, as a shell sees it
     assert took < BARE_DEATH_S, f"{took:.1f} s from SIGTERM to the end ({err})"
     assert not alive(child)
     assert flushed_rows(store) >= before  # every row flushed before the kill is kept

@@ -22,10 +22,17 @@ PROGRAM = ROOT / "tests" / "programs" / "idioms.py"
 ITERATIONS = 12
 # idiom -> the boundary that ends each of its iterations
 IDIOMS = {
-    "sync": "sync", "mark_step": "mark_step", "optimizer_step": "optimizer_step",
-    "loader_optimizer_step": "MpDeviceLoader", "compile_fn": "torch_xla.compile",
-    "compile_ctx": "torch_xla.compile", "loader": "mark_step", "loader_compile": "torch_xla.compile",
-    "step_trace": "StepTrace", "loader_step_trace": "StepTrace", "eager": "sync",
+    "sync": "sync",
+    "mark_step": "mark_step",
+    "optimizer_step": "optimizer_step",
+    "loader_optimizer_step": "MpDeviceLoader",
+    "compile_fn": "torch_xla.compile",
+    "compile_ctx": "torch_xla.compile",
+    "loader": "mark_step",
+    "loader_compile": "torch_xla.compile",
+    "step_trace": "StepTrace",
+    "loader_step_trace": "StepTrace",
+    "eager": "sync",
     "eager_mark_step": "mark_step",
     "loader_read": "mark_step",  # last: its last read is carried into what follows the loops
 }
@@ -37,22 +44,36 @@ def line_of(marker: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def idiom_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict, subprocess.CompletedProcess[str]]]:
+def idiom_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[Path, dict, subprocess.CompletedProcess[str]]]:
     """{"tail": ..., "generate": ...} -> (run folder, the program's own report, process)."""
     store = tmp_path_factory.mktemp("idioms")
     runs = {}
     for name, extra in (("tail", ["--tail"]), ("generate", ["--generate", "4"])):
         out = store / f"{name}.json"
         # the script alone (not "python script"): the child runs this interpreter, so this tpuscope
-        proc = run_tpuscope("run", "--store", str(store), "--name", name, "--quiet",
-                            str(PROGRAM), ",".join(IDIOMS), str(out), *extra)
+        proc = run_tpuscope(
+            "run",
+            "--store",
+            str(store),
+            "--name",
+            name,
+            "--quiet",
+            str(PROGRAM),
+            ",".join(IDIOMS),
+            str(out),
+            *extra,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         run_dir = next(p for p in store.iterdir() if p.is_dir() and p.name.startswith(f"{name}-"))
         runs[name] = (run_dir, json.loads(out.read_text()), proc)
     return runs
 
 
-def loop_steps(run: tuple[Path, dict, subprocess.CompletedProcess[str]], idiom: str) -> pd.DataFrame:
+def loop_steps(
+    run: tuple[Path, dict, subprocess.CompletedProcess[str]], idiom: str
+) -> pd.DataFrame:
     run_dir, report, _ = run
     steps = read_table(run_dir, "steps").to_pandas()
     window = report[idiom]
@@ -91,10 +112,14 @@ def test_eager_executions_per_step_equal_torch_xla_own_counters(idiom_runs) -> N
     for idiom in ("eager", "eager_mark_step"):
         run = idiom_runs["tail"]
         seen = run[1][idiom]["counters"]
-        launched = [sum(after[n] - before[n] for n in ("UncachedCompile", "CachedCompile"))
-                    for before, after in zip(seen, seen[1:], strict=False)]
-        executed = [after["ExecuteComputation"] - before["ExecuteComputation"]
-                    for before, after in zip(seen, seen[1:], strict=False)]
+        launched = [
+            sum(after[n] - before[n] for n in ("UncachedCompile", "CachedCompile"))
+            for before, after in zip(seen, seen[1:], strict=False)
+        ]
+        executed = [
+            after["ExecuteComputation"] - before["ExecuteComputation"]
+            for before, after in zip(seen, seen[1:], strict=False)
+        ]
         steps = list(loop_steps(run, idiom).executions)
         assert steps == launched == executed, (steps, launched, executed)
         assert min(steps) > 10  # op by op: every op is an execution
@@ -114,7 +139,9 @@ def test_work_after_the_last_sync_is_a_trailing_end_step(idiom_runs) -> None:
     assert "aten::nonzero" in set(fallbacks[fallbacks.step == last.step].op)
 
 
-def test_host_reads_inside_generate_are_at_the_users_line_with_the_library_frame(idiom_runs) -> None:
+def test_host_reads_inside_generate_are_at_the_users_line_with_the_library_frame(
+    idiom_runs,
+) -> None:
     run_dir = idiom_runs["generate"][0]
     where = f"{PROGRAM}:{line_of('# GENERATE-LINE')}"
     first = after_the_loops(idiom_runs["generate"])  # also holds the loops' last (carried) read
@@ -141,4 +168,6 @@ def test_every_generate_call_is_a_step_the_last_one_with_its_compiles_and_reads(
     assert last.compiles > 0 and last.fallback_ops > 0
     assert last.transfers_from_device > 0 and last.executions > 0
     compiles = read_table(run_dir, "compiles").to_pandas()
-    assert set(compiles[compiles.step == last.step].location) == {f"{PROGRAM}:{line_of('# GENERATE-LINE')}"}
+    assert set(compiles[compiles.step == last.step].location) == {
+        f"{PROGRAM}:{line_of('# GENERATE-LINE')}"
+    }

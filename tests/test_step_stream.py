@@ -76,7 +76,9 @@ def test_before_any_optimizer_step_a_librarys_boundary_ends_steps() -> None:
 
 
 def _steps(*rows: tuple[int, int, int]) -> pd.DataFrame:
-    return pd.DataFrame([{"host": "h", "pid": 1, "step": s, "executions": e, "compiles": c} for s, e, c in rows])
+    return pd.DataFrame(
+        [{"host": "h", "pid": 1, "step": s, "executions": e, "compiles": c} for s, e, c in rows]
+    )
 
 
 def test_one_step_whose_executables_all_ran_once_has_no_step_structure() -> None:
@@ -86,7 +88,9 @@ def test_one_step_whose_executables_all_ran_once_has_no_step_structure() -> None
 
 
 def test_an_executable_run_again_or_two_steps_are_step_structure() -> None:
-    assert has_step_structure(_steps((0, 45, 33)))  # generate(): decode graphs re-run from the cache
+    assert has_step_structure(
+        _steps((0, 45, 33))
+    )  # generate(): decode graphs re-run from the cache
     assert has_step_structure(_steps((0, 1, 1), (1, 1, 0)))
     two = pd.concat([_steps((0, 3, 3)), _steps((0, 4, 1)).assign(pid=2)])
     assert has_step_structure(two)  # any process with structure
@@ -113,8 +117,11 @@ def test_boundary_name_tells_a_passs_first_sync_from_the_next() -> None:
     """The `next` frame of torch_xla's PerDeviceLoader names the boundary, and its loader
     object tells a pass's first sync (a new loader per `iter()`) from the later ones."""
     namespace: dict[str, object] = {}
-    code = compile("class PerDeviceLoader:\n    def next(self):\n        return probe()\n",
-                   "/x/site-packages/torch_xla/distributed/parallel_loader.py", "exec")
+    code = compile(
+        "class PerDeviceLoader:\n    def next(self):\n        return probe()\n",
+        "/x/site-packages/torch_xla/distributed/parallel_loader.py",
+        "exec",
+    )
     exec(code, {"probe": lambda: boundary_name(depth=2)}, namespace)
     loader_class = namespace["PerDeviceLoader"]
     first, second = loader_class(), loader_class()  # type: ignore[operator]
@@ -124,7 +131,9 @@ def test_boundary_name_tells_a_passs_first_sync_from_the_next() -> None:
 
 
 def _kinds(*boundaries: str) -> pd.DataFrame:
-    return pd.DataFrame([{"host": "h", "pid": 1, "step": i, "boundary": b} for i, b in enumerate(boundaries)])
+    return pd.DataFrame(
+        [{"host": "h", "pid": 1, "step": i, "boundary": b} for i, b in enumerate(boundaries)]
+    )
 
 
 def test_a_setup_sync_before_a_loop_at_another_boundary_is_no_step() -> None:
@@ -145,7 +154,8 @@ def test_a_loop_of_one_boundary_kind_has_no_setup() -> None:
 
 
 def test_an_outermost_library_loop_call_is_one_boundary_and_uninstall_restores(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """collect/xla/library_loops: a module named in ENTRY_POINTS is patched when it is imported
     (the real import system, a module file on sys.path), each outermost call's return calls the
     collector once (a nested call, as a model's generate() calling super().generate(), does
@@ -154,7 +164,8 @@ def test_an_outermost_library_loop_call_is_one_boundary_and_uninstall_restores(
         "class Mixin:\n"
         "    def generate(self, n, fail=False):\n"
         "        if fail:\n            raise ValueError('no')\n"
-        "        return self.generate(n - 1) if n else 'done'\n")
+        "        return self.generate(n - 1) if n else 'done'\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(library_loops.ENTRY_POINTS, "fake_generation", ("Mixin", "generate"))
     returned: list[int] = []
@@ -171,12 +182,17 @@ def test_an_outermost_library_loop_call_is_one_boundary_and_uninstall_restores(
         loops.uninstall()
         sys.modules.pop("fake_generation", None)
     assert fake_generation.Mixin().generate(1) == "done" and returned == [1, 1]
-    assert loops._finder is None and not any(isinstance(f, library_loops._PostImport) for f in sys.meta_path)
+    assert loops._finder is None and not any(
+        isinstance(f, library_loops._PostImport) for f in sys.meta_path
+    )
 
 
 def test_a_module_imported_before_the_collector_is_patched_at_install(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "fake_generation_early.py").write_text("class Mixin:\n    def generate(self):\n        return 1\n")
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "fake_generation_early.py").write_text(
+        "class Mixin:\n    def generate(self):\n        return 1\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(library_loops.ENTRY_POINTS, "fake_generation_early", ("Mixin", "generate"))
     import fake_generation_early  # type: ignore[import-not-found]

@@ -52,8 +52,20 @@ def steps_folder(tmp_path: Path) -> Path:
     run_dir = RunStore(tmp_path).new_run("threads")
     writer = PartWriter(run_dir, tag="host-a-7", host="host-a")
     for flush in range(3):
-        writer.extend("steps", [{"host": "host-a", "pid": 7, "rank": 0, "step": flush * 200 + i,
-                                 "wall_ns": i, "boundary": "sync"} for i in range(200)])
+        writer.extend(
+            "steps",
+            [
+                {
+                    "host": "host-a",
+                    "pid": 7,
+                    "rank": 0,
+                    "step": flush * 200 + i,
+                    "wall_ns": i,
+                    "boundary": "sync",
+                }
+                for i in range(200)
+            ],
+        )
         writer.flush()
     return run_dir / "steps"
 
@@ -74,22 +86,28 @@ def folder(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Location]
 
 
 READERS: dict[str, Callable[[Location], int]] = {
-    "compact._read": lambda f: sum(_read(f / e.name, TABLES["steps"], []).num_rows for e in active_parts(f)),
-    "sql.read_part": lambda f: sum(read_part(f / e.name, TABLES["steps"]).num_rows for e in active_parts(f)),
+    "compact._read": lambda f: sum(
+        _read(f / e.name, TABLES["steps"], []).num_rows for e in active_parts(f)
+    ),
+    "sql.read_part": lambda f: sum(
+        read_part(f / e.name, TABLES["steps"]).num_rows for e in active_parts(f)
+    ),
     "read_parts": lambda f: read_parts(f, TABLES["steps"]).num_rows,
 }
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))
-def test_no_arrow_thread_reads_a_part_through_python(folder: Location, reader: str,
-                                                      file_reads: list[int]) -> None:
+def test_no_arrow_thread_reads_a_part_through_python(
+    folder: Location, reader: str, file_reads: list[int]
+) -> None:
     for _ in range(5):  # the old readers had Arrow's I/O threads read on every call
         assert READERS[reader](folder) == 600
     assert set(file_reads) <= {threading.get_ident()}, "pyarrow read a part through a Python file"
 
 
-def test_merging_a_hosts_parts_reads_them_on_its_own_thread(folder: Location,
-                                                            file_reads: list[int]) -> None:
+def test_merging_a_hosts_parts_reads_them_on_its_own_thread(
+    folder: Location, file_reads: list[int]
+) -> None:
     assert compact_table(folder, "host-a-7", host="host-a") == 3
     assert READERS["read_parts"](folder) == 600
     assert set(file_reads) <= {threading.get_ident()}

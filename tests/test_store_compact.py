@@ -123,7 +123,14 @@ def two_host_run(root: Path) -> Path:
         writer.extend(
             "steps",
             [
-                {"host": "host-b", "pid": 201, "rank": 9, "step": flush, "wall_ns": 5, "boundary": "sync"}
+                {
+                    "host": "host-b",
+                    "pid": 201,
+                    "rank": 9,
+                    "step": flush,
+                    "wall_ns": 5,
+                    "boundary": "sync",
+                }
             ],
         )
         writer.flush()

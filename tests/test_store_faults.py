@@ -20,15 +20,25 @@ from tpuscope.store import RunStore, read_table
 
 GRID = "metrics_reports/fastai_xla_extensions_XLA_run_debug_base_grid_sample_tpu_xrt.metrics_report.txt"
 CAIL = "metrics_reports/cail2020_htfltpu_bert_8core_xrt.metrics_report.txt"
-IMAGENET = "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt"
+IMAGENET = (
+    "pt_xla_debug/pytorch_xla_troubleshooting_2023-12_user_mark_step_imagenet.pt_xla_debug.txt"
+)
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real import (two metrics reports), made once; each test damages its own copy."""
     store = tmp_path_factory.mktemp("made")
-    proc = run_tpuscope("import", "--store", str(store), "--name", "imp", "-q",
-                        str(real_trace(GRID)), str(real_trace(CAIL)))
+    proc = run_tpuscope(
+        "import",
+        "--store",
+        str(store),
+        "--name",
+        "imp",
+        "-q",
+        str(real_trace(GRID)),
+        str(real_trace(CAIL)),
+    )
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = store.iterdir()
     return run_dir
@@ -44,7 +54,9 @@ def show_json(store: Path, run: str, *extra: str) -> tuple[dict, str]:
     return json.loads(proc.stdout), proc.stderr
 
 
-def test_a_truncated_part_is_skipped_by_name_and_the_rest_is_read(made: Path, tmp_path: Path) -> None:
+def test_a_truncated_part_is_skipped_by_name_and_the_rest_is_read(
+    made: Path, tmp_path: Path
+) -> None:
     run_dir = imported(made, tmp_path)
     parts = sorted((run_dir / "fallbacks").glob("part-*.parquet"))  # a table `show` reads
     assert len(parts) == 2
@@ -87,8 +99,10 @@ def test_a_run_from_a_newer_tpuscope_is_refused_clearly(made: Path, tmp_path: Pa
     (run_dir / "meta.json").write_text(json.dumps({**meta, "schema_version": 99}))
     proc = run_tpuscope("show", "--store", str(tmp_path), run_dir.name)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"tpuscope: run {run_dir.name} has schema version 99, newer than this "
-                                   f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
+    assert proc.stderr.strip() == (
+        f"tpuscope: run {run_dir.name} has schema version 99, newer than this "
+        f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it"
+    )
     listing = run_tpuscope("ls", "--store", str(tmp_path), "--json")
     assert json.loads(listing.stdout) == [] and "schema version 99" in listing.stderr
 
@@ -127,7 +141,9 @@ def test_a_number_beyond_int64_refuses_that_file_only(tmp_path: Path) -> None:
     huge = tmp_path / "huge.metrics.txt"
     huge.write_text(text.replace("Value: 10", "Value: 99999999999999999999", 1))
     assert "99999999999999999999" in huge.read_text()
-    proc = run_tpuscope("import", "--store", str(tmp_path / "s"), "-q", str(huge), str(real_trace(IMAGENET)))
+    proc = run_tpuscope(
+        "import", "--store", str(tmp_path / "s"), "-q", str(huge), str(real_trace(IMAGENET))
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"cannot import {huge}:" in proc.stderr and "out of range (beyond int64)" in proc.stderr
     (run_dir,) = (tmp_path / "s").iterdir()  # one run, from the good file
@@ -141,9 +157,14 @@ def test_text_logs_inside_an_imported_folder_are_read_or_named(tmp_path: Path) -
     shutil.copy(real_trace(GRID), logs / "metrics.txt")
     shutil.copy(real_trace(IMAGENET), logs / "debug.log")
     (logs / "README.txt").write_text("notes about this job\n")
-    proc = run_tpuscope("import", "--store", str(tmp_path / "s"), "-q", "--json", str(tmp_path / "logs"))
+    proc = run_tpuscope(
+        "import", "--store", str(tmp_path / "s"), "-q", "--json", str(tmp_path / "logs")
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "skipped 1 file(s) of no format tpuscope reads in the folder(s) given: README.txt" in proc.stderr
+    assert (
+        "skipped 1 file(s) of no format tpuscope reads in the folder(s) given: README.txt"
+        in proc.stderr
+    )
     data = json.loads(proc.stdout)
     assert sorted(Path(i["path"]).name for i in data["imported"]) == ["debug.log", "metrics.txt"]
     run_dir = Path(data["run_dir"])

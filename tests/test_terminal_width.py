@@ -25,8 +25,15 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("widths")
     for sample, run_id in IDS.items():
         shutil.copytree(ROOT / "sample_traces" / sample, root / run_id)
-    proc = run_tpuscope("import", "--store", str(root), "--quiet", "--name", f"{LONG}-trace",
-                        str(real_trace("xplane/tpu_inference_2.xplane.pb")))
+    proc = run_tpuscope(
+        "import",
+        "--store",
+        str(root),
+        "--quiet",
+        "--name",
+        f"{LONG}-trace",
+        str(real_trace("xplane/tpu_inference_2.xplane.pb")),
+    )
     assert proc.returncode == 0, proc.stderr
     return root
 
@@ -37,8 +44,11 @@ def _trace_id(store: Path) -> str:
 
 def cli(store: Path, width: int, *args: str) -> str:
     """The command's stdout at `width` columns, as a pipe gets it."""
-    result = CliRunner().invoke(main, [args[0], "--store", str(store), *args[1:]],
-                                env={"COLUMNS": str(width), "NO_COLOR": "1"})
+    result = CliRunner().invoke(
+        main,
+        [args[0], "--store", str(store), *args[1:]],
+        env={"COLUMNS": str(width), "NO_COLOR": "1"},
+    )
     assert result.exit_code == 0, result.output
     return result.stdout
 
@@ -63,7 +73,9 @@ def test_ls_keeps_every_run_id_whole(store: Path, width: int) -> None:
 
 @pytest.mark.parametrize("width", [80, 40, 200])
 @pytest.mark.parametrize("run_id", IDS.values())
-def test_show_keeps_the_run_id_and_every_location_whole(store: Path, run_id: str, width: int) -> None:
+def test_show_keeps_the_run_id_and_every_location_whole(
+    store: Path, run_id: str, width: int
+) -> None:
     out = cli(store, width, "show", run_id)
     assert run_id in out
     for location in _locations(store, run_id):
@@ -84,7 +96,9 @@ def test_diff_keeps_both_run_ids_and_the_findings_locations_whole(store: Path) -
 def test_trace_keeps_the_run_and_the_ops_names_whole(store: Path, tmp_path: Path) -> None:
     trace_id = _trace_id(store)
     out = cli(store, 80, "trace", trace_id, "-o", str(tmp_path / "t.json.gz"))
-    view = json.loads(cli(store, 80, "trace", trace_id, "--json", "-o", str(tmp_path / "t.json.gz")))
+    view = json.loads(
+        cli(store, 80, "trace", trace_id, "--json", "-o", str(tmp_path / "t.json.gz"))
+    )
     for op in view["cost_model"]["ops"][:8]:
         assert op["module"] in out and op["op"] in out
     for device in view["devices"]:
@@ -94,9 +108,23 @@ def test_trace_keeps_the_run_and_the_ops_names_whole(store: Path, tmp_path: Path
 
 def test_query_keeps_text_cells_whole(store: Path) -> None:
     trace_id = _trace_id(store)
-    out = cli(store, 80, "query", trace_id, "SELECT hlo_op, expression, self_time_us FROM xprof_ops LIMIT 3")
-    rows = json.loads(cli(store, 80, "query", trace_id,
-                          "SELECT hlo_op, expression FROM xprof_ops LIMIT 3", "--json"))
+    out = cli(
+        store,
+        80,
+        "query",
+        trace_id,
+        "SELECT hlo_op, expression, self_time_us FROM xprof_ops LIMIT 3",
+    )
+    rows = json.loads(
+        cli(
+            store,
+            80,
+            "query",
+            trace_id,
+            "SELECT hlo_op, expression FROM xprof_ops LIMIT 3",
+            "--json",
+        )
+    )
     for row in rows:
         assert row["hlo_op"] in out and row["expression"] in out
     assert "…" not in out

@@ -19,7 +19,9 @@ HD64_TPUSCOPE = ("--deep", "--trace-steps", "2:4")
 
 @pytest.fixture(scope="module")
 def traced(example_run) -> Path:
-    run_dir, proc = example_run("transformer_head_dim64.py", *HD64_ARGS, tpuscope_args=HD64_TPUSCOPE)
+    run_dir, proc = example_run(
+        "transformer_head_dim64.py", *HD64_ARGS, tpuscope_args=HD64_TPUSCOPE
+    )
     assert proc.returncode == 0, proc.stderr
     return run_dir
 
@@ -41,10 +43,17 @@ def test_trace_covers_exactly_the_window_on_the_runs_clock(traced: Path) -> None
     # epoch ns: each event sits inside its step's wall-clock window; the last traced step also
     # owns the tail after its sync, where the device finishes its graph before the trace stops
     step2, step3 = events[events["step"] == 2], events[events["step"] == 3]
-    assert steps.loc[2, "start_ns"] <= step2["start_ns"].min() <= step2["start_ns"].max() < steps.loc[2, "end_ns"]
+    assert (
+        steps.loc[2, "start_ns"]
+        <= step2["start_ns"].min()
+        <= step2["start_ns"].max()
+        < steps.loc[2, "end_ns"]
+    )
     assert step3["start_ns"].min() >= steps.loc[3, "start_ns"]
     ran = set(events["hlo_module"].dropna())
-    assert ran and ran <= set(run.hlo_modules["module"])  # the graphs the trace ran are the dumped ones
+    assert ran and ran <= set(
+        run.hlo_modules["module"]
+    )  # the graphs the trace ran are the dumped ones
 
 
 def test_device_busy_and_idle_per_step(traced: Path) -> None:
@@ -55,13 +64,20 @@ def test_device_busy_and_idle_per_step(traced: Path) -> None:
     steps = run.steps.set_index("step")
     # windows: the steps clipped to the traced time (the profiler starts just after step 2 opens;
     # step 3's window runs on to the trace's end, while the device finishes step 3's graph)
-    assert steps.loc[2, "start_ns"] <= device.loc[2, "start_ns"] < device.loc[2, "end_ns"] == steps.loc[2, "end_ns"]
+    assert (
+        steps.loc[2, "start_ns"]
+        <= device.loc[2, "start_ns"]
+        < device.loc[2, "end_ns"]
+        == steps.loc[2, "end_ns"]
+    )
     assert device.loc[3, "start_ns"] == steps.loc[3, "start_ns"] < device.loc[3, "end_ns"]
     for step in (2, 3):
         window = device.loc[step]
         assert window["busy_ns"] + window["idle_ns"] == window["end_ns"] - window["start_ns"]
         assert window["idle_ns"] >= 0
-    assert device.loc[3, "busy_ns"] > 0 and device.loc[3, "ops"] > 0  # step 2's graph runs as step 3 opens
+    assert (
+        device.loc[3, "busy_ns"] > 0 and device.loc[3, "ops"] > 0
+    )  # step 2's graph runs as step 3 opens
 
 
 def test_trace_command_prints_how_to_open_and_writes_perfetto(traced: Path) -> None:
@@ -80,8 +96,18 @@ def test_trace_command_prints_how_to_open_and_writes_perfetto(traced: Path) -> N
 
 def test_program_ending_inside_the_window_still_gets_its_trace(tmp_path: Path) -> None:
     program = ROOT / "tests" / "programs" / "steps.py"
-    proc = run_tpuscope("run", "--store", str(tmp_path / "store"), "--quiet", "--trace-steps", "3:100",
-                        "python", str(program), "5", str(tmp_path / "out.json"))
+    proc = run_tpuscope(
+        "run",
+        "--store",
+        str(tmp_path / "store"),
+        "--quiet",
+        "--trace-steps",
+        "3:100",
+        "python",
+        str(program),
+        "5",
+        str(tmp_path / "out.json"),
+    )
     assert proc.returncode == 0, proc.stderr
     run = Run(next((tmp_path / "store").iterdir()))
     assert set(run.trace_events["step"].dropna().astype(int)) == {3, 4}

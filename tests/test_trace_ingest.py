@@ -31,7 +31,9 @@ BUSY_COLUMNS = ["device", "step", "start_ns", "end_ns", "busy_ns", "idle_ns", "o
 T0 = 1_700_000_000_000_000_000
 
 
-def reference(path: Path, steps: pd.DataFrame | None) -> tuple[pa.Table, int, np.ndarray, pd.DataFrame]:
+def reference(
+    path: Path, steps: pd.DataFrame | None
+) -> tuple[pa.Table, int, np.ndarray, pd.DataFrame]:
     """(reader table, clock offset, step per event, device_steps rows), from one pandas frame."""
     table = read_xspace(path)
     offset = trace_ingest.clock_offset(table, space_info(table))
@@ -40,7 +42,12 @@ def reference(path: Path, steps: pd.DataFrame | None) -> tuple[pa.Table, int, np
     ops = device_ops(frame)
     span = (int(frame["start_ns"].min()), int((frame["start_ns"] + frame["dur_ns"]).max()))
     windows = step_windows(frame, ops, steps, span)
-    return table, offset, assign_steps(frame["start_ns"].to_numpy(), windows), busy_per_window(ops, windows)
+    return (
+        table,
+        offset,
+        assign_steps(frame["start_ns"].to_numpy(), windows),
+        busy_per_window(ops, windows),
+    )
 
 
 def plain_list(column: pa.ChunkedArray) -> list:
@@ -49,7 +56,9 @@ def plain_list(column: pa.ChunkedArray) -> list:
     return column.to_pylist()
 
 
-def assert_stored_as_reference(run_dir: Path, path: Path, steps: pd.DataFrame | None, host: str, pid: int) -> None:
+def assert_stored_as_reference(
+    run_dir: Path, path: Path, steps: pd.DataFrame | None, host: str, pid: int
+) -> None:
     table, offset, step, busy = reference(path, steps)
     stored = read_table(run_dir, "trace_events")
     assert stored.num_rows == table.num_rows
@@ -61,34 +70,57 @@ def assert_stored_as_reference(run_dir: Path, path: Path, steps: pd.DataFrame | 
     assert set(stored["host"].to_pylist()) == {host} and set(stored["pid"].to_pylist()) == {pid}
     assert set(stored["rank"].to_pylist()) == {0}
     device_steps = read_table(run_dir, "device_steps").to_pandas()
-    assert device_steps[BUSY_COLUMNS].astype(object).values.tolist() == busy[BUSY_COLUMNS].astype(object).values.tolist()
+    assert (
+        device_steps[BUSY_COLUMNS].astype(object).values.tolist()
+        == busy[BUSY_COLUMNS].astype(object).values.tolist()
+    )
     assert set(device_steps["host"]) == {host} and set(device_steps["pid"]) == {pid}
 
 
-def load_and_write(path: Path, run_dir: Path, steps: pd.DataFrame | None = None) -> trace_ingest.TraceSet:
+def load_and_write(
+    path: Path, run_dir: Path, steps: pd.DataFrame | None = None
+) -> trace_ingest.TraceSet:
     traces = trace_ingest.load_traces([path], steps=steps, xprof=False, first_pid=3)
     trace_ingest.write(run_dir, traces, "t")
     return traces
 
 
-def test_tpu_trace_stored_as_the_whole_table_computes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tpu_trace_stored_as_the_whole_table_computes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = real_trace(TPU)
-    monkeypatch.setattr(trace_chunks, "SLICE_ROWS", 1000)  # 27 slices across the reader's 135 batches
+    monkeypatch.setattr(
+        trace_chunks, "SLICE_ROWS", 1000
+    )  # 27 slices across the reader's 135 batches
     traces = load_and_write(path, tmp_path / "run")
     assert traces.rows("trace_events") == 26_723
     assert_stored_as_reference(tmp_path / "run", path, None, "tpu_inference_2", 3)
     counts = pa.compute.value_counts(read_xspace(path)["hlo_module"].combine_chunks()).to_pylist()
-    assert list(traces.meta["trace_modules"].items()) == [(c["values"], c["counts"]) for c in counts if c["values"]]
+    assert list(traces.meta["trace_modules"].items()) == [
+        (c["values"], c["counts"]) for c in counts if c["values"]
+    ]
 
 
 def test_tpu_trace_with_run_steps(tmp_path: Path) -> None:
     path = real_trace(TPU)
     table = read_xspace(path)
     offset = trace_ingest.clock_offset(table, space_info(table))
-    lo, hi = offset + pa.compute.min(table["start_ns"]).as_py(), offset + pa.compute.max(table["start_ns"]).as_py()
-    edges = np.linspace(lo + 1000, hi - 1000, 6).astype(np.int64)  # events before and after: no step
-    steps = pd.DataFrame({"host": "elsewhere", "pid": 1, "step": np.arange(5),
-                          "start_ns": edges[:-1], "end_ns": edges[1:]})
+    lo, hi = (
+        offset + pa.compute.min(table["start_ns"]).as_py(),
+        offset + pa.compute.max(table["start_ns"]).as_py(),
+    )
+    edges = np.linspace(lo + 1000, hi - 1000, 6).astype(
+        np.int64
+    )  # events before and after: no step
+    steps = pd.DataFrame(
+        {
+            "host": "elsewhere",
+            "pid": 1,
+            "step": np.arange(5),
+            "start_ns": edges[:-1],
+            "end_ns": edges[1:],
+        }
+    )
     load_and_write(path, tmp_path / "run", steps)
     assert_stored_as_reference(tmp_path / "run", path, steps, "tpu_inference_2", 3)
     stored = read_table(tmp_path / "run", "trace_events")
@@ -108,12 +140,16 @@ def cpu_space(events_per_thread: int) -> bytes:
     host.event_metadata[2].name = b"train"
     python = host.lines.add(id=1, name=b"python", timestamp_ns=0)
     for step in range(4):
-        event = python.events.add(metadata_id=2, offset_ps=(1 + 10 * step) * 10**9, duration_ps=9 * 10**9)
+        event = python.events.add(
+            metadata_id=2, offset_ps=(1 + 10 * step) * 10**9, duration_ps=9 * 10**9
+        )
         event.stats.add(metadata_id=2, int64_value=step)
     for thread in (2, 3):
         line = host.lines.add(id=thread, name=f"worker/{thread}".encode(), timestamp_ns=thread)
         for i in range(events_per_thread):
-            event = line.events.add(metadata_id=1, offset_ps=i * 45 * 10**9 // events_per_thread, duration_ps=10**6)
+            event = line.events.add(
+                metadata_id=1, offset_ps=i * 45 * 10**9 // events_per_thread, duration_ps=10**6
+            )
             if i % 3:
                 event.stats.add(metadata_id=1, str_value=f"fusion.{i % 7}".encode())
                 event.stats.add(metadata_id=3, str_value=b"SyncTensorsGraph.9")
@@ -133,8 +169,20 @@ def test_cpu_trace_with_step_markers(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_real_torch_xla_run_stored_as_the_whole_table_computes(example_run) -> None:
-    run_dir, proc = example_run("transformer_head_dim64.py", "--steps", "5", "--seq", "128", "--d-model", "128",
-                                "--batch", "2", "--vocab", "128", tpuscope_args=("--deep", "--trace-steps", "2:4"))
+    run_dir, proc = example_run(
+        "transformer_head_dim64.py",
+        "--steps",
+        "5",
+        "--seq",
+        "128",
+        "--d-model",
+        "128",
+        "--batch",
+        "2",
+        "--vocab",
+        "128",
+        tpuscope_args=("--deep", "--trace-steps", "2:4"),
+    )
     assert proc.returncode == 0, proc.stderr
     (path,) = trace_ingest.xplane_files(run_dir / "trace")
     host = trace_ingest.host_of(path, space_info(read_xspace(path)))
@@ -144,11 +192,22 @@ def test_real_torch_xla_run_stored_as_the_whole_table_computes(example_run) -> N
 
 def test_row_groups_and_start_ns_encoding(tmp_path: Path) -> None:
     n = 150_000
-    table = pa.table({"start_ns": np.arange(n, dtype=np.int64) * 7 + T0, "dur_ns": np.arange(n) % 5,
-                      "plane": pa.DictionaryArray.from_arrays(pa.array(np.arange(n) % 2, pa.int8()), ["a", "b"])})
+    table = pa.table(
+        {
+            "start_ns": np.arange(n, dtype=np.int64) * 7 + T0,
+            "dur_ns": np.arange(n) % 5,
+            "plane": pa.DictionaryArray.from_arrays(
+                pa.array(np.arange(n) % 2, pa.int8()), ["a", "b"]
+            ),
+        }
+    )
     write_row_groups_atomic(tmp_path / "t" / "part.parquet", table)
     written = pq.ParquetFile(tmp_path / "t" / "part.parquet")
-    assert [written.metadata.row_group(i).num_rows for i in range(written.num_row_groups)] == [65536, 65536, 18928]
+    assert [written.metadata.row_group(i).num_rows for i in range(written.num_row_groups)] == [
+        65536,
+        65536,
+        18928,
+    ]
     assert "DELTA_BINARY_PACKED" in written.metadata.row_group(0).column(0).encodings
     assert written.read().equals(table) and written.schema_arrow == table.schema
     assert not list((tmp_path / "t").glob(".*"))  # no temporary file left

@@ -21,31 +21,49 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> tuple[StoreData, str, pd.
     return StoreData(store), run_dir.name, pd.read_parquet(Path(run_dir) / "trace_events")
 
 
-def test_busy_ops_and_summary_account_for_every_event(synth: tuple[StoreData, str, pd.DataFrame]) -> None:
+def test_busy_ops_and_summary_account_for_every_event(
+    synth: tuple[StoreData, str, pd.DataFrame],
+) -> None:
     data, run_id, events = synth
     t0, t1 = int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max())
     plane = trace._plane(False)
-    busy, ops, (head,) = (*trace._query(data, run_id, [trace._activity_sql(plane, t0, t1), trace._ops_sql(plane)]),
-                          trace._query(data, run_id, [trace._summary_sql()]))
+    busy, ops, (head,) = (
+        *trace._query(data, run_id, [trace._activity_sql(plane, t0, t1), trace._ops_sql(plane)]),
+        trace._query(data, run_id, [trace._summary_sql()]),
+    )
     assert busy["busy"].sum() == pytest.approx(events["dur_ns"].sum(), rel=1e-9)
     assert set(busy["b"]) <= set(range(trace.BINS))
     assert ops["count"].sum() == len(events) and ops["total"].sum() == events["dur_ns"].sum()
-    assert (int(head["events"].iloc[0]), int(head["t0"].iloc[0]), int(head["t1"].iloc[0])) == (len(events), t0, t1)
+    assert (int(head["events"].iloc[0]), int(head["t0"].iloc[0]), int(head["t1"].iloc[0])) == (
+        len(events),
+        t0,
+        t1,
+    )
     view = trace.overview(data, run_id)
-    assert view["events"] == len(events) and view["lines"] == len(events[["plane", "line"]].drop_duplicates())
+    assert view["events"] == len(events) and view["lines"] == len(
+        events[["plane", "line"]].drop_duplicates()
+    )
 
 
 def test_the_timeline_keeps_one_event_per_line_and_pixel_and_a_zoom_reads_its_window(
-        synth: tuple[StoreData, str, pd.DataFrame]) -> None:
+    synth: tuple[StoreData, str, pd.DataFrame],
+) -> None:
     data, run_id, events = synth
     t0, t1 = int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max())
-    (shown,) = trace._query(data, run_id, [trace._timeline_sql(trace._plane(False), t0, t1, 1000, pixels=300)])
+    (shown,) = trace._query(
+        data, run_id, [trace._timeline_sql(trace._plane(False), t0, t1, 1000, pixels=300)]
+    )
     px = (t1 - t0) / 300
-    every = events.assign(b=((events["start_ns"] - t0) // px).astype(int), plane=events["plane"].astype(str),
-                          line=events["line"].astype(str))
+    every = events.assign(
+        b=((events["start_ns"] - t0) // px).astype(int),
+        plane=events["plane"].astype(str),
+        line=events["line"].astype(str),
+    )
     longest = every.groupby(["plane", "line", "b"])["dur_ns"].max()
     assert len(shown) == min(1000, len(longest)) and int(shown["in_view"].iloc[0]) == len(events)
-    picked = shown.assign(b=((shown["start_ns"] - t0) // px).astype(int)).set_index(["plane", "line", "b"])["dur_ns"]
+    picked = shown.assign(b=((shown["start_ns"] - t0) // px).astype(int)).set_index(
+        ["plane", "line", "b"]
+    )["dur_ns"]
     assert picked.index.is_unique and (picked == longest.loc[picked.index]).all()
     lo, hi = t0 + 5_000_000, t0 + 6_000_000
     in_view = events[(events["start_ns"] <= hi) & (events["start_ns"] + events["dur_ns"] >= lo)]

@@ -19,8 +19,13 @@ from tests.conftest import ROOT
 
 def test_mypy_is_clean_on_the_store_the_analysis_and_the_rules() -> None:
     cache = Path(tempfile.gettempdir()) / "tpuscope-mypy-cache"
-    proc = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(cache)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found" in proc.stdout
 
@@ -42,7 +47,9 @@ def test_every_stored_summary_reads_back_as_written() -> None:
 def test_a_summary_made_now_writes_its_keys_in_the_contract_order() -> None:
     from tpuscope.analyze.contract import FallbackOp, HostSummary, PodSummary, RunSummary
 
-    summary = RunSummary(run_id="r", steps=3, fallback_ops=[FallbackOp(op="aten::nonzero", count=4)])
+    summary = RunSummary(
+        run_id="r", steps=3, fallback_ops=[FallbackOp(op="aten::nonzero", count=4)]
+    )
     written = summary.to_dict()
     assert list(written) == [k for k in RunSummary.declared() if k in written]
     assert "hosts" not in written and "host_steps" not in written and "analysed_now" not in written

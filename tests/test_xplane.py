@@ -34,8 +34,14 @@ MI300 = "xplane/tracelens_mi300_jax/jax08_gemm__tw003.xplane.pb"
 
 def plain(table: pa.Table) -> pa.Table:
     """Dictionary columns decoded, so tables from both engines compare value by value."""
-    return pa.table({c: table[c].cast(table[c].type.value_type) if pa.types.is_dictionary(table[c].type)
-                     else table[c] for c in table.column_names})
+    return pa.table(
+        {
+            c: table[c].cast(table[c].type.value_type)
+            if pa.types.is_dictionary(table[c].type)
+            else table[c]
+            for c in table.column_names
+        }
+    )
 
 
 def test_tpu_trace_columns_and_stats() -> None:
@@ -43,8 +49,12 @@ def test_tpu_trace_columns_and_stats() -> None:
     assert table.num_rows == 26_723
     rows = table.filter(pa.compute.equal(table["line"].cast(pa.string()), "XLA Ops")).to_pylist()
     broadcast = next(r for r in rows if r["hlo_op"] == "broadcast.2")
-    assert broadcast["name"].startswith("%broadcast.2 = f32[5,1024,1024,256]")  # full HLO text as the name
-    assert broadcast["program_id"] == 11287434908481120160  # a uint64 above 2**63, from the metadata
+    assert broadcast["name"].startswith(
+        "%broadcast.2 = f32[5,1024,1024,256]"
+    )  # full HLO text as the name
+    assert (
+        broadcast["program_id"] == 11287434908481120160
+    )  # a uint64 above 2**63, from the metadata
     assert broadcast["hlo_module"] == "jit_broadcast_in_dim"  # from program_id via /host:metadata
     assert broadcast["bytes_accessed"] == 5_368_709_120 and broadcast["hlo_category"] == "broadcast"
     info = space_info(table)
@@ -58,10 +68,21 @@ def test_matches_jax_profiledata_event_by_event() -> None:
 
     path = real_trace(TPU)
     table = read_xspace(path)
-    ours = list(zip(table["plane"].to_pylist(), table["line"].to_pylist(), table["name"].to_pylist(),
-                    table["start_ns"].to_pylist(), strict=True))
-    theirs = [(p.name, ln.name, e.name, int(np.floor(e.start_ns)))
-              for p in ProfileData.from_file(str(path)).planes for ln in p.lines for e in ln.events]
+    ours = list(
+        zip(
+            table["plane"].to_pylist(),
+            table["line"].to_pylist(),
+            table["name"].to_pylist(),
+            table["start_ns"].to_pylist(),
+            strict=True,
+        )
+    )
+    theirs = [
+        (p.name, ln.name, e.name, int(np.floor(e.start_ns)))
+        for p in ProfileData.from_file(str(path)).planes
+        for ln in p.lines
+        for e in ln.events
+    ]
     assert ours == theirs
 
 
@@ -74,8 +95,16 @@ def test_wire_and_upb_engines_agree(relative: str) -> None:
 def make_space(n_events: int) -> bytes:
     space = XSpace()
     plane = space.planes.add(id=1, name=b"/device:TPU:0")
-    for sid, name in [(1, "program_id"), (2, "flops"), (3, "bytes_accessed"), (4, "hlo_op"), (5, "hlo_module"),
-                      (7, "junk"), (8, "hlo_category"), (9, "graph_hash")]:
+    for sid, name in [
+        (1, "program_id"),
+        (2, "flops"),
+        (3, "bytes_accessed"),
+        (4, "hlo_op"),
+        (5, "hlo_module"),
+        (7, "junk"),
+        (8, "hlo_category"),
+        (9, "graph_hash"),
+    ]:
         plane.stat_metadata[sid].id = sid
         plane.stat_metadata[sid].name = name.encode()
     meta = plane.event_metadata[10]
@@ -92,12 +121,16 @@ def make_space(n_events: int) -> bytes:
         if i % 3 == 0:
             event.stats.add(metadata_id=7, str_value=b"x" * (i % 200))  # unwanted, variable length
         if i % 5 == 0:
-            event.stats.add(metadata_id=2, int64_value=i)  # the event's own stat wins over its metadata's
+            event.stats.add(
+                metadata_id=2, int64_value=i
+            )  # the event's own stat wins over its metadata's
         if i % 7 == 0:
             event.stats.add(metadata_id=9, uint64_value=i * 11)
     modules = plane.lines.add(id=2, name=b"XLA Modules", timestamp_ns=5)
     modules.events.add(metadata_id=11, offset_ps=0, duration_ps=10_000_000)
-    modules.events.add(metadata_id=999, offset_ps=-1500, duration_ps=1)  # unknown metadata, negative offset
+    modules.events.add(
+        metadata_id=999, offset_ps=-1500, duration_ps=1
+    )  # unknown metadata, negative offset
     modules.events.add(metadata_id=11, num_occurrences=3, duration_ps=7)  # aggregated: no offset
     host = space.planes.add(id=2, name=b"/host:CPU")
     for sid, name in [(1, b"hlo_op"), (2, b"hlo_module"), (3, b"program_id"), (4, b"copy.1")]:
@@ -113,8 +146,9 @@ def make_space(n_events: int) -> bytes:
 
 
 @pytest.mark.parametrize("n_events, numpy_path", [(10, False), (6_000, True)])
-def test_edge_cases_both_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_events: int,
-                                 numpy_path: bool) -> None:
+def test_edge_cases_both_engines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_events: int, numpy_path: bool
+) -> None:
     if numpy_path:  # every line through the numpy decoder, framing across many small windows
         monkeypatch.setattr(xplane, "SMALL_LINE_BYTES", 0)
         monkeypatch.setattr(xplane_wire, "EVENT_WINDOW", 4096)
@@ -126,13 +160,17 @@ def test_edge_cases_both_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ops = [r for r in rows if r["line"] == "XLA Ops"]
     assert len(ops) == n_events
     assert ops[0]["start_ns"] == 1_700_000_000_000_000_000 and ops[0]["dur_ns"] == 2
-    assert ops[1]["start_ns"] == 1_700_000_000_000_000_000 + 1001  # (1_000_500 + 999) // 1000, exact
+    assert (
+        ops[1]["start_ns"] == 1_700_000_000_000_000_000 + 1001
+    )  # (1_000_500 + 999) // 1000, exact
     assert ops[0]["program_id"] == (1 << 64) - 5 and ops[0]["hlo_module"] == "jit_f"
     assert ops[0]["hlo_op"] == "fusion.1" and ops[0]["hlo_category"] == "convolution"
     assert [ops[i]["flops"] for i in (0, 1, 5)] == [0, 1_500_000_000, 5]
     assert ops[7]["graph_hash"] == "77" and ops[1]["graph_hash"] is None
     modules = [r for r in rows if r["line"] == "XLA Modules"]
-    assert modules[1]["name"] == "" and modules[1]["start_ns"] == 5 - 1  # -1500 ps truncates toward zero
+    assert (
+        modules[1]["name"] == "" and modules[1]["start_ns"] == 5 - 1
+    )  # -1500 ps truncates toward zero
     assert modules[2]["start_ns"] == 5
     host = [r for r in rows if r["plane"] == "/host:CPU"]
     assert host[0]["hlo_op"] == "copy.1" and host[0]["program_id"] == (1 << 64) - 5
@@ -150,19 +188,42 @@ def _varint(x: int) -> bytes:
 
 
 def _field(number: int, wire_type: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | wire_type) + (_varint(len(payload)) + payload if wire_type == 2 else payload)
+    return _varint(number << 3 | wire_type) + (
+        _varint(len(payload)) + payload if wire_type == 2 else payload
+    )
 
 
 def test_non_canonical_field_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(xplane, "SMALL_LINE_BYTES", 0)
     stat = _field(4, 0, _varint(1234)) + _field(1, 0, _varint(2))  # value before metadata_id
-    event = _field(4, 2, stat) + _field(3, 0, _varint(7000)) + _field(2, 0, _varint(9000)) + _field(1, 0, _varint(1))
-    line = (_field(11, 2, b"disp") + _field(4, 2, event) * 3 + _field(2, 2, b"L") + _field(3, 0, _varint(100))
-            + _field(4, 2, event))
-    plane = (_field(3, 2, line) + _field(2, 2, b"P")
-             + _field(4, 2, _field(1, 0, _varint(1)) + _field(2, 2, _field(1, 0, _varint(1)) + _field(2, 2, b"ev")))
-             + _field(5, 2, _field(1, 0, _varint(2)) + _field(2, 2, _field(1, 0, _varint(2))
-                                                             + _field(2, 2, b"flops"))))
+    event = (
+        _field(4, 2, stat)
+        + _field(3, 0, _varint(7000))
+        + _field(2, 0, _varint(9000))
+        + _field(1, 0, _varint(1))
+    )
+    line = (
+        _field(11, 2, b"disp")
+        + _field(4, 2, event) * 3
+        + _field(2, 2, b"L")
+        + _field(3, 0, _varint(100))
+        + _field(4, 2, event)
+    )
+    plane = (
+        _field(3, 2, line)
+        + _field(2, 2, b"P")
+        + _field(
+            4,
+            2,
+            _field(1, 0, _varint(1)) + _field(2, 2, _field(1, 0, _varint(1)) + _field(2, 2, b"ev")),
+        )
+        + _field(
+            5,
+            2,
+            _field(1, 0, _varint(2))
+            + _field(2, 2, _field(1, 0, _varint(2)) + _field(2, 2, b"flops")),
+        )
+    )
     path = tmp_path / "order.xplane.pb"
     path.write_bytes(_field(1, 2, plane))
     table = read_xspace(path)
@@ -171,9 +232,15 @@ def test_non_canonical_field_order(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert table["name"].to_pylist() == ["ev"] * 4 and table["line"].to_pylist() == ["L"] * 4
 
 
-@pytest.mark.parametrize("data, words", [(b"", "empty"), (b"\x1f\x8b\x08\x00junk", "gzip"),
-                                         (b"\x0a\xff\xff\xff\xff\x0f", "not a valid XSpace"),
-                                         (b"hello world", "not a valid XSpace")])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"", "empty"),
+        (b"\x1f\x8b\x08\x00junk", "gzip"),
+        (b"\x0a\xff\xff\xff\xff\x0f", "not a valid XSpace"),
+        (b"hello world", "not a valid XSpace"),
+    ],
+)
 @pytest.mark.parametrize("engine", ["wire", "upb"])
 def test_bad_files_name_the_file(tmp_path: Path, data: bytes, words: str, engine: str) -> None:
     path = tmp_path / "bad.xplane.pb"
@@ -207,14 +274,19 @@ def test_tpu_device_time_matches_xprof_duty_cycle() -> None:
 
 def test_import_logdir_of_hosts_refuses_corrupt_one_and_goes_on(tmp_path: Path) -> None:
     logdir = tmp_path / "logs"
-    tpu, gpu = logdir / "plugins" / "profile" / "tpu_session", logdir / "plugins" / "profile" / "gpu_session"
+    tpu, gpu = (
+        logdir / "plugins" / "profile" / "tpu_session",
+        logdir / "plugins" / "profile" / "gpu_session",
+    )
     for session in (tpu, gpu):
         session.mkdir(parents=True)
     shutil.copy(real_trace(TPU), tpu / "host-a.xplane.pb")
     shutil.copy(real_trace(CORRUPT), tpu / "host-c.xplane.pb")
     shutil.copy(real_trace(MI300), gpu / "host-b.xplane.pb")
     store = tmp_path / "store"
-    proc = run_tpuscope("import", "--store", str(store), "--quiet", str(logdir), str(real_trace(GPU_TF)))
+    proc = run_tpuscope(
+        "import", "--store", str(store), "--quiet", str(logdir), str(real_trace(GPU_TF))
+    )
     assert proc.returncode == 2, proc.stderr
     assert "host-c.xplane.pb" in proc.stderr and "not a valid XSpace protobuf" in proc.stderr
     run_dir = next(store.iterdir())
@@ -226,9 +298,17 @@ def test_import_logdir_of_hosts_refuses_corrupt_one_and_goes_on(tmp_path: Path) 
     assert cost["target"] == "v6e" and cost["share_within_2x"] == pytest.approx(0.9954, abs=0.001)
     if xprof_tools.available():
         tpu_figures = next(f for f in view["xprof"] if f["host"] == "host-a")
-        assert tpu_figures["device_type"] == "TPU v6 Lite" and tpu_figures["mxu_utilization_percent"] == 0.0
-    assert len(list((run_dir / "trace" / "imported" / "plugins" / "profile").rglob("*.xplane.pb"))) == 3
-    written = write_chrome_trace(read_table(run_dir, "trace_events"), tmp_path / "run.trace.json.gz")
+        assert (
+            tpu_figures["device_type"] == "TPU v6 Lite"
+            and tpu_figures["mxu_utilization_percent"] == 0.0
+        )
+    assert (
+        len(list((run_dir / "trace" / "imported" / "plugins" / "profile").rglob("*.xplane.pb")))
+        == 3
+    )
+    written = write_chrome_trace(
+        read_table(run_dir, "trace_events"), tmp_path / "run.trace.json.gz"
+    )
     with gzip.open(tmp_path / "run.trace.json.gz", "rt") as handle:
         chrome = json.load(handle)
     assert sum(e["ph"] == "X" for e in chrome["traceEvents"]) == written == view["trace_events"]

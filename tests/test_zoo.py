@@ -29,8 +29,14 @@ from tpuscope.zoo.driver import plan
 
 pytestmark = pytest.mark.slow
 
-SUBSET = (("llama", "train"), ("gpt2", "generate"), ("mixtral", "train"), ("jetmoe", "train"), ("llama", "eager"),
-          ("bart", "train"))
+SUBSET = (
+    ("llama", "train"),
+    ("gpt2", "generate"),
+    ("mixtral", "train"),
+    ("jetmoe", "train"),
+    ("llama", "eager"),
+    ("bart", "train"),
+)
 
 
 def _sweep(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +44,9 @@ def _sweep(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, str], dict[str, Any]]]:
+def zoo(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[tuple[str, str], dict[str, Any]]]:
     """(store, {(type, scenario): record}) of the CI subset, swept once (one CLI call per scenario)."""
     store = tmp_path_factory.mktemp("zoo-store")
     for scenario in ("train", "generate", "eager"):
@@ -53,13 +61,17 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str,
 
 # the catalog and the configs (no device, no run) -------------------------------------------------
 
+
 def test_catalog_is_transformers_registry_causal_lm_first() -> None:
     entries = catalog.entries()
     causal = [e for e in entries if e.task == "causal-lm"]
     assert len(causal) == 196  # transformers 5.24.0's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     assert entries[: len(causal)] == causal
-    assert [e.model_type for e in catalog.select(causal, ["gpt*"], ["gpt_neo*"])][:3] == ["gpt-sw3", "gpt2",
-                                                                                        "gpt_bigcode"]
+    assert [e.model_type for e in catalog.select(causal, ["gpt*"], ["gpt_neo*"])][:3] == [
+        "gpt-sw3",
+        "gpt2",
+        "gpt_bigcode",
+    ]
 
 
 def test_shards_split_model_types_without_overlap() -> None:
@@ -71,8 +83,10 @@ def test_shards_split_model_types_without_overlap() -> None:
     assert all(s in ("train", "generate") for part in parts for _, s in part)
 
 
-@pytest.mark.parametrize("model_type", ["llama", "mistral", "mixtral", "gemma3_text", "qwen3_next", "gpt2",
-                                        "deepseek_v3", "falcon"])
+@pytest.mark.parametrize(
+    "model_type",
+    ["llama", "mistral", "mixtral", "gemma3_text", "qwen3_next", "gpt2", "deepseek_v3", "falcon"],
+)
 def test_tiny_configs_keep_the_architecture(model_type: str) -> None:
     from transformers import CONFIG_MAPPING
 
@@ -94,36 +108,68 @@ def test_tiny_configs_keep_the_architecture(model_type: str) -> None:
         assert experts == 4 and tiny.num_experts_per_tok <= 2
 
 
-@pytest.mark.parametrize(("model_type", "check"), [
-    # a derived attribute is derived again: MLA's head_dim is qk_rope_head_dim (rope and q agree)
-    ("deepseek_v3", lambda t, d: t.head_dim == t.qk_rope_head_dim == 8 and t.qk_head_dim == 16),
-    # a dim that is a fraction of the head dim keeps its fraction (codegen: 64 of 256 -> 4 of 16)
-    ("codegen", lambda t, d: t.rotary_dim * d.n_embd // d.n_head == d.rotary_dim * configs.HEAD_DIM),
-    # windows below the sequence (16 tokens): sliding attention is exercised
-    ("cohere2", lambda t, d: t.sliding_window == configs.WINDOW < 16 < d.sliding_window),
-    # a default with no attention layer gets one (its cache needs one), the rest stays Mamba
-    ("bamba", lambda t, d: t.attn_layer_indices == [t.num_hidden_layers - 1]),
-    # attention every 8th layer from the 4th -> period 2 over 4 layers: both kinds, each repeated
-    ("jamba", lambda t, d: sorted(set(t.layer_types)) == ["full_attention", "linear_attention"]),
-    # zamba ties its shared block from the first hybrid layer to the others: two hybrid layers kept
-    # and its attention_head_dim, left None in the default, is derived again (2 x hidden / heads)
-    ("zamba", lambda t, d: t.layers_block_type.count("hybrid") == 2
-     and t.attention_head_dim * t.num_attention_heads == t.attention_hidden_size == 2 * t.hidden_size),
-    # parts summing to the hidden size keep summing to it; factors of the positions multiply to them
-    ("reformer", lambda t, d: sum(t.axial_pos_embds_dim) == t.hidden_size
-     and t.axial_pos_shape[0] * t.axial_pos_shape[1] == t.max_position_embeddings),
-    ("xmod", lambda t, d: d.default_language is None and t.default_language == d.languages[0]),
-    # a cyclic pattern shorter than the layers: its distinct kinds, one layer each
-    ("recurrent_gemma", lambda t, d: t.block_types == ["recurrent", "attention"] and t.num_hidden_layers == 2),
-    # layer counts that partition the layers (8 + 20 + 8 = 36) stay a partition
-    ("dory", lambda t, d: t.n_input_layers + t.n_recurrent_layers + t.n_output_layers == t.num_hidden_layers),
-    # MoE routing left None in the default (topk(k=None)) gets the tiny top-k
-    ("deepseek_v2", lambda t, d: d.num_experts_per_tok is None and t.num_experts_per_tok == 2),
-    # expert groups never outnumber the experts (num_experts // n_group > 0)
-    ("bailing_hybrid", lambda t, d: t.num_local_experts // t.num_expert_group >= 1),
-    # an adapter width that mirrors a hidden size stays equal to it (validate_architecture)
-    ("dots3_note", lambda t, d: t.audio_config.adapter_input_size == t.audio_config.hidden_size),
-])
+@pytest.mark.parametrize(
+    ("model_type", "check"),
+    [
+        # a derived attribute is derived again: MLA's head_dim is qk_rope_head_dim (rope and q agree)
+        ("deepseek_v3", lambda t, d: t.head_dim == t.qk_rope_head_dim == 8 and t.qk_head_dim == 16),
+        # a dim that is a fraction of the head dim keeps its fraction (codegen: 64 of 256 -> 4 of 16)
+        (
+            "codegen",
+            lambda t, d: t.rotary_dim * d.n_embd // d.n_head == d.rotary_dim * configs.HEAD_DIM,
+        ),
+        # windows below the sequence (16 tokens): sliding attention is exercised
+        ("cohere2", lambda t, d: t.sliding_window == configs.WINDOW < 16 < d.sliding_window),
+        # a default with no attention layer gets one (its cache needs one), the rest stays Mamba
+        ("bamba", lambda t, d: t.attn_layer_indices == [t.num_hidden_layers - 1]),
+        # attention every 8th layer from the 4th -> period 2 over 4 layers: both kinds, each repeated
+        (
+            "jamba",
+            lambda t, d: sorted(set(t.layer_types)) == ["full_attention", "linear_attention"],
+        ),
+        # zamba ties its shared block from the first hybrid layer to the others: two hybrid layers kept
+        # and its attention_head_dim, left None in the default, is derived again (2 x hidden / heads)
+        (
+            "zamba",
+            lambda t, d: (
+                t.layers_block_type.count("hybrid") == 2
+                and t.attention_head_dim * t.num_attention_heads
+                == t.attention_hidden_size
+                == 2 * t.hidden_size
+            ),
+        ),
+        # parts summing to the hidden size keep summing to it; factors of the positions multiply to them
+        (
+            "reformer",
+            lambda t, d: (
+                sum(t.axial_pos_embds_dim) == t.hidden_size
+                and t.axial_pos_shape[0] * t.axial_pos_shape[1] == t.max_position_embeddings
+            ),
+        ),
+        ("xmod", lambda t, d: d.default_language is None and t.default_language == d.languages[0]),
+        # a cyclic pattern shorter than the layers: its distinct kinds, one layer each
+        (
+            "recurrent_gemma",
+            lambda t, d: t.block_types == ["recurrent", "attention"] and t.num_hidden_layers == 2,
+        ),
+        # layer counts that partition the layers (8 + 20 + 8 = 36) stay a partition
+        (
+            "dory",
+            lambda t, d: (
+                t.n_input_layers + t.n_recurrent_layers + t.n_output_layers == t.num_hidden_layers
+            ),
+        ),
+        # MoE routing left None in the default (topk(k=None)) gets the tiny top-k
+        ("deepseek_v2", lambda t, d: d.num_experts_per_tok is None and t.num_experts_per_tok == 2),
+        # expert groups never outnumber the experts (num_experts // n_group > 0)
+        ("bailing_hybrid", lambda t, d: t.num_local_experts // t.num_expert_group >= 1),
+        # an adapter width that mirrors a hidden size stays equal to it (validate_architecture)
+        (
+            "dots3_note",
+            lambda t, d: t.audio_config.adapter_input_size == t.audio_config.hidden_size,
+        ),
+    ],
+)
 def test_tiny_config_rules(model_type: str, check: Any) -> None:
     from transformers import CONFIG_MAPPING
 
@@ -132,7 +178,10 @@ def test_tiny_config_rules(model_type: str, check: Any) -> None:
 
 def test_a_class_of_one_part_of_a_composite_config_takes_that_part() -> None:
     composite = configs.tiny_config("musicgen", decoder=True)  # a text encoder and a decoder
-    assert type(configs.for_class(composite, "MusicgenForCausalLM")).__name__ == "MusicgenDecoderConfig"
+    assert (
+        type(configs.for_class(composite, "MusicgenForCausalLM")).__name__
+        == "MusicgenDecoderConfig"
+    )
 
 
 def test_the_tensorcore_truth_reads_widths_and_f32_dots() -> None:
@@ -140,12 +189,16 @@ def test_the_tensorcore_truth_reads_widths_and_f32_dots() -> None:
 
     config = widths.full_width_config("gpt2", "GPT2LMHeadModel")  # real widths, fewer layers
     assert (config.n_embd, config.n_head, config.vocab_size, config.n_layer) == (768, 12, 50257, 2)
-    assert widths.expected(config) == {t: ["head_dim"] for t in widths.EDGE}  # 64; 50257 pads only 0.09%
+    assert widths.expected(config) == {
+        t: ["head_dim"] for t in widths.EDGE
+    }  # 64; 50257 pads only 0.09%
     assert widths.padding(50257, 128) < widths.MIN_WASTE <= widths.padding(1000, 128)
-    hlo = ("  %a = f32[4,8]{1,0} parameter(0)\n  %b = f32[8,2]{1,0} parameter(1)\n"
-           "  %c = bf16[8,2]{1,0} parameter(2)\n  %d = bf16[4,8]{1,0} parameter(3)\n"
-           "  %dot.1 = f32[4,2]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
-           "  ROOT %dot.2 = f32[4,2]{1,0} dot(%d, %c), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n")
+    hlo = (
+        "  %a = f32[4,8]{1,0} parameter(0)\n  %b = f32[8,2]{1,0} parameter(1)\n"
+        "  %c = bf16[8,2]{1,0} parameter(2)\n  %d = bf16[4,8]{1,0} parameter(3)\n"
+        "  %dot.1 = f32[4,2]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  ROOT %dot.2 = f32[4,2]{1,0} dot(%d, %c), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+    )
     assert widths.f32_dots(hlo) == 1
     inline = "  %dot.3 = f32[4,2]{1,0} dot(f32[4,8]{1,0} %x, f32[8,2]{1,0} %y), lhs_contracting_dims={1}\n"
     assert widths.f32_dots(inline) == 1  # torch_xla's text prints operand types inline
@@ -161,19 +214,32 @@ def test_a_package_this_machine_lacks_is_its_own_status() -> None:
     from tpuscope.zoo.truthread import CellTruth
 
     message = "TimmWrapperModel requires the timm library but it was not found in your environment."
-    truth = CellTruth({"error": {"status": "broken-default", "type": "ImportError", "message": message,
-                                 "phase": "build"}})
+    truth = CellTruth(
+        {
+            "error": {
+                "status": "broken-default",
+                "type": "ImportError",
+                "message": message,
+                "phase": "build",
+            }
+        }
+    )
     assert cell._status(1, "", truth, 900)["status"] == "needs-package"  # gemma3n's vision tower
 
 
 # the CI subset: findings against the counters --------------------------------------------------
 
+
 def test_every_cell_that_ran_agrees_with_its_counters(zoo) -> None:
     _, records = zoo
     ran = [r for r in records.values() if r["status"] == "ok"]
-    assert {(r["model_type"], r["scenario"]) for r in ran} == {("llama", "train"), ("gpt2", "generate"),
-                                                                ("llama", "eager"), ("bart", "train"),
-                                                                ("mixtral", "train+batched_mm")}
+    assert {(r["model_type"], r["scenario"]) for r in ran} == {
+        ("llama", "train"),
+        ("gpt2", "generate"),
+        ("llama", "eager"),
+        ("bart", "train"),
+        ("mixtral", "train+batched_mm"),
+    }
     for r in ran:
         assert r["disagreements"] == [], (r["model_type"], r["scenario"], r["disagreements"])
 
@@ -204,57 +270,92 @@ def test_a_forward_that_reads_a_value_every_step_is_a_host_sync_at_the_forward_l
     record = zoo[1][("bart", "train")]
     assert record["truth"]["reads"] == [1, 1, 1, 1] and record["truth"]["uncached"][2:] == [0, 0]
     assert [f["rule"] for f in record["findings"]] == ["host_sync"]
-    assert record["findings"][0]["location"].endswith(f"zoo_train.py:{_line('zoo_train.py', 'forward')}")
+    assert record["findings"][0]["location"].endswith(
+        f"zoo_train.py:{_line('zoo_train.py', 'forward')}"
+    )
 
 
 def test_eager_mode_is_op_by_op_at_the_line_that_turns_it_on(zoo) -> None:
     record = zoo[1][("llama", "eager")]
     assert all(n > 20 for n in record["truth"]["executions"])  # one execution per op
     assert [f["rule"] for f in record["findings"]] == ["op_by_op"]
-    assert record["findings"][0]["location"].endswith(f"zoo_train.py:{_line('zoo_train.py', 'eager-on')}")
+    assert record["findings"][0]["location"].endswith(
+        f"zoo_train.py:{_line('zoo_train.py', 'eager-on')}"
+    )
 
 
 def test_an_op_raising_on_xla_is_a_recorded_error_with_transformers_line(zoo) -> None:
-    record = zoo[1][("mixtral", "train")]  # histc has no XLA lowering; the CPU's histc has no int kernel
+    record = zoo[1][
+        ("mixtral", "train")
+    ]  # histc has no XLA lowering; the CPU's histc has no int kernel
     assert record["status"] == "fallback-error" and record["phase"] == "step 0"
-    assert record["reason"].startswith("CPU fallback of aten::histc raised:") and "histogram_cpu" in record["reason"]
+    assert (
+        record["reason"].startswith("CPU fallback of aten::histc raised:")
+        and "histogram_cpu" in record["reason"]
+    )
     assert record["fallback_ops"] == ["aten::histc"]
     assert record["where"].startswith("transformers/integrations/moe.py:")
 
 
 def test_an_moe_whose_experts_kernel_fails_runs_again_with_the_documented_switch(zoo) -> None:
-    record = zoo[1][("mixtral", "train+batched_mm")]  # model.set_experts_implementation("batched_mm")
-    assert record["status"] == "ok" and record["experts"] == "batched_mm" and record["base_scenario"] == "train"
+    record = zoo[1][
+        ("mixtral", "train+batched_mm")
+    ]  # model.set_experts_implementation("batched_mm")
+    assert (
+        record["status"] == "ok"
+        and record["experts"] == "batched_mm"
+        and record["base_scenario"] == "train"
+    )
     assert record["truth"]["fallbacks"] == {} and record["truth"]["uncached"][2:] == [0, 0]
     assert record["findings"] == [] and record["run_id"].startswith("zoo-mixtral-train-batched_mm-")
-    assert cell.workaround(zoo[1][("mixtral", "train")]) == "batched_mm" and cell.workaround(record) is None
-    assert cell.workaround(zoo[1][("jetmoe", "train")]) is None  # a crash elsewhere is not the kernel's
+    assert (
+        cell.workaround(zoo[1][("mixtral", "train")]) == "batched_mm"
+        and cell.workaround(record) is None
+    )
+    assert (
+        cell.workaround(zoo[1][("jetmoe", "train")]) is None
+    )  # a crash elsewhere is not the kernel's
     rows = [table.row(r) for r in zoo[1].values()]
-    assert table.coverage(rows, ("train",)) == {"model_types": 5, "ran_all_default": 2,
-                                                "ran_all_with_workaround": 3}
+    assert table.coverage(rows, ("train",)) == {
+        "model_types": 5,
+        "ran_all_default": 2,
+        "ran_all_with_workaround": 3,
+    }
 
 
 def test_a_process_that_aborts_is_a_recorded_crash(zoo) -> None:
     record = zoo[1][("jetmoe", "train")]
-    assert record["status"] == "crash" and record["exit_code"] < 0 and "Check failed" in record["reason"]
+    assert (
+        record["status"] == "crash"
+        and record["exit_code"] < 0
+        and "Check failed" in record["reason"]
+    )
 
 
 def test_resume_skips_finished_cells(zoo) -> None:
     store, records = zoo
     runs_before = sorted(p.name for p in store.iterdir() if p.name.startswith("zoo-"))
-    proc = _sweep(store, "--task", "causal-lm", "--scenario", "train", "--only", "llama", "--only", "mixtral")
+    proc = _sweep(
+        store, "--task", "causal-lm", "--scenario", "train", "--only", "llama", "--only", "mixtral"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in store.iterdir() if p.name.startswith("zoo-")) == runs_before
     cells = json.loads(proc.stdout)["cells"]
     assert {(c["model_type"], c["scenario"], c["status"]) for c in cells} == {
-        ("llama", "train", "ok"), ("mixtral", "train", "fallback-error"), ("mixtral", "train+batched_mm", "ok")}
+        ("llama", "train", "ok"),
+        ("mixtral", "train", "fallback-error"),
+        ("mixtral", "train+batched_mm", "ok"),
+    }
 
 
 def test_a_hanging_cell_times_out_as_a_result(tmp_path: Path) -> None:
     entry = catalog.Entry("llama", "causal-lm", "LlamaForCausalLM")
     record = run_cell(entry, "train", tmp_path, timeout=2)
     assert record["status"] == "timeout" and "2 s" in record["reason"]
-    assert json.loads((tmp_path / "zoo" / "cells" / "llama.train.json").read_text())["status"] == "timeout"
+    assert (
+        json.loads((tmp_path / "zoo" / "cells" / "llama.train.json").read_text())["status"]
+        == "timeout"
+    )
 
 
 def test_the_table_outputs_and_duckdb(zoo) -> None:
@@ -264,11 +365,19 @@ def test_the_table_outputs_and_duckdb(zoo) -> None:
     folder = table.write_outputs(store)
     text = (folder / "table.md").read_text()
     assert "0 disagreements" in text and "| gpt2 | generate | ok |" in text
-    rows = duckdb.sql(f"SELECT model_type, status, agrees FROM '{folder / 'cells.parquet'}' "
-                      "ORDER BY model_type, scenario").fetchall()
-    assert rows == [("bart", "ok", True),
-        ("gpt2", "ok", True), ("jetmoe", "crash", None), ("llama", "ok", True), ("llama", "ok", True),
-        ("mixtral", "fallback-error", None), ("mixtral", "ok", True)]
+    rows = duckdb.sql(
+        f"SELECT model_type, status, agrees FROM '{folder / 'cells.parquet'}' "
+        "ORDER BY model_type, scenario"
+    ).fetchall()
+    assert rows == [
+        ("bart", "ok", True),
+        ("gpt2", "ok", True),
+        ("jetmoe", "crash", None),
+        ("llama", "ok", True),
+        ("llama", "ok", True),
+        ("mixtral", "fallback-error", None),
+        ("mixtral", "ok", True),
+    ]
     summary = table.summarize(list(records.values()))
     assert summary["judged"] == 5 and summary["disagreements"] == 0 and summary["cells"] == 7
 
@@ -287,6 +396,8 @@ def test_the_dashboard_zoo_page_lists_every_cell_linking_its_run(zoo) -> None:
     grid = next(c for c in page.children if getattr(c, "id", None) == "zoo-grid")
     rows = {r["link"]: r for r in grid.rowData}
     assert set(rows) == {f"{t}/{s}" for t, s in SUBSET} | {"mixtral/train+batched_mm"}
-    assert rows["llama/train"]["run_id"] == records[("llama", "train")]["run_id"]  # RunLink's target
+    assert (
+        rows["llama/train"]["run_id"] == records[("llama", "train")]["run_id"]
+    )  # RunLink's target
     assert rows["llama/train"]["agrees"] == "yes" and rows["jetmoe/train"]["status"] == "crash"
     assert "0 disagreements" in page.children[0].children[1].children

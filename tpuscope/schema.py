@@ -142,10 +142,17 @@ TABLES: dict[str, pa.Schema] = {
     "trace_events": pa.schema(
         PROCESS_FIELDS
         + [pa.field(c, _dict_str) for c in ("plane", "line", "name")]
-        + [pa.field("start_ns", pa.int64()), pa.field("dur_ns", pa.int64()), pa.field("step", pa.int64())]
+        + [
+            pa.field("start_ns", pa.int64()),
+            pa.field("dur_ns", pa.int64()),
+            pa.field("step", pa.int64()),
+        ]
         + [pa.field(c, _dict_str) for c in ("hlo_op", "hlo_module", "hlo_category")]
-        + [pa.field("program_id", pa.uint64()), pa.field("flops", pa.int64()),
-           pa.field("bytes_accessed", pa.int64())]
+        + [
+            pa.field("program_id", pa.uint64()),
+            pa.field("flops", pa.int64()),
+            pa.field("bytes_accessed", pa.int64()),
+        ]
         + [pa.field(c, _dict_str) for c in ("source", "tf_op", "graph_hash")]
     ),
     # Per device and step window: time the device ran XLA ops (union of op intervals)
@@ -153,26 +160,51 @@ TABLES: dict[str, pa.Schema] = {
     # trace), "whole trace" (step -1: no step boundaries known).
     "device_steps": pa.schema(
         PROCESS_FIELDS
-        + [pa.field("device", _dict_str), pa.field("step", pa.int64()), pa.field("start_ns", pa.int64()),
-           pa.field("end_ns", pa.int64()), pa.field("busy_ns", pa.int64()), pa.field("idle_ns", pa.int64()),
-           pa.field("ops", pa.int64()), pa.field("window", _dict_str)]
+        + [
+            pa.field("device", _dict_str),
+            pa.field("step", pa.int64()),
+            pa.field("start_ns", pa.int64()),
+            pa.field("end_ns", pa.int64()),
+            pa.field("busy_ns", pa.int64()),
+            pa.field("idle_ns", pa.int64()),
+            pa.field("ops", pa.int64()),
+            pa.field("window", _dict_str),
+        ]
     ),
     # One row per parsed HLO module (an XLA dump file, or a module seen in a trace).
     "hlo_modules": pa.schema(
         PROCESS_FIELDS
-        + [pa.field("module", _dict_str), pa.field("stage", _dict_str), pa.field("source", pa.string())]
-        + [pa.field(c, pa.int64()) for c in ("instructions", "computations", "dots", "convolutions")]
-        + [pa.field(c, pa.float64()) for c in ("matmul_flops", "param_bytes", "output_bytes", "top_level_bytes")]
+        + [
+            pa.field("module", _dict_str),
+            pa.field("stage", _dict_str),
+            pa.field("source", pa.string()),
+        ]
+        + [
+            pa.field(c, pa.int64())
+            for c in ("instructions", "computations", "dots", "convolutions")
+        ]
+        + [
+            pa.field(c, pa.float64())
+            for c in ("matmul_flops", "param_bytes", "output_bytes", "top_level_bytes")
+        ]
     ),
     # One row per HLO instruction; dots and convolutions carry their matmul view
     # (batch x [M,K] @ [K,N]) and flops = 2*batch*M*N*K.
     "hlo_ops": pa.schema(
         PROCESS_FIELDS
         + [pa.field(c, _dict_str) for c in ("module", "stage", "computation")]
-        + [pa.field("name", pa.string()), pa.field("opcode", _dict_str), pa.field("shape", pa.string()),
-           pa.field("dtype", _dict_str), pa.field("operands", pa.list_(pa.string())),
-           pa.field("fusion", pa.string()), pa.field("op_type", _dict_str), pa.field("op_name", pa.string()),
-           pa.field("source_file", _dict_str), pa.field("source_line", pa.int64())]
+        + [
+            pa.field("name", pa.string()),
+            pa.field("opcode", _dict_str),
+            pa.field("shape", pa.string()),
+            pa.field("dtype", _dict_str),
+            pa.field("operands", pa.list_(pa.string())),
+            pa.field("fusion", pa.string()),
+            pa.field("op_type", _dict_str),
+            pa.field("op_name", pa.string()),
+            pa.field("source_file", _dict_str),
+            pa.field("source_line", pa.int64()),
+        ]
         + [pa.field(c, pa.int64()) for c in ("batch", "m", "n", "k")]
         + [pa.field(c, _dict_str) for c in ("lhs_dtype", "rhs_dtype", "precision")]
         + [pa.field("flops", pa.float64())]
@@ -180,20 +212,41 @@ TABLES: dict[str, pa.Schema] = {
     # xprof's overview_page figures, one row each (value: the number, "86.5%" -> 86.5).
     "xprof_overview": pa.schema(
         PROCESS_FIELDS
-        + [pa.field("source", pa.string()), pa.field("name", _dict_str), pa.field("value", pa.float64()),
-           pa.field("text", pa.string())]
+        + [
+            pa.field("source", pa.string()),
+            pa.field("name", _dict_str),
+            pa.field("value", pa.float64()),
+            pa.field("text", pa.string()),
+        ]
     ),
     # xprof's per-HLO-op statistics (hlo_stats), with op_profile's and roofline_model's
     # utilization figures for the same op.
     "xprof_ops": pa.schema(
         PROCESS_FIELDS
-        + [pa.field("program_id", pa.string()), pa.field("category", _dict_str), pa.field("hlo_op", pa.string()),
-           pa.field("expression", pa.string()), pa.field("tf_op", pa.string()),
-           pa.field("occurrences", pa.int64())]
-        + [pa.field(c, pa.float64()) for c in (
-            "total_time_us", "avg_time_us", "self_time_us", "self_time_percent", "model_gflops_per_s",
-            "normalized_gflops_per_s", "hbm_gibps", "operational_intensity", "flops_utilization",
-            "hbm_utilization", "roofline_efficiency")]
+        + [
+            pa.field("program_id", pa.string()),
+            pa.field("category", _dict_str),
+            pa.field("hlo_op", pa.string()),
+            pa.field("expression", pa.string()),
+            pa.field("tf_op", pa.string()),
+            pa.field("occurrences", pa.int64()),
+        ]
+        + [
+            pa.field(c, pa.float64())
+            for c in (
+                "total_time_us",
+                "avg_time_us",
+                "self_time_us",
+                "self_time_percent",
+                "model_gflops_per_s",
+                "normalized_gflops_per_s",
+                "hbm_gibps",
+                "operational_intensity",
+                "flops_utilization",
+                "hbm_utilization",
+                "roofline_efficiency",
+            )
+        ]
         + [pa.field("bound_by", _dict_str), pa.field("source_info", pa.string())]
         # XLA's FLOPs and HBM bytes per occurrence (op_profile's raw counts; the cost model's input)
         + [pa.field("xla_flops", pa.float64()), pa.field("xla_bytes", pa.float64())]
@@ -217,10 +270,11 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
-
 _PROCESS_NAMES = {f.name for f in PROCESS_FIELDS}
-_ROW_COLUMNS = {name: tuple(n for n in schema.names if n not in _PROCESS_NAMES)
-                for name, schema in TABLES.items()}
+_ROW_COLUMNS = {
+    name: tuple(n for n in schema.names if n not in _PROCESS_NAMES)
+    for name, schema in TABLES.items()
+}
 
 
 def table_row(table: str, **fields: Any) -> dict[str, Any]:

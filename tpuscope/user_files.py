@@ -53,5 +53,5 @@ def import_path(filename: str) -> str:
     for marker in _INSTALLED:
         cut = filename.rfind(marker + os.sep)
         if cut >= 0:
-            return filename[cut + len(marker) + 1:]
+            return filename[cut + len(marker) + 1 :]
     return filename

@@ -39,8 +39,9 @@ def signature(cls: type, name: str) -> str:
     return (getattr(cls, name).fget.__doc__ or "").strip()
 
 
-def tpuscope_run(store: Path, program: Path, timeout: float, env: dict[str, str] | None = None
-                 ) -> subprocess.CompletedProcess[str]:
+def tpuscope_run(
+    store: Path, program: Path, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`tpuscope run --quiet` of a Python program in this venv, its output captured."""
     command = tpuscope_cmd("run", "--store", str(store), "--quiet", sys.executable, str(program))
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)

@@ -67,7 +67,9 @@ def test_torch_tpu_training_on_a_chip(tmp_path: Path) -> None:
         "    loss.backward(); opt.step(); opt.zero_grad()\n"
         "print(float(loss))\n"
     )
-    proc = tpuscope_run(tmp_path / "store", program, timeout=1200, env={**os.environ, ENV_TRACE_STEPS: "2:4"})
+    proc = tpuscope_run(
+        tmp_path / "store", program, timeout=1200, env={**os.environ, ENV_TRACE_STEPS: "2:4"}
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run_dir] = list((tmp_path / "store").iterdir())
     run = tpuscope.load_run(run_dir)

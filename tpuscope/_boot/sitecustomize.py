@@ -37,8 +37,10 @@ def _start() -> None:
         _use_launchers_tpuscope()
         from tpuscope.collect.autostart import start_from_env
     except ImportError:  # the program's interpreter lacks tpuscope's dependencies
-        print("tpuscope: profiling disabled in this process: tpuscope cannot be imported here",
-              file=sys.stderr)
+        print(
+            "tpuscope: profiling disabled in this process: tpuscope cannot be imported here",
+            file=sys.stderr,
+        )
         return
     try:
         start_from_env()

@@ -32,7 +32,9 @@ MIN_STEPS = 3  # fewer judged steps on a side: no interval (a bootstrap of 1-2 v
 CHANGED_COST = 0.25  # relative change of a finding's cost that makes it "changed"
 MIN_COST_CHANGE_S = 0.001  # ... and at least this many seconds
 NS_PER_MS = 1e6
-STEADY = "judged steps without a compile"  # step_time["steps"] when the compiling ones were left out
+STEADY = (
+    "judged steps without a compile"  # step_time["steps"] when the compiling ones were left out
+)
 
 
 @dataclass
@@ -109,44 +111,76 @@ def steady_steps(side: Side) -> tuple[list[float], int | None]:
     return kept, len(walls) - len(kept)
 
 
-def steady_step_time(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
-                     confidence: float = CONFIDENCE) -> dict[str, Any]:
+def steady_step_time(
+    a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES, confidence: float = CONFIDENCE
+) -> dict[str, Any]:
     """step_time of the steps without a compile, or of all judged steps when a side keeps
     fewer than MIN_STEPS of them; "steps" says which, "a_compiled"/"b_compiled" how many
     judged steps compiled (None: not known), "a_left_out"/"b_left_out" how many were left out."""
     (ka, compiled_a), (kb, compiled_b) = steady_steps(a), steady_steps(b)
     counts = {"a_compiled": compiled_a, "b_compiled": compiled_b}
     if compiled_a is None or compiled_b is None:
-        return {**step_time(a.step_ns, b.step_ns, seed, resamples, confidence), **counts,
-                "steps": "all judged steps (which compiled is not known)", "a_left_out": 0, "b_left_out": 0}
+        return {
+            **step_time(a.step_ns, b.step_ns, seed, resamples, confidence),
+            **counts,
+            "steps": "all judged steps (which compiled is not known)",
+            "a_left_out": 0,
+            "b_left_out": 0,
+        }
     if min(len(ka), len(kb)) >= MIN_STEPS:
-        return {**step_time(ka, kb, seed, resamples, confidence, kind="judged steps without a compile"),
-                **counts, "steps": STEADY, "a_left_out": compiled_a, "b_left_out": compiled_b}
+        return {
+            **step_time(ka, kb, seed, resamples, confidence, kind="judged steps without a compile"),
+            **counts,
+            "steps": STEADY,
+            "a_left_out": compiled_a,
+            "b_left_out": compiled_b,
+        }
     out = step_time(a.step_ns, b.step_ns, seed, resamples, confidence)
     why = f"fewer than {MIN_STEPS} judged steps without a compile on a side: steps that compiled are kept"
-    return {**out, **counts, "steps": "all judged steps", "a_left_out": 0, "b_left_out": 0,
-            "note": f"{out['note']}; {why}" if out.get("note") else why}
+    return {
+        **out,
+        **counts,
+        "steps": "all judged steps",
+        "a_left_out": 0,
+        "b_left_out": 0,
+        "note": f"{out['note']}; {why}" if out.get("note") else why,
+    }
 
 
-def step_time(a: Sequence[float], b: Sequence[float], seed: int = SEED, resamples: int = RESAMPLES,
-              confidence: float = CONFIDENCE, kind: str = "judged steps") -> dict[str, Any]:
+def step_time(
+    a: Sequence[float],
+    b: Sequence[float],
+    seed: int = SEED,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    kind: str = "judged steps",
+) -> dict[str, Any]:
     """Median step time of A and B (ms) over the steps given, B/A and B - A with bootstrap
     intervals; `kind` names those steps in the method."""
     xa, xb = np.asarray(a, dtype=float) / NS_PER_MS, np.asarray(b, dtype=float) / NS_PER_MS
     out: dict[str, Any] = {
         "a_median_ms": float(np.median(xa)) if len(xa) else None,
         "b_median_ms": float(np.median(xb)) if len(xb) else None,
-        "a_steps": int(len(xa)), "b_steps": int(len(xb)),
+        "a_steps": int(len(xa)),
+        "b_steps": int(len(xb)),
         "method": f"percentile bootstrap of the medians, {resamples} resamples of each run's {kind}, "
-                  f"seed {seed}",
-        "confidence": confidence, "ratio": None, "ratio_ci": None, "diff_ms": None, "diff_ci_ms": None,
+        f"seed {seed}",
+        "confidence": confidence,
+        "ratio": None,
+        "ratio_ci": None,
+        "diff_ms": None,
+        "diff_ci_ms": None,
     }
     if out["a_median_ms"] is None or out["b_median_ms"] is None:
         return {**out, "verdict": "unknown", "note": "a run has no judged step"}
     out["diff_ms"] = out["b_median_ms"] - out["a_median_ms"]
     out["ratio"] = out["b_median_ms"] / out["a_median_ms"] if out["a_median_ms"] > 0 else None
     if min(len(xa), len(xb)) < MIN_STEPS:
-        return {**out, "verdict": "unknown", "note": f"fewer than {MIN_STEPS} judged steps: no interval"}
+        return {
+            **out,
+            "verdict": "unknown",
+            "note": f"fewer than {MIN_STEPS} judged steps: no interval",
+        }
     rng = np.random.default_rng(seed)
     ma, mb = _medians(xa, rng, resamples), _medians(xb, rng, resamples)
     tail = 100 * (1 - confidence) / 2
@@ -168,13 +202,20 @@ def _fallback_rates(sa: RunSummary, sb: RunSummary) -> dict[str, Any]:
     ops: dict[str, dict[str, Any]] = {}
     for side, summary in (("a", sa), ("b", sb)):
         for op in summary.fallback_ops or []:
-            row = ops.setdefault(op.op, {"op": op.op, "a_count": 0, "b_count": 0,
-                                         "a_per_step": 0.0, "b_per_step": 0.0})
+            row = ops.setdefault(
+                op.op,
+                {"op": op.op, "a_count": 0, "b_count": 0, "a_per_step": 0.0, "b_per_step": 0.0},
+            )
             row[f"{side}_count"] = int(op.count)
             row[f"{side}_per_step"] = float(op.per_step or 0.0)
     rows = sorted(ops.values(), key=lambda r: -(r["a_count"] + r["b_count"]))
-    return {"a_per_step": sum(r["a_per_step"] for r in rows), "b_per_step": sum(r["b_per_step"] for r in rows),
-            "a_calls": sum(r["a_count"] for r in rows), "b_calls": sum(r["b_count"] for r in rows), "ops": rows}
+    return {
+        "a_per_step": sum(r["a_per_step"] for r in rows),
+        "b_per_step": sum(r["b_per_step"] for r in rows),
+        "a_calls": sum(r["a_count"] for r in rows),
+        "b_calls": sum(r["b_count"] for r in rows),
+        "ops": rows,
+    }
 
 
 def finding_key(f: Finding) -> tuple[str, str, str]:
@@ -202,9 +243,16 @@ def keyed(findings: Sequence[Finding]) -> dict[tuple[str, ...], Finding]:
 def _entry(key: tuple[str, ...], a: Finding | None, b: Finding | None) -> dict[str, Any]:
     f = b or a
     assert f is not None
-    return {"key": list(key), "rule": f.rule, "location": f.location, "title": f.title,
-            "a_severity": a.severity if a else None, "b_severity": b.severity if b else None,
-            "a_cost_s": a.cost_s if a else None, "b_cost_s": b.cost_s if b else None}
+    return {
+        "key": list(key),
+        "rule": f.rule,
+        "location": f.location,
+        "title": f.title,
+        "a_severity": a.severity if a else None,
+        "b_severity": b.severity if b else None,
+        "a_cost_s": a.cost_s if a else None,
+        "b_cost_s": b.cost_s if b else None,
+    }
 
 
 def _changed(a: Finding, b: Finding) -> bool:
@@ -227,14 +275,21 @@ def findings_delta(a: Sequence[Finding], b: Sequence[Finding]) -> dict[str, list
 
 
 def _identity(summary: RunSummary, steps: int) -> dict[str, Any]:
-    return {"run_id": summary.run_id, "name": summary.name, "backend": summary.backend,
-            "device_kind": summary.device_kind, "steps": summary.steps,
-            "steps_judged": summary.steps_judged, "exit_code": summary.exit_code,
-            "judged_steps_timed": steps}
+    return {
+        "run_id": summary.run_id,
+        "name": summary.name,
+        "backend": summary.backend,
+        "device_kind": summary.device_kind,
+        "steps": summary.steps,
+        "steps_judged": summary.steps_judged,
+        "exit_code": summary.exit_code,
+        "judged_steps_timed": steps,
+    }
 
 
-def compare(a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES,
-            confidence: float = CONFIDENCE) -> dict[str, Any]:
+def compare(
+    a: Side, b: Side, seed: int = SEED, resamples: int = RESAMPLES, confidence: float = CONFIDENCE
+) -> dict[str, Any]:
     """Everything `tpuscope diff` reports, B against A."""
     sa, sb = a.summary, b.summary
     return {
@@ -259,10 +314,19 @@ def regressions(diff: dict[str, Any], pct: float) -> list[str]:
     if st.get("ratio_ci") and st["ratio_ci"][0] > 1 + pct / 100:
         lo, hi = st["ratio_ci"]
         word = "steady" if st.get("steps") == STEADY else "judged"
-        out.append(f"median {word} step time {100 * (st['ratio'] - 1):+.1f}% "
-                   f"({100 * (lo - 1):+.1f}%..{100 * (hi - 1):+.1f}%) > {pct:g}%")
-    new_high = [f for kind in ("new", "changed") for f in diff["findings"][kind]
-                if f["b_severity"] == "high" and f["a_severity"] != "high"]
-    out.extend(f"{'new' if f['a_severity'] is None else 'now'} high-severity {f['rule']}"
-               f"{' at ' + f['location'].rsplit('/', 1)[-1] if f['location'] else ''}" for f in new_high)
+        out.append(
+            f"median {word} step time {100 * (st['ratio'] - 1):+.1f}% "
+            f"({100 * (lo - 1):+.1f}%..{100 * (hi - 1):+.1f}%) > {pct:g}%"
+        )
+    new_high = [
+        f
+        for kind in ("new", "changed")
+        for f in diff["findings"][kind]
+        if f["b_severity"] == "high" and f["a_severity"] != "high"
+    ]
+    out.extend(
+        f"{'new' if f['a_severity'] is None else 'now'} high-severity {f['rule']}"
+        f"{' at ' + f['location'].rsplit('/', 1)[-1] if f['location'] else ''}"
+        for f in new_high
+    )
     return out

@@ -26,8 +26,18 @@ from tpuscope.analyze.mxu import generation_of
 WITHIN = 2.0
 _OP_LINE = "XLA Ops"
 _MODULE_LINE = "XLA Modules"
-_COLUMNS = ["module", "op", "category", "expression", "flops", "bytes", "counts_from", "occurrences",
-            "measured_us", "xprof_bound"]
+_COLUMNS = [
+    "module",
+    "op",
+    "category",
+    "expression",
+    "flops",
+    "bytes",
+    "counts_from",
+    "occurrences",
+    "measured_us",
+    "xprof_bound",
+]
 
 
 def trace_ops(events: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[str]], int]:
@@ -36,18 +46,28 @@ def trace_ops(events: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[str]],
     if events.empty or "hlo_op" not in events:
         return pd.DataFrame(columns=_COLUMNS), {}, 0
     plane = events["plane"].astype(str)
-    device = plane.str.startswith("/device:TPU")  # the model is a TPU model: GPU planes are not priced
+    device = plane.str.startswith(
+        "/device:TPU"
+    )  # the model is a TPU model: GPU planes are not priced
     ops = events[device & (events["line"].astype(str) == _OP_LINE) & events["hlo_op"].notna()]
     if ops.empty:
         return pd.DataFrame(columns=_COLUMNS), {}, 0
     keys = [ops["hlo_module"].astype(str), ops["hlo_op"].astype(str)]
     grouped = ops.groupby(keys, sort=False)
-    frame = pd.DataFrame({
-        "expression": grouped["name"].first().astype(str), "category": grouped["hlo_category"].first(),
-        "flops": grouped["flops"].first().astype(float), "bytes": grouped["bytes_accessed"].first().astype(float),
-        "occurrences": grouped.size(), "measured_us": grouped["dur_ns"].sum() / 1e3})
+    frame = pd.DataFrame(
+        {
+            "expression": grouped["name"].first().astype(str),
+            "category": grouped["hlo_category"].first(),
+            "flops": grouped["flops"].first().astype(float),
+            "bytes": grouped["bytes_accessed"].first().astype(float),
+            "occurrences": grouped.size(),
+            "measured_us": grouped["dur_ns"].sum() / 1e3,
+        }
+    )
     frame.index.names = ["module", "op"]
-    frame = frame.reset_index().assign(counts_from="trace event stats (XLA cost analysis)", xprof_bound=None)
+    frame = frame.reset_index().assign(
+        counts_from="trace event stats (XLA cost analysis)", xprof_bound=None
+    )
     return frame[_COLUMNS], _first_runs(events, ops), int(plane[device].nunique())
 
 
@@ -55,12 +75,17 @@ def _first_runs(events: pd.DataFrame, ops: pd.DataFrame) -> dict[str, list[str]]
     """Each module's op names in the order its first execution on the first device ran them."""
     first_plane = sorted(ops["plane"].astype(str).unique())[0]
     mine = ops[ops["plane"].astype(str) == first_plane].sort_values("start_ns")
-    runs = events[(events["plane"].astype(str) == first_plane) & (events["line"].astype(str) == _MODULE_LINE)]
+    runs = events[
+        (events["plane"].astype(str) == first_plane) & (events["line"].astype(str) == _MODULE_LINE)
+    ]
     order: dict[str, list[str]] = {}
     for module, group in mine.groupby(mine["hlo_module"].astype(str), sort=False):
         spans = runs[runs["hlo_module"].astype(str) == module].sort_values("start_ns")
         if not spans.empty:
-            start, end = int(spans["start_ns"].iloc[0]), int(spans["start_ns"].iloc[0] + spans["dur_ns"].iloc[0])
+            start, end = (
+                int(spans["start_ns"].iloc[0]),
+                int(spans["start_ns"].iloc[0] + spans["dur_ns"].iloc[0]),
+            )
             group = group[(group["start_ns"] >= start) & (group["start_ns"] < end)]
         order[module] = group["hlo_op"].astype(str).tolist()
     return order
@@ -80,7 +105,9 @@ def schedule_order(hlo_ops: pd.DataFrame, order: dict[str, list[str]]) -> dict[s
     return out
 
 
-def xprof_ops_frame(xprof_ops: pd.DataFrame, programs: dict[str, str] | None = None) -> pd.DataFrame:
+def xprof_ops_frame(
+    xprof_ops: pd.DataFrame, programs: dict[str, str] | None = None
+) -> pd.DataFrame:
     """One row per op of xprof's hlo_stats. XLA's counts come from op_profile; an op that
     op_profile lists only in pieces (megacore fusions) gets them back from hlo_stats' rates,
     FLOP/s x its time, which is exactly the static count xprof divided (docs/cost_model.md)."""
@@ -91,14 +118,22 @@ def xprof_ops_frame(xprof_ops: pd.DataFrame, programs: dict[str, str] | None = N
     has = x["xla_flops"].notna() if "xla_flops" in x else pd.Series(False, index=x.index)
     from_rates = x["model_gflops_per_s"].fillna(0) * x["self_time_us"] * 1e3 / runs
     bytes_rates = x["hbm_gibps"].fillna(0) * 2**30 * x["self_time_us"] * 1e-6 / runs
-    frame = pd.DataFrame({
-        "module": x["program_id"].astype(str).map(lambda p: (programs or {}).get(p, p)),
-        "op": x["hlo_op"].astype(str), "category": x["category"], "expression": x["expression"],
-        "flops": np.where(has, x.get("xla_flops", 0.0), from_rates),
-        "bytes": np.where(has, x.get("xla_bytes", 0.0), bytes_rates),
-        "counts_from": np.where(has, "xprof op_profile (XLA cost analysis)", "xprof hlo_stats rate x time"),
-        "occurrences": x["occurrences"].astype(int), "measured_us": x["self_time_us"].astype(float),
-        "xprof_bound": x["bound_by"]})
+    frame = pd.DataFrame(
+        {
+            "module": x["program_id"].astype(str).map(lambda p: (programs or {}).get(p, p)),
+            "op": x["hlo_op"].astype(str),
+            "category": x["category"],
+            "expression": x["expression"],
+            "flops": np.where(has, x.get("xla_flops", 0.0), from_rates),
+            "bytes": np.where(has, x.get("xla_bytes", 0.0), bytes_rates),
+            "counts_from": np.where(
+                has, "xprof op_profile (XLA cost analysis)", "xprof hlo_stats rate x time"
+            ),
+            "occurrences": x["occurrences"].astype(int),
+            "measured_us": x["self_time_us"].astype(float),
+            "xprof_bound": x["bound_by"],
+        }
+    )
     return frame.fillna({"flops": 0.0, "bytes": 0.0}).reset_index(drop=True)
 
 
@@ -114,7 +149,9 @@ def with_xprof_bounds(ops: pd.DataFrame, xprof_ops: pd.DataFrame) -> pd.DataFram
     """xprof's bound-by per op (by op name and category), next to the trace's ops."""
     if xprof_ops.empty or "bound_by" not in xprof_ops:
         return ops
-    bound = xprof_ops.drop_duplicates(["hlo_op", "category"]).set_index(["hlo_op", "category"])["bound_by"]
+    bound = xprof_ops.drop_duplicates(["hlo_op", "category"]).set_index(["hlo_op", "category"])[
+        "bound_by"
+    ]
     keys = pd.MultiIndex.from_arrays([ops["op"].astype(str), ops["category"].astype(str)])
     return ops.assign(xprof_bound=bound.reindex(keys).to_numpy())
 
@@ -122,8 +159,11 @@ def with_xprof_bounds(ops: pd.DataFrame, xprof_ops: pd.DataFrame) -> pd.DataFram
 def bound_agreement(priced: pd.DataFrame) -> dict[str, int]:
     """Ops priced by the roofline (compute vs HBM) whose bound matches xprof's bound-by, of those
     xprof classifies Compute or HBM and that move HBM bytes."""
-    rows = priced[priced["xprof_bound"].isin(["Compute", "HBM"]) & priced["bound"].isin(["compute", "HBM"])
-                  & (priced["bytes"] > 0)]
+    rows = priced[
+        priced["xprof_bound"].isin(["Compute", "HBM"])
+        & priced["bound"].isin(["compute", "HBM"])
+        & (priced["bytes"] > 0)
+    ]
     agree = (rows["xprof_bound"].str.lower() == rows["bound"].str.lower()).sum()
     return {"bound_agrees_with_xprof": int(agree), "bound_compared": len(rows)}
 
@@ -147,28 +187,47 @@ def run_peaks(overview: pd.DataFrame, target: str) -> cm.Peaks:
         kinds = overview[overview["name"] == "device_type"]
         tpu_hosts = set(kinds.loc[kinds["text"].astype(str).str.contains("TPU"), "host"])
         overview = overview[overview["host"].isin(tpu_hosts)] if tpu_hosts else overview
-    values: Any = {} if overview.empty else overview.dropna(subset=["value"]).groupby("name")["value"].first()
+    values: Any = (
+        {} if overview.empty else overview.dropna(subset=["value"]).groupby("name")["value"].first()
+    )
     flops, hbm = values.get("peak_flop_rate_gflops"), values.get("peak_hbm_bw_gibps")
     return cm.peaks(target, flops * 1e9 if flops else None, hbm * 2**30 if hbm else None)
 
 
-def estimate(ops: pd.DataFrame, target: str, peak: cm.Peaks, devices: int = 1,
-             order: dict[str, list[str]] | None = None) -> pd.DataFrame:
+def estimate(
+    ops: pd.DataFrame,
+    target: str,
+    peak: cm.Peaks,
+    devices: int = 1,
+    order: dict[str, list[str]] | None = None,
+) -> pd.DataFrame:
     """ops + estimated_us (per op, all occurrences), ratio to measured, bound and rule."""
     chip = cm.CHIPS[target]
-    costs = [cm.price(r.expression, r.category, float(r.flops or 0), float(r.bytes or 0), chip, peak, devices)
-             for r in cast(Iterable[Any], ops.itertuples())]
-    out = ops.assign(estimate_s=[c.seconds for c in costs], bound=[c.bound for c in costs],
-                     rule=[c.rule for c in costs])
+    costs = [
+        cm.price(
+            r.expression, r.category, float(r.flops or 0), float(r.bytes or 0), chip, peak, devices
+        )
+        for r in cast(Iterable[Any], ops.itertuples())
+    ]
+    out = ops.assign(
+        estimate_s=[c.seconds for c in costs],
+        bound=[c.bound for c in costs],
+        rule=[c.rule for c in costs],
+    )
     for module, sequence in (order or {}).items():
         _replay(out, module, sequence, chip)
     out["estimated_us"] = out["estimate_s"] * 1e6 * out["occurrences"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        out["ratio"] = np.where(out["measured_us"] > 0, out["estimated_us"] / out["measured_us"], np.nan)
+        out["ratio"] = np.where(
+            out["measured_us"] > 0, out["estimated_us"] / out["measured_us"], np.nan
+        )
     out["within_2x"] = (out["ratio"] >= 1 / WITHIN) & (out["ratio"] <= WITHIN)
     naive = cm.CHIPS[target]
-    out["roofline_us"] = np.maximum(out["flops"] / naive.peak_flops, out["bytes"] / naive.hbm) * 1e6 \
+    out["roofline_us"] = (
+        np.maximum(out["flops"] / naive.peak_flops, out["bytes"] / naive.hbm)
+        * 1e6
         * out["occurrences"]
+    )
     return out
 
 
@@ -221,18 +280,30 @@ def summary(priced: pd.DataFrame) -> dict[str, Any]:
     weights = priced["measured_us"].to_numpy()
     order = np.argsort(ratio.fillna(0).to_numpy())
     cumulative = np.cumsum(weights[order])
-    weighted = float(ratio.fillna(0).to_numpy()[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+    weighted = float(
+        ratio.fillna(0).to_numpy()[order][np.searchsorted(cumulative, cumulative[-1] / 2)]
+    )
     naive = priced["roofline_us"] / priced["measured_us"].where(priced["measured_us"] > 0)
     return {
-        "ops": len(priced), "measured_us": measured, "estimated_us": float(priced["estimated_us"].sum()),
-        "share_within_2x": float(priced.loc[priced["within_2x"], "measured_us"].sum() / measured) if measured else 0.0,
-        "median_ratio": float(ratio.median()), "time_weighted_median_ratio": weighted,
-        "roofline_share_within_2x": float(priced.loc[(naive >= 0.5) & (naive <= 2), "measured_us"].sum()
-                                          / measured) if measured else 0.0,
+        "ops": len(priced),
+        "measured_us": measured,
+        "estimated_us": float(priced["estimated_us"].sum()),
+        "share_within_2x": float(priced.loc[priced["within_2x"], "measured_us"].sum() / measured)
+        if measured
+        else 0.0,
+        "median_ratio": float(ratio.median()),
+        "time_weighted_median_ratio": weighted,
+        "roofline_share_within_2x": float(
+            priced.loc[(naive >= 0.5) & (naive <= 2), "measured_us"].sum() / measured
+        )
+        if measured
+        else 0.0,
     }
 
 
-def modules(priced: pd.DataFrame, module_runs: dict[str, tuple[int, float]] | None = None) -> list[dict[str, Any]]:
+def modules(
+    priced: pd.DataFrame, module_runs: dict[str, tuple[int, float]] | None = None
+) -> list[dict[str, Any]]:
     """Per module: estimated vs measured op time per execution (measured: its XLA Modules spans)."""
     out = []
     for module, group in priced.groupby("module", sort=False):
@@ -241,10 +312,17 @@ def modules(priced: pd.DataFrame, module_runs: dict[str, tuple[int, float]] | No
         estimated = float(group["estimated_us"].sum()) / executions
         measured = span_us / runs if runs else float(group["measured_us"].sum()) / executions
         by_bound = group.groupby("bound")["estimated_us"].sum()
-        out.append({"module": str(module), "executions": executions, "estimated_us": estimated,
-                    "measured_us": measured, "ratio": estimated / measured if measured else None,
-                    "bound": str(by_bound.idxmax()) if by_bound.sum() > 0 else None,
-                    "share_within_2x": summary(group)["share_within_2x"]})
+        out.append(
+            {
+                "module": str(module),
+                "executions": executions,
+                "estimated_us": estimated,
+                "measured_us": measured,
+                "ratio": estimated / measured if measured else None,
+                "bound": str(by_bound.idxmax()) if by_bound.sum() > 0 else None,
+                "share_within_2x": summary(group)["share_within_2x"],
+            }
+        )
     return sorted(out, key=lambda m: -m["measured_us"] * m["executions"])
 
 
@@ -253,17 +331,26 @@ def module_runs(events: pd.DataFrame) -> dict[str, tuple[int, float]]:
     (the ops' occurrences are counted over every device too)."""
     if events.empty or "hlo_module" not in events:
         return {}
-    lines = events[(events["line"].astype(str) == _MODULE_LINE)
-                   & events["plane"].astype(str).str.startswith("/device:TPU")]
+    lines = events[
+        (events["line"].astype(str) == _MODULE_LINE)
+        & events["plane"].astype(str).str.startswith("/device:TPU")
+    ]
     if lines.empty:
         return {}
     grouped = lines.groupby(lines["hlo_module"].astype(str))["dur_ns"]
-    return {m: (int(n), float(t) / 1e3) for m, n, t in zip(grouped.size().index, grouped.size(), grouped.sum(),
-                                                          strict=True)}
+    return {
+        m: (int(n), float(t) / 1e3)
+        for m, n, t in zip(grouped.size().index, grouped.size(), grouped.sum(), strict=True)
+    }
 
 
-def compare(meta: dict[str, Any], events: pd.DataFrame, xprof_ops: pd.DataFrame, overview: pd.DataFrame,
-            hlo_ops: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+def compare(
+    meta: dict[str, Any],
+    events: pd.DataFrame,
+    xprof_ops: pd.DataFrame,
+    overview: pd.DataFrame,
+    hlo_ops: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """(priced ops, the comparison's summary) of a run with device ops, on the chip it ran on;
     empty when the run has no device ops or no known TPU generation."""
     target = target_of(meta, overview)
@@ -277,9 +364,18 @@ def compare(meta: dict[str, Any], events: pd.DataFrame, xprof_ops: pd.DataFrame,
         return pd.DataFrame(), {}
     peak = run_peaks(overview, target)
     priced = estimate(ops, target, peak, devices, order)
-    view = {"target": target, "source": source, "peaks": {"flops_per_s": float(peak.flops),
-            "hbm_bytes_per_s": float(peak.hbm), "from": peak.source}, **summary(priced), **bound_agreement(priced),
-            "modules": modules(priced, module_runs(events))}
+    view = {
+        "target": target,
+        "source": source,
+        "peaks": {
+            "flops_per_s": float(peak.flops),
+            "hbm_bytes_per_s": float(peak.hbm),
+            "from": peak.source,
+        },
+        **summary(priced),
+        **bound_agreement(priced),
+        "modules": modules(priced, module_runs(events)),
+    }
     return priced, view
 
 
@@ -287,7 +383,19 @@ def top(priced: pd.DataFrame, n: int = 10) -> list[dict[str, Any]]:
     """The ops with the most measured time, estimate next to measurement."""
     if priced.empty:
         return []
-    cols = ["module", "op", "category", "occurrences", "measured_us", "estimated_us", "ratio", "within_2x",
-            "bound", "xprof_bound", "rule", "counts_from"]
+    cols = [
+        "module",
+        "op",
+        "category",
+        "occurrences",
+        "measured_us",
+        "estimated_us",
+        "ratio",
+        "within_2x",
+        "bound",
+        "xprof_bound",
+        "rule",
+        "counts_from",
+    ]
     rows = priced.sort_values("measured_us", ascending=False).head(n)[cols]
     return json_records(rows)

@@ -67,8 +67,11 @@ def peaks(target: str, xprof_flops: float | None = None, xprof_hbm: float | None
     chip = CHIPS[target]
     if xprof_flops and xprof_hbm:
         return Peaks(xprof_flops, xprof_hbm, "xprof roofline peaks of the trace")
-    return Peaks(chip.peak_flops / chip.cores, chip.hbm / chip.cores,
-                 f"{target} datasheet / {chip.cores} TensorCore(s)")
+    return Peaks(
+        chip.peak_flops / chip.cores,
+        chip.hbm / chip.cores,
+        f"{target} datasheet / {chip.cores} TensorCore(s)",
+    )
 
 
 @dataclass
@@ -83,8 +86,18 @@ class OpCost:
 
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-_FREE = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant", "after-all", "partition-id",
-         "replica-id", "opt-barrier", "add-dependency"}
+_FREE = {
+    "parameter",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "constant",
+    "after-all",
+    "partition-id",
+    "replica-id",
+    "opt-barrier",
+    "add-dependency",
+}
 _ATTENTION = re.compile(r"(mha|flash|attention)", re.I)
 _PASS = re.compile(r"(?:^|_)(fwd|dkv|dq|bwd)(?:_|$)")  # the kernel's own pass, first in its name
 _PASS_FACTOR = {"fwd": 4, "dq": 6, "dkv": 8, "bwd": 10}
@@ -128,7 +141,9 @@ def collective_kind(inst: Instruction, category: str) -> str | None:
     if op in _COLLECTIVES:
         return op
     calls = inst.attrs.get("calls", "")
-    if inst.opcode == "fusion" and ("all-reduce-scatter" in calls or "all-reduce-scatter" in category):
+    if inst.opcode == "fusion" and (
+        "all-reduce-scatter" in calls or "all-reduce-scatter" in category
+    ):
         return "reduce-scatter"
     if inst.opcode == "fusion" and inst.name.startswith("async-collective-start"):
         return "all-gather"
@@ -144,14 +159,23 @@ def _collective(inst: Instruction, kind: str, chip: CostChip, devices: int, peak
     in_b = operands[0].bytes if operands else out_b
     groups = inst.attrs.get("replica_groups")
     n = group_size(groups, devices) if groups is not None else _ratio(in_b, out_b, kind, devices)
-    volume = {"all-gather": out_b, "reduce-scatter": in_b, "all-reduce": 2 * out_b,
-              "all-to-all": in_b, "collective-permute": out_b}[kind]
+    volume = {
+        "all-gather": out_b,
+        "reduce-scatter": in_b,
+        "all-reduce": 2 * out_b,
+        "all-to-all": in_b,
+        "collective-permute": out_b,
+    }[kind]
     share = 1.0 if kind == "collective-permute" else (n - 1) / n if n > 1 else 0.0
     links = 2 if "BiDirection" in inst.attrs.get("backend_config", "") else 1
     ici = volume * share / (links * chip.ici_link)
     hbm = (in_b + out_b) / peak.hbm
-    return OpCost(max(ici, hbm), "ICI" if ici >= hbm else "HBM", f"{kind} ring over {n} chips, {links} "
-                  f"link(s) at {chip.ici_link / 1e9:g} GB/s", bytes=volume * share)
+    return OpCost(
+        max(ici, hbm),
+        "ICI" if ici >= hbm else "HBM",
+        f"{kind} ring over {n} chips, {links} link(s) at {chip.ici_link / 1e9:g} GB/s",
+        bytes=volume * share,
+    )
 
 
 def _ratio(in_b: float, out_b: float, kind: str, devices: int) -> int:
@@ -195,9 +219,15 @@ def _dus(inst: Instruction, expression: str, xla_bytes: float, peak: Peaks) -> O
     head = expression.split(" dynamic-update-slice(", 1)[0]
     if update is not None and not full.is_tuple and not tile_aligned(head, update, full):
         moved = 2 * full.bytes + update.bytes
-        return OpCost(moved / peak.hbm, "HBM", "dynamic-update-slice of partial tiles: whole buffer "
-                      "read and written", bytes=moved)
-    return OpCost(xla_bytes / peak.hbm, "HBM", "dynamic-update-slice in place (XLA's bytes)", bytes=xla_bytes)
+        return OpCost(
+            moved / peak.hbm,
+            "HBM",
+            "dynamic-update-slice of partial tiles: whole buffer read and written",
+            bytes=moved,
+        )
+    return OpCost(
+        xla_bytes / peak.hbm, "HBM", "dynamic-update-slice in place (XLA's bytes)", bytes=xla_bytes
+    )
 
 
 def attention_flops(inst: Instruction) -> float | None:
@@ -206,8 +236,14 @@ def attention_flops(inst: Instruction) -> float | None:
     name = inst.name.lower()
     if inst.opcode != "custom-call" or not _ATTENTION.search(name):
         return None
-    floats = [s for s in inst.operand_shapes if s is not None and not s.is_tuple and len(s.dims) >= 3
-              and s.dtype in ("bf16", "f16", "f32", "f8e4m3fn", "f8e5m2")]
+    floats = [
+        s
+        for s in inst.operand_shapes
+        if s is not None
+        and not s.is_tuple
+        and len(s.dims) >= 3
+        and s.dtype in ("bf16", "f16", "f32", "f8e4m3fn", "f8e5m2")
+    ]
     if len(floats) < 2:
         return None
     q, k = floats[0], floats[1]
@@ -219,11 +255,20 @@ def attention_flops(inst: Instruction) -> float | None:
 
 def _compute(flops: float, bytes_: float, peak: Peaks, rule: str) -> OpCost:
     mxu, hbm = flops / peak.flops, bytes_ / peak.hbm
-    return OpCost(max(mxu, hbm), "compute" if mxu >= hbm and mxu > 0 else "HBM", rule, flops, bytes_)
+    return OpCost(
+        max(mxu, hbm), "compute" if mxu >= hbm and mxu > 0 else "HBM", rule, flops, bytes_
+    )
 
 
-def price(expression: str | None, category: str, flops: float, bytes_: float, chip: CostChip,
-          peak: Peaks, devices: int = 1) -> OpCost:
+def price(
+    expression: str | None,
+    category: str,
+    flops: float,
+    bytes_: float,
+    chip: CostChip,
+    peak: Peaks,
+    devices: int = 1,
+) -> OpCost:
     """One execution of one op on `chip` (see the module docstring for the rules)."""
     inst = parse(expression)
     category = str(category or "")
@@ -233,11 +278,20 @@ def price(expression: str | None, category: str, flops: float, bytes_: float, ch
         return OpCost(0.0, "none", "moves no data")
     if is_host_copy(inst, expression or ""):
         seconds = host_copy_bytes(inst) / chip.host_dma if inst.opcode == "copy-done" else 0.0
-        return OpCost(seconds, "host DMA", f"host offload over PCIe at {chip.host_dma / 1e9:g} GB/s per direction",
-                      bytes=host_copy_bytes(inst))
-    if inst.opcode in ("copy-start", "copy-done") or inst.name.startswith("async-collective-done") \
-            or inst.opcode.endswith("-done"):
-        return OpCost(0.0, "async (hidden)", "async on-chip copy or collective: hidden behind other ops")
+        return OpCost(
+            seconds,
+            "host DMA",
+            f"host offload over PCIe at {chip.host_dma / 1e9:g} GB/s per direction",
+            bytes=host_copy_bytes(inst),
+        )
+    if (
+        inst.opcode in ("copy-start", "copy-done")
+        or inst.name.startswith("async-collective-done")
+        or inst.opcode.endswith("-done")
+    ):
+        return OpCost(
+            0.0, "async (hidden)", "async on-chip copy or collective: hidden behind other ops"
+        )
     kind = collective_kind(inst, category)
     if kind is not None:
         return _collective(inst, kind, chip, devices, peak)
@@ -245,12 +299,21 @@ def price(expression: str | None, category: str, flops: float, bytes_: float, ch
         return _dus(inst, expression or "", bytes_, peak)
     dense = attention_flops(inst)
     if dense is not None:
-        moved = sum(a.bytes for a in _arrays(inst.shape)) + sum(a.bytes for s in inst.operand_shapes
-                                                                 for a in _arrays(s))
-        return _compute(dense, moved, peak, "attention kernel: dense FLOPs and operand/result bytes from its shapes")
+        moved = sum(a.bytes for a in _arrays(inst.shape)) + sum(
+            a.bytes for s in inst.operand_shapes for a in _arrays(s)
+        )
+        return _compute(
+            dense,
+            moved,
+            peak,
+            "attention kernel: dense FLOPs and operand/result bytes from its shapes",
+        )
     if "megacore" in category:
         both = Peaks(peak.flops * chip.cores, peak.hbm * chip.cores, peak.source)
         return _compute(flops, bytes_, both, "megacore fusion: both TensorCores")
-    rule = "custom call: FLOPs and bytes the kernel recorded" if inst.opcode == "custom-call" \
+    rule = (
+        "custom call: FLOPs and bytes the kernel recorded"
+        if inst.opcode == "custom-call"
         else "roofline of XLA's FLOPs and bytes, one TensorCore"
+    )
     return _compute(flops, bytes_, peak, rule)

@@ -22,8 +22,17 @@ import numpy as np
 import pandas as pd
 
 HOST_XLA_DEVICE = "/host:CPU (XLA ops)"
-_NOT_WORK = {"XLA Modules", "Steps", "XLA TraceMe", "TensorFlow Ops", "TensorFlow Name Scope",
-             "Framework Ops", "Framework Name Scope", "Source code", "Async XLA Ops"}
+_NOT_WORK = {
+    "XLA Modules",
+    "Steps",
+    "XLA TraceMe",
+    "TensorFlow Ops",
+    "TensorFlow Name Scope",
+    "Framework Ops",
+    "Framework Name Scope",
+    "Source code",
+    "Async XLA Ops",
+}
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -51,7 +60,9 @@ def work_pairs(pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
     by_plane: dict[str, set[str]] = {}
     for plane, line in pairs:
         by_plane.setdefault(plane, set()).add(line)
-    return {(plane, line) for plane, lines in by_plane.items() for line in _work_lines(plane, lines)}
+    return {
+        (plane, line) for plane, lines in by_plane.items() for line in _work_lines(plane, lines)
+    }
 
 
 def device_ops(events: pd.DataFrame) -> pd.DataFrame:
@@ -61,7 +72,9 @@ def device_ops(events: pd.DataFrame) -> pd.DataFrame:
     plane_codes, planes = _codes(events["plane"])
     line_codes, lines = _codes(events["line"])
     width = len(lines) + 1
-    keys, inverse = np.unique(plane_codes.astype(np.int64) * width + line_codes, return_inverse=True)
+    keys, inverse = np.unique(
+        plane_codes.astype(np.int64) * width + line_codes, return_inverse=True
+    )
     pairs = [(planes[k // width], lines[k % width]) for k in keys.tolist()]
     work = work_pairs(pairs)
     keep_pair = np.array([pair in work for pair in pairs], dtype=bool)
@@ -73,8 +86,13 @@ def device_ops(events: pd.DataFrame) -> pd.DataFrame:
     else:
         mask = keep_pair[inverse.ravel()]
         labels = device[inverse.ravel()[mask]]
-    return pd.DataFrame({"start_ns": events["start_ns"].to_numpy()[mask],
-                         "dur_ns": events["dur_ns"].to_numpy()[mask], "device": labels})
+    return pd.DataFrame(
+        {
+            "start_ns": events["start_ns"].to_numpy()[mask],
+            "dur_ns": events["dur_ns"].to_numpy()[mask],
+            "device": labels,
+        }
+    )
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -123,16 +141,38 @@ def busy_per_window(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         w0, w1 = own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64)
         busy = covered(s, e, w1) - covered(s, e, w0)
         sorted_start = np.sort(start)
-        count = np.searchsorted(sorted_start, w1, side="left") - np.searchsorted(sorted_start, w0, side="left")
-        rows.append(pd.DataFrame({"device": device, "step": own["step"].to_numpy(np.int64), "start_ns": w0,
-                                  "end_ns": w1, "busy_ns": busy, "idle_ns": (w1 - w0) - busy, "ops": count,
-                                  "window": own["window"].to_numpy()}))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
-        columns=["device", "step", "start_ns", "end_ns", "busy_ns", "idle_ns", "ops", "window"])
+        count = np.searchsorted(sorted_start, w1, side="left") - np.searchsorted(
+            sorted_start, w0, side="left"
+        )
+        rows.append(
+            pd.DataFrame(
+                {
+                    "device": device,
+                    "step": own["step"].to_numpy(np.int64),
+                    "start_ns": w0,
+                    "end_ns": w1,
+                    "busy_ns": busy,
+                    "idle_ns": (w1 - w0) - busy,
+                    "ops": count,
+                    "window": own["window"].to_numpy(),
+                }
+            )
+        )
+    return (
+        pd.concat(rows, ignore_index=True)
+        if rows
+        else pd.DataFrame(
+            columns=["device", "step", "start_ns", "end_ns", "busy_ns", "idle_ns", "ops", "window"]
+        )
+    )
 
 
-def step_windows(events: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame | None = None,
-                 span: tuple[int, int] | None = None) -> pd.DataFrame:
+def step_windows(
+    events: pd.DataFrame,
+    ops: pd.DataFrame,
+    steps: pd.DataFrame | None = None,
+    span: tuple[int, int] | None = None,
+) -> pd.DataFrame:
     """Windows (step, start_ns, end_ns, window[, device]) for the events, best source first.
 
     span is the traced time (first event start, last event end): the run's steps that
@@ -146,22 +186,39 @@ def step_windows(events: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame | 
     if steps is not None and not steps.empty:
         overlap = steps[(steps["end_ns"] > lo) & (steps["start_ns"] < hi)]
         if not overlap.empty:
-            return pd.DataFrame({"step": overlap["step"].astype("int64"),
-                                 "start_ns": overlap["start_ns"].clip(lower=lo).astype("int64"),
-                                 "end_ns": overlap["end_ns"].clip(upper=hi).astype("int64"),
-                                 "window": "steps"}).reset_index(drop=True)
+            return pd.DataFrame(
+                {
+                    "step": overlap["step"].astype("int64"),
+                    "start_ns": overlap["start_ns"].clip(lower=lo).astype("int64"),
+                    "end_ns": overlap["end_ns"].clip(upper=hi).astype("int64"),
+                    "window": "steps",
+                }
+            ).reset_index(drop=True)
     if ops.empty:
         return pd.DataFrame(columns=["step", "start_ns", "end_ns", "window"])
     if "step_num" in events and events["step_num"].notna().any():
         marked = events[events["step_num"].notna()]
         ends = marked["start_ns"] + marked["dur_ns"]
-        grouped = marked.assign(end_ns=ends).groupby("step_num").agg(start_ns=("start_ns", "min"),
-                                                                     end_ns=("end_ns", "max"))
-        return pd.DataFrame({"step": grouped.index.astype("int64"), "start_ns": grouped["start_ns"].to_numpy(),
-                             "end_ns": grouped["end_ns"].to_numpy(), "window": "trace steps"})
+        grouped = (
+            marked.assign(end_ns=ends)
+            .groupby("step_num")
+            .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        )
+        return pd.DataFrame(
+            {
+                "step": grouped.index.astype("int64"),
+                "start_ns": grouped["start_ns"].to_numpy(),
+                "end_ns": grouped["end_ns"].to_numpy(),
+                "window": "trace steps",
+            }
+        )
     device = ops["device"]  # grouped column by column: no copy of the ops frame
-    spans = pd.DataFrame({"start_ns": ops["start_ns"].groupby(device, observed=True).min(),
-                          "end_ns": (ops["start_ns"] + ops["dur_ns"]).groupby(device, observed=True).max()})
+    spans = pd.DataFrame(
+        {
+            "start_ns": ops["start_ns"].groupby(device, observed=True).min(),
+            "end_ns": (ops["start_ns"] + ops["dur_ns"]).groupby(device, observed=True).max(),
+        }
+    )
     return spans.reset_index().assign(step=-1, window="whole trace")
 
 
@@ -175,7 +232,11 @@ def step_lookup(windows: pd.DataFrame) -> StepLookup:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
     w = windows.drop_duplicates(["step", "start_ns"]).sort_values("start_ns")
-    return w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64), w["step"].to_numpy(np.int64)
+    return (
+        w["start_ns"].to_numpy(np.int64),
+        w["end_ns"].to_numpy(np.int64),
+        w["step"].to_numpy(np.int64),
+    )
 
 
 def steps_at(start_ns: np.ndarray, lookup: StepLookup) -> np.ndarray:

@@ -46,8 +46,17 @@ import pandas as pd
 from tpuscope.analyze.frames import records
 from tpuscope.analyze.shapes import parse_shape, suggest_buckets, varying_dims
 
-FAMILY_COLUMNS = ("family", "family_seq", "recompile", "verdict", "reason", "cut", "function", "eager",
-                  "backend")
+FAMILY_COLUMNS = (
+    "family",
+    "family_seq",
+    "recompile",
+    "verdict",
+    "reason",
+    "cut",
+    "function",
+    "eager",
+    "backend",
+)
 MAX_BOUNDED = 8  # graphs a bounded set (buckets) may have
 MAX_BUCKET_WASTE = 0.10  # the padding a bucketing plan may add (detect/shape_churn.MAX_WASTE)
 _BOUNDARY = re.compile(r"sync|mark_step|step end")
@@ -100,8 +109,10 @@ def _signature(row: dict[str, Any]) -> str:
     shapes = _shape_list(row)
     if shapes:
         parsed = [parse_shape(s) for s in shapes]
-        inputs = ",".join(f"{p.dtype}/{len(p.dims)}" if p is not None else str(s)
-                          for p, s in zip(parsed, shapes, strict=True))
+        inputs = ",".join(
+            f"{p.dtype}/{len(p.dims)}" if p is not None else str(s)
+            for p, s in zip(parsed, shapes, strict=True)
+        )
     else:
         n = row.get("num_inputs")
         inputs = f"{int(n)} inputs" if _known(n) else ""
@@ -133,8 +144,11 @@ def _backend(row: dict[str, Any], backends: dict[str, str]) -> str:
 
 def process_backends(meta: dict[str, Any]) -> dict[str, str]:
     """'host/pid' -> the backend that process reported (meta['processes'])."""
-    return {f"{p.get('host')}/{p.get('pid')}": p["backend"] for p in meta.get("processes", [])
-            if p.get("backend")}
+    return {
+        f"{p.get('host')}/{p.get('pid')}": p["backend"]
+        for p in meta.get("processes", [])
+        if p.get("backend")
+    }
 
 
 def loop_ends(loop_steps: pd.DataFrame) -> dict[str, int]:
@@ -170,7 +184,9 @@ class _Judge:
             self.cuts[process] = count + 1
         return count
 
-    def verdict(self, row: dict[str, Any], family: str, cut: int, backend: str) -> tuple[str, str | None]:
+    def verdict(
+        self, row: dict[str, Any], family: str, cut: int, backend: str
+    ) -> tuple[str, str | None]:
         earlier = self.graphs.setdefault(family, [])
         entry = {"hash": row.get("graph_hash"), "cut": cut, "shapes": _shape_list(row)}
         earlier.append(entry)
@@ -181,7 +197,9 @@ class _Judge:
         before = earlier[:-1]
         if _known(entry["hash"]) and any(e["hash"] == entry["hash"] for e in before):
             return "recompile", "evicted"
-        if cut > before[0]["cut"]:  # after the family's first pass: it had run, and needs a new graph
+        if (
+            cut > before[0]["cut"]
+        ):  # after the family's first pass: it had run, and needs a new graph
             return "recompile", "recurred"
         shapes = entry["shapes"]
         if shapes and any(e["shapes"] and e["shapes"] != shapes for e in before):
@@ -189,8 +207,11 @@ class _Judge:
         return "warmup", None
 
 
-def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = None,
-                   loop_end: dict[str, int] | None = None) -> pd.DataFrame:
+def graph_families(
+    compiles: pd.DataFrame,
+    backends: dict[str, str] | None = None,
+    loop_end: dict[str, int] | None = None,
+) -> pd.DataFrame:
     """The compiles in time order, each with its family, its number within the family
     (0 = first compile), its verdict (first, warmup, recompile, bounded) and why, whether it
     is a recompile, and the JAX function / eager flag. `loop_end` ('host/pid' -> last loop
@@ -210,8 +231,17 @@ def graph_families(compiles: pd.DataFrame, backends: dict[str, str] | None = Non
         process = _process(row)
         cut = judge.cut(row, process)
         verdict, reason = judge.verdict(row, family, cut, backend)
-        values = (family, len(judge.graphs[family]) - 1, verdict == "recompile", verdict, reason, cut,
-                  function, eager, backend)
+        values = (
+            family,
+            len(judge.graphs[family]) - 1,
+            verdict == "recompile",
+            verdict,
+            reason,
+            cut,
+            function,
+            eager,
+            backend,
+        )
         for name, value in zip(FAMILY_COLUMNS, values, strict=True):
             out[name].append(value)
     frame = ordered.assign(**out)
@@ -245,7 +275,9 @@ def may_be_bounded(rows: pd.DataFrame) -> bool:
     run long enough without a new graph (the live alerts wait for that before saying
     "recompile", launch/alerts/): torch_xla, each graph compiled once, no more than
     MAX_BOUNDED, and no bucketing plan that would cut the set."""
-    if (rows["backend"] == "jax").any() or not rows["reason"].dropna().isin(["recurred", "new shapes"]).all():
+    if (rows["backend"] == "jax").any() or not rows["reason"].dropna().isin(
+        ["recurred", "new shapes"]
+    ).all():
         return False
     hashes = [h for h in rows["graph_hash"] if _known(h)] if "graph_hash" in rows else []
     if len(hashes) != len(rows) or len(set(hashes)) != len(rows) or len(rows) > MAX_BOUNDED:
@@ -256,7 +288,11 @@ def may_be_bounded(rows: pd.DataFrame) -> bool:
 def _plan_cuts(rows: pd.DataFrame) -> bool:
     """With shapes known, whether a bucketing plan would compile fewer graphs than the sizes seen
     (the set is churn, not buckets); False when shapes are unknown (nothing to plan from)."""
-    lists = [list(s) for s in rows["input_shapes"] if _known(s) and len(s)] if "input_shapes" in rows else []
+    lists = (
+        [list(s) for s in rows["input_shapes"] if _known(s) and len(s)]
+        if "input_shapes" in rows
+        else []
+    )
     if len(lists) != len(rows) or len({len(x) for x in lists}) != 1:
         return False
     dims = varying_dims(lists)

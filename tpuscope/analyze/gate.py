@@ -69,13 +69,18 @@ class Policy:
 
     @property
     def active(self) -> bool:
-        return bool(self.fail_on) or self.max_recompiles is not None or self.max_fallbacks is not None
+        return (
+            bool(self.fail_on) or self.max_recompiles is not None or self.max_fallbacks is not None
+        )
 
 
 def fallback_calls(summary: RunSummary, allow: Sequence[str] = ()) -> dict[str, int]:
     """{op: calls} of the CPU fallbacks the analysis counted, less the allowed ops."""
-    return {str(op.op): int(op.count) for op in summary.fallback_ops or []
-            if not op_allowed(str(op.op), allow)}
+    return {
+        str(op.op): int(op.count)
+        for op in summary.fallback_ops or []
+        if not op_allowed(str(op.op), allow)
+    }
 
 
 def _at_least(severity: str, floor: str) -> bool:
@@ -95,22 +100,32 @@ def _where(finding: Finding) -> str:
     return f" at {loc.rsplit('/', 1)[-1]}" if loc else ""
 
 
-def reasons(summary: RunSummary | dict[str, Any], findings: Sequence[Finding],
-            policy: Policy) -> list[str]:
+def reasons(
+    summary: RunSummary | dict[str, Any], findings: Sequence[Finding], policy: Policy
+) -> list[str]:
     """Why the run fails the policy, one short phrase per limit exceeded (empty: it passes);
     the summary as the analysis made it, or its JSON form."""
     summary = as_summary(summary)
     out = []
     recompiles = int(summary.recompiles or 0)
     if policy.max_recompiles is not None and recompiles > policy.max_recompiles:
-        out.append(f"{recompiles} recompile{'s' * (recompiles != 1)} > --max-recompiles {policy.max_recompiles}")
+        out.append(
+            f"{recompiles} recompile{'s' * (recompiles != 1)} > --max-recompiles {policy.max_recompiles}"
+        )
     calls = fallback_calls(summary, policy.allow_fallbacks)
     total = sum(calls.values())
     if policy.max_fallbacks is not None and total > policy.max_fallbacks:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(calls.items(), key=lambda kv: -kv[1])[:3])
-        out.append(f"{total} CPU fallback call{'s' * (total != 1)} > --max-fallbacks {policy.max_fallbacks} ({ops})")
-    hits = [f for f in findings if f.rule in policy.fail_on and _at_least(f.severity, policy.fail_severity)
-            and not is_note(f)]
+        out.append(
+            f"{total} CPU fallback call{'s' * (total != 1)} > --max-fallbacks {policy.max_fallbacks} ({ops})"
+        )
+    hits = [
+        f
+        for f in findings
+        if f.rule in policy.fail_on
+        and _at_least(f.severity, policy.fail_severity)
+        and not is_note(f)
+    ]
     out.extend(f"{f.rule} ({f.severity}){_where(f)}" for f in hits[:5])
     if len(hits) > 5:
         out.append(f"{len(hits) - 5} more findings")

@@ -114,7 +114,10 @@ def _one_row_per_step(judged: pd.DataFrame) -> pd.Categorical | None:
     categories = sorted(labels)
     code = {h: i for i, h in enumerate(categories)}
     lengths = np.diff(np.append(starts, len(step)))
-    codes = np.repeat(np.array([code[h] for h in labels], dtype=np.int8 if len(labels) < 127 else np.int32), lengths)
+    codes = np.repeat(
+        np.array([code[h] for h in labels], dtype=np.int8 if len(labels) < 127 else np.int32),
+        lengths,
+    )
     return pd.Categorical.from_codes(codes, categories=categories)  # type: ignore[call-overload]  # pandas-stubs take no int8 codes array
 
 
@@ -127,8 +130,12 @@ def per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
     numeric = [c for c in ("compile_ns", "execute_ns", *COUNTS) if c in judged.columns]
     single = _one_row_per_step(judged)
     if single is not None:
-        columns = {"host": single, "step": judged["step"].to_numpy(), "wall_ns": judged["wall_ns"].to_numpy(),
-                   **{c: judged[c].fillna(0).to_numpy() for c in numeric}}
+        columns = {
+            "host": single,
+            "step": judged["step"].to_numpy(),
+            "wall_ns": judged["wall_ns"].to_numpy(),
+            **{c: judged[c].fillna(0).to_numpy() for c in numeric},
+        }
         grouped = pd.DataFrame(columns, copy=False)  # the judged rows' arrays, not a copy of them
         return _with_host_ns(grouped)
     host = judged["host"]
@@ -209,8 +216,12 @@ class PodMedians:
         if blocks is not None and len(rows) % len(blocks[0]) == 0:
             hosts, width = len(blocks[0]), len(rows) // len(blocks[0])
             step = rows["step"].to_numpy()
-            if (np.diff(blocks[0]) == width).all() and (step.reshape(hosts, width) == step[:width]).all():
-                medians = {c: _step_medians(rows[c].to_numpy(dtype=np.float64), hosts) for c in columns}
+            if (np.diff(blocks[0]) == width).all() and (
+                step.reshape(hosts, width) == step[:width]
+            ).all():
+                medians = {
+                    c: _step_medians(rows[c].to_numpy(dtype=np.float64), hosts) for c in columns
+                }
                 if not any(m is None for m in medians.values()):
                     self._per_step, self._hosts = medians, hosts  # type: ignore[assignment]
                     return

@@ -51,18 +51,27 @@ def phases(steps: pd.DataFrame, warmup: int) -> pd.Series:
     warm-up counts from the loop's first step."""
     if steps.empty:
         return pd.Series(dtype=object, index=steps.index)
-    after = steps["boundary"].astype(str).eq(AFTER_LOOP) if "boundary" in steps else \
-        pd.Series(False, index=steps.index)
+    after = (
+        steps["boundary"].astype(str).eq(AFTER_LOOP)
+        if "boundary" in steps
+        else pd.Series(False, index=steps.index)
+    )
     setup = setup_steps(steps, after)
     keys = process_keys(steps)
-    loop = steps.loc[~(after | setup), [*keys, "step"]]  # only what is read: not a copy of every column
+    loop = steps.loc[
+        ~(after | setup), [*keys, "step"]
+    ]  # only what is read: not a copy of every column
     if keys and not loop.empty:
         grouped = loop.groupby(keys, dropna=False)["step"]
         last, first = grouped.transform("max"), grouped.transform("min")
     else:
         last = loop["step"].max() if not loop.empty else 0
         first = loop["step"].min() if not loop.empty else 0
-    limit = (first + warmup).clip(upper=last) if isinstance(first, pd.Series) else min(first + warmup, last)
+    limit = (
+        (first + warmup).clip(upper=last)
+        if isinstance(first, pd.Series)
+        else min(first + warmup, last)
+    )
     out = pd.Series("after", index=steps.index, dtype=object)
     out.loc[loop.index] = (loop["step"] >= limit).map({True: "judged", False: "warmup"})
     out.loc[setup] = "setup"
@@ -109,7 +118,11 @@ def run_wall_s(steps: pd.DataFrame, duration_s: float | None = None) -> float:
     program's duration when that is longer and the run is one process. One-off costs such as
     compiles are shares of it: they happen in any step, so their share never exceeds 100%."""
     total = wall_s(steps)
-    processes = len(steps.groupby(process_keys(steps), dropna=False)) if process_keys(steps) and not steps.empty else 1
+    processes = (
+        len(steps.groupby(process_keys(steps), dropna=False))
+        if process_keys(steps) and not steps.empty
+        else 1
+    )
     if duration_s and processes <= 1:
         total = max(total, float(duration_s))
     return total

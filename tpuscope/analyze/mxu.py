@@ -21,8 +21,21 @@ from tpuscope.analyze.chips import DEFAULT_TARGET, GENERATIONS, TARGETS, Chip, _
 # torch_xla.backends.set_mat_mul_precision / jax.lax.Precision: f32 matmuls on TPU take
 # 1 (default: bf16), 3 (high) or 6 (highest) bf16 passes.
 PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}
-_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "s8": 1, "u8": 1, "s32": 4, "f8e4m3fn": 1, "f8e5m2": 1}
-STAGE_PREFERENCE = ("before_optimizations", "tpu_trace")  # platform-independent dims and user metadata
+_BYTES = {
+    "bf16": 2,
+    "f16": 2,
+    "f32": 4,
+    "f64": 8,
+    "s8": 1,
+    "u8": 1,
+    "s32": 4,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+}
+STAGE_PREFERENCE = (
+    "before_optimizations",
+    "tpu_trace",
+)  # platform-independent dims and user metadata
 
 
 def core_rates(target: str | None) -> tuple[float, float]:
@@ -47,7 +60,9 @@ def generation_of(device_type: str | None) -> str | None:
     return "v4" if number == "4" else None
 
 
-def padding_waste(n: np.ndarray | pd.Series | float, k: np.ndarray | pd.Series | float, edge: int) -> np.ndarray:
+def padding_waste(
+    n: np.ndarray | pd.Series | float, k: np.ndarray | pd.Series | float, edge: int
+) -> np.ndarray:
     """Share of each MXU pass spent on padding when K and N are padded to the array edge."""
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
@@ -89,8 +104,11 @@ def mxu_costs(dots: pd.DataFrame, target: str) -> pd.DataFrame:
     n, k = out["n"].to_numpy(float), out["k"].to_numpy(float)
     m, batch = out["m"].to_numpy(float), out["batch"].to_numpy(float)
     out["waste"] = padding_waste(n, k, edge)
-    passes = out["precision"].map(lambda p: PRECISION_PASSES.get(str(p), 1)).to_numpy(float) \
-        if "precision" in out else np.ones(len(out))
+    passes = (
+        out["precision"].map(lambda p: PRECISION_PASSES.get(str(p), 1)).to_numpy(float)
+        if "precision" in out
+        else np.ones(len(out))
+    )
     f32 = _is_f32(out)
     passes = np.where(f32, passes, 1.0)
     flops = 2.0 * batch * m * n * k
@@ -102,19 +120,27 @@ def mxu_costs(dots: pd.DataFrame, target: str) -> pd.DataFrame:
     out["time_s"] = np.maximum(out["mxu_s"], out["hbm_s"])
     useful = flops * passes / peak_flops
     out["padding_s"] = np.maximum(0.0, out["time_s"] - np.maximum(useful, out["hbm_s"]))
-    bf16_time = np.maximum(padded / peak_flops, batch * (m * k + k * n + m * n) * 2.0 / hbm_bandwidth)
+    bf16_time = np.maximum(
+        padded / peak_flops, batch * (m * k + k * n + m * n) * 2.0 / hbm_bandwidth
+    )
     out["f32_extra_s"] = np.where(f32, np.maximum(0.0, out["time_s"] - bf16_time), 0.0)
     return out
 
 
 def _itemsizes(frame: pd.DataFrame, column: str) -> np.ndarray:
-    return frame[column].map(itemsize).to_numpy(float) if column in frame else np.full(len(frame), 4.0)
+    return (
+        frame[column].map(itemsize).to_numpy(float) if column in frame else np.full(len(frame), 4.0)
+    )
 
 
 def _is_f32(dots: pd.DataFrame) -> np.ndarray:
     cols = [c for c in ("lhs_dtype", "rhs_dtype") if c in dots]
     if not cols:
-        return (dots["dtype"].astype(str) == "f32").to_numpy() if "dtype" in dots else np.zeros(len(dots), bool)
+        return (
+            (dots["dtype"].astype(str) == "f32").to_numpy()
+            if "dtype" in dots
+            else np.zeros(len(dots), bool)
+        )
     return np.all([dots[c].astype(str).isin(["f32", "f64"]).to_numpy() for c in cols], axis=0)
 
 
@@ -128,15 +154,25 @@ def roofline(hlo_modules: pd.DataFrame, costs: pd.DataFrame, target: str) -> pd.
     """
     hbm_bandwidth = core_rates(target)[1]
     rows = []
-    for module, group in (costs.groupby("module") if not costs.empty else []):
+    for module, group in costs.groupby("module") if not costs.empty else []:
         traffic, basis = _module_bytes(hlo_modules, str(module))
         mxu_s = float(group["mxu_s"].sum())
         hbm_s = traffic / hbm_bandwidth
         padding_s = float((group["mxu_s"] * group["waste"]).sum())  # MXU time spent on padding
-        rows.append({"module": module, "matmuls": len(group), "flops": float(group["flops"].sum()),
-                     "bytes": traffic, "bytes_basis": basis, "mxu_s": mxu_s, "hbm_s": hbm_s,
-                     "time_s": max(mxu_s, hbm_s), "bound": "compute (MXU)" if mxu_s >= hbm_s else "memory (HBM)",
-                     "padding_share": padding_s / mxu_s if mxu_s else 0.0})
+        rows.append(
+            {
+                "module": module,
+                "matmuls": len(group),
+                "flops": float(group["flops"].sum()),
+                "bytes": traffic,
+                "bytes_basis": basis,
+                "mxu_s": mxu_s,
+                "hbm_s": hbm_s,
+                "time_s": max(mxu_s, hbm_s),
+                "bound": "compute (MXU)" if mxu_s >= hbm_s else "memory (HBM)",
+                "padding_share": padding_s / mxu_s if mxu_s else 0.0,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -149,7 +185,9 @@ def _module_bytes(hlo_modules: pd.DataFrame, module: str) -> tuple[float, str]:
         return float(optimized["top_level_bytes"].max()), "optimized HLO, fusion by fusion"
     if rows.empty:
         return 0.0, "unknown"
-    return float((rows["param_bytes"] + rows["output_bytes"]).max()), "graph inputs + outputs (lower bound)"
+    return float(
+        (rows["param_bytes"] + rows["output_bytes"]).max()
+    ), "graph inputs + outputs (lower bound)"
 
 
 def fmt_time(seconds: float) -> str:
@@ -158,4 +196,3 @@ def fmt_time(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds * 1e6:.1f} us" if seconds >= 1e-7 else f"{seconds * 1e9:.0f} ns"
-

@@ -26,8 +26,8 @@ def nan_median(matrix: np.ndarray, axis: int) -> np.ndarray:
     out = np.empty(length, dtype=np.float64)
     step = max(1, CHUNK * 64 // max(1, matrix.shape[axis]))
     for start in range(0, length, step):
-        part = matrix[:, start:start + step] if axis == 0 else matrix[start:start + step, :]
-        out[start:start + part.shape[1 - axis]] = _middle(part, axis)
+        part = matrix[:, start : start + step] if axis == 0 else matrix[start : start + step, :]
+        out[start : start + part.shape[1 - axis]] = _middle(part, axis)
     return out
 
 
@@ -77,7 +77,8 @@ class StepMatrix:
         picked = ", ".join(f"h.{n} AS {n}" for n in names)
         reader = self.con.sql(
             f"SELECT CAST(CAST(h.host AS VARCHAR) AS host_enum) AS i, h.step - {self.lo} AS k, "
-            f"{picked} FROM host_steps h").to_arrow_reader(BATCH_ROWS)
+            f"{picked} FROM host_steps h"
+        ).to_arrow_reader(BATCH_ROWS)
         self.rows = 0
         for batch in reader:
             self.rows += batch.num_rows
@@ -87,7 +88,9 @@ class StepMatrix:
             i, k = i[keep], k[keep]
             seen[i, k] = True
             for n in names:
-                out[n][i, k] = batch.column(n).to_numpy(zero_copy_only=False)[keep].astype(np.float64)
+                out[n][i, k] = (
+                    batch.column(n).to_numpy(zero_copy_only=False)[keep].astype(np.float64)
+                )
         if not seen.all():
             for matrix in out.values():
                 matrix[~seen] = np.nan
@@ -101,7 +104,7 @@ class StepMatrix:
         array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         codes = array.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         names = array.dictionary.to_pylist()
-        if names != self.hosts[:len(names)]:
+        if names != self.hosts[: len(names)]:
             where = {h: i for i, h in enumerate(self.hosts)}
             codes = np.array([where[n] for n in names], dtype=np.int64)[codes]
         return codes

@@ -73,8 +73,10 @@ class PodSteps:
         )
         self._mark_setup()
         if self._simple_phases():  # every process past its warm-up, none a single step
-            phase = (f"CASE WHEN is_after THEN 'after' WHEN step >= {self.warmup} THEN 'judged' "
-                     "ELSE 'warmup' END")
+            phase = (
+                f"CASE WHEN is_after THEN 'after' WHEN step >= {self.warmup} THEN 'judged' "
+                "ELSE 'warmup' END"
+            )
             con.execute(f"CREATE TEMP VIEW phased AS SELECT *, {phase} AS phase FROM s")
         else:
             phase = (
@@ -98,8 +100,10 @@ class PodSteps:
             body = f"SELECT host, step, wall_ns, {sums} FROM phased WHERE phase = 'judged'"
         else:
             aggs = ", ".join(f"sum(coalesce({c}, 0)) AS {c}" for c in NUMERIC)
-            body = (f"SELECT host, step, max(wall_ns) AS wall_ns, {aggs} FROM phased "
-                    "WHERE phase = 'judged' GROUP BY host, step")
+            body = (
+                f"SELECT host, step, max(wall_ns) AS wall_ns, {aggs} FROM phased "
+                "WHERE phase = 'judged' GROUP BY host, step"
+            )
         self.con.execute(
             "CREATE OR REPLACE TEMP VIEW host_steps AS SELECT *, "
             "greatest(wall_ns - compile_ns - execute_ns, 0) AS host_ns "
@@ -120,18 +124,21 @@ class PodSteps:
         if self.grouped:
             return True  # grouped already: a step written twice is taken as pandas takes it
         lo, hi, nulls = self.rows(
-            "SELECT min(first_step), max(last_step), sum(n) - sum(n_step) FROM procs")[0]
+            "SELECT min(first_step), max(last_step), sum(n) - sum(n_step) FROM procs"
+        )[0]
         if lo is None or nulls or int(hi) - int(lo) >= MAX_STEP_SPAN:
             return lo is None
         twice = self.rows(
             f"SELECT count(*) FROM (SELECT count(*) AS n, bit_count(bitstring_agg(step, {int(lo)}, "
-            f"{int(hi)})) AS once FROM s GROUP BY host, pid) WHERE n <> once")[0][0]
+            f"{int(hi)})) AS once FROM s GROUP BY host, pid) WHERE n <> once"
+        )[0][0]
         return not twice
 
     def _simple_phases(self) -> bool:
         row = self.con.execute(
             f"SELECT bool_and(n > 1 AND (last_loop IS NULL OR last_loop >= {self.warmup}) "
-            "AND coalesce(loop_from, 0) = 0) FROM procs").fetchall()[0]
+            "AND coalesce(loop_from, 0) = 0) FROM procs"
+        ).fetchall()[0]
         return bool(row[0])
 
     def _mark_setup(self) -> None:
@@ -142,19 +149,25 @@ class PodSteps:
         rows are read, never the whole table."""
         self.con.execute("ALTER TABLE procs ADD COLUMN loop_from BIGINT")
         self.con.execute("UPDATE procs SET loop_from = first_loop")
-        maybe = self.rows("SELECT host, pid, n_loop, kinds FROM procs "
-                          "WHERE first_kind IS NOT NULL AND kinds[first_kind] = 1 AND n_loop > 2")
+        maybe = self.rows(
+            "SELECT host, pid, n_loop, kinds FROM procs "
+            "WHERE first_kind IS NOT NULL AND kinds[first_kind] = 1 AND n_loop > 2"
+        )
         for host, pid, n_loop, kinds in maybe:
             lead_rows = self.con.execute(
                 "SELECT step, boundary FROM s WHERE host IS NOT DISTINCT FROM ? AND "
                 "pid IS NOT DISTINCT FROM ? AND NOT is_after ORDER BY step LIMIT ?",
-                [host, pid, len(kinds) + 1]).fetchall()
+                [host, pid, len(kinds) + 1],
+            ).fetchall()
             lead = 0
             while lead < min(n_loop - 2, len(lead_rows)) and kinds.get(lead_rows[lead][1]) == 1:
                 lead += 1
             if lead and lead < len(lead_rows):
-                self.con.execute("UPDATE procs SET loop_from = ? WHERE host IS NOT DISTINCT FROM ? "
-                                 "AND pid IS NOT DISTINCT FROM ?", [lead_rows[lead][0], host, pid])
+                self.con.execute(
+                    "UPDATE procs SET loop_from = ? WHERE host IS NOT DISTINCT FROM ? "
+                    "AND pid IS NOT DISTINCT FROM ?",
+                    [lead_rows[lead][0], host, pid],
+                )
 
     def _one_process_per_host(self) -> bool:
         row = self.con.execute(
@@ -171,20 +184,26 @@ class PodSteps:
     # -- whole-run figures (analyze/summary.py, analyze/families.loop_ends) ------------------
     def hosts(self) -> list[str]:
         """Every host with a step row."""
-        return [str(r[0]) for r in self.rows("SELECT DISTINCT host FROM procs WHERE host IS NOT NULL")]
+        return [
+            str(r[0]) for r in self.rows("SELECT DISTINCT host FROM procs WHERE host IS NOT NULL")
+        ]
 
     def loop_ends(self) -> dict[str, int]:
         """analyze/families.loop_ends: 'host/pid' -> the last step of its loop."""
         # max(step) of the phases but after and setup, per process, from procs (no pass over the
         # rows): setup steps lead the loop (its last step is last_loop), and a process of one
         # row at the after-the-loop boundary has that row judged (phased), its step its last
-        rows = self.rows("SELECT host, pid, CASE WHEN last_loop IS NOT NULL THEN last_loop "
-                         "WHEN n = 1 THEN last_step END FROM procs")
+        rows = self.rows(
+            "SELECT host, pid, CASE WHEN last_loop IS NOT NULL THEN last_loop "
+            "WHEN n = 1 THEN last_step END FROM procs"
+        )
         return {f"{h}/{p}": int(s) for h, p, s in rows if s is not None}
 
     def last_steps(self) -> dict[str, int]:
         """Per host, its last step (any phase)."""
-        rows = self.rows("SELECT host, max(last_step) FROM procs WHERE host IS NOT NULL GROUP BY host")
+        rows = self.rows(
+            "SELECT host, max(last_step) FROM procs WHERE host IS NOT NULL GROUP BY host"
+        )
         return {str(h): int(s) for h, s in rows if s is not None}
 
     def judged_wall_s(self) -> float:
@@ -194,22 +213,39 @@ class PodSteps:
 
     def after_rows(self) -> pd.DataFrame:
         """The after-the-loop steps (one per process at most): few rows, in pandas."""
-        return self.frame("SELECT host, pid, step, wall_ns, executions FROM phased "
-                          "WHERE phase = 'after'")
+        return self.frame(
+            "SELECT host, pid, step, wall_ns, executions FROM phased WHERE phase = 'after'"
+        )
 
     def step_figures(self) -> dict[str, Any]:
         """Counts and sums of the phases: what analyze/summary.summarize reads of the steps."""
-        (loop, judged, judged_wall, transfers, transfers_n, all_wall, procs, all_transfers,
-         rows) = self.rows(
+        (
+            loop,
+            judged,
+            judged_wall,
+            transfers,
+            transfers_n,
+            all_wall,
+            procs,
+            all_transfers,
+            rows,
+        ) = self.rows(
             "SELECT count(*) FILTER (WHERE phase NOT IN ('after', 'setup')), count(*) FILTER (WHERE phase = 'judged'), "
             "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
             "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
             "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "
-            "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased")[0]
-        return {"loop": int(loop), "judged": int(judged),
-                "judged_wall_ns": int(judged_wall or 0), "all_wall_ns": int(all_wall or 0),
-                "transfers_mean": float(int(transfers)) / transfers_n if transfers_n else None,
-                "transfers": int(all_transfers or 0), "processes": int(procs), "rows": int(rows)}
+            "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased"
+        )[0]
+        return {
+            "loop": int(loop),
+            "judged": int(judged),
+            "judged_wall_ns": int(judged_wall or 0),
+            "all_wall_ns": int(all_wall or 0),
+            "transfers_mean": float(int(transfers)) / transfers_n if transfers_n else None,
+            "transfers": int(all_transfers or 0),
+            "processes": int(procs),
+            "rows": int(rows),
+        }
 
     def judged_quantile(self, q: float, n: int) -> float:
         """pandas' Series.quantile(q) of the judged steps' wall_ns (numpy's linear method),
@@ -222,7 +258,8 @@ class PodSteps:
         else:
             a, b = self.rows(
                 f"SELECT quantile_disc(wall_ns, {(below + 0.5) / n!r}), "
-                f"quantile_disc(wall_ns, {(above + 0.5) / n!r}) FROM phased WHERE phase = 'judged'")[0]
+                f"quantile_disc(wall_ns, {(above + 0.5) / n!r}) FROM phased WHERE phase = 'judged'"
+            )[0]
         return float(np.quantile(np.array([a, b], dtype=np.int64), gamma))
 
     def _order_stats(self, wall: np.ndarray, rows: int) -> None:
@@ -230,7 +267,7 @@ class PodSteps:
         (rows, rank): used only when the judged steps are those rows (their count is asked
         with it), each (host, step) once (as many cells as rows) and exact in float64."""
         values = wall[~np.isnan(wall)]
-        if len(values) != rows or not rows or values.max() >= 2.0 ** 53 or values.min() < 0:
+        if len(values) != rows or not rows or values.max() >= 2.0**53 or values.min() < 0:
             return
         ranks = sorted({k for q in QUANTILES for k in _around(q, rows)[:2]})
         ordered = np.partition(values, ranks)
@@ -243,8 +280,9 @@ class PodSteps:
 
     def _judged_span(self) -> tuple[list[str], int | None, int | None]:
         """The hosts with judged steps and their lowest and highest judged step, in one pass."""
-        hosts, lo, hi = self.rows("SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) "
-                                  "FROM host_steps")[0]
+        hosts, lo, hi = self.rows(
+            "SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) FROM host_steps"
+        )[0]
         return [str(h) for h in hosts or []], lo, hi
 
     def pod_view(self) -> dict[str, Any]:
@@ -272,15 +310,23 @@ class PodSteps:
         view = []
         for i, host in enumerate(hosts):
             steps = np.flatnonzero(slow[i]) + matrices.lo
-            view.append({
-                "host": host, "steps": int(counts[i]), "p50_ms": float(p50[i]) / NS_PER_MS,
-                "excess_ms": float(median_excess[i]) / NS_PER_MS,
-                "slow_steps": [int(s) for s in steps],
-                "straggler": bool(median_excess[i] > threshold),
-                "cause": _cause(causes[i]) if i in causes else None,
-            })
-        return {"hosts": view, "pod_p50_ms": pod_p50 / NS_PER_MS, "noise_ms": noise / NS_PER_MS,
-                "threshold_ms": threshold / NS_PER_MS}
+            view.append(
+                {
+                    "host": host,
+                    "steps": int(counts[i]),
+                    "p50_ms": float(p50[i]) / NS_PER_MS,
+                    "excess_ms": float(median_excess[i]) / NS_PER_MS,
+                    "slow_steps": [int(s) for s in steps],
+                    "straggler": bool(median_excess[i] > threshold),
+                    "cause": _cause(causes[i]) if i in causes else None,
+                }
+            )
+        return {
+            "hosts": view,
+            "pod_p50_ms": pod_p50 / NS_PER_MS,
+            "noise_ms": noise / NS_PER_MS,
+            "threshold_ms": threshold / NS_PER_MS,
+        }
 
     # -- the summary's hosts and host_steps ---------------------------------------------------
     def host_summary(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -289,13 +335,24 @@ class PodSteps:
         procs: dict[str, int] = {}
         for proc in meta.get("processes", []):
             procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
-        counts = {str(h): int(n) for h, n in self.rows(
-            "SELECT CAST(host AS VARCHAR), sum(n) FROM procs GROUP BY 1")}
-        p50 = {str(h): float(m) / NS_PER_MS for h, m in self.rows(
-            "SELECT host, median(wall_ns) FROM host_steps GROUP BY host")}
-        return [{"host": host, "processes": procs.get(host, 0), "steps": counts[host],
-                 "p50_ms": p50.get(host), "status": ended.get(host)}
-                for host in sorted(counts, key=natural_key)]
+        counts = {
+            str(h): int(n)
+            for h, n in self.rows("SELECT CAST(host AS VARCHAR), sum(n) FROM procs GROUP BY 1")
+        }
+        p50 = {
+            str(h): float(m) / NS_PER_MS
+            for h, m in self.rows("SELECT host, median(wall_ns) FROM host_steps GROUP BY host")
+        }
+        return [
+            {
+                "host": host,
+                "processes": procs.get(host, 0),
+                "steps": counts[host],
+                "p50_ms": p50.get(host),
+                "status": ended.get(host),
+            }
+            for host in sorted(counts, key=natural_key)
+        ]
 
     def step_matrix_record(self, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
         """analyze/hosts.step_matrix_record: per host and bin of steps the median wall time in
@@ -307,16 +364,26 @@ class PodSteps:
         cells = self.frame(
             f"SELECT host, {int(lo)} + (step - {int(lo)}) // {width} * {width} AS bin, "
             "quantile_disc(wall_ns, 0.5) AS lo, -quantile_disc(-wall_ns, 0.5) AS hi "
-            "FROM host_steps GROUP BY host, bin")
-        ms = (cells["lo"].to_numpy(np.float64) / NS_PER_MS + cells["hi"].to_numpy(np.float64) / NS_PER_MS) / 2
-        matrix = pd.Series(ms, index=pd.MultiIndex.from_arrays(
-            [cells["host"].astype(str), cells["bin"].astype(np.int64)])).unstack()
+            "FROM host_steps GROUP BY host, bin"
+        )
+        ms = (
+            cells["lo"].to_numpy(np.float64) / NS_PER_MS
+            + cells["hi"].to_numpy(np.float64) / NS_PER_MS
+        ) / 2
+        matrix = pd.Series(
+            ms,
+            index=pd.MultiIndex.from_arrays(
+                [cells["host"].astype(str), cells["bin"].astype(np.int64)]
+            ),
+        ).unstack()
         matrix = matrix.loc[sorted(matrix.index, key=natural_key)].sort_index(axis=1)
         return {
             "hosts": [str(h) for h in matrix.index],
             "steps": [int(c) for c in matrix.columns],
             "width": width,
-            "ms": [[None if v != v else round(float(v), 6) for v in row] for row in matrix.to_numpy()],
+            "ms": [
+                [None if v != v else round(float(v), 6) for v in row] for row in matrix.to_numpy()
+            ],
         }
 
 
@@ -338,8 +405,8 @@ def _slow_parts(matrices: StepMatrix, slow: np.ndarray) -> dict[int, pd.DataFram
     out = {int(i): {"step": cols[np.flatnonzero(slow[i])] + matrices.lo} for i in rows}
     per_pass = max(1, PASS_CELLS // (len(matrices.hosts) * len(cols)))  # matrices of a pass
     for start in range(0, len(PARTS), per_pass):
-        parts = matrices.columns(list(PARTS[start:start + per_pass]), cols)  # only those steps
-        for col in PARTS[start:start + per_pass]:
+        parts = matrices.columns(list(PARTS[start : start + per_pass]), cols)  # only those steps
+        for col in PARTS[start : start + per_pass]:
             matrix = parts.pop(col)
             pod = nan_median(matrix, 0)
             for i in rows:

@@ -62,14 +62,20 @@ class Record:
         (the shape its rule writes), gives back those keys in their order, and any key given a
         value since."""
         if self.key_order is None:
-            out = {k: _write(getattr(self, k)) for k in self.declared()
-                   if not (k in self.OMIT_NONE and getattr(self, k) is None)}
+            out = {
+                k: _write(getattr(self, k))
+                for k in self.declared()
+                if not (k in self.OMIT_NONE and getattr(self, k) is None)
+            }
             out.update(self.extra)
             return out
         read = set(self.key_order)
         out = {k: self._value(k) for k in self.key_order}
-        out.update((f.name, _write(getattr(self, f.name))) for f in fields(self)
-                   if f.name not in _OWN and f.name not in read and getattr(self, f.name) != _default(f))
+        out.update(
+            (f.name, _write(getattr(self, f.name)))
+            for f in fields(self)
+            if f.name not in _OWN and f.name not in read and getattr(self, f.name) != _default(f)
+        )
         return out
 
     def with_values(self: R, **values: Any) -> R:
@@ -78,8 +84,9 @@ class Record:
         declared = set(self.declared())
         extra = {**self.extra, **{k: v for k, v in values.items() if k not in declared}}
         order = tuple(dict.fromkeys((*self.keys(), *values)))
-        return replace(self, **{k: v for k, v in values.items() if k in declared}, extra=extra,
-                       key_order=order)
+        return replace(
+            self, **{k: v for k, v in values.items() if k in declared}, extra=extra, key_order=order
+        )
 
     def _value(self, key: str) -> Any:
         return self.extra[key] if key in self.extra else _write(getattr(self, key))
@@ -127,4 +134,3 @@ def _write(value: Any) -> Any:
     if isinstance(value, list):
         return [v.to_dict() if isinstance(v, Record) else v for v in value]
     return value
-

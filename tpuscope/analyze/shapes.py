@@ -37,8 +37,9 @@ def parse_shape(text: str) -> Shape | None:
     match = _SHAPE.match(text or "")
     if not match:
         return None
-    dims = tuple(int(d) if d.strip().isdigit() else None
-                 for d in match["dims"].split(",") if d.strip())
+    dims = tuple(
+        int(d) if d.strip().isdigit() else None for d in match["dims"].split(",") if d.strip()
+    )
     return Shape(match["dtype"], dims)
 
 
@@ -51,15 +52,20 @@ def diff_shapes(before: Sequence[str], after: Sequence[str], prefix: str = "arg"
     """
     before, after = list(before), list(after)
     if len(before) == len(after):
-        return [f"{prefix} {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(before, after, strict=True))
-                if a != b]
+        return [
+            f"{prefix} {i}: {a} -> {b}"
+            for i, (a, b) in enumerate(zip(before, after, strict=True))
+            if a != b
+        ]
     changes: list[str] = []
     matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
         if tag == "replace" and i2 - i1 == j2 - j1:
-            changes += [f"{prefix} {j1 + k}: {before[i1 + k]} -> {after[j1 + k]}" for k in range(i2 - i1)]
+            changes += [
+                f"{prefix} {j1 + k}: {before[i1 + k]} -> {after[j1 + k]}" for k in range(i2 - i1)
+            ]
             continue
         changes += [f"{prefix} {i} removed: {before[i]}" for i in range(i1, i2)]
         changes += [f"{prefix} {j} added: {after[j]}" for j in range(j1, j2)]
@@ -75,8 +81,12 @@ def shape_distance(before: Sequence[str], after: Sequence[str]) -> tuple[int, in
     than 64 -> 45).
     """
     if len(before) != len(after):
-        return (abs(len(before) - len(after)) + sum(a != b for a, b in zip(before, after, strict=False)),
-                10**6, 0)
+        return (
+            abs(len(before) - len(after))
+            + sum(a != b for a, b in zip(before, after, strict=False)),
+            10**6,
+            0,
+        )
     args = dims = gap = 0
     for a, b in zip(before, after, strict=True):
         if a == b:
@@ -119,7 +129,9 @@ def varying_dims(shape_lists: Iterable[Sequence[str]]) -> list[VaryingDim]:
     # A storm compiles the same few signatures thousands of times: parse each distinct one once
     # and map the per-graph values back through the inverse index (numpy), not graph by graph.
     index: dict[tuple[str, ...], int] = {}
-    inverse = np.fromiter((index.setdefault(g, len(index)) for g in graphs), dtype=np.int64, count=len(graphs))
+    inverse = np.fromiter(
+        (index.setdefault(g, len(index)) for g in graphs), dtype=np.int64, count=len(graphs)
+    )
     parsed = [[parse_shape(s) for s in shapes] for shapes in index]
     width = len(parsed[0])
     if any(len(p) != width for p in parsed):
@@ -128,8 +140,9 @@ def varying_dims(shape_lists: Iterable[Sequence[str]]) -> list[VaryingDim]:
     for arg in range(width):
         column = [p[arg] for p in parsed]
         first = column[0]
-        if first is None or any(s is None or s.dtype != first.dtype or len(s.dims) != len(first.dims)
-                                for s in column):
+        if first is None or any(
+            s is None or s.dtype != first.dtype or len(s.dims) != len(first.dims) for s in column
+        ):
             continue
         for dim in range(len(first.dims)):
             values = [s.dims[dim] for s in column if s is not None]
@@ -167,7 +180,9 @@ def _round_up(value: int, multiple: int) -> int:
     return int(math.ceil(value / multiple) * multiple)
 
 
-def _partitions(distinct: list[int], weights: list[int], bound_of: dict[int, int]) -> Iterator[list[int]]:
+def _partitions(
+    distinct: list[int], weights: list[int], bound_of: dict[int, int]
+) -> Iterator[list[int]]:
     """For k = 1, 2, ...: the k buckets that minimise padded elements (ties: any).
 
     The classic 1-D dynamic program over sorted sizes, one row per k, each row
@@ -213,7 +228,7 @@ def suggest_buckets(values: Sequence[int], max_waste: float = 0.10, multiple: in
     weights = [counts[v] for v in distinct]
     plans: list[Bucketing] = []
     round_ok = multiple > 1 and distinct[0] >= multiple
-    for rounded in ((True, False) if round_ok else (False,)):
+    for rounded in (True, False) if round_ok else (False,):
         bound_of = {v: _round_up(v, multiple) if rounded else v for v in distinct}
         for buckets in _partitions(distinct, weights, bound_of):
             waste = bucket_padding(observed, buckets)
@@ -222,4 +237,6 @@ def suggest_buckets(values: Sequence[int], max_waste: float = 0.10, multiple: in
                 break
     if not plans:  # one bucket per distinct value: no padding at all
         return Bucketing(distinct, 0.0, observed)
-    return min(plans, key=lambda p: (len(p.buckets), -all(b % multiple == 0 for b in p.buckets), p.waste))
+    return min(
+        plans, key=lambda p: (len(p.buckets), -all(b % multiple == 0 for b in p.buckets), p.waste)
+    )

@@ -36,11 +36,19 @@ def has_step_structure(loop: pd.DataFrame) -> bool:
     keys = [k for k in PROCESS_KEYS if k in loop.columns]
     frame = loop[[*keys, "executions", "compiles"]].fillna(0)
     if keys:
-        per = frame.groupby(keys, dropna=False).agg(steps=("executions", "size"), executions=("executions", "sum"),
-                                                    compiles=("compiles", "sum"))
+        per = frame.groupby(keys, dropna=False).agg(
+            steps=("executions", "size"),
+            executions=("executions", "sum"),
+            compiles=("compiles", "sum"),
+        )
     else:
-        per = pd.DataFrame({"steps": [len(frame)], "executions": [frame["executions"].sum()],
-                            "compiles": [frame["compiles"].sum()]})
+        per = pd.DataFrame(
+            {
+                "steps": [len(frame)],
+                "executions": [frame["executions"].sum()],
+                "compiles": [frame["compiles"].sum()],
+            }
+        )
     return bool(((per["steps"] >= 2) | (per["executions"] > per["compiles"])).any())
 
 

@@ -41,17 +41,27 @@ def compile_causes(families: pd.DataFrame, top: int = 5) -> list[CompileCause]:
     if families.empty:
         return []
     frame = families.assign(
-        cause=families["cause"].fillna("(cause unknown)"), location=families["location"].fillna(""),
-        recompile=families["recompile"].astype(bool) if "recompile" in families else False)
+        cause=families["cause"].fillna("(cause unknown)"),
+        location=families["location"].fillna(""),
+        recompile=families["recompile"].astype(bool) if "recompile" in families else False,
+    )
     grouped = frame.groupby(["cause", "location"], dropna=False).agg(
-        count=("duration_ns", "size"), seconds=("duration_ns", "sum"), first_step=("step", "min"),
-        recompiles=("recompile", "sum"))
+        count=("duration_ns", "size"),
+        seconds=("duration_ns", "sum"),
+        first_step=("step", "min"),
+        recompiles=("recompile", "sum"),
+    )
     grouped["seconds"] = grouped["seconds"].fillna(0) / NS_PER_S
     rows = grouped.reset_index().sort_values(["seconds", "count"], ascending=False).head(top)
     return [
-        CompileCause(cause=str(row["cause"]), location=row["location"] or None, count=int(row["count"]),
-                     seconds=float(row["seconds"]), first_step=int(row["first_step"]),
-                     recompiles=int(row["recompiles"]))
+        CompileCause(
+            cause=str(row["cause"]),
+            location=row["location"] or None,
+            count=int(row["count"]),
+            seconds=float(row["seconds"]),
+            first_step=int(row["first_step"]),
+            recompiles=int(row["recompiles"]),
+        )
         for row in records(rows)
     ]
 
@@ -69,9 +79,16 @@ def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[FallbackOp]:
         count = int(group["count"].sum())
         runs, n_steps = step_runs(group["step"])
         located = group["location"].dropna()
-        out.append(FallbackOp(op=str(op), count=count, step_runs=runs, step_count=n_steps,
-                              per_step=float(count / loop_steps) if loop_steps else 0.0,
-                              location=str(located.min()) if len(located) else None))
+        out.append(
+            FallbackOp(
+                op=str(op),
+                count=count,
+                step_runs=runs,
+                step_count=n_steps,
+                per_step=float(count / loop_steps) if loop_steps else 0.0,
+                location=str(located.min()) if len(located) else None,
+            )
+        )
     return sorted(out, key=lambda r: (-r.count, r.op))
 
 
@@ -79,7 +96,11 @@ def _value_reads(fallbacks: pd.DataFrame, steps: pd.DataFrame, backend: str | No
     """torch_xla's `.item()`-style reads (a fallback counter), or a JAX run's value reads
     (`float(x)`, `.item()`, `np.asarray`, `jax.device_get`: its steps' transfers_from_device)."""
     if backend == "jax":
-        return int(steps["transfers_from_device"].fillna(0).sum()) if "transfers_from_device" in steps else 0
+        return (
+            int(steps["transfers_from_device"].fillna(0).sum())
+            if "transfers_from_device" in steps
+            else 0
+        )
     if fallbacks.empty:
         return 0
     return int(fallbacks.loc[fallbacks["op"].isin(VALUE_READ_OPS), "count"].sum())
@@ -91,9 +112,15 @@ def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -
     if after.empty:
         return None
     keys = [k for k in ("host", "pid", "step") if k in after.columns and k in families.columns]
-    compiles = families.merge(after[keys], on=keys) if not families.empty and keys else families.iloc[0:0]
-    return AfterLoop(wall_s=wall_s(after), compiles=int(len(compiles)), compile_s=_seconds(compiles),
-                     executions=int(after["executions"].fillna(0).sum()) if "executions" in after else 0)
+    compiles = (
+        families.merge(after[keys], on=keys) if not families.empty and keys else families.iloc[0:0]
+    )
+    return AfterLoop(
+        wall_s=wall_s(after),
+        compiles=int(len(compiles)),
+        compile_s=_seconds(compiles),
+        executions=int(after["executions"].fillna(0).sum()) if "executions" in after else 0,
+    )
 
 
 def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None:
@@ -105,13 +132,20 @@ def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None
     for name in ("CompileTime", "UncachedCompile"):
         rows = whole[whole["name"] == name]
         if not rows.empty and int(rows["count"].sum()):
-            return int(rows["count"].sum()), float(rows["total"].sum()) / NS_PER_S if name == "CompileTime" else 0.0
+            return int(rows["count"].sum()), float(
+                rows["total"].sum()
+            ) / NS_PER_S if name == "CompileTime" else 0.0
     return None
 
 
-def summarize(meta: dict[str, Any], steps: pd.DataFrame, families: pd.DataFrame,
-              fallbacks: pd.DataFrame, metrics: pd.DataFrame | None = None,
-              phase: pd.Series | None = None) -> RunSummary:
+def summarize(
+    meta: dict[str, Any],
+    steps: pd.DataFrame,
+    families: pd.DataFrame,
+    fallbacks: pd.DataFrame,
+    metrics: pd.DataFrame | None = None,
+    phase: pd.Series | None = None,
+) -> RunSummary:
     """The run's headline figures; `families` is analyze.families.graph_families(compiles);
     `metrics` gives the compile totals of imported evidence that has no compile rows; `phase`
     is phases(steps, warmup) when the caller has it already."""

@@ -50,8 +50,12 @@ def step_module(dots: pd.DataFrame, trace_modules: dict[str, int] | None = None)
     return [n for n in names if flops.get(n, 0) >= best * 0.999][-1]
 
 
-def tensorcore_problems(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target: str,
-            trace_modules: dict[str, int] | None = None) -> tuple[list[MatmulProblem], dict[str, Any]]:
+def tensorcore_problems(
+    hlo_ops: pd.DataFrame,
+    hlo_modules: pd.DataFrame,
+    target: str,
+    trace_modules: dict[str, int] | None = None,
+) -> tuple[list[MatmulProblem], dict[str, Any]]:
     """(problems of the step graph, its roofline summary) on the target chip."""
     dots = matmuls(hlo_ops)
     module = step_module(dots, trace_modules)
@@ -71,7 +75,9 @@ def tensorcore_problems(hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame, target
         _problem("f32", costs[costs["f32_extra_s"] > 0], "f32_extra_s"),
     ]
     short = costs[m < edge]
-    problems.append(MatmulProblem("short", short, float((short["mxu_s"] * edge / (short["m"] + edge)).sum())))
+    problems.append(
+        MatmulProblem("short", short, float((short["mxu_s"] * edge / (short["m"] + edge)).sum()))
+    )
     for problem in problems:
         problem.info = _describe(problem, edge)
     return [p for p in problems if not p.ops.empty], summary
@@ -86,7 +92,9 @@ def head_dims(costs: pd.DataFrame, edge: int) -> set[int]:
     keys = set(zip(batched["batch"], batched["m"], batched["n"], batched["k"], strict=True))
     dims = set()
     for b, m, n, k in keys:
-        if (b, m, k, n) not in keys or (n == k and m != n):  # a square-weight matmul pairs with itself
+        if (b, m, k, n) not in keys or (
+            n == k and m != n
+        ):  # a square-weight matmul pairs with itself
             continue
         d = k if m == n else n if m == k else min(n, k)
         if d < edge:
@@ -117,7 +125,9 @@ def ops_location(ops: pd.DataFrame) -> tuple[str | None, list[str]]:
     if "source_file" not in ops or ops.empty:
         return None, []
     known = ops[ops["source_file"].notna()]
-    where = known["source_file"].astype(str) + ":" + known["source_line"].astype("Int64").astype(str)
+    where = (
+        known["source_file"].astype(str) + ":" + known["source_line"].astype("Int64").astype(str)
+    )
     user = where[~known["source_file"].astype(str).str.contains("|".join(_LIBRARY), regex=True)]
     pool = user if not user.empty else where
     if pool.empty:
@@ -131,7 +141,9 @@ def module_paths(ops: pd.DataFrame) -> list[str]:
         return []
     paths = []
     for name in ops["op_name"].dropna().astype(str):
-        parts = [p for p in name.split("/") if p and not p.startswith(("jit(", "pjit(", "transpose("))]
+        parts = [
+            p for p in name.split("/") if p and not p.startswith(("jit(", "pjit(", "transpose("))
+        ]
         if len(parts) > 1:
             paths.append("/".join(parts[:-1]))
     return list(dict.fromkeys(paths))
@@ -142,10 +154,14 @@ def _describe(problem: MatmulProblem, edge: int) -> dict[str, Any]:
     if ops.empty:
         return {}
     location, lines = ops_location(ops)
-    info: dict[str, Any] = {"count": len(ops), "location": location, "lines": lines[:8],
-                            "module_paths": module_paths(ops)[:8],
-                            "flops": float(ops["flops"].sum()),
-                            "shapes": sorted({_shape(r) for r in ops.itertuples()})[:8]}
+    info: dict[str, Any] = {
+        "count": len(ops),
+        "location": location,
+        "lines": lines[:8],
+        "module_paths": module_paths(ops)[:8],
+        "flops": float(ops["flops"].sum()),
+        "shapes": sorted({_shape(r) for r in ops.itertuples()})[:8],
+    }
     if problem.kind == "head_dim":
         info["head_dim"] = min(head_dims(ops, edge) or {int(min(ops["k"].min(), ops["n"].min()))})
     if problem.kind == "unaligned":
@@ -153,7 +169,9 @@ def _describe(problem: MatmulProblem, edge: int) -> dict[str, Any]:
         info["dims"] = dims[:8]
         info["padded"] = [int(np.ceil(d / edge) * edge) for d in dims[:8]]
     if problem.kind == "f32":
-        info["precision"] = sorted(set(ops["precision"].astype(str))) if "precision" in ops else ["default"]
+        info["precision"] = (
+            sorted(set(ops["precision"].astype(str))) if "precision" in ops else ["default"]
+        )
     if problem.kind == "short":
         info["rows"] = sorted({int(m) for m in ops["m"]})[:8]
     return info
@@ -170,5 +188,9 @@ def waste_by_generation(ops: pd.DataFrame) -> dict[str, float]:
 
     flops = ops["flops"].to_numpy(float)
     total = flops.sum()
-    return {gen: round(float((flops * padding_waste(ops["n"], ops["k"], spec.mxu)).sum() / total), 3)
-            if total else 0.0 for gen, spec in GENERATIONS.items()}
+    return {
+        gen: round(float((flops * padding_waste(ops["n"], ops["k"], spec.mxu)).sum() / total), 3)
+        if total
+        else 0.0
+        for gen, spec in GENERATIONS.items()
+    }

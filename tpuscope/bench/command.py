@@ -27,16 +27,32 @@ class BenchUsageError(Exception):
 
 def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     """'a,b' -> ['a', 'b'] in the given order; 'all' -> every allowed value."""
-    items = list(allowed) if text.strip() == "all" else [x.strip() for x in text.split(",") if x.strip()]
+    items = (
+        list(allowed)
+        if text.strip() == "all"
+        else [x.strip() for x in text.split(",") if x.strip()]
+    )
     unknown = [x for x in items if x not in allowed]
     if unknown or not items:
-        raise BenchUsageError(f"unknown {what} {', '.join(unknown) or repr(text)}; "
-                              f"choose from {', '.join(allowed)} or 'all'")
+        raise BenchUsageError(
+            f"unknown {what} {', '.join(unknown) or repr(text)}; "
+            f"choose from {', '.join(allowed)} or 'all'"
+        )
     return list(dict.fromkeys(items))
 
 
-def make_plan(model: str, script: str | None, modes: str, backends: str | None, size: str,
-              steps: int, warmup: int, repeats: int, store: Path, timeout: float) -> BenchPlan:
+def make_plan(
+    model: str,
+    script: str | None,
+    modes: str,
+    backends: str | None,
+    size: str,
+    steps: int,
+    warmup: int,
+    repeats: int,
+    store: Path,
+    timeout: float,
+) -> BenchPlan:
     """Validate everything before any process starts (bad input loses nothing)."""
     if size not in SIZES:
         raise BenchUsageError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
@@ -49,7 +65,9 @@ def make_plan(model: str, script: str | None, modes: str, backends: str | None, 
     elif model not in MODELS:
         raise BenchUsageError(f"unknown model {model!r}; bundled models: {', '.join(MODELS)}")
     mode_list = parse_list(modes, MODES, "mode")
-    backend_list = parse_list(backends or ("torch_xla,torch_tpu" if script else "all"), BACKENDS, "backend")
+    backend_list = parse_list(
+        backends or ("torch_xla,torch_tpu" if script else "all"), BACKENDS, "backend"
+    )
     try:
         store.mkdir(parents=True, exist_ok=True)
         probe = store / ".tpuscope-write-check"
@@ -57,22 +75,41 @@ def make_plan(model: str, script: str | None, modes: str, backends: str | None, 
         probe.unlink()
     except OSError as exc:
         raise BenchUsageError(f"cannot write to the store {store}: {exc.strerror or exc}") from exc
-    return BenchPlan(model=model, script=script, modes=mode_list, backends=backend_list, size=size, steps=steps, warmup=warmup, repeats=repeats, store=str(store),
-                     timeout_s=timeout, command=shlex.join(["tpuscope", *sys.argv[1:]]))
+    return BenchPlan(
+        model=model,
+        script=script,
+        modes=mode_list,
+        backends=backend_list,
+        size=size,
+        steps=steps,
+        warmup=warmup,
+        repeats=repeats,
+        store=str(store),
+        timeout_s=timeout,
+        command=shlex.join(["tpuscope", *sys.argv[1:]]),
+    )
 
 
 def _run_with_progress(plan: BenchPlan, quiet: bool) -> BenchResult:
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         return run_bench(plan)
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("starting", total=None)
 
         def on_step(spec: WorkerSpec, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total,
-                       description=f"{spec.model} {spec.backend} {spec.mode} (repeat {spec.repeat + 1})")
+            bar.update(
+                task,
+                completed=done,
+                total=total,
+                description=f"{spec.model} {spec.backend} {spec.mode} (repeat {spec.repeat + 1})",
+            )
 
         return run_bench(plan, progress=on_step)
 
@@ -85,8 +122,11 @@ def run_command(plan: BenchPlan, as_json: bool, markdown: bool, quiet: bool) -> 
         raise BenchUsageError(str(exc)) from exc
     out = Console()
     renderer_for("bench", "json" if as_json else "markdown" if markdown else "console").emit(
-        result, out if out.is_terminal else Console(width=160))
+        result, out if out.is_terminal else Console(width=160)
+    )
     failed = [r for r in result.rows if r["status"] == "error"]
     for row in failed:
-        print(f"tpuscope: {row['backend']} {row['mode']} failed: {row.get('reason')}", file=sys.stderr)
+        print(
+            f"tpuscope: {row['backend']} {row['mode']} failed: {row.get('reason')}", file=sys.stderr
+        )
     return 1 if failed else 0

@@ -45,7 +45,9 @@ class BenchPlan:
     script: str | None = None
     timeout_s: float = 1800.0
     command: str | None = None  # the command line that asked for it, kept in each run's meta
-    group: str = field(default_factory=lambda: f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}")
+    group: str = field(
+        default_factory=lambda: f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    )
 
 
 @dataclass
@@ -72,30 +74,66 @@ def worker_env() -> tuple[dict[str, str], dict[str, str]]:
 def plan_specs(plan: BenchPlan, env_set: dict[str, str]) -> list[WorkerSpec]:
     """Round-robin order: every (backend, mode) once per repeat."""
     return [
-        WorkerSpec(backend=backend, mode=mode, model=plan.model, size=plan.size, steps=plan.steps,
-                   warmup=plan.warmup, repeat=r, seed=plan.seed, store=str(Path(plan.store).resolve()),
-                   group=plan.group, script=plan.script,
-                   extra_meta={"env_set": env_set, "bench_repeats": plan.repeats,
-                               "command": plan.command or f"tpuscope bench --model {plan.model}"})
-        for r in range(plan.repeats) for backend in plan.backends for mode in plan.modes
+        WorkerSpec(
+            backend=backend,
+            mode=mode,
+            model=plan.model,
+            size=plan.size,
+            steps=plan.steps,
+            warmup=plan.warmup,
+            repeat=r,
+            seed=plan.seed,
+            store=str(Path(plan.store).resolve()),
+            group=plan.group,
+            script=plan.script,
+            extra_meta={
+                "env_set": env_set,
+                "bench_repeats": plan.repeats,
+                "command": plan.command or f"tpuscope bench --model {plan.model}",
+            },
+        )
+        for r in range(plan.repeats)
+        for backend in plan.backends
+        for mode in plan.modes
     ]
 
 
 def run_spec(spec: WorkerSpec, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
     """Run one worker process and read its result; a crash becomes an error result."""
-    base = {"backend": spec.backend, "mode": spec.mode, "model": spec.model, "size": spec.size,
-            "repeat": spec.repeat, "steps": spec.steps, "warmup": spec.warmup}
+    base = {
+        "backend": spec.backend,
+        "mode": spec.mode,
+        "model": spec.model,
+        "size": spec.size,
+        "repeat": spec.repeat,
+        "steps": spec.steps,
+        "warmup": spec.warmup,
+    }
     with tempfile.TemporaryDirectory(prefix="tpuscope-bench-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "tpuscope.bench.worker", "--spec", spec.to_json(), "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tpuscope.bench.worker",
+            "--spec",
+            spec.to_json(),
+            "--out",
+            str(out),
+        ]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {**base, "status": "error", "error": f"timed out after {timeout_s:.0f} s"}
         if out.is_file():
             return json.loads(out.read_text())
-        tail = [line for line in (proc.stderr or "").splitlines() if line.strip()][-1:] or ["no output"]
-        return {**base, "status": "error", "error": f"worker exited with {proc.returncode}: {tail[0][:300]}"}
+        tail = [line for line in (proc.stderr or "").splitlines() if line.strip()][-1:] or [
+            "no output"
+        ]
+        return {
+            **base,
+            "status": "error",
+            "error": f"worker exited with {proc.returncode}: {tail[0][:300]}",
+        }
 
 
 def run_bench(plan: BenchPlan, progress: Progress | None = None) -> BenchResult:
@@ -117,9 +155,23 @@ def run_bench(plan: BenchPlan, progress: Progress | None = None) -> BenchResult:
             results = [r for r in raw if r["backend"] == backend and r["mode"] == mode]
             reason = precheck(backend, mode, plan.model, plan.script)
             if reason:
-                results = [{"backend": backend, "mode": mode, "model": plan.model, "size": plan.size,
-                            "steps": plan.steps, "warmup": plan.warmup, "status": "unavailable",
-                            "reason": reason}]
+                results = [
+                    {
+                        "backend": backend,
+                        "mode": mode,
+                        "model": plan.model,
+                        "size": plan.size,
+                        "steps": plan.steps,
+                        "warmup": plan.warmup,
+                        "status": "unavailable",
+                        "reason": reason,
+                    }
+                ]
             rows.append(stats.aggregate(results))
-    return BenchResult(group=plan.group, rows=stats.with_comparisons(rows), raw=raw,
-                       env_set=env_set, seconds=time.perf_counter() - started)
+    return BenchResult(
+        group=plan.group,
+        rows=stats.with_comparisons(rows),
+        raw=raw,
+        env_set=env_set,
+        seconds=time.perf_counter() - started,
+    )

@@ -84,11 +84,18 @@ def mlp_workload(size: str, device: Any, seed: int) -> Workload:
     except ImportError as exc:
         raise Unavailable("the JAX MLP needs optax (pip install optax)") from exc
     dims = SIZES[size]
-    batch, width, hidden, classes = dims["mlp_batch"], dims["mlp_in"], dims["mlp_hidden"], dims["mlp_classes"]
+    batch, width, hidden, classes = (
+        dims["mlp_batch"],
+        dims["mlp_in"],
+        dims["mlp_hidden"],
+        dims["mlp_classes"],
+    )
     keys = jax.random.split(jax.random.PRNGKey(seed), 3 + 2 * POOL)
     shapes = [(width, hidden), (hidden, hidden), (hidden, classes)]
-    params = [{"w": jax.random.normal(k, s) / jnp.sqrt(s[0]), "b": jnp.zeros(s[1])}
-              for k, s in zip(keys[:3], shapes, strict=True)]
+    params = [
+        {"w": jax.random.normal(k, s) / jnp.sqrt(s[0]), "b": jnp.zeros(s[1])}
+        for k, s in zip(keys[:3], shapes, strict=True)
+    ]
     opt = optax.adamw(1e-3)
 
     def loss_fn(params: Any, x: Any, y: Any) -> Any:
@@ -103,13 +110,21 @@ def mlp_workload(size: str, device: Any, seed: int) -> Workload:
         updates, opt_state = opt.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 
-    pool = [(jax.device_put(jax.random.normal(keys[3 + 2 * i], (batch, width)), device),
-             jax.device_put(jax.random.randint(keys[4 + 2 * i], (batch,), 0, classes), device))
-            for i in range(POOL)]
+    pool = [
+        (
+            jax.device_put(jax.random.normal(keys[3 + 2 * i], (batch, width)), device),
+            jax.device_put(jax.random.randint(keys[4 + 2 * i], (batch,), 0, classes), device),
+        )
+        for i in range(POOL)
+    ]
     state = jax.device_put((params, opt.init(params)), device)
-    return Workload(step=step, inputs=lambda i: pool[i % POOL], samples=lambda i: batch,
-                    info={"batch": batch, "in": width, "hidden": hidden, "classes": classes,
-                          "state": True}, state=state)
+    return Workload(
+        step=step,
+        inputs=lambda i: pool[i % POOL],
+        samples=lambda i: batch,
+        info={"batch": batch, "in": width, "hidden": hidden, "classes": classes, "state": True},
+        state=state,
+    )
 
 
 class JaxRunner(ModeRunner):
@@ -167,7 +182,10 @@ class JaxRunner(ModeRunner):
         return None, f"jax: {self._device.platform} device reports no memory stats"
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"mechanism": self.mechanism, "device_kind": self._device.device_kind}
+        info: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "device_kind": self._device.device_kind,
+        }
         if self._op_by_op is not None and self._steps:
             info["ops_per_step"] = round(self._op_by_op.ops / self._steps, 1)
         return info

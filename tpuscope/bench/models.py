@@ -18,10 +18,28 @@ from typing import Any
 SIZES: dict[str, dict[str, int]] = {
     # d_model 128 is the smallest width where one head of 128 fits, so both
     # transformer variants share every size but the head split.
-    "tiny": {"batch": 4, "seq": 16, "d_model": 128, "layers": 1, "vocab": 128,
-             "mlp_batch": 16, "mlp_in": 64, "mlp_hidden": 128, "mlp_classes": 10},
-    "small": {"batch": 8, "seq": 64, "d_model": 256, "layers": 2, "vocab": 512,
-              "mlp_batch": 64, "mlp_in": 256, "mlp_hidden": 1024, "mlp_classes": 10},
+    "tiny": {
+        "batch": 4,
+        "seq": 16,
+        "d_model": 128,
+        "layers": 1,
+        "vocab": 128,
+        "mlp_batch": 16,
+        "mlp_in": 64,
+        "mlp_hidden": 128,
+        "mlp_classes": 10,
+    },
+    "small": {
+        "batch": 8,
+        "seq": 64,
+        "d_model": 256,
+        "layers": 2,
+        "vocab": 512,
+        "mlp_batch": 64,
+        "mlp_in": 256,
+        "mlp_hidden": 1024,
+        "mlp_classes": 10,
+    },
 }
 
 MODELS: dict[str, str] = {
@@ -85,16 +103,30 @@ def _mlp(dims: dict[str, int], device: Any) -> Workload:
     import torch
     from torch import nn
 
-    batch, width, hidden, classes = dims["mlp_batch"], dims["mlp_in"], dims["mlp_hidden"], dims["mlp_classes"]
+    batch, width, hidden, classes = (
+        dims["mlp_batch"],
+        dims["mlp_in"],
+        dims["mlp_hidden"],
+        dims["mlp_classes"],
+    )
     net = nn.Sequential(
-        nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+        nn.Linear(width, hidden),
+        nn.GELU(),
+        nn.Linear(hidden, hidden),
+        nn.GELU(),
         nn.Linear(hidden, classes),
     ).to(device)
-    pool = [(torch.randn(batch, width).to(device), torch.randint(0, classes, (batch,)).to(device))
-            for _ in range(POOL)]
+    pool = [
+        (torch.randn(batch, width).to(device), torch.randint(0, classes, (batch,)).to(device))
+        for _ in range(POOL)
+    ]
     step = _train_step(net, lambda m, x, y: nn.functional.cross_entropy(m(x), y))
-    return Workload(step=step, inputs=lambda i: pool[i % POOL], samples=lambda i: batch,
-                    info={"batch": batch, "in": width, "hidden": hidden, "classes": classes})
+    return Workload(
+        step=step,
+        inputs=lambda i: pool[i % POOL],
+        samples=lambda i: batch,
+        info={"batch": batch, "in": width, "hidden": hidden, "classes": classes},
+    )
 
 
 def _transformer(model: str, dims: dict[str, int], device: Any, seed: int, steps: int) -> Workload:
@@ -107,8 +139,10 @@ def _transformer(model: str, dims: dict[str, int], device: Any, seed: int, steps
     head_dim = head_dim_of(model)
     net = TinyLM(vocab, d_model, d_model // head_dim, dims["layers"], max_seq=seq).to(device)
     lengths = varlen_lengths(seq, steps, seed) if model == "varlen" else [seq] * steps
-    pools = {n: [torch.randint(0, vocab, (batch, n + 1)).to(device) for _ in range(POOL)]
-             for n in sorted(set(lengths))}
+    pools = {
+        n: [torch.randint(0, vocab, (batch, n + 1)).to(device) for _ in range(POOL)]
+        for n in sorted(set(lengths))
+    }
 
     def loss_of(m: Any, tokens: Any) -> Any:
         logits = m(tokens[:, :-1])
@@ -122,9 +156,16 @@ def _transformer(model: str, dims: dict[str, int], device: Any, seed: int, steps
         inputs=lambda i: (pools[length(i)][i % POOL],),
         samples=lambda i: batch,
         tokens=lambda i: batch * length(i),
-        info={"batch": batch, "seq": seq, "d_model": d_model, "head_dim": head_dim,
-              "heads": d_model // head_dim, "layers": dims["layers"], "vocab": vocab,
-              "seq_lengths": sorted(set(lengths))},
+        info={
+            "batch": batch,
+            "seq": seq,
+            "d_model": d_model,
+            "head_dim": head_dim,
+            "heads": d_model // head_dim,
+            "layers": dims["layers"],
+            "vocab": vocab,
+            "seq_lengths": sorted(set(lengths)),
+        },
     )
 
 

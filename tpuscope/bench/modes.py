@@ -23,11 +23,16 @@ from tpuscope.bench.spec import BACKENDS, MODES
 SUPPORT: dict[str, dict[str, str | None]] = {
     "torch_xla": {m: None for m in MODES},
     "torch_tpu": {
-        "strict": None, "fused": None, "debug": None, "compiled": None,
+        "strict": None,
+        "fused": None,
+        "debug": None,
+        "compiled": None,
         "dynamo": "on TorchTPU torch.compile is the compiled mode",
     },
     "jax": {
-        "strict": None, "fused": None, "debug": None,
+        "strict": None,
+        "fused": None,
+        "debug": None,
         "compiled": "on JAX jax.jit is the fused mode; there is no separate whole-step compile",
         "dynamo": "TorchDynamo is PyTorch only",
     },
@@ -92,7 +97,9 @@ class ModeRunner(ABC):
         return {"mechanism": self.mechanism}
 
 
-def precheck(backend: str, mode: str, model: str | None = None, script: str | None = None) -> str | None:
+def precheck(
+    backend: str, mode: str, model: str | None = None, script: str | None = None
+) -> str | None:
     """Why (backend, mode, model) cannot run, found without importing the framework; None if it may."""
     if backend not in BACKENDS:
         return f"unknown backend {backend!r}"
@@ -106,7 +113,8 @@ def precheck(backend: str, mode: str, model: str | None = None, script: str | No
         return f"no {backend} version of model {model!r} (it has: {', '.join(models)})"
     if importlib.util.find_spec(_PACKAGES[backend]) is None:
         return f"{_PACKAGES[backend]} is not installed" + (
-            " (TorchTPU needs torch>=2.11 and a TPU VM)" if backend == "torch_tpu" else "")
+            " (TorchTPU needs torch>=2.11 and a TPU VM)" if backend == "torch_tpu" else ""
+        )
     if backend == "torch_tpu":
         from tpuscope.launch.env import tpu_present
 

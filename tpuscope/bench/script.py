@@ -88,13 +88,17 @@ def workload_from_factory(ref: str, device: Any) -> Workload:
     """Call the factory and check what it returned against the contract."""
     result = load_factory(ref)(device)
     if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise ScriptError(f"--script {ref} must return (step, inputs) or (step, inputs, info), "
-                          f"not {type(result).__name__}")
+        raise ScriptError(
+            f"--script {ref} must return (step, inputs) or (step, inputs, info), "
+            f"not {type(result).__name__}"
+        )
     step, inputs, info = (*result, {}) if len(result) == 2 else result
     if not callable(step):
         raise ScriptError(f"--script {ref}: the step it returned is not callable")
     if not isinstance(info, dict):
-        raise ScriptError(f"--script {ref}: the third value must be a dict such as {{'samples': 32}}")
+        raise ScriptError(
+            f"--script {ref}: the third value must be a dict such as {{'samples': 32}}"
+        )
     samples, tokens = info.get("samples"), info.get("tokens")
     return Workload(
         step=step,
@@ -112,5 +116,7 @@ def _inputs_of(ref: str, inputs: Any) -> Callable[[int], tuple[Any, ...]]:
         return lambda i: inputs
     if isinstance(inputs, list) and inputs and all(isinstance(x, tuple) for x in inputs):
         return lambda i: inputs[i % len(inputs)]
-    raise ScriptError(f"--script {ref}: inputs must be a tuple of args, a list of tuples "
-                      f"or a callable i -> tuple, not {type(inputs).__name__}")
+    raise ScriptError(
+        f"--script {ref}: inputs must be a tuple of args, a list of tuples "
+        f"or a callable i -> tuple, not {type(inputs).__name__}"
+    )

@@ -74,14 +74,22 @@ def _median_or_none(values: list[Any]) -> Any:
 def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One row for a (backend, mode, model): medians across repeats, spread and noise interval."""
     first = results[0]
-    row: dict[str, Any] = {k: first[k] for k in ("mode", "backend", "model", "size", "steps", "warmup")}
+    row: dict[str, Any] = {
+        k: first[k] for k in ("mode", "backend", "model", "size", "steps", "warmup")
+    }
     ok = [r for r in results if r.get("status") == "ok"]
     row["repeats"] = len(ok)
     row["run_ids"] = [r["run_id"] for r in ok]
     if not ok:
         bad = results[0]
-        row.update(status=bad.get("status", "error"), reason=bad.get("reason") or bad.get("error"),
-                   run_id=bad.get("run_id"), step_time_p50_ms=None, step_time_p90_ms=None, compiles=None)
+        row.update(
+            status=bad.get("status", "error"),
+            reason=bad.get("reason") or bad.get("error"),
+            run_id=bad.get("run_id"),
+            step_time_p50_ms=None,
+            step_time_p90_ms=None,
+            compiles=None,
+        )
         return row
     per = [repeat_summary(r) for r in ok]
     p50s = [p["p50_ms"] for p in per]
@@ -89,9 +97,13 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
     representative = min(range(len(ok)), key=lambda i: abs(p50s[i] - mid))
     lo, hi = (min(p50s), max(p50s)) if len(per) > 1 else (per[0]["p25_ms"], per[0]["p75_ms"])
     row.update(
-        status="ok", reason=None, run_id=ok[representative]["run_id"],
-        step_time_p50_ms=mid, step_time_p90_ms=median(p["p90_ms"] for p in per),
-        step_time_p50_ms_repeats=p50s, noise_ms=[lo, hi],
+        status="ok",
+        reason=None,
+        run_id=ok[representative]["run_id"],
+        step_time_p50_ms=mid,
+        step_time_p90_ms=median(p["p90_ms"] for p in per),
+        step_time_p50_ms_repeats=p50s,
+        noise_ms=[lo, hi],
         step_time_min_ms=min(p["min_ms"] for p in per),
         host_cpu_p50_ms=_median_or_none([p["cpu_p50_ms"] for p in per]),
         noise_basis="min-max of per-repeat p50" if len(per) > 1 else "IQR of steps (1 repeat)",
@@ -124,8 +136,12 @@ def _peak_device_mb(ok: list[dict[str, Any]]) -> float | None:
 def compare(row: dict[str, Any], baseline: dict[str, Any] | None) -> dict[str, Any]:
     """Speedup of `row` over the strict `baseline` and whether it is larger than the noise."""
     empty = {"speedup_vs_strict": None, "speedup_range": None, "significant": None, "verdict": None}
-    if (baseline is None or row.get("status") != "ok" or baseline.get("status") != "ok"
-            or not row["step_time_p50_ms"]):
+    if (
+        baseline is None
+        or row.get("status") != "ok"
+        or baseline.get("status") != "ok"
+        or not row["step_time_p50_ms"]
+    ):
         return empty
     if row is baseline:
         return {**empty, "speedup_vs_strict": 1.0, "verdict": "baseline"}
@@ -134,8 +150,12 @@ def compare(row: dict[str, Any], baseline: dict[str, Any] | None) -> dict[str, A
     significant = low is not None and high is not None and (low > 1.0 or high < 1.0)
     speedup = baseline["step_time_p50_ms"] / row["step_time_p50_ms"]
     verdict = ("faster" if speedup > 1 else "slower") if significant else "within noise"
-    return {"speedup_vs_strict": speedup, "speedup_range": [low, high],
-            "significant": significant, "verdict": verdict}
+    return {
+        "speedup_vs_strict": speedup,
+        "speedup_range": [low, high],
+        "significant": significant,
+        "verdict": verdict,
+    }
 
 
 def with_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -56,7 +56,9 @@ def measure(runner: ModeRunner, workload: Any, total_steps: int) -> Timeline:
         timeline.cpu_ns.append(time.process_time_ns() - c0)
         after = runner.compile_count()
         timeline.compiles.append(after.count - before.count)
-        timeline.compile_ns.append(None if after.ns is None or before.ns is None else after.ns - before.ns)
+        timeline.compile_ns.append(
+            None if after.ns is None or before.ns is None else after.ns - before.ns
+        )
         timeline.samples.append(workload.samples(i))
         if timeline.tokens is not None:
             timeline.tokens.append(workload.tokens(i))
@@ -76,13 +78,26 @@ def _write_own_steps(run: Run, timeline: Timeline) -> None:
     session.flush()
     if run.has_table("steps"):
         return
-    session.add_many("steps", [
-        {"step": i, "start_ns": start, "end_ns": start + wall, "wall_ns": wall, "boundary": "bench",
-         "compiles": timeline.compiles[i], "compile_ns": timeline.compile_ns[i] or 0,
-         "executions": None, "execute_ns": None, "fallback_ops": None,
-         "transfers_from_device": None, "graph_hashes": None}
-        for i, (start, wall) in enumerate(zip(timeline.start_ns, timeline.wall_ns, strict=True))
-    ])
+    session.add_many(
+        "steps",
+        [
+            {
+                "step": i,
+                "start_ns": start,
+                "end_ns": start + wall,
+                "wall_ns": wall,
+                "boundary": "bench",
+                "compiles": timeline.compiles[i],
+                "compile_ns": timeline.compile_ns[i] or 0,
+                "executions": None,
+                "execute_ns": None,
+                "fallback_ops": None,
+                "transfers_from_device": None,
+                "graph_hashes": None,
+            }
+            for i, (start, wall) in enumerate(zip(timeline.start_ns, timeline.wall_ns, strict=True))
+        ],
+    )
 
 
 def _peak_host_bytes() -> int:
@@ -91,12 +106,22 @@ def _peak_host_bytes() -> int:
 
 
 def _run_in_store(spec: WorkerSpec, result: dict[str, Any]) -> None:
-    with profile(store=spec.store, name=spec.run_name, warmup=spec.warmup, analyze_at_exit=False) as run:
+    with profile(
+        store=spec.store, name=spec.run_name, warmup=spec.warmup, analyze_at_exit=False
+    ) as run:
         result.update(run_id=run.run_id, run_dir=str(run.path))
-        run.update_meta(bench_mode=spec.mode, bench_model=spec.model, bench_backend=spec.backend,
-                    bench_group=spec.group, bench_repeat=spec.repeat, bench_size=spec.size,
-                    bench_steps=spec.steps, bench_warmup=spec.warmup, bench_script=spec.script,
-                    **spec.extra_meta)
+        run.update_meta(
+            bench_mode=spec.mode,
+            bench_model=spec.model,
+            bench_backend=spec.backend,
+            bench_group=spec.group,
+            bench_repeat=spec.repeat,
+            bench_size=spec.size,
+            bench_steps=spec.steps,
+            bench_warmup=spec.warmup,
+            bench_script=spec.script,
+            **spec.extra_meta,
+        )
         runner = runner_for(spec.backend, spec.mode)
         total = spec.warmup + spec.steps
         if spec.script:
@@ -108,8 +133,14 @@ def _run_in_store(spec: WorkerSpec, result: dict[str, Any]) -> None:
         memory, memory_note = runner.device_memory()
         described = runner.describe()
         run.update_meta(bench_mechanism=described.get("mechanism"), bench_workload=workload.info)
-        result.update(status="ok", timeline=asdict(timeline), info=workload.info, describe=described,
-                      peak_device_bytes=memory, device_memory_note=memory_note)
+        result.update(
+            status="ok",
+            timeline=asdict(timeline),
+            info=workload.info,
+            describe=described,
+            peak_device_bytes=memory,
+            device_memory_note=memory_note,
+        )
         result.update(_totals(runner, timeline))
 
 
@@ -120,7 +151,10 @@ def _analyze(result: dict[str, Any]) -> None:
         result["findings"] = [f"{f.severity}: {f.title}" for f in report.findings]
     except Exception as exc:
         result["analysis_error"] = f"{type(exc).__name__}: {exc}"
-        print(f"tpuscope: analysing run {result['run_id']} failed: {result['analysis_error']}", file=sys.stderr)
+        print(
+            f"tpuscope: analysing run {result['run_id']} failed: {result['analysis_error']}",
+            file=sys.stderr,
+        )
 
 
 def _where(exc: BaseException, script: str | None) -> str:
@@ -133,15 +167,25 @@ def _where(exc: BaseException, script: str | None) -> str:
 
 def _totals(runner: ModeRunner, timeline: Timeline) -> dict[str, Any]:
     count = runner.compile_count()
-    return {"compiles": sum(timeline.compiles), "compiles_in_process": count.count,
-            "compile_ns": None if count.ns is None else sum(x or 0 for x in timeline.compile_ns)}
+    return {
+        "compiles": sum(timeline.compiles),
+        "compiles_in_process": count.count,
+        "compile_ns": None if count.ns is None else sum(x or 0 for x in timeline.compile_ns),
+    }
 
 
 def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     """Measure one spec; never raises: failures come back as status unavailable/error."""
-    result: dict[str, Any] = {"backend": spec.backend, "mode": spec.mode, "model": spec.model,
-                              "size": spec.size, "repeat": spec.repeat, "steps": spec.steps,
-                              "warmup": spec.warmup, "status": "error"}
+    result: dict[str, Any] = {
+        "backend": spec.backend,
+        "mode": spec.mode,
+        "model": spec.model,
+        "size": spec.size,
+        "repeat": spec.repeat,
+        "steps": spec.steps,
+        "warmup": spec.warmup,
+        "status": "error",
+    }
     reason = precheck(spec.backend, spec.mode, spec.model, spec.script)
     if reason:
         return {**result, "status": "unavailable", "reason": reason}
@@ -155,7 +199,9 @@ def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     except ScriptError as exc:
         result.update(status="error", error=str(exc))
     except Exception as exc:  # the user's model failing in one mode must not lose the others
-        result.update(status="error", error=f"{type(exc).__name__}: {exc} ({_where(exc, spec.script)})")
+        result.update(
+            status="error", error=f"{type(exc).__name__}: {exc} ({_where(exc, spec.script)})"
+        )
     result["peak_host_bytes"] = _peak_host_bytes()
     return result
 

@@ -49,7 +49,9 @@ class BlockAfterEachOp(TorchDispatchMode):
         super().__init__()
         self.ops = 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         self.ops += 1
         torch_xla._XLAC._xla_wait_device_ops([])
@@ -89,7 +91,9 @@ class XlaRunner(ModeRunner):
             return fn(*args)
 
     def finish(self, out: Any) -> None:
-        if self.mode != "compiled":  # torch_xla.compile ends with its own sync: one boundary per step
+        if (
+            self.mode != "compiled"
+        ):  # torch_xla.compile ends with its own sync: one boundary per step
             torch_xla.sync()
         torch_xla._XLAC._xla_wait_device_ops([])
 

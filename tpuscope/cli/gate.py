@@ -33,27 +33,56 @@ def gate_options(command: Callable[..., Any]) -> Callable[..., Any]:
     the command gets them as one `policy` argument."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, fail_on: str | None, fail_severity: str, max_recompiles: int | None,
-                max_fallbacks: int | None, allow_fallbacks: str | None, **kwargs: Any) -> Any:
+    def wrapper(
+        *args: Any,
+        fail_on: str | None,
+        fail_severity: str,
+        max_recompiles: int | None,
+        max_fallbacks: int | None,
+        allow_fallbacks: str | None,
+        **kwargs: Any,
+    ) -> Any:
         from tpuscope.analyze.gate import Policy, parse_ops, parse_rules
 
         try:
             rules = parse_rules(fail_on)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--fail-on") from None
-        policy = Policy(rules, fail_severity, max_recompiles, max_fallbacks, parse_ops(allow_fallbacks))
+        policy = Policy(
+            rules, fail_severity, max_recompiles, max_fallbacks, parse_ops(allow_fallbacks)
+        )
         return command(*args, policy=policy, **kwargs)
 
     options = [
-        click.option("--fail-on", metavar="RULES", help=f"Exit 3 if the run has a finding of these rules ({_RULES_HELP})."),
-        click.option("--fail-severity", type=click.Choice(SEVERITIES[::-1]), default="low",
-                     show_default=True, help="Only findings at least this severe count for --fail-on."),
-        click.option("--max-recompiles", type=click.IntRange(min=0), metavar="N",
-                     help="Exit 3 if the run recompiled more than N times (the analysis' recompiles)."),
-        click.option("--max-fallbacks", type=click.IntRange(min=0), metavar="N",
-                     help="Exit 3 if more than N CPU fallback calls ran (value reads are not fallbacks)."),
-        click.option("--allow-fallbacks", metavar="OPS",
-                     help="Comma list of ops (names or globs, aten:: optional) --max-fallbacks ignores."),
+        click.option(
+            "--fail-on",
+            metavar="RULES",
+            help=f"Exit 3 if the run has a finding of these rules ({_RULES_HELP}).",
+        ),
+        click.option(
+            "--fail-severity",
+            type=click.Choice(SEVERITIES[::-1]),
+            default="low",
+            show_default=True,
+            help="Only findings at least this severe count for --fail-on.",
+        ),
+        click.option(
+            "--max-recompiles",
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Exit 3 if the run recompiled more than N times (the analysis' recompiles).",
+        ),
+        click.option(
+            "--max-fallbacks",
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Exit 3 if more than N CPU fallback calls ran (value reads are not fallbacks).",
+        ),
+        click.option(
+            "--allow-fallbacks",
+            metavar="OPS",
+            help="Comma list of ops (names or globs, aten:: optional) --max-fallbacks ignores.",
+        ),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)
@@ -78,7 +107,9 @@ def judge_run(code: int, report: RunReport | None, policy: Policy) -> int:
     failed = reasons(report.summary, report.findings, policy) if report is not None else []
     status = exit_status(code, failed, judged=report is not None)
     if code != 0 and failed:
-        _say(f"limits exceeded too ({'; '.join(failed)}); the status stays the program's ({_program_text(code)})")
+        _say(
+            f"limits exceeded too ({'; '.join(failed)}); the status stays the program's ({_program_text(code)})"
+        )
     elif report is None and code == 0:
         _say(f"exit {status}: the run could not be analysed, so its limits were not checked")
     elif failed:
@@ -86,8 +117,14 @@ def judge_run(code: int, report: RunReport | None, policy: Policy) -> int:
     return status
 
 
-def diff_main(store: str, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
-              regression_pct: float | None) -> None:
+def diff_main(
+    store: str,
+    run_a: str,
+    run_b: str,
+    as_json: bool,
+    as_markdown: bool,
+    regression_pct: float | None,
+) -> None:
     """Compare two runs, print the result, exit 3 on a regression when asked to."""
     from tpuscope.analyze.compare import compare, regressions
     from tpuscope.analyze.gate import EXIT_LIMIT

@@ -44,21 +44,33 @@ def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, q
     if result.skipped:
         names = ", ".join(Path(s["path"]).name for s in result.skipped[:10])
         more = f" and {len(result.skipped) - 10} more" if len(result.skipped) > 10 else ""
-        click.echo(f"tpuscope: skipped {len(result.skipped)} file(s) of no format tpuscope reads "
-                   f"in the folder(s) given: {names}{more}", err=True)
+        click.echo(
+            f"tpuscope: skipped {len(result.skipped)} file(s) of no format tpuscope reads "
+            f"in the folder(s) given: {names}{more}",
+            err=True,
+        )
     if result.run_dir is None:
         click.echo("tpuscope: nothing imported, no run made", err=True)
         return 2
     report = analyze(Run(result.run_dir))
     if as_json:
-        payload = {"run_id": result.run_dir.name, "run_dir": str(result.run_dir),
-                   "imported": result.imported, "refused": result.refused, "skipped": result.skipped, **report.to_dict()}
+        payload = {
+            "run_id": result.run_dir.name,
+            "run_dir": str(result.run_dir),
+            "imported": result.imported,
+            "refused": result.refused,
+            "skipped": result.skipped,
+            **report.to_dict(),
+        }
         renderer_for("import", "json").emit(payload)
     elif not quiet:
         renderer_for("report", "console").emit(report)
     where = runs.close_run(result.run_dir)  # an object store: the stage is shipped now
-    click.echo(f"tpuscope: imported {len(result.imported)} file(s) as {where} "
-               f"(tpuscope show {result.run_dir.name} --store {store})", err=True)
+    click.echo(
+        f"tpuscope: imported {len(result.imported)} file(s) as {where} "
+        f"(tpuscope show {result.run_dir.name} --store {store})",
+        err=True,
+    )
     return 2 if result.refused else 0
 
 
@@ -66,9 +78,13 @@ def run_import(store: str, paths: list[Path], name: str | None, as_json: bool, q
 @store_option
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--name", help="Run name (default: the first file's stem).")
-@click.option("--json", "as_json", is_flag=True, help="Print the run, the files and the report as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the run, the files and the report as JSON."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no report.")
-def import_(store: str, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool) -> None:
+def import_(
+    store: str, paths: tuple[Path, ...], name: str | None, as_json: bool, quiet: bool
+) -> None:
     """Make a run from files you already have and report on it.
 
     All files and folders given go into one run. It reads:

@@ -20,10 +20,22 @@ def main() -> None:
     """
 
 
-for command in (run_cmd.run, show.list_runs, show.show, show.dashboard, bench_cmd.bench, import_cmd.import_,
-                show.trace, show.diff, query.query, query.compact):
+for command in (
+    run_cmd.run,
+    show.list_runs,
+    show.show,
+    show.dashboard,
+    bench_cmd.bench,
+    import_cmd.import_,
+    show.trace,
+    show.diff,
+    query.query,
+    query.compact,
+):
     main.add_command(command)
-main.add_command(__import__("tpuscope.cli.sweep_cmd", fromlist=["sweep"]).sweep)  # tpuscope sweep (the zoo)
+main.add_command(
+    __import__("tpuscope.cli.sweep_cmd", fromlist=["sweep"]).sweep
+)  # tpuscope sweep (the zoo)
 
 
 if __name__ == "__main__":

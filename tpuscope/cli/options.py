@@ -7,9 +7,13 @@ import sys
 import click
 
 store_option = click.option(
-    "--store", metavar="DIR|URL", envvar="TPUSCOPE_STORE", default="./tpuscope-runs", show_default=True,
+    "--store",
+    metavar="DIR|URL",
+    envvar="TPUSCOPE_STORE",
+    default="./tpuscope-runs",
+    show_default=True,
     help="Run store: a folder or an fsspec URL such as gs://bucket/runs or s3://bucket/runs "
-         "(env TPUSCOPE_STORE).",
+    "(env TPUSCOPE_STORE).",
 )
 
 

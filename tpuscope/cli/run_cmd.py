@@ -20,26 +20,61 @@ if TYPE_CHECKING:
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @store_option
 @click.option("--name", help="Run name (default: the script's file stem).")
-@click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
-              help="Steps not judged.")
-@click.option("--deep", is_flag=True,
-              help="HLO dumps into the run folder: per-graph input shapes and each op's Python line "
-                   "(captured while graphs are new: docs/store.md).")
-@click.option("--trace-steps", metavar="A:B",
-              help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.")
-@click.option("--target", default="v5e", show_default=True, metavar="v5e|v5p|v6e|v7",
-              help="TPU generation the TensorCore (MXU) estimates are made for.")
-@click.option("--alerts", type=click.Choice(["on", "off"]), default=None,
-              help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
-                   "(docs/alerts.md).  [default: on; off with --quiet]")
-@click.option("--run-id", envvar="TPUSCOPE_RUN_ID", metavar="ID",
-              help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
-                   "writes one run, each its own files (docs/pods.md).")
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=DEFAULT_WARMUP,
+    show_default=True,
+    help="Steps not judged.",
+)
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="HLO dumps into the run folder: per-graph input shapes and each op's Python line "
+    "(captured while graphs are new: docs/store.md).",
+)
+@click.option(
+    "--trace-steps",
+    metavar="A:B",
+    help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.",
+)
+@click.option(
+    "--target",
+    default="v5e",
+    show_default=True,
+    metavar="v5e|v5p|v6e|v7",
+    help="TPU generation the TensorCore (MXU) estimates are made for.",
+)
+@click.option(
+    "--alerts",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="Say each new recompile or CPU fallback on stderr while PROGRAM runs, once "
+    "(docs/alerts.md).  [default: on; off with --quiet]",
+)
+@click.option(
+    "--run-id",
+    envvar="TPUSCOPE_RUN_ID",
+    metavar="ID",
+    help="Join the run ID (env TPUSCOPE_RUN_ID): every host of a pod run with the same ID "
+    "writes one run, each its own files (docs/pods.md).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No report at the end and no live alerts.")
 @gate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str | None, target: str,
-        alerts: str | None, run_id: str | None, quiet: bool, policy: Policy, program: tuple[str, ...]) -> None:
+def run(
+    store: str,
+    name: str | None,
+    warmup: int,
+    deep: bool,
+    trace_steps: str | None,
+    target: str,
+    alerts: str | None,
+    run_id: str | None,
+    quiet: bool,
+    policy: Policy,
+    program: tuple[str, ...],
+) -> None:
     """Run PROGRAM unchanged under tpuscope, then print the report.
 
     While it runs, each new problem (a recompile, a CPU fallback) is said once on stderr,
@@ -71,11 +106,19 @@ def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str 
     try:
         prog = resolve_program(list(program))
         runs = RunStore(store)
-        ending, code = run_program(prog, runs, name=name, warmup=warmup, deep=deep,
-                                   trace_steps=trace_steps, target=target,
-                                   alerts=alerts == "on" if alerts else not quiet, run_id=run_id,
-                                   analysis=True if policy.active else None,  # limits need it
-                                   show=None if quiet else _show)
+        ending, code = run_program(
+            prog,
+            runs,
+            name=name,
+            warmup=warmup,
+            deep=deep,
+            trace_steps=trace_steps,
+            target=target,
+            alerts=alerts == "on" if alerts else not quiet,
+            run_id=run_id,
+            analysis=True if policy.active else None,  # limits need it
+            show=None if quiet else _show,
+        )
     except StartError as exc:
         fail(str(exc), exc.code)
     except (UsageError, StoreError) as exc:
@@ -89,13 +132,18 @@ def run(store: str, name: str | None, warmup: int, deep: bool, trace_steps: str 
 def _show(ending: Ending) -> None:
     """The finished run on the terminal: its report, or why there is none yet."""
     if ending.skipped == "no rows":
-        click.echo("tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
-                   err=True)
+        click.echo(
+            "tpuscope: no rows recorded: the program ran no torch_xla, JAX or TorchTPU step",
+            err=True,
+        )
     elif ending.skipped == "hosts running":
         running = ending.running
-        click.echo(f"tpuscope: {len(running)} other host(s) of the pod still run "
-                   f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): the last to "
-                   f"end analyses the pod (or: tpuscope show {ending.run_dir.name})", err=True)
+        click.echo(
+            f"tpuscope: {len(running)} other host(s) of the pod still run "
+            f"({', '.join(running[:3])}{', ...' if len(running) > 3 else ''}): the last to "
+            f"end analyses the pod (or: tpuscope show {ending.run_dir.name})",
+            err=True,
+        )
     elif ending.report is not None and ending.run is not None:
         from rich.console import Console
 
@@ -118,8 +166,12 @@ def _say_failure(error: BaseException | None) -> None:
 
 def _say_saved(where: object, run_id: str, store: str, quiet: bool) -> None:
     if not quiet:
-        click.echo(f"tpuscope: run saved as {where}  (tpuscope show {run_id} --store {store})", err=True)
-        click.echo(f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True)
+        click.echo(
+            f"tpuscope: run saved as {where}  (tpuscope show {run_id} --store {store})", err=True
+        )
+        click.echo(
+            f"tpuscope: open it in the browser: tpuscope dashboard --store {store}", err=True
+        )
 
 
 def backend_note(summary: RunSummary, meta: dict) -> str | None:

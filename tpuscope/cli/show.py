@@ -43,8 +43,12 @@ def list_runs(store: str, as_json: bool) -> None:
 @store_option
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print summary and findings as JSON.")
-@click.option("--reanalyze", is_flag=True, help="Run the detectors again and store the analysis in the run "
-              "(without it, a run whose stored analysis is out of date is analysed without writing).")
+@click.option(
+    "--reanalyze",
+    is_flag=True,
+    help="Run the detectors again and store the analysis in the run "
+    "(without it, a run whose stored analysis is out of date is analysed without writing).",
+)
 def show(store: str, run_id: str, as_json: bool, reanalyze: bool) -> None:
     """Show the report of RUN_ID (a run id, a unique prefix, 'latest', or a run folder).
 
@@ -62,21 +66,35 @@ def show(store: str, run_id: str, as_json: bool, reanalyze: bool) -> None:
     except StoreError as exc:
         fail(str(exc))
     except OSError as exc:  # --reanalyze of a run in a read-only place
-        fail(f"cannot store the analysis of {run_id}: {exc.strerror or exc}; `tpuscope show {run_id}` "
-             "analyses it without storing")
+        fail(
+            f"cannot store the analysis of {run_id}: {exc.strerror or exc}; `tpuscope show {run_id}` "
+            "analyses it without storing"
+        )
     why = report.summary.analysed_now
     if why and report.summary.status != "running":
-        click.echo(f"tpuscope: analysed now, not stored ({why}); `tpuscope show {run_id} --reanalyze` "
-                   "stores it", err=True)
+        click.echo(
+            f"tpuscope: analysed now, not stored ({why}); `tpuscope show {run_id} --reanalyze` "
+            "stores it",
+            err=True,
+        )
     renderer_for("report", _fmt(as_json)).emit(report)
 
 
 @click.command()
 @store_option
-@click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True,
-              help="Port to listen on (0: any free port).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; anything but loopback exposes your runs to the network.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8050,
+    show_default=True,
+    help="Port to listen on (0: any free port).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback exposes your runs to the network.",
+)
 def dashboard(store: str, port: int, host: str) -> None:
     """Serve the web dashboard over the run store and print its URL.
 
@@ -95,8 +113,12 @@ def dashboard(store: str, port: int, host: str) -> None:
 @click.command()
 @store_option
 @click.argument("run_id")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the Perfetto trace [default: <run>/trace/<run>.trace.json.gz].")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the Perfetto trace [default: <run>/trace/<run>.trace.json.gz].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the device view as JSON.")
 def trace(store: str, run_id: str, output: Path | None, as_json: bool) -> None:
     """Show RUN_ID's device view and open its trace elsewhere: xprof, TensorBoard, Perfetto.
@@ -124,8 +146,10 @@ def trace(store: str, run_id: str, output: Path | None, as_json: bool) -> None:
         fail(str(exc))
     events = read_table(run_obj.path, "trace_events")
     if events.num_rows == 0 and run_obj.xprof_ops.empty:
-        fail(f"run {run_obj.run_id} has no trace: capture one with `tpuscope run --trace-steps 10:20 ...` "
-             "or `tpuscope import LOGDIR`")
+        fail(
+            f"run {run_obj.run_id} has no trace: capture one with `tpuscope run --trace-steps 10:20 ...` "
+            "or `tpuscope import LOGDIR`"
+        )
     view = device_view(run_obj)
     default = run_obj.path / layout.TRACE if run_obj.local else Path.cwd()  # a remote run: here
     if events.num_rows:
@@ -139,12 +163,25 @@ def trace(store: str, run_id: str, output: Path | None, as_json: bool) -> None:
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--markdown", "as_markdown", is_flag=True, help="Print it as Markdown (a CI comment).")
-@click.option("--fail-on-regression", "regression_pct", type=percent, metavar="PCT",
-              help="Exit 3 if B's median judged step time is worse by more than PCT (its whole "
-                   "interval) or B has a new high-severity finding.")
-def diff(store: str, run_a: str, run_b: str, as_json: bool, as_markdown: bool,
-         regression_pct: float | None) -> None:
+@click.option(
+    "--markdown", "as_markdown", is_flag=True, help="Print it as Markdown (a CI comment)."
+)
+@click.option(
+    "--fail-on-regression",
+    "regression_pct",
+    type=percent,
+    metavar="PCT",
+    help="Exit 3 if B's median judged step time is worse by more than PCT (its whole "
+    "interval) or B has a new high-severity finding.",
+)
+def diff(
+    store: str,
+    run_a: str,
+    run_b: str,
+    as_json: bool,
+    as_markdown: bool,
+    regression_pct: float | None,
+) -> None:
     """What got better or worse from RUN_A to RUN_B: step time with an interval, compiles,
     fallbacks, findings new / gone / changed (docs/ci.md).
 

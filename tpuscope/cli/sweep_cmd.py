@@ -15,27 +15,69 @@ _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
 
 @click.command()
 @store_option
-@click.option("--scenario", "scenarios", multiple=True, type=click.Choice(_SCENARIOS),
-              help="Scenario to run (repeatable; default: train and generate).")
-@click.option("--task", "tasks", multiple=True, type=click.Choice(_TASKS),
-              help="Task of transformers' auto mappings (repeatable; default: all, causal LM first).")
-@click.option("--only", multiple=True, metavar="GLOB", help="Model types to run (glob, repeatable).")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Model types to leave out (glob, repeatable).")
-@click.option("-j", "--jobs", default=1, show_default=True, help="Cells run at once (each its own process).")
-@click.option("--shard", metavar="K/N", help="Run every N-th cell from the K-th (N machines, one store).")
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    type=click.Choice(_SCENARIOS),
+    help="Scenario to run (repeatable; default: train and generate).",
+)
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    type=click.Choice(_TASKS),
+    help="Task of transformers' auto mappings (repeatable; default: all, causal LM first).",
+)
+@click.option(
+    "--only", multiple=True, metavar="GLOB", help="Model types to run (glob, repeatable)."
+)
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Model types to leave out (glob, repeatable)."
+)
+@click.option(
+    "-j", "--jobs", default=1, show_default=True, help="Cells run at once (each its own process)."
+)
+@click.option(
+    "--shard", metavar="K/N", help="Run every N-th cell from the K-th (N machines, one store)."
+)
 @click.option("--timeout", default=900.0, show_default=True, help="Seconds a cell may run.")
-@click.option("--target", default="v5e", show_default=True, type=click.Choice(["v4", "v5e", "v5p", "v6e", "v7"]),
-              help="TPU generation the tensorcore scenario's lint judges the real widths for.")
-@click.option("--retry", multiple=True, metavar="STATUS",
-              help="Run again the finished cells with this status (error, crash, timeout, ...).")
+@click.option(
+    "--target",
+    default="v5e",
+    show_default=True,
+    type=click.Choice(["v4", "v5e", "v5p", "v6e", "v7"]),
+    help="TPU generation the tensorcore scenario's lint judges the real widths for.",
+)
+@click.option(
+    "--retry",
+    multiple=True,
+    metavar="STATUS",
+    help="Run again the finished cells with this status (error, crash, timeout, ...).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the cells the sweep covers and exit.")
-@click.option("--table", "table_only", is_flag=True, help="Print the table of what already ran; run nothing.")
+@click.option(
+    "--table", "table_only", is_flag=True, help="Print the table of what already ran; run nothing."
+)
 @click.option("--json", "fmt", flag_value="json", help="Print the table as JSON.")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the table as Markdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def sweep(store: str, scenarios: tuple[str, ...], tasks: tuple[str, ...], only: tuple[str, ...],
-          exclude: tuple[str, ...], jobs: int, shard: str | None, timeout: float, target: str, retry: tuple[str, ...],
-          list_only: bool, table_only: bool, fmt: str | None, quiet: bool) -> None:
+def sweep(
+    store: str,
+    scenarios: tuple[str, ...],
+    tasks: tuple[str, ...],
+    only: tuple[str, ...],
+    exclude: tuple[str, ...],
+    jobs: int,
+    shard: str | None,
+    timeout: float,
+    target: str,
+    retry: tuple[str, ...],
+    list_only: bool,
+    table_only: bool,
+    fmt: str | None,
+    quiet: bool,
+) -> None:
     """Run Hugging Face model types (tiny random-weight models from their own configs) through
     tpuscope on torch_xla, one run per model type and scenario (`zoo/<type>/<scenario>`), each
     checked against the runtime's own counters. Finished cells are skipped (resume).
@@ -62,8 +104,19 @@ def sweep(store: str, scenarios: tuple[str, ...], tasks: tuple[str, ...], only: 
     if table_only:
         records = table.load_records(store)
     else:
-        records = run_sweep(store, chosen, tasks or None, only, exclude, jobs, cut, timeout, retry,
-                            progress=None if not quiet else False, target=target)
+        records = run_sweep(
+            store,
+            chosen,
+            tasks or None,
+            only,
+            exclude,
+            jobs,
+            cut,
+            timeout,
+            retry,
+            progress=None if not quiet else False,
+            target=target,
+        )
         table.write_outputs(store)
     if fmt == "json":
         click.echo(json.dumps(table.to_json(records), indent=1, default=str))

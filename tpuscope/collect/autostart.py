@@ -33,8 +33,13 @@ def debug_file_for(run_dir: Path) -> Path:
     return run_dir / layout.debug_file(file_host(), os.getpid())
 
 
-def start(run_dir: str | Path, warmup: int = DEFAULT_WARMUP, own_debug: bool = False,
-          install_handlers: bool = True, debug_file: str | Path | None = None) -> Session:
+def start(
+    run_dir: str | Path,
+    warmup: int = DEFAULT_WARMUP,
+    own_debug: bool = False,
+    install_handlers: bool = True,
+    debug_file: str | Path | None = None,
+) -> Session:
     """Open this process's session in run_dir and hook backends as they are imported.
 
     debug_file names the PT_XLA_DEBUG text torch_xla already writes in this process
@@ -79,7 +84,8 @@ def _xla_collector(session: Session) -> Collector:
     from tpuscope.collect.xla.collector import XlaCollector
 
     debug_file = _active.get("debug_file") or (
-        os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None)
+        os.environ.get("PT_XLA_DEBUG_FILE") if os.environ.get("PT_XLA_DEBUG_LEVEL") else None
+    )
     return XlaCollector(session, debug_file).install()
 
 
@@ -114,7 +120,9 @@ def _install_collector(module: Any) -> None:
     try:
         _active["collectors"].append(factory(session))
     except Exception as exc:
-        print(f"tpuscope: {label} collection disabled: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"tpuscope: {label} collection disabled: {type(exc).__name__}: {exc}", file=sys.stderr
+        )
 
 
 def _on_mp_spawn(module: Any) -> None:
@@ -136,7 +144,9 @@ def _on_mp_spawn(module: Any) -> None:
     module._wrap = _wrap
 
 
-def stop(status: str | None = None, error: str | None = None, close_open_step: bool = False) -> None:
+def stop(
+    status: str | None = None, error: str | None = None, close_open_step: bool = False
+) -> None:
     """Unhook every backend and close the session (profile() uses this; the CLI uses atexit).
 
     close_open_step records work done since the last step boundary (a block that ends

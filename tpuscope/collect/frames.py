@@ -13,8 +13,7 @@ from types import FrameType
 
 from tpuscope.user_files import import_path, is_plumbing, is_user_file
 
-__all__ = ["import_path", "is_user_file", "user_and_library", "user_frames",
-           "frame_location"]
+__all__ = ["import_path", "is_user_file", "user_and_library", "user_frames", "frame_location"]
 
 
 def frame_location(frame: FrameType | None) -> str | None:
@@ -26,7 +25,9 @@ def frame_location(frame: FrameType | None) -> str | None:
     return None
 
 
-def user_and_library(frame: FrameType | None, skip: tuple[str, ...] = ()) -> tuple[str | None, str | None]:
+def user_and_library(
+    frame: FrameType | None, skip: tuple[str, ...] = ()
+) -> tuple[str | None, str | None]:
     """(the user's 'file:line', the innermost library frame inside that call or None).
 
     The library frame is the innermost frame that is neither the user's, plumbing

@@ -83,7 +83,9 @@ class ProfilerCost:
     flush_cpu_ns: int = 0
     flushes: int = 0
     compile_flush_cpu_ns: int = 0  # the flush thread's per-compile work (Session.per_compile_flush)
-    import_cpu_ns: int = 0  # one-off: pyarrow, imported by the first flush with rows (not in flush_cpu_ns)
+    import_cpu_ns: int = (
+        0  # one-off: pyarrow, imported by the first flush with rows (not in flush_cpu_ns)
+    )
 
     def hooked(self, start_ns: int, compiled: bool = False) -> None:
         """Count one step hook that started at perf_counter_ns() == start_ns."""
@@ -189,7 +191,9 @@ class Session:
 
         if not self._prefetching:
             self._prefetching = True
-            threading.Thread(target=self._prepare_writer, name="tpuscope-import", daemon=True).start()
+            threading.Thread(
+                target=self._prepare_writer, name="tpuscope-import", daemon=True
+            ).start()
 
     def _prepare_writer(self) -> None:
         try:
@@ -240,8 +244,10 @@ class Session:
         try:
             self.close()
         except KeyboardInterrupt:
-            print("tpuscope: interrupted while saving the last rows; the run keeps what was written",
-                  file=sys.stderr)
+            print(
+                "tpuscope: interrupted while saving the last rows; the run keeps what was written",
+                file=sys.stderr,
+            )
 
     def close(self, status: str | None = None, error: str | None = None) -> None:
         """Final flush and meta; safe to call twice (atexit and an explicit stop)."""
@@ -289,8 +295,11 @@ class Session:
         if not self._write_failed:
             self._write_failed = True
             reason = getattr(exc, "strerror", None) or exc
-            print(f"tpuscope: cannot write profile rows to {self.run_dir}: {reason} "
-                  "(the program goes on; rows written so far stay readable)", file=sys.stderr)
+            print(
+                f"tpuscope: cannot write profile rows to {self.run_dir}: {reason} "
+                "(the program goes on; rows written so far stay readable)",
+                file=sys.stderr,
+            )
 
     def _excepthook(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
         if issubclass(exc_type, KeyboardInterrupt):  # a Ctrl-C that landed in tpuscope's hook
@@ -348,18 +357,27 @@ def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
     launcher = os.environ.get(ENV_LAUNCHER_PID)
     if not launcher or os.getpid() != _FIRST_CHILD.get("pid") or str(os.getppid()) == launcher:
         return
-    status = {"killed": "killed by SIGTERM", "exception": "failed"}.get(proc_meta.get("status"), "ended")
-    fields = {"status": status, "end_ns": proc_meta.get("end_ns") or time.time_ns(), "launcher_lost": True,
-              "exit_code": -signal.SIGTERM if status.startswith("killed") else None}
+    status = {"killed": "killed by SIGTERM", "exception": "failed"}.get(
+        proc_meta.get("status"), "ended"
+    )
+    fields = {
+        "status": status,
+        "end_ns": proc_meta.get("end_ns") or time.time_ns(),
+        "launcher_lost": True,
+        "exit_code": -signal.SIGTERM if status.startswith("killed") else None,
+    }
     try:
-        Run(run_dir).update_own_meta(str(proc_meta.get("host")), **fields)  # a pod run: this host's file
+        Run(run_dir).update_own_meta(
+            str(proc_meta.get("host")), **fields
+        )  # a pod run: this host's file
     except Exception as exc:
         print(f"tpuscope: cannot record the run's end in {run_dir}: {exc}", file=sys.stderr)
 
 
 # The launcher's direct child: the process that started with the launcher as its parent.
 _FIRST_CHILD: dict[str, int] = (
-    {"pid": os.getpid()} if os.environ.get(ENV_LAUNCHER_PID) == str(os.getppid()) else {})
+    {"pid": os.getpid()} if os.environ.get(ENV_LAUNCHER_PID) == str(os.getppid()) else {}
+)
 
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -66,7 +66,9 @@ def trace_dir(run_dir: str | Path, backend: str) -> Path:
 def xplane_files(directory: str | Path) -> list[str]:
     """Every xplane.pb a profiler wrote under directory, oldest first."""
     root = Path(directory)
-    return sorted(str(p) for p in root.glob("plugins/profile/*/*.xplane.pb")) if root.is_dir() else []
+    return (
+        sorted(str(p) for p in root.glob("plugins/profile/*/*.xplane.pb")) if root.is_dir() else []
+    )
 
 
 class ProfilerWindow:
@@ -74,8 +76,14 @@ class ProfilerWindow:
     last step (or at exit), then reports the xplane files written. A profiler error
     disables tracing with one message; it never stops the program."""
 
-    def __init__(self, window: StepWindow, directory: Path, start: Callable[[str], Any],
-                 stop: Callable[[], Any], on_files: Callable[[list[str]], None]) -> None:
+    def __init__(
+        self,
+        window: StepWindow,
+        directory: Path,
+        start: Callable[[str], Any],
+        stop: Callable[[], Any],
+        on_files: Callable[[list[str]], None],
+    ) -> None:
         self.window, self.directory = window, directory
         self._start, self._stop, self._on_files = start, stop, on_files
         self.active = False
@@ -107,5 +115,7 @@ class ProfilerWindow:
 
     def _fail(self, exc: Exception) -> None:
         self.failed = True
-        print(f"tpuscope: trace of steps {self.window.start}:{self.window.stop} failed: {exc}",
-              file=sys.stderr)
+        print(
+            f"tpuscope: trace of steps {self.window.start}:{self.window.stop} failed: {exc}",
+            file=sys.stderr,
+        )

@@ -31,29 +31,42 @@ FALLBACKS_ONLY = "op::VARCHAR NOT IN ({})".format(", ".join(f"'{op}'" for op in 
 def fallback_sites(data: StoreData, run_id: str) -> pd.DataFrame:
     """One row per (op, call site): calls, steps with calls, first and last step (sorted by
     op and site, as a pandas groupby gives them)."""
-    return data.query(run_id, f"""
+    return data.query(
+        run_id,
+        f"""
         SELECT op::VARCHAR AS op, coalesce(location, '{UNPLACED}') AS location,
                sum(count)::BIGINT AS count, count(DISTINCT step)::BIGINT AS steps,
                min(step)::BIGINT AS first_step, max(step)::BIGINT AS last_step
         FROM fallbacks WHERE {FALLBACKS_ONLY} GROUP BY ALL ORDER BY op, location""",
-        ["fallbacks"]).to_pandas()
+        ["fallbacks"],
+    ).to_pandas()
 
 
-def fallback_matrix(data: StoreData, run_id: str, max_columns: int = MAX_COLUMNS, max_ops: int = MAX_OPS) -> tuple[pd.DataFrame, int]:
+def fallback_matrix(
+    data: StoreData, run_id: str, max_columns: int = MAX_COLUMNS, max_ops: int = MAX_OPS
+) -> tuple[pd.DataFrame, int]:
     """Calls per (op, step bin) and the bin width, as figures.fallbacks.fallback_matrix makes
     them from the whole table: at most max_columns bins, the busiest max_ops ops first."""
     con = data.duckdb(run_id, ["fallbacks"])
     try:
-        lo, hi = con.sql(f"SELECT min(step), max(step) FROM fallbacks WHERE {FALLBACKS_ONLY}").fetchall()[0]
+        lo, hi = con.sql(
+            f"SELECT min(step), max(step) FROM fallbacks WHERE {FALLBACKS_ONLY}"
+        ).fetchall()[0]
         if lo is None:
             return pd.DataFrame(), 1
         width = max(1, math.ceil((hi - lo + 1) / max_columns))
-        long = con.sql(f"""
+        long = (
+            con.sql(f"""
             SELECT op::VARCHAR AS op, {lo} + (step - {lo}) // {width} * {width} AS bin,
                    sum(count)::BIGINT AS count
-            FROM fallbacks WHERE {FALLBACKS_ONLY} GROUP BY ALL""").to_arrow_table().to_pandas()
+            FROM fallbacks WHERE {FALLBACKS_ONLY} GROUP BY ALL""")
+            .to_arrow_table()
+            .to_pandas()
+        )
     finally:
         con.close()
-    matrix = long.pivot_table(index="op", columns="bin", values="count", aggfunc="sum", fill_value=0)
+    matrix = long.pivot_table(
+        index="op", columns="bin", values="count", aggfunc="sum", fill_value=0
+    )
     order = matrix.sum(axis=1).sort_values(ascending=False).index[:max_ops]
     return matrix.loc[order], width

@@ -54,7 +54,11 @@ def route(data: StoreData, pathname: str | None) -> Any:
     try:
         if not parts:
             return runs.layout(data)
-        if parts[0] == "run" and len(parts) in (2, 3) and (parts[2] if len(parts) == 3 else "") in RUN_PAGES:
+        if (
+            parts[0] == "run"
+            and len(parts) in (2, 3)
+            and (parts[2] if len(parts) == 3 else "") in RUN_PAGES
+        ):
             data.run_dir(parts[1])
             return RUN_PAGES[parts[2] if len(parts) == 3 else ""](data, parts[1])
         if parts == ["zoo"]:
@@ -72,16 +76,26 @@ def route(data: StoreData, pathname: str | None) -> Any:
 
 
 def _shell() -> html.Div:
-    return html.Div([
-        dcc.Location(id="url", refresh=False),
-        html.Header(className="topbar", children=[
-            dcc.Link("tpuscope", href="/", className="brand"),
-            dcc.Link("Runs", href="/", className="nav"),
-            dcc.Link("Zoo", href="/zoo", className="nav"),
-        ]),
-        # only a new page shows the spinner: a live run's pages re-read it every 2 s in place
-        dcc.Loading(html.Main(id="page"), type="dot", delay_show=400, target_components={"page": "children"}),
-    ])
+    return html.Div(
+        [
+            dcc.Location(id="url", refresh=False),
+            html.Header(
+                className="topbar",
+                children=[
+                    dcc.Link("tpuscope", href="/", className="brand"),
+                    dcc.Link("Runs", href="/", className="nav"),
+                    dcc.Link("Zoo", href="/zoo", className="nav"),
+                ],
+            ),
+            # only a new page shows the spinner: a live run's pages re-read it every 2 s in place
+            dcc.Loading(
+                html.Main(id="page"),
+                type="dot",
+                delay_show=400,
+                target_components={"page": "children"},
+            ),
+        ]
+    )
 
 
 def _add_download_route(app: Dash, data: StoreData) -> None:
@@ -126,8 +140,11 @@ def _add_host_check(app: Dash) -> None:
         allowed = app.server.config[ALLOWED_HOSTS]
         if host_allowed(request.host, allowed):
             return None
-        log.warning("refused a request for Host %r (this dashboard answers to %s)",
-                    request.host[:100], ", ".join(sorted(allowed)))
+        log.warning(
+            "refused a request for Host %r (this dashboard answers to %s)",
+            request.host[:100],
+            ", ".join(sorted(allowed)),
+        )
         return "tpuscope: this dashboard answers only to its own address\n", 403
 
 
@@ -153,7 +170,11 @@ def _add_error_routes(app: Dash, data: StoreData) -> None:
 
     @app.server.after_request
     def _page_status(response: Any) -> Any:
-        if response.status_code == 200 and response.mimetype == "text/html" and unknown_runs(data, request.path):
+        if (
+            response.status_code == 200
+            and response.mimetype == "text/html"
+            and unknown_runs(data, request.path)
+        ):
             response.status_code = 404
         return response
 
@@ -182,8 +203,13 @@ def create_app(store: str | os.PathLike[str] | None = None, data: StoreData | No
     """
     data = data or StoreData(store)
     app = Dash(
-        __name__, title="tpuscope", update_title=None, assets_folder=str(ASSETS),
-        serve_locally=True, suppress_callback_exceptions=True, compress=False,
+        __name__,
+        title="tpuscope",
+        update_title=None,
+        assets_folder=str(ASSETS),
+        serve_locally=True,
+        suppress_callback_exceptions=True,
+        compress=False,
     )
     app.layout = _shell()
     _warm_plotly()

@@ -43,11 +43,14 @@ def fmt_pct(share: Any) -> str:
 
 def stat(label: str, value: str, ident: str, note: str | None = None) -> html.Div:
     """A headline tile; `ident` gives the value a stable id for tests and scripts."""
-    return html.Div(className="stat", children=[
-        html.Div(label, className="stat-label"),
-        html.Div(value, id=ident, className="stat-value"),
-        html.Div(note, className="stat-note") if note else None,
-    ])
+    return html.Div(
+        className="stat",
+        children=[
+            html.Div(label, className="stat-label"),
+            html.Div(value, id=ident, className="stat-value"),
+            html.Div(note, className="stat-note") if note else None,
+        ],
+    )
 
 
 def stats_row(children: list[Any]) -> html.Div:
@@ -60,10 +63,14 @@ def empty_state(title: str, body: str, ident: str = "empty-state") -> html.Div:
 
 
 def error_page(message: str) -> html.Div:
-    return html.Div(className="page", children=[
-        html.H2("Not found"), html.P(message, id="error-message", className="error"),
-        dcc.Link("Back to all runs", href="/"),
-    ])
+    return html.Div(
+        className="page",
+        children=[
+            html.H2("Not found"),
+            html.P(message, id="error-message", className="error"),
+            dcc.Link("Back to all runs", href="/"),
+        ],
+    )
 
 
 def graph(figure: Any, ident: str) -> dcc.Graph:
@@ -98,20 +105,32 @@ def finding_card(finding: Finding, index: int) -> html.Div:
     written = plain_evidence(finding.evidence)  # the rule's record as the JSON it writes
     evidence = json.dumps(compact(written), indent=1, default=str) if written else None
     if evidence and len(evidence) > MAX_EVIDENCE:  # a storm's evidence can be megabytes
-        evidence = (evidence[:MAX_EVIDENCE] + f"\n... ({len(evidence) - MAX_EVIDENCE:,} more characters: "
-                    "tpuscope show RUN --json has all of it)")
-    return html.Div(className=f"card finding sev-border-{finding.severity}", id=f"finding-{index}", children=[
-        html.Div(className="card-head", children=[
-            severity_badge(finding.severity), html.Span(finding.rule, className="rule"),
-            html.Span(f"~{finding.cost_s:,.2f} s lost", className="cost"),
-        ]),
-        html.H4(finding.title),
-        html.P(finding.detail),
-        html.P([html.B("Fix: "), finding.fix], className="fix"),
-        html.P([html.B("Where: "), html.Code(where(finding.location))], className="where") if finding.location else None,
-        html.P([html.B("Steps: "), finding.steps_text]) if finding.step_runs else None,
-        html.Details([html.Summary("Evidence"), html.Pre(evidence)]) if evidence else None,
-    ])
+        evidence = (
+            evidence[:MAX_EVIDENCE] + f"\n... ({len(evidence) - MAX_EVIDENCE:,} more characters: "
+            "tpuscope show RUN --json has all of it)"
+        )
+    return html.Div(
+        className=f"card finding sev-border-{finding.severity}",
+        id=f"finding-{index}",
+        children=[
+            html.Div(
+                className="card-head",
+                children=[
+                    severity_badge(finding.severity),
+                    html.Span(finding.rule, className="rule"),
+                    html.Span(f"~{finding.cost_s:,.2f} s lost", className="cost"),
+                ],
+            ),
+            html.H4(finding.title),
+            html.P(finding.detail),
+            html.P([html.B("Fix: "), finding.fix], className="fix"),
+            html.P([html.B("Where: "), html.Code(where(finding.location))], className="where")
+            if finding.location
+            else None,
+            html.P([html.B("Steps: "), finding.steps_text]) if finding.step_runs else None,
+            html.Details([html.Summary("Evidence"), html.Pre(evidence)]) if evidence else None,
+        ],
+    )
 
 
 def findings_list(findings: list[Finding], empty: str) -> html.Div:
@@ -120,8 +139,13 @@ def findings_list(findings: list[Finding], empty: str) -> html.Div:
     return html.Div([finding_card(f, i) for i, f in enumerate(findings)], className="findings")
 
 
-def grid(ident: str, frame: pd.DataFrame | list[dict[str, Any]], columns: list[dict[str, Any]],
-         height: int | str | None = None, **kwargs: Any) -> dag.AgGrid:
+def grid(
+    ident: str,
+    frame: pd.DataFrame | list[dict[str, Any]],
+    columns: list[dict[str, Any]],
+    height: int | str | None = None,
+    **kwargs: Any,
+) -> dag.AgGrid:
     """A sortable, filterable AG Grid over plain records (the grid's JS is served locally);
     `height` in px, or a CSS length ("calc(100vh - 220px)": as tall as the window lets it)."""
     rows = frame.to_dict("records") if isinstance(frame, pd.DataFrame) else frame
@@ -133,15 +157,31 @@ def grid(ident: str, frame: pd.DataFrame | list[dict[str, Any]], columns: list[d
     tall = height if isinstance(height, str) else f"{height or min(600, 60 + 42 * max(n, 3))}px"
     style = {"height": tall, "minHeight": "400px"} if "domLayout" not in options else {}
     return dag.AgGrid(
-        id=ident, rowData=rows, columnDefs=columns,
-        defaultColDef={"sortable": True, "filter": True, "floatingFilter": True, "suppressHeaderFilterButton": True,
-                       "resizable": True, "minWidth": 80, "wrapHeaderText": True, "autoHeaderHeight": True},
-        columnSize="responsiveSizeToFit", dashGridOptions=options, style=style, className="grid", **kwargs,
+        id=ident,
+        rowData=rows,
+        columnDefs=columns,
+        defaultColDef={
+            "sortable": True,
+            "filter": True,
+            "floatingFilter": True,
+            "suppressHeaderFilterButton": True,
+            "resizable": True,
+            "minWidth": 80,
+            "wrapHeaderText": True,
+            "autoHeaderHeight": True,
+        },
+        columnSize="responsiveSizeToFit",
+        dashGridOptions=options,
+        style=style,
+        className="grid",
+        **kwargs,
     )
 
 
 LIVE_MS = 2000  # how often a page of a live run reads it again (the program flushes every 2 s)
-LIVE_STATUS = "running"  # meta status of a run in progress (store/liveness.py: launcher still alive)
+LIVE_STATUS = (
+    "running"  # meta status of a run in progress (store/liveness.py: launcher still alive)
+)
 
 
 def is_live(summary: dict[str, Any]) -> bool:
@@ -150,8 +190,16 @@ def is_live(summary: dict[str, Any]) -> bool:
 
 
 def live_badge(live: bool, ident: str = "live-badge") -> html.Span | None:
-    return html.Span("live", id=ident, className="badge live",
-                     title="in progress: this page updates by itself until the run ends") if live else None
+    return (
+        html.Span(
+            "live",
+            id=ident,
+            className="badge live",
+            title="in progress: this page updates by itself until the run ends",
+        )
+        if live
+        else None
+    )
 
 
 def live_timer(ident: str, live: bool) -> dcc.Interval:
@@ -163,22 +211,41 @@ def run_header(run_id: str, summary: dict[str, Any], active: str) -> html.Div:
     """Title (with the "live" mark while the run is in progress), one-line identity of the
     run, and the tabs of its pages."""
     base = f"/run/{run_id}"
-    tabs = [dcc.Link(label, href=base + suffix, id=f"tab-{key}",
-                     className="tab active" if key == active else "tab")
-            for key, label, suffix in RUN_TABS]
-    identity = (f"{summary.get('backend') or '-'} on {summary.get('device_kind') or '-'} · "
-                f"{summary.get('ended') or '-'} · {summary.get('command') or ''}")
-    return html.Div(className="run-header", children=[
-        html.H2([summary.get("name") or run_id, live_badge(is_live(summary))], id="run-title"),
-        html.Div([html.Code(run_id, id="run-id"), html.Span(" · " + identity)], className="run-identity"),
-        html.Nav(tabs, className="tabs"),
-    ])
+    tabs = [
+        dcc.Link(
+            label,
+            href=base + suffix,
+            id=f"tab-{key}",
+            className="tab active" if key == active else "tab",
+        )
+        for key, label, suffix in RUN_TABS
+    ]
+    identity = (
+        f"{summary.get('backend') or '-'} on {summary.get('device_kind') or '-'} · "
+        f"{summary.get('ended') or '-'} · {summary.get('command') or ''}"
+    )
+    return html.Div(
+        className="run-header",
+        children=[
+            html.H2([summary.get("name") or run_id, live_badge(is_live(summary))], id="run-title"),
+            html.Div(
+                [html.Code(run_id, id="run-id"), html.Span(" · " + identity)],
+                className="run-identity",
+            ),
+            html.Nav(tabs, className="tabs"),
+        ],
+    )
 
 
-def run_page(tab: str, run_id: str, summary: dict[str, Any], *body: Any, head_id: str | None = None) -> html.Div:
+def run_page(
+    tab: str, run_id: str, summary: dict[str, Any], *body: Any, head_id: str | None = None
+) -> html.Div:
     """One page of a run: the page element (id `page-<tab>`, which tests and the benchmark wait
     for), the run's header with its tabs (in a `head_id` element when a callback redraws it),
     then the page's own content; every run page is built by this one function."""
     header = run_header(run_id, summary, tab)
-    return html.Div(className="page", id=f"page-{tab}",
-                    children=[html.Div(header, id=head_id) if head_id else header, *body])
+    return html.Div(
+        className="page",
+        id=f"page-{tab}",
+        children=[html.Div(header, id=head_id) if head_id else header, *body],
+    )

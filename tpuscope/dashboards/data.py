@@ -30,8 +30,16 @@ from tpuscope.store.location import Location
 from tpuscope.store.run import table_to_frame
 
 # Tables other parts of tpuscope add (device view), all in the schema module now.
-OPTIONAL_TABLES = ("hlo_modules", "hlo_ops", "trace_events", "device_steps", "call_sites", "retraces",
-                   "xprof_overview", "xprof_ops")
+OPTIONAL_TABLES = (
+    "hlo_modules",
+    "hlo_ops",
+    "trace_events",
+    "device_steps",
+    "call_sites",
+    "retraces",
+    "xprof_overview",
+    "xprof_ops",
+)
 # Tables whose change makes a run's summary stale (any table part newer than analysis.json
 # does; these are the ones a summary is computed from, and findings, which analysis writes).
 SUMMARY_TABLES = ("steps", "compiles", "fallbacks", "metrics", "findings", "call_sites", "retraces")
@@ -62,7 +70,11 @@ def _meta_signature(run: Run) -> tuple[Any, ...]:
     """meta.json's mtime and size and the process files': in a local run, the procs folder's
     mtime stands for them (each is written by a rename into it: two stats, not one per file)."""
     if run.local:  # and a pod's hosts folder: each host's launcher keeps its own meta there
-        return (_stat(run.path / layout.META), _stat(run.path / layout.PROCS), _stat(run.path / "hosts"))
+        return (
+            _stat(run.path / layout.META),
+            _stat(run.path / layout.PROCS),
+            _stat(run.path / "hosts"),
+        )
     procs = tuple((e.name, e.mtime_ns) for e in (run.loc / layout.PROCS).entries())
     return (_file_signature(run, layout.META), procs)
 
@@ -108,8 +120,12 @@ def ended(meta: dict[str, Any]) -> str:
 class StoreData:
     """Read-only, cached access to the runs of one store (a folder or an fsspec URL)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, cache_size: int = 64,
-                 small_cache_size: int = 8192) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        cache_size: int = 64,
+        small_cache_size: int = 8192,
+    ) -> None:
         self.store = RunStore(root)
         self.root = self.store.root
         # Two LRU caches: tables and figures (big, few) and per-run metas and summaries (a few KB
@@ -144,7 +160,9 @@ class StoreData:
                 metas.append(self.meta(loc.name))
             except (StoreError, RunNotFound) as exc:
                 _warn_once(f"skipped a run: {exc}")
-        return [m["run_id"] for m in sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)]
+        return [
+            m["run_id"] for m in sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)
+        ]
 
     def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
         """Files inside a local run folder matching glob patterns (for download links)."""
@@ -160,7 +178,9 @@ class StoreData:
         return sorted(found)
 
     # --- cache -----------------------------------------------------------------
-    def _cached(self, key: tuple[str, str], signature: Any, load: Callable[[], Any], small: bool = False) -> Any:
+    def _cached(
+        self, key: tuple[str, str], signature: Any, load: Callable[[], Any], small: bool = False
+    ) -> Any:
         cache, size = (self._small, self._small_size) if small else (self._cache, self._cache_size)
         with self._lock:
             hit = cache.get(key)
@@ -184,7 +204,9 @@ class StoreData:
     # --- tables ----------------------------------------------------------------
     def meta(self, run_id: str) -> dict[str, Any]:
         run = self.run(run_id)
-        return self._cached((run_id, "meta"), _meta_signature(run), lambda: read_meta(run.loc), small=True)
+        return self._cached(
+            (run_id, "meta"), _meta_signature(run), lambda: read_meta(run.loc), small=True
+        )
 
     def has_table(self, run_id: str, name: str) -> bool:
         return self.run(run_id).has_table(name)
@@ -195,9 +217,13 @@ class StoreData:
             raise KeyError(f"unknown table {name!r}")
         run = self.run(run_id)
         keep = name in _KEEP_CATEGORIES
-        return self._cached((run_id, name), _signature(run, name), lambda: run.table(name, keep_categories=keep))
+        return self._cached(
+            (run_id, name), _signature(run, name), lambda: run.table(name, keep_categories=keep)
+        )
 
-    def derived(self, run_id: str, key: str, tables: tuple[str, ...], compute: Callable[[], Any]) -> Any:
+    def derived(
+        self, run_id: str, key: str, tables: tuple[str, ...], compute: Callable[[], Any]
+    ) -> Any:
         """A value computed from some of a run's tables (a figure, an aggregate), cached until
         one of those tables changes. Callers must not mutate what they get back."""
         run = self.run(run_id)
@@ -219,13 +245,19 @@ class StoreData:
         verdict (`RunTables.families`, the loop's end from the steps), and each one's closest
         earlier compile and what changed (`detect.recompile.compile_diffs`). The rule's own
         functions, so the pages say what the findings say; cached until a table changes."""
+
         def build() -> tuple[pd.DataFrame, pd.DataFrame]:
             from tpuscope.detect import RunTables
             from tpuscope.detect.recompile import compile_diffs
 
             steps = self.columns(run_id, "steps", list(LOOP_COLUMNS))
-            tables = RunTables(meta=self.meta(run_id), steps=steps, compiles=self.table(run_id, "compiles"),
-                               fallbacks=pd.DataFrame(), metrics=pd.DataFrame())
+            tables = RunTables(
+                meta=self.meta(run_id),
+                steps=steps,
+                compiles=self.table(run_id, "compiles"),
+                fallbacks=pd.DataFrame(),
+                metrics=pd.DataFrame(),
+            )
             families = tables.families.reset_index(drop=True)
             tables.__dict__["families"] = families
             return families, compile_diffs(tables)
@@ -236,12 +268,19 @@ class StoreData:
         """Stored findings, most severe then costliest first, as every surface lists them
         (the dashboard never re-runs detectors on an ended run)."""
         run = self.run(run_id)
-        return self._cached((run_id, "derived:findings"), _signature(run, "findings"),
-                            lambda: stored_findings(run), small=True)
+        return self._cached(
+            (run_id, "derived:findings"),
+            _signature(run, "findings"),
+            lambda: stored_findings(run),
+            small=True,
+        )
 
     def _analysis_signature(self, run: Run) -> tuple[Any, ...]:
-        return (_meta_signature(run), _file_signature(run, layout.ANALYSIS),
-                *(_table_stamp(run, n) for n in SUMMARY_TABLES))
+        return (
+            _meta_signature(run),
+            _file_signature(run, layout.ANALYSIS),
+            *(_table_stamp(run, n) for n in SUMMARY_TABLES),
+        )
 
     def _report(self, run_id: str) -> RunReport:
         """The run's one analysis (tpuscope.detect.run_analysis: written at the run's end, computed
@@ -256,8 +295,12 @@ class StoreData:
     def summary(self, run_id: str) -> dict[str, Any]:
         """The run's one analysis (see _report) plus the counts the pages show."""
         run = self.run(run_id)
-        return self._cached((run_id, "summary"), self._analysis_signature(run),
-                            lambda: self._summarize(run_id), small=True)
+        return self._cached(
+            (run_id, "summary"),
+            self._analysis_signature(run),
+            lambda: self._summarize(run_id),
+            small=True,
+        )
 
     def _summarize(self, run_id: str) -> dict[str, Any]:
         """The written summary of an ended run (analysis.json, no table read; findings counted
@@ -278,14 +321,18 @@ class StoreData:
         out["ended"] = ended(meta)
         return out
 
-    def columns(self, run_id: str, name: str, columns: list[str], categories: bool = False) -> pd.DataFrame:
+    def columns(
+        self, run_id: str, name: str, columns: list[str], categories: bool = False
+    ) -> pd.DataFrame:
         """Some columns of a table, read without the others (the timeline reads 4 of 15 step
         columns); with `categories`, dictionary columns stay pandas categoricals (2M op names
         as Python strings cost 0.5 s to make, and their groupbys more)."""
         run = self.run(run_id)
 
         def load() -> pd.DataFrame:
-            return table_to_frame(run.arrow(name, columns=columns), categories or name in _KEEP_CATEGORIES)
+            return table_to_frame(
+                run.arrow(name, columns=columns), categories or name in _KEEP_CATEGORIES
+            )
 
         key = f"{name}:{','.join(columns)}" + (":categories" if categories else "")
         return self._cached((run_id, key), _signature(run, name), load)
@@ -295,9 +342,14 @@ class StoreData:
         meta = self.meta(run_id)
         procs = meta.get("processes", [])
         return {
-            "run_id": run_id, "name": meta.get("name"), "command": meta.get("command"), "ended": ended(meta),
+            "run_id": run_id,
+            "name": meta.get("name"),
+            "command": meta.get("command"),
+            "ended": ended(meta),
             "backend": next((p["backend"] for p in procs if p.get("backend")), meta.get("backend")),
-            "device_kind": next((p["device_kind"] for p in procs if p.get("device_kind")), meta.get("device_kind")),
+            "device_kind": next(
+                (p["device_kind"] for p in procs if p.get("device_kind")), meta.get("device_kind")
+            ),
         }
 
     def brief(self, run_id: str) -> dict[str, Any]:

@@ -37,14 +37,21 @@ if TYPE_CHECKING:
 
 COMPILE_COLUMNS = ["step", "duration_ns", "cause", "location", "graph_hash"]
 FALLBACK_COLUMNS = ["step", "op", "count", "location"]
-_M4 = ("first_step", "first_wall"), ("last_step", "last_wall"), ("min_step", "min_wall"), ("max_step", "max_wall")
+_M4 = (
+    ("first_step", "first_wall"),
+    ("last_step", "last_wall"),
+    ("min_step", "min_wall"),
+    ("max_step", "max_wall"),
+)
 
 
 @dataclass(frozen=True)
 class Timeline:
     """What the step timeline draws, already reduced to what it shows."""
 
-    steps: pd.DataFrame  # host, rank, step, wall_ns (or step, wall_ns: the slowest process per step)
+    steps: (
+        pd.DataFrame
+    )  # host, rank, step, wall_ns (or step, wall_ns: the slowest process per step)
     slowest_of: int | None  # the number of processes when `steps` is the slowest one per step
     compiles: pd.DataFrame  # COMPILE_COLUMNS, in the window
     step_walls: pd.Series  # step -> the slowest process's wall_ns at each compile step
@@ -62,7 +69,9 @@ def _window(x_range: tuple[float, float] | None) -> str:
 
 def step_rows(data: StoreData, run_id: str) -> int:
     """Rows of the steps table (from the Parquet footers: nothing is decoded)."""
-    return int(data.query(run_id, "SELECT count(*) AS n FROM steps", ["steps"]).column("n")[0].as_py())
+    return int(
+        data.query(run_id, "SELECT count(*) AS n FROM steps", ["steps"]).column("n")[0].as_py()
+    )
 
 
 def _envelope(con: object, source: str, by: str, buckets: int) -> pd.DataFrame:
@@ -78,7 +87,9 @@ def _envelope(con: object, source: str, by: str, buckets: int) -> pd.DataFrame:
                arg_max(step, wall_ns) AS max_step, max(wall_ns) AS max_wall
         FROM s, r GROUP BY ALL""").df()
     ids = [c for c in ("host", "rank") if by and c in frame]
-    points = pd.concat([frame[ids + [s, w]].rename(columns={s: "step", w: "wall_ns"}) for s, w in _M4])
+    points = pd.concat(
+        [frame[ids + [s, w]].rename(columns={s: "step", w: "wall_ns"}) for s, w in _M4]
+    )
     points = points.drop_duplicates(ids + ["step"]).sort_values(ids + ["step"], ignore_index=True)
     for col in ids:
         points[col] = points[col].astype(object).where(points[col].notna(), None)
@@ -86,7 +97,9 @@ def _envelope(con: object, source: str, by: str, buckets: int) -> pd.DataFrame:
 
 
 def _steps(con: object, where: str, points: int) -> tuple[pd.DataFrame, int | None]:
-    processes = con.sql(f"SELECT count(DISTINCT (host, rank)) FROM steps WHERE {where}").fetchall()[0][0]
+    processes = con.sql(f"SELECT count(DISTINCT (host, rank)) FROM steps WHERE {where}").fetchall()[
+        0
+    ][0]
     buckets = max(1, points // 4)
     if processes > MAX_LANES:
         slowest = f"SELECT step, max(wall_ns) AS wall_ns FROM steps WHERE {where} GROUP BY step"
@@ -99,20 +112,25 @@ def _fallbacks(con: object, where: str, bars: int) -> pd.DataFrame:
     """The fallback rows of the steps fallback_bars keeps: counts per step from two integer
     columns (numpy, as the figure sums them), then the other columns of those steps alone."""
     where = f"{where} AND {FALLBACKS_ONLY}"  # value reads are host syncs, not fallbacks
-    counts = con.sql(f"SELECT step, count FROM fallbacks WHERE {where} AND count IS NOT NULL").to_arrow_table()
+    counts = con.sql(
+        f"SELECT step, count FROM fallbacks WHERE {where} AND count IS NOT NULL"
+    ).to_arrow_table()
     if not counts.num_rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in FALLBACK_COLUMNS})
     counts = counts.combine_chunks()
     per = step_totals(counts.column("step").to_numpy(), counts.column("count").to_numpy())
     chosen = pa.table({"step": per.index.to_numpy()[minmax_indices(per.to_numpy(), bars)]})
     con.register("chosen", chosen)  # rows come in any order: fallback_bars orders them itself
-    rows = con.sql(f"SELECT {', '.join(FALLBACK_COLUMNS)} FROM fallbacks "
-                   f"WHERE step IN (SELECT step FROM chosen) AND {FALLBACKS_ONLY}").to_arrow_table()
+    rows = con.sql(
+        f"SELECT {', '.join(FALLBACK_COLUMNS)} FROM fallbacks "
+        f"WHERE step IN (SELECT step FROM chosen) AND {FALLBACKS_ONLY}"
+    ).to_arrow_table()
     return table_to_frame(rows)
 
 
-def read_timeline(data: StoreData, run_id: str, points: int,
-                  x_range: tuple[float, float] | None = None) -> Timeline:
+def read_timeline(
+    data: StoreData, run_id: str, points: int, x_range: tuple[float, float] | None = None
+) -> Timeline:
     """The timeline's series of the run in a window (None: the whole run), at most about
     `points` per process and MAX_BARS fallback bars. Raises duckdb.Error on a part DuckDB
     cannot read (the caller then reads the tables whole, which skips and names it)."""
@@ -120,12 +138,19 @@ def read_timeline(data: StoreData, run_id: str, points: int,
     con = data.duckdb(run_id, ["steps", "compiles", "fallbacks"])
     try:
         steps, slowest_of = _steps(con, where, points)
-        compiles = table_to_frame(con.sql(
-            f"SELECT {', '.join(COMPILE_COLUMNS)} FROM compiles WHERE {where} ORDER BY step").to_arrow_table())
-        walls = con.sql(f"SELECT step, max(wall_ns) AS wall_ns FROM steps WHERE {where} AND step IN "
-                        f"(SELECT step FROM compiles WHERE {where}) GROUP BY step").df()
+        compiles = table_to_frame(
+            con.sql(
+                f"SELECT {', '.join(COMPILE_COLUMNS)} FROM compiles WHERE {where} ORDER BY step"
+            ).to_arrow_table()
+        )
+        walls = con.sql(
+            f"SELECT step, max(wall_ns) AS wall_ns FROM steps WHERE {where} AND step IN "
+            f"(SELECT step FROM compiles WHERE {where}) GROUP BY step"
+        ).df()
         fallbacks = _fallbacks(con, where, min(points, MAX_BARS))
     finally:
         con.close()
-    step_walls = pd.Series(walls["wall_ns"].to_numpy(np.int64), index=walls["step"].to_numpy(np.int64))
+    step_walls = pd.Series(
+        walls["wall_ns"].to_numpy(np.int64), index=walls["step"].to_numpy(np.int64)
+    )
     return Timeline(steps, slowest_of, compiles, step_walls, fallbacks)

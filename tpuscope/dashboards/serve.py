@@ -44,7 +44,9 @@ def allowed_hosts(host: str, port: int) -> set[str] | None:
         return None
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     names = {shown, "localhost", "127.0.0.1", "[::1]"}
-    return {f"{name.lower()}:{port}" for name in names} | ({n.lower() for n in names} if port == 80 else set())
+    return {f"{name.lower()}:{port}" for name in names} | (
+        {n.lower() for n in names} if port == 80 else set()
+    )
 
 
 def _check_store(store: str | os.PathLike[str]) -> None:
@@ -57,7 +59,9 @@ def _check_store(store: str | os.PathLike[str]) -> None:
     except (LocationError, OSError) as exc:
         raise ServeError(str(exc)) from None
     if not there:
-        raise ServeError(f"no run store at {store} (make a run first: tpuscope run --store {store} python train.py)")
+        raise ServeError(
+            f"no run store at {store} (make a run first: tpuscope run --store {store} python train.py)"
+        )
     if not folder:
         raise ServeError(f"the store {store} is not a folder")
 
@@ -70,10 +74,14 @@ def make_server(store: str | os.PathLike[str], host: str, port: int) -> Any:
 
         from .app import ALLOWED_HOSTS, create_app
     except ImportError as exc:
-        raise ServeError(f"the dashboard needs {exc.name}: pip install 'tpuscope[dashboard]'") from exc
+        raise ServeError(
+            f"the dashboard needs {exc.name}: pip install 'tpuscope[dashboard]'"
+        ) from exc
     app = create_app(store)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-    said = io.StringIO()  # werkzeug prints bind errors and calls sys.exit(1): make it one line, exit 2
+    said = (
+        io.StringIO()
+    )  # werkzeug prints bind errors and calls sys.exit(1): make it one line, exit 2
     try:
         with contextlib.redirect_stderr(said):
             server = werkzeug_server(host, port, app.server, threaded=True)
@@ -88,9 +96,14 @@ def serve(store: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 80
     """Serve until Ctrl+C, printing the URL first (stdout) and any warning (stderr)."""
     server = make_server(store, host, port)
     if not is_loopback(host):
-        print(f"tpuscope: warning: serving on {host}: anyone who can reach this machine can read these runs",
-              file=sys.stderr)
-    print(f"tpuscope dashboard: {url_of(host, server.server_port)}  (store {store}; Ctrl+C to stop)", flush=True)
+        print(
+            f"tpuscope: warning: serving on {host}: anyone who can reach this machine can read these runs",
+            file=sys.stderr,
+        )
+    print(
+        f"tpuscope dashboard: {url_of(host, server.server_port)}  (store {store}; Ctrl+C to stop)",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

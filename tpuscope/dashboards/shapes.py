@@ -30,12 +30,18 @@ def varying_by_step(families: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["site", "dim", "step", "value"])
     known = families[families["input_shapes"].map(lambda s: bool(shape_list(s)))]
     for _, rows in known.groupby("family", sort=False):
-        site = rows["location"].dropna().iloc[0] if rows["location"].notna().any() else "(call site not recorded)"
+        site = (
+            rows["location"].dropna().iloc[0]
+            if rows["location"].notna().any()
+            else "(call site not recorded)"
+        )
         lists = [shape_list(s) or [] for s in rows["input_shapes"]]
         steps = rows["step"].to_numpy()
         for dim in varying_dims(lists):
-            out.extend({"site": site, "dim": f"arg {dim.arg} dim {dim.dim}", "step": int(s), "value": v}
-                       for s, v in zip(steps, dim.values, strict=True))
+            out.extend(
+                {"site": site, "dim": f"arg {dim.arg} dim {dim.dim}", "step": int(s), "value": v}
+                for s, v in zip(steps, dim.values, strict=True)
+            )
     return pd.DataFrame(out, columns=["site", "dim", "step", "value"])
 
 
@@ -51,5 +57,7 @@ def finding_values(compiles: pd.DataFrame, facet: ShapeChurnFacet | None) -> pd.
         args = shape_list(shapes) or []
         parsed = parse_shape(args[arg]) if arg < len(args) else None
         if parsed is not None and len(parsed.dims) > dim and parsed.dims[dim] is not None:
-            rows.append({"dim": f"arg {arg} dim {dim}", "step": int(step), "value": parsed.dims[dim]})
+            rows.append(
+                {"dim": f"arg {arg} dim {dim}", "step": int(step), "value": parsed.dims[dim]}
+            )
     return pd.DataFrame(rows, columns=["dim", "step", "value"]).sort_values("step")

@@ -56,7 +56,11 @@ def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
         match = np.ones(len(frame), dtype=bool)
         for name, value in zip(keys, key if isinstance(key, tuple) else (key,), strict=True):
             column = frame[name]
-            match &= column.isna().to_numpy() if value != value or value is None else (column == value).to_numpy()
+            match &= (
+                column.isna().to_numpy()
+                if value != value or value is None
+                else (column == value).to_numpy()
+            )
         keep |= match & np.isin(step, rows["step"].to_numpy())
     return frame[keep]
 
@@ -81,8 +85,10 @@ def value_read_site(tables: RunTables, steps: Iterable[int]) -> str | None:
     families = tables.families
     if families.empty or "cause" not in families:
         return None
-    reads = families[families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
-                     & families["location"].notna()]
+    reads = families[
+        families["cause"].astype(str).str.contains(VALUE_READ_CAUSE, regex=False)
+        & families["location"].notna()
+    ]
     if reads.empty:
         return None
     rows = reads[reads["step"].isin(steps if hasattr(steps, "dtype") else list(steps))]
@@ -93,7 +99,9 @@ def wall_s(judged: pd.DataFrame) -> float:
     return judge.wall_s(judged)
 
 
-def metric_per_step(metrics: pd.DataFrame, names: Iterable[str], column: str = "total") -> pd.DataFrame:
+def metric_per_step(
+    metrics: pd.DataFrame, names: Iterable[str], column: str = "total"
+) -> pd.DataFrame:
     """Sum of a metric's `column` per (process, step), for any of its names (old and new)."""
     names = list(names)
     rows = metrics[metrics["name"].isin(names)] if not metrics.empty else metrics
@@ -115,8 +123,9 @@ def whole_run(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["step"] == WHOLE_RUN] if not frame.empty else frame
 
 
-def per_process(frame: pd.DataFrame, names: Iterable[str], column: str = "count",
-                name_column: str = "name") -> dict[tuple[Any, ...], float]:
+def per_process(
+    frame: pd.DataFrame, names: Iterable[str], column: str = "count", name_column: str = "name"
+) -> dict[tuple[Any, ...], float]:
     """Whole-run total of some names per process (each imported file is its own process)."""
     rows = whole_run(frame)
     if rows.empty:
@@ -131,7 +140,9 @@ def per_process(frame: pd.DataFrame, names: Iterable[str], column: str = "count"
     return {(k if isinstance(k, tuple) else (k,)): float(v) for k, v in grouped.items()}
 
 
-def rate_per_step(counts: dict[tuple[Any, ...], float], steps: dict[tuple[Any, ...], float]) -> float | None:
+def rate_per_step(
+    counts: dict[tuple[Any, ...], float], steps: dict[tuple[Any, ...], float]
+) -> float | None:
     """Sum of counts over sum of step markers, over the processes that counted their steps."""
     known = [k for k in counts if steps.get(k)]
     total_steps = sum(steps[k] for k in known)
@@ -145,4 +156,3 @@ def file_and_line(location: str | None) -> str:
     path, _, line = location.rpartition(":")
     name = path.rsplit("/", 1)[-1] if path else location
     return f"{name}:{line}" if path else name
-

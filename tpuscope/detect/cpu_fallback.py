@@ -35,9 +35,11 @@ from tpuscope.step_runs import runs_text
 RULE = "cpu_fallback"
 HOST_SYNC_OPS = VALUE_READ_OPS
 TRANSFER_METRICS = ("TransferFromDeviceTime", "TransferFromServerTime")
-_STATIC_MASK = ("replace `x[mask]` by a static-shape form: `torch.where(mask, x, 0)` with a masked "
-                "reduction (`torch.where(mask, loss, 0).sum() / mask.sum()`); for indices, `torch.topk` or "
-                "`sort` over the mask gives a fixed number of them")
+_STATIC_MASK = (
+    "replace `x[mask]` by a static-shape form: `torch.where(mask, x, 0)` with a masked "
+    "reduction (`torch.where(mask, loss, 0).sum() / mask.sum()`); for indices, `torch.topk` or "
+    "`sort` over the mask gives a fixed number of them"
+)
 ALTERNATIVES: dict[str, str] = {
     "aten::nonzero": _STATIC_MASK,
     "aten::masked_select": _STATIC_MASK,
@@ -51,27 +53,38 @@ ALTERNATIVES: dict[str, str] = {
     "aten::searchsorted.Tensor": "`(values[..., None] > sorted_seq).sum(-1)` (lowered; side='left')",
     "aten::median": "`torch.kthvalue(x, (x.numel() + 1) // 2)` gives the same lower median (lowered)",
     "aten::mode": "for small integer ranges, `F.one_hot(x, n).sum(0).argmax()` (lowered)",
-    "aten::grid_sampler_2d": ("run the warp in the input pipeline on the host, before `.to(device)`, or "
-                              "write the bilinear sampling with `torch.gather` (lowered)"),
-    "aten::grid_sampler_2d_backward": ("run the warp in the input pipeline on the host, before "
-                                       "`.to(device)`, so no gradient flows through grid_sample"),
-    "aten::affine_grid_generator": ("build the grid with a matmul: `base_grid @ theta.transpose(1, 2)` "
-                                    "(lowered)"),
+    "aten::grid_sampler_2d": (
+        "run the warp in the input pipeline on the host, before `.to(device)`, or "
+        "write the bilinear sampling with `torch.gather` (lowered)"
+    ),
+    "aten::grid_sampler_2d_backward": (
+        "run the warp in the input pipeline on the host, before "
+        "`.to(device)`, so no gradient flows through grid_sample"
+    ),
+    "aten::affine_grid_generator": (
+        "build the grid with a matmul: `base_grid @ theta.transpose(1, 2)` (lowered)"
+    ),
     "aten::_ctc_loss": "compute CTC outside the compiled step, or use a fixed-length formulation",
     "aten::_ctc_loss_backward": "compute CTC outside the compiled step, or use a fixed-length formulation",
     # measured on torch_xla 2.9: with XLA_EXPERIMENTAL=nms, executed_fallback_ops() stays empty
-    "torchvision::nms": ("torch_xla has an experimental lowering of `torchvision::nms`: set the environment "
-                         "variable `XLA_EXPERIMENTAL=nms` (its output has a data-dependent size, an experimental "
-                         "feature); or run the post-processing on the host after torch_xla.sync()"),
+    "torchvision::nms": (
+        "torch_xla has an experimental lowering of `torchvision::nms`: set the environment "
+        "variable `XLA_EXPERIMENTAL=nms` (its output has a data-dependent size, an experimental "
+        "feature); or run the post-processing on the host after torch_xla.sync()"
+    ),
 }
 # an op of a namespace of its own: a `torch.library` custom op registered for the CPU only (measured on
 # torch_xla 2.9: with a kernel registered for "xla", executed_fallback_ops() stays empty)
-CUSTOM_OP = ("give the op a kernel for the XLA device written in torch ops that torch_xla lowers: "
-             "`@{name}.register_kernel(\"xla\")` on the custom op (torch.library.register_kernel({op!r}, \"xla\", fn)); "
-             "its CPU kernel stays for CPU tensors")
+CUSTOM_OP = (
+    "give the op a kernel for the XLA device written in torch ops that torch_xla lowers: "
+    '`@{name}.register_kernel("xla")` on the custom op (torch.library.register_kernel({op!r}, "xla", fn)); '
+    "its CPU kernel stays for CPU tensors"
+)
 LIBRARY_NAMESPACES = ("aten", "prim", "torchvision", "torchaudio", "quantized")
-GENERIC = ("no well-known lowered alternative: move it out of the step (into the input pipeline, or after "
-           "torch_xla.sync()), or check whether a newer torch_xla lowers it")
+GENERIC = (
+    "no well-known lowered alternative: move it out of the step (into the input pipeline, or after "
+    "torch_xla.sync()), or check whether a newer torch_xla lowers it"
+)
 
 
 def alternative_for(op: str) -> tuple[str, bool]:
@@ -92,8 +105,10 @@ def why(op: str) -> str:
         return f"{op} has no XLA lowering in this torch_xla"
     if namespace in LIBRARY_NAMESPACES:
         return f"{op} (a {namespace} op) is not lowered by this torch_xla by default"
-    return (f"{op} is a custom op (namespace `{namespace}`, registered with torch.library) with no kernel "
-            "for the XLA device")
+    return (
+        f"{op} is a custom op (namespace `{namespace}`, registered with torch.library) with no kernel "
+        "for the XLA device"
+    )
 
 
 def transfer_share_ns(fallbacks: pd.DataFrame, metrics: pd.DataFrame) -> dict[str, float]:
@@ -106,12 +121,17 @@ def transfer_share_ns(fallbacks: pd.DataFrame, metrics: pd.DataFrame) -> dict[st
     if fallbacks.empty or metrics.empty:
         return {}
     wait = common.metric_per_step(metrics, TRANSFER_METRICS)
-    reads = common.metric_per_step(metrics, TRANSFER_METRICS, "count").rename(columns={"count": "reads"})
+    reads = common.metric_per_step(metrics, TRANSFER_METRICS, "count").rename(
+        columns={"count": "reads"}
+    )
     keys = [k for k in ("host", "pid", "step") if k in fallbacks.columns and k in wait.columns]
     per_step = fallbacks.groupby([*keys, "op"], dropna=False)["count"].sum().reset_index()
     totals = per_step.groupby(keys, dropna=False)["count"].sum().rename("all_ops").reset_index()
-    merged = (per_step.merge(totals, on=keys).merge(wait, on=keys, how="left")
-              .merge(reads, on=keys, how="left"))
+    merged = (
+        per_step.merge(totals, on=keys)
+        .merge(wait, on=keys, how="left")
+        .merge(reads, on=keys, how="left")
+    )
     denominator = merged[["all_ops", "reads"]].max(axis=1).clip(lower=1)
     merged["share"] = merged["total"].fillna(0) * merged["count"] / denominator
     return cast(dict[str, float], merged.groupby("op")["share"].sum().to_dict())
@@ -123,42 +143,85 @@ def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], tuple[list[list[in
     located = rows[rows["location"].notna()]
     traced = Finding.of_steps(located["step"])
     # rows keep the tracer's call order: on a tie, the first line called comes first
-    counts = located.groupby("location", sort=False)["count"].sum().sort_values(ascending=False, kind="stable")
+    counts = (
+        located.groupby("location", sort=False)["count"]
+        .sum()
+        .sort_values(ascending=False, kind="stable")
+    )
     per = max(traced[1], 1)
-    return [{"location": loc, "count": int(n), "per_traced_step": n / per} for loc, n in counts.items()], traced
+    return [
+        {"location": loc, "count": int(n), "per_traced_step": n / per} for loc, n in counts.items()
+    ], traced
 
 
 def _per_step_text(per_step: float | None) -> str:
     return f"{per_step:.1f} per step" if per_step is not None else "count per step unknown"
 
 
-def _finding(op: str, rows: pd.DataFrame, all_rows: pd.DataFrame, n_steps: int | None, wait_ns: float,
-             wall: float, count: int, untraced_site: str | None = None) -> Finding:
+def _finding(
+    op: str,
+    rows: pd.DataFrame,
+    all_rows: pd.DataFrame,
+    n_steps: int | None,
+    wait_ns: float,
+    wall: float,
+    count: int,
+    untraced_site: str | None = None,
+) -> Finding:
     per_step = count / n_steps if n_steps and count else None
     sites, traced = _sites(all_rows)
     location = sites[0]["location"] if sites else untraced_site
     runs, n_runs = Finding.of_steps(rows["step"])
     cost = wait_ns / common.NS
     alternative, specific = alternative_for(op)
-    where = ", ".join(f"{common.file_and_line(s['location'])} ({s['per_traced_step']:g} per step)"
-                      for s in sites[:3])
-    where = (f"{where} (traced in steps {runs_text(*traced, limit=5)})" if sites else
-             f"{common.file_and_line(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
-             if untraced_site else "not traced")
-    counted = f"{count} times" if count else "an unknown number of times (the source names it without a count)"
+    where = ", ".join(
+        f"{common.file_and_line(s['location'])} ({s['per_traced_step']:g} per step)"
+        for s in sites[:3]
+    )
+    where = (
+        f"{where} (traced in steps {runs_text(*traced, limit=5)})"
+        if sites
+        else f"{common.file_and_line(untraced_site)} (torch_xla's compile analyses; call sites not traced)"
+        if untraced_site
+        else "not traced"
+    )
+    counted = (
+        f"{count} times"
+        if count
+        else "an unknown number of times (the source names it without a count)"
+    )
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
-        f" at {common.file_and_line(location)}" if location else "")
-    detail = (f"{why(op)}: torch_xla cut the graph, copied its inputs to the host (a device-to-host read "
-              f"each time, counted here, not as a host sync), ran it on the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
-              f"({_per_step_text(per_step)}). "
-              f"Called from: {where}. Cost (lower bound): {cost:.3f} s of device-to-host wait "
-              "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
-              "upload and the lost fusion come on top.")
+        f" at {common.file_and_line(location)}" if location else ""
+    )
+    detail = (
+        f"{why(op)}: torch_xla cut the graph, copied its inputs to the host (a device-to-host read "
+        f"each time, counted here, not as a host sync), ran it on the CPU and sent the result back, {counted} {'in the run' if wall else 'in the imported totals'} "
+        f"({_per_step_text(per_step)}). "
+        f"Called from: {where}. Cost (lower bound): {cost:.3f} s of device-to-host wait "
+        "(TransferFromDeviceTime, shared among the host round-trips of those steps); the CPU work, the "
+        "upload and the lost fusion come on top."
+    )
     severity = judge.severity(cost, wall)
-    evidence = FallbackEvidence(op=op, count=count, per_step=per_step, sites=sites, traced_step_runs=traced[0],
-                                alternative=alternative if specific else None)
-    return Finding(RULE, severity, title, detail, f"At {common.file_and_line(location) if location else 'the call site'}: "
-                   f"{alternative}.", location, cost, runs, evidence, n_runs)
+    evidence = FallbackEvidence(
+        op=op,
+        count=count,
+        per_step=per_step,
+        sites=sites,
+        traced_step_runs=traced[0],
+        alternative=alternative if specific else None,
+    )
+    return Finding(
+        RULE,
+        severity,
+        title,
+        detail,
+        f"At {common.file_and_line(location) if location else 'the call site'}: {alternative}.",
+        location,
+        cost,
+        runs,
+        evidence,
+        n_runs,
+    )
 
 
 def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
@@ -172,19 +235,33 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
     if rows.empty:
         return []
     wall = common.wall_s(judged)
-    waits = transfer_share_ns(every_op, common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged))
+    waits = transfer_share_ns(
+        every_op, common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged)
+    )
     findings = []
     for op, group in rows.groupby("op", sort=False):
         if not judged.empty:
             n_steps: int | None = len(common.loop_steps(tables)) or len(judged)
             count = int(group["count"].sum())
         else:  # imported totals: count over the step markers of the files that counted theirs
-            marks = common.per_process(tables.metrics, ["MarkStep"]) if not tables.metrics.empty else {}
+            marks = (
+                common.per_process(tables.metrics, ["MarkStep"]) if not tables.metrics.empty else {}
+            )
             counts = common.per_process(group, [str(op)], name_column="op")
             rate = common.rate_per_step(counts, marks)
             count = int(group["count"].sum())
             n_steps = int(round(count / rate)) if rate else None
         site = common.value_read_site(tables, group["step"]) if not judged.empty else None
-        findings.append(_finding(str(op), group, fallbacks[fallbacks["op"] == op], n_steps,
-                                 waits.get(str(op), 0.0), wall, count, site))
+        findings.append(
+            _finding(
+                str(op),
+                group,
+                fallbacks[fallbacks["op"] == op],
+                n_steps,
+                waits.get(str(op), 0.0),
+                wall,
+                count,
+                site,
+            )
+        )
     return findings

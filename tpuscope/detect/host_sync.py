@@ -28,14 +28,18 @@ from tpuscope.schema import Finding
 
 RULE = "host_sync"
 READS_PER_STEP = 0.5
-FIX = ("Keep the value on the device inside the step and read it every N steps after torch_xla.sync(): "
-       "e.g. `running += loss.detach()` in the step and `if step % 50 == 0: print(running.item())`, or "
-       "`xm.add_step_closure(lambda: log(loss.item()))`, which reads after the step's graph is launched. "
-       "Replace `if tensor:` control flow with `torch.where`.")
+FIX = (
+    "Keep the value on the device inside the step and read it every N steps after torch_xla.sync(): "
+    "e.g. `running += loss.detach()` in the step and `if step % 50 == 0: print(running.item())`, or "
+    "`xm.add_step_closure(lambda: log(loss.item()))`, which reads after the step's graph is launched. "
+    "Replace `if tensor:` control flow with `torch.where`."
+)
 
-JAX_FIX = ("Keep values on the device inside the step and read them every N steps: accumulate metrics "
-           "as arrays returned by the jitted step and call `jax.device_get` (or float()) on them only when "
-           "logging; replace Python `if` on array values with `jnp.where` or `jax.lax.cond`.")
+JAX_FIX = (
+    "Keep values on the device inside the step and read them every N steps: accumulate metrics "
+    "as arrays returned by the jitted step and call `jax.device_get` (or float()) on them only when "
+    "logging; replace Python `if` on array values with `jnp.where` or `jax.lax.cond`."
+)
 
 
 def _fallback_steps(fallbacks: pd.DataFrame) -> pd.DataFrame:
@@ -44,8 +48,10 @@ def _fallback_steps(fallbacks: pd.DataFrame) -> pd.DataFrame:
     if fallbacks.empty:
         return pd.DataFrame(columns=[*keys, "fallback", "value_reads"])
     frame = fallbacks.assign(value=fallbacks["op"].isin(HOST_SYNC_OPS))
-    frame = frame.assign(fallback=frame["count"].where(~frame["value"], 0),
-                         value_reads=frame["count"].where(frame["value"], 0))
+    frame = frame.assign(
+        fallback=frame["count"].where(~frame["value"], 0),
+        value_reads=frame["count"].where(frame["value"], 0),
+    )
     return frame.groupby(keys, dropna=False)[["fallback", "value_reads"]].sum().reset_index()
 
 
@@ -56,34 +62,63 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
     runs right after a read first shows up, often in warm-up).
     """
     fallbacks = tables.fallbacks
-    fallback_sites = set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna().unique()) \
-        if not fallbacks.empty else set()
+    fallback_sites = (
+        set(fallbacks.loc[~fallbacks["op"].isin(HOST_SYNC_OPS), "location"].dropna().unique())
+        if not fallbacks.empty
+        else set()
+    )
     sites: dict[str, dict[str, Any]] = {}
     calls = tables.extra.get("call_sites", pd.DataFrame())
     if not calls.empty:
         calls = calls[(calls["kind"] == "host_sync") & ~calls["location"].isin(fallback_sites)]
         for row in records(calls.dropna(subset=["location"])):
-            site = sites.setdefault(row["location"], {"location": row["location"], "count": 0,
-                                                      "calls": set(), "steps": set()})
+            site = sites.setdefault(
+                row["location"],
+                {"location": row["location"], "count": 0, "calls": set(), "steps": set()},
+            )
             site["count"] += int(row["count"])
             site["calls"].add(str(row["name"]))
             site["steps"].add(int(row["step"]))
-    if not fallbacks.empty:  # .item()-style reads move no copy counter: their sites are the fallbacks table's
+    if (
+        not fallbacks.empty
+    ):  # .item()-style reads move no copy counter: their sites are the fallbacks table's
         reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
         for loc, rows in reads.groupby("location"):
             if str(loc) not in sites:  # a traced transfer site already counts its reads
-                sites[str(loc)] = {"location": loc, "count": int(rows["count"].sum()), "calls": {"item"},
-                                   "steps": set(rows["step"].unique())}
+                sites[str(loc)] = {
+                    "location": loc,
+                    "count": int(rows["count"].sum()),
+                    "calls": {"item"},
+                    "steps": set(rows["step"].unique()),
+                }
     ordered = sorted(sites.values(), key=lambda s: -s["count"])
-    return [{"location": s["location"], "calls": sorted(s["calls"]), "count": s["count"],
-             "per_traced_step": s["count"] / max(len(s["steps"]), 1)} for s in ordered]
+    return [
+        {
+            "location": s["location"],
+            "calls": sorted(s["calls"]),
+            "count": s["count"],
+            "per_traced_step": s["count"] / max(len(s["steps"]), 1),
+        }
+        for s in ordered
+    ]
 
 
 def _untraced_site(tables: RunTables, steps: pd.Series) -> list[dict[str, Any]]:
     """No traced call site: the line torch_xla's compile analyses name for the value reads."""
     site = common.value_read_site(tables, steps)
-    return [{"location": site, "calls": ["value read"], "count": 0, "per_traced_step": 0,
-             "source": "torch_xla's compile analyses (call sites not traced)"}] if site else []
+    return (
+        [
+            {
+                "location": site,
+                "calls": ["value read"],
+                "count": 0,
+                "per_traced_step": 0,
+                "source": "torch_xla's compile analyses (call sites not traced)",
+            }
+        ]
+        if site
+        else []
+    )
 
 
 def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, pd.Series]:
@@ -91,9 +126,13 @@ def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, 
     keys = [k for k in ("host", "pid", "step") if k in judged.columns]
     fallbacks = _fallback_steps(common.judged_rows(tables.fallbacks, judged))
     if fallbacks.empty:  # nothing to pair: skip a merge on (host, pid, step) of every judged step
-        per_step = judged[["step", "transfers_from_device"]].fillna(0).assign(fallback=0, value_reads=0)
+        per_step = (
+            judged[["step", "transfers_from_device"]].fillna(0).assign(fallback=0, value_reads=0)
+        )
     else:
-        per_step = judged[keys + ["transfers_from_device"]].merge(fallbacks, on=keys, how="left").fillna(0)
+        per_step = (
+            judged[keys + ["transfers_from_device"]].merge(fallbacks, on=keys, how="left").fillna(0)
+        )
     sync = (per_step["transfers_from_device"] - per_step["fallback"]).clip(lower=0)
     sync = sync.where(sync >= per_step["value_reads"], per_step["value_reads"])
     total = float(per_step["transfers_from_device"].sum())
@@ -101,23 +140,45 @@ def _live_reads(tables: RunTables, judged: pd.DataFrame) -> tuple[float, float, 
     return float(sync.mean()), min(share, 1.0), per_step.loc[sync > 0, "step"]
 
 
-def _finding(per_step: float, cost: float, wall: float, steps: Any, sites: list[dict[str, Any]],
-             evidence: HostSyncEvidence, fix: str = FIX) -> Finding:
+def _finding(
+    per_step: float,
+    cost: float,
+    wall: float,
+    steps: Any,
+    sites: list[dict[str, Any]],
+    evidence: HostSyncEvidence,
+    fix: str = FIX,
+) -> Finding:
     """The card; `evidence` holds what this kind of reading adds (the reads' share of the host
     reads, or what imported totals count), the reads and their sites are set here."""
     runs, count = Finding.of_steps(steps)
     location = sites[0]["location"] if sites else None
-    calls = ", ".join(f"{'/'.join(s['calls'])} at {common.file_and_line(s['location'])} "
-                      + (f"({s['source']})" if s.get("source") else f"({s['per_traced_step']:g} per traced step)")
-                      for s in sites[:3]) or "call sites not traced"
+    calls = (
+        ", ".join(
+            f"{'/'.join(s['calls'])} at {common.file_and_line(s['location'])} "
+            + (
+                f"({s['source']})"
+                if s.get("source")
+                else f"({s['per_traced_step']:g} per traced step)"
+            )
+            for s in sites[:3]
+        )
+        or "call sites not traced"
+    )
     title = f"{per_step:.1f} device-to-host reads per step" + (
-        f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else "")
-    span = (f"{count} steps" if evidence.step_markers is None
-            else f"over {evidence.step_markers} step markers of the imported evidence")
-    detail = (f"The step reads values back from the device {per_step:.1f} times per step on average "
-              f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
-              f"that point, so the host stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s "
-              "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share.")
+        f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else ""
+    )
+    span = (
+        f"{count} steps"
+        if evidence.step_markers is None
+        else f"over {evidence.step_markers} step markers of the imported evidence"
+    )
+    detail = (
+        f"The step reads values back from the device {per_step:.1f} times per step on average "
+        f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
+        f"that point, so the host stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s "
+        "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share."
+    )
     severity = judge.severity(cost, wall)
     evidence.reads_per_step, evidence.sites = per_step, sites
     return Finding(RULE, severity, title, detail, fix, location, cost, runs, evidence, count)
@@ -127,20 +188,37 @@ def _imported(tables: RunTables) -> list[Finding]:
     """Host reads per step marker in imported totals, per file."""
     metrics, fallbacks = tables.metrics, tables.fallbacks
     steps = common.per_process(metrics, ["MarkStep"])
-    value_reads = common.per_process(fallbacks, HOST_SYNC_OPS, name_column="op") if not fallbacks.empty else {}
+    value_reads = (
+        common.per_process(fallbacks, HOST_SYNC_OPS, name_column="op")
+        if not fallbacks.empty
+        else {}
+    )
     reads = common.per_process(metrics, TRANSFER_METRICS)
-    both = {k: max(value_reads.get(k, 0.0), reads.get(k, 0.0)) for k in set(value_reads) | set(reads)}
-    counted = [k for k in both if steps.get(k) and both[k] / steps[k] >= READS_PER_STEP]  # file by file
+    both = {
+        k: max(value_reads.get(k, 0.0), reads.get(k, 0.0)) for k in set(value_reads) | set(reads)
+    }
+    counted = [
+        k for k in both if steps.get(k) and both[k] / steps[k] >= READS_PER_STEP
+    ]  # file by file
     if not counted:
         return []
     per_step = sum(both[k] for k in counted) / sum(steps[k] for k in counted)
     wait = common.per_process(metrics, TRANSFER_METRICS, "total")
-    cost = sum(wait.get(k, 0.0) * min(value_reads.get(k, 0.0) / reads[k], 1.0) if reads.get(k) and
-               value_reads.get(k) else wait.get(k, 0.0) for k in counted) / common.NS
-    totals = HostSyncEvidence(source="imported totals",
-                              value_reads=int(sum(value_reads.get(k, 0) for k in counted)),
-                              host_reads=int(sum(reads.get(k, 0) for k in counted)),
-                              step_markers=int(sum(steps[k] for k in counted)))
+    cost = (
+        sum(
+            wait.get(k, 0.0) * min(value_reads.get(k, 0.0) / reads[k], 1.0)
+            if reads.get(k) and value_reads.get(k)
+            else wait.get(k, 0.0)
+            for k in counted
+        )
+        / common.NS
+    )
+    totals = HostSyncEvidence(
+        source="imported totals",
+        value_reads=int(sum(value_reads.get(k, 0) for k in counted)),
+        host_reads=int(sum(reads.get(k, 0) for k in counted)),
+        step_markers=int(sum(steps[k] for k in counted)),
+    )
     return [_finding(per_step, cost, 0.0, [], [], totals)]
 
 
@@ -156,8 +234,19 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     per_step, share, steps = _live_reads(tables, judged)
     if per_step < READS_PER_STEP:
         return []
-    wait = common.metric_per_step(common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS)
+    wait = common.metric_per_step(
+        common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS
+    )
     cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
     sites = _sites(tables) or _untraced_site(tables, steps)
-    return [_finding(per_step, cost, common.run_wall_s(tables), steps, sites,
-                     HostSyncEvidence(share_of_host_reads=round(share, 3)), JAX_FIX if tables.backend == "jax" else FIX)]
+    return [
+        _finding(
+            per_step,
+            cost,
+            common.run_wall_s(tables),
+            steps,
+            sites,
+            HostSyncEvidence(share_of_host_reads=round(share, 3)),
+            JAX_FIX if tables.backend == "jax" else FIX,
+        )
+    ]

@@ -45,8 +45,13 @@ def diffs_of(retraces: pd.DataFrame, index: int, function: str | None) -> list[d
 def diff_text(diff: dict[str, Any]) -> str:
     """A retraces row in words ("arg batch['x']: f32[32,64] -> f32[8,64]")."""
     kind, arg, before, after = diff["kind"], diff.get("arg"), diff.get("before"), diff.get("after")
-    label = {"input_types": "arg", "static_arg": "static arg", "pytree": "input pytree at",
-             "tracing_context": "tracing context", "input_sharding": "input sharding of"}.get(kind)
+    label = {
+        "input_types": "arg",
+        "static_arg": "static arg",
+        "pytree": "input pytree at",
+        "tracing_context": "tracing context",
+        "input_sharding": "input sharding of",
+    }.get(kind)
     if label and arg is not None:
         return f"{label} {arg_name(arg)}: {before} -> {after}"
     if kind == "redefined":
@@ -63,8 +68,10 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
     explanation (JAX_EXPLAIN_CACHE_MISSES=0), from the input-shape diff `changes`."""
     diff = next((d for d in diffs if d["kind"] != "first"), None)
     if diff is None and any("->" in c and "[" in c for c in changes or []):
-        return (f"Keep the input shapes of {function} the same on every call: pad to a fixed size (or a "
-                "few bucket sizes) and mask the padding.")
+        return (
+            f"Keep the input shapes of {function} the same on every call: pad to a fixed size (or a "
+            "few bucket sizes) and mask the padding."
+        )
     kind, arg = (diff["kind"], arg_name(diff.get("arg") or "")) if diff else ("unknown", None)
     found: dict[str, Any] = diff or {}  # the kinds below come from a diff
     if kind == "input_sharding" or (kind == "input_types" and _sharding_only(found)):
@@ -72,25 +79,37 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
     if kind == "input_types":
         old, new = parse_shape(found.get("before") or ""), parse_shape(found.get("after") or "")
         if old and new and old.dims == new.dims:
-            return (f"Pass {arg} with the same dtype on every call of {function} (cast it, e.g. "
-                    f"jnp.asarray(x, jnp.float32); a Python scalar is weakly typed, an array is not).")
-        return (f"Give {arg} the same shape on every call of {function}: pad it to a fixed size (or a "
-                f"few bucket sizes) and mask the padding; pad or drop a short last batch.")
+            return (
+                f"Pass {arg} with the same dtype on every call of {function} (cast it, e.g. "
+                f"jnp.asarray(x, jnp.float32); a Python scalar is weakly typed, an array is not)."
+            )
+        return (
+            f"Give {arg} the same shape on every call of {function}: pad it to a fixed size (or a "
+            f"few bucket sizes) and mask the padding; pad or drop a short last batch."
+        )
     if kind == "static_arg":
-        return (f"Each new value of the static argument {arg} compiles {function} again: pass it as an "
-                f"array (drop it from static_argnums/static_argnames) or keep it to a few values.")
+        return (
+            f"Each new value of the static argument {arg} compiles {function} again: pass it as an "
+            f"array (drop it from static_argnums/static_argnames) or keep it to a few values."
+        )
     if kind == "pytree":
-        return (f"Call {function} with the same pytree structure every time (same dict keys, list "
-                f"lengths, None in the same places).")
+        return (
+            f"Call {function} with the same pytree structure every time (same dict keys, list "
+            f"lengths, None in the same places)."
+        )
     if kind == "tracing_context":
         return f"A JAX setting or context differed between calls of {function}: set it once, before the first call."
     if kind == "redefined":
-        return (f"{function} is jitted anew on every call (jax.jit inside a loop or a function, or a new "
-                f"lambda/functools.partial each time): create the jitted function once and reuse it.")
+        return (
+            f"{function} is jitted anew on every call (jax.jit inside a loop or a function, or a new "
+            f"lambda/functools.partial each time): create the jitted function once and reuse it."
+        )
     if kind == "debug_info":
         return f"Call {function} the same way every time (the same arguments by position or by keyword)."
-    return (f"Keep the arguments of {function} the same from call to call: shapes, dtypes, pytree "
-            "structure, static values.")
+    return (
+        f"Keep the arguments of {function} the same from call to call: shapes, dtypes, pytree "
+        "structure, static values."
+    )
 
 
 _SHARDED_DIM = re.compile(r"@(?:\([^)]*\)|\w+)")
@@ -111,13 +130,17 @@ def _sharding_only(diff: dict[str, Any]) -> bool:
 def sharding_fix(function: str, arg: str | None, before: str | None, after: str | None) -> str:
     """The fix when an argument came with the same dtype and shape on another sharding: each
     input sharding is its own executable."""
-    return (f"{arg} reached {function} with the same dtype and shape on another sharding ({before} -> "
-            f"{after}), and {function} is compiled for its inputs' shardings: keep each argument's sharding the "
-            f"same on every call. Place the inputs once, before the loop, where {function} returns them "
-            f"(`jax.device_put(x, sharding)` with that NamedSharding; for jax.jit, or pin in_shardings= / "
-            f"out_shardings=); a deliberate change of layout costs one compile per layout, done before the "
-            f"loop rather than inside it.")
+    return (
+        f"{arg} reached {function} with the same dtype and shape on another sharding ({before} -> "
+        f"{after}), and {function} is compiled for its inputs' shardings: keep each argument's sharding the "
+        f"same on every call. Place the inputs once, before the loop, where {function} returns them "
+        f"(`jax.device_put(x, sharding)` with that NamedSharding; for jax.jit, or pin in_shardings= / "
+        f"out_shardings=); a deliberate change of layout costs one compile per layout, done before the "
+        f"loop rather than inside it."
+    )
 
 
-CACHE_FIX = ("Compiles that must stay can be kept across runs with JAX's persistent compilation cache: "
-             "`jax.config.update('jax_compilation_cache_dir', '/path/to/cache')` before the first call.")
+CACHE_FIX = (
+    "Compiles that must stay can be kept across runs with JAX's persistent compilation cache: "
+    "`jax.config.update('jax_compilation_cache_dir', '/path/to/cache')` before the first call."
+)

@@ -50,15 +50,20 @@ def _per_step(metrics: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("host", "pid", "step") if k in judged.columns]
     rows = common.judged_rows(metrics, judged)
     rows = rows[rows["name"] == DISPATCH_METRIC] if not rows.empty else rows
-    eager = rows.groupby(keys, dropna=False)[["count", "total"]].sum().reset_index() if not rows.empty \
+    eager = (
+        rows.groupby(keys, dropna=False)[["count", "total"]].sum().reset_index()
+        if not rows.empty
         else pd.DataFrame(columns=[*keys, "count", "total"])
+    )
     frame = judged[[*keys, "executions", "compile_ns", "wall_ns"]].merge(eager, on=keys, how="left")
     return frame.fillna({"count": 0, "total": 0.0, "executions": 0, "compile_ns": 0})
 
 
 def _top(frame: pd.DataFrame, by: str, n: int = TOP) -> list[dict[str, Any]]:
     grouped = frame.groupby(by, dropna=False)["count"].sum().sort_values(ascending=False).head(n)
-    return [{by: key if key == key else None, "count": int(count)} for key, count in grouped.items()]
+    return [
+        {by: key if key == key else None, "count": int(count)} for key, count in grouped.items()
+    ]
 
 
 def detect_op_by_op(tables: RunTables) -> list[Finding]:
@@ -89,8 +94,20 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     primitives = _top(sites, "name") if not sites.empty else []
     location = next((row["location"] for row in lines if row["location"]), None)
     severity = common.severity(cost_s, tables)
-    return [_finding(per_step, jit_calls, cost_s, wall, share, severity, location, judged["step"], lines,
-                     primitives)]
+    return [
+        _finding(
+            per_step,
+            jit_calls,
+            cost_s,
+            wall,
+            share,
+            severity,
+            location,
+            judged["step"],
+            lines,
+            primitives,
+        )
+    ]
 
 
 def _xla_eager(tables: RunTables) -> list[Finding]:
@@ -98,57 +115,105 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
     judged = _judged(tables)
     if judged.empty or tables.backend != "torch_xla":
         return []
-    eager = common.metric_per_step(common.judged_rows(tables.metric_rows([XLA_EAGER_METRIC]), judged),
-                                   [XLA_EAGER_METRIC], "count")
+    eager = common.metric_per_step(
+        common.judged_rows(tables.metric_rows([XLA_EAGER_METRIC]), judged),
+        [XLA_EAGER_METRIC],
+        "count",
+    )
     per_step = float(eager["count"].sum()) / len(judged)
     if per_step < MIN_DISPATCHES_PER_STEP:
         return []
-    cost = float((judged["wall_ns"] - judged["compile_ns"].fillna(0)).clip(lower=0).sum()) / common.NS
+    cost = (
+        float((judged["wall_ns"] - judged["compile_ns"].fillna(0)).clip(lower=0).sum()) / common.NS
+    )
     runs, count = Finding.of_steps(judged["step"])
-    return [Finding(
-        rule=RULE, severity=common.severity(cost, tables),
-        title=f"{per_step:.0f} ops per step executed one by one (torch_xla eager mode)",
-        detail=(f"{len(judged)} steps executed {per_step:.1f} device programs each "
+    return [
+        Finding(
+            rule=RULE,
+            severity=common.severity(cost, tables),
+            title=f"{per_step:.0f} ops per step executed one by one (torch_xla eager mode)",
+            detail=(
+                f"{len(judged)} steps executed {per_step:.1f} device programs each "
                 f"({XLA_EAGER_METRIC} samples): under torch_xla.experimental.eager_mode(True) every op is "
                 "compiled and launched on its own, with no fusion between them. Cost (upper bound): the "
                 f"steps' wall time outside compiles, {cost:.3f} s, all of which runs op by op; the fused "
                 "alternative runs the same step as one graph (measure both with "
-                "`tpuscope bench --script FILE:make_step --modes strict,fused`)."),
-        fix=("Fuse the step: wrap the training step function with torch_xla.compile "
-             "(`step = torch_xla.compile(train_step)`), which traces it into one graph even in eager mode, "
-             "or turn eager mode off (torch_xla.experimental.eager_mode(False)) and end each step with "
-             "torch_xla.sync()."),
-        location=_eager_mode_at(tables.meta), cost_s=cost, step_runs=runs, step_count=count,
-        evidence=OpByOpEvidence(executions_per_step=round(per_step, 1), source=XLA_EAGER_METRIC,
-                                wall_s=round(common.wall_s(judged), 6), backend="torch_xla"))]
+                "`tpuscope bench --script FILE:make_step --modes strict,fused`)."
+            ),
+            fix=(
+                "Fuse the step: wrap the training step function with torch_xla.compile "
+                "(`step = torch_xla.compile(train_step)`), which traces it into one graph even in eager mode, "
+                "or turn eager mode off (torch_xla.experimental.eager_mode(False)) and end each step with "
+                "torch_xla.sync()."
+            ),
+            location=_eager_mode_at(tables.meta),
+            cost_s=cost,
+            step_runs=runs,
+            step_count=count,
+            evidence=OpByOpEvidence(
+                executions_per_step=round(per_step, 1),
+                source=XLA_EAGER_METRIC,
+                wall_s=round(common.wall_s(judged), 6),
+                backend="torch_xla",
+            ),
+        )
+    ]
 
 
 def _eager_mode_at(meta: dict[str, Any]) -> str | None:
     """The user's line that turned eager mode on (collect/xla_eager), when a process saw it."""
-    return next((p["eager_mode_at"] for p in meta.get("processes", []) if p.get("eager_mode_at")), None)
+    return next(
+        (p["eager_mode_at"] for p in meta.get("processes", []) if p.get("eager_mode_at")), None
+    )
 
 
-def _finding(per_step: float, jit_calls: float, cost_s: float, wall: float, share: float, severity: str,
-             location: str | None, steps: pd.Series, lines: list[dict[str, Any]],
-             primitives: list[dict[str, Any]]) -> Finding:
+def _finding(
+    per_step: float,
+    jit_calls: float,
+    cost_s: float,
+    wall: float,
+    share: float,
+    severity: str,
+    location: str | None,
+    steps: pd.Series,
+    lines: list[dict[str, Any]],
+    primitives: list[dict[str, Any]],
+) -> Finding:
     runs, count = Finding.of_steps(steps)
     ops = ", ".join(str(p["name"]) for p in primitives[:3] if p["name"]) or "various"
-    calls = "no jitted function was called in these steps" if jit_calls == 0 else \
-        f"{jit_calls:.1f} jitted calls per step"
+    calls = (
+        "no jitted function was called in these steps"
+        if jit_calls == 0
+        else f"{jit_calls:.1f} jitted calls per step"
+    )
     where = f" from {common.file_and_line(location)}" if location else ""
     return Finding(
-        rule=RULE, severity=severity,
+        rule=RULE,
+        severity=severity,
         title=f"{per_step:.0f} ops per step dispatched one by one outside jit{where}",
-        detail=(f"{count} steps ran {per_step:.1f} primitives each eagerly ({ops}): each is a separate "
-                f"device launch from Python, with no fusion between them; {calls}. Cost: {cost_s:.3f} s = "
-                f"measured host time inside the eager dispatches ({share:.0%} of the steps' wall time), "
-                "compile time excluded; a lower bound, since jit also removes the Python work between "
-                "the ops and fuses them."),
-        fix=("Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
-             "value_and_grad call and the optimizer update inside it) so each step is one compiled "
-             "dispatch; keep prints and Python control flow on traced values outside it."),
-        location=location, cost_s=cost_s, step_runs=runs, step_count=count,
-        evidence=OpByOpEvidence(dispatches_per_step=round(per_step, 1), jit_calls_per_step=round(jit_calls, 2),
-                                eager_dispatch_s=round(cost_s, 6), wall_s=round(wall, 6),
-                                eager_time_share=round(share, 4), top_lines=lines, top_primitives=primitives),
+        detail=(
+            f"{count} steps ran {per_step:.1f} primitives each eagerly ({ops}): each is a separate "
+            f"device launch from Python, with no fusion between them; {calls}. Cost: {cost_s:.3f} s = "
+            f"measured host time inside the eager dispatches ({share:.0%} of the steps' wall time), "
+            "compile time excluded; a lower bound, since jit also removes the Python work between "
+            "the ops and fuses them."
+        ),
+        fix=(
+            "Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
+            "value_and_grad call and the optimizer update inside it) so each step is one compiled "
+            "dispatch; keep prints and Python control flow on traced values outside it."
+        ),
+        location=location,
+        cost_s=cost_s,
+        step_runs=runs,
+        step_count=count,
+        evidence=OpByOpEvidence(
+            dispatches_per_step=round(per_step, 1),
+            jit_calls_per_step=round(jit_calls, 2),
+            eager_dispatch_s=round(cost_s, 6),
+            wall_s=round(wall, 6),
+            eager_time_share=round(share, 4),
+            top_lines=lines,
+            top_primitives=primitives,
+        ),
     )

@@ -142,8 +142,13 @@ def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> Ru
 
 def _key(finding: Finding) -> tuple[Any, ...]:
     ev = evidence_of(finding)  # what tells two cards of a rule at one line apart, by rule
-    return (finding.rule, finding.location, getattr(ev, "op", None), getattr(ev, "function", None),
-            getattr(ev, "kind", None))
+    return (
+        finding.rule,
+        finding.location,
+        getattr(ev, "op", None),
+        getattr(ev, "function", None),
+        getattr(ev, "kind", None),
+    )
 
 
 def hosts_text(named: list[str], total: int) -> str:
@@ -162,7 +167,8 @@ def _merge(found: list[tuple[str, Finding]], total: int) -> Finding:
     worst_host, worst = max(found, key=lambda hf: (-SEVERITIES.index(hf[1].severity), hf[1].cost_s))
     where = hosts_text(hosts, total)
     evidence = evidence_of(worst).on_hosts(
-        hosts, total, worst_host, {h: round(f.cost_s, 6) for h, f in found})
+        hosts, total, worst_host, {h: round(f.cost_s, 6) for h, f in found}
+    )
     runs, count = Finding.of_steps(_union([f.step_runs for _, f in found]))
     title = worst.title if len(hosts) == total else f"{worst.title} [hosts: {where}]"
     detail = f"{worst.detail} On {where}; figures of {worst_host}, the costliest."
@@ -215,7 +221,9 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
     if hasattr(tables, "pod"):  # a PodTables: the figures from SQL over the parts
         rows = tables.pod.host_summary(tables.meta)
     else:
-        rows = host_summary(tables.steps, common.judged_steps(tables), tables.meta, tables.host_rows)
+        rows = host_summary(
+            tables.steps, common.judged_steps(tables), tables.meta, tables.host_rows
+        )
     if len(rows) < 2:
         return None
     view = {h["host"]: h for h in tables.pod_view.get("hosts", [])}
@@ -224,8 +232,7 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
             {
                 f.rule
                 for f in findings
-                if row["host"] in (hosts := evidence_of(f).hosts or [])
-                and len(hosts) < len(rows)
+                if row["host"] in (hosts := evidence_of(f).hosts or []) and len(hosts) < len(rows)
             }
         )
         mine = view.get(row["host"], {})

@@ -62,8 +62,9 @@ def _needs() -> dict[Callable[..., Any], Callable[[HostFacts], bool]]:
     }
 
 
-def plan(facts: dict[str, HostFacts], hosts: list[str],
-         rules: list[Callable[..., Any]]) -> dict[str, list[Callable[..., Any]]]:
+def plan(
+    facts: dict[str, HostFacts], hosts: list[str], rules: list[Callable[..., Any]]
+) -> dict[str, list[Callable[..., Any]]]:
     """Per host (in order), the rules to run on its tables; hosts with none are left out."""
     needs = _needs()
     out: dict[str, list[Callable[..., Any]]] = {}
@@ -75,8 +76,9 @@ def plan(facts: dict[str, HostFacts], hosts: list[str],
     return out
 
 
-def host_facts(con: Any, run: Any, hosts: list[str], fallbacks: dict[str, pd.DataFrame],
-               families: pd.DataFrame) -> dict[str, HostFacts]:
+def host_facts(
+    con: Any, run: Any, hosts: list[str], fallbacks: dict[str, pd.DataFrame], families: pd.DataFrame
+) -> dict[str, HostFacts]:
     """HostFacts of every host: `con` has the table `procs` (analyze/pod_sql.PodSteps: rows and
     whether a step read from the device, per process) and the view `metrics`; fallbacks are the pod's split by host, families the pod's (each host's part of
     them is split_by_host's: its rows whose host is that text, as recompiles/bounded filter rows)."""
@@ -84,12 +86,14 @@ def host_facts(con: Any, run: Any, hosts: list[str], fallbacks: dict[str, pd.Dat
 
     facts = {host: HostFacts() for host in hosts}
     for host, n, transfers in con.execute(
-            "SELECT CAST(host AS VARCHAR), sum(n), bool_or(transfers) FROM procs GROUP BY 1").fetchall():
+        "SELECT CAST(host AS VARCHAR), sum(n), bool_or(transfers) FROM procs GROUP BY 1"
+    ).fetchall():
         if host in facts:
             facts[host].steps, facts[host].transfers = int(n), bool(transfers)
     names = ", ".join("'" + n + "'" for n in DISPATCH_METRICS)
     for (host,) in con.execute(
-            f"SELECT DISTINCT CAST(host AS VARCHAR) FROM metrics WHERE name IN ({names})").fetchall():
+        f"SELECT DISTINCT CAST(host AS VARCHAR) FROM metrics WHERE name IN ({names})"
+    ).fetchall():
         if host in facts:
             facts[host].dispatch_metrics = True
     for host in _device_hosts(con, run, set(hosts)):
@@ -114,8 +118,10 @@ def _device_hosts(con: Any, run: Any, hosts: set[str]) -> set[str]:
         if not urls:
             continue
         try:
-            rows = con.execute(f"SELECT DISTINCT CAST(host AS VARCHAR) FROM read_parquet("
-                               f"{_list(urls)}, union_by_name=true)").fetchall()
+            rows = con.execute(
+                f"SELECT DISTINCT CAST(host AS VARCHAR) FROM read_parquet("
+                f"{_list(urls)}, union_by_name=true)"
+            ).fetchall()
         except duckdb.Error:  # no host column, a damaged part: judge every host in full
             return set(hosts)
         found.update(str(h) for (h,) in rows if h in hosts)

@@ -53,8 +53,13 @@ class HostExtra(Mapping[str, pd.DataFrame]):
         return len(self._names)
 
 
-def read_host(reader: HostReader, name: str, host: str, columns: list[str] | None = None,
-              floats: frozenset[str] = frozenset()) -> pd.DataFrame:
+def read_host(
+    reader: HostReader,
+    name: str,
+    host: str,
+    columns: list[str] | None = None,
+    floats: frozenset[str] = frozenset(),
+) -> pd.DataFrame:
     """One host's rows of a table (DuckDB over its own parts), with `floats` as float64: the
     integer columns that hold a null on some host, as the whole table's frame has them."""
     from tpuscope.store.run import table_to_frame
@@ -76,12 +81,27 @@ def split_by_host(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
 class PodTables(RunTables):
     """RunTables of a pod whose step rows stay in its parts (see the module doc)."""
 
-    def __init__(self, run: Any, meta: dict[str, Any], pod: PodSteps, hosts: list[str],
-                 compiles: pd.DataFrame, fallbacks: pd.DataFrame, whole_metrics: pd.DataFrame,
-                 extra: Mapping[str, pd.DataFrame], floats: dict[str, frozenset[str]]) -> None:
+    def __init__(
+        self,
+        run: Any,
+        meta: dict[str, Any],
+        pod: PodSteps,
+        hosts: list[str],
+        compiles: pd.DataFrame,
+        fallbacks: pd.DataFrame,
+        whole_metrics: pd.DataFrame,
+        extra: Mapping[str, pd.DataFrame],
+        floats: dict[str, frozenset[str]],
+    ) -> None:
         steps = pd.DataFrame(columns=[c for c in _step_columns()])
-        super().__init__(meta=meta, steps=steps, compiles=compiles, fallbacks=fallbacks,
-                         metrics=whole_metrics, extra=extra)
+        super().__init__(
+            meta=meta,
+            steps=steps,
+            compiles=compiles,
+            fallbacks=fallbacks,
+            metrics=whole_metrics,
+            extra=extra,
+        )
         self.run, self.pod, self.hosts, self._floats = run, pod, hosts, floats
         self.reader = HostReader(run.loc)
 
@@ -100,8 +120,11 @@ class PodTables(RunTables):
         for frame in (compiles, fallbacks):
             if not frame.empty and "host" in frame.columns:
                 found.update(str(h) for h in frame["host"].dropna().unique())
-        live = {str(p.get("host")) for p in meta.get("processes", [])
-                if p.get("host") and p.get("status") != "imported"}
+        live = {
+            str(p.get("host"))
+            for p in meta.get("processes", [])
+            if p.get("host") and p.get("status") != "imported"
+        }
         hosts = sorted((h for h in found if h in live), key=natural_key)
         if len(hosts) < 2:
             con.close()
@@ -134,7 +157,9 @@ class PodTables(RunTables):
         from tpuscope.analyze.families import recompiles
         from tpuscope.analyze.judge import share
 
-        out = sm.summarize(self.meta, self.steps.iloc[0:0], self.families, self.fallbacks, self.metrics)
+        out = sm.summarize(
+            self.meta, self.steps.iloc[0:0], self.families, self.fallbacks, self.metrics
+        )
         fig = self.pod.step_figures()
         start, end = self.meta.get("start_ns"), self.meta.get("end_ns")
         duration = (end - start) / sm.NS_PER_S if start and end else None
@@ -144,8 +169,12 @@ class PodTables(RunTables):
         judged = fig["judged"]
         after = self.pod.after_rows()
         out.steps, out.steps_judged = fig["loop"], judged
-        out.step_time_p50_ms = self.pod.judged_quantile(0.5, judged) / sm.NS_PER_MS if judged else None
-        out.step_time_p90_ms = self.pod.judged_quantile(0.9, judged) / sm.NS_PER_MS if judged else None
+        out.step_time_p50_ms = (
+            self.pod.judged_quantile(0.5, judged) / sm.NS_PER_MS if judged else None
+        )
+        out.step_time_p90_ms = (
+            self.pod.judged_quantile(0.9, judged) / sm.NS_PER_MS if judged else None
+        )
         out.wall_s_judged = float(fig["judged_wall_ns"]) / 1e9
         out.run_wall_s = run_wall
         out.recompile_share = share(sm._seconds(recompiles(self.families)), run_wall)
@@ -160,8 +189,11 @@ class PodTables(RunTables):
     # -- one host ------------------------------------------------------------------------------
     @cached_property
     def _split(self) -> dict[str, dict[str, pd.DataFrame]]:
-        return {"compiles": split_by_host(self.compiles), "fallbacks": split_by_host(self.fallbacks),
-                "families": split_by_host(self.families)}
+        return {
+            "compiles": split_by_host(self.compiles),
+            "fallbacks": split_by_host(self.fallbacks),
+            "families": split_by_host(self.families),
+        }
 
     def _part(self, name: str, host: str) -> pd.DataFrame:
         frame = getattr(self, name)
@@ -213,11 +245,18 @@ class PodTables(RunTables):
         steps, metrics = rows
         if steps_twice(steps):  # (host, step) rows grouped then, as pandas groups them
             self.pod.group_steps()
-        meta = {**self.meta, "processes": [p for p in self.meta.get("processes", [])
-                                           if str(p.get("host")) == host]}
-        one = RunTables(meta=meta, steps=steps, compiles=self._part("compiles", host),
-                        fallbacks=self._part("fallbacks", host), metrics=metrics,
-                        extra=HostExtra(self.reader, list(self.extra), host))
+        meta = {
+            **self.meta,
+            "processes": [p for p in self.meta.get("processes", []) if str(p.get("host")) == host],
+        }
+        one = RunTables(
+            meta=meta,
+            steps=steps,
+            compiles=self._part("compiles", host),
+            fallbacks=self._part("fallbacks", host),
+            metrics=metrics,
+            extra=HostExtra(self.reader, list(self.extra), host),
+        )
         one.__dict__["families"] = self._part("families", host)  # families are per process already
         phase = host_phases(steps, self.warmup)
         if phase is not None:  # judge.phases' labels, without its groupby on the host's strings
@@ -249,8 +288,9 @@ def host_phases(steps: pd.DataFrame, warmup: int) -> pd.Series | None:
     return pd.Series(PHASES[code], index=steps.index, dtype=object)
 
 
-def _may_have_setup(step: np.ndarray, boundary: np.ndarray, proc: np.ndarray,
-                    after: np.ndarray) -> bool:
+def _may_have_setup(
+    step: np.ndarray, boundary: np.ndarray, proc: np.ndarray, after: np.ndarray
+) -> bool:
     """Whether a process's first loop step ends at a boundary kind it passes only once (then
     analyze/step_stream.setup_steps, through judge.phases, labels its setup steps)."""
     for p in np.unique(proc[~after]):
@@ -272,8 +312,13 @@ def steps_twice(steps: pd.DataFrame) -> bool:
 
 def live_hosts(meta: dict[str, Any]) -> int:
     """How many hosts profiled processes of this run ran on (imported files are not hosts)."""
-    return len({str(p.get("host")) for p in meta.get("processes", [])
-                if p.get("host") and p.get("status") != "imported"})
+    return len(
+        {
+            str(p.get("host"))
+            for p in meta.get("processes", [])
+            if p.get("host") and p.get("status") != "imported"
+        }
+    )
 
 
 def run_tables(run: Any) -> RunTables:
@@ -292,10 +337,14 @@ def _step_columns() -> list[str]:
 
 def _null_ints(con: Any, view: str) -> frozenset[str]:
     """The integer columns of a table that hold a null anywhere (pandas reads them as float64)."""
-    ints = [name for name, kind, *_ in con.execute(f'DESCRIBE "{view}"').fetchall()
-            if kind in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT")]
+    ints = [
+        name
+        for name, kind, *_ in con.execute(f'DESCRIBE "{view}"').fetchall()
+        if kind in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT")
+    ]
     if not ints:
         return frozenset()
     counts = con.execute(
-        f'SELECT count(*), {", ".join(f"count({c})" for c in ints)} FROM "{view}"').fetchall()[0]
+        f'SELECT count(*), {", ".join(f"count({c})" for c in ints)} FROM "{view}"'
+    ).fetchall()[0]
     return frozenset(c for c, n in zip(ints, counts[1:], strict=True) if n < counts[0])

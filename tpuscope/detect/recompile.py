@@ -52,8 +52,10 @@ DIFF_LIMIT = 50  # recompiles diffed against an earlier graph (a storm needs exa
 CANDIDATES = 64  # most recent compiles of the family searched for the closest
 IMPORTED_STORM_PER_STEP = 0.5
 IMPORTED_MIN_COMPILES = 5
-NO_SHAPES_HINT = ("per-graph shapes were not recorded: run `tpuscope run --deep` (or set TPUSCOPE_HLO_SHAPES=1) "
-                  "for the argument-by-argument diff")
+NO_SHAPES_HINT = (
+    "per-graph shapes were not recorded: run `tpuscope run --deep` (or set TPUSCOPE_HLO_SHAPES=1) "
+    "for the argument-by-argument diff"
+)
 PER_STEPS = 1000  # a recurring cost is told per this many steps
 
 
@@ -70,7 +72,9 @@ def _closest(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, An
     candidates = earlier[-CANDIDATES:]
     if shapes is None:
         return candidates[-1]
-    return min(reversed(candidates), key=lambda c: shape_distance(_shapes(c, "input_shapes") or [], shapes))
+    return min(
+        reversed(candidates), key=lambda c: shape_distance(_shapes(c, "input_shapes") or [], shapes)
+    )
 
 
 def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
@@ -83,12 +87,22 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
             return changes
         old_out, new_out = _shapes(before, "output_shapes"), _shapes(row, "output_shapes")
         if old_out is None or new_out is None:
-            return ["same input shapes; the output shapes were not recorded, so what changed is not known"]
+            return [
+                "same input shapes; the output shapes were not recorded, so what changed is not known"
+            ]
         return diff_shapes(old_out, new_out, prefix="output") or [SAME_SHAPES]
     gb_old, gb_new = before.get("input_gb"), row.get("input_gb")
-    if gb_old is not None and gb_new is not None and gb_old == gb_old and gb_new == gb_new and gb_old != gb_new:
-        return [f"graph input size {gb_old * 1e3:.3f} MB -> {gb_new * 1e3:.3f} MB with the same inputs: "
-                f"an input's shape changed ({NO_SHAPES_HINT})"]
+    if (
+        gb_old is not None
+        and gb_new is not None
+        and gb_old == gb_old
+        and gb_new == gb_new
+        and gb_old != gb_new
+    ):
+        return [
+            f"graph input size {gb_old * 1e3:.3f} MB -> {gb_new * 1e3:.3f} MB with the same inputs: "
+            f"an input's shape changed ({NO_SHAPES_HINT})"
+        ]
     return []
 
 
@@ -102,7 +116,9 @@ def compile_diffs(tables: RunTables) -> pd.DataFrame:
     for pos, row in enumerate(records(tables.families)):
         earlier = by_family.setdefault(row["family"], [])
         before = _closest(row, earlier)
-        rows.append({"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)})
+        rows.append(
+            {"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)}
+        )
         earlier.append({**row, "_pos": pos})
     return pd.DataFrame(rows, columns=["predecessor", "changes"], index=tables.families.index)
 
@@ -111,7 +127,11 @@ def site_of(row: dict[str, Any]) -> str:
     if row.get("backend") == "jax" and row.get("function"):
         return f"jit {row['function']}"
     location = row.get("location")
-    return location if isinstance(location, str) and location else (row.get("cause") or "unknown call site")
+    return (
+        location
+        if isinstance(location, str) and location
+        else (row.get("cause") or "unknown call site")
+    )
 
 
 def where_text(site: str, location: str | None, function: str | None) -> str:
@@ -137,26 +157,40 @@ def _items(tables: RunTables) -> list[dict[str, Any]]:
     return out
 
 
-def recompile_item(row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame,
-          diff: bool) -> dict[str, Any]:
+def recompile_item(
+    row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame, diff: bool
+) -> dict[str, Any]:
     before = _closest(row, earlier) if diff else None
-    diffs = jax_advice.diffs_of(retraces, int(row["index"]), row.get("function")) \
-        if row.get("backend") == "jax" else []
+    diffs = (
+        jax_advice.diffs_of(retraces, int(row["index"]), row.get("function"))
+        if row.get("backend") == "jax"
+        else []
+    )
     changes = jax_advice.changes_of(diffs) if diffs else []
     if not changes and diff:
         changes = xla_changes(row, before)
-    return {"step": int(row["step"]), "index": int(row["index"]), "graph_hash": row.get("graph_hash"),
-            "cause": row.get("cause"), "location": row.get("location"), "family": row["family"],
-            "function": row.get("function"), "duration_s": float(row.get("duration_ns") or 0) / common.NS,
-            "reason": row.get("reason"),
-            "changes": changes, "against_graph": before.get("graph_hash") if before else None,
-            "diffs": diffs}
+    return {
+        "step": int(row["step"]),
+        "index": int(row["index"]),
+        "graph_hash": row.get("graph_hash"),
+        "cause": row.get("cause"),
+        "location": row.get("location"),
+        "family": row["family"],
+        "function": row.get("function"),
+        "duration_s": float(row.get("duration_ns") or 0) / common.NS,
+        "reason": row.get("reason"),
+        "changes": changes,
+        "against_graph": before.get("graph_hash") if before else None,
+        "diffs": diffs,
+    }
 
 
 def _facet(tables: RunTables, items: list[dict[str, Any]]) -> ShapeChurnFacet | None:
     """Shape churn of the site's recompiled family with the most compiles."""
     families = tables.families
-    names = sorted({i["family"] for i in items}, key=lambda f: -int((families["family"] == f).sum()))
+    names = sorted(
+        {i["family"] for i in items}, key=lambda f: -int((families["family"] == f).sum())
+    )
     rows = families[families["family"] == names[0]]
     return churn_facet(rows, _jax_arg_names(rows, items))
 
@@ -165,18 +199,30 @@ def _jax_arg_names(rows: pd.DataFrame, items: list[dict[str, Any]]) -> dict[int,
     """Flat argument index -> the user's name (`batch['x']`). JAX's explanations name the
     changed arguments by pytree path but the shapes list is flat, so a name goes to the flat
     argument that has the explained shape after the change and before it in another compile."""
-    if not any(d["kind"] == "input_types" and d.get("arg") for item in items for d in item["diffs"]):
+    if not any(
+        d["kind"] == "input_types" and d.get("arg") for item in items for d in item["diffs"]
+    ):
         return {}  # nothing to name (torch_xla has no explanations): skip reading every graph's shapes
-    shapes = {int(r["index"]): list(r["input_shapes"]) for r in records(rows)
-              if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)}
+    shapes = {
+        int(r["index"]): list(r["input_shapes"])
+        for r in records(rows)
+        if r.get("input_shapes") is not None and not isinstance(r.get("input_shapes"), float)
+    }
     names: dict[int, str] = {}
     for item in items:
         after = shapes.get(item["index"], [])
         for diff in item["diffs"]:
             if diff["kind"] != "input_types" or not diff.get("arg"):
                 continue
-            flat = [i for i, s in enumerate(after) if s == diff.get("after") and i not in names
-                    and any(diff.get("before") == other[i] for other in shapes.values() if len(other) > i)]
+            flat = [
+                i
+                for i, s in enumerate(after)
+                if s == diff.get("after")
+                and i not in names
+                and any(
+                    diff.get("before") == other[i] for other in shapes.values() if len(other) > i
+                )
+            ]
             if flat:
                 names[flat[0]] = jax_advice.arg_name(diff["arg"])
     return names
@@ -190,11 +236,18 @@ def _storm(tables: RunTables, items: list[dict[str, Any]]) -> StormFacet | None:
     return None
 
 
-def _title(items: list[dict[str, Any]], where: str, storm: StormFacet | None,
-           facet: ShapeChurnFacet | None, cost: float) -> str:
+def _title(
+    items: list[dict[str, Any]],
+    where: str,
+    storm: StormFacet | None,
+    facet: ShapeChurnFacet | None,
+    cost: float,
+) -> str:
     if storm:
-        return (f"Recompile storm at {where}: {storm.recompiling_steps} of {storm.loop_steps} "
-                f"steps compiled again ({cost:.1f} s compiling)")
+        return (
+            f"Recompile storm at {where}: {storm.recompiling_steps} of {storm.loop_steps} "
+            f"steps compiled again ({cost:.1f} s compiling)"
+        )
     what = f": dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes" if facet else ""
     return f"{len(items)} recompile{'s' * (len(items) > 1)} at {where}{what}"
 
@@ -231,21 +284,33 @@ def _recurrence(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any
     quiet = last_loop - max(steps)
     span = last_loop - min(steps) + 1
     cost = sum(i["duration_s"] for i in items)
-    return {"recurring": quiet < max(len(items), max(steps) - min(steps) + 1), "quiet_steps": quiet, "last_step": max(steps),
-            "per_1000_steps": PER_STEPS * len(items) / max(span, 1),
-            "s_per_1000_steps": PER_STEPS * cost / max(span, 1)}
+    return {
+        "recurring": quiet < max(len(items), max(steps) - min(steps) + 1),
+        "quiet_steps": quiet,
+        "last_step": max(steps),
+        "per_1000_steps": PER_STEPS * len(items) / max(span, 1),
+        "s_per_1000_steps": PER_STEPS * cost / max(span, 1),
+    }
 
 
 def _cost_text(cost: float, wall: float, recurrence: dict[str, Any]) -> str:
-    share = f", {100 * judge.share(cost, wall):.1f}% of the run's wall time ({wall:.2f} s)" if wall else ""
+    share = (
+        f", {100 * judge.share(cost, wall):.1f}% of the run's wall time ({wall:.2f} s)"
+        if wall
+        else ""
+    )
     text = f" Cost: the measured compile time of these recompiles, {cost:.2f} s{share}"
     if recurrence.get("recurring"):
-        return (text + f"; still recurring at the end of the loop: at its rate, about "
-                f"{recurrence['per_1000_steps']:.0f} recompiles and {recurrence['s_per_1000_steps']:.1f} s "
-                f"per {PER_STEPS:,} steps.")
+        return (
+            text + f"; still recurring at the end of the loop: at its rate, about "
+            f"{recurrence['per_1000_steps']:.0f} recompiles and {recurrence['s_per_1000_steps']:.1f} s "
+            f"per {PER_STEPS:,} steps."
+        )
     if recurrence.get("recurring") is False:
-        return (text + f"; one-off so far: no new graph in the {recurrence['quiet_steps']} steps after "
-                f"step {recurrence['last_step']}.")
+        return (
+            text + f"; one-off so far: no new graph in the {recurrence['quiet_steps']} steps after "
+            f"step {recurrence['last_step']}."
+        )
     return text + "."
 
 
@@ -263,32 +328,58 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     recurrence = _recurrence(tables, items)
     runs, count = Finding.of_steps([i["step"] for i in items])
     reasons = sorted({REASONS.get(i.get("reason") or "", "") for i in items} - {""})
-    detail = (f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
-              f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'})"
-              + (f": {'; '.join(reasons)}" if reasons else "")
-              + f"; torch_xla's cause: {items[0]['cause'] or 'unknown'}. What changed against the closest "
-              f"earlier compile of the same graph: {_changes_text(first)}."
-              + (f" Shape churn: {facet_text(facet)}." if facet else "")
-              + _cost_text(cost, wall, recurrence))
+    detail = (
+        f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
+        f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'})"
+        + (f": {'; '.join(reasons)}" if reasons else "")
+        + f"; torch_xla's cause: {items[0]['cause'] or 'unknown'}. What changed against the closest "
+        f"earlier compile of the same graph: {_changes_text(first)}."
+        + (f" Shape churn: {facet_text(facet)}." if facet else "")
+        + _cost_text(cost, wall, recurrence)
+    )
     if tables.backend == "jax":
         detail = detail.replace("; torch_xla's cause:", "; cause:")
     evidence = RecompileEvidence(
-        graph_hash=items[-1]["graph_hash"], graph_hashes=[i["graph_hash"] for i in items],
+        graph_hash=items[-1]["graph_hash"],
+        graph_hashes=[i["graph_hash"] for i in items],
         changes=first["changes"],
-        compiles=[RecompiledGraph.from_dict({k: v for k, v in i.items() if k != "diffs"}) for i in items[:50]],
-        location=location, function=items[0].get("function"), backend=tables.backend,
-        recompiles=len(items), compile_s=cost, verdict="recompile", run_wall_s=wall,
-        share=judge.share(cost, wall), **recurrence,
+        compiles=[
+            RecompiledGraph.from_dict({k: v for k, v in i.items() if k != "diffs"})
+            for i in items[:50]
+        ],
+        location=location,
+        function=items[0].get("function"),
+        backend=tables.backend,
+        recompiles=len(items),
+        compile_s=cost,
+        verdict="recompile",
+        run_wall_s=wall,
+        share=judge.share(cost, wall),
+        **recurrence,
         facets=["compile_time"] + (["shape_churn"] if facet else []) + (["storm"] if storm else []),
-        shape_churn=facet, storm=storm)
+        shape_churn=facet,
+        storm=storm,
+    )
     title = _title(items, where, storm, facet, cost)
-    return Finding(RULE, judge.severity(cost, wall), title, detail, _fix(tables, items, facet),
-                   location, cost, runs, evidence, count)
+    return Finding(
+        RULE,
+        judge.severity(cost, wall),
+        title,
+        detail,
+        _fix(tables, items, facet),
+        location,
+        cost,
+        runs,
+        evidence,
+        count,
+    )
 
 
-REASONS = {"evicted": "the same graph compiled again (the compile cache lost it)",
-           "recurred": "compiled again in a later step, after the graph had run",
-           "new shapes": "the same graph at new input shapes"}
+REASONS = {
+    "evicted": "the same graph compiled again (the compile cache lost it)",
+    "recurred": "compiled again in a later step, after the graph had run",
+    "new shapes": "the same graph at new input shapes",
+}
 
 
 def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall: float) -> Finding:
@@ -296,39 +387,77 @@ def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall
     family = rows[0]["family"]
     members = tables.families[tables.families["family"] == family]
     facet = churn_facet(members)
-    location = next((r["location"] for r in rows if isinstance(r.get("location"), str) and r["location"]), None)
+    location = next(
+        (r["location"] for r in rows if isinstance(r.get("location"), str) and r["location"]), None
+    )
     where = where_text(site, location, None)
     cost = sum(float(r.get("duration_ns") or 0) for r in rows) / common.NS
     n = len(members)
     last = int(members["cut"].max())
-    quiet = max(common.loop_steps(tables)["step"].max() - last, 0) if len(common.loop_steps(tables)) else 0
+    quiet = (
+        max(common.loop_steps(tables)["step"].max() - last, 0)
+        if len(common.loop_steps(tables))
+        else 0
+    )
     if facet:
         sizes = ", ".join(map(str, facet.values))
-        what = f"dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes ({sizes}): buckets"
+        what = (
+            f"dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes ({sizes}): buckets"
+        )
         title = f"{n} bucket graphs at {where}: {facet.arg_name} dim {facet.dim} in {{{sizes}}}"
     else:
         what = f"what differs between them is not known ({NO_SHAPES_HINT})"
         title = f"{n} graphs at {where}, each compiled once (a bounded set; shapes unknown)"
     runs, count = Finding.of_steps([int(r["step"]) for r in rows])
-    detail = (f"{n} graphs of one family at {where}, each compiled once, the last at step {last}, then run "
-              f"from the cache for the {quiet} steps after it: a bounded set, not a recompile storm; {what}. "
-              f"Cost: one-off, the measured compile time of the {len(rows)} after the first, {cost:.2f} s"
-              + (f" ({100 * judge.share(cost, wall):.1f}% of the run's wall time)." if wall else "."))
-    fix = ("Nothing to change while the set stays this small: each bucket compiles once. Keep the number of "
-           "buckets small, or keep them across runs with torch_xla's persistent cache "
-           "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`).") if facet else (
-        "Run it again with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see whether these are buckets "
-        "(nothing to change) or a varying dim that a bucketing plan would cut to fewer graphs.")
+    detail = (
+        f"{n} graphs of one family at {where}, each compiled once, the last at step {last}, then run "
+        f"from the cache for the {quiet} steps after it: a bounded set, not a recompile storm; {what}. "
+        f"Cost: one-off, the measured compile time of the {len(rows)} after the first, {cost:.2f} s"
+        + (f" ({100 * judge.share(cost, wall):.1f}% of the run's wall time)." if wall else ".")
+    )
+    fix = (
+        (
+            "Nothing to change while the set stays this small: each bucket compiles once. Keep the number of "
+            "buckets small, or keep them across runs with torch_xla's persistent cache "
+            "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`)."
+        )
+        if facet
+        else (
+            "Run it again with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see whether these are buckets "
+            "(nothing to change) or a varying dim that a bucketing plan would cut to fewer graphs."
+        )
+    )
     if facet and facet.dim == 0 and len(facet.values) == 2:
-        fix += (" If the smaller size is a short last batch, dropping it (DataLoader(drop_last=True)) saves "
-                "its compile.")
+        fix += (
+            " If the smaller size is a short last batch, dropping it (DataLoader(drop_last=True)) saves "
+            "its compile."
+        )
     evidence = RecompileEvidence(
-        verdict="bounded", graphs=n, graph_hashes=[str(h) for h in members["graph_hash"]], location=location,
-        backend=tables.backend, compile_s=cost, recompiles=0, run_wall_s=wall, share=judge.share(cost, wall),
-        facets=["bounded"], shape_churn=facet,
-        key_order=RecompileEvidence.BOUNDED)
-    return Finding(RULE, _bounded_severity(cost, wall, facet is not None), title, detail, fix, location, cost,
-                   runs, evidence, count)
+        verdict="bounded",
+        graphs=n,
+        graph_hashes=[str(h) for h in members["graph_hash"]],
+        location=location,
+        backend=tables.backend,
+        compile_s=cost,
+        recompiles=0,
+        run_wall_s=wall,
+        share=judge.share(cost, wall),
+        facets=["bounded"],
+        shape_churn=facet,
+        key_order=RecompileEvidence.BOUNDED,
+    )
+    return Finding(
+        RULE,
+        _bounded_severity(cost, wall, facet is not None),
+        title,
+        detail,
+        fix,
+        location,
+        cost,
+        runs,
+        evidence,
+        count,
+    )
 
 
 def _bounded_severity(cost: float, wall: float, buckets: bool) -> str:
@@ -343,25 +472,46 @@ def _bounded_severity(cost: float, wall: float, buckets: bool) -> str:
 def _imported_totals(tables: RunTables) -> list[Finding]:
     """Compiles per step marker, per imported file (metrics report or pt-xla-profiler note)."""
     metrics = tables.metrics
-    compiles = common.per_process(metrics, ["CompileTime"]) or common.per_process(metrics, ["UncachedCompile"])
+    compiles = common.per_process(metrics, ["CompileTime"]) or common.per_process(
+        metrics, ["UncachedCompile"]
+    )
     steps = common.per_process(metrics, ["MarkStep"])
-    counted = [k for k in compiles if steps.get(k) and compiles[k] >= IMPORTED_MIN_COMPILES
-               and compiles[k] / steps[k] >= IMPORTED_STORM_PER_STEP]  # judged file by file
+    counted = [
+        k
+        for k in compiles
+        if steps.get(k)
+        and compiles[k] >= IMPORTED_MIN_COMPILES
+        and compiles[k] / steps[k] >= IMPORTED_STORM_PER_STEP
+    ]  # judged file by file
     if not counted:
         return []
     n_compiles = sum(compiles[k] for k in counted)
     n_steps = sum(steps[k] for k in counted)
-    seconds = sum(v for k, v in common.per_process(metrics, ["CompileTime"], "total").items()
-                  if k in counted) / common.NS
+    seconds = (
+        sum(
+            v
+            for k, v in common.per_process(metrics, ["CompileTime"], "total").items()
+            if k in counted
+        )
+        / common.NS
+    )
     title = f"Recompile storm: {int(n_compiles)} compiles in {int(n_steps)} steps"
-    detail = (f"The imported evidence counts {int(n_compiles)} XLA compiles over {int(n_steps)} step "
-              f"markers ({n_compiles / n_steps:.1f} per step): the program keeps compiling new graphs. Cost: "
-              f"the CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator).")
-    evidence = RecompileEvidence(compiles=int(n_compiles), steps=int(n_steps), source="imported totals",
-                                 files=sorted({str(k[0]) for k in counted if k}),
-                                 key_order=RecompileEvidence.IMPORTED)
+    detail = (
+        f"The imported evidence counts {int(n_compiles)} XLA compiles over {int(n_steps)} step "
+        f"markers ({n_compiles / n_steps:.1f} per step): the program keeps compiling new graphs. Cost: "
+        f"the CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator)."
+    )
+    evidence = RecompileEvidence(
+        compiles=int(n_compiles),
+        steps=int(n_steps),
+        source="imported totals",
+        files=sorted({str(k[0]) for k in counted if k}),
+        key_order=RecompileEvidence.IMPORTED,
+    )
     # no wall time to take a share of: medium, the severity of imported evidence that counts something
-    return [Finding(RULE, "medium", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)]
+    return [
+        Finding(RULE, "medium", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)
+    ]
 
 
 def _bounded_notes(tables: RunTables, wall: float, sites: set[str]) -> list[Finding]:

@@ -13,8 +13,17 @@ Detector = Callable[[RunTables], list[Finding]]
 DETECTORS: list[Detector] = []  # rules of one host's tables (a pod: each host alone, detect/pod.py)
 POD_DETECTORS: list[Detector] = []  # rules that judge the hosts against each other (2+ hosts)
 
-__all__ = ["DETECTORS", "HOST_RULES", "POD_DETECTORS", "POD_RULES", "RULES", "Detector", "RunTables",
-           "detect", "order"]
+__all__ = [
+    "DETECTORS",
+    "HOST_RULES",
+    "POD_DETECTORS",
+    "POD_RULES",
+    "RULES",
+    "Detector",
+    "RunTables",
+    "detect",
+    "order",
+]
 _defaults_added = False
 
 
@@ -33,10 +42,18 @@ def register_defaults() -> None:
     from tpuscope.detect.straggler import detect_straggler
     from tpuscope.detect.tensorcore import detect_tensorcore_underuse
 
-    rules = (detect_recompile, detect_cpu_fallback, detect_host_sync, detect_op_by_op,
-             detect_tensorcore_underuse)
+    rules = (
+        detect_recompile,
+        detect_cpu_fallback,
+        detect_host_sync,
+        detect_op_by_op,
+        detect_tensorcore_underuse,
+    )
     DETECTORS[:0] = [rule for rule in rules if rule not in DETECTORS]
-    pod_rules = (detect_straggler, detect_rank_divergence)  # hosts against each other (detect/pod.py)
+    pod_rules = (
+        detect_straggler,
+        detect_rank_divergence,
+    )  # hosts against each other (detect/pod.py)
     POD_DETECTORS[:0] = [rule for rule in pod_rules if rule not in POD_DETECTORS]
     _defaults_added = True
 

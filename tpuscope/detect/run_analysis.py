@@ -45,9 +45,11 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
 
     summary = tables.summarize()
     summary.findings_by_severity = {
-        sev: sum(f.severity == sev for f in findings) for sev in SEVERITIES}
-    summary.findings_by_rule = {rule: sum(f.rule == rule for f in findings)
-                                for rule in sorted({f.rule for f in findings})}
+        sev: sum(f.severity == sev for f in findings) for sev in SEVERITIES
+    }
+    summary.findings_by_rule = {
+        rule: sum(f.rule == rule for f in findings) for rule in sorted({f.rule for f in findings})
+    }
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
     summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
     summary.analysis_version = ANALYSIS_VERSION
@@ -65,10 +67,13 @@ def _imported_counts(tables: RunTables) -> tuple[int | None, int | None]:
     if tables.metrics.empty:
         return None, None
     marks = common.per_process(tables.metrics, ["MarkStep"])
-    compiles = (common.per_process(tables.metrics, ["CompileTime"])
-                or common.per_process(tables.metrics, ["UncachedCompile"]))
-    return (int(sum(marks.values())) if marks else None,
-            int(sum(compiles.values())) if compiles else None)
+    compiles = common.per_process(tables.metrics, ["CompileTime"]) or common.per_process(
+        tables.metrics, ["UncachedCompile"]
+    )
+    return (
+        int(sum(marks.values())) if marks else None,
+        int(sum(compiles.values())) if compiles else None,
+    )
 
 
 def stored_summary(run: Run) -> RunSummary | None:
@@ -82,7 +87,11 @@ def stored_summary(run: Run) -> RunSummary | None:
         return None
     start, end = meta.get("start_ns"), meta.get("end_ns")
     summary = RunSummary.from_dict(stored)
-    summary.run_id, summary.name, summary.command = run.run_id, meta.get("name"), meta.get("command")
+    summary.run_id, summary.name, summary.command = (
+        run.run_id,
+        meta.get("name"),
+        meta.get("command"),
+    )
     summary.status, summary.exit_code = meta.get("status"), meta.get("exit_code")
     summary.duration_s = (end - start) / 1e9 if start and end else None
     if summary.hosts:  # a pod: how each host ended is read now too (a host lost since)

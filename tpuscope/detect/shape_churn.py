@@ -25,8 +25,14 @@ from tpuscope.detect import common
 
 MAX_WASTE = 0.10
 MIN_PLAN_SIZES = 3  # two sizes need no plan: pad to the larger (or drop the short batch)
-DATA_DEPENDENT_OPS = ("aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
-                      "aten::unique_consecutive", "aten::nonzero_static")
+DATA_DEPENDENT_OPS = (
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::_unique2",
+    "aten::unique_dim",
+    "aten::unique_consecutive",
+    "aten::nonzero_static",
+)
 
 
 def _linked(dims: list[VaryingDim]) -> list[list[VaryingDim]]:
@@ -49,16 +55,25 @@ def _plan(sizes: list[int]) -> tuple[Bucketing, str]:
     if len(plan.buckets) < len(sizes):
         return plan, f"fewest buckets with padding waste <= {100 * MAX_WASTE:.0f}%"
     one = Bucketing([sizes[-1]], bucket_padding(sizes, [sizes[-1]]), sizes)
-    return one, f"no plan with fewer graphs stays under {100 * MAX_WASTE:.0f}% padding waste, so the largest size"
+    return (
+        one,
+        f"no plan with fewer graphs stays under {100 * MAX_WASTE:.0f}% padding waste, so the largest size",
+    )
 
 
 def _shape_lists(family_rows: pd.DataFrame) -> list[list[str]]:
     if "input_shapes" not in family_rows:
         return []
-    return [list(s) for s in family_rows["input_shapes"] if s is not None and not isinstance(s, float) and len(s)]
+    return [
+        list(s)
+        for s in family_rows["input_shapes"]
+        if s is not None and not isinstance(s, float) and len(s)
+    ]
 
 
-def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = None) -> ShapeChurnFacet | None:
+def churn_facet(
+    family_rows: pd.DataFrame, arg_names: dict[int, str] | None = None
+) -> ShapeChurnFacet | None:
     """The varying dim of one family's compiles and its bucketing plan (None: no dim varies)."""
     lists = _shape_lists(family_rows)
     if len(lists) < 2 or len({len(x) for x in lists}) != 1:
@@ -70,15 +85,25 @@ def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = No
     lead = cluster[0]
     names = arg_names or {}
     facet = ShapeChurnFacet(
-        arg=lead.arg, arg_name=names.get(lead.arg, f"arg {lead.arg}"), dim=lead.dim,
-        dtype=lead.dtype, values=lead.distinct, linked_dims=[[d.arg, d.dim] for d in cluster],
-        graphs=len(lists), max_waste=MAX_WASTE,
-        graph_hashes=[str(h) for h in family_rows["graph_hash"] if isinstance(h, str) and h])
+        arg=lead.arg,
+        arg_name=names.get(lead.arg, f"arg {lead.arg}"),
+        dim=lead.dim,
+        dtype=lead.dtype,
+        values=lead.distinct,
+        linked_dims=[[d.arg, d.dim] for d in cluster],
+        graphs=len(lists),
+        max_waste=MAX_WASTE,
+        graph_hashes=[str(h) for h in family_rows["graph_hash"] if isinstance(h, str) and h],
+    )
     if len(lead.distinct) >= MIN_PLAN_SIZES:
         plan, how = _plan(lead.distinct)
         mean_compile = float(family_rows["duration_ns"].fillna(0).mean()) / common.NS
         saved = max(len(lists) - len(plan.buckets), 0)
-        facet.buckets, facet.plan, facet.padding_waste = plan.buckets, plan.describe(), round(plan.waste, 4)
+        facet.buckets, facet.plan, facet.padding_waste = (
+            plan.buckets,
+            plan.describe(),
+            round(plan.waste, 4),
+        )
         facet.how, facet.saved_compiles, facet.saved_s = how, saved, saved * mean_compile
     return facet
 
@@ -86,16 +111,24 @@ def churn_facet(family_rows: pd.DataFrame, arg_names: dict[int, str] | None = No
 def facet_text(facet: ShapeChurnFacet) -> str:
     """One sentence: the varying dim, its sizes and, with three or more sizes, the plan."""
     sizes = facet.values
-    text = (f"dim {facet.dim} of {facet.arg_name} ({facet.dtype}) took {len(sizes)} sizes "
-            f"({', '.join(map(str, sizes[:8]))}{' ...' if len(sizes) > 8 else ''})")
+    text = (
+        f"dim {facet.dim} of {facet.arg_name} ({facet.dtype}) took {len(sizes)} sizes "
+        f"({', '.join(map(str, sizes[:8]))}{' ...' if len(sizes) > 8 else ''})"
+    )
     if facet.plan is not None and facet.buckets is not None:  # the plan's figures come together
-        text += (f"; bucketing plan ({facet.how}): pad to {facet.plan}, {len(facet.buckets)} "
-                 f"graph{'s' * (len(facet.buckets) > 1)} instead of {facet.graphs}, "
-                 f"{100 * (facet.padding_waste or 0.0):.0f}% padding, saving {facet.saved_compiles} compiles "
-                 f"({facet.saved_s or 0.0:.2f} s)")
+        text += (
+            f"; bucketing plan ({facet.how}): pad to {facet.plan}, {len(facet.buckets)} "
+            f"graph{'s' * (len(facet.buckets) > 1)} instead of {facet.graphs}, "
+            f"{100 * (facet.padding_waste or 0.0):.0f}% padding, saving {facet.saved_compiles} compiles "
+            f"({facet.saved_s or 0.0:.2f} s)"
+        )
     return text
 
 
 def data_dependent_ops(fallbacks: pd.DataFrame) -> list[str]:
     """Fallback ops whose output length depends on the data (a varying index length's cause)."""
-    return sorted(set(fallbacks["op"].unique()) & set(DATA_DEPENDENT_OPS)) if not fallbacks.empty else []
+    return (
+        sorted(set(fallbacks["op"].unique()) & set(DATA_DEPENDENT_OPS))
+        if not fallbacks.empty
+        else []
+    )

@@ -123,7 +123,9 @@ class RunTables:
         """analyze/summary.summarize of these tables: the summary's headline figures."""
         from tpuscope.analyze.summary import summarize
 
-        return summarize(self.meta, self.steps, self.families, self.fallbacks, self.metrics, self.phase)
+        return summarize(
+            self.meta, self.steps, self.families, self.fallbacks, self.metrics, self.phase
+        )
 
     @classmethod
     def from_run(cls, run: Any) -> RunTables:
@@ -133,5 +135,11 @@ class RunTables:
         main = ("steps", "compiles", "fallbacks", "metrics", "findings")
         extra = LazyTables(run, [name for name in TABLES if name not in main])
         steps = [c for c in TABLES["steps"].names if c not in UNREAD_STEP_COLUMNS]
-        return cls(meta=run.meta, steps=run.table("steps", columns=steps), compiles=run.compiles,
-                   fallbacks=run.fallbacks, metrics=run.metrics, extra=extra)
+        return cls(
+            meta=run.meta,
+            steps=run.table("steps", columns=steps),
+            compiles=run.compiles,
+            fallbacks=run.fallbacks,
+            metrics=run.metrics,
+            extra=extra,
+        )

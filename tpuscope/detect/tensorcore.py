@@ -33,7 +33,9 @@ from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "tensorcore_underuse"
-MIN_SHARE = 0.01  # of the estimated step time on the target: below this, no finding (head_dim always)
+MIN_SHARE = (
+    0.01  # of the estimated step time on the target: below this, no finding (head_dim always)
+)
 IDLE_SHARE = 0.20  # device idle share of traced steps that is a finding
 LOW_MXU = 50.0  # measured MXU utilization (%) below which xprof's figures are a finding
 
@@ -68,73 +70,137 @@ def _measured(tables: RunTables) -> dict[str, Any]:
     if overview.empty:
         return {}
     values = overview.dropna(subset=["value"]).groupby("name")["value"].mean()
-    return {k: float(values[k]) for k in ("mxu_utilization_percent", "device_duty_cycle_percent",
-                                          "device_idle_time_percent") if k in values}
+    return {
+        k: float(values[k])
+        for k in (
+            "mxu_utilization_percent",
+            "device_duty_cycle_percent",
+            "device_idle_time_percent",
+        )
+        if k in values
+    }
 
 
 def _text_ops(info: dict[str, Any]) -> str:
     lines = [file_and_line(x) for x in info.get("lines") or []][:4]
-    where = ", ".join(lines) or ", ".join(info.get("module_paths") or []) or "an unknown source line"
+    where = (
+        ", ".join(lines) or ", ".join(info.get("module_paths") or []) or "an unknown source line"
+    )
     return f"{info['count']} matmul(s), e.g. {', '.join(info['shapes'][:3])}, at {where}"
 
 
-def _estimated(problem: MatmulProblem, step_s: float, runs: int, target: str, summary: dict[str, Any],
-               measured: dict[str, Any]) -> Finding | None:
+def _estimated(
+    problem: MatmulProblem,
+    step_s: float,
+    runs: int,
+    target: str,
+    summary: dict[str, Any],
+    measured: dict[str, Any],
+) -> Finding | None:
     spec, info = chip(target), problem.info
     share = problem.cost_s / step_s if step_s > 0 else 0.0
     if share < MIN_SHARE and problem.kind != "head_dim":
         return None
     edge = spec.mxu
     waste = waste_by_generation(problem.ops)
-    roof = (f"On {target} the step graph {summary.get('module')} is {summary.get('bound', '?')}-bound "
-            f"(est. {fmt_time(summary.get('time_s', 0.0))}: {fmt_time(summary.get('mxu_s', 0.0))} of MXU work, "
-            f"{fmt_time(summary.get('hbm_s', 0.0))} of HBM traffic, bytes from {summary.get('bytes_basis')}); "
-            f"{100 * summary.get('padding_share', 0.0):.0f}% of its MXU work is padding.")
-    basis = ("Cost figure: estimated from the HLO with the cost model, per-TensorCore peaks (docs/cost_model.md)"
-             + (f"; measured MXU utilization {measured['mxu_utilization_percent']:.1f}% (xprof)."
-                if "mxu_utilization_percent" in measured else "."))
+    roof = (
+        f"On {target} the step graph {summary.get('module')} is {summary.get('bound', '?')}-bound "
+        f"(est. {fmt_time(summary.get('time_s', 0.0))}: {fmt_time(summary.get('mxu_s', 0.0))} of MXU work, "
+        f"{fmt_time(summary.get('hbm_s', 0.0))} of HBM traffic, bytes from {summary.get('bytes_basis')}); "
+        f"{100 * summary.get('padding_share', 0.0):.0f}% of its MXU work is padding."
+    )
+    basis = (
+        "Cost figure: estimated from the HLO with the cost model, per-TensorCore peaks (docs/cost_model.md)"
+        + (
+            f"; measured MXU utilization {measured['mxu_utilization_percent']:.1f}% (xprof)."
+            if "mxu_utilization_percent" in measured
+            else "."
+        )
+    )
     title, fix = _wording(problem.kind, info, edge, target, waste)
     hidden = float((problem.ops["mxu_s"] * problem.ops["waste"]).sum())
-    of_step = (f"{100 * share:.1f}% of the step graph's estimated time" if share <= 1 else  # no share above 100%
-               "more than the step graph's estimated time: these matmuls run in other graphs too")
-    cost = (f"Costs {fmt_time(problem.cost_s)} per step on {target} ({of_step}), "
-            f"{fmt_time(problem.cost_s * runs)} over {runs} step(s)." if problem.cost_s > 0 else
-            f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
-            f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes).")
+    of_step = (
+        f"{100 * share:.1f}% of the step graph's estimated time"
+        if share <= 1
+        # no share above 100%
+        else "more than the step graph's estimated time: these matmuls run in other graphs too"
+    )
+    cost = (
+        f"Costs {fmt_time(problem.cost_s)} per step on {target} ({of_step}), "
+        f"{fmt_time(problem.cost_s * runs)} over {runs} step(s)."
+        if problem.cost_s > 0
+        else f"Its padding adds {fmt_time(hidden)} of MXU work per step, hidden behind HBM time on {target} at "
+        f"this size: no step time lost yet, but it grows with the model (the cost of larger shapes)."
+    )
     detail = f"{_text_ops(info)}. {cost} {roof} {basis}"
     evidence = TensorCoreEvidence(
-        basis="estimated", cost_figure="estimated (cost model)", target=target, kind=problem.kind,
-        share_of_step=round(share, 4), padding_share_by_generation=waste, **info, roofline=_clean(summary),
-        **measured, key_order=_keys(ESTIMATED_KEYS, info, ["roofline"], measured))
-    return Finding(RULE, _severity(share, problem.cost_s * runs) if problem.kind != "head_dim" or share >= MIN_SHARE
-                   else "low",
-                   title, detail, fix, info.get("location"), problem.cost_s * runs, [], evidence)
+        basis="estimated",
+        cost_figure="estimated (cost model)",
+        target=target,
+        kind=problem.kind,
+        share_of_step=round(share, 4),
+        padding_share_by_generation=waste,
+        **info,
+        roofline=_clean(summary),
+        **measured,
+        key_order=_keys(ESTIMATED_KEYS, info, ["roofline"], measured),
+    )
+    return Finding(
+        RULE,
+        _severity(share, problem.cost_s * runs)
+        if problem.kind != "head_dim" or share >= MIN_SHARE
+        else "low",
+        title,
+        detail,
+        fix,
+        info.get("location"),
+        problem.cost_s * runs,
+        [],
+        evidence,
+    )
 
 
-def _wording(kind: str, info: dict[str, Any], edge: int, target: str, waste: dict[str, float]) -> tuple[str, str]:
+def _wording(
+    kind: str, info: dict[str, Any], edge: int, target: str, waste: dict[str, float]
+) -> tuple[str, str]:
     if kind == "head_dim":
         d = info["head_dim"]
         here = waste.get(target, waste["v5e"])
-        return (f"attention head_dim {d}: {100 * here:.0f}% of its MXU work is padding on {target} "
-                f"({100 * waste['v5e']:.0f}% on v5e/v5p, {100 * waste['v6e']:.0f}% on v6e/v7)",
-                f"Use head_dim {edge} or a multiple of it (keep d_model, use d_model/{edge} heads), or a fused "
-                f"attention kernel that packs heads (torch_xla flash_attention, Pallas splash attention).")
+        return (
+            f"attention head_dim {d}: {100 * here:.0f}% of its MXU work is padding on {target} "
+            f"({100 * waste['v5e']:.0f}% on v5e/v5p, {100 * waste['v6e']:.0f}% on v6e/v7)",
+            f"Use head_dim {edge} or a multiple of it (keep d_model, use d_model/{edge} heads), or a fused "
+            f"attention kernel that packs heads (torch_xla flash_attention, Pallas splash attention).",
+        )
     if kind == "unaligned":
         pairs = ", ".join(f"{a}->{b}" for a, b in zip(info["dims"], info["padded"], strict=True))
-        return (f"{info['count']} matmul(s) with dims not multiples of {edge} waste the MXU on {target}",
-                f"Pad these feature sizes to multiples of {edge} (128 on v5e/v5p, 256 on v6e/v7): {pairs}.")
+        return (
+            f"{info['count']} matmul(s) with dims not multiples of {edge} waste the MXU on {target}",
+            f"Pad these feature sizes to multiples of {edge} (128 on v5e/v5p, 256 on v6e/v7): {pairs}.",
+        )
     if kind == "f32":
         prec = "/".join(info.get("precision") or ["default"])
-        return (f"{info['count']} matmul(s) run in f32 (precision {prec}) where bf16 would do",
-                "Run the model in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
-                "forward (torch_xla), or bf16 params and inputs (JAX); keep f32 master weights in the optimizer.")
-    return (f"{info['count']} matmul(s) stream only {', '.join(map(str, info['rows'][:4]))} rows through "
-            f"the {edge}-row MXU on {target}",
-            f"Give each matmul at least {edge} rows: a larger batch or sequence per step, or merge small "
-            f"matmuls (one fused QKV projection instead of three).")
+        return (
+            f"{info['count']} matmul(s) run in f32 (precision {prec}) where bf16 would do",
+            "Run the model in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
+            "forward (torch_xla), or bf16 params and inputs (JAX); keep f32 master weights in the optimizer.",
+        )
+    return (
+        f"{info['count']} matmul(s) stream only {', '.join(map(str, info['rows'][:4]))} rows through "
+        f"the {edge}-row MXU on {target}",
+        f"Give each matmul at least {edge} rows: a larger batch or sequence per step, or merge small "
+        f"matmuls (one fused QKV projection instead of three).",
+    )
 
 
-ESTIMATED_KEYS = ("basis", "cost_figure", "target", "kind", "share_of_step", "padding_share_by_generation")
+ESTIMATED_KEYS = (
+    "basis",
+    "cost_figure",
+    "target",
+    "kind",
+    "share_of_step",
+    "padding_share_by_generation",
+)
 
 
 def _keys(*parts: Iterable[str]) -> tuple[str, ...]:
@@ -155,31 +221,51 @@ def _idle(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         rows = device_steps[device_steps["step"].isin(judged["step"])]
     total = float((rows["busy_ns"] + rows["idle_ns"]).sum()) if not rows.empty else 0.0
     if "device_duty_cycle_percent" in measured:
-        idle_share, basis = 1 - measured["device_duty_cycle_percent"] / 100, "measured by xprof (duty cycle)"
+        idle_share, basis = (
+            1 - measured["device_duty_cycle_percent"] / 100,
+            "measured by xprof (duty cycle)",
+        )
     elif total > 0:
-        idle_share, basis = float(rows["idle_ns"].sum()) / total, "measured from the trace's XLA ops"
+        idle_share, basis = (
+            float(rows["idle_ns"].sum()) / total,
+            "measured from the trace's XLA ops",
+        )
     else:
         return None
     if idle_share < IDLE_SHARE:
         return None
     idle_s = idle_share * total / 1e9
     devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
-    runs, count = Finding.of_steps(rows["step"][rows["step"] >= 0] if not rows.empty else [])  # -1: whole trace
-    traced = f"{count} traced step(s)" if count else "the traced time (no step markers in the trace)"
+    runs, count = Finding.of_steps(
+        rows["step"][rows["step"] >= 0] if not rows.empty else []
+    )  # -1: whole trace
+    traced = (
+        f"{count} traced step(s)" if count else "the traced time (no step markers in the trace)"
+    )
     return Finding(
-        RULE, "high" if idle_share >= 0.5 else "medium",
-        f"device idle {100 * idle_share:.0f}% of the traced " + ("steps: the step is host-bound" if count
-                                                               else "time: the device waits for the host"),
+        RULE,
+        "high" if idle_share >= 0.5 else "medium",
+        f"device idle {100 * idle_share:.0f}% of the traced "
+        + ("steps: the step is host-bound" if count else "time: the device waits for the host"),
         f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
         f"{traced} ({basis}); the rest the device waited for the host "
         f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
         "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
         "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
         "batch so each step has more device work.",
-        None, idle_s, runs,
-        TensorCoreEvidence(basis=basis, cost_figure="measured", idle_share=round(idle_share, 4), devices=devices,
-                           **measured, key_order=_keys(["basis", "cost_figure", "idle_share", "devices"], measured)),
-        count)
+        None,
+        idle_s,
+        runs,
+        TensorCoreEvidence(
+            basis=basis,
+            cost_figure="measured",
+            idle_share=round(idle_share, 4),
+            devices=devices,
+            **measured,
+            key_order=_keys(["basis", "cost_figure", "idle_share", "devices"], measured),
+        ),
+        count,
+    )
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
@@ -187,7 +273,13 @@ _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
 
 def _known(bound: Any) -> bool:
     """An op's bound as xprof measured it (not null, "?" or "Unknown": issue 29)."""
-    return isinstance(bound, str) and bound.strip().lower() not in ("", "?", "unknown", "nan", "none")
+    return isinstance(bound, str) and bound.strip().lower() not in (
+        "",
+        "?",
+        "unknown",
+        "nan",
+        "none",
+    )
 
 
 def _xprof_mxu(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
@@ -195,46 +287,91 @@ def _xprof_mxu(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     utilization; when the device time goes to other ops, a low-severity note of where."""
     mxu = measured.get("mxu_utilization_percent")
     kind = str(tables.meta.get("device_kind") or "TPU")
-    if mxu is None or mxu >= LOW_MXU or "TPU" not in kind.upper():  # the MXU is a TPU's: a GPU has none
+    if (
+        mxu is None or mxu >= LOW_MXU or "TPU" not in kind.upper()
+    ):  # the MXU is a TPU's: a GPU has none
         return None
     ops = tables.extra.get("xprof_ops", pd.DataFrame())
     if not ops.empty:
         ops = ops.sort_values("self_time_us", ascending=False)
-    is_mm = ops["category"].astype(str).str.contains(_MATMUL_CATEGORY) if not ops.empty else pd.Series(dtype=bool)
+    is_mm = (
+        ops["category"].astype(str).str.contains(_MATMUL_CATEGORY)
+        if not ops.empty
+        else pd.Series(dtype=bool)
+    )
     matmul = ops[is_mm] if not ops.empty else ops
     share = float(matmul["self_time_percent"].sum()) if not matmul.empty else 0.0
     top = (matmul if share >= 10 else ops).head(5)
-    names = ", ".join(f"{r.hlo_op} ({r.category}, " + (f"{r.bound_by}-bound, " if _known(r.bound_by) else "")
-                      + f"{r.self_time_percent:.0f}% of op time)" for r in top.itertuples()) or "no per-op statistics"
-    location = next((str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None)
+    names = (
+        ", ".join(
+            f"{r.hlo_op} ({r.category}, "
+            + (f"{r.bound_by}-bound, " if _known(r.bound_by) else "")
+            + f"{r.self_time_percent:.0f}% of op time)"
+            for r in top.itertuples()
+        )
+        or "no per-op statistics"
+    )
+    location = next(
+        (str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None
+    )
     duty = measured.get("device_duty_cycle_percent")
     evidence = TensorCoreEvidence(
-        basis="measured (xprof overview_page, hlo_stats, op_profile)", cost_figure="measured",
+        basis="measured (xprof overview_page, hlo_stats, op_profile)",
+        cost_figure="measured",
         matmul_time_percent=share,
         top_ops=top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
-        **measured, key_order=_keys(["basis", "cost_figure", "matmul_time_percent", "top_ops"], measured))
+        **measured,
+        key_order=_keys(["basis", "cost_figure", "matmul_time_percent", "top_ops"], measured),
+    )
     head = f"xprof's overview_page: MXU utilization {mxu:.1f}%" + (
-        f", device duty cycle {duty:.1f}%. " if duty is not None else " (no device duty cycle measured). ")
+        f", device duty cycle {duty:.1f}%. "
+        if duty is not None
+        else " (no device duty cycle measured). "
+    )
     if share >= 10:
         used = matmul["flops_utilization"].fillna(mxu / 100).clip(0, 1)
         cost = float((matmul["self_time_us"] * (1 - used)).sum()) / 1e6
-        return Finding(RULE, "high" if mxu < 20 else "medium",
-                       f"MXU utilization {mxu:.1f}% while matmuls take {share:.0f}% of device time (measured by xprof)",
-                       head + f"Matmul ops: {names}. Cost = their self time times (1 - their FLOP utilization), "
-                       "summed over cores.",
-                       "Feed the MXU bigger, aligned matmuls: bf16 operands, dims in multiples of 128 (256 on "
-                       "v6e/v7), larger batch per step; see the estimated findings for the shapes.",
-                       location, cost, [], evidence)
-    bounds = top["bound_by"][top["bound_by"].map(_known)] if not top.empty else pd.Series(dtype=object)
+        return Finding(
+            RULE,
+            "high" if mxu < 20 else "medium",
+            f"MXU utilization {mxu:.1f}% while matmuls take {share:.0f}% of device time (measured by xprof)",
+            head
+            + f"Matmul ops: {names}. Cost = their self time times (1 - their FLOP utilization), "
+            "summed over cores.",
+            "Feed the MXU bigger, aligned matmuls: bf16 operands, dims in multiples of 128 (256 on "
+            "v6e/v7), larger batch per step; see the estimated findings for the shapes.",
+            location,
+            cost,
+            [],
+            evidence,
+        )
+    bounds = (
+        top["bound_by"][top["bound_by"].map(_known)] if not top.empty else pd.Series(dtype=object)
+    )
     bound = str(bounds.mode().iloc[0]) if not bounds.empty else ""
-    return Finding(RULE, "low", f"MXU idle ({mxu:.1f}% utilization, measured by xprof): device time goes to "
-                   + (f"{bound}-bound non-matmul ops" if bound else "non-matmul ops (their bound not measured)"),
-                   head + f"Matmuls take {share:.0f}% of op time; the time goes to: {names}. No cost estimated: "
-                   "a program without matmuls has nothing for the MXU to do.",
-                   "If this step should be matmul-heavy, look at these ops first: "
-                   + ("cut HBM traffic (fewer copies and host offloads, bf16 activations, fusable ops)."
-                      if bound.upper() == "HBM" else "they bound the step, not the MXU."),
-                   location, 0.0, [], evidence)
+    return Finding(
+        RULE,
+        "low",
+        f"MXU idle ({mxu:.1f}% utilization, measured by xprof): device time goes to "
+        + (
+            f"{bound}-bound non-matmul ops"
+            if bound
+            else "non-matmul ops (their bound not measured)"
+        ),
+        head
+        + f"Matmuls take {share:.0f}% of op time; the time goes to: {names}. No cost estimated: "
+        "a program without matmuls has nothing for the MXU to do.",
+        "If this step should be matmul-heavy, look at these ops first: "
+        + (
+            "cut HBM traffic (fewer copies and host offloads, bf16 activations, fusable ops)."
+            if bound.upper() == "HBM"
+            else "they bound the step, not the MXU."
+        ),
+        location,
+        0.0,
+        [],
+        evidence,
+    )
 
 
 def _trace_modules(meta: dict[str, Any]) -> dict[str, int]:
@@ -269,18 +406,47 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
     location = user[0] if user else site
     library = sorted({f.location for f in findings if f.location and is_library_path(f.location)})
     evidence = [TensorCoreEvidence.of(f) for f in ordered]
-    facets = [{"title": f.title, "cost_s": f.cost_s, "fix": f.fix, "location": f.location,
-               **{k: v for k, v in ev.to_dict().items() if k != "roofline"}} for f, ev in zip(ordered, evidence, strict=True)]
+    facets = [
+        {
+            "title": f.title,
+            "cost_s": f.cost_s,
+            "fix": f.fix,
+            "location": f.location,
+            **{k: v for k, v in ev.to_dict().items() if k != "roofline"},
+        }
+        for f, ev in zip(ordered, evidence, strict=True)
+    ]
     share = min(sum(ev.share_of_step or 0.0 for ev in evidence), 1.0)
     others = "; ".join(f.title for f in ordered[1:])
-    detail = lead.detail + (f" Also in this graph: {others}." if others else "") + (
-        f" The graph is cut at {file_and_line(site)}; torch's own lines: "
-        f"{', '.join(file_and_line(x) for x in library[:3])}." if library and site else "")
+    detail = (
+        lead.detail
+        + (f" Also in this graph: {others}." if others else "")
+        + (
+            f" The graph is cut at {file_and_line(site)}; torch's own lines: "
+            f"{', '.join(file_and_line(x) for x in library[:3])}."
+            if library and site
+            else ""
+        )
+    )
     fix = " ".join(dict.fromkeys(f.fix for f in ordered))
-    card = evidence[0].with_values(facets=facets, kinds=[ev.kind for ev in evidence], library_lines=library,
-                                   graph_site=site, share_of_step=round(share, 4))
-    return Finding(RULE, _severity(share, sum(f.cost_s for f in ordered)), lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
-                   detail, fix, location, sum(f.cost_s for f in ordered), [], card)
+    card = evidence[0].with_values(
+        facets=facets,
+        kinds=[ev.kind for ev in evidence],
+        library_lines=library,
+        graph_site=site,
+        share_of_step=round(share, 4),
+    )
+    return Finding(
+        RULE,
+        _severity(share, sum(f.cost_s for f in ordered)),
+        lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
+        detail,
+        fix,
+        location,
+        sum(f.cost_s for f in ordered),
+        [],
+        card,
+    )
 
 
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
@@ -293,8 +459,12 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
         return findings
     target = _target(tables)
     trace_modules = _trace_modules(tables.meta)
-    problems, summary = tensorcore_problems(hlo_ops, tables.extra.get("hlo_modules", pd.DataFrame()), target, trace_modules)
+    problems, summary = tensorcore_problems(
+        hlo_ops, tables.extra.get("hlo_modules", pd.DataFrame()), target, trace_modules
+    )
     step_s = float(summary.get("time_s") or 0.0)
     runs = _executions(tables)
-    estimated = [f for p in problems if (f := _estimated(p, step_s, runs, target, summary, measured))]
+    estimated = [
+        f for p in problems if (f := _estimated(p, step_s, runs, target, summary, measured))
+    ]
     return findings + ([_one_card(estimated, graph_site(tables))] if estimated else [])

@@ -12,11 +12,15 @@ from tpuscope.detect.common import VALUE_READ_CAUSE
 
 SAME_SHAPES = "same input and output shapes: the graph itself changed"
 
-CACHE_FIX = ("Compiles that must stay can be kept across runs with torch_xla's persistent cache: "
-             "`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)` before the first step.")
-IMPORTED_FIX = ("Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
-                "and what changed between graphs; usually a shape that varies per step (pad it to a few "
-                "bucket sizes) or a Python number traced as a constant (pass it as a device tensor).")
+CACHE_FIX = (
+    "Compiles that must stay can be kept across runs with torch_xla's persistent cache: "
+    "`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)` before the first step."
+)
+IMPORTED_FIX = (
+    "Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
+    "and what changed between graphs; usually a shape that varies per step (pad it to a few "
+    "bucket sizes) or a Python number traced as a constant (pass it as a device tensor)."
+)
 
 
 def _shape_change(changes: list[str]) -> bool:
@@ -26,37 +30,58 @@ def _shape_change(changes: list[str]) -> bool:
 def _bucketing(facet: ShapeChurnFacet, data_dependent: list[str]) -> str:
     lead = f"dim {facet.dim} of {facet.arg_name}"
     if data_dependent and facet.dtype in ("s64", "s32"):
-        return (f"The length of {lead} depends on the data ({', '.join(data_dependent)} ran on the CPU): "
-                "replace that op with a static-shape form (see the cpu_fallback finding) instead of "
-                "bucketing.")
-    plan = (f"pad {lead} to the buckets {facet.plan} in the data pipeline (a collate_fn that pads each "
-            "batch to the next bucket, or pad_to_multiple_of in a tokenizer) and mask the padding"
-            if facet.plan is not None else f"pad {lead} to one fixed size (the largest, {facet.values[-1]}) "
-            "and mask the padding")
-    last_batch = (" If only the last batch of an epoch is smaller, drop it (DataLoader(drop_last=True)) "
-                  "or pad it to the full batch.") if facet.dim == 0 and len(facet.values) == 2 else ""
+        return (
+            f"The length of {lead} depends on the data ({', '.join(data_dependent)} ran on the CPU): "
+            "replace that op with a static-shape form (see the cpu_fallback finding) instead of "
+            "bucketing."
+        )
+    plan = (
+        f"pad {lead} to the buckets {facet.plan} in the data pipeline (a collate_fn that pads each "
+        "batch to the next bucket, or pad_to_multiple_of in a tokenizer) and mask the padding"
+        if facet.plan is not None
+        else f"pad {lead} to one fixed size (the largest, {facet.values[-1]}) and mask the padding"
+    )
+    last_batch = (
+        (
+            " If only the last batch of an epoch is smaller, drop it (DataLoader(drop_last=True)) "
+            "or pad it to the full batch."
+        )
+        if facet.dim == 0 and len(facet.values) == 2
+        else ""
+    )
     return f"Keep the input shapes fixed: {plan}.{last_batch}"
 
 
-def recompile_fix(changes: list[str], causes: list[str], facet: ShapeChurnFacet | None,
-                  data_dependent: list[str]) -> str:
+def recompile_fix(
+    changes: list[str], causes: list[str], facet: ShapeChurnFacet | None, data_dependent: list[str]
+) -> str:
     """The concrete change, from what changed, the churn facet and torch_xla's stated cause."""
     if any(VALUE_READ_CAUSE in c for c in causes):
-        return ("A value read in the middle of the step (.item(), print(t), bool(t), x[mask]) cuts the "
-                "graph there, and the piece before it changed. Move the read after torch_xla.sync() "
-                "(or into xm.add_step_closure) and keep data-dependent shapes out of the step.")
+        return (
+            "A value read in the middle of the step (.item(), print(t), bool(t), x[mask]) cuts the "
+            "graph there, and the piece before it changed. Move the read after torch_xla.sync() "
+            "(or into xm.add_step_closure) and keep data-dependent shapes out of the step."
+        )
     if facet:
         return _bucketing(facet, data_dependent)
     if _shape_change(changes):
-        return ("Keep input shapes fixed from step to step: pad the varying dim to a few bucket sizes "
-                "or to the maximum, and mask the padding.")
+        return (
+            "Keep input shapes fixed from step to step: pad the varying dim to a few bucket sizes "
+            "or to the maximum, and mask the padding."
+        )
     if any("graph inputs" in c or "added" in c or "removed" in c for c in changes):
-        return ("A different set of tensors enters the graph: create per-step tensors the same way "
-                "every step (on the device, same dtype) and avoid Python branches inside the step.")
+        return (
+            "A different set of tensors enters the graph: create per-step tensors the same way "
+            "every step (on the device, same dtype) and avoid Python branches inside the step."
+        )
     if SAME_SHAPES in changes:
-        return ("The graph changed with the same input and output shapes: a Python number that changes "
-                "every step (a learning rate, a step counter) is traced as a constant. Pass it as a device "
-                "tensor, e.g. torch.tensor(lr, device=device), and update it in place.")
-    return ("What changed between the graphs is not known: per-graph shapes were not recorded. Run it again "
-            "with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see the argument and dim that changed "
-            "and the fix for it.")
+        return (
+            "The graph changed with the same input and output shapes: a Python number that changes "
+            "every step (a learning rate, a step counter) is traced as a constant. Pass it as a device "
+            "tensor, e.g. torch.tensor(lr, device=device), and update it in place."
+        )
+    return (
+        "What changed between the graphs is not known: per-graph shapes were not recorded. Run it again "
+        "with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see the argument and dim that changed "
+        "and the fix for it."
+    )

@@ -17,4 +17,12 @@ from tpuscope.ingest import (  # noqa: F401  (they register themselves)
 from tpuscope.ingest.registry import IMPORTERS, Evidence, Importer, ImportRefused, register
 from tpuscope.ingest.run import ImportResult, import_paths
 
-__all__ = ["IMPORTERS", "Evidence", "ImportRefused", "ImportResult", "Importer", "import_paths", "register"]
+__all__ = [
+    "IMPORTERS",
+    "Evidence",
+    "ImportRefused",
+    "ImportResult",
+    "Importer",
+    "import_paths",
+    "register",
+]

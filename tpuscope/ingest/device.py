@@ -26,7 +26,9 @@ from tpuscope.store.pods import is_pod_run
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
 
 
-def ingest_hlo(run: Run, files: list[Path], tag: str | None = None, **fields: Any) -> tuple[int, list[dict[str, str]]]:
+def ingest_hlo(
+    run: Run, files: list[Path], tag: str | None = None, **fields: Any
+) -> tuple[int, list[dict[str, str]]]:
     """Parse HLO text files into the run's hlo tables; (modules written, refusals). The parts
     are named by this host and process (`part-<host>-<pid>-<seq>`, as every writer's), so two
     hosts of a pod ingesting at once never replace each other's, and each ships and merges its own."""
@@ -63,8 +65,11 @@ def own_xplanes(run_dir: Path, host: str | None) -> list[Path]:
     root = run_dir / layout.TRACE
     if host is None:
         return trace_ingest.xplane_files(root)
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and layout.trace_host(p.name) == host) \
-        if root.is_dir() else []
+    folders = (
+        sorted(p for p in root.iterdir() if p.is_dir() and layout.trace_host(p.name) == host)
+        if root.is_dir()
+        else []
+    )
     return [f for folder in folders for f in trace_ingest.xplane_files(folder)]
 
 
@@ -97,7 +102,9 @@ def ingest_run(run_dir: str | Path) -> list[str]:
     if files:
         traces = trace_ingest.load_traces(files, steps=traced_steps(run), host=host)
         trace_ingest.write(run, traces, f"{file_host()}-{os.getpid()}")
-        notes += traces.summary + [f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused]
+        notes += traces.summary + [
+            f"cannot read trace {r['path']}: {r['reason']}" for r in traces.refused
+        ]
         meta.update({k: v for k, v in traces.meta.items() if k != "trace_hosts"})
         meta["trace_events"] = traces.rows("trace_events")
     hlo = layout.hlo_dir(run_dir, host)
@@ -109,8 +116,10 @@ def ingest_run(run_dir: str | Path) -> list[str]:
         meta["hlo_modules"] = count
         removed, size = keep_only_read(hlo, dumps)
         if removed:
-            notes.append(f"{removed} dump file(s) tpuscope does not read removed from {hlo} "
-                         f"({size / 2**20:.1f} MB: LLVM IR, object code, buffer assignments, other passes)")
+            notes.append(
+                f"{removed} dump file(s) tpuscope does not read removed from {hlo} "
+                f"({size / 2**20:.1f} MB: LLVM IR, object code, buffer assignments, other passes)"
+            )
     if meta:
         run.update_meta(device_view=meta)
     return notes

@@ -43,9 +43,11 @@ def sniff(path: Path, head: bytes) -> bool:
     return bool(_HEADER.match(head))
 
 
-IMPORTER = register(Importer(
-    name="hlo_dump",
-    description="XLA HLO text (an --xla_dump_to folder, or one module's text)",
-    sniff=sniff,
-    load=load,
-))
+IMPORTER = register(
+    Importer(
+        name="hlo_dump",
+        description="XLA HLO text (an --xla_dump_to folder, or one module's text)",
+        sniff=sniff,
+        load=load,
+    )
+)

@@ -63,13 +63,18 @@ def sniff(path: Path, head: bytes) -> bool:
     trace's own metadata plane carries its modules, and the protos beside it are named skipped)."""
     if path.is_file():
         return path.name.endswith(SUFFIX)
-    return (path.is_dir() and next(iter(path.rglob(f"*{SUFFIX}")), None) is not None
-            and next(iter(path.rglob("*.xplane.pb")), None) is None)
+    return (
+        path.is_dir()
+        and next(iter(path.rglob(f"*{SUFFIX}")), None) is not None
+        and next(iter(path.rglob("*.xplane.pb")), None) is None
+    )
 
 
-IMPORTER = register(Importer(
-    name="hlo_proto",
-    description="HloProto files (*.hlo_proto.pb a profiler keeps beside its trace, or a folder of them)",
-    sniff=sniff,
-    load=load,
-))
+IMPORTER = register(
+    Importer(
+        name="hlo_proto",
+        description="HloProto files (*.hlo_proto.pb a profiler keeps beside its trace, or a folder of them)",
+        sniff=sniff,
+        load=load,
+    )
+)

@@ -25,11 +25,15 @@ from tpuscope.ingest.registry import Evidence, Importer, register
 from tpuscope.parse.xla_counter_names import is_fallback_counter
 
 _HEADER = re.compile(r"(?:^|[\s\]|>])(?P<kind>Metric|Counter): (?P<name>\S+)\s*$")
-_FIELD = re.compile(r"^\s+(?P<key>TotalSamples|Accumulator|Counter|Value|Mean|StdDev|ValueRate|Rate|"
-                    r"Percentiles):\s*(?P<value>.*?)\s*$")
+_FIELD = re.compile(
+    r"^\s+(?P<key>TotalSamples|Accumulator|Counter|Value|Mean|StdDev|ValueRate|Rate|"
+    r"Percentiles):\s*(?P<value>.*?)\s*$"
+)
 _WRAPPED_PERCENTILE = re.compile(r"^\s+\d+%=")
-_TIME = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m(?!s))?(?:(?P<s>\d+)s)?"
-                   r"(?:(?P<ms>\d+)ms)?(?:(?P<us>[\d.]+)us)?(?:(?P<ns>[\d.]+)ns)?$")
+_TIME = re.compile(
+    r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m(?!s))?(?:(?P<s>\d+)s)?"
+    r"(?:(?P<ms>\d+)ms)?(?:(?P<us>[\d.]+)us)?(?:(?P<ns>[\d.]+)ns)?$"
+)
 _SIZE = re.compile(r"^(?P<n>[\d.]+|nan|inf)(?P<unit>PB|TB|GB|MB|KB|B)$")
 _SIZE_POWERS = {"B": 0, "KB": 1, "MB": 2, "GB": 3, "TB": 4, "PB": 5}
 _NS = {"d": 86400e9, "h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
@@ -126,18 +130,33 @@ def _metric_field(metric: Metric, key: str, value: str) -> None:
 
 def evidence_from_report(report: MetricsReport) -> Evidence:
     evidence = Evidence()
-    evidence.add("metrics", [
-        {"step": -1, "name": m.name, "kind": "metric", "count": m.samples, "total": m.total}
-        for m in report.metrics.values()])
-    evidence.add("metrics", [
-        {"step": -1, "name": name, "kind": "counter", "count": value, "total": 0.0}
-        for name, value in report.counters.items()])
-    evidence.add("fallbacks", [
-        {"step": -1, "op": name, "count": value, "location": None}
-        for name, value in report.counters.items() if is_fallback_counter(name)])
+    evidence.add(
+        "metrics",
+        [
+            {"step": -1, "name": m.name, "kind": "metric", "count": m.samples, "total": m.total}
+            for m in report.metrics.values()
+        ],
+    )
+    evidence.add(
+        "metrics",
+        [
+            {"step": -1, "name": name, "kind": "counter", "count": value, "total": 0.0}
+            for name, value in report.counters.items()
+        ],
+    )
+    evidence.add(
+        "fallbacks",
+        [
+            {"step": -1, "op": name, "count": value, "location": None}
+            for name, value in report.counters.items()
+            if is_fallback_counter(name)
+        ],
+    )
     fallbacks = [n for n in report.counters if is_fallback_counter(n)]
-    evidence.summary = (f"metrics report: {len(report.metrics)} metrics, {len(report.counters)} counters"
-                        + (f", fallbacks {', '.join(fallbacks)}" if fallbacks else ""))
+    evidence.summary = (
+        f"metrics report: {len(report.metrics)} metrics, {len(report.counters)} counters"
+        + (f", fallbacks {', '.join(fallbacks)}" if fallbacks else "")
+    )
     return evidence
 
 
@@ -163,9 +182,11 @@ def sniff(path: Path, head: bytes) -> bool:
         return bool(SNIFF.search(handle.read()))
 
 
-IMPORTER = register(Importer(
-    name="metrics_report",
-    description="torch_xla metrics report (metrics_report() text, PJRT or XRT era, alone or in a log)",
-    sniff=sniff,
-    load=load,
-))
+IMPORTER = register(
+    Importer(
+        name="metrics_report",
+        description="torch_xla metrics report (metrics_report() text, PJRT or XRT era, alone or in a log)",
+        sniff=sniff,
+        load=load,
+    )
+)

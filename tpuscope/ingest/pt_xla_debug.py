@@ -21,17 +21,28 @@ from tpuscope.parse.pt_xla_debug import DebugLog, GraphRecord, parse_debug_text
 from tpuscope.parse.xla_counter_names import is_fallback_counter
 from tpuscope.schema import table_row
 
-_FREQUENT = re.compile(r"^(?P<name>\w+) too frequent: (?P<count>\d+) counts during (?P<steps>\d+) steps")
+_FREQUENT = re.compile(
+    r"^(?P<name>\w+) too frequent: (?P<count>\d+) counts during (?P<steps>\d+) steps"
+)
 _NOT_LOWERED = re.compile(r"^Op\(s\) not lowered: (?P<ops>.*?)(?:\s+Please open.*)?$")
-SNIFF = re.compile(rb"^(Compilation Analysis: |Execution Analysis: |pt-xla-profiler: )", re.MULTILINE)
+SNIFF = re.compile(
+    rb"^(Compilation Analysis: |Execution Analysis: |pt-xla-profiler: )", re.MULTILINE
+)
 
 
 def _compile_row(index: int, record: GraphRecord) -> dict[str, Any]:
     return table_row(
-        "compiles", backend="torch_xla", step=-1, index=index,
-        graph_hash=record.graph_hash or None, cause=record.cause or None,
-        location=record.location, frames=record.frames, num_inputs=record.num_inputs,
-        num_outputs=record.num_outputs, **record.sizes,
+        "compiles",
+        backend="torch_xla",
+        step=-1,
+        index=index,
+        graph_hash=record.graph_hash or None,
+        cause=record.cause or None,
+        location=record.location,
+        frames=record.frames,
+        num_inputs=record.num_inputs,
+        num_outputs=record.num_outputs,
+        **record.sizes,
     )
 
 
@@ -48,11 +59,17 @@ def _notes(notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             continue
         lowered = _NOT_LOWERED.match(note)
         if lowered:
-            ops += [op.strip() for op in lowered["ops"].split(",") if is_fallback_counter(op.strip())]
-    metrics = [{"step": -1, "name": name, "kind": "metric", "count": count, "total": 0.0}
-               for name, count in counts.items()]
+            ops += [
+                op.strip() for op in lowered["ops"].split(",") if is_fallback_counter(op.strip())
+            ]
+    metrics = [
+        {"step": -1, "name": name, "kind": "metric", "count": count, "total": 0.0}
+        for name, count in counts.items()
+    ]
     if steps:
-        metrics.append({"step": -1, "name": "MarkStep", "kind": "counter", "count": steps, "total": 0.0})
+        metrics.append(
+            {"step": -1, "name": "MarkStep", "kind": "counter", "count": steps, "total": 0.0}
+        )
     fallbacks = [{"step": -1, "op": op, "count": 0, "location": None} for op in dict.fromkeys(ops)]
     return metrics, fallbacks
 
@@ -62,12 +79,21 @@ def evidence_from_log(log: DebugLog) -> Evidence:
     evidence.add("compiles", [_compile_row(i, r) for i, r in enumerate(log.compiles)])
     metrics, fallbacks = _notes(log.profiler_notes)
     if log.executions:
-        metrics.append({"step": -1, "name": "ExecuteComputation", "kind": "counter",
-                        "count": len(log.executions), "total": 0.0})
+        metrics.append(
+            {
+                "step": -1,
+                "name": "ExecuteComputation",
+                "kind": "counter",
+                "count": len(log.executions),
+                "total": 0.0,
+            }
+        )
     evidence.add("metrics", metrics)
     evidence.add("fallbacks", fallbacks)
-    evidence.summary = (f"PT_XLA_DEBUG log: {len(log.compiles)} compiles, {len(log.executions)} executions, "
-                        f"{len(log.profiler_notes)} pt-xla-profiler notes")
+    evidence.summary = (
+        f"PT_XLA_DEBUG log: {len(log.compiles)} compiles, {len(log.executions)} executions, "
+        f"{len(log.profiler_notes)} pt-xla-profiler notes"
+    )
     return evidence
 
 
@@ -80,9 +106,11 @@ def load(path: Path) -> Evidence:
     return evidence_from_log(log)
 
 
-IMPORTER = register(Importer(
-    name="pt_xla_debug",
-    description="PT_XLA_DEBUG log (Compilation/Execution Analysis blocks, pt-xla-profiler notes)",
-    sniff=lambda path, head: path.is_file() and bool(SNIFF.search(head)),
-    load=load,
-))
+IMPORTER = register(
+    Importer(
+        name="pt_xla_debug",
+        description="PT_XLA_DEBUG log (Compilation/Execution Analysis blocks, pt-xla-profiler notes)",
+        sniff=lambda path, head: path.is_file() and bool(SNIFF.search(head)),
+        load=load,
+    )
+)

@@ -44,7 +44,9 @@ class Evidence:
         self.rows.setdefault(table, []).extend(rows)
 
     def count(self) -> int:
-        return sum(len(r) for r in self.rows.values()) + sum(t.num_rows for ts in self.tables.values() for t in ts)
+        return sum(len(r) for r in self.rows.values()) + sum(
+            t.num_rows for ts in self.tables.values() for t in ts
+        )
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,9 @@ def check_rows(evidence: Evidence) -> None:
         for row in rows:
             for name, value in row.items():
                 if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
-                    raise ValueError(f"{name} {value} is out of range (beyond int64) in a {table} row")
+                    raise ValueError(
+                        f"{name} {value} is out of range (beyond int64) in a {table} row"
+                    )
         if table in TABLES and rows:
             try:
                 pa.Table.from_pylist(rows, schema=TABLES[table])

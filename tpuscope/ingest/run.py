@@ -41,11 +41,16 @@ def text_logs(path: Path) -> list[Path]:
     importers (xplane, HLO dumps) do not read: each is imported as a file of its own."""
     if not path.is_dir():
         return []
-    return sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".log") and p.is_file()
-                  and not _HLO_MODULE.match(p.name))
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.suffix in (".txt", ".log") and p.is_file() and not _HLO_MODULE.match(p.name)
+    )
 
 
-def _load_all(paths: list[str | Path], result: ImportResult) -> list[tuple[Path, list[tuple[Importer, Evidence]]]]:
+def _load_all(
+    paths: list[str | Path], result: ImportResult
+) -> list[tuple[Path, list[tuple[Importer, Evidence]]]]:
     """Every readable file (a folder's text logs too); the others named in `result`."""
     loaded: list[tuple[Path, list[tuple[Importer, Evidence]]]] = []
     for raw in paths:
@@ -74,9 +79,13 @@ def _load_all(paths: list[str | Path], result: ImportResult) -> list[tuple[Path,
 
 def unread(folder: Path, read: set[Path]) -> list[dict[str, str]]:
     """The files of a folder no importer read (hidden files left aside), each named."""
-    return [{"path": str(p), "reason": "a file of no format tpuscope reads"}
-            for p in sorted(folder.rglob("*")) if p.is_file() and p not in read
-            and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
+    return [
+        {"path": str(p), "reason": "a file of no format tpuscope reads"}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+        and p not in read
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
 
 
 def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:
@@ -84,13 +93,21 @@ def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, 
     tag = f"import-{number}"  # parts and procs/ file named as a process "import", "pid" NNN
     fields = {"host": path.name, "pid": index, "rank": 0}
     writer = run.writer(tag=tag)
-    meta: dict[str, Any] = {"backend": "torch_xla", **fields, "source": str(path.resolve()),
-                            "formats": [importer.name for importer, _ in results], "status": "imported"}
+    meta: dict[str, Any] = {
+        "backend": "torch_xla",
+        **fields,
+        "source": str(path.resolve()),
+        "formats": [importer.name for importer, _ in results],
+        "status": "imported",
+    }
     written = 0
     for importer, evidence in results:
         for table, rows in evidence.rows.items():
             writer.extend(table, [{**fields, **row} for row in rows])
-        for table, parts in evidence.tables.items():  # Arrow tables: written as they are, by row group
+        for (
+            table,
+            parts,
+        ) in evidence.tables.items():  # Arrow tables: written as they are, by row group
             for k, part in enumerate(parts):
                 written += run.write_arrow(table, f"{tag}-{importer.name}-{k:04d}", part)
         _keep_files(run.path, evidence.files)
@@ -119,16 +136,26 @@ def import_paths(paths: list[str | Path], store: RunStore, name: str | None = No
         return result
     now = time.time_ns()
     run_dir = store.new_run(
-        name or loaded[0][0].stem, command="tpuscope import " + " ".join(str(p) for p in paths),
-        argv=[str(p) for p in paths], warmup=0, status="imported", start_ns=now,
-        imported=[str(p.resolve()) for p, _ in loaded])
+        name or loaded[0][0].stem,
+        command="tpuscope import " + " ".join(str(p) for p in paths),
+        argv=[str(p) for p in paths],
+        warmup=0,
+        status="imported",
+        start_ns=now,
+        imported=[str(p.resolve()) for p, _ in loaded],
+    )
     run = Run(run_dir)
     try:
         for index, (path, results) in enumerate(loaded):
             rows = _write_file(run, index, path, results)
-            result.imported.append({"path": str(path), "rows": rows,
-                                    "formats": [i.name for i, _ in results],
-                                    "summary": "; ".join(e.summary for _, e in results if e.summary)})
+            result.imported.append(
+                {
+                    "path": str(path),
+                    "rows": rows,
+                    "formats": [i.name for i, _ in results],
+                    "summary": "; ".join(e.summary for _, e in results if e.summary),
+                }
+            )
         run.update_meta(end_ns=time.time_ns(), refused=result.refused)
     except Exception as exc:  # never leave a half-made run
         shutil.rmtree(run_dir, ignore_errors=True)

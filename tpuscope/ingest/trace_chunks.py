@@ -67,16 +67,32 @@ class _PairKeys:
         lines, line_labels = self.codes(batch, "line")
         return planes * len(line_labels) + lines, plane_labels, line_labels
 
-    def work(self, planes: list[str], lines: list[str], work: set[tuple[str, str]],
-             devices: dict[str, int]) -> tuple[Any, ...]:
+    def work(
+        self,
+        planes: list[str],
+        lines: list[str],
+        work: set[tuple[str, str]],
+        devices: dict[str, int],
+    ) -> tuple[Any, ...]:
         """(keys that are device work, device code of each plane, host-plane flag of each plane)."""
         key = (id(planes), id(lines))
         if key not in self._work:  # the labels are kept in the value, so their ids stay unique
-            plane_at, line_at = {p: i for i, p in enumerate(planes)}, {x: i for i, x in enumerate(lines)}
-            wanted = [plane_at[p] * len(lines) + line_at[x] for p, x in work if p in plane_at and x in line_at]
-            self._work[key] = (np.array(sorted(wanted), dtype=np.int64),
-                               np.array([devices.get(p, -1) for p in planes], dtype=np.int32),
-                               np.array([not p.startswith("/device:") for p in planes], dtype=bool), planes, lines)
+            plane_at, line_at = (
+                {p: i for i, p in enumerate(planes)},
+                {x: i for i, x in enumerate(lines)},
+            )
+            wanted = [
+                plane_at[p] * len(lines) + line_at[x]
+                for p, x in work
+                if p in plane_at and x in line_at
+            ]
+            self._work[key] = (
+                np.array(sorted(wanted), dtype=np.int64),
+                np.array([devices.get(p, -1) for p in planes], dtype=np.int32),
+                np.array([not p.startswith("/device:") for p in planes], dtype=bool),
+                planes,
+                lines,
+            )
         return self._work[key][:3]
 
 
@@ -91,13 +107,16 @@ def plane_line_pairs(table: pa.Table) -> set[tuple[str, str]]:
     return found
 
 
-def _work_rows(batch: pa.RecordBatch, coder: _PairKeys, work: set[tuple[str, str]],
-               devices: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def _work_rows(
+    batch: pa.RecordBatch, coder: _PairKeys, work: set[tuple[str, str]], devices: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """(mask of the slice's device-work events, their device codes), as device_ops decides."""
     keys, planes, lines = coder.keys(batch)
     wanted, code_of_plane, host = coder.work(planes, lines, work, devices)
     if not work:  # no device plane: XLA's CPU thunks, host events with an hlo_op
-        mask = host[keys // len(lines)] & batch.column("hlo_op").is_valid().to_numpy(zero_copy_only=False)
+        mask = host[keys // len(lines)] & batch.column("hlo_op").is_valid().to_numpy(
+            zero_copy_only=False
+        )
         return mask, np.zeros(int(mask.sum()), dtype=np.int32)
     mask = member(keys, wanted)
     return mask, code_of_plane[keys[mask] // len(lines)]
@@ -119,9 +138,13 @@ def work_ops(table: pa.Table, offset: int) -> pd.DataFrame:
         starts.append(batch.column("start_ns").to_numpy()[mask] + offset)
         durs.append(batch.column("dur_ns").to_numpy()[mask])
         codes.append(device)
-    device = pd.Categorical.from_codes(np.concatenate(codes), categories=pd.Index(names, dtype=object))
-    return pd.DataFrame({"start_ns": np.concatenate(starts), "dur_ns": np.concatenate(durs), "device": device},
-                        copy=False)
+    device = pd.Categorical.from_codes(
+        np.concatenate(codes), categories=pd.Index(names, dtype=object)
+    )
+    return pd.DataFrame(
+        {"start_ns": np.concatenate(starts), "dur_ns": np.concatenate(durs), "device": device},
+        copy=False,
+    )
 
 
 def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
@@ -139,19 +162,29 @@ def time_span(table: pa.Table, offset: int) -> tuple[int, int] | None:
     if table.num_rows == 0:
         return None
     first = int(pa.compute.min(table["start_ns"]).as_py())
-    last = max(int((b.column("start_ns").to_numpy() + b.column("dur_ns").to_numpy()).max())
-               for b in slices(table, ["start_ns", "dur_ns"]))
+    last = max(
+        int((b.column("start_ns").to_numpy() + b.column("dur_ns").to_numpy()).max())
+        for b in slices(table, ["start_ns", "dur_ns"])
+    )
     return first + offset, last + offset
 
 
-def _new_columns(table: pa.Table, host: str, pid: int, offset: int, lookup: StepLookup) -> dict[str, pa.ChunkedArray]:
+def _new_columns(
+    table: pa.Table, host: str, pid: int, offset: int, lookup: StepLookup
+) -> dict[str, pa.ChunkedArray]:
     """host, pid, rank (the schema's types), epoch start_ns and step, SLICE_ROWS rows a chunk;
     the constant columns' chunks are slices of one array."""
     schema, n = TABLES["trace_events"], table.num_rows
     longest = min(n, SLICE_ROWS)
-    constants = {"host": pa.DictionaryArray.from_arrays(pa.array(np.zeros(longest, np.int8)), pa.array([host])),
-                 **{c: pa.array(np.full(longest, v, dtype=schema.field(c).type.to_pandas_dtype()))
-                    for c, v in (("pid", pid), ("rank", 0))}}
+    constants = {
+        "host": pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(longest, np.int8)), pa.array([host])
+        ),
+        **{
+            c: pa.array(np.full(longest, v, dtype=schema.field(c).type.to_pandas_dtype()))
+            for c, v in (("pid", pid), ("rank", 0))
+        },
+    }
     columns: dict[str, list[pa.Array]] = {c: [] for c in (*PROCESS_COLUMNS, "start_ns", "step")}
     for at in range(0, n, SLICE_ROWS):
         start = table["start_ns"].slice(at, SLICE_ROWS).to_numpy() + offset
@@ -160,7 +193,11 @@ def _new_columns(table: pa.Table, host: str, pid: int, offset: int, lookup: Step
         columns["step"].append(pa.array(step, mask=step < -1))
         for c, array in constants.items():
             columns[c].append(array.slice(0, len(start)))
-    types = {**{c: a.type for c, a in constants.items()}, "start_ns": pa.int64(), "step": pa.int64()}
+    types = {
+        **{c: a.type for c, a in constants.items()},
+        "start_ns": pa.int64(),
+        "step": pa.int64(),
+    }
     return {c: pa.chunked_array(chunks, type=types[c]) for c, chunks in columns.items()}
 
 
@@ -170,9 +207,13 @@ def store_events(table: pa.Table, host: str, pid: int, offset: int, lookup: Step
     lacks are left out and dictionary indices stay as narrow as the reader made them:
     read_table(schema=...) fills and widens both."""
     added = _new_columns(table, host, pid, offset, lookup)
-    names = [f.name for f in TABLES["trace_events"] if f.name in added or f.name in table.column_names]
+    names = [
+        f.name for f in TABLES["trace_events"] if f.name in added or f.name in table.column_names
+    ]
     arrays = [added[c] if c in added else table[c] for c in names]
-    return pa.Table.from_arrays(arrays, schema=pa.schema([pa.field(c, a.type) for c, a in zip(names, arrays, strict=True)]))
+    return pa.Table.from_arrays(
+        arrays, schema=pa.schema([pa.field(c, a.type) for c, a in zip(names, arrays, strict=True)])
+    )
 
 
 def count_modules(table: pa.Table, counts: dict[str, int]) -> None:

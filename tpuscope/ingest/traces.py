@@ -75,8 +75,9 @@ def _steps_for(steps: pd.DataFrame | None, host: str) -> pd.DataFrame | None:
     return mine if not mine.empty else steps
 
 
-def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet,
-              host: str | None = None) -> bool:
+def load_file(
+    path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet, host: str | None = None
+) -> bool:
     """Read one xplane into `out`; False (and a refusal naming the file) if it cannot be read.
     `host` labels its rows instead of the machine the trace names (a pod's host: the name its
     steps carry, which a pod simulated on one machine, or a TPU VM's hostname, does not match).
@@ -92,8 +93,12 @@ def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet,
     host = host or host_of(path, info)
     offset = clock_offset(table, info)
     ops = chunks.work_ops(table, offset)
-    windows = step_windows(chunks.step_markers(table, offset), ops, _steps_for(steps, host),
-                           chunks.time_span(table, offset))
+    windows = step_windows(
+        chunks.step_markers(table, offset),
+        ops,
+        _steps_for(steps, host),
+        chunks.time_span(table, offset),
+    )
     busy = busy_per_window(ops, windows).assign(host=host, pid=pid, rank=0)
     devices = sorted({str(d) for d in ops["device"].unique()}) if not ops.empty else []
     del ops
@@ -101,17 +106,26 @@ def load_file(path: Path, pid: int, steps: pd.DataFrame | None, out: TraceSet,
     events = chunks.store_events(table, host, pid, offset, step_lookup(windows))
     del table
     out.add("trace_events", events)
-    out.add("device_steps", pa.Table.from_pandas(busy, schema=TABLES["device_steps"], preserve_index=False))
+    out.add(
+        "device_steps",
+        pa.Table.from_pandas(busy, schema=TABLES["device_steps"], preserve_index=False),
+    )
     out.files.append(str(path))
     planes = info.get("planes", {})
-    kinds = sorted({str(p.get("device_type_string")) for p in planes.values() if p.get("device_type_string")})
+    kinds = sorted(
+        {str(p.get("device_type_string")) for p in planes.values() if p.get("device_type_string")}
+    )
     out.meta.setdefault("trace_hosts", []).append(host)
     out.meta.setdefault("trace_devices", []).extend(devices)
     if kinds:
         out.meta["device_kind"] = kinds[0]
-    out.summary.append(f"{path.name}: {events.num_rows:,} events, {len(devices)} device(s)"
-                       + (f" ({', '.join(kinds)})" if kinds else ""))
-    if any("TPU" in k for k in kinds):  # CPU runs keep their --deep dumps (the user's HLO, with metadata)
+    out.summary.append(
+        f"{path.name}: {events.num_rows:,} events, {len(devices)} device(s)"
+        + (f" ({', '.join(kinds)})" if kinds else "")
+    )
+    if any(
+        "TPU" in k for k in kinds
+    ):  # CPU runs keep their --deep dumps (the user's HLO, with metadata)
         add_hlo(out, path, {"host": host, "pid": pid, "rank": 0}, "tpu_trace")
     return True
 
@@ -125,11 +139,18 @@ def add_hlo(out: TraceSet, path: Path, fields: dict[str, Any], stage: str) -> No
     rows = hlo_rows.rows(modules, **fields)
     for name in ("hlo_modules", "hlo_ops"):
         out.add(name, pa.Table.from_pylist(rows[name], schema=TABLES[name]))
-    out.summary.append(f"{path.name}: {len(modules)} HLO module(s) from its metadata plane (stage {stage})")
+    out.summary.append(
+        f"{path.name}: {len(modules)} HLO module(s) from its metadata plane (stage {stage})"
+    )
 
 
-def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: bool = True,
-                first_pid: int = 0, host: str | None = None) -> TraceSet:
+def load_traces(
+    paths: list[Path],
+    steps: pd.DataFrame | None = None,
+    xprof: bool = True,
+    first_pid: int = 0,
+    host: str | None = None,
+) -> TraceSet:
     """Read xplane files (each its own pid), then xprof's analyses of those with device planes;
     `host` labels every row (one host of a pod), else each file's own host."""
     out = TraceSet()
@@ -146,8 +167,12 @@ def load_traces(paths: list[Path], steps: pd.DataFrame | None = None, xprof: boo
         for files in sessions.values():
             add_xprof(out, files, host)
     elif device_files and xprof:
-        out.summary.append("xprof is not installed: no MXU utilization or duty cycle (pip install xprof)")
-    kind = out.meta.get("device_kind") or xprof_figures.device_kind([], out.meta.get("trace_devices"))
+        out.summary.append(
+            "xprof is not installed: no MXU utilization or duty cycle (pip install xprof)"
+        )
+    kind = out.meta.get("device_kind") or xprof_figures.device_kind(
+        [], out.meta.get("trace_devices")
+    )
     if kind:
         out.meta["device_kind"] = kind
     return out
@@ -157,16 +182,29 @@ def add_xprof(out: TraceSet, files: list[Path], host: str | None = None) -> None
     """xprof's analyses of one profile (its hosts' files together), labelled with `host` or its
     first host."""
     result = xprof_tools.run_tools(files)
-    host = host or files[0].name.removesuffix(".xplane.pb") if len(files) == 1 else files[0].parent.name
+    host = (
+        host or files[0].name.removesuffix(".xplane.pb")
+        if len(files) == 1
+        else files[0].parent.name
+    )
     fields = {"host": host, "pid": 0, "rank": 0}
-    kind = out.meta.get("device_kind") or xprof_figures.device_kind(result.overview, out.meta.get("trace_devices"))
+    kind = out.meta.get("device_kind") or xprof_figures.device_kind(
+        result.overview, out.meta.get("trace_devices")
+    )
     if kind:
         out.meta["device_kind"] = kind
     result.overview = xprof_figures.overview_rows(result.overview, kind)
     result.ops = xprof_figures.op_rows(result.ops)
-    out.add("xprof_overview", pa.Table.from_pylist([{**fields, **r} for r in result.overview],
-                                                   schema=TABLES["xprof_overview"]))
-    out.add("xprof_ops", pa.Table.from_pylist([{**fields, **r} for r in result.ops], schema=TABLES["xprof_ops"]))
+    out.add(
+        "xprof_overview",
+        pa.Table.from_pylist(
+            [{**fields, **r} for r in result.overview], schema=TABLES["xprof_overview"]
+        ),
+    )
+    out.add(
+        "xprof_ops",
+        pa.Table.from_pylist([{**fields, **r} for r in result.ops], schema=TABLES["xprof_ops"]),
+    )
     out.summary += result.errors
     figures = {r["name"]: r["value"] for r in result.overview if r["value"] is not None}
     for key in ("mxu_utilization_percent", "device_duty_cycle_percent"):
@@ -179,5 +217,8 @@ def write(run: Run | Path, traces: TraceSet, tag: str) -> int:
     a time (memory: store/row_groups.py); returns the rows written. A run's own ingest tags them
     `<host>-<pid>`, as every writer's parts, so the hosts of a pod never replace each other's."""
     run = run if isinstance(run, Run) else Run(run)
-    return sum(run.write_arrow(name, f"{tag}-{i:04d}", table)
-               for name, tables in traces.tables.items() for i, table in enumerate(tables))
+    return sum(
+        run.write_arrow(name, f"{tag}-{i:04d}", table)
+        for name, tables in traces.tables.items()
+        for i, table in enumerate(tables)
+    )

@@ -17,7 +17,11 @@ from tpuscope.ingest.registry import Evidence, Importer, register
 
 def _kept_as(path: Path) -> str:
     """Where a trace file is kept in the run: trace/imported/plugins/profile/<session>/<file>."""
-    session = path.parent.name if path.parent.parent.name == "profile" else path.name.removesuffix(".xplane.pb")
+    session = (
+        path.parent.name
+        if path.parent.parent.name == "profile"
+        else path.name.removesuffix(".xplane.pb")
+    )
     return f"trace/imported/plugins/profile/{session}/{path.name}"
 
 
@@ -27,8 +31,12 @@ def load(path: Path) -> Evidence:
         raise ValueError("no *.xplane.pb file in it")
     traces = trace_ingest.load_traces(files)
     if not traces.files:
-        raise ValueError("; ".join(f"{r['path']}: {r['reason']}" if path.is_dir() else r["reason"]
-                                   for r in traces.refused))
+        raise ValueError(
+            "; ".join(
+                f"{r['path']}: {r['reason']}" if path.is_dir() else r["reason"]
+                for r in traces.refused
+            )
+        )
     evidence = Evidence(meta={"backend": "trace", **traces.meta})
     for name, tables in traces.tables.items():
         evidence.tables[name] = tables
@@ -45,10 +53,12 @@ def sniff(path: Path, head: bytes) -> bool:
     return path.is_dir() and next(iter(path.rglob("*.xplane.pb")), None) is not None
 
 
-IMPORTER = register(Importer(
-    name="xplane",
-    description="profiler trace (*.xplane.pb from jax, torch_xla, TorchTPU or TensorFlow; "
-                "or a TensorBoard/xprof log folder of them)",
-    sniff=sniff,
-    load=load,
-))
+IMPORTER = register(
+    Importer(
+        name="xplane",
+        description="profiler trace (*.xplane.pb from jax, torch_xla, TorchTPU or TensorFlow; "
+        "or a TensorBoard/xprof log folder of them)",
+        sniff=sniff,
+        load=load,
+    )
+)

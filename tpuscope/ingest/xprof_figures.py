@@ -14,14 +14,20 @@ import math
 from typing import Any
 
 UNKNOWN_BOUND = {"", "?", "unknown", "none", "n/a"}
-TPU_ONLY = {"mxu_utilization_percent", "hbm_utilization_percent", "flop_rate_utilization_relative_to_roofline"}
+TPU_ONLY = {
+    "mxu_utilization_percent",
+    "hbm_utilization_percent",
+    "flop_rate_utilization_relative_to_roofline",
+}
 ZERO_IS_UNKNOWN = {"peak_flop_rate_gflops", "peak_hbm_bw_gibps", "hbm_ridge_point_flops_per_byte"}
 
 
 def device_kind(overview: list[dict[str, Any]], devices: list[str] | None = None) -> str | None:
     """The kind of device traced: xprof's device_type ("TPU v6 Lite", "GPU", "AMD GPU - gfx942"),
     else the planes' names (/device:GPU:0 -> "GPU")."""
-    kinds = [str(r.get("text")) for r in overview if r.get("name") == "device_type" and r.get("text")]
+    kinds = [
+        str(r.get("text")) for r in overview if r.get("name") == "device_type" and r.get("text")
+    ]
     if kinds:
         return kinds[0]
     for kind in ("TPU", "GPU"):
@@ -57,5 +63,9 @@ def overview_rows(rows: list[dict[str, Any]], kind: str | None) -> list[dict[str
 
 def op_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ops with an unknown bound stored as null (never "?" or "Unknown")."""
-    return [{**r, "bound_by": None} if str(r.get("bound_by") or "").strip().lower() in UNKNOWN_BOUND else r
-            for r in rows]
+    return [
+        {**r, "bound_by": None}
+        if str(r.get("bound_by") or "").strip().lower() in UNKNOWN_BOUND
+        else r
+        for r in rows
+    ]

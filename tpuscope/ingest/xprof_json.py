@@ -54,7 +54,11 @@ def _without_empty_duty_cycle(rows: list[dict[str, Any]]) -> list[dict[str, Any]
     (its golden v5 training overview says so), and 0% busy would read as a fully idle device."""
     values = {r["name"]: r["value"] for r in rows}
     if values.get("device_duty_cycle_percent") == 0 and values.get("device_idle_time_percent") == 0:
-        return [r for r in rows if r["name"] not in ("device_duty_cycle_percent", "device_idle_time_percent")]
+        return [
+            r
+            for r in rows
+            if r["name"] not in ("device_duty_cycle_percent", "device_idle_time_percent")
+        ]
     return rows
 
 
@@ -78,7 +82,9 @@ def load(path: Path) -> Evidence:
     if kind:
         evidence.meta["device_kind"] = kind
     evidence.read = list(files.values())
-    evidence.summary = f"xprof tool outputs ({', '.join(sorted(files))}): {len(result.ops)} HLO op(s)"
+    evidence.summary = (
+        f"xprof tool outputs ({', '.join(sorted(files))}): {len(result.ops)} HLO op(s)"
+    )
     return evidence
 
 
@@ -86,9 +92,11 @@ def sniff(path: Path, head: bytes) -> bool:
     return path.is_dir() and "hlo_stats" in tool_files(path)
 
 
-IMPORTER = register(Importer(
-    name="xprof_json",
-    description="xprof tool outputs (a folder of *hlo_stats*.json[.gz], *op_profile*, *overview_page*, ...)",
-    sniff=sniff,
-    load=load,
-))
+IMPORTER = register(
+    Importer(
+        name="xprof_json",
+        description="xprof tool outputs (a folder of *hlo_stats*.json[.gz], *op_profile*, *overview_page*, ...)",
+        sniff=sniff,
+        load=load,
+    )
+)

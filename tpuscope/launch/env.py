@@ -50,8 +50,11 @@ DEBUG_DEFAULTS = {"PT_XLA_DEBUG_MAX_FRAME": "64"}
 
 
 def tpu_present() -> bool:
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
-                or os.environ.get("TPU_ACCELERATOR_TYPE"))
+    return bool(
+        glob.glob("/dev/accel*")
+        or glob.glob("/dev/vfio/[0-9]*")
+        or os.environ.get("TPU_ACCELERATOR_TYPE")
+    )
 
 
 @dataclass
@@ -72,8 +75,13 @@ class ChildEnv:
         return True
 
 
-def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | None = None,
-              host: str | None = None) -> ChildEnv:
+def build_env(
+    run_dir: Path,
+    warmup: int,
+    deep: bool,
+    base: dict[str, str] | None = None,
+    host: str | None = None,
+) -> ChildEnv:
     """`host`: this host of a pod (its --deep dumps go to a folder of its own)."""
     child = ChildEnv(env=dict(os.environ if base is None else base))
     env = child.env
@@ -82,14 +90,18 @@ def build_env(run_dir: Path, warmup: int, deep: bool, base: dict[str, str] | Non
     env[envvars.ENV_WARMUP] = str(warmup)
     env["TPUSCOPE_SRC"] = str(Path(__file__).resolve().parents[2])
     if not tpu_present():
-        child.set_default("PJRT_DEVICE", "CPU")  # said after the run, if torch_xla ran (cli.backend_note)
+        child.set_default(
+            "PJRT_DEVICE", "CPU"
+        )  # said after the run, if torch_xla ran (cli.backend_note)
     for name, value in DEBUG_DEFAULTS.items():
         child.set_default(name, value)
     # level 1 under --deep too: level 2 analyses every execution (~15-30 us and 3 KB of text
     # each, docs/overhead.md); the compile blocks are what the findings read
     if child.set_default("PT_XLA_DEBUG_LEVEL", "1"):
         env[ENV_OWNS_DEBUG] = "1"
-        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(run_dir / layout.debug_file("<host>", "<pid>"))
+        child.set_by_tpuscope["PT_XLA_DEBUG_FILE"] = str(
+            run_dir / layout.debug_file("<host>", "<pid>")
+        )
     if deep:
         frames = [child.set_default(name, "1") for name in ("XLA_IR_DEBUG", "XLA_HLO_DEBUG")]
         if all(frames):  # tpuscope's own: captured while graphs are new (collect/xla/ir_frames.py)
@@ -142,7 +154,10 @@ class ProcessSettings:
         them without one (a user's own --xla_dump_to is still read)."""
         from tpuscope.collect.xla.shapes import ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH
 
-        saved = {name: os.environ.get(name) for name in ("XLA_FLAGS", ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH)}
+        saved = {
+            name: os.environ.get(name)
+            for name in ("XLA_FLAGS", ENV_DUMP_DIR, ENV_DUMP_READ, ENV_SWITCH)
+        }
         if self.dump_dir is None:
             os.environ[ENV_SWITCH] = "0"
         else:
@@ -192,8 +207,9 @@ def prepare(folder: str | Path | None = None, shapes: bool = True) -> ProcessSet
     and compiles do not pay for the dump (docs/overhead.md, "Shapes in the default mode")."""
     global _state, _hooked
     if _state is None:
-        _state = ProcessSettings(folder=Path(folder or tempfile.mkdtemp(prefix="tpuscope-watch-")),
-                                 shapes=shapes)
+        _state = ProcessSettings(
+            folder=Path(folder or tempfile.mkdtemp(prefix="tpuscope-watch-")), shapes=shapes
+        )
         if sys.modules.get("torch_xla") is not None:
             _apply(_state)
         elif not _hooked:
@@ -220,8 +236,10 @@ def _apply(state: ProcessSettings) -> None:
         if state.file is None and _read_file:  # an earlier block's: torch_xla still writes it
             state.file = _read_file[-1]
         if state.file is None:
-            state.note = (f"torch_xla compiled before tpuscope could turn PT_XLA_DEBUG on; set {LEVEL}=1 "
-                          f"and {FILE}=<file> yourself to get causes and frames")
+            state.note = (
+                f"torch_xla compiled before tpuscope could turn PT_XLA_DEBUG on; set {LEVEL}=1 "
+                f"and {FILE}=<file> yourself to get causes and frames"
+            )
         return
     _enable_debug_text(state)
     from tpuscope.collect import autostart
@@ -236,8 +254,10 @@ def _enable_debug_text(state: ProcessSettings) -> None:
     if level is not None and not inherited:
         state.file = file if level != "0" else None
         if not file:
-            state.note = (f"{LEVEL} is set without {FILE}, so compile causes went to stderr "
-                          "instead of to tpuscope")
+            state.note = (
+                f"{LEVEL} is set without {FILE}, so compile causes went to stderr "
+                "instead of to tpuscope"
+            )
         return
     state.set_vars.update({LEVEL: level or "1", ENV_OWNS_DEBUG: "1"})
     state.set_vars.update({k: v for k, v in DEBUG_DEFAULTS.items() if k not in os.environ})
@@ -271,7 +291,9 @@ def reset() -> None:
     """Undo prepare() (pytest_unconfigure): variables tpuscope set leave os.environ."""
     global _state
     if _state is not None and LEVEL in _state.set_vars and _state.file and torch_xla_compiled():
-        _read_file[:] = [_state.file]  # torch_xla read it (tpuscope turned it on) and goes on writing it
+        _read_file[:] = [
+            _state.file
+        ]  # torch_xla read it (tpuscope turned it on) and goes on writing it
     if _state is not None and not _state.released:
         _state._unset()
     _state = None

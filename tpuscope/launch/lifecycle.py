@@ -38,8 +38,9 @@ def close_run(run_dir: Path, status: str, error: str | None = None, **fields: An
     Run(run_dir).update_meta(status=status, error=error, end_ns=time.time_ns(), **fields)
 
 
-def collect_here(root: str | Path | None, name: str, warmup: int, settings: ProcessSettings,
-                 **meta: Any) -> Path:
+def collect_here(
+    root: str | Path | None, name: str, warmup: int, settings: ProcessSettings, **meta: Any
+) -> Path:
     """Open a run and collect into it in this process (profile(), a watch).
 
     `settings` are this process's (launch/env.prepare): the PT_XLA_DEBUG file torch_xla
@@ -81,9 +82,15 @@ class Ending:
     error: BaseException | None = None
 
 
-def finish_run(run_dir: Path, *, analysis: bool | None = True, compact: bool = True,
-               pod_host: str | None = None, store: RunStore | None = None,
-               show: Callable[[Ending], None] | None = None) -> Ending:
+def finish_run(
+    run_dir: Path,
+    *,
+    analysis: bool | None = True,
+    compact: bool = True,
+    pod_host: str | None = None,
+    store: RunStore | None = None,
+    show: Callable[[Ending], None] | None = None,
+) -> Ending:
     """The end of every run once its processes stopped writing (`tpuscope run`, profile(), a
     pytest watch): the device view its traces and dumps give, its parts merged, the analysis,
     `show` (the caller's words on it), then the run shipped to its object store.

@@ -14,8 +14,13 @@ from tpuscope.store import Run
 
 
 @contextmanager
-def profile(store: str | Path | None = None, name: str = "profile", warmup: int = DEFAULT_WARMUP,
-            analyze_at_exit: bool = True, alerts: bool = False) -> Iterator[Run]:
+def profile(
+    store: str | Path | None = None,
+    name: str = "profile",
+    warmup: int = DEFAULT_WARMUP,
+    analyze_at_exit: bool = True,
+    alerts: bool = False,
+) -> Iterator[Run]:
     """Collect every step in the block into a new run; yields the Run.
 
     With `alerts=True`, new recompiles and CPU fallbacks are said on stderr while the block
@@ -33,8 +38,9 @@ def profile(store: str | Path | None = None, name: str = "profile", warmup: int 
     """
     own_settings = env.current() is None  # else a pytest session's (or an earlier block's) stay
     settings = env.prepare(shapes=False)
-    run_dir = collect_here(store, name, warmup, settings, argv=list(sys.argv),
-                           command="tpuscope.profile()")
+    run_dir = collect_here(
+        store, name, warmup, settings, argv=list(sys.argv), command="tpuscope.profile()"
+    )
     run = Run(run_dir)
     watcher = None
     if alerts:

@@ -111,9 +111,17 @@ class StartError(UsageError):
 
 
 def run_program(
-    program: Program, store: RunStore, name: str | None = None, warmup: int = DEFAULT_WARMUP, deep: bool = False,
-    trace_steps: str | None = None, target: str | None = None, alerts: bool = False,
-    run_id: str | None = None, analysis: bool | None = None, show: Callable[[Ending], None] | None = None,
+    program: Program,
+    store: RunStore,
+    name: str | None = None,
+    warmup: int = DEFAULT_WARMUP,
+    deep: bool = False,
+    trace_steps: str | None = None,
+    target: str | None = None,
+    alerts: bool = False,
+    run_id: str | None = None,
+    analysis: bool | None = None,
+    show: Callable[[Ending], None] | None = None,
 ) -> tuple[Ending | None, int]:
     """Run the program under collection and finish its run (launch/lifecycle.finish_run, with
     `analysis` and `show`); returns (how the run ended, None when it could not be written;
@@ -125,8 +133,9 @@ def run_program(
     host = file_host()
     if run_id:
         run_dir = _join(store, run_id, host, name or program.name)
-        Run(run_dir).update_host_meta(host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(),
-                                      status="running")  # what open_run puts in a one-host run's meta.json
+        Run(run_dir).update_host_meta(
+            host, cwd=os.getcwd(), warmup=warmup, start_ns=time.time_ns(), status="running"
+        )  # what open_run puts in a one-host run's meta.json
     else:
         run_dir = open_run(store, name or program.name, warmup)
     child = build_env(run_dir, warmup, deep, host=host if run_id else None)
@@ -163,16 +172,18 @@ def run_program(
         # asked to end: end as the bare program would, now (rows and meta are kept, `show`
         # analyses the run; the alert watcher's daemon thread ends with the launcher). Limits
         # (analysis True) still judge a program that exited 0: they may change its status.
-        return finish_run(run_dir, analysis=False, compact=False, pod_host=host if run_id else None,
-                          store=store), code
+        return finish_run(
+            run_dir, analysis=False, compact=False, pod_host=host if run_id else None, store=store
+        ), code
     if watcher is not None:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C now skips the last count, not the run
             watcher.stop()  # the rows of the program's last seconds, then a last count
         record(alerts_cost=watcher.cost)
     if record.failed:  # the store is full or gone: said once already, nothing more to read
         return None, code
-    return finish_run(run_dir, analysis=analysis, pod_host=host if run_id else None, store=store,
-                      show=show), code
+    return finish_run(
+        run_dir, analysis=analysis, pod_host=host if run_id else None, store=store, show=show
+    ), code
 
 
 def _join(store: RunStore, run_id: str, host: str, name: str) -> Path:
@@ -213,8 +224,9 @@ class MetaRecorder:
 
     def close(self, status: str, **fields: object) -> None:
         if self.host:  # the end of this host, in its own file (close_run writes meta.json)
-            self._guarded(self.run.update_host_meta, self.host, status=status,
-                          end_ns=time.time_ns(), **fields)
+            self._guarded(
+                self.run.update_host_meta, self.host, status=status, end_ns=time.time_ns(), **fields
+            )
         else:
             self._guarded(close_run, self.run_dir, status, **fields)
 
@@ -223,8 +235,11 @@ class MetaRecorder:
             write(*args, **fields)
         except OSError as exc:
             if not self.failed:
-                print(f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "
-                      "(the program is not affected)", file=sys.stderr)
+                print(
+                    f"tpuscope: cannot record the run in {self.run_dir}: {exc.strerror or exc} "
+                    "(the program is not affected)",
+                    file=sys.stderr,
+                )
             self.failed = True
 
 

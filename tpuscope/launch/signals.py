@@ -59,7 +59,9 @@ class Child:
     """The running program: started with the launcher's signals blocked, waited for here."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        self.shares_group = _has_terminal()  # else its own group: a group kill reaches it once, from us
+        self.shares_group = (
+            _has_terminal()
+        )  # else its own group: a group kill reaches it once, from us
         launcher = os.getpid()
         prctl = _pdeathsig()
         env = {**env, ENV_LAUNCHER_PID: str(launcher)}
@@ -131,7 +133,12 @@ class Child:
         now = time.monotonic()
         previous = self._last.get(info.si_signo)
         self._last[info.si_signo] = (info.si_pid, now)
-        return not (previous and previous[0] == info.si_pid and info.si_pid and now - previous[1] < _REPEAT_S)
+        return not (
+            previous
+            and previous[0] == info.si_pid
+            and info.si_pid
+            and now - previous[1] < _REPEAT_S
+        )
 
 
 def exit_as(code: int) -> None:

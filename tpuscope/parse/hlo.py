@@ -24,10 +24,39 @@ _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(\(.*\)\s*->.*)?\{\s*$")
 _SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
 _METADATA = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|([^\s}]+))')
 _OPERAND_NAME = re.compile(r"%?([\w.\-]+)$")
-_DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,
-                "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
-                "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "token": 0}
-_CALL_ATTRS = ("calls", "to_apply", "body", "condition", "branch_computations", "called_computations")
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s4": 0.5,
+    "u4": 0.5,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "s32": 4,
+    "u32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f16": 2,
+    "bf16": 2,
+    "f32": 4,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "f8e4m3b11fnuz": 1,
+    "f8e4m3fnuz": 1,
+    "f8e5m2fnuz": 1,
+    "token": 0,
+}
+_CALL_ATTRS = (
+    "calls",
+    "to_apply",
+    "body",
+    "condition",
+    "branch_computations",
+    "called_computations",
+)
 
 
 class HloParseError(ValueError):
@@ -96,7 +125,10 @@ class HloModule:
 
     @property
     def entry(self) -> Computation | None:
-        return next((c for c in self.computations if c.is_entry), self.computations[-1] if self.computations else None)
+        return next(
+            (c for c in self.computations if c.is_entry),
+            self.computations[-1] if self.computations else None,
+        )
 
     def instructions(self) -> Iterator[Instruction]:
         for computation in self.computations:
@@ -150,7 +182,7 @@ def _matching(text: str, start: int) -> int:
     for i, ch, depth in _unquoted(text, start):
         if depth == 0 and ch in ")]}":
             return i
-    raise HloParseError(f"unbalanced bracket in {text[start:start + 80]!r}")
+    raise HloParseError(f"unbalanced bracket in {text[start : start + 80]!r}")
 
 
 def split_top(text: str) -> list[str]:
@@ -182,15 +214,27 @@ def parse_instruction(line: str, computation: str = "") -> Instruction:
         raise HloParseError(f"no opcode in: {line.strip()[:120]!r}")
     opcode = rest[:paren].strip()
     close = _matching(rest, paren)
-    operands, shapes = _operands(rest[paren + 1:close], opcode)
+    operands, shapes = _operands(rest[paren + 1 : close], opcode)
     attrs = {}
-    for part in split_top(rest[close + 1:].lstrip(", ")):
+    for part in split_top(rest[close + 1 :].lstrip(", ")):
         key, _, value = part.partition("=")
         if key:
             attrs[key.strip()] = value.strip()
-    metadata = {m[1]: m[2] if m[2] is not None else m[3] for m in _METADATA.finditer(attrs.get("metadata", ""))}
-    return Instruction(name.lstrip("%"), opcode, shape, operands, shapes, attrs, computation, is_root,
-                       metadata=metadata)
+    metadata = {
+        m[1]: m[2] if m[2] is not None else m[3]
+        for m in _METADATA.finditer(attrs.get("metadata", ""))
+    }
+    return Instruction(
+        name.lstrip("%"),
+        opcode,
+        shape,
+        operands,
+        shapes,
+        attrs,
+        computation,
+        is_root,
+        metadata=metadata,
+    )
 
 
 def _operands(text: str, opcode: str) -> tuple[list[str], list[Shape | None]]:
@@ -252,8 +296,10 @@ def _resolve(module: HloModule) -> None:
     """Fill operand shapes from their definitions and mark instructions inside fusions."""
     by_name = {i.name: i for i in module.instructions()}
     for inst in module.instructions():
-        inst.operand_shapes = [s if s is not None else (by_name[n].shape if n in by_name else None)
-                               for n, s in zip(inst.operands, inst.operand_shapes, strict=True)]
+        inst.operand_shapes = [
+            s if s is not None else (by_name[n].shape if n in by_name else None)
+            for n, s in zip(inst.operands, inst.operand_shapes, strict=True)
+        ]
     computations = {c.name: c for c in module.computations}
     for inst in module.instructions():
         if inst.opcode == "fusion" and inst.fusion is None:
@@ -270,7 +316,9 @@ def called(inst: Instruction) -> list[str]:
     return names
 
 
-def _mark_fusion(computations: dict[str, Computation], names: list[str], fusion: str, seen: set[str]) -> None:
+def _mark_fusion(
+    computations: dict[str, Computation], names: list[str], fusion: str, seen: set[str]
+) -> None:
     for name in names:
         computation = computations.get(name)
         if computation is None or name in seen:
@@ -284,7 +332,9 @@ def _mark_fusion(computations: dict[str, Computation], names: list[str], fusion:
 _DUMP_NAME = re.compile(r"^module_(\d+)\.(.+?)\.((?:[a-z]+_)?(?:before|after)_optimizations)\.txt$")
 
 
-def dump_files(folder: str | Path, stages: tuple[str, ...] = ("before_optimizations",)) -> list[Path]:
+def dump_files(
+    folder: str | Path, stages: tuple[str, ...] = ("before_optimizations",)
+) -> list[Path]:
     """Module text files of an `--xla_dump_to` folder for the given stages, in module order.
 
     The CPU backend spells the optimized stage `cpu_after_optimizations`; a stage

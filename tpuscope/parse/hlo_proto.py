@@ -70,7 +70,10 @@ def _hlo_module_field(hlo_proto: bytes) -> bytes | None:
 def trace_modules(path: str | Path, stage: str = STAGE) -> tuple[list[HloModule], list[str]]:
     """(the parsed modules, problems worth a summary line) of one xplane file."""
     try:  # mapped, not read: the import path stays under 3x the file size (docs/device_view.md)
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with (
+            open(path, "rb") as handle,
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
             plane = metadata_plane(data)
     except (OSError, ValueError, WireError) as exc:
         return [], [f"HLO protos not read: {exc}"]
@@ -78,7 +81,9 @@ def trace_modules(path: str | Path, stage: str = STAGE) -> tuple[list[HloModule]
         return [], []
     protos = module_protos(plane)
     if protos and not available():
-        return [], [f"{len(protos)} HLO proto(s) in the trace not read: jaxlib is not installed (pip install jax)"]
+        return [], [
+            f"{len(protos)} HLO proto(s) in the trace not read: jaxlib is not installed (pip install jax)"
+        ]
     from jaxlib import _hlo
 
     modules, problems = [], []

@@ -22,8 +22,19 @@ from tpuscope.parse.hlo_frames import dump_user_lines
 
 MATMUL_OPCODES = ("dot", "convolution")
 # Instructions that move no data of their own: left out of a module's traffic estimate.
-_FREE = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant", "after-all", "partition-id",
-         "replica-id", "opt-barrier", "add-dependency", "iota"}
+_FREE = {
+    "parameter",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "constant",
+    "after-all",
+    "partition-id",
+    "replica-id",
+    "opt-barrier",
+    "add-dependency",
+    "iota",
+}
 
 
 @dataclass
@@ -50,7 +61,11 @@ def _product(values: Iterable[int]) -> int:
 
 
 def _precision(inst: Instruction) -> str:
-    found = [p.strip().lower() for p in inst.attrs.get("operand_precision", "").strip("{}").split(",") if p.strip()]
+    found = [
+        p.strip().lower()
+        for p in inst.attrs.get("operand_precision", "").strip("{}").split(",")
+        if p.strip()
+    ]
     order = ["default", "high", "highest"]
     found = [p for p in found if p in order]
     return max(found, key=order.index) if found else "default"
@@ -82,7 +97,12 @@ def _convolution(inst: Instruction, lhs: Shape, rhs: Shape) -> Matmul | None:
     labels = inst.attrs.get("dim_labels", "")
     match = re.match(r"^(\w+)_(\w+)->(\w+)$", labels)
     out = inst.shape
-    if not match or out.is_tuple or len(match[1]) != len(lhs.dims) or len(match[2]) != len(rhs.dims):
+    if (
+        not match
+        or out.is_tuple
+        or len(match[1]) != len(lhs.dims)
+        or len(match[2]) != len(rhs.dims)
+    ):
         return None
     rhs_l, out_l = match[2], match[3]
     groups = int(inst.attrs.get("feature_group_count", "1") or 1)
@@ -93,8 +113,15 @@ def _convolution(inst: Instruction, lhs: Shape, rhs: Shape) -> Matmul | None:
     spatial_out = _product(d for label, d in zip(out_l, out.dims, strict=False) if label.isdigit())
     m = out.dims[out_l.index("b")] * spatial_out if "b" in out_l else spatial_out
     group_count = groups * batch_groups
-    return Matmul(group_count, m, max(out_features // group_count, 1), in_per_group * window,
-                  lhs.dtype, rhs.dtype, _precision(inst))
+    return Matmul(
+        group_count,
+        m,
+        max(out_features // group_count, 1),
+        in_per_group * window,
+        lhs.dtype,
+        rhs.dtype,
+        _precision(inst),
+    )
 
 
 def _traffic(inst: Instruction) -> float:
@@ -120,9 +147,14 @@ def module_rows(module: HloModule) -> tuple[dict[str, Any], list[dict[str, Any]]
     params = [i for i in (entry.instructions if entry else []) if i.opcode == "parameter"]
     root = next((i for i in (entry.instructions if entry else []) if i.is_root), None)
     module_row = {
-        "module": module.name, "stage": module.stage, "source": module.source,
-        "instructions": len(ops), "computations": len(module.computations),
-        "dots": counts["dot"], "convolutions": counts["convolution"], "matmul_flops": flops,
+        "module": module.name,
+        "stage": module.stage,
+        "source": module.source,
+        "instructions": len(ops),
+        "computations": len(module.computations),
+        "dots": counts["dot"],
+        "convolutions": counts["convolution"],
+        "matmul_flops": flops,
         "param_bytes": float(sum(p.shape.bytes for p in params)),
         "output_bytes": float(root.shape.bytes) if root is not None else 0.0,
         "top_level_bytes": top_bytes,
@@ -134,14 +166,26 @@ def _op_row(module: HloModule, inst: Instruction) -> dict[str, Any]:
     mm = matmul(inst)
     meta = inst.metadata
     return {
-        "module": module.name, "stage": module.stage, "computation": inst.computation,
-        "name": inst.name, "opcode": inst.opcode, "shape": str(inst.shape),
-        "dtype": inst.shape.dtype, "operands": inst.operands, "fusion": inst.fusion,
-        "op_type": meta.get("op_type"), "op_name": meta.get("op_name"),
-        "source_file": meta.get("source_file"), "source_line": inst.source_line,
-        "batch": mm.batch if mm else None, "m": mm.m if mm else None, "n": mm.n if mm else None,
-        "k": mm.k if mm else None, "lhs_dtype": mm.lhs_dtype if mm else None,
-        "rhs_dtype": mm.rhs_dtype if mm else None, "precision": mm.precision if mm else None,
+        "module": module.name,
+        "stage": module.stage,
+        "computation": inst.computation,
+        "name": inst.name,
+        "opcode": inst.opcode,
+        "shape": str(inst.shape),
+        "dtype": inst.shape.dtype,
+        "operands": inst.operands,
+        "fusion": inst.fusion,
+        "op_type": meta.get("op_type"),
+        "op_name": meta.get("op_name"),
+        "source_file": meta.get("source_file"),
+        "source_line": inst.source_line,
+        "batch": mm.batch if mm else None,
+        "m": mm.m if mm else None,
+        "n": mm.n if mm else None,
+        "k": mm.k if mm else None,
+        "lhs_dtype": mm.lhs_dtype if mm else None,
+        "rhs_dtype": mm.rhs_dtype if mm else None,
+        "precision": mm.precision if mm else None,
         "flops": mm.flops if mm else None,
     }
 
@@ -156,7 +200,9 @@ def rows(modules: Iterable[HloModule], **fields: Any) -> dict[str, list[dict[str
     return out
 
 
-def load_dumps(paths: Iterable[str | Path], **fields: Any) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, str]]]:
+def load_dumps(
+    paths: Iterable[str | Path], **fields: Any
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, str]]]:
     """Rows of every readable HLO text file; unreadable ones are returned as refusals naming them."""
     out: dict[str, list[dict[str, Any]]] = {"hlo_modules": [], "hlo_ops": []}
     refused = []

@@ -31,6 +31,8 @@ _SIZE_FIELDS = {
     "Intermediate tensor": "intermediate_gb",
     "Compiled program": "program_gb",
 }
+
+
 @dataclass
 class GraphRecord:
     """One compilation or execution analysis block."""
@@ -185,7 +187,9 @@ def parse_debug_file(path: str | Path) -> DebugLog:
 
 
 def looks_like_debug_text(text: str) -> bool:
-    return any(p in text for p in ("Compilation Analysis:", "Execution Analysis:", "pt-xla-profiler:"))
+    return any(
+        p in text for p in ("Compilation Analysis:", "Execution Analysis:", "pt-xla-profiler:")
+    )
 
 
 class DebugFileTail:
@@ -217,7 +221,10 @@ class DebugFileTail:
             return self._poll(upto)
         except Exception as exc:
             self.failed = True
-            print(f"tpuscope: stopped reading {self.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(
+                f"tpuscope: stopped reading {self.path}: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
             return [], []
 
     def _poll(self, upto: int | None) -> tuple[list[GraphRecord], list[GraphRecord]]:

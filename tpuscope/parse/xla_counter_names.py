@@ -3,7 +3,9 @@ the metrics reports and PT_XLA_DEBUG logs a user imports (no runtime, no pandas)
 
 from __future__ import annotations
 
-OWN_NAMESPACES = ("xla",)  # torch_xla's counters of its own (lowered) kernels: `xla::add`, `xla::_to_cpu`
+OWN_NAMESPACES = (
+    "xla",
+)  # torch_xla's counters of its own (lowered) kernels: `xla::add`, `xla::_to_cpu`
 
 
 def is_fallback_counter(name: str) -> bool:

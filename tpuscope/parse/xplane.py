@@ -54,10 +54,16 @@ from tpuscope.parse.xplane_proto import (
 from tpuscope.parse.xplane_table import META_KEY, TableBuilder
 
 STRING_STATS = ("hlo_op", "hlo_module", "hlo_category", "source", "tf_op", "graph_hash")
-NUMERIC_STATS: dict[str, Any] = {"program_id": np.uint64, "flops": np.int64, "bytes_accessed": np.int64,
-                                 "step_num": np.int64}
+NUMERIC_STATS: dict[str, Any] = {
+    "program_id": np.uint64,
+    "flops": np.int64,
+    "bytes_accessed": np.int64,
+    "step_num": np.int64,
+}
 ALWAYS = ("hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed")
-SMALL_LINE_BYTES = 1 << 16  # below this, numpy's per-call overhead exceeds upb's cost: upb reads the line
+SMALL_LINE_BYTES = (
+    1 << 16
+)  # below this, numpy's per-call overhead exceeds upb's cost: upb reads the line
 BATCH_EVENTS = 1 << 15
 
 
@@ -65,14 +71,20 @@ class XSpaceDecodeError(ValueError):
     """The file is not a decodable XSpace protobuf; the message starts with its path."""
 
 
-def read_xspace(path: str | os.PathLike[str], *, engine: str = "wire",
-                numeric_stats: dict[str, Any] | None = None, string_stats: Sequence[str] = STRING_STATS,
-                always: Sequence[str] = ()) -> pa.Table:
+def read_xspace(
+    path: str | os.PathLike[str],
+    *,
+    engine: str = "wire",
+    numeric_stats: dict[str, Any] | None = None,
+    string_stats: Sequence[str] = STRING_STATS,
+    always: Sequence[str] = (),
+) -> pa.Table:
     """The events of one xplane.pb as a Table (columns in the module docstring)."""
     if engine not in ("wire", "upb"):
         raise ValueError(f"unknown engine {engine!r}: use 'wire' or 'upb'")
-    builder = TableBuilder(dict(NUMERIC_STATS if numeric_stats is None else numeric_stats),
-                           tuple(string_stats), always)
+    builder = TableBuilder(
+        dict(NUMERIC_STATS if numeric_stats is None else numeric_stats), tuple(string_stats), always
+    )
     data = _read_bytes(path)
     try:
         (_read_wire if engine == "wire" else _read_upb)(data, builder)
@@ -117,7 +129,9 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes:
     if not data:
         raise XSpaceDecodeError(f"{name}: empty file, not an XSpace protobuf")
     if data[:2] == b"\x1f\x8b":
-        raise XSpaceDecodeError(f"{name}: gzip-compressed; decompress it first (xplane.pb files are raw protobuf)")
+        raise XSpaceDecodeError(
+            f"{name}: gzip-compressed; decompress it first (xplane.pb files are raw protobuf)"
+        )
     return data
 
 
@@ -134,7 +148,9 @@ def _read_upb(data: bytes, builder: TableBuilder) -> None:
 
 
 def _plane_meta(plane: Any, builder: TableBuilder) -> PlaneMeta:
-    meta = PlaneMeta(plane, builder.names, builder.strdicts, builder.want_numeric, builder.want_string)
+    meta = PlaneMeta(
+        plane, builder.names, builder.strdicts, builder.want_numeric, builder.want_string
+    )
     builder.module_by_pid.update(meta.module_by_pid)
     if meta.stats:
         builder.plane_stats[meta.name] = meta.stats
@@ -143,12 +159,30 @@ def _plane_meta(plane: Any, builder: TableBuilder) -> PlaneMeta:
 
 def _add_upb_line(line: Any, meta: PlaneMeta, plane_code: int, builder: TableBuilder) -> None:
     name = text(line.name)
-    mid, offset, duration, ev_num, ev_str = upb_events(line.events, meta, builder.want_numeric, builder.strdicts)
+    mid, offset, duration, ev_num, ev_str = upb_events(
+        line.events, meta, builder.want_numeric, builder.strdicts
+    )
     rows = meta.lookup(mid)
-    num_cols, str_cols = merge_stats(meta, rows, ev_num, ev_str, builder.want_numeric, builder.want_string,
-                                     name, builder.strdicts, builder.module_by_pid)
-    builder.add(plane_code, builder.lines.code(name), meta.name_code[rows],
-                line.timestamp_ns + ps_to_ns(offset), ps_to_ns(duration), num_cols, str_cols)
+    num_cols, str_cols = merge_stats(
+        meta,
+        rows,
+        ev_num,
+        ev_str,
+        builder.want_numeric,
+        builder.want_string,
+        name,
+        builder.strdicts,
+        builder.module_by_pid,
+    )
+    builder.add(
+        plane_code,
+        builder.lines.code(name),
+        meta.name_code[rows],
+        line.timestamp_ns + ps_to_ns(offset),
+        ps_to_ns(duration),
+        num_cols,
+        str_cols,
+    )
 
 
 def ps_to_ns(ps: np.ndarray) -> np.ndarray:
@@ -180,8 +214,9 @@ def _read_wire(data: bytes, builder: TableBuilder) -> None:
             _read_plane(data, buf, start, end, builder, pool)
 
 
-def _read_plane(data: bytes, buf: np.ndarray, start: int, end: int, builder: TableBuilder,
-                pool: Executor) -> None:
+def _read_plane(
+    data: bytes, buf: np.ndarray, start: int, end: int, builder: TableBuilder, pool: Executor
+) -> None:
     """Lines are read with numpy; the rest of the plane (metadata maps, stats) is copied
     verbatim into a small message that upb parses."""
     lines, rest = [], []
@@ -205,7 +240,9 @@ def _read_plane(data: bytes, buf: np.ndarray, start: int, end: int, builder: Tab
             _add_upb_line(line, meta, code, builder)
 
 
-def _line_header(data: bytes, buf: np.ndarray, start: int, end: int) -> tuple[bytes, int, list[Any]]:
+def _line_header(
+    data: bytes, buf: np.ndarray, start: int, end: int
+) -> tuple[bytes, int, list[Any]]:
     """(name, timestamp_ns, runs of event spans) of one XLine, in any field order."""
     name, timestamp, runs = b"", 0, []
     pos = start
@@ -241,36 +278,74 @@ def _ahead(pool: Executor, fn: Callable[[Any], Any], items: list[Any]) -> Iterat
             future.cancel()
 
 
-def _read_line(data: bytes, buf: np.ndarray, header: tuple[bytes, int, list[Any]], meta: PlaneMeta,
-               plane_code: int, builder: TableBuilder, want_ids: np.ndarray, pool: Executor) -> None:
+def _read_line(
+    data: bytes,
+    buf: np.ndarray,
+    header: tuple[bytes, int, list[Any]],
+    meta: PlaneMeta,
+    plane_code: int,
+    builder: TableBuilder,
+    want_ids: np.ndarray,
+    pool: Executor,
+) -> None:
     raw_name, timestamp, runs = header
     name = text(raw_name)
     line_code = builder.lines.code(name)
-    batches = [(starts[i:i + BATCH_EVENTS], ends[i:i + BATCH_EVENTS])
-               for starts, ends in runs for i in range(0, len(starts), BATCH_EVENTS)]
+    batches = [
+        (starts[i : i + BATCH_EVENTS], ends[i : i + BATCH_EVENTS])
+        for starts, ends in runs
+        for i in range(0, len(starts), BATCH_EVENTS)
+    ]
 
     def numeric(batch: tuple[np.ndarray, np.ndarray]) -> tuple[Any, ...]:
         return _decode_numbers(buf, *batch, want_ids)
 
     for (starts, ends), decoded in zip(batches, _ahead(pool, numeric, batches), strict=True):
-        mid, offset, duration, ev_num, ev_str = _finish_events(data, starts, ends, decoded, meta, builder)
+        mid, offset, duration, ev_num, ev_str = _finish_events(
+            data, starts, ends, decoded, meta, builder
+        )
         rows = meta.lookup(mid)
-        num_cols, str_cols = merge_stats(meta, rows, ev_num, ev_str, builder.want_numeric,
-                                         builder.want_string, name, builder.strdicts, builder.module_by_pid)
-        builder.add(plane_code, line_code, meta.name_code[rows], timestamp + ps_to_ns(offset),
-                    ps_to_ns(duration), num_cols, str_cols)
+        num_cols, str_cols = merge_stats(
+            meta,
+            rows,
+            ev_num,
+            ev_str,
+            builder.want_numeric,
+            builder.want_string,
+            name,
+            builder.strdicts,
+            builder.module_by_pid,
+        )
+        builder.add(
+            plane_code,
+            line_code,
+            meta.name_code[rows],
+            timestamp + ps_to_ns(offset),
+            ps_to_ns(duration),
+            num_cols,
+            str_cols,
+        )
 
 
-def _decode_numbers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, want_ids: np.ndarray) -> tuple[Any, ...]:
+def _decode_numbers(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, want_ids: np.ndarray
+) -> tuple[Any, ...]:
     """The numpy half of a batch (any thread): lockstep-decoded events and their wanted stats."""
     mid, offset, duration, ev, stat_starts, stat_ends, tail = wire.lockstep_events(
-        buf, starts, ends, len(buf), want_ids)
+        buf, starts, ends, len(buf), want_ids
+    )
     stats = wire.lockstep_stats(buf, stat_starts, stat_ends, len(buf)) if ev.size else None
     return mid, offset, duration, ev, stats, tail
 
 
-def _finish_events(data: bytes, starts: np.ndarray, ends: np.ndarray, decoded: tuple[Any, ...], meta: PlaneMeta,
-                   builder: TableBuilder) -> tuple[Any, ...]:
+def _finish_events(
+    data: bytes,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    decoded: tuple[Any, ...],
+    meta: PlaneMeta,
+    builder: TableBuilder,
+) -> tuple[Any, ...]:
     """The main thread's half: stat values as dictionary codes, the few events left with many
     fields through upb."""
     mid, offset, duration, ev, stats, tail = decoded
@@ -278,13 +353,21 @@ def _finish_events(data: bytes, starts: np.ndarray, ends: np.ndarray, decoded: t
     if stats is not None:
         ev_num, ev_str = wire_stats(data, meta, ev, *stats, builder.want_numeric, builder.strdicts)
     if tail.size:
-        events = [XEvent.FromString(data[a:b]) for a, b in zip(starts[tail].tolist(), ends[tail].tolist(), strict=True)]
-        t_mid, t_off, t_dur, t_num, t_str = upb_events(events, meta, builder.want_numeric, builder.strdicts)
+        events = [
+            XEvent.FromString(data[a:b])
+            for a, b in zip(starts[tail].tolist(), ends[tail].tolist(), strict=True)
+        ]
+        t_mid, t_off, t_dur, t_num, t_str = upb_events(
+            events, meta, builder.want_numeric, builder.strdicts
+        )
         mid[tail], offset[tail], duration[tail] = t_mid, t_off, t_dur
         for target, source in ((ev_num, t_num), (ev_str, t_str)):
             for col, (rows, values) in source.items():
                 rows = tail[rows]
                 before = target.get(col)
-                target[col] = (rows, values) if before is None else (
-                    np.concatenate([before[0], rows]), np.concatenate([before[1], values]))
+                target[col] = (
+                    (rows, values)
+                    if before is None
+                    else (np.concatenate([before[0], rows]), np.concatenate([before[1], values]))
+                )
     return mid, offset, duration, ev_num, ev_str

@@ -25,7 +25,9 @@ MODULE_LINE = "XLA Modules"
 METADATA_PLANE = "/host:metadata"
 _MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
 
-NumCols = dict[str, tuple[np.ndarray, np.ndarray]]  # column -> (values, valid mask) or (rows, values)
+NumCols = dict[
+    str, tuple[np.ndarray, np.ndarray]
+]  # column -> (values, valid mask) or (rows, values)
 StrCols = dict[str, np.ndarray]  # column -> int32 dictionary codes (-1: null)
 
 
@@ -65,7 +67,11 @@ def number_arrays(values: Sequence[Any], dtype: Any) -> tuple[np.ndarray, np.nda
             out[i] = np.array(value).astype(dtype)
         else:
             value = int(value)
-            out[i] = (value & U64_MASK) if dtype == np.uint64 else (value - (1 << 64) if value >= (1 << 63) else value)
+            out[i] = (
+                (value & U64_MASK)
+                if dtype == np.uint64
+                else (value - (1 << 64) if value >= (1 << 63) else value)
+            )
     return out, valid
 
 
@@ -79,15 +85,29 @@ def _plane_stat(stat: Any, names: dict[int, str]) -> Any:
 class PlaneMeta:
     """Metadata of one plane, decoded with upb from the plane without its lines."""
 
-    def __init__(self, plane: Any, names: StringDict, strdicts: dict[str, StringDict],
-                 want_numeric: dict[str, Any], want_string: Sequence[str]) -> None:
+    def __init__(
+        self,
+        plane: Any,
+        names: StringDict,
+        strdicts: dict[str, StringDict],
+        want_numeric: dict[str, Any],
+        want_string: Sequence[str],
+    ) -> None:
         self.name = text(plane.name)
         self.stat_names = {k: text(v.name) for k, v in plane.stat_metadata.items()}
-        stats = ((self.stat_names.get(s.metadata_id, str(s.metadata_id)), _plane_stat(s, self.stat_names))
-                 for s in plane.stats)
+        stats = (
+            (
+                self.stat_names.get(s.metadata_id, str(s.metadata_id)),
+                _plane_stat(s, self.stat_names),
+            )
+            for s in plane.stats
+        )
         self.stats = {name: value for name, value in stats if value is not None}
-        self.want = {sid: name for sid, name in self.stat_names.items()
-                     if name in want_numeric or name in want_string}
+        self.want = {
+            sid: name
+            for sid, name in self.stat_names.items()
+            if name in want_numeric or name in want_string
+        }
         metadata = plane.event_metadata
         ids = np.fromiter(metadata.keys(), dtype=np.int64, count=len(metadata))
         order = np.argsort(ids, kind="stable")
@@ -95,10 +115,18 @@ class PlaneMeta:
         values = list(metadata.values())
         self._read_metadata([values[i] for i in order], names, strdicts, want_numeric, want_string)
         self.display_codes: np.ndarray | None = None
-        self.module_by_pid = dict(self.module_of_meta.values()) if self.name == METADATA_PLANE else {}
+        self.module_by_pid = (
+            dict(self.module_of_meta.values()) if self.name == METADATA_PLANE else {}
+        )
 
-    def _read_metadata(self, metas: list[Any], names: StringDict, strdicts: dict[str, StringDict],
-                       want_numeric: dict[str, Any], want_string: Sequence[str]) -> None:
+    def _read_metadata(
+        self,
+        metas: list[Any],
+        names: StringDict,
+        strdicts: dict[str, StringDict],
+        want_numeric: dict[str, Any],
+        want_string: Sequence[str],
+    ) -> None:
         n = len(metas)
         self.name_code = np.empty(n + 1, dtype=np.int32)  # the extra slot: unknown metadata id
         self.display = [""] * n
@@ -122,10 +150,16 @@ class PlaneMeta:
                 elif col in strs and strs[col][i] is None:
                     strs[col][i] = as_string(kind, value)
         self.name_code[n] = names.code("")
-        self.meta_num = {c: number_arrays(v, want_numeric[c]) for c, v in nums.items()
-                         if any(x is not None for x in v)}
-        self.meta_str = {c: np.array([-1 if x is None else strdicts[c].code(x) for x in v], dtype=np.int32)
-                         for c, v in strs.items() if any(x is not None for x in v)}
+        self.meta_num = {
+            c: number_arrays(v, want_numeric[c])
+            for c, v in nums.items()
+            if any(x is not None for x in v)
+        }
+        self.meta_str = {
+            c: np.array([-1 if x is None else strdicts[c].code(x) for x in v], dtype=np.int32)
+            for c, v in strs.items()
+            if any(x is not None for x in v)
+        }
 
     def lookup(self, mids: np.ndarray) -> np.ndarray:
         """Metadata ids -> row in the per-metadata arrays (len(ids): unknown id)."""
@@ -137,12 +171,18 @@ class PlaneMeta:
         return np.where(self.ids[jc] == mids, jc, n)
 
 
-def upb_events(events: Sequence[Any], meta: PlaneMeta, want_numeric: dict[str, Any],
-               strdicts: dict[str, StringDict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, NumCols, NumCols]:
+def upb_events(
+    events: Sequence[Any],
+    meta: PlaneMeta,
+    want_numeric: dict[str, Any],
+    strdicts: dict[str, StringDict],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, NumCols, NumCols]:
     """Columns of upb XEvent messages: metadata_id, offset_ps, duration_ps, and the wanted
     event-level stats as {column: (event rows, values or dictionary codes)}."""
     n = len(events)
-    arr = np.array([(e.metadata_id, e.offset_ps, e.duration_ps) for e in events], dtype=np.int64).reshape(n, 3)
+    arr = np.array(
+        [(e.metadata_id, e.offset_ps, e.duration_ps) for e in events], dtype=np.int64
+    ).reshape(n, 3)
     nums: dict[str, tuple[list[int], list[Any]]] = {}
     strs: dict[str, tuple[list[int], list[int]]] = {}
     for i, event in enumerate(events) if meta.want else ():
@@ -165,26 +205,43 @@ def upb_events(events: Sequence[Any], meta: PlaneMeta, want_numeric: dict[str, A
                 vals.append(strdicts[col].code(value))
             rows.append(i)
             seen.add(col)
-    ev_num = {c: (np.array(r, np.int64), number_arrays(v, want_numeric[c])[0]) for c, (r, v) in nums.items()}
+    ev_num = {
+        c: (np.array(r, np.int64), number_arrays(v, want_numeric[c])[0])
+        for c, (r, v) in nums.items()
+    }
     ev_str = {c: (np.array(r, np.int64), np.array(v, np.int32)) for c, (r, v) in strs.items()}
     return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), ev_num, ev_str
 
 
-def wire_stats(data: bytes, meta: PlaneMeta, events: np.ndarray, mid: np.ndarray, kind: np.ndarray,
-               num: np.ndarray, str_start: np.ndarray, str_len: np.ndarray, want_numeric: dict[str, Any],
-               strdicts: dict[str, StringDict]) -> tuple[NumCols, NumCols]:
+def wire_stats(
+    data: bytes,
+    meta: PlaneMeta,
+    events: np.ndarray,
+    mid: np.ndarray,
+    kind: np.ndarray,
+    num: np.ndarray,
+    str_start: np.ndarray,
+    str_len: np.ndarray,
+    want_numeric: dict[str, Any],
+    strdicts: dict[str, StringDict],
+) -> tuple[NumCols, NumCols]:
     """Decoded wire stats -> {column: (event rows, values)}; the first occurrence per event wins."""
     ev_num: NumCols = {}
     ev_str: NumCols = {}
     for sid, col in meta.want.items():
-        sel = np.flatnonzero((mid == sid) & (kind != 0))[::-1]  # reversed: the first occurrence is written last
+        sel = np.flatnonzero((mid == sid) & (kind != 0))[
+            ::-1
+        ]  # reversed: the first occurrence is written last
         if sel.size == 0:
             continue
         rows, kinds, bits = events[sel], kind[sel], num[sel]
         if col in want_numeric:
             numeric = np.isin(kinds, (2, 3, 4))
             if numeric.any():
-                ev_num[col] = (rows[numeric], _numbers(bits[numeric], kinds[numeric], want_numeric[col]))
+                ev_num[col] = (
+                    rows[numeric],
+                    _numbers(bits[numeric], kinds[numeric], want_numeric[col]),
+                )
             continue
         codes = _string_codes(data, meta, kinds, bits, str_start[sel], str_len[sel], strdicts[col])
         keep = codes >= 0
@@ -201,19 +258,28 @@ def _numbers(bits: np.ndarray, kinds: np.ndarray, dtype: Any) -> np.ndarray:
     return out
 
 
-def _string_codes(data: bytes, meta: PlaneMeta, kinds: np.ndarray, bits: np.ndarray, starts: np.ndarray,
-                  lengths: np.ndarray, strings: StringDict) -> np.ndarray:
+def _string_codes(
+    data: bytes,
+    meta: PlaneMeta,
+    kinds: np.ndarray,
+    bits: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    strings: StringDict,
+) -> np.ndarray:
     codes = np.full(len(kinds), -1, dtype=np.int32)
     ref = kinds == 7
     if ref.any():
         uniq, inverse = np.unique(bits[ref].view(np.int64), return_inverse=True)
-        codes[ref] = np.array([strings.code(meta.stat_names.get(int(u), "")) for u in uniq], np.int32)[inverse]
+        codes[ref] = np.array(
+            [strings.code(meta.stat_names.get(int(u), "")) for u in uniq], np.int32
+        )[inverse]
     literal = (kinds == 5) | (kinds == 6)
     if literal.any():
         cache: dict[bytes, int] = {}
         out = []
         for start, length in zip(starts[literal].tolist(), lengths[literal].tolist(), strict=True):
-            raw = data[start:start + length]
+            raw = data[start : start + length]
             code = cache.get(raw)
             if code is None:
                 code = cache[raw] = strings.code(text(raw))
@@ -222,14 +288,24 @@ def _string_codes(data: bytes, meta: PlaneMeta, kinds: np.ndarray, bits: np.ndar
     numeric = (kinds == 3) | (kinds == 4)
     if numeric.any():
         signed = (kinds[numeric] == 4).tolist()
-        codes[numeric] = [strings.code(str(v - (1 << 64) if s and v >= (1 << 63) else v))
-                          for v, s in zip(bits[numeric].tolist(), signed, strict=True)]
+        codes[numeric] = [
+            strings.code(str(v - (1 << 64) if s and v >= (1 << 63) else v))
+            for v, s in zip(bits[numeric].tolist(), signed, strict=True)
+        ]
     return codes
 
 
-def merge_stats(meta: PlaneMeta, rows: np.ndarray, ev_num: NumCols, ev_str: NumCols, want_numeric: dict[str, Any],
-                want_string: Sequence[str], line_name: str, strdicts: dict[str, StringDict],
-                module_sink: dict[int, str]) -> tuple[NumCols, StrCols]:
+def merge_stats(
+    meta: PlaneMeta,
+    rows: np.ndarray,
+    ev_num: NumCols,
+    ev_str: NumCols,
+    want_numeric: dict[str, Any],
+    want_string: Sequence[str],
+    line_name: str,
+    strdicts: dict[str, StringDict],
+    module_sink: dict[int, str],
+) -> tuple[NumCols, StrCols]:
     """Event-level stats (they win) over metadata-level stats gathered by metadata row."""
     n = len(rows)
     num_cols: NumCols = {}
@@ -254,22 +330,33 @@ def merge_stats(meta: PlaneMeta, rows: np.ndarray, ev_num: NumCols, ev_str: NumC
             codes[event[0]] = event[1]
         str_cols[col] = codes
     if line_name == MODULE_LINE and meta.module_of_meta:
-        _module_events(meta, rows, num_cols, str_cols, want_numeric, want_string, strdicts, module_sink)
+        _module_events(
+            meta, rows, num_cols, str_cols, want_numeric, want_string, strdicts, module_sink
+        )
     if "hlo_op" in want_string and line_name in OP_LINES:
         codes = str_cols.get("hlo_op", np.full(n, -1, dtype=np.int32))
         missing = codes < 0
         if missing.any():
             if meta.display_codes is None:
                 strings = strdicts["hlo_op"]
-                meta.display_codes = np.array([strings.code(s) for s in meta.display] + [-1], dtype=np.int32)
+                meta.display_codes = np.array(
+                    [strings.code(s) for s in meta.display] + [-1], dtype=np.int32
+                )
             codes[missing] = meta.display_codes[rows[missing]]
             str_cols["hlo_op"] = codes
     return num_cols, str_cols
 
 
-def _module_events(meta: PlaneMeta, rows: np.ndarray, num_cols: NumCols, str_cols: StrCols,
-                   want_numeric: dict[str, Any], want_string: Sequence[str], strdicts: dict[str, StringDict],
-                   module_sink: dict[int, str]) -> None:
+def _module_events(
+    meta: PlaneMeta,
+    rows: np.ndarray,
+    num_cols: NumCols,
+    str_cols: StrCols,
+    want_numeric: dict[str, Any],
+    want_string: Sequence[str],
+    strdicts: dict[str, StringDict],
+    module_sink: dict[int, str],
+) -> None:
     """Events named "module(program_id)" on an XLA Modules line get both as stats."""
     n = len(rows)
     known = np.array(sorted(meta.module_of_meta), dtype=np.int64)

@@ -18,7 +18,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _F = descriptor_pb2.FieldDescriptorProto
 _OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
-_I64, _U64, _DBL, _BYT, _MSG = _F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE, _F.TYPE_BYTES, _F.TYPE_MESSAGE
+_I64, _U64, _DBL, _BYT, _MSG = (
+    _F.TYPE_INT64,
+    _F.TYPE_UINT64,
+    _F.TYPE_DOUBLE,
+    _F.TYPE_BYTES,
+    _F.TYPE_MESSAGE,
+)
 _P = ".tensorflow.profiler."
 U64_MASK = (1 << 64) - 1
 
@@ -27,8 +33,12 @@ class WireError(Exception):
     """Malformed protobuf bytes; the message gives the byte offset."""
 
 
-def _message(fdp: Any, name: str, fields: list[tuple[str, int, int, int, str | None]],
-             nested: tuple[Any, ...] = ()) -> Any:
+def _message(
+    fdp: Any,
+    name: str,
+    fields: list[tuple[str, int, int, int, str | None]],
+    nested: tuple[Any, ...] = (),
+) -> Any:
     msg = fdp.message_type.add(name=name)
     for sub in nested:
         msg.nested_type.add().CopyFrom(sub)
@@ -49,48 +59,103 @@ def _map_entry(name: str, value_type: str) -> Any:
 
 def _build_schema() -> tuple[Any, ...]:
     fdp = descriptor_pb2.FileDescriptorProto(
-        name="tpuscope/xplane.proto", package="tensorflow.profiler", syntax="proto3")
-    _message(fdp, "XSpace", [("planes", 1, _MSG, _REP, _P + "XPlane"), ("errors", 2, _BYT, _REP, None),
-                             ("warnings", 3, _BYT, _REP, None), ("hostnames", 4, _BYT, _REP, None)])
-    _message(fdp, "XPlane", [
-        ("id", 1, _I64, _OPT, None), ("name", 2, _BYT, _OPT, None), ("lines", 3, _MSG, _REP, _P + "XLine"),
-        ("event_metadata", 4, _MSG, _REP, _P + "XPlane.EventMetadataEntry"),
-        ("stat_metadata", 5, _MSG, _REP, _P + "XPlane.StatMetadataEntry"),
-        ("stats", 6, _MSG, _REP, _P + "XStat"),
-    ], nested=(_map_entry("EventMetadataEntry", "XEventMetadata"),
-               _map_entry("StatMetadataEntry", "XStatMetadata")))
-    _message(fdp, "XLine", [
-        ("id", 1, _I64, _OPT, None), ("display_id", 10, _I64, _OPT, None), ("name", 2, _BYT, _OPT, None),
-        ("display_name", 11, _BYT, _OPT, None), ("timestamp_ns", 3, _I64, _OPT, None),
-        ("duration_ps", 9, _I64, _OPT, None), ("events", 4, _MSG, _REP, _P + "XEvent"),
-    ])
-    event = _message(fdp, "XEvent", [
-        ("metadata_id", 1, _I64, _OPT, None), ("offset_ps", 2, _I64, _OPT, None),
-        ("num_occurrences", 5, _I64, _OPT, None), ("duration_ps", 3, _I64, _OPT, None),
-        ("stats", 4, _MSG, _REP, _P + "XStat"),
-    ])
+        name="tpuscope/xplane.proto", package="tensorflow.profiler", syntax="proto3"
+    )
+    _message(
+        fdp,
+        "XSpace",
+        [
+            ("planes", 1, _MSG, _REP, _P + "XPlane"),
+            ("errors", 2, _BYT, _REP, None),
+            ("warnings", 3, _BYT, _REP, None),
+            ("hostnames", 4, _BYT, _REP, None),
+        ],
+    )
+    _message(
+        fdp,
+        "XPlane",
+        [
+            ("id", 1, _I64, _OPT, None),
+            ("name", 2, _BYT, _OPT, None),
+            ("lines", 3, _MSG, _REP, _P + "XLine"),
+            ("event_metadata", 4, _MSG, _REP, _P + "XPlane.EventMetadataEntry"),
+            ("stat_metadata", 5, _MSG, _REP, _P + "XPlane.StatMetadataEntry"),
+            ("stats", 6, _MSG, _REP, _P + "XStat"),
+        ],
+        nested=(
+            _map_entry("EventMetadataEntry", "XEventMetadata"),
+            _map_entry("StatMetadataEntry", "XStatMetadata"),
+        ),
+    )
+    _message(
+        fdp,
+        "XLine",
+        [
+            ("id", 1, _I64, _OPT, None),
+            ("display_id", 10, _I64, _OPT, None),
+            ("name", 2, _BYT, _OPT, None),
+            ("display_name", 11, _BYT, _OPT, None),
+            ("timestamp_ns", 3, _I64, _OPT, None),
+            ("duration_ps", 9, _I64, _OPT, None),
+            ("events", 4, _MSG, _REP, _P + "XEvent"),
+        ],
+    )
+    event = _message(
+        fdp,
+        "XEvent",
+        [
+            ("metadata_id", 1, _I64, _OPT, None),
+            ("offset_ps", 2, _I64, _OPT, None),
+            ("num_occurrences", 5, _I64, _OPT, None),
+            ("duration_ps", 3, _I64, _OPT, None),
+            ("stats", 4, _MSG, _REP, _P + "XStat"),
+        ],
+    )
     event.oneof_decl.add(name="data")
     event.field[1].oneof_index = event.field[2].oneof_index = 0
-    stat = _message(fdp, "XStat", [
-        ("metadata_id", 1, _I64, _OPT, None), ("double_value", 2, _DBL, _OPT, None),
-        ("uint64_value", 3, _U64, _OPT, None), ("int64_value", 4, _I64, _OPT, None),
-        ("str_value", 5, _BYT, _OPT, None), ("bytes_value", 6, _BYT, _OPT, None),
-        ("ref_value", 7, _U64, _OPT, None),
-    ])
+    stat = _message(
+        fdp,
+        "XStat",
+        [
+            ("metadata_id", 1, _I64, _OPT, None),
+            ("double_value", 2, _DBL, _OPT, None),
+            ("uint64_value", 3, _U64, _OPT, None),
+            ("int64_value", 4, _I64, _OPT, None),
+            ("str_value", 5, _BYT, _OPT, None),
+            ("bytes_value", 6, _BYT, _OPT, None),
+            ("ref_value", 7, _U64, _OPT, None),
+        ],
+    )
     stat.oneof_decl.add(name="value")
     for field in stat.field[1:]:
         field.oneof_index = 0
-    _message(fdp, "XEventMetadata", [
-        ("id", 1, _I64, _OPT, None), ("name", 2, _BYT, _OPT, None), ("display_name", 4, _BYT, _OPT, None),
-        ("metadata", 3, _BYT, _OPT, None), ("stats", 5, _MSG, _REP, _P + "XStat"),
-        ("child_id", 6, _I64, _REP, None),
-    ])
-    _message(fdp, "XStatMetadata", [("id", 1, _I64, _OPT, None), ("name", 2, _BYT, _OPT, None),
-                                    ("description", 3, _BYT, _OPT, None)])
+    _message(
+        fdp,
+        "XEventMetadata",
+        [
+            ("id", 1, _I64, _OPT, None),
+            ("name", 2, _BYT, _OPT, None),
+            ("display_name", 4, _BYT, _OPT, None),
+            ("metadata", 3, _BYT, _OPT, None),
+            ("stats", 5, _MSG, _REP, _P + "XStat"),
+            ("child_id", 6, _I64, _REP, None),
+        ],
+    )
+    _message(
+        fdp,
+        "XStatMetadata",
+        [
+            ("id", 1, _I64, _OPT, None),
+            ("name", 2, _BYT, _OPT, None),
+            ("description", 3, _BYT, _OPT, None),
+        ],
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tensorflow.profiler.{name}"))
-                 for name in ("XSpace", "XPlane", "XLine", "XEvent", "XStat"))
+    return tuple(
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tensorflow.profiler.{name}"))
+        for name in ("XSpace", "XPlane", "XLine", "XEvent", "XStat")
+    )
 
 
 XSpace, XPlane, XLine, XEvent, XStat = _build_schema()
@@ -135,8 +200,10 @@ def skip_field(buf: bytes, pos: int, end: int, wire_type: int, field_no: int) ->
     if wire_type == 2:
         length, pos = varint(buf, pos, end)
         if pos + length > end:
-            raise WireError(f"length-delimited field {field_no} of {length} bytes at byte {pos} "
-                            f"runs past the end ({end})")
+            raise WireError(
+                f"length-delimited field {field_no} of {length} bytes at byte {pos} "
+                f"runs past the end ({end})"
+            )
         return pos + length, length
     size = {1: 8, 5: 4}.get(wire_type)
     if size is None:

@@ -17,8 +17,18 @@ import pyarrow as pa
 
 from tpuscope.parse.xplane_meta import NumCols, StrCols, StringDict
 
-COLUMN_ORDER = ("hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed", "hlo_category",
-                "graph_hash", "step_num", "source", "tf_op")
+COLUMN_ORDER = (
+    "hlo_op",
+    "hlo_module",
+    "program_id",
+    "flops",
+    "bytes_accessed",
+    "hlo_category",
+    "graph_hash",
+    "step_num",
+    "source",
+    "tf_op",
+)
 META_KEY = b"tpuscope.xspace"  # schema metadata: JSON {hostnames, planes: {name: {stat: value}}}
 
 Packed = tuple[Any, ...]
@@ -52,39 +62,76 @@ def _index_type(strings: StringDict) -> Any:
 class TableBuilder:
     """Collects line batches, then builds the table (see the module docstring)."""
 
-    def __init__(self, want_numeric: dict[str, Any], want_string: Sequence[str], always: Sequence[str]) -> None:
+    def __init__(
+        self, want_numeric: dict[str, Any], want_string: Sequence[str], always: Sequence[str]
+    ) -> None:
         self.names, self.planes, self.lines = StringDict(), StringDict(), StringDict()
         self.strdicts = {c: StringDict() for c in want_string}
-        self.want_numeric, self.want_string, self.always = want_numeric, tuple(want_string), tuple(always)
+        self.want_numeric, self.want_string, self.always = (
+            want_numeric,
+            tuple(want_string),
+            tuple(always),
+        )
         self.batches: list[tuple[Any, ...]] = []
         self.module_by_pid: dict[int, str] = {}
         self.plane_stats: dict[str, dict[str, Any]] = {}
         self.hostnames: list[str] = []
 
-    def add(self, plane: int, line: int, names: np.ndarray, start_ns: np.ndarray, dur_ns: np.ndarray,
-            num_cols: NumCols, str_cols: StrCols) -> None:
+    def add(
+        self,
+        plane: int,
+        line: int,
+        names: np.ndarray,
+        start_ns: np.ndarray,
+        dur_ns: np.ndarray,
+        num_cols: NumCols,
+        str_cols: StrCols,
+    ) -> None:
         if len(start_ns):
-            self.batches.append((plane, line, names, start_ns, dur_ns,
-                                 {c: _pack(v, ok) for c, (v, ok) in num_cols.items()},
-                                 {c: _pack(codes, codes >= 0) for c, codes in str_cols.items()}))
+            self.batches.append(
+                (
+                    plane,
+                    line,
+                    names,
+                    start_ns,
+                    dur_ns,
+                    {c: _pack(v, ok) for c, (v, ok) in num_cols.items()},
+                    {c: _pack(codes, codes >= 0) for c, codes in str_cols.items()},
+                )
+            )
 
     def _module_lookup(self) -> tuple[np.ndarray, np.ndarray] | None:
-        if not ("hlo_module" in self.want_string and "program_id" in self.want_numeric and self.module_by_pid):
+        if not (
+            "hlo_module" in self.want_string
+            and "program_id" in self.want_numeric
+            and self.module_by_pid
+        ):
             return None
         strings = self.strdicts["hlo_module"]
-        pids = np.fromiter(self.module_by_pid.keys(), dtype=np.uint64, count=len(self.module_by_pid))
+        pids = np.fromiter(
+            self.module_by_pid.keys(), dtype=np.uint64, count=len(self.module_by_pid)
+        )
         codes = np.array([strings.code(m) for m in self.module_by_pid.values()], dtype=np.int32)
         order = np.argsort(pids)
         return pids[order], codes[order]
 
     def _schema(self, modules: Any) -> tuple[pa.Schema, list[str], dict[str, Any]]:
-        present_num = [c for c in self.want_numeric
-                       if c in self.always or any(c in b[5] for b in self.batches)]
-        present_str = [c for c in self.want_string
-                       if c in self.always or any(c in b[6] for b in self.batches)
-                       or (c == "hlo_module" and modules is not None and "program_id" in present_num)]
-        dicts = {"plane": self.planes, "line": self.lines, "name": self.names,
-                 **{c: self.strdicts[c] for c in present_str}}
+        present_num = [
+            c for c in self.want_numeric if c in self.always or any(c in b[5] for b in self.batches)
+        ]
+        present_str = [
+            c
+            for c in self.want_string
+            if c in self.always
+            or any(c in b[6] for b in self.batches)
+            or (c == "hlo_module" and modules is not None and "program_id" in present_num)
+        ]
+        dicts = {
+            "plane": self.planes,
+            "line": self.lines,
+            "name": self.names,
+            **{c: self.strdicts[c] for c in present_str},
+        }
         index_types = {c: _index_type(d) for c, d in dicts.items()}
 
         def arrow_type(col: str) -> Any:
@@ -103,12 +150,18 @@ class TableBuilder:
     def table(self) -> pa.Table:
         modules = self._module_lookup()
         schema, stats, index_types = self._schema(modules)
-        dictionaries = {"plane": self.planes, "line": self.lines, "name": self.names, **self.strdicts}
+        dictionaries = {
+            "plane": self.planes,
+            "line": self.lines,
+            "name": self.names,
+            **self.strdicts,
+        }
         values = {c: pa.array(dictionaries[c].values, type=pa.string()) for c in index_types}
 
         def dict_array(col: str, codes: np.ndarray, mask: np.ndarray | None = None) -> pa.Array:
             return pa.DictionaryArray.from_arrays(
-                pa.array(codes.astype(index_types[col], copy=False), mask=mask), values[col])
+                pa.array(codes.astype(index_types[col], copy=False), mask=mask), values[col]
+            )
 
         record_batches = []
         batches, self.batches = self.batches, []
@@ -120,12 +173,20 @@ class TableBuilder:
             str_cols = {c: _unpack(v, n, np.int32, -1)[0] for c, v in strs.items()}
             if modules is not None and "program_id" in num_cols:
                 _fill_modules(num_cols["program_id"], str_cols, modules, n)
-            arrays = [dict_array("plane", np.full(n, plane)), dict_array("line", np.full(n, line)),
-                      dict_array("name", names), pa.array(start), pa.array(dur)]
+            arrays = [
+                dict_array("plane", np.full(n, plane)),
+                dict_array("line", np.full(n, line)),
+                dict_array("name", names),
+                pa.array(start),
+                pa.array(dur),
+            ]
             for col in stats:
                 if col in index_types:
-                    arrays.append(self._string_column(col, str_cols.get(col), n, index_types, values,
-                                                      dict_array))
+                    arrays.append(
+                        self._string_column(
+                            col, str_cols.get(col), n, index_types, values, dict_array
+                        )
+                    )
                 else:
                     arrays.append(_number_column(num_cols.get(col), n, self.want_numeric[col]))
             record_batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
@@ -133,10 +194,18 @@ class TableBuilder:
         return pa.Table.from_batches(record_batches, schema=schema)
 
     @staticmethod
-    def _string_column(col: str, codes: np.ndarray | None, n: int, index_types: dict[str, Any],
-                       values: dict[str, pa.Array], dict_array: Any) -> pa.Array:
+    def _string_column(
+        col: str,
+        codes: np.ndarray | None,
+        n: int,
+        index_types: dict[str, Any],
+        values: dict[str, pa.Array],
+        dict_array: Any,
+    ) -> pa.Array:
         if codes is None:  # all null, but with the shared dictionary
-            return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.from_numpy_dtype(index_types[col])), values[col])
+            return pa.DictionaryArray.from_arrays(
+                pa.nulls(n, pa.from_numpy_dtype(index_types[col])), values[col]
+            )
         null = codes < 0
         return dict_array(col, codes, null if null.any() else None)
 
@@ -149,8 +218,12 @@ def _number_column(packed: tuple[np.ndarray, np.ndarray] | None, n: int, dtype: 
     return pa.array(values, type=arrow_type, mask=None if valid.all() else ~valid)
 
 
-def _fill_modules(program: tuple[np.ndarray, np.ndarray], str_cols: StrCols,
-                  modules: tuple[np.ndarray, np.ndarray], n: int) -> None:
+def _fill_modules(
+    program: tuple[np.ndarray, np.ndarray],
+    str_cols: StrCols,
+    modules: tuple[np.ndarray, np.ndarray],
+    n: int,
+) -> None:
     """hlo_module from program_id where an event has the id but no module name."""
     pids, codes = modules
     values, valid = program

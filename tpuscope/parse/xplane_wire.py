@@ -19,7 +19,9 @@ import numpy as np
 
 from tpuscope.parse.xplane_proto import WireError
 
-EVENT_WINDOW = 1 << 20  # bytes of a line examined per pointer-doubling pass (bounds temporary memory)
+EVENT_WINDOW = (
+    1 << 20
+)  # bytes of a line examined per pointer-doubling pass (bounds temporary memory)
 _EVENT_TAG = 0x22  # XLine.events: field 4, wire type 2
 _LOOKUP_LIMIT = 1 << 22
 _VALID_WIRE = np.isin(np.arange(8), (0, 1, 2, 5))  # a lookup table: np.isin sorts at every call
@@ -61,14 +63,18 @@ def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.n
         starts.append(payload_start)
         ends.append(payload_end)
         if nxt > end:
-            raise WireError(f"event at byte {int(payload_start[-1])} runs past the end of its line (byte {end})")
+            raise WireError(
+                f"event at byte {int(payload_start[-1])} runs past the end of its line (byte {end})"
+            )
         if window_end <= nxt < end and buf[nxt] == _EVENT_TAG:
             pos = nxt  # the chain continues in the next window
             continue
         return np.concatenate(starts), np.concatenate(ends), nxt
 
 
-def _lenient_lengths(seg: np.ndarray, after_tag: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _lenient_lengths(
+    seg: np.ndarray, after_tag: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Length varint after each candidate tag; garbage candidates get a value that leads nowhere."""
     length = np.zeros(len(after_tag), np.uint64)
     size = np.ones(len(after_tag), np.int64)
@@ -91,7 +97,9 @@ def _lenient_lengths(seg: np.ndarray, after_tag: np.ndarray, n: int) -> tuple[np
     return length, size
 
 
-def _chain_window(buf: np.ndarray, pos: int, window_end: int, end: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _chain_window(
+    buf: np.ndarray, pos: int, window_end: int, end: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     seg = buf[pos:end]
     n = end - pos
     cand = np.flatnonzero(seg[: window_end - pos] == _EVENT_TAG)  # cand[0] == 0: the tag at pos
@@ -123,7 +131,9 @@ def _check_tags(tag: np.ndarray, what: str, starts: np.ndarray) -> tuple[np.ndar
     bad = ~_VALID_WIRE[wire_type] | (field_no == 0) | (field_no > 0x1FFFFFFF)
     if bad.any():
         first = np.flatnonzero(bad)[0]
-        raise WireError(f"invalid tag {int(tag[first])} inside {what} starting at byte {int(starts[first])}")
+        raise WireError(
+            f"invalid tag {int(tag[first])} inside {what} starting at byte {int(starts[first])}"
+        )
     return field_no, wire_type
 
 
@@ -136,8 +146,14 @@ def _decode_tags(buf: np.ndarray, pos: np.ndarray, end: int) -> tuple[np.ndarray
     return tag, pos + 1
 
 
-def lockstep_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, end: int,
-                    want_ids: np.ndarray, tail: int = 64) -> tuple[np.ndarray, ...]:
+def lockstep_events(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    end: int,
+    want_ids: np.ndarray,
+    tail: int = 64,
+) -> tuple[np.ndarray, ...]:
     """Decode XEvent payloads [starts, ends) together.
 
     Returns metadata_id, offset_ps, duration_ps (int64), the wanted stats as
@@ -183,18 +199,24 @@ def lockstep_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, end: 
         new[wire_type == 5] = at[wire_type == 5] + 4
         over = new > ends[active]
         if over.any():
-            raise WireError(f"field overruns event starting at byte {int(starts[active[np.flatnonzero(over)[0]]])}")
+            raise WireError(
+                f"field overruns event starting at byte {int(starts[active[np.flatnonzero(over)[0]]])}"
+            )
         pos[active] = new
         active = active[new < ends[active]]
-    ev, ss, se = (np.concatenate(x) if x else np.empty(0, np.int64) for x in (stat_event, stat_start, stat_end))
+    ev, ss, se = (
+        np.concatenate(x) if x else np.empty(0, np.int64)
+        for x in (stat_event, stat_start, stat_end)
+    )
     if active.size:
         keep = ~np.isin(ev, active)
         ev, ss, se = ev[keep], ss[keep], se[keep]
     return cols[1], cols[2], cols[3], ev, ss, se, active
 
 
-def _wanted_stats(buf: np.ndarray, start: np.ndarray, stop: np.ndarray, end: int,
-                  want_ids: np.ndarray) -> np.ndarray:
+def _wanted_stats(
+    buf: np.ndarray, start: np.ndarray, stop: np.ndarray, end: int, want_ids: np.ndarray
+) -> np.ndarray:
     """Mask of the stats worth decoding: a canonical XStat starts with tag 0x08 (metadata_id),
     so peek it; non-canonical stats are all kept (decoded and filtered later)."""
     if not want_ids.size:
@@ -219,7 +241,9 @@ def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return table[np.minimum(values, len(table) - 1).astype(np.intp, copy=False)]
 
 
-def lockstep_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, end: int) -> tuple[np.ndarray, ...]:
+def lockstep_stats(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, end: int
+) -> tuple[np.ndarray, ...]:
     """Decode XStat payloads -> metadata_id, kind (field number of the value),
     numeric value bits (uint64), and string value spans (start, length)."""
     n = len(starts)

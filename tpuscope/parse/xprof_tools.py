@@ -28,16 +28,30 @@ from typing import Any
 
 TOOLS = ("overview_page", "hlo_stats", "op_profile", "roofline_model")
 # hlo_stats column id -> xprof_ops column
-_HLO_STATS = {"program_id": "program_id", "category": "category", "hlo_op_name": "hlo_op",
-              "hlo_op_expression": "expression", "tf_op_name": "tf_op", "occurrences": "occurrences",
-              "total_time": "total_time_us", "avg_time": "avg_time_us", "total_self_time": "self_time_us",
-              "total_self_time_percent": "self_time_percent", "model_flop_rate": "model_gflops_per_s",
-              "normalized_flop_rate": "normalized_gflops_per_s", "hbm_bw": "hbm_gibps",
-              "operational_intensity": "operational_intensity", "bound_by": "bound_by",
-              "source_info": "source_info"}
+_HLO_STATS = {
+    "program_id": "program_id",
+    "category": "category",
+    "hlo_op_name": "hlo_op",
+    "hlo_op_expression": "expression",
+    "tf_op_name": "tf_op",
+    "occurrences": "occurrences",
+    "total_time": "total_time_us",
+    "avg_time": "avg_time_us",
+    "total_self_time": "self_time_us",
+    "total_self_time_percent": "self_time_percent",
+    "model_flop_rate": "model_gflops_per_s",
+    "normalized_flop_rate": "normalized_gflops_per_s",
+    "hbm_bw": "hbm_gibps",
+    "operational_intensity": "operational_intensity",
+    "bound_by": "bound_by",
+    "source_info": "source_info",
+}
 _HTML_CELL = re.compile(r">([^<>]*)</div>\s*$")
-_ROOFLINE_PEAKS = {"peak_flop_rate": "peak_flop_rate_gflops", "peak_hbm_bw": "peak_hbm_bw_gibps",
-                   "hbm_ridge_point": "hbm_ridge_point_flops_per_byte"}
+_ROOFLINE_PEAKS = {
+    "peak_flop_rate": "peak_flop_rate_gflops",
+    "peak_hbm_bw": "peak_hbm_bw_gibps",
+    "hbm_ridge_point": "hbm_ridge_point_flops_per_byte",
+}
 
 
 @dataclass
@@ -84,7 +98,9 @@ def run_tools(paths: Sequence[str | Path], tools: Sequence[str] = TOOLS) -> Xpro
         outputs = {}
         for tool in tools:
             with _quiet_stderr():
-                data, _ = raw_to_tool_data.xspace_to_tool_data(copies, tool, {"use_saved_result": False})
+                data, _ = raw_to_tool_data.xspace_to_tool_data(
+                    copies, tool, {"use_saved_result": False}
+                )
             if data is None:
                 result.errors.append(f"xprof {tool}: no result")
                 continue
@@ -92,7 +108,9 @@ def run_tools(paths: Sequence[str | Path], tools: Sequence[str] = TOOLS) -> Xpro
     return tool_rows(outputs, ", ".join(str(p) for p in paths), result)
 
 
-def tool_rows(outputs: dict[str, Any], source: str, result: XprofResult | None = None) -> XprofResult:
+def tool_rows(
+    outputs: dict[str, Any], source: str, result: XprofResult | None = None
+) -> XprofResult:
     """Rows of xprof's tool outputs (parsed JSON by tool name), from a trace or saved files."""
     result = result or XprofResult()
     if "overview_page" in outputs:
@@ -124,7 +142,12 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _row(source: str, name: str, value: Any) -> dict[str, Any]:
-    return {"source": source, "name": name, "value": number(value), "text": None if value is None else str(value)}
+    return {
+        "source": source,
+        "name": name,
+        "value": number(value),
+        "text": None if value is None else str(value),
+    }
 
 
 def overview_rows(tables: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
@@ -139,14 +162,23 @@ def overview_rows(tables: list[dict[str, Any]], source: str) -> list[dict[str, A
         if cols[:2] == ["severity", "message"]:
             for r in table.get("rows", []):
                 cells = [c.get("v") for c in r.get("c", [])]
-                rows.append({"source": source, "name": f"diagnostic:{cells[0]}", "value": None, "text": cells[1]})
+                rows.append(
+                    {
+                        "source": source,
+                        "name": f"diagnostic:{cells[0]}",
+                        "value": None,
+                        "text": cells[1],
+                    }
+                )
     return rows
 
 
 def _records(table: dict[str, Any]) -> list[dict[str, Any]]:
     cols = [c.get("id") for c in table.get("cols", [])]
-    return [dict(zip(cols, (c.get("v") if c else None for c in r.get("c", [])), strict=False))
-            for r in table.get("rows", [])]
+    return [
+        dict(zip(cols, (c.get("v") if c else None for c in r.get("c", [])), strict=False))
+        for r in table.get("rows", [])
+    ]
 
 
 def hlo_stats_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
@@ -154,7 +186,15 @@ def hlo_stats_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
     for record in _records(table):
         row = {out: record.get(src) for src, out in _HLO_STATS.items()}
         row["occurrences"] = int(row["occurrences"] or 0)
-        for key in ("program_id", "category", "hlo_op", "expression", "tf_op", "bound_by", "source_info"):
+        for key in (
+            "program_id",
+            "category",
+            "hlo_op",
+            "expression",
+            "tf_op",
+            "bound_by",
+            "source_info",
+        ):
             row[key] = None if row[key] in (None, "") else str(row[key])
         cell = _HTML_CELL.search(row["source_info"] or "")
         if cell:  # '<div class=... title=stack>file.py:29</div>' -> 'file.py:29'
@@ -181,7 +221,10 @@ def _join_op_profile(ops: list[dict[str, Any]], profile: dict[str, Any] | None) 
             raw_bytes = (metrics.get("rawBytesAccessedArray") or [None])[0]
             per_run = (number(metrics.get("rawFlops")), number(raw_bytes)) if runs else (None, None)
             found[_key(xla.get("programId"), node.get("name"))] = (
-                metrics.get("flops"), bandwidth, *(None if v is None else v / runs for v in per_run))
+                metrics.get("flops"),
+                bandwidth,
+                *(None if v is None else v / runs for v in per_run),
+            )
         for child in node.get("children") or []:
             walk(child)
 
@@ -189,7 +232,8 @@ def _join_op_profile(ops: list[dict[str, Any]], profile: dict[str, Any] | None) 
         walk(profile.get("byProgram") or {})
     for row in ops:
         flops, bandwidth, row["xla_flops"], row["xla_bytes"] = found.get(
-            _key(row["program_id"], row["hlo_op"]), (None, None, None, None))
+            _key(row["program_id"], row["hlo_op"]), (None, None, None, None)
+        )
         row["flops_utilization"], row["hbm_utilization"] = number(flops), number(bandwidth)
 
 
@@ -197,7 +241,9 @@ def _join_roofline(ops: list[dict[str, Any]], roofline: list[dict[str, Any]] | N
     found = {}
     for record in _records(roofline[0]) if roofline else []:
         if record.get("step") == "Total":
-            found[_key(record.get("hlo_module_id"), record.get("operation"))] = record.get("roofline_efficiency")
+            found[_key(record.get("hlo_module_id"), record.get("operation"))] = record.get(
+                "roofline_efficiency"
+            )
     for row in ops:
         row["roofline_efficiency"] = number(found.get(_key(row["program_id"], row["hlo_op"])))
 

@@ -21,8 +21,13 @@ class TpuscopeFixture:
         self._runner = runner
         self._spec = spec
 
-    def watch(self, warmup_compiles: int | None = None, name: str | None = None, *,
-              warmup_steps: int | None = None) -> Watch:
+    def watch(
+        self,
+        warmup_compiles: int | None = None,
+        name: str | None = None,
+        *,
+        warmup_steps: int | None = None,
+    ) -> Watch:
         """A new Watch of this test (the marker's warmup_compiles by default; warmup_steps is
         its older name)."""
         given = warmup_steps if warmup_compiles is None else warmup_compiles

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     from tpuscope.watch.engine import Limits
 
 MARKER = FIXTURE = "tpuscope"
-MARKER_HELP = ("tpuscope(max_recompiles=0, max_fallbacks=0, warmup_compiles=1, allow_fallbacks=[]): "
-               "fail the test if it recompiles (a graph compiled again from the same line and "
-               "structure; JAX: a jitted function compiled again) or runs ops on the host (CPU fallbacks)")
+MARKER_HELP = (
+    "tpuscope(max_recompiles=0, max_fallbacks=0, warmup_compiles=1, allow_fallbacks=[]): "
+    "fail the test if it recompiles (a graph compiled again from the same line and "
+    "structure; JAX: a jitted function compiled again) or runs ops on the host (CPU fallbacks)"
+)
 
 
 class MarkerError(ValueError):
@@ -53,10 +55,14 @@ def _nonnegative(name: str, value: Any, allow_none: bool) -> int | None:
 
 
 def _op_names(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple | set) \
-            or not all(isinstance(v, str) for v in value):
-        raise MarkerError(f"allow_fallbacks must be a list of op names such as "
-                          f"['aten::nonzero'], not {value!r}")
+    if (
+        isinstance(value, str)
+        or not isinstance(value, list | tuple | set)
+        or not all(isinstance(v, str) for v in value)
+    ):
+        raise MarkerError(
+            f"allow_fallbacks must be a list of op names such as ['aten::nonzero'], not {value!r}"
+        )
     return tuple(value)
 
 
@@ -75,7 +81,9 @@ def marker_kwargs(marker: pytest.Mark) -> dict[str, Any]:
         raise MarkerError(f"takes keyword arguments only, got {marker.args!r}")
     unknown = sorted(set(marker.kwargs) - set(_CHECKS))
     if unknown:
-        raise MarkerError(f"unknown keyword {unknown[0]!r} (it takes {', '.join(list(_CHECKS)[:4])})")
+        raise MarkerError(
+            f"unknown keyword {unknown[0]!r} (it takes {', '.join(list(_CHECKS)[:4])})"
+        )
     if {"warmup_compiles", "warmup_steps"} <= set(marker.kwargs):
         raise MarkerError("warmup_steps is the older name of warmup_compiles: give one")
     given = {name: _CHECKS[name](value) for name, value in marker.kwargs.items()}
@@ -93,9 +101,15 @@ def spec_for(item: pytest.Item, options: Options) -> Spec | None:
     given = marker_kwargs(marker) if marker is not None else {}
     default = 0 if marker is not None else None
     cli = {"max_recompiles": options.max_recompiles, "max_fallbacks": options.max_fallbacks}
-    limits = {k: given[k] if k in given else (cli[k] if cli[k] is not None else default) for k in cli}
-    return Spec(warmup_compiles=given.get("warmup_compiles", 1),
-                allow_fallbacks=given.get("allow_fallbacks", ()), manual=manual, **limits)
+    limits = {
+        k: given[k] if k in given else (cli[k] if cli[k] is not None else default) for k in cli
+    }
+    return Spec(
+        warmup_compiles=given.get("warmup_compiles", 1),
+        allow_fallbacks=given.get("allow_fallbacks", ()),
+        manual=manual,
+        **limits,
+    )
 
 
 def uses_tpuscope(source: bytes) -> bool:
@@ -110,10 +124,12 @@ def uses_tpuscope(source: bytes) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == MARKER:
             owner = node.value
-            if (isinstance(owner, ast.Attribute) and owner.attr == "mark") or \
-                    (isinstance(owner, ast.Name) and owner.id == "mark"):
+            if (isinstance(owner, ast.Attribute) and owner.attr == "mark") or (
+                isinstance(owner, ast.Name) and owner.id == "mark"
+            ):
                 return True
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                arg.arg == FIXTURE for arg in [*node.args.args, *node.args.kwonlyargs]):
+            arg.arg == FIXTURE for arg in [*node.args.args, *node.args.kwonlyargs]
+        ):
             return True
     return False

@@ -21,19 +21,41 @@ def _count(text: str) -> int:
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("tpuscope", "tpuscope: recompiles and CPU fallbacks per test")
-    group.addoption("--tpuscope", action="store_true", default=False,
-                    help="watch every test and list its compiles and CPU fallbacks in the summary")
-    group.addoption("--tpuscope-max-recompiles", type=_count, metavar="N", default=None,
-                    help="fail a watched test that recompiles more than N times "
-                         "(implies --tpuscope; a marker's own value wins)")
-    group.addoption("--tpuscope-max-fallbacks", type=_count, metavar="N", default=None,
-                    help="fail a watched test whose ops run on the host (CPU fallbacks) more than N times "
-                         "(implies --tpuscope; a marker's own value wins)")
-    group.addoption("--tpuscope-store", metavar="DIR|URL", default=None,
-                    help="save every watched test as a run in DIR or an fsspec URL such as "
-                         "gs://bucket/runs (tpuscope show, the dashboard)")
-    group.addoption("--tpuscope-no-shapes", action="store_true", default=False,
-                    help="no XLA HLO dump: failures say no 'what changed', compiles run faster")
+    group.addoption(
+        "--tpuscope",
+        action="store_true",
+        default=False,
+        help="watch every test and list its compiles and CPU fallbacks in the summary",
+    )
+    group.addoption(
+        "--tpuscope-max-recompiles",
+        type=_count,
+        metavar="N",
+        default=None,
+        help="fail a watched test that recompiles more than N times "
+        "(implies --tpuscope; a marker's own value wins)",
+    )
+    group.addoption(
+        "--tpuscope-max-fallbacks",
+        type=_count,
+        metavar="N",
+        default=None,
+        help="fail a watched test whose ops run on the host (CPU fallbacks) more than N times "
+        "(implies --tpuscope; a marker's own value wins)",
+    )
+    group.addoption(
+        "--tpuscope-store",
+        metavar="DIR|URL",
+        default=None,
+        help="save every watched test as a run in DIR or an fsspec URL such as "
+        "gs://bucket/runs (tpuscope show, the dashboard)",
+    )
+    group.addoption(
+        "--tpuscope-no-shapes",
+        action="store_true",
+        default=False,
+        help="no XLA HLO dump: failures say no 'what changed', compiles run faster",
+    )
 
 
 @dataclass(frozen=True)
@@ -49,10 +71,18 @@ class Options:
         max_recompiles = config.getoption("tpuscope_max_recompiles")
         max_fallbacks = config.getoption("tpuscope_max_fallbacks")
         store = config.getoption("tpuscope_store")
-        watch_all = bool(config.getoption("tpuscope")) or max_recompiles is not None \
+        watch_all = (
+            bool(config.getoption("tpuscope"))
+            or max_recompiles is not None
             or max_fallbacks is not None
-        return cls(watch_all, max_recompiles, max_fallbacks, str(store) if store else None,
-                   shapes=not config.getoption("tpuscope_no_shapes"))
+        )
+        return cls(
+            watch_all,
+            max_recompiles,
+            max_fallbacks,
+            str(store) if store else None,
+            shapes=not config.getoption("tpuscope_no_shapes"),
+        )
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:
@@ -78,4 +108,5 @@ def check_store(store: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise pytest.UsageError(
-            f"tpuscope: cannot write to --tpuscope-store {store}: {exc.strerror or exc}") from exc
+            f"tpuscope: cannot write to --tpuscope-store {store}: {exc.strerror or exc}"
+        ) from exc

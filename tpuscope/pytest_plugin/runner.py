@@ -36,11 +36,14 @@ class WatchRunner:
 
     def new_watch(self, item: pytest.Item, warmup_compiles: int, name: str | None = None) -> Watch:
         watches = item.stash.setdefault(WATCHES_KEY, [])
-        label = name or (item.nodeid if not watches else f"{item.nodeid} (watch {len(watches) + 1})")
+        label = name or (
+            item.nodeid if not watches else f"{item.nodeid} (watch {len(watches) + 1})"
+        )
         worker = os.environ.get("PYTEST_XDIST_WORKER")
         meta = {"test": item.nodeid, "command": f"pytest {item.nodeid}", "xdist_worker": worker}
-        watch = self.watch_module.Watch(name=label, warmup_compiles=warmup_compiles,
-                                        store=self.store, meta=meta)
+        watch = self.watch_module.Watch(
+            name=label, warmup_compiles=warmup_compiles, store=self.store, meta=meta
+        )
         watches.append(watch)
         return watch
 

@@ -29,7 +29,9 @@ class TpuscopePlugin:
         self.runner: WatchRunner | None = None
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         errors, watched = [], False
         for item in items:
             try:
@@ -67,8 +69,9 @@ class TpuscopePlugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         watches = getattr(report, "tpuscope", None)
         if watches and report.when == "call":
-            self.results.append({"nodeid": report.nodeid, "outcome": report.outcome,
-                                 "watches": watches})
+            self.results.append(
+                {"nodeid": report.nodeid, "outcome": report.outcome, "watches": watches}
+            )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.results:
@@ -98,8 +101,10 @@ def summary_lines(results: list[dict[str, Any]], store: str | Path | None) -> li
                 name += "  OVER LIMIT: " + "; ".join(watch["over_limit"])
             elif result["outcome"] != "passed":
                 name += f"  {result['outcome'].upper()}"
-            lines.append(f"{watch['steps']:>6} {watch['compiles']:>9} "
-                         f"{watch['recompiles']:>11} {sum(fallbacks.values()):>10}  {name}")
+            lines.append(
+                f"{watch['steps']:>6} {watch['compiles']:>9} "
+                f"{watch['recompiles']:>11} {sum(fallbacks.values()):>10}  {name}"
+            )
     if store is not None:
         lines.append(f"runs saved in {store} (tpuscope ls --store {store})")
     return lines

@@ -12,10 +12,12 @@ from rich.text import Text
 if TYPE_CHECKING:  # report/ sits below bench/: the result is only read here
     from tpuscope.bench.harness import BenchResult
 
-NOISE_RULE = ("speedup = strict p50 / mode p50 (medians over repeats); range from each mode's "
-              "noise interval (min..max of per-repeat p50, or step IQR with 1 repeat); "
-              "'real' only when the range excludes 1x. min = fastest step; CPU = process CPU "
-              "time per step (p50, all threads); throughput = measured samples / measured time")
+NOISE_RULE = (
+    "speedup = strict p50 / mode p50 (medians over repeats); range from each mode's "
+    "noise interval (min..max of per-repeat p50, or step IQR with 1 repeat); "
+    "'real' only when the range excludes 1x. min = fastest step; CPU = process CPU "
+    "time per step (p50, all threads); throughput = measured samples / measured time"
+)
 
 
 def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
@@ -42,7 +44,9 @@ def _speedup(row: dict[str, Any]) -> str:
 
 def _verdict(row: dict[str, Any]) -> Text:
     verdict = row.get("verdict") or "-"
-    style = {"faster": "bold green", "slower": "bold red", "within noise": "yellow"}.get(verdict, "")
+    style = {"faster": "bold green", "slower": "bold red", "within noise": "yellow"}.get(
+        verdict, ""
+    )
     return Text(verdict, style=style)
 
 
@@ -90,9 +94,13 @@ def _table(result: BenchResult, title: str, columns: list[tuple[str, bool, Any]]
 def comparison_tables(result: BenchResult) -> list[Table]:
     """Two tables that each fit a terminal: step time and speedup, then throughput and compiles."""
     first = result.rows[0] if result.rows else {}
-    title = f"tpuscope bench: {first.get('model', '-')} ({first.get('size', '')}), group {result.group}"
-    return [_table(result, f"{title}: step time", SPEED_COLUMNS),
-            _table(result, f"{title}: throughput and compiles", COST_COLUMNS)]
+    title = (
+        f"tpuscope bench: {first.get('model', '-')} ({first.get('size', '')}), group {result.group}"
+    )
+    return [
+        _table(result, f"{title}: step time", SPEED_COLUMNS),
+        _table(result, f"{title}: throughput and compiles", COST_COLUMNS),
+    ]
 
 
 def notes(result: BenchResult) -> list[str]:
@@ -101,7 +109,9 @@ def notes(result: BenchResult) -> list[str]:
     unavailable: dict[tuple[str, str], list[str]] = {}
     for row in result.rows:
         if row["status"] == "unavailable":
-            unavailable.setdefault((row["backend"], row.get("reason") or "?"), []).append(row["mode"])
+            unavailable.setdefault((row["backend"], row.get("reason") or "?"), []).append(
+                row["mode"]
+            )
         elif row["status"] != "ok":
             lines.append(f"{row['backend']} {row['mode']}: failed: {row.get('reason')}")
     for (backend, reason), modes in unavailable.items():
@@ -111,9 +121,15 @@ def notes(result: BenchResult) -> list[str]:
             found = list(dict.fromkeys(row.get("findings") or []))
             text = "; ".join(found[:3]) + (f"; ... {len(found) - 3} more" if len(found) > 3 else "")
             text = text or f"analysis failed: {row['analysis_error']}"
-            lines.append(f"{row['backend']} {row['mode']} findings ({len(found)}, tpuscope show "
-                         f"{row['run_id']}): {text}")
-    memory = {r.get("device_memory_note") for r in result.rows if r["status"] == "ok" and r.get("peak_device_mb") is None}
+            lines.append(
+                f"{row['backend']} {row['mode']} findings ({len(found)}, tpuscope show "
+                f"{row['run_id']}): {text}"
+            )
+    memory = {
+        r.get("device_memory_note")
+        for r in result.rows
+        if r["status"] == "ok" and r.get("peak_device_mb") is None
+    }
     lines += [f"device memory: {memory_words(m)}" for m in sorted(m for m in memory if m)]
     lines.append(NOISE_RULE)
     return lines
@@ -131,9 +147,14 @@ def memory_words(note: str) -> str:
 def render(result: BenchResult, console: Console) -> None:
     parts: list[Any] = list(comparison_tables(result))
     parts += [Text(line, style="dim") for line in notes(result)]
-    parts.append(Text(f"{len(result.raw)} worker processes in {result.seconds:.0f} s; each is a run in the "
-                      f"store named bench-<model>-<backend>-<mode> with meta bench_group={result.group} "
-                      f"(tpuscope ls; --json lists the run ids)", style="dim"))
+    parts.append(
+        Text(
+            f"{len(result.raw)} worker processes in {result.seconds:.0f} s; each is a run in the "
+            f"store named bench-<model>-<backend>-<mode> with meta bench_group={result.group} "
+            f"(tpuscope ls; --json lists the run ids)",
+            style="dim",
+        )
+    )
     console.print(Group(*parts))
 
 
@@ -152,8 +173,10 @@ def markdown_text(result: BenchResult) -> str:
 def to_markdown(result: BenchResult) -> str:
     """The comparison as one Markdown table (what docs/benchmarks.md shows), then the notes."""
     columns = SPEED_COLUMNS + COST_COLUMNS
-    lines = ["| backend | mode | " + " | ".join(h for h, _, _ in columns) + " |",
-             "|---|---|" + "|".join("--:" if right else "---" for _, right, _ in columns) + "|"]
+    lines = [
+        "| backend | mode | " + " | ".join(h for h, _, _ in columns) + " |",
+        "|---|---|" + "|".join("--:" if right else "---" for _, right, _ in columns) + "|",
+    ]
     for row in (r for r in result.rows if r["status"] == "ok"):
         cells = [row["backend"], row["mode"], *(str(cell(row)) for _, _, cell in columns)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -38,18 +38,27 @@ def where(location: str | None) -> str:
 
 def _compiles_text(summary: RunSummary) -> str:
     counted = summary.compiles_counted or 0
-    if counted > summary.compiles and not summary.steps:  # imported counters: more than the graphs named
-        return (f"{counted} counted in the imported files, {summary.compiles} of them with their graph; "
-                "recompiles judged from the counts per step marker (see the findings)")
+    if (
+        counted > summary.compiles and not summary.steps
+    ):  # imported counters: more than the graphs named
+        return (
+            f"{counted} counted in the imported files, {summary.compiles} of them with their graph; "
+            "recompiles judged from the counts per step marker (see the findings)"
+        )
     if not summary.compiles and summary.status == "imported":
         return "none recorded in the imported files"
     total = f"{summary.compiles} in total ({_fmt(summary.compile_s, ' s', 2)})"
     if not summary.graph_families:  # imported totals: counts without the graphs
         return f"{total}; which graphs is not recorded"
-    share = (f", {_fmt(100 * summary.recompile_share, '%')} of the run's wall time"
-             if summary.run_wall_s else "")
-    return (f"{total} of {summary.graph_families} graph(s); {summary.recompiles} recompile(s) "
-            f"({_fmt(summary.recompile_s, ' s', 2)}{share})")
+    share = (
+        f", {_fmt(100 * summary.recompile_share, '%')} of the run's wall time"
+        if summary.run_wall_s
+        else ""
+    )
+    return (
+        f"{total} of {summary.graph_families} graph(s); {summary.recompiles} recompile(s) "
+        f"({_fmt(summary.recompile_s, ' s', 2)}{share})"
+    )
 
 
 def _steps_text(summary: RunSummary) -> str:
@@ -69,8 +78,9 @@ def _transfers_text(summary: RunSummary) -> str | None:
     reads = f"{summary.value_reads} value reads (.item())" if summary.value_reads else ""
     if not summary.steps_judged:
         return reads or None
-    return (f"{_fmt(summary.transfers_from_device_per_step, ' per step', 2)} (device to host)"
-            + (f", {reads}" if reads else ""))
+    return f"{_fmt(summary.transfers_from_device_per_step, ' per step', 2)} (device to host)" + (
+        f", {reads}" if reads else ""
+    )
 
 
 def _ran_on(summary: RunSummary) -> str:
@@ -94,24 +104,44 @@ def headline_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ("steps", _steps_text(summary)),
     ]
     if summary.step_time_p50_ms is not None:
-        rows.append(("step time", f"p50 {_fmt(summary.step_time_p50_ms, ' ms', 2)}   "
-                                  f"p90 {_fmt(summary.step_time_p90_ms, ' ms', 2)}"))
+        rows.append(
+            (
+                "step time",
+                f"p50 {_fmt(summary.step_time_p50_ms, ' ms', 2)}   "
+                f"p90 {_fmt(summary.step_time_p90_ms, ' ms', 2)}",
+            )
+        )
     rows.append(("compiles", _compiles_text(summary)))
     transfers = _transfers_text(summary)
     if transfers:
         rows.append(("host transfers", transfers))
     after = summary.after_loop
     if after:
-        rows.append(("after the loop", f"{_fmt(after.wall_s, ' s', 2)}: {after.compiles} compile(s) "
-                                       f"({_fmt(after.compile_s, ' s', 2)}), not a step"))
+        rows.append(
+            (
+                "after the loop",
+                f"{_fmt(after.wall_s, ' s', 2)}: {after.compiles} compile(s) "
+                f"({_fmt(after.compile_s, ' s', 2)}), not a step",
+            )
+        )
     cost, p50 = summary.profiler_ms_per_step, summary.step_time_p50_ms
     if cost is not None:
         share = _cost_share(cost, p50)
         per_compile = summary.profiler_ms_per_compile
-        compiles = "" if per_compile is None else (
-            f"; {per_compile:.1f} ms per compile (its step's hook and the HLO dump's files deleted)")
-        rows.append(("tpuscope cost", f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
-                                      f"timed in the program{compiles}"))
+        compiles = (
+            ""
+            if per_compile is None
+            else (
+                f"; {per_compile:.1f} ms per compile (its step's hook and the HLO dump's files deleted)"
+            )
+        )
+        rows.append(
+            (
+                "tpuscope cost",
+                f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
+                f"timed in the program{compiles}",
+            )
+        )
     return rows
 
 
@@ -133,33 +163,62 @@ def _cost_share(cost_ms: float, p50_ms: float | None) -> str:
     return f" ({cost_ms / p50_ms:,.1f} times the p50 step of {p50_ms:.3f} ms)"
 
 
-
-
-CAUSE_COLS = (Col("compiles", justify="right"), Col("recompiles", justify="right"), Col("time (s)", justify="right"),
-              Col("first step", justify="right"), Col("cause", long=True), Col("where", whole=True))
-FALLBACK_COLS = (Col("op", whole=True), Col("count", justify="right"), Col("per step", justify="right"),
-                 Col("steps"), Col("where", whole=True))
+CAUSE_COLS = (
+    Col("compiles", justify="right"),
+    Col("recompiles", justify="right"),
+    Col("time (s)", justify="right"),
+    Col("first step", justify="right"),
+    Col("cause", long=True),
+    Col("where", whole=True),
+)
+FALLBACK_COLS = (
+    Col("op", whole=True),
+    Col("count", justify="right"),
+    Col("per step", justify="right"),
+    Col("steps"),
+    Col("where", whole=True),
+)
 
 
 def causes_table(causes: list[CompileCause], width: int = 10_000) -> RenderableType | None:
     if not causes:
         return None
-    rows = [(str(c.count), str(c.recompiles), f"{c.seconds:.3f}", _step(c.first_step),
-             str(c.cause), where(c.location)) for c in causes]
+    rows = [
+        (
+            str(c.count),
+            str(c.recompiles),
+            f"{c.seconds:.3f}",
+            _step(c.first_step),
+            str(c.cause),
+            where(c.location),
+        )
+        for c in causes
+    ]
     return grid("Top compile causes", CAUSE_COLS, rows, width)
 
 
 def _step(step: Any) -> str:
     """A step number, or words when the run has none (an imported report: no step markers)."""
-    return "not recorded" if step is None or (isinstance(step, int | float) and step < 0) else str(step)
+    return (
+        "not recorded"
+        if step is None or (isinstance(step, int | float) and step < 0)
+        else str(step)
+    )
 
 
 def fallbacks_table(ops: list[FallbackOp], width: int = 10_000) -> RenderableType | None:
     if not ops:
         return None
-    rows = [(str(op.op), str(op.count), f"{op.per_step:.2f}",
-             runs_text(op.step_runs or [], op.step_count, limit=4), where(op.location))
-            for op in ops]
+    rows = [
+        (
+            str(op.op),
+            str(op.count),
+            f"{op.per_step:.2f}",
+            runs_text(op.step_runs or [], op.step_count, limit=4),
+            where(op.location),
+        )
+        for op in ops
+    ]
     return grid("CPU fallbacks (ops torch_xla ran on the host)", FALLBACK_COLS, rows, width)
 
 
@@ -187,19 +246,30 @@ def finding_title(index: int, finding: Finding) -> Text:
 
 def finding_panel(index: int, finding: Finding) -> Panel:
     style = _SEVERITY_STYLE.get(finding.severity, "")
-    return Panel(finding_body(finding), title=finding_title(index, finding), title_align="left",
-                 border_style=style or "white")
+    return Panel(
+        finding_body(finding),
+        title=finding_title(index, finding),
+        title_align="left",
+        border_style=style or "white",
+    )
 
 
 def lead_line(findings: list[Finding]) -> Text:
     """One line that opens the report: the most severe (then costliest) finding and its fix, or a
     clean bill."""
     if not findings:
-        return Text("tpuscope: no findings: no recompile, CPU fallback, host sync or op-by-op loop.",
-                    style="green")
+        return Text(
+            "tpuscope: no findings: no recompile, CPU fallback, host sync or op-by-op loop.",
+            style="green",
+        )
     top = findings[0]
-    line = Text.assemble(("tpuscope: first: ", "bold"), (f"[{top.severity}] ", _SEVERITY_STYLE.get(top.severity, "")),
-                         f"{top.title} (~{top.cost_s:.2f} s)", ("  fix: ", "bold green"), top.fix)
+    line = Text.assemble(
+        ("tpuscope: first: ", "bold"),
+        (f"[{top.severity}] ", _SEVERITY_STYLE.get(top.severity, "")),
+        f"{top.title} (~{top.cost_s:.2f} s)",
+        ("  fix: ", "bold green"),
+        top.fix,
+    )
     if len(findings) > 1:
         line.append(f"  (+{len(findings) - 1} more below)", style="dim")
     return line
@@ -218,11 +288,19 @@ def render(report: RunReport, console: Console) -> None:
     without hard line breaks (tpuscope/report/fit.py)."""
     console.print(lead_line(report.findings), soft_wrap=True)
     summary = report.summary
-    tables = [t for t in (hosts_table(summary.hosts, console.width - 4),
-                          causes_table(summary.compile_causes, console.width - 4),
-                          fallbacks_table(summary.fallback_ops, console.width - 4)) if t is not None]
+    tables = [
+        t
+        for t in (
+            hosts_table(summary.hosts, console.width - 4),
+            causes_table(summary.compile_causes, console.width - 4),
+            fallbacks_table(summary.fallback_ops, console.width - 4),
+        )
+        if t is not None
+    ]
     if _boxed_fits(report, tables, console.width):
-        console.print(Panel(Group(headline(summary), *tables), title="tpuscope report", title_align="left"))
+        console.print(
+            Panel(Group(headline(summary), *tables), title="tpuscope report", title_align="left")
+        )
         for i, finding in enumerate(report.findings, 1):
             console.print(finding_panel(i, finding))
         return
@@ -232,4 +310,6 @@ def render(report: RunReport, console: Console) -> None:
     for part in tables:
         print_plain(console, part)
     for i, finding in enumerate(report.findings, 1):
-        console.print(Text.assemble(finding_title(i, finding), "\n", finding_body(finding)), soft_wrap=True)
+        console.print(
+            Text.assemble(finding_title(i, finding), "\n", finding_body(finding)), soft_wrap=True
+        )

@@ -22,12 +22,17 @@ def side_of(run: Run) -> Side:
     """A run as the comparison takes it: its analysis, its judged steps' wall times and compiles."""
     report = current(run)
     wall, compiles = judged_walls(run.steps, int(report.summary.warmup))
-    return Side(summary=report.summary, findings=report.findings, step_ns=wall, step_compiles=compiles)
+    return Side(
+        summary=report.summary, findings=report.findings, step_ns=wall, step_compiles=compiles
+    )
 
 
 def _device(side: dict[str, Any]) -> str:
     """'torch_xla CPU', or what was not recorded in words."""
-    return " ".join(str(v) for v in (side.get("backend"), side.get("device_kind")) if v) or "not recorded"
+    return (
+        " ".join(str(v) for v in (side.get("backend"), side.get("device_kind")) if v)
+        or "not recorded"
+    )
 
 
 def _ms(v: float | None) -> str:
@@ -52,7 +57,9 @@ def difference_text(st: dict[str, Any]) -> str:
     if not st.get("diff_ci_ms"):
         return f"{st['diff_ms']:+,.2f} ms"
     lo, hi = st["diff_ci_ms"]
-    return f"{st['diff_ms']:+,.2f} ms ({round(100 * st['confidence'])}% CI {lo:+,.2f}..{hi:+,.2f} ms)"
+    return (
+        f"{st['diff_ms']:+,.2f} ms ({round(100 * st['confidence'])}% CI {lo:+,.2f}..{hi:+,.2f} ms)"
+    )
 
 
 def steps_word(st: dict[str, Any]) -> str:
@@ -64,8 +71,11 @@ def _compiled_row(st: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """How many judged steps compiled, and whether the step time left them out (when known)."""
     if st.get("a_compiled") is None or st.get("b_compiled") is None:
         return []
-    fate = "left out of the step time" if st.get("steps") == STEADY else \
-        "kept in the step time (too few steps without a compile)"
+    fate = (
+        "left out of the step time"
+        if st.get("steps") == STEADY
+        else "kept in the step time (too few steps without a compile)"
+    )
     return [("judged steps that compiled", str(st["a_compiled"]), str(st["b_compiled"]), fate)]
 
 
@@ -82,36 +92,70 @@ def rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("device", _device(a), _device(b), ""),
         ("judged steps", str(a["steps_judged"]), str(b["steps_judged"]), ""),
         *_compiled_row(st),
-        (f"median {steps_word(st)} step time", _ms(st["a_median_ms"]), _ms(st["b_median_ms"]), ratio_text(st)),
+        (
+            f"median {steps_word(st)} step time",
+            _ms(st["a_median_ms"]),
+            _ms(st["b_median_ms"]),
+            ratio_text(st),
+        ),
         ("step time B - A", "", "", difference_text(st)),
-        ("compiles", str(diff["compiles"]["a"]), str(diff["compiles"]["b"]), _delta(diff["compiles"])),
-        ("recompiles", str(diff["recompiles"]["a"]), str(diff["recompiles"]["b"]), _delta(diff["recompiles"])),
-        ("recompile time", f"{diff['recompile_s']['a']:.2f} s", f"{diff['recompile_s']['b']:.2f} s",
-         _delta(diff["recompile_s"], 2) + (" s" if diff["recompile_s"]["delta"] else "")),
-        ("CPU fallback calls / step", f"{fb['a_per_step']:.2f}", f"{fb['b_per_step']:.2f}",
-         _delta({"delta": fb["b_per_step"] - fb["a_per_step"]}, 2)),
+        (
+            "compiles",
+            str(diff["compiles"]["a"]),
+            str(diff["compiles"]["b"]),
+            _delta(diff["compiles"]),
+        ),
+        (
+            "recompiles",
+            str(diff["recompiles"]["a"]),
+            str(diff["recompiles"]["b"]),
+            _delta(diff["recompiles"]),
+        ),
+        (
+            "recompile time",
+            f"{diff['recompile_s']['a']:.2f} s",
+            f"{diff['recompile_s']['b']:.2f} s",
+            _delta(diff["recompile_s"], 2) + (" s" if diff["recompile_s"]["delta"] else ""),
+        ),
+        (
+            "CPU fallback calls / step",
+            f"{fb['a_per_step']:.2f}",
+            f"{fb['b_per_step']:.2f}",
+            _delta({"delta": fb["b_per_step"] - fb["a_per_step"]}, 2),
+        ),
     ]
     return out
 
 
 def _finding_text(f: dict[str, Any]) -> str:
-    sev = (f"{f['a_severity']} -> {f['b_severity']}" if f["a_severity"] and f["b_severity"]
-           else f["b_severity"] or f["a_severity"])
+    sev = (
+        f"{f['a_severity']} -> {f['b_severity']}"
+        if f["a_severity"] and f["b_severity"]
+        else f["b_severity"] or f["a_severity"]
+    )
     cost = " -> ".join(f"{c:.3f} s" for c in (f["a_cost_s"], f["b_cost_s"]) if c is not None)
     return f"{f['rule']} ({sev}, {cost}) at {where(f['location'])}: {f['title']}"
 
 
 def render(diff: dict[str, Any], console: Console) -> None:
     """The comparison on the terminal."""
-    cols = (Col("figure", whole=True), Col("A", whole=True), Col("B", whole=True), Col("B vs A", long=True))
+    cols = (
+        Col("figure", whole=True),
+        Col("A", whole=True),
+        Col("B", whole=True),
+        Col("B vs A", long=True),
+    )
     table = grid("tpuscope diff: B against A", cols, rows(diff), console.width)
     if fits(table):
         console.print(table)
     else:  # too narrow for the run ids whole: one line a figure, A and B named
         console.print("tpuscope diff: B against A", style="italic")
         for figure, a, b, change in rows(diff):
-            line = (f"{figure}: A {a or '-'}, B {b or '-'}" + (f"; B vs A {change}" if change else "")
-                    if a or b else f"{figure}: {change}")
+            line = (
+                f"{figure}: A {a or '-'}, B {b or '-'}" + (f"; B vs A {change}" if change else "")
+                if a or b
+                else f"{figure}: {change}"
+            )
             console.print(line, soft_wrap=True, markup=False)
     console.print(f"[dim]interval: {diff['step_time']['method']}[/dim]", soft_wrap=True)
     for kind in ("new", "gone", "changed"):

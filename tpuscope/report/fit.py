@@ -45,21 +45,29 @@ def needed_width(cols: Sequence[Col], rows: Sequence[Sequence[str]]) -> int:
     return total
 
 
-def table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], **kw: Any) -> Table:
+def table(
+    title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], **kw: Any
+) -> Table:
     """The rich table: whole columns never wrap, the others wrap at spaces (a word longer than
     its column folds: never an ellipsis)."""
     out = Table(title=title, title_justify="left", **kw)
     for i, col in enumerate(cols):
         widest = max((len(str(r[i])) for r in rows), default=0)
-        out.add_column(col.name, justify=col.justify, no_wrap=col.whole,  # type: ignore[arg-type]
-                       overflow="ignore" if col.whole else "fold",
-                       min_width=widest if col.whole else None)
+        out.add_column(
+            col.name,
+            justify=col.justify,
+            no_wrap=col.whole,  # type: ignore[arg-type]
+            overflow="ignore" if col.whole else "fold",
+            min_width=widest if col.whole else None,
+        )
     for row in rows:
         out.add_row(*(str(c) for c in row))
     return out
 
 
-def records(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], named: bool = False) -> Text:
+def records(
+    title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], named: bool = False
+) -> Text:
     """Each row as a block: its whole cells on the first line, the others `name value` after;
     `named`: every cell on a line of its own, `name: value` (a query's rows: no column is known)."""
     out = Text()
@@ -76,8 +84,11 @@ def records(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]
     for row in rows:
         first = [str(c) for c, col in zip(row, cols, strict=True) if col.whole and str(c)]
         out.append("  ".join(first) or "-", style="bold")
-        short = [f"{col.name} {c}" for c, col in zip(row, cols, strict=True)
-                 if not col.whole and not col.long and str(c) not in ("", "-")]
+        short = [
+            f"{col.name} {c}"
+            for c, col in zip(row, cols, strict=True)
+            if not col.whole and not col.long and str(c) not in ("", "-")
+        ]
         if short:
             out.append("\n    " + "  ".join(short))
         for c, col in zip(row, cols, strict=True):
@@ -88,8 +99,14 @@ def records(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]
     return out
 
 
-def grid(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int,
-         named: bool = False, **kw: Any) -> RenderableType:
+def grid(
+    title: str | None,
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    named: bool = False,
+    **kw: Any,
+) -> RenderableType:
     """A table when its identities fit `width` whole, else records (print them with print_plain)."""
     if needed_width(cols, rows) <= width:
         return table(title, cols, rows, **kw)

@@ -10,9 +10,15 @@ from rich.console import RenderableType
 from tpuscope.analyze.contract import HostSummary
 from tpuscope.report.fit import Col, grid
 
-HOST_COLS = (Col("host", whole=True), Col("procs", justify="right"), Col("steps", justify="right"),
-             Col("p50 (ms)", justify="right"), Col("vs pod (ms)", justify="right"), Col("ended"),
-             Col("findings naming it"))
+HOST_COLS = (
+    Col("host", whole=True),
+    Col("procs", justify="right"),
+    Col("steps", justify="right"),
+    Col("p50 (ms)", justify="right"),
+    Col("vs pod (ms)", justify="right"),
+    Col("ended"),
+    Col("findings naming it"),
+)
 
 
 def hosts_table(hosts: list[HostSummary] | None, width: int = 10_000) -> RenderableType | None:
@@ -24,10 +30,17 @@ def hosts_table(hosts: list[HostSummary] | None, width: int = 10_000) -> Rendera
     rows = []
     for h in hosts:
         excess = h.excess_ms
-        rows.append((str(h.host) + (" (straggler)" if h.straggler else ""), str(h.processes),
-                     str(h.steps), f"{h.p50_ms:.2f}" if h.p50_ms is not None else "-",
-                     f"{excess:+.2f}" if excess is not None else "-", str(h.status or "-"),
-                     ", ".join(h.rules or []) or "-"))
+        rows.append(
+            (
+                str(h.host) + (" (straggler)" if h.straggler else ""),
+                str(h.processes),
+                str(h.steps),
+                f"{h.p50_ms:.2f}" if h.p50_ms is not None else "-",
+                f"{excess:+.2f}" if excess is not None else "-",
+                str(h.status or "-"),
+                ", ".join(h.rules or []) or "-",
+            )
+        )
     return grid(f"Hosts ({len(hosts)})", HOST_COLS, rows, width)
 
 

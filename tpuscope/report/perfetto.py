@@ -34,25 +34,43 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
 def _lanes(events: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(pid per event, tid per event, metadata records naming processes and threads)."""
     n = events.num_rows
-    host, hosts = _codes(events["host"]) if "host" in events.column_names else (np.zeros(n, np.int64), ['""'])
+    host, hosts = (
+        _codes(events["host"]) if "host" in events.column_names else (np.zeros(n, np.int64), ['""'])
+    )
     plane, planes = _codes(events["plane"])
     line, lines = _codes(events["line"])
     proc, pid = np.unique(np.stack([host, plane], axis=1), axis=0, return_inverse=True)
     lane, tid = np.unique(np.stack([pid.ravel(), line], axis=1), axis=0, return_inverse=True)
     meta = []
     for p, (h, pl) in enumerate(proc.tolist()):
-        label = (json.loads(hosts[h]) + ": " if h >= 0 and json.loads(hosts[h]) else "") + json.loads(planes[pl])
-        meta.append(json.dumps({"name": "process_name", "ph": "M", "pid": p, "args": {"name": label}}))
+        label = (
+            json.loads(hosts[h]) + ": " if h >= 0 and json.loads(hosts[h]) else ""
+        ) + json.loads(planes[pl])
+        meta.append(
+            json.dumps({"name": "process_name", "ph": "M", "pid": p, "args": {"name": label}})
+        )
     for t, (p, ln) in enumerate(lane.tolist()):
-        meta.append(json.dumps({"name": "thread_name", "ph": "M", "pid": p, "tid": t,
-                                "args": {"name": json.loads(lines[ln]) if ln >= 0 else ""}}))
+        meta.append(
+            json.dumps(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": p,
+                    "tid": t,
+                    "args": {"name": json.loads(lines[ln]) if ln >= 0 else ""},
+                }
+            )
+        )
     return pid.ravel(), tid.ravel(), meta
 
 
 def chrome_trace(events: pa.Table) -> bytes:
     """The events as a gzipped Chrome trace JSON (the `trace`/`perfetto` renderer)."""
     buffer = io.BytesIO()
-    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=3) as raw, io.TextIOWrapper(raw) as out:
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=3) as raw,
+        io.TextIOWrapper(raw) as out,
+    ):
         _write_events(events, out)
     return buffer.getvalue()
 
@@ -85,8 +103,10 @@ def _write_events(events: pa.Table, out: TextIO) -> None:
     out.write(",\n".join(meta))
     for i in range(n):
         name = names[name_codes[i]] if name_codes[i] >= 0 else '""'
-        out.write(f',\n{{"ph":"X","name":{name},"pid":{pid[i]},"tid":{tid[i]},"ts":{ts[i]:.3f},'
-                  f'"dur":{dur[i]:.3f}{args[i] if args else ""}}}')
+        out.write(
+            f',\n{{"ph":"X","name":{name},"pid":{pid[i]},"tid":{tid[i]},"ts":{ts[i]:.3f},'
+            f'"dur":{dur[i]:.3f}{args[i] if args else ""}}}'
+        )
     out.write("\n]}\n")
 
 
@@ -99,7 +119,9 @@ def _args(events: pa.Table) -> list[str]:
         if col == "step":
             values = events[col].to_numpy(zero_copy_only=False)
             valid = ~events[col].is_null().to_numpy(zero_copy_only=False)
-            parts.append([f'"step":{int(v)}' if ok else None for v, ok in zip(values, valid, strict=True)])
+            parts.append(
+                [f'"step":{int(v)}' if ok else None for v, ok in zip(values, valid, strict=True)]
+            )
         else:
             codes, texts = _codes(events[col])
             parts.append([f'"{col}":{texts[c]}' if c >= 0 else None for c in codes])

@@ -106,8 +106,9 @@ def renderer_for(subject: str, name: str) -> Renderer:
     try:
         home, rich = _HOMES[(subject, name)]
     except KeyError:
-        raise UnknownRenderer(f"no {name!r} renderer for {subject}; there are: "
-                              f"{', '.join(names(subject)) or 'none'}") from None
+        raise UnknownRenderer(
+            f"no {name!r} renderer for {subject}; there are: {', '.join(names(subject)) or 'none'}"
+        ) from None
     return Renderer(subject, name, home, rich)
 
 

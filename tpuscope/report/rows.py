@@ -30,10 +30,19 @@ def render(table: pa.Table, console: Any) -> None:
     where a text cell would be cut (every cell whole: a name, a `file:line`, a list)."""
     from tpuscope.report.fit import Col, grid, print_plain
 
-    cols = [Col(name, whole=not _numeric(table, name), justify="right" if _numeric(table, name) else "left")
-            for name in table.column_names]
+    cols = [
+        Col(
+            name,
+            whole=not _numeric(table, name),
+            justify="right" if _numeric(table, name) else "left",
+        )
+        for name in table.column_names
+    ]
     rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
-    print_plain(console, grid(None, cols, rows, console.width, named=True, show_edge=False, header_style="bold"))
+    print_plain(
+        console,
+        grid(None, cols, rows, console.width, named=True, show_edge=False, header_style="bold"),
+    )
     console.print(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}", style="dim")
 
 
@@ -45,9 +54,15 @@ def _flat(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """A nested column (list, struct, map: a compile's shapes, a stack) as JSON text, which a CSV
     cell can hold; other columns as they are."""
     kind = column.type
-    if not (pa.types.is_nested(kind) or pa.types.is_dictionary(kind) and pa.types.is_nested(kind.value_type)):
+    if not (
+        pa.types.is_nested(kind)
+        or pa.types.is_dictionary(kind)
+        and pa.types.is_nested(kind.value_type)
+    ):
         return column
-    return pa.array([None if v is None else json.dumps(v, default=str) for v in column.to_pylist()], pa.string())
+    return pa.array(
+        [None if v is None else json.dumps(v, default=str) for v in column.to_pylist()], pa.string()
+    )
 
 
 def csv_text(table: pa.Table) -> str:

@@ -36,18 +36,33 @@ def brief(run_dir: str | Path | Location) -> dict[str, Any] | None:
 def with_briefs(runs: list[dict[str, Any]], store: str | Path | Location) -> list[dict[str, Any]]:
     """Each run's meta with its `analysis` brief (None while it runs or when never analysed)."""
     root = Location.of(store)
-    return [{**meta, "analysis": None if meta.get("status") == "running" else brief(root / meta["run_id"])}
-            for meta in runs]
+    return [
+        {
+            **meta,
+            "analysis": None if meta.get("status") == "running" else brief(root / meta["run_id"]),
+        }
+        for meta in runs
+    ]
 
 
 def _findings(summary: dict[str, Any] | None) -> str:
     sev = (summary or {}).get("findings_by_severity") or {}
-    return "-" if not summary else f"{sev.get('high', 0)}/{sev.get('medium', 0)}/{sev.get('low', 0)}"
+    return (
+        "-" if not summary else f"{sev.get('high', 0)}/{sev.get('medium', 0)}/{sev.get('low', 0)}"
+    )
 
 
-RUN_COLS = (Col("run id", whole=True), Col("started"), Col("status"), Col("backend"), Col("hosts"),
-            Col("steps", justify="right"), Col("p50 ms", justify="right"), Col("findings h/m/l"),
-            Col("command", long=True))
+RUN_COLS = (
+    Col("run id", whole=True),
+    Col("started"),
+    Col("status"),
+    Col("backend"),
+    Col("hosts"),
+    Col("steps", justify="right"),
+    Col("p50 ms", justify="right"),
+    Col("findings h/m/l"),
+    Col("command", long=True),
+)
 
 
 def backend_text(meta: dict[str, Any]) -> str:
@@ -63,9 +78,19 @@ def run_rows(runs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     for meta in runs:
         summary = meta.get("analysis")
         p50 = (summary or {}).get("step_time_p50_ms")
-        rows.append((str(meta["run_id"]), _when(meta.get("start_ns")), str(meta.get("status", "-")),
-                     backend_text(meta), hosts_cell(meta), str((summary or {}).get("steps", "-")),
-                     "-" if p50 is None else f"{p50:.2f}", _findings(summary), str(meta.get("command", ""))))
+        rows.append(
+            (
+                str(meta["run_id"]),
+                _when(meta.get("start_ns")),
+                str(meta.get("status", "-")),
+                backend_text(meta),
+                hosts_cell(meta),
+                str((summary or {}).get("steps", "-")),
+                "-" if p50 is None else f"{p50:.2f}",
+                _findings(summary),
+                str(meta.get("command", "")),
+            )
+        )
     return rows
 
 

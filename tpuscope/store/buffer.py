@@ -109,8 +109,9 @@ def _count(columns: Columns) -> int:
     return len(next(iter(columns.values()), []))
 
 
-def _by_table(rows: dict[str, list[dict[str, Any]]], columns: dict[str, list[Columns]]
-              ) -> Iterator[tuple[str, list[dict[str, Any]], list[Columns]]]:
+def _by_table(
+    rows: dict[str, list[dict[str, Any]]], columns: dict[str, list[Columns]]
+) -> Iterator[tuple[str, list[dict[str, Any]], list[Columns]]]:
     """(table, dict rows, column chunks) of every table with something to write, in a fixed order."""
     for name in sorted(set(rows) | set(columns)):
         if rows.get(name) or columns.get(name):

@@ -117,8 +117,11 @@ def read_parts(folder: Location, schema: pa.Schema) -> pa.Table:
     alone: no DuckDB, and not `pq.read_table` (its dataset layer imports pandas, ~0.3 s of
     `show`'s start-up). A damaged part is left out, with a warning on stderr."""
     warn: list[str] = []
-    tables = [t for t in (_read_file(folder / e.name, schema, warn) for e in active_parts(folder))
-              if t is not None]
+    tables = [
+        t
+        for t in (_read_file(folder / e.name, schema, warn) for e in active_parts(folder))
+        if t is not None
+    ]
     for message in warn:
         print(f"tpuscope: {message}", file=sys.stderr)
     return pa.concat_tables(tables) if tables else schema.empty_table()
@@ -129,7 +132,8 @@ def _read_file(part: Location, schema: pa.Schema, warn: list[str]) -> pa.Table |
     try:
         table = pq.ParquetFile(parquet_source(part)).read()
         columns = [
-            table.column(f.name).cast(f.type) if f.name in table.column_names
+            table.column(f.name).cast(f.type)
+            if f.name in table.column_names
             else pa.nulls(table.num_rows, f.type)
             for f in schema
         ]
@@ -199,7 +203,11 @@ def compact_table(
 
 
 def _compact_group(
-    folder: Location, names: list[str], active: set[str], tag: str, all_names: list[str],
+    folder: Location,
+    names: list[str],
+    active: set[str],
+    tag: str,
+    all_names: list[str],
     notes: list[str],
 ) -> int:
     """Merge one host's parts into one merged part (written first, whole, its footer naming

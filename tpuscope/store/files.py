@@ -40,7 +40,9 @@ def write_json_atomic(path: Path, data: dict[str, Any], make_folder: bool = True
     its program runs stays deleted."""
     if make_folder:
         path.parent.mkdir(exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # flusher and main may race
+    tmp = path.with_name(
+        f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )  # flusher and main may race
     try:
         tmp.write_text(json.dumps(data, indent=2, default=str, sort_keys=True))
         os.replace(tmp, path)

@@ -37,7 +37,12 @@ def _start_ticks(pid: int) -> str | None:
 
 def launcher_identity() -> dict[str, Any]:
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "boot_id": _boot_id(), "started": _start_ticks(pid)}
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "boot_id": _boot_id(),
+        "started": _start_ticks(pid),
+    }
 
 
 def launcher_gone(identity: Any) -> bool:

@@ -65,13 +65,25 @@ def warm_up() -> None:
     pa.array([0], type=pa.int64())
     for name in LIVE_TABLES:
         schema = TABLES[name]
-        table = pa.concat_tables([pa.Table.from_pylist([{}], schema=schema), _chunk_table(schema, {
-            "host": Repeat("h", 1), "step": np.zeros(1, dtype=np.int64), "name": Coded(np.zeros(1, dtype=np.int64), ["n"]),
-        })])
+        table = pa.concat_tables(
+            [
+                pa.Table.from_pylist([{}], schema=schema),
+                _chunk_table(
+                    schema,
+                    {
+                        "host": Repeat("h", 1),
+                        "step": np.zeros(1, dtype=np.int64),
+                        "name": Coded(np.zeros(1, dtype=np.int64), ["n"]),
+                    },
+                ),
+            ]
+        )
         pq.write_table(table, pa.BufferOutputStream(), use_dictionary=_text_columns(schema))  # type: ignore[arg-type]  # as above
 
 
-def write_rows(path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, Any]]) -> int:
+def write_rows(
+    path: Path, name: str, rows: list[dict[str, Any]], chunks: list[dict[str, Any]]
+) -> int:
     """One part file of table `name` from dict rows and column chunks (columns a chunk
     leaves out are null); returns its row count. Called by the flush thread (buffer)."""
     schema = TABLES[name]
@@ -108,10 +120,14 @@ def _repeated(value: Any, kind: pa.DataType, count: int) -> pa.Array:
     if pa.types.is_list(kind) and isinstance(value, (list, tuple)):
         import numpy as np
 
-        offsets: Any = pa.array(np.arange(count + 1, dtype=np.int32) * len(value))  # stubs: a BooleanArray
+        offsets: Any = pa.array(
+            np.arange(count + 1, dtype=np.int32) * len(value)
+        )  # stubs: a BooleanArray
         values: Any = pa.array(list(value) * count, kind.value_type)
         return pa.ListArray.from_arrays(offsets, values, type=kind)
-    scalar: Any = pa.scalar(value, kind)  # pyarrow-stubs type it Scalar[DataType], which no overload takes
+    scalar: Any = pa.scalar(
+        value, kind
+    )  # pyarrow-stubs type it Scalar[DataType], which no overload takes
     return pa.repeat(scalar, count)
 
 
@@ -125,13 +141,20 @@ def _coded_array(column: Coded, kind: pa.DataType) -> pa.Array:
     lookup = np.zeros(len(column.names), dtype=np.int32)
     lookup[used] = np.arange(len(used), dtype=np.int32)
     names = pa.array([column.names[i] for i in used.tolist()], pa.string())
-    indices: Any = pa.array(lookup[codes])  # int32; pyarrow-stubs type pa.array(numpy) a BooleanArray
+    indices: Any = pa.array(
+        lookup[codes]
+    )  # int32; pyarrow-stubs type pa.array(numpy) a BooleanArray
     array = pa.DictionaryArray.from_arrays(indices, names)
     return array if array.type == kind else array.cast(kind)
 
 
-def read_table(run_dir: str | Path | Location, name: str, warn: list[str] | None = None,
-               columns: list[str] | None = None, where: str | None = None) -> pa.Table:
+def read_table(
+    run_dir: str | Path | Location,
+    name: str,
+    warn: list[str] | None = None,
+    columns: list[str] | None = None,
+    where: str | None = None,
+) -> pa.Table:
     """Union of every part of one table (an empty table with the schema if none), read by
     DuckDB (`store.sql.scan`): only `columns` when given, only rows `where` keeps.
 
@@ -142,8 +165,12 @@ def read_table(run_dir: str | Path | Location, name: str, warn: list[str] | None
     return scan(Location.of(run_dir), name, columns=columns, where=where, warn=warn)
 
 
-def read_part(path: str | Path | Location, schema: pa.Schema | None = None, columns: list[str] | None = None,
-              warn: list[str] | None = None) -> pa.Table | None:
+def read_part(
+    path: str | Path | Location,
+    schema: pa.Schema | None = None,
+    columns: list[str] | None = None,
+    warn: list[str] | None = None,
+) -> pa.Table | None:
     """One part file, or None (and a warning naming it) when it is damaged or foreign."""
     from tpuscope.store.sql import read_part as read_one
 

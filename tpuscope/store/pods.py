@@ -48,8 +48,11 @@ def is_pod_run(run_dir: Path | Location, meta: Mapping[str, Any] | None = None) 
 
 def _owned_by(name: str, host: str) -> bool:
     """A file of this host: its parts, its process files and host meta, its debug text."""
-    return part_host(name) == host or name == f"{host}.json" or name.startswith(
-        (f"{host}-", f"pt_xla_debug-{host}-"))
+    return (
+        part_host(name) == host
+        or name == f"{host}.json"
+        or name.startswith((f"{host}-", f"pt_xla_debug-{host}-"))
+    )
 
 
 def _last_write_ns(run: Location, host: str) -> int:
@@ -57,8 +60,14 @@ def _last_write_ns(run: Location, host: str) -> int:
     safe = safe_host(host)
     if not run.local:
         found = run.fs.find(run.path, detail=True)
-        return max((mtime_ns(info) for path, info in found.items()
-                    if _owned_by(path.rsplit("/", 1)[-1], safe)), default=0)
+        return max(
+            (
+                mtime_ns(info)
+                for path, info in found.items()
+                if _owned_by(path.rsplit("/", 1)[-1], safe)
+            ),
+            default=0,
+        )
     newest = 0
     for root, _, files in os.walk(run.path):
         for name in files:
@@ -245,8 +254,11 @@ def join_remote(store: Location, run_id: str, host: str, **shared: Any) -> Path:
     except StoreError:
         raise
     except Exception as exc:  # unreachable: the shipper tries again; the program runs anyway
-        print(f"tpuscope: cannot reach the store {store.url} yet: {type(exc).__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        print(
+            f"tpuscope: cannot reach the store {store.url} yet: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+        )
     stage = stage_root() / safe_host(host) / run_id
     try:
         (stage / HOSTS_DIR).mkdir(parents=True, exist_ok=True)

@@ -26,14 +26,25 @@ ROW_GROUP_ROWS = 1 << 16
 DELTA_COLUMNS = ("start_ns",)  # distinct, mostly increasing int64: delta, not dictionary, encoded
 
 
-def write_row_groups_atomic(path: Path, table: pa.Table, rows: int = ROW_GROUP_ROWS,
-                            delta: Sequence[str] = DELTA_COLUMNS) -> None:
+def write_row_groups_atomic(
+    path: Path, table: pa.Table, rows: int = ROW_GROUP_ROWS, delta: Sequence[str] = DELTA_COLUMNS
+) -> None:
     """Write a Parquet file a row group at a time, so that it appears whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    deltas = [c for c in delta if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
-    options: dict[str, Any] = {"use_dictionary": [c for c in table.column_names if c not in deltas],
-               "column_encoding": dict.fromkeys(deltas, "DELTA_BINARY_PACKED")} if deltas else {}
+    deltas = [
+        c
+        for c in delta
+        if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)
+    ]
+    options: dict[str, Any] = (
+        {
+            "use_dictionary": [c for c in table.column_names if c not in deltas],
+            "column_encoding": dict.fromkeys(deltas, "DELTA_BINARY_PACKED"),
+        }
+        if deltas
+        else {}
+    )
     pool = pa.default_memory_pool()
     try:
         with pq.ParquetWriter(tmp, table.schema, **options) as writer:

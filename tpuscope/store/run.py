@@ -249,8 +249,12 @@ class Run:
 
         from tpuscope.schema import TABLES
 
-        listing = sorted(f"{name}/{e.name}\t{e.size}" for name in TABLES if name != "findings"
-                         for e in self.parts(name))
+        listing = sorted(
+            f"{name}/{e.name}\t{e.size}"
+            for name in TABLES
+            if name != "findings"
+            for e in self.parts(name)
+        )
         return hashlib.sha256("\n".join(listing).encode()).hexdigest()[:32]
 
     def _analysis_ns(self) -> int | None:
@@ -272,8 +276,9 @@ class Run:
         from tpuscope.schema import TABLES
 
         if self.local:
-            return max((_mtime_ns(self.path / name) for name in TABLES if name != "findings"),
-                       default=0)
+            return max(
+                (_mtime_ns(self.path / name) for name in TABLES if name != "findings"), default=0
+            )
         present = set(self.loc.folders())
         return max(
             (

@@ -57,8 +57,10 @@ def check_schema(meta: dict[str, Any], run_dir: object) -> None:
     version = meta.get("schema_version", SCHEMA_VERSION)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         name = Location.of(run_dir).name if isinstance(run_dir, str | Path | Location) else run_dir
-        raise StoreError(f"run {name} has schema version {version!r}, newer than this "
-                         f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it")
+        raise StoreError(
+            f"run {name} has schema version {version!r}, newer than this "
+            f"tpuscope reads ({SCHEMA_VERSION}): upgrade tpuscope to read it"
+        )
 
 
 def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
@@ -80,7 +82,11 @@ def read_meta(run_dir: str | Path | Location) -> dict[str, Any]:
     if meta.get("run_id") not in (None, run.name):
         meta["recorded_run_id"] = meta["run_id"]
     meta["run_id"] = run.name
-    if meta.get("status") == "running" and not meta.get("hosts") and launcher_gone(meta.get("launcher")):
+    if (
+        meta.get("status") == "running"
+        and not meta.get("hosts")
+        and launcher_gone(meta.get("launcher"))
+    ):
         meta["status"] = ended_unknown(run)
     return meta
 
@@ -90,7 +96,9 @@ def _local_metas(root: str) -> list[str]:
     (fsspec's glob walks into every run folder: half of `ls`'s own time at 200 runs)."""
     with os.scandir(root) as entries:
         folders = [e.path for e in entries if e.is_dir()]
-    return [meta for meta in (os.path.join(f, layout.META) for f in folders) if os.path.isfile(meta)]
+    return [
+        meta for meta in (os.path.join(f, layout.META) for f in folders) if os.path.isfile(meta)
+    ]
 
 
 class RunStore:
@@ -154,8 +162,11 @@ class RunStore:
     def run_dirs(self) -> Iterator[Location]:
         """Every run folder (one holding a meta.json)."""
         try:
-            metas = _local_metas(self.loc.path) if self.local else self.loc.fs.glob(
-                f"{self.loc.path}/*/{layout.META}")
+            metas = (
+                _local_metas(self.loc.path)
+                if self.local
+                else self.loc.fs.glob(f"{self.loc.path}/*/{layout.META}")
+            )
         except (FileNotFoundError, NotADirectoryError):
             return iter(())
         except OSError as exc:
@@ -165,6 +176,7 @@ class RunStore:
     def list_runs(self, warn: list[str] | None = None) -> list[dict[str, Any]]:
         """Every readable run's meta, newest first; a run whose meta.json cannot be read is
         left out and named in `warn` (or on stderr)."""
+
         def read(path: Location) -> dict[str, Any] | str:
             try:
                 return read_meta(path)

@@ -244,7 +244,6 @@ class Shipper:
             self._put(relative, path.read_bytes())
             self._sent[relative] = (stat.st_mtime_ns, stat.st_size)
 
-
     def _create_pod_meta(self) -> None:
         """A pod's meta.json, once: created only if absent (store.files.create_json_once), so the
         first host's stands whichever host ships first."""

@@ -46,8 +46,11 @@ def part_urls(run: Location, name: str, host: str | None = None) -> list[str]:
     if host is not None:
         named = {e.name: part_host(e.name) for e in entries}
         hosts = set(named.values())
-        entries = [e for e in entries if named[e.name] == host or named[e.name] is None
-                   or (named[e.name] not in hosts)]
+        entries = [
+            e
+            for e in entries
+            if named[e.name] == host or named[e.name] is None or (named[e.name] not in hosts)
+        ]
     return [(folder / e.name).url for e in entries]
 
 
@@ -73,7 +76,9 @@ def read_part(
 ) -> pa.Table | None:
     """One part file, or None (and a warning naming it) when it is damaged or foreign."""
     try:  # by path, or a copy in Arrow's memory: never through a Python file (parquet_source)
-        return pq.read_table(parquet_source(part), schema=schema, columns=list(columns) if columns else None)
+        return pq.read_table(
+            parquet_source(part), schema=schema, columns=list(columns) if columns else None
+        )
     except (pa.ArrowException, OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         _warn(f"skipped the damaged part {part.url}: {reason}", warn)
@@ -244,9 +249,13 @@ class HostReader:
         try:
             if name not in self._present:  # every part's columns, once per table
                 listed = _list([u for _, u in self._urls[name][0]])
-                self._present[name] = {r[0] for r in self._con.sql(
-                    f"SELECT name FROM parquet_schema({listed})").fetchall()}
-            return _duck_scan(self._con, urls, schema, columns, host_filter(host), self._present[name])
+                self._present[name] = {
+                    r[0]
+                    for r in self._con.sql(f"SELECT name FROM parquet_schema({listed})").fetchall()
+                }
+            return _duck_scan(
+                self._con, urls, schema, columns, host_filter(host), self._present[name]
+            )
         except (duckdb.Error, pa.ArrowException):
             return scan(self.run, name, columns=columns, host=host)
 

@@ -106,12 +106,21 @@ class Watch:
     imported, so each watch judges its own calls alone (tpuscope.watch.jax_rules).
     """
 
-    def __init__(self, name: str = "watch", warmup_compiles: int = 1, store: str | Path | None = None,
-                 meta: dict[str, Any] | None = None, *, warmup_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str = "watch",
+        warmup_compiles: int = 1,
+        store: str | Path | None = None,
+        meta: dict[str, Any] | None = None,
+        *,
+        warmup_steps: int | None = None,
+    ) -> None:
         warmup_compiles = compiles_allowed(warmup_compiles, warmup_steps)
         self.name = name
         self.warmup_compiles = warmup_compiles
-        self.store = store if store is None or "://" in str(store) else Path(store)  # a folder or a URL
+        self.store = (
+            store if store is None or "://" in str(store) else Path(store)
+        )  # a folder or a URL
         self.meta = dict(meta or {})
         self.run: Run | None = None
         self.run_dir: Path | None = None
@@ -127,11 +136,15 @@ class Watch:
     # -- life cycle -------------------------------------------------------------
     def __enter__(self) -> Watch:
         if autostart.active_session() is not None:
-            raise WatchError("tpuscope: this process is already being profiled (tpuscope run, "
-                             "tpuscope.profile() or another watch); watches do not nest")
+            raise WatchError(
+                "tpuscope: this process is already being profiled (tpuscope run, "
+                "tpuscope.profile() or another watch); watches do not nest"
+            )
         settings = process_env.prepare()
         settings.clear_dump()
-        cleared = {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_compiles) else {}
+        cleared = (
+            {"jax_caches_cleared": True} if watch_jax.clear_caches(self.warmup_compiles) else {}
+        )
         root = self.store
         if root is None:
             root = self._temp = Path(tempfile.mkdtemp(prefix="tpuscope-watch-"))
@@ -161,7 +174,9 @@ class Watch:
         if not isinstance(problem, Exception):
             raise problem  # Ctrl-C
         if exc_type is None:
-            raise WatchError(f"tpuscope: could not read watch {self.name!r}: {problem}") from problem
+            raise WatchError(
+                f"tpuscope: could not read watch {self.name!r}: {problem}"
+            ) from problem
         # the block's own exception matters more than tpuscope's: let it through
         warnings.warn(f"tpuscope: could not read watch {self.name!r}: {problem}", stacklevel=2)
 
@@ -170,8 +185,16 @@ class Watch:
         if ending.run is None or ending.report is None:
             return  # not analysed: the watch could not be stopped (said by __exit__)
         self._findings = ending.report.findings
-        for table in ("meta", "steps", "compiles", "fallbacks", "metrics", "findings", "retraces",
-                      "call_sites"):
+        for table in (
+            "meta",
+            "steps",
+            "compiles",
+            "fallbacks",
+            "metrics",
+            "findings",
+            "retraces",
+            "call_sites",
+        ):
             getattr(ending.run, table)
         self.run = ending.run
 
@@ -182,7 +205,9 @@ class Watch:
     def _tables(self) -> Run:
         if self.run is None:
             state = "still running" if self.running else "not started"
-            raise WatchError(f"tpuscope: watch {self.name!r} is {state}; read it after the with block")
+            raise WatchError(
+                f"tpuscope: watch {self.name!r} is {state}; read it after the with block"
+            )
         return self.run
 
     # -- what happened ----------------------------------------------------------
@@ -220,7 +245,9 @@ class Watch:
             return []
         judged = families[~families["eager"].astype(bool)]
         if self.warmup_compiles > 0:
-            judged = judged[(judged["verdict"] == "recompile") & (judged["family_seq"] >= self.warmup_compiles)]
+            judged = judged[
+                (judged["verdict"] == "recompile") & (judged["family_seq"] >= self.warmup_compiles)
+            ]
         rules = [f for f in self._findings if f.rule == "recompile"]
         return [self._recompile(row, run, rules) for row in judged.to_dict("records")]
 
@@ -242,23 +269,45 @@ class Watch:
             locations = [loc for loc in rows["location"].dropna() if loc]
             location = locations[0] if locations else (finding.location if finding else None)
             runs, n_steps = Finding.of_steps(rows["step"])
-            out.append(Fallback(op=str(op), count=int(rows["count"].sum()), step_runs=runs,
-                                location=location, finding=finding, step_count=n_steps))
+            out.append(
+                Fallback(
+                    op=str(op),
+                    count=int(rows["count"].sum()),
+                    step_runs=runs,
+                    location=location,
+                    finding=finding,
+                    step_count=n_steps,
+                )
+            )
         return sorted(out, key=lambda f: -f.count)
 
     def _recompile(self, row: dict[str, Any], run: Run, rules: list[Finding]) -> Recompile:
         step, graph, index = int(row["step"]), row.get("graph_hash") or None, int(row["index"])
-        finding = next((f for f in rules if any(c.index == index for c in
-                                                RecompileEvidence.of(f).graphs_recompiled)), None)
+        finding = next(
+            (
+                f
+                for f in rules
+                if any(c.index == index for c in RecompileEvidence.of(f).graphs_recompiled)
+            ),
+            None,
+        )
         function = row.get("function") or None
         diffs = jax_advice.diffs_of(run.retraces, index, function) if function else []
         changes = jax_advice.changes_of(diffs) or _finding_changes(finding, index)
         fix = jax_advice.fix_for(function, diffs, list(changes)) if function else None
         defined_at = next((d["defined_at"] for d in diffs if d.get("defined_at")), None)
-        return Recompile(step=step, graph_hash=graph, cause=row.get("cause") or None,
-                         location=row.get("location") or None, changes=tuple(changes), finding=finding,
-                         function=function, defined_at=defined_at,
-                         number=int(row["family_seq"]) + 1 if function else None, fix=fix)
+        return Recompile(
+            step=step,
+            graph_hash=graph,
+            cause=row.get("cause") or None,
+            location=row.get("location") or None,
+            changes=tuple(changes),
+            finding=finding,
+            function=function,
+            defined_at=defined_at,
+            number=int(row["family_seq"]) + 1 if function else None,
+            fix=fix,
+        )
 
     # -- judgement --------------------------------------------------------------
     def problems(self, limits: Limits) -> list[str]:
@@ -268,7 +317,9 @@ class Watch:
         if limits.max_recompiles is not None and len(recompiles) > limits.max_recompiles:
             settings = process_env.current()
             note = settings.note if settings is not None else None
-            out.append(describe_recompiles(recompiles, limits.max_recompiles, self.warmup_steps, note))
+            out.append(
+                describe_recompiles(recompiles, limits.max_recompiles, self.warmup_steps, note)
+            )
         denied = self._denied(limits)
         if limits.max_fallbacks is not None and sum(f.count for f in denied) > limits.max_fallbacks:
             out.append(describe_fallbacks(denied, limits.max_fallbacks, limits.allow_fallbacks))
@@ -288,8 +339,12 @@ class Watch:
     def _denied(self, limits: Limits) -> list[Fallback]:
         return [f for f in self.fallback_ops if not limits.allows(f.op)]
 
-    def assert_within(self, max_recompiles: int | None = 0, max_fallbacks: int | None = 0,
-                      allow_fallbacks: list[str] | tuple[str, ...] = ()) -> None:
+    def assert_within(
+        self,
+        max_recompiles: int | None = 0,
+        max_fallbacks: int | None = 0,
+        allow_fallbacks: list[str] | tuple[str, ...] = (),
+    ) -> None:
         """Raise LimitExceeded (an AssertionError) naming every limit exceeded."""
         __tracebackhide__ = True
         problems = self.problems(Limits(max_recompiles, max_fallbacks, tuple(allow_fallbacks)))
@@ -323,8 +378,13 @@ class Watch:
         }
 
 
-def watch(name: str = "watch", warmup_compiles: int = 1, store: str | Path | None = None, *,
-          warmup_steps: int | None = None) -> Watch:
+def watch(
+    name: str = "watch",
+    warmup_compiles: int = 1,
+    store: str | Path | None = None,
+    *,
+    warmup_steps: int | None = None,
+) -> Watch:
     """`with tpuscope.watch.watch(warmup_compiles=1) as w: ...` outside pytest."""
     return Watch(name=name, warmup_compiles=warmup_compiles, store=store, warmup_steps=warmup_steps)
 
@@ -345,8 +405,9 @@ def _families(run: Run) -> Any:
     import pandas as pd
 
     empty = pd.DataFrame()
-    return RunTables(meta=run.meta, steps=run.steps, compiles=run.compiles, fallbacks=empty,
-                     metrics=empty).families
+    return RunTables(
+        meta=run.meta, steps=run.steps, compiles=run.compiles, fallbacks=empty, metrics=empty
+    ).families
 
 
 def _finding_op(finding: Finding) -> str | None:

@@ -48,10 +48,13 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def describe_recompiles(recompiles: list[Any], limit: int, warmup_compiles: int,
-                        note: str | None = None) -> str:
+def describe_recompiles(
+    recompiles: list[Any], limit: int, warmup_compiles: int, note: str | None = None
+) -> str:
     """One block for every recompile, then the detectors' fixes."""
-    lines = [f"tpuscope: {plural(len(recompiles), 'recompile')}, limit {limit} ({_rule(warmup_compiles)})"]
+    lines = [
+        f"tpuscope: {plural(len(recompiles), 'recompile')}, limit {limit} ({_rule(warmup_compiles)})"
+    ]
     for item in recompiles[:MAX_LINES]:
         if item.function is not None:  # JAX: the function, not a step, is what recompiled
             defined = f" ({site(item.defined_at)})" if item.defined_at else ""
@@ -66,7 +69,9 @@ def describe_recompiles(recompiles: list[Any], limit: int, warmup_compiles: int,
         if item.changes:
             lines.append(f"    what changed: {'; '.join(item.changes)}")
     if len(recompiles) > MAX_LINES:
-        lines.append(f"  ... and {len(recompiles) - MAX_LINES} more (the run's compiles table has all)")
+        lines.append(
+            f"  ... and {len(recompiles) - MAX_LINES} more (the run's compiles table has all)"
+        )
     fixes: list[str] = []  # the detectors' fix for each recompile's card
     for item in recompiles:
         fix = item.fix or (item.finding.fix if item.finding is not None else None)
@@ -84,19 +89,25 @@ def _rule(warmup_compiles: int) -> str:
     if warmup_compiles == 0:
         return "warmup_compiles=0: every compile counts"
     first = "first compile" if warmup_compiles == 1 else f"first {warmup_compiles} compiles"
-    return (f"a recompile: a graph compiled again after its {first}, judged per graph family: "
-            "the same line and graph structure, or the same jitted function")
+    return (
+        f"a recompile: a graph compiled again after its {first}, judged per graph family: "
+        "the same line and graph structure, or the same jitted function"
+    )
 
 
 def describe_fallbacks(fallbacks: list[Any], limit: int, allowed: Iterable[str] = ()) -> str:
     """One block per op that ran on the host (any namespace: aten, torchvision, a custom op), most calls first."""
     calls = sum(f.count for f in fallbacks)
     allow = ", ".join(fallback_name(a) for a in allowed)
-    head = f"tpuscope: {plural(calls, 'CPU fallback')} (ops torch_xla ran on the host), limit {limit}"
+    head = (
+        f"tpuscope: {plural(calls, 'CPU fallback')} (ops torch_xla ran on the host), limit {limit}"
+    )
     lines = [head + (f" (allowed: {allow})" if allow else "")]
     for item in fallbacks[:MAX_LINES]:
-        lines.append(f"  {item.op} ran on the host {plural(item.count, 'time')} "
-                     f"(steps {runs_text(item.step_runs, item.step_count)})")
+        lines.append(
+            f"  {item.op} ran on the host {plural(item.count, 'time')} "
+            f"(steps {runs_text(item.step_runs, item.step_count)})"
+        )
         lines.append(f"    {where(item.location)}")
         if item.finding is not None and item.finding.fix:
             lines.append(f"    fix: {item.finding.fix}")

@@ -14,14 +14,36 @@ from typing import Any
 def said(findings: list[dict[str, Any]], steps: int | None) -> dict[str, object]:
     """What tpuscope said, in the expectations' terms."""
     rules = {f.get("rule") for f in findings}
-    ops = sorted({str((f.get("evidence") or {}).get("op")) for f in findings if f.get("rule") == "cpu_fallback"})
-    kinds = sorted({str(k) for f in findings if f.get("rule") == "tensorcore_underuse"
-                    for k in (f.get("evidence") or {}).get("kinds") or [] if k})
-    return {"recompile": "recompile" in rules, "cpu_fallback": ops, "host_sync": "host_sync" in rules,
-            "steps": steps, "op_by_op": "op_by_op" in rules, "tensorcore": kinds}
+    ops = sorted(
+        {
+            str((f.get("evidence") or {}).get("op"))
+            for f in findings
+            if f.get("rule") == "cpu_fallback"
+        }
+    )
+    kinds = sorted(
+        {
+            str(k)
+            for f in findings
+            if f.get("rule") == "tensorcore_underuse"
+            for k in (f.get("evidence") or {}).get("kinds") or []
+            if k
+        }
+    )
+    return {
+        "recompile": "recompile" in rules,
+        "cpu_fallback": ops,
+        "host_sync": "host_sync" in rules,
+        "steps": steps,
+        "op_by_op": "op_by_op" in rules,
+        "tensorcore": kinds,
+    }
 
 
 def disagreements(expected: dict[str, object], told: dict[str, object]) -> list[str]:
     """'<fact>: tpuscope <x>, counters <y>' for every fact where the two differ."""
-    return [f"{key}: tpuscope {told.get(key)!r}, counters {want!r}"
-            for key, want in expected.items() if told.get(key) != want]
+    return [
+        f"{key}: tpuscope {told.get(key)!r}, counters {want!r}"
+        for key, want in expected.items()
+        if told.get(key) != want
+    ]

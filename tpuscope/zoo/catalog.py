@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 # task -> (the auto mapping's name, the scenarios that fit it)
 TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "train-varlen", "eager", "tensorcore")),
+    "causal-lm": (
+        "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+        ("train", "generate", "train-varlen", "eager", "tensorcore"),
+    ),
     "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", ("train", "train-varlen", "eager")),
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "eager")),
     "seq-cls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
@@ -42,12 +45,17 @@ def entries(tasks: Iterable[str] | None = None) -> list[Entry]:
     found: list[Entry] = []
     for task in tasks or TASKS:
         mapping = getattr(modeling_auto, TASKS[task][0])
-        found += [Entry(model_type, task, cls) for model_type, cls in sorted(mapping.items())
-                  if isinstance(cls, str)]
+        found += [
+            Entry(model_type, task, cls)
+            for model_type, cls in sorted(mapping.items())
+            if isinstance(cls, str)
+        ]
     return found
 
 
-def select(items: list[Entry], only: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Entry]:
+def select(
+    items: list[Entry], only: Iterable[str] = (), exclude: Iterable[str] = ()
+) -> list[Entry]:
     """The entries whose model type matches any `only` glob (all when none) and no `exclude` glob."""
     only, exclude = list(only), list(exclude)
 

@@ -32,7 +32,9 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the tpuscope package
 
 
-WORKAROUND_EXPERTS = "batched_mm"  # transformers' static-shape experts kernel (no histc, no nonzero)
+WORKAROUND_EXPERTS = (
+    "batched_mm"  # transformers' static-shape experts kernel (no histc, no nonzero)
+)
 _EXPERTS_KERNEL = "transformers/integrations/moe.py"
 
 
@@ -52,9 +54,15 @@ def workaround(record: dict[str, Any] | None) -> str | None:
     the histc of every `use_experts_implementation` MoE) is run again as a user would then run it,
     with `model.set_experts_implementation("batched_mm")` (transformers' documented switch), so the
     type's other findings are known; the default's failure stays its own cell."""
-    if not record or record.get("experts") or record.get("status") not in ("error", "fallback-error"):
+    if (
+        not record
+        or record.get("experts")
+        or record.get("status") not in ("error", "fallback-error")
+    ):
         return None
-    return WORKAROUND_EXPERTS if str(record.get("where") or "").startswith(_EXPERTS_KERNEL) else None
+    return (
+        WORKAROUND_EXPERTS if str(record.get("where") or "").startswith(_EXPERTS_KERNEL) else None
+    )
 
 
 def record_path(store: Path, model_type: str, scenario: str) -> Path:
@@ -74,7 +82,9 @@ def _env(truth: Path, experts: str | None = None) -> dict[str, str]:
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
     """(exit code or None on timeout, stderr's tail); a timed-out cell's process group is killed."""
     with open(cwd / "stderr.txt", "w") as err, open(cwd / "stdout.txt", "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True
+        )
         try:
             code: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -86,13 +96,20 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
 
 def _show(store: Path, name: str, env: dict[str, str]) -> dict[str, Any] | None:
     """`tpuscope show --json` of the newest run of this cell, with its run id."""
-    prefix = re.sub(r"[^A-Za-z0-9._-]+", "-", name) + "-"  # the run id's form of the name (runstore)
+    prefix = (
+        re.sub(r"[^A-Za-z0-9._-]+", "-", name) + "-"
+    )  # the run id's form of the name (runstore)
     runs = sorted((p for p in Path(store).glob(f"{prefix}*") if p.is_dir()), key=lambda p: p.name)
-    runs = [p for p in runs if p.name[len(prefix):][:1].isdigit()]  # not a longer type's runs
+    runs = [p for p in runs if p.name[len(prefix) :][:1].isdigit()]  # not a longer type's runs
     if not runs:
         return None
-    proc = subprocess.run([sys.executable, "-m", "tpuscope", "show", "--store", str(store), runs[-1].name,
-                           "--json"], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpuscope", "show", "--store", str(store), runs[-1].name, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         return {"run_id": runs[-1].name, "error": proc.stderr[-500:]}
     return {"run_id": runs[-1].name, **json.loads(proc.stdout)}
@@ -103,8 +120,14 @@ def _last_error(stderr: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900, target: str = "v5e",
-             experts: str | None = None) -> dict[str, Any]:
+def run_cell(
+    entry: Entry,
+    scenario_name: str,
+    store: Path,
+    timeout: float = 900,
+    target: str = "v5e",
+    experts: str | None = None,
+) -> dict[str, Any]:
     """Run one cell and write its record; returns the record. `experts` runs it with that experts
     implementation (the cell `<scenario>+<experts>`, see `workaround`)."""
     scenario = scenarios.SCENARIOS[scenario_name]
@@ -118,17 +141,39 @@ def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900
     truth_file = work / "truth.json"
     name = f"zoo/{entry.model_type}/{label}"
     deep = ["--deep", "--target", target] if scenario.deep else []
-    cmd = [sys.executable, "-m", "tpuscope", "run", "--store", str(store), "--name", name, "--quiet", *deep,
-           "--warmup", str(scenario.warmup), "python", program.name, entry.model_type, entry.class_name,
-           entry.task, *scenario.args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tpuscope",
+        "run",
+        "--store",
+        str(store),
+        "--name",
+        name,
+        "--quiet",
+        *deep,
+        "--warmup",
+        str(scenario.warmup),
+        "python",
+        program.name,
+        entry.model_type,
+        entry.class_name,
+        entry.task,
+        *scenario.args,
+    ]
     env = _env(truth_file, experts)
     start = time.monotonic()
     code, stderr = _run(cmd, work, env, timeout)
-    record: dict[str, Any] = {"model_type": entry.model_type, "task": entry.task, "class_name": entry.class_name,
-                              "scenario": label, "exit_code": code,
-                              **({"base_scenario": scenario_name, "experts": experts} if experts else {}),
-                              **({"target": target} if scenario.deep else {}),
-                              "seconds": round(time.monotonic() - start, 1)}
+    record: dict[str, Any] = {
+        "model_type": entry.model_type,
+        "task": entry.task,
+        "class_name": entry.class_name,
+        "scenario": label,
+        "exit_code": code,
+        **({"base_scenario": scenario_name, "experts": experts} if experts else {}),
+        **({"target": target} if scenario.deep else {}),
+        "seconds": round(time.monotonic() - start, 1),
+    }
     truth = CellTruth.load(truth_file)
     record.update(_status(code, stderr, truth, timeout))
     shown = _show(store, name, env) if code is not None else None
@@ -139,42 +184,77 @@ def run_cell(entry: Entry, scenario_name: str, store: Path, timeout: float = 900
     return record
 
 
-def _status(code: int | None, stderr: str, truth: CellTruth | None, timeout: float) -> dict[str, Any]:
+def _status(
+    code: int | None, stderr: str, truth: CellTruth | None, timeout: float
+) -> dict[str, Any]:
     if code is None:
         return {"status": "timeout", "reason": f"no end after {timeout:.0f} s"}
     if truth is not None and truth.error:
         err = truth.error
         status, reason = err["status"], f"{err['type']}: {err['message']}"
         if err["type"] == "ImportError" and _NEEDS_PACKAGE.search(err["message"]):
-            status = "needs-package"  # a package this machine lacks (gemma3n's vision tower needs timm)
+            status = (
+                "needs-package"  # a package this machine lacks (gemma3n's vision tower needs timm)
+            )
         fallbacks = err.get("fallback_ops") or []
-        if status == "error" and fallbacks and "_cpu" in err["message"]:  # a CPU kernel raised inside a fallback
-            status, reason = "fallback-error", f"CPU fallback of {', '.join(fallbacks)} raised: {reason}"
-        return {"status": status, "reason": reason, "phase": err["phase"], "where": err.get("where"),
-                "cpu_error": err.get("cpu_error"), "fallback_ops": fallbacks}
+        if (
+            status == "error" and fallbacks and "_cpu" in err["message"]
+        ):  # a CPU kernel raised inside a fallback
+            status, reason = (
+                "fallback-error",
+                f"CPU fallback of {', '.join(fallbacks)} raised: {reason}",
+            )
+        return {
+            "status": status,
+            "reason": reason,
+            "phase": err["phase"],
+            "where": err.get("where"),
+            "cpu_error": err.get("cpu_error"),
+            "fallback_ops": fallbacks,
+        }
     if code != 0 or truth is None or "end" not in truth.labels:
         return {"status": "crash", "reason": f"exit {code}: {_last_error(stderr)}"}
     return {"status": "ok", "reason": ""}
 
 
-def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any], target: str) -> dict[str, Any]:
+def _judged(
+    scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any], target: str
+) -> dict[str, Any]:
     summary, findings = shown["summary"], shown.get("findings", [])
     expected = scenarios.expected(scenario, truth, target)
     told = agree.said(findings, summary.get("steps"))
     fallbacks = truth.fallback_calls(scenario.phase)
     return {
         "params": truth.extra.get("params"),
-        "truth": {"uncached": truth.per_phase("UncachedCompile", scenario.phase),
-                  "cached": truth.per_phase("CachedCompile", scenario.phase),
-                  "executions": truth.per_phase("ExecuteComputation", scenario.phase),
-                  "reads": [truth.value_reads(g) for g in truth.groups(scenario.phase)],
-                  "per_token": truth.per_token_compiles(),
-                  "fallbacks": fallbacks, "static_cache": truth.extra.get("static_cache"),
-                  **({k: truth.extra.get(k) for k in ("widths", "f32_dots", "params")} if scenario.deep else {})},
-        "expected": expected, "said": told,
+        "truth": {
+            "uncached": truth.per_phase("UncachedCompile", scenario.phase),
+            "cached": truth.per_phase("CachedCompile", scenario.phase),
+            "executions": truth.per_phase("ExecuteComputation", scenario.phase),
+            "reads": [truth.value_reads(g) for g in truth.groups(scenario.phase)],
+            "per_token": truth.per_token_compiles(),
+            "fallbacks": fallbacks,
+            "static_cache": truth.extra.get("static_cache"),
+            **(
+                {k: truth.extra.get(k) for k in ("widths", "f32_dots", "params")}
+                if scenario.deep
+                else {}
+            ),
+        },
+        "expected": expected,
+        "said": told,
         "disagreements": agree.disagreements(expected, told),
-        "summary": {k: summary.get(k) for k in ("steps", "compiles", "recompiles", "value_reads",
-                                                "step_time_p50_ms", "compile_s", "findings_by_rule")},
+        "summary": {
+            k: summary.get(k)
+            for k in (
+                "steps",
+                "compiles",
+                "recompiles",
+                "value_reads",
+                "step_time_p50_ms",
+                "compile_s",
+                "findings_by_rule",
+            )
+        },
         "findings": [_finding(f) for f in findings],
     }
 
@@ -182,12 +262,19 @@ def _judged(scenario: scenarios.Scenario, truth: CellTruth, shown: dict[str, Any
 def _finding(f: dict[str, Any]) -> dict[str, Any]:
     ev = f.get("evidence") or {}
     sites = [s.get("location") for s in ev.get("sites") or [] if isinstance(s, dict)]
-    causes = [c.get("cause") for c in ev.get("compiles") or [] if isinstance(c, dict) and c.get("cause")]
-    return {"rule": f.get("rule"), "location": f.get("location"), "title": f.get("title"),
-            "cause": causes[0] if causes else None,
-            "op": ev.get("op"), "per_step": ev.get("per_step") or ev.get("reads_per_step"),
-            "kinds": ev.get("kinds"),
-            "sites": [s for s in sites if s][:3]}
+    causes = [
+        c.get("cause") for c in ev.get("compiles") or [] if isinstance(c, dict) and c.get("cause")
+    ]
+    return {
+        "rule": f.get("rule"),
+        "location": f.get("location"),
+        "title": f.get("title"),
+        "cause": causes[0] if causes else None,
+        "op": ev.get("op"),
+        "per_step": ev.get("per_step") or ev.get("reads_per_step"),
+        "kinds": ev.get("kinds"),
+        "sites": [s for s in sites if s][:3],
+    }
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:

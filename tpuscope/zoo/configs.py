@@ -17,10 +17,25 @@ from typing import Any
 from tpuscope.zoo import layers
 from tpuscope.zoo.shrink import FFN, HEAD_DIM, HEADS, HIDDEN, POSITIONS, VOCAB, WINDOW, overrides
 
-__all__ = ["FFN", "HEAD_DIM", "HEADS", "HIDDEN", "POSITIONS", "VOCAB", "WINDOW", "NotTiny", "build", "count_params",
-           "for_class", "overrides", "tiny_config"]
+__all__ = [
+    "FFN",
+    "HEAD_DIM",
+    "HEADS",
+    "HIDDEN",
+    "POSITIONS",
+    "VOCAB",
+    "WINDOW",
+    "NotTiny",
+    "build",
+    "count_params",
+    "for_class",
+    "overrides",
+    "tiny_config",
+]
 
-MAX_PARAMS = 20_000_000  # a tiny model here has a few hundred thousand; more means a size was left full
+MAX_PARAMS = (
+    20_000_000  # a tiny model here has a few hundred thousand; more means a size was left full
+)
 
 
 class NotTiny(ValueError):
@@ -72,8 +87,9 @@ def count_params(config: Any, class_name: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def build(model_type: str, class_name: str, decoder: bool = False,
-          max_params: int = MAX_PARAMS) -> tuple[Any, Any, int]:
+def build(
+    model_type: str, class_name: str, decoder: bool = False, max_params: int = MAX_PARAMS
+) -> tuple[Any, Any, int]:
     """(config, model on the CPU with random weights, parameter count): refused (NotTiny) before
     any weight is allocated when the meta-device count exceeds max_params."""
     import torch

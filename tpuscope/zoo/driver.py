@@ -35,15 +35,19 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return shard
 
 
-def plan(scenarios: Iterable[str] = DEFAULT_SCENARIOS, tasks: Iterable[str] | None = None,
-         only: Iterable[str] = (), exclude: Iterable[str] = (),
-         shard: tuple[int, int] | None = None) -> list[tuple[catalog.Entry, str]]:
+def plan(
+    scenarios: Iterable[str] = DEFAULT_SCENARIOS,
+    tasks: Iterable[str] | None = None,
+    only: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    shard: tuple[int, int] | None = None,
+) -> list[tuple[catalog.Entry, str]]:
     """The cells a sweep with these arguments covers (finished or not), in run order."""
     cells = catalog.cells(catalog.select(catalog.entries(tasks), only, exclude), scenarios)
     if shard:  # by model type: a type's cells stay together on one machine
         k, n = shard
         types = list(dict.fromkeys(entry.model_type for entry, _ in cells))
-        mine = set(types[k - 1::n])
+        mine = set(types[k - 1 :: n])
         cells = [(entry, scenario) for entry, scenario in cells if entry.model_type in mine]
     return cells
 
@@ -55,11 +59,20 @@ def load_record(store: Path, model_type: str, scenario: str) -> dict[str, Any] |
         return None
 
 
-def run_sweep(store: str | Path, scenarios: Iterable[str] = DEFAULT_SCENARIOS, tasks: Iterable[str] | None = None,
-              only: Iterable[str] = (), exclude: Iterable[str] = (), jobs: int = 1,
-              shard: tuple[int, int] | str | None = None, timeout: float = 900,
-              retry: Iterable[str] = (), progress: bool | None = None, target: str = "v5e",
-              on_cell: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def run_sweep(
+    store: str | Path,
+    scenarios: Iterable[str] = DEFAULT_SCENARIOS,
+    tasks: Iterable[str] | None = None,
+    only: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    jobs: int = 1,
+    shard: tuple[int, int] | str | None = None,
+    timeout: float = 900,
+    retry: Iterable[str] = (),
+    progress: bool | None = None,
+    target: str = "v5e",
+    on_cell: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """Run every unfinished cell of the plan; returns the records of all its cells (old and new)."""
     store = Path(store)
     shard = parse_shard(shard) if isinstance(shard, str) else shard
@@ -83,8 +96,11 @@ def run_sweep(store: str | Path, scenarios: Iterable[str] = DEFAULT_SCENARIOS, t
     show = sys.stderr.isatty() if progress is None else progress
 
     def run(entry: catalog.Entry, scenario: str, default: bool) -> list[dict[str, Any]]:
-        first = run_cell(entry, scenario, store, timeout, target) if default else \
-            records[(entry.model_type, scenario)]
+        first = (
+            run_cell(entry, scenario, store, timeout, target)
+            if default
+            else records[(entry.model_type, scenario)]
+        )
         experts = workaround(first)
         second = [run_cell(entry, scenario, store, timeout, target, experts)] if experts else []
         return ([first] if default else []) + second
@@ -97,7 +113,9 @@ def run_sweep(store: str | Path, scenarios: Iterable[str] = DEFAULT_SCENARIOS, t
                 records[(record["model_type"], record["scenario"])] = record
                 if on_cell:
                     on_cell(record)
-            bar.advance(", ".join(f"{r['model_type']}/{r['scenario']}: {r['status']}" for r in done))
+            bar.advance(
+                ", ".join(f"{r['model_type']}/{r['scenario']}: {r['status']}" for r in done)
+            )
     order = [(e.model_type, s) for e, s in cells]
     order += [key for key in records if key not in set(order)]
     return [records[key] for key in sorted(order, key=_order(order)) if key in records]
@@ -126,8 +144,15 @@ class _Progress:
                 TimeRemainingColumn,
             )
 
-            self._bar = Progress(TextColumn("zoo"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TimeRemainingColumn(), TextColumn("{task.description}"), transient=False)
+            self._bar = Progress(
+                TextColumn("zoo"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task("", total=self.total)
         return self

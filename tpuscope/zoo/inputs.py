@@ -41,7 +41,10 @@ def batch(task: str, config: Any, length: int) -> dict[str, Any]:
     books = _codebooks(config)
     ids = _ids(config, BATCH * books, length)
     if task in ("causal-lm", "masked-lm") and books > 1:
-        return {"input_ids": ids, "labels": ids.view(BATCH, books, length).transpose(1, 2).contiguous()}
+        return {
+            "input_ids": ids,
+            "labels": ids.view(BATCH, books, length).transpose(1, 2).contiguous(),
+        }
     if task in ("causal-lm", "masked-lm"):
         return {"input_ids": ids, "labels": ids.clone()}
     if task == "seq2seq":
@@ -89,8 +92,9 @@ def token_marks(mark: Callable[[int], None]) -> Any:
     return LogitsProcessorList([_Mark()])
 
 
-def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str,
-                 experts: str | None = None) -> str | None:
+def fails_on_cpu(
+    model_type: str, class_name: str, task: str, scenario: str, experts: str | None = None
+) -> str | None:
     """The same tiny model and inputs on the plain CPU (no XLA): the error there, or None when it
     runs. A cell that fails on XLA but runs here is XLA's problem; one that fails here too is the
     model's (or the tiny config's)."""
@@ -101,7 +105,9 @@ def fails_on_cpu(model_type: str, class_name: str, task: str, scenario: str,
         if experts:
             model.set_experts_implementation(experts)
         if scenario == "generate":
-            model.eval().generate(**prompt(task, config), max_new_tokens=4, **generate_kwargs(task, config, False))
+            model.eval().generate(
+                **prompt(task, config), max_new_tokens=4, **generate_kwargs(task, config, False)
+            )
         else:
             model.train()(**batch(task, config, 16)).loss.backward()
     except Exception as exc:  # the reason is the result

@@ -34,13 +34,16 @@ class Scenario:
     deep: bool = False  # run under tpuscope --deep --target (the TensorCore lint reads the HLO)
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
-    Scenario("train", "zoo_train.py", ("4", "16"), 2, "step:"),
-    Scenario("train-varlen", "zoo_train.py", ("6", "16,16,24,16,32,16"), 2, "step:"),
-    Scenario("generate", "zoo_generate.py", ("2", "4"), 1, "request:"),
-    Scenario("eager", "zoo_train.py", ("3", "16", "eager"), 1, "step:"),
-    Scenario("tensorcore", "zoo_tensorcore.py", ("1024",), 0, "step:", deep=True),
-]}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        Scenario("train", "zoo_train.py", ("4", "16"), 2, "step:"),
+        Scenario("train-varlen", "zoo_train.py", ("6", "16,16,24,16,32,16"), 2, "step:"),
+        Scenario("generate", "zoo_generate.py", ("2", "4"), 1, "request:"),
+        Scenario("eager", "zoo_train.py", ("3", "16", "eager"), 1, "step:"),
+        Scenario("tensorcore", "zoo_tensorcore.py", ("1024",), 0, "step:", deep=True),
+    ]
+}
 
 
 def expected_tensorcore(truth: CellTruth, target: str) -> dict[str, object]:
@@ -55,7 +58,7 @@ def expected(scenario: Scenario, truth: CellTruth, target: str = "v5e") -> dict[
     'host_sync': bool, 'steps': the iteration count}."""
     if scenario.deep:
         return expected_tensorcore(truth, target)
-    judged = truth.groups(scenario.phase)[scenario.warmup:]
+    judged = truth.groups(scenario.phase)[scenario.warmup :]
     reads = [truth.value_reads(g) for g in judged]
     # generate: the first request is the warm-up (its per-token graphs are distinct graphs of one
     # pass, issue 26; the table still shows them, `per_token`); a recompile is the second, identical

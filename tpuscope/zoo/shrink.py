@@ -26,43 +26,140 @@ from typing import Any
 from tpuscope.zoo import layers as layer_rules
 
 HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB, POSITIONS, WINDOW = 64, 4, 16, 128, 512, 256, 8
-_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "embed_dim", "model_dim", "dim", "hidden_dim",
-                "word_embed_proj_dim", "embedding_size", "projection_dim")
+_HIDDEN_KEYS = (
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "embed_dim",
+    "model_dim",
+    "dim",
+    "hidden_dim",
+    "word_embed_proj_dim",
+    "embedding_size",
+    "projection_dim",
+)
 _SIZES: dict[str, int] = {
     **dict.fromkeys(_HIDDEN_KEYS, HIDDEN),
-    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
-                     "decoder_attention_heads", "num_attention_heads_per_layer", "linear_num_heads"), HEADS),
-    **dict.fromkeys(("head_dim", "attention_head_dim", "kv_channels", "attention_head_size", "d_kv",
-                     "linear_head_dim"), HEAD_DIM),
-    **dict.fromkeys(("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim",
-                     "ffn_hidden_size", "mlp_dim", "inner_hidden_size", "feed_forward_proj_dim"), FFN),
-    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
-                     "moe_ffn_hidden_size", "shared_intermediate_size", "moe_shared_expert_intermediate_size",
-                     "intermediate_size_mlp", "expert_ffn_hidden_size", "shared_experts_intermediate_size"),
-                    FFN // 2),
+    **dict.fromkeys(
+        (
+            "num_attention_heads",
+            "n_head",
+            "num_heads",
+            "n_heads",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "num_attention_heads_per_layer",
+            "linear_num_heads",
+        ),
+        HEADS,
+    ),
+    **dict.fromkeys(
+        (
+            "head_dim",
+            "attention_head_dim",
+            "kv_channels",
+            "attention_head_size",
+            "d_kv",
+            "linear_head_dim",
+        ),
+        HEAD_DIM,
+    ),
+    **dict.fromkeys(
+        (
+            "intermediate_size",
+            "n_inner",
+            "ffn_dim",
+            "d_ff",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "ffn_hidden_size",
+            "mlp_dim",
+            "inner_hidden_size",
+            "feed_forward_proj_dim",
+        ),
+        FFN,
+    ),
+    **dict.fromkeys(
+        (
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "expert_intermediate_size",
+            "moe_ffn_hidden_size",
+            "shared_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+            "intermediate_size_mlp",
+            "expert_ffn_hidden_size",
+            "shared_experts_intermediate_size",
+        ),
+        FFN // 2,
+    ),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
-    **dict.fromkeys(("n_group", "topk_group", "num_expert_group", "n_shared_experts", "num_shared_experts",
-                     "moe_num_shared_experts", "zero_expert_num"), 1),
-    "kv_lora_rank": 32, "q_lora_rank": 32, "o_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+    **dict.fromkeys(
+        (
+            "n_group",
+            "topk_group",
+            "num_expert_group",
+            "n_shared_experts",
+            "num_shared_experts",
+            "moe_num_shared_experts",
+            "zero_expert_num",
+        ),
+        1,
+    ),
+    "kv_lora_rank": 32,
+    "q_lora_rank": 32,
+    "o_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
     "v_head_dim": 16,
     **dict.fromkeys(("state_size", "ssm_state_size", "mamba_d_state", "d_state"), 16),
     **dict.fromkeys(("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads"), HEADS),
-    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "mamba_d_head", "mamba_headdim"), HEAD_DIM),
+    **dict.fromkeys(
+        ("linear_key_head_dim", "linear_value_head_dim", "mamba_d_head", "mamba_headdim"), HEAD_DIM
+    ),
     "vocab_size": VOCAB,
 }
-_TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k", "num_experts_per_token",
-         "moe_top_k", "top_k_experts")
+_TOPK = (
+    "num_experts_per_tok",
+    "moe_topk",
+    "top_k",
+    "num_selected_experts",
+    "moe_k",
+    "num_experts_per_token",
+    "moe_top_k",
+    "top_k_experts",
+)
 # MoE routing counts: a None here is a default that cannot route (topk(k=None), empty(None, ...))
 _ROUTING = {**{k: 2 for k in _TOPK}, "n_routed_experts": 4, "n_shared_experts": 1}
-_POSITIONS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx", "max_sequence_length")
-_GENERIC = ((re.compile(r"vocab"), VOCAB), (re.compile(r"(ffn|intermediate|inner)"), FFN),
-            (re.compile(r"(hidden|emb|embed).*(size|dim)|(size|dim).*(hidden|global)|_dim$"), HIDDEN),
-            (re.compile(r"channel"), HIDDEN))
-_GROUPED = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "n_groups",
-            "mamba_n_groups", "mamba_ngroups", "num_query_groups")
+_POSITIONS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "n_ctx",
+    "max_sequence_length",
+)
+_GENERIC = (
+    (re.compile(r"vocab"), VOCAB),
+    (re.compile(r"(ffn|intermediate|inner)"), FFN),
+    (re.compile(r"(hidden|emb|embed).*(size|dim)|(size|dim).*(hidden|global)|_dim$"), HIDDEN),
+    (re.compile(r"channel"), HIDDEN),
+)
+_GROUPED = (
+    "num_key_value_heads",
+    "num_kv_heads",
+    "n_kv_heads",
+    "multi_query_group_num",
+    "n_groups",
+    "mamba_n_groups",
+    "mamba_ngroups",
+    "num_query_groups",
+)
 _HEAD_FRACTIONS = ("rotary_dim", "rotary_emb_dim", "rope_dim")
-_WINDOWS = re.compile(r"^(sliding_window(_size)?|attention_window(_size)?|window_size|local_attention"
-                      r"(_window_len)?|attention_chunk_size)$")
+_WINDOWS = re.compile(
+    r"^(sliding_window(_size)?|attention_window(_size)?|window_size|local_attention"
+    r"(_window_len)?|attention_chunk_size)$"
+)
 _WIDTH = re.compile(r"(size|dim)$")
 _ID_KEYS = ("token_id", "token_index", "token_ids", "_id")
 
@@ -79,8 +176,14 @@ def _derived(config: Any) -> set[str]:
     attention_head_dim = 2 x hidden / heads): passed as None, they are derived again."""
     if not dataclasses.is_dataclass(config):
         return set()
-    return {f.name for f in dataclasses.fields(config) if f.default is None and _WIDTH.search(f.name)
-            and f.name not in ("head_dim",) and _is_int(getattr(config, f.name, None))}
+    return {
+        f.name
+        for f in dataclasses.fields(config)
+        if f.default is None
+        and _WIDTH.search(f.name)
+        and f.name not in ("head_dim",)
+        and _is_int(getattr(config, f.name, None))
+    }
 
 
 def hidden_sizes(config: Any) -> set[int]:
@@ -125,15 +228,24 @@ def _head_dim(attrs: dict[str, Any]) -> int | None:
     if _is_int(attrs.get("head_dim")):
         return attrs["head_dim"]
     hidden = next((attrs[k] for k in _HIDDEN_KEYS if _is_int(attrs.get(k))), None)
-    heads = next((attrs[k] for k in ("num_attention_heads", "n_head", "num_heads") if _is_int(attrs.get(k))), None)
+    heads = next(
+        (attrs[k] for k in ("num_attention_heads", "n_head", "num_heads") if _is_int(attrs.get(k))),
+        None,
+    )
     return hidden // heads if hidden and heads else None
 
 
 def _grouped(attrs: dict[str, Any]) -> dict[str, int]:
     """Key/value heads (and SSM groups) in the config's own grouping: 1 stays 1 (MQA), as many as
     the query heads stays so (MHA), anything between becomes 2 (grouped)."""
-    heads = next((attrs[k] for k in ("num_attention_heads", "n_head", "mamba_n_heads", "num_heads")
-                  if _is_int(attrs.get(k))), HEADS)
+    heads = next(
+        (
+            attrs[k]
+            for k in ("num_attention_heads", "n_head", "mamba_n_heads", "num_heads")
+            if _is_int(attrs.get(k))
+        ),
+        HEADS,
+    )
     out = {}
     for key in _GROUPED:
         value = attrs.get(key)
@@ -154,7 +266,10 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
         if key in derived:
             continue  # the config derives it from the shrunk fields again
         if isinstance(value, PretrainedConfig):
-            out[key] = {"model_type": getattr(value, "model_type", None), **overrides(value, widths)}
+            out[key] = {
+                "model_type": getattr(value, "model_type", None),
+                **overrides(value, widths),
+            }
         elif value is None and key in _ROUTING:
             out[key] = _ROUTING[key]
         elif _is_int(value):
@@ -164,11 +279,17 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
         elif isinstance(value, list) and value and all(_is_int(v) for v in value) and key in _SIZES:
             out[key] = [min(v, _SIZES[key]) for v in value]  # per-layer sizes
     out.update(_grouped(attrs))
-    for key in ("head_dim", "moe_intermediate_size", "num_key_value_heads"):  # None = "derive it": some cannot
+    for key in (
+        "head_dim",
+        "moe_intermediate_size",
+        "num_key_value_heads",
+    ):  # None = "derive it": some cannot
         if key in attrs and attrs[key] is None:
             out[key] = HEADS if key == "num_key_value_heads" else _SIZES[key]
     if _is_int(attrs.get("head_dim")) and attrs.get("head_dim") == attrs.get("qk_rope_head_dim"):
-        out["head_dim"] = out.get("qk_rope_head_dim", attrs["head_dim"])  # MLA: the rope part is the head dim
+        out["head_dim"] = out.get(
+            "qk_rope_head_dim", attrs["head_dim"]
+        )  # MLA: the rope part is the head dim
     old_head = _head_dim(attrs)
     for key in _HEAD_FRACTIONS:
         if _is_int(attrs.get(key)) and old_head:
@@ -176,11 +297,17 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
     out.update(_ssm(attrs))
     out.update(_factors(attrs))
     if "default_language" in attrs and attrs["default_language"] is None and attrs.get("languages"):
-        out["default_language"] = list(attrs["languages"])[0]  # a choice the model cannot run without (xmod)
+        out["default_language"] = list(attrs["languages"])[
+            0
+        ]  # a choice the model cannot run without (xmod)
     out.update(layer_rules.overrides(default))
-    if "per_layer_config" in out:  # a heterogeneous config: each kept layer's overrides shrunk the same way
-        out["per_layer_config"] = {i: {**_shrunk(layer, widths), **_grouped({**attrs, **layer})}
-                                   for i, layer in out["per_layer_config"].items()}
+    if (
+        "per_layer_config" in out
+    ):  # a heterogeneous config: each kept layer's overrides shrunk the same way
+        out["per_layer_config"] = {
+            i: {**_shrunk(layer, widths), **_grouped({**attrs, **layer})}
+            for i, layer in out["per_layer_config"].items()
+        }
     for key, value in out.items():  # per-layer sizes (the kept layers' list), each shrunk
         if isinstance(value, list) and key in _SIZES and all(_is_int(v) for v in value):
             out[key] = [min(v, _SIZES[key]) for v in value]
@@ -195,8 +322,11 @@ def _as_fields(default: Any, out: dict[str, Any]) -> dict[str, Any]:
     """Only constructor fields, each under its field name (attribute_map aliases point either way)."""
     keep = fields(default) | {"per_layer_config"}
     aliases = getattr(default, "attribute_map", {}) or {}
-    names = {**{target: alias for alias, target in aliases.items() if alias in keep},
-             **{alias: target for alias, target in aliases.items() if target in keep}, **{k: k for k in keep}}
+    names = {
+        **{target: alias for alias, target in aliases.items() if alias in keep},
+        **{alias: target for alias, target in aliases.items() if target in keep},
+        **{k: k for k in keep},
+    }
     return {names[k]: v for k, v in out.items() if k in names}
 
 
@@ -225,7 +355,9 @@ def _factors(attrs: dict[str, Any]) -> dict[str, Any]:
     positions = next((attrs[k] for k in _POSITIONS if _is_int(attrs.get(k))), None)
     out: dict[str, Any] = {}
     for key, value in attrs.items():
-        if not (isinstance(value, list | tuple) and len(value) > 1 and all(_is_int(v) for v in value)):
+        if not (
+            isinstance(value, list | tuple) and len(value) > 1 and all(_is_int(v) for v in value)
+        ):
             continue
         n = len(value)
         if hidden and hidden > HIDDEN and sum(value) == hidden:
@@ -238,8 +370,10 @@ def _factors(attrs: dict[str, Any]) -> dict[str, Any]:
 def _ssm(attrs: dict[str, Any]) -> dict[str, Any]:
     """Mamba's rule: heads x head dim = expand x hidden (the SSM's inner width)."""
     out: dict[str, Any] = {}
-    for expand, heads, head_dim in (("expand", "num_heads", "head_dim"),
-                                    ("mamba_expand", "mamba_n_heads", "mamba_d_head")):
+    for expand, heads, head_dim in (
+        ("expand", "num_heads", "head_dim"),
+        ("mamba_expand", "mamba_n_heads", "mamba_d_head"),
+    ):
         if isinstance(attrs.get(expand), int) and head_dim in attrs and heads in attrs:
             out[heads] = HEADS
             out[head_dim] = HIDDEN * attrs[expand] // HEADS

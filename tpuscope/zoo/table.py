@@ -40,24 +40,34 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
     truth, summary = record.get("truth") or {}, record.get("summary") or {}
     findings = record.get("findings") or []
     ok = record.get("status") == "ok" and "said" in record
-    fallbacks = [f"{f['op']} ({f.get('per_step')}/step{' at ' + Path(f['sites'][0]).name if f.get('sites') else ''})"
-                 for f in findings if f.get("rule") == "cpu_fallback"]
+    fallbacks = [
+        f"{f['op']} ({f.get('per_step')}/step{' at ' + Path(f['sites'][0]).name if f.get('sites') else ''})"
+        for f in findings
+        if f.get("rule") == "cpu_fallback"
+    ]
     return {
-        "model_type": record["model_type"], "task": record.get("task"), "scenario": record["scenario"],
-        "status": record.get("status"), "reason": record.get("reason") or "",
+        "model_type": record["model_type"],
+        "task": record.get("task"),
+        "scenario": record["scenario"],
+        "status": record.get("status"),
+        "reason": record.get("reason") or "",
         "where": record.get("where") or "",
-        "compiles": summary.get("compiles"), "recompiles": summary.get("recompiles"),
+        "compiles": summary.get("compiles"),
+        "recompiles": summary.get("recompiles"),
         "findings": ", ".join(sorted({str(f.get("rule")) for f in findings})),
         "fallback_ops": "; ".join(fallbacks),
         "tensorcore": ", ".join(sorted({str(k) for f in findings for k in f.get("kinds") or []})),
         "reads_per_step": _per_step(truth.get("reads") or []) if ok else None,
         "uncached_per_step": " ".join(str(n) for n in truth.get("uncached") or []),
         "executions_per_step": _per_step(truth.get("executions") or []) if ok else None,
-        "step_ms": round(summary["step_time_p50_ms"], 1) if summary.get("step_time_p50_ms") else None,
+        "step_ms": round(summary["step_time_p50_ms"], 1)
+        if summary.get("step_time_p50_ms")
+        else None,
         "clean": ok and not any(f.get("rule") in RULES for f in findings),
         "agrees": (not record.get("disagreements")) if ok else None,
         "disagreements": "; ".join(record.get("disagreements") or []),
-        "seconds": record.get("seconds"), "run_id": record.get("run_id") or "",
+        "seconds": record.get("seconds"),
+        "run_id": record.get("run_id") or "",
     }
 
 
@@ -68,36 +78,60 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     ran = [r for r in rows if r["status"] == "ok"]
     judged = [r for r in ran if r["agrees"] is not None]
     scenarios = sorted({r["scenario"] for r in rows})
-    fallback_ops = Counter(f.get("op") for rec in records for f in rec.get("findings") or []
-                           if f.get("rule") == "cpu_fallback")
-    truth_ops = Counter(op for rec in records for op in (rec.get("expected") or {}).get("cpu_fallback") or [])
+    fallback_ops = Counter(
+        f.get("op")
+        for rec in records
+        for f in rec.get("findings") or []
+        if f.get("rule") == "cpu_fallback"
+    )
+    truth_ops = Counter(
+        op for rec in records for op in (rec.get("expected") or {}).get("cpu_fallback") or []
+    )
     reasons = Counter(_short_reason(r) for r in rows if r["status"] != "ok")
     return {
-        "model_types": len({r["model_type"] for r in rows}), "cells": len(rows),
+        "model_types": len({r["model_type"] for r in rows}),
+        "cells": len(rows),
         "by_status": dict(Counter(r["status"] for r in rows)),
         "ran_per_scenario": {s: sum(r["scenario"] == s for r in ran) for s in scenarios},
-        "clean_per_scenario": {s: sum(r["scenario"] == s and r["clean"] for r in ran) for s in scenarios},
-        "findings_per_scenario": {s: dict(Counter(f for r in ran if r["scenario"] == s
-                                                  for f in r["findings"].split(", ") if f))
-                                  for s in scenarios},
-        "top_fallback_ops": fallback_ops.most_common(10), "top_fallback_ops_counters": truth_ops.most_common(10),
+        "clean_per_scenario": {
+            s: sum(r["scenario"] == s and r["clean"] for r in ran) for s in scenarios
+        },
+        "findings_per_scenario": {
+            s: dict(
+                Counter(
+                    f for r in ran if r["scenario"] == s for f in r["findings"].split(", ") if f
+                )
+            )
+            for s in scenarios
+        },
+        "top_fallback_ops": fallback_ops.most_common(10),
+        "top_fallback_ops_counters": truth_ops.most_common(10),
         "top_failure_reasons": reasons.most_common(10),
-        "judged": len(judged), "disagreements": sum(not r["agrees"] for r in judged),
-        "agreement_rate": round(sum(r["agrees"] for r in judged) / len(judged), 4) if judged else None,
+        "judged": len(judged),
+        "disagreements": sum(not r["agrees"] for r in judged),
+        "agreement_rate": round(sum(r["agrees"] for r in judged) / len(judged), 4)
+        if judged
+        else None,
         "cell_seconds": round(sum(r["seconds"] or 0 for r in rows)),
         "coverage": coverage(rows),
     }
 
 
-def coverage(rows: list[dict[str, Any]], scenarios: tuple[str, ...] = ("train", "generate")) -> dict[str, int]:
+def coverage(
+    rows: list[dict[str, Any]], scenarios: tuple[str, ...] = ("train", "generate")
+) -> dict[str, int]:
     """Model types that ran every one of `scenarios`: with transformers' defaults, and counting a
     workaround cell (`train+batched_mm`) for a default that failed in the experts kernel."""
     types = {r["model_type"] for r in rows}
     ok = {(r["model_type"], r["scenario"]) for r in rows if r["status"] == "ok"}
     fixed = {(t, s.split("+")[0]) for t, s in ok if "+" in s}
-    return {"model_types": len(types),
-            "ran_all_default": sum(all((t, s) in ok for s in scenarios) for t in types),
-            "ran_all_with_workaround": sum(all((t, s) in ok or (t, s) in fixed for s in scenarios) for t in types)}
+    return {
+        "model_types": len(types),
+        "ran_all_default": sum(all((t, s) in ok for s in scenarios) for t in types),
+        "ran_all_with_workaround": sum(
+            all((t, s) in ok or (t, s) in fixed for s in scenarios) for t in types
+        ),
+    }
 
 
 def _short_reason(r: dict[str, Any]) -> str:
@@ -106,31 +140,57 @@ def _short_reason(r: dict[str, Any]) -> str:
 
 
 def markdown_summary(s: dict[str, Any]) -> str:
-    lines = [f"**{s['disagreements']} disagreements** between tpuscope and the counters in {s['judged']} "
-             f"judged cells (agreement {s['agreement_rate']}); coverage: {s['cells']} cells of "
-             f"{s['model_types']} model types, by status {s['by_status']}. Types that ran both `train` and "
-             f"`generate`: {s['coverage']['ran_all_default']} with transformers' defaults, "
-             f"{s['coverage']['ran_all_with_workaround']} counting the experts workaround "
-             f"(`+batched_mm` cells).", "",
-             "| scenario | ran | clean | findings |", "|---|---|---|---|"]
+    lines = [
+        f"**{s['disagreements']} disagreements** between tpuscope and the counters in {s['judged']} "
+        f"judged cells (agreement {s['agreement_rate']}); coverage: {s['cells']} cells of "
+        f"{s['model_types']} model types, by status {s['by_status']}. Types that ran both `train` and "
+        f"`generate`: {s['coverage']['ran_all_default']} with transformers' defaults, "
+        f"{s['coverage']['ran_all_with_workaround']} counting the experts workaround "
+        f"(`+batched_mm` cells).",
+        "",
+        "| scenario | ran | clean | findings |",
+        "|---|---|---|---|",
+    ]
     for scenario, ran in s["ran_per_scenario"].items():
-        lines.append(f"| {scenario} | {ran} | {s['clean_per_scenario'][scenario]} | "
-                     f"{s['findings_per_scenario'][scenario]} |")
-    lines += ["", "Most common CPU fallback ops (cells): "
-              + (", ".join(f"`{op}` {n}" for op, n in s["top_fallback_ops_counters"]) or "none"),
-              "", "Most common failure reasons: "
-              + ("; ".join(f"{why} ({n})" for why, n in s["top_failure_reasons"]) or "none")]
+        lines.append(
+            f"| {scenario} | {ran} | {s['clean_per_scenario'][scenario]} | "
+            f"{s['findings_per_scenario'][scenario]} |"
+        )
+    lines += [
+        "",
+        "Most common CPU fallback ops (cells): "
+        + (", ".join(f"`{op}` {n}" for op, n in s["top_fallback_ops_counters"]) or "none"),
+        "",
+        "Most common failure reasons: "
+        + ("; ".join(f"{why} ({n})" for why, n in s["top_failure_reasons"]) or "none"),
+    ]
     return "\n".join(lines)
 
 
-_COLUMNS = ("model_type", "scenario", "status", "compiles", "recompiles", "findings", "fallback_ops",
-            "tensorcore", "reads_per_step", "step_ms", "agrees", "reason")
+_COLUMNS = (
+    "model_type",
+    "scenario",
+    "status",
+    "compiles",
+    "recompiles",
+    "findings",
+    "fallback_ops",
+    "tensorcore",
+    "reads_per_step",
+    "step_ms",
+    "agrees",
+    "reason",
+)
 
 
 def markdown(records: list[dict[str, Any]]) -> str:
     """The summary, then one line per cell (the reason cut to keep the table readable)."""
-    out = [markdown_summary(summarize(records)), "", "| " + " | ".join(_COLUMNS) + " |",
-           "|" + "---|" * len(_COLUMNS)]
+    out = [
+        markdown_summary(summarize(records)),
+        "",
+        "| " + " | ".join(_COLUMNS) + " |",
+        "|" + "---|" * len(_COLUMNS),
+    ]
     for r in map(row, records):
         cells = [str(r[c] if r[c] is not None else "") for c in _COLUMNS]
         if r["disagreements"]:

@@ -16,15 +16,23 @@ import traceback
 from typing import Any
 
 ENV = "ZOO_TRUTH"
-_LOWERED = ("xla::", "CreateXlaTensor", "DestroyLtcTensor", "DestroyXlaTensor")  # lowered ops, bookkeeping
+_LOWERED = (
+    "xla::",
+    "CreateXlaTensor",
+    "DestroyLtcTensor",
+    "DestroyXlaTensor",
+)  # lowered ops, bookkeeping
 _state: dict[str, Any] = {"marks": [], "extra": {}}
 
 
 def _counters() -> dict[str, int]:
     import torch_xla.debug.metrics as met
 
-    counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()
-                if not name.startswith(_LOWERED)}
+    counters = {
+        name: int(met.counter_value(name) or 0)
+        for name in met.counter_names()
+        if not name.startswith(_LOWERED)
+    }
     data = met.metric_data("EagerOpExecuteTime")  # one sample per op run eagerly
     counters["metric:EagerOpExecuteTime"] = int(data[0]) if data else 0
     return counters
@@ -53,15 +61,30 @@ def finish(**notes: Any) -> None:
     _write()
 
 
-def failed(exc: BaseException, phase: str, status: str = "error", cpu_error: str | None = None) -> None:
+def failed(
+    exc: BaseException, phase: str, status: str = "error", cpu_error: str | None = None
+) -> None:
     """The program raised in `phase` (build, a step, generate): the reason kept for the table."""
     import torch_xla.debug.metrics as met
 
     frames = traceback.extract_tb(exc.__traceback__)
-    where = next((f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in reversed(frames)
-                  if "transformers" in f.filename), None)
-    _state["error"] = {"status": status, "phase": phase, "type": type(exc).__name__,
-                       "message": str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "",
-                       "where": where, "cpu_error": cpu_error,
-                       "fallback_ops": sorted(op for op in met.executed_fallback_ops() if "_local_scalar_dense" not in op)}
+    where = next(
+        (
+            f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}"
+            for f in reversed(frames)
+            if "transformers" in f.filename
+        ),
+        None,
+    )
+    _state["error"] = {
+        "status": status,
+        "phase": phase,
+        "type": type(exc).__name__,
+        "message": str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "",
+        "where": where,
+        "cpu_error": cpu_error,
+        "fallback_ops": sorted(
+            op for op in met.executed_fallback_ops() if "_local_scalar_dense" not in op
+        ),
+    }
     _write()

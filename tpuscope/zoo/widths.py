@@ -38,7 +38,13 @@ def full_width_config(model_type: str, class_name: str) -> Any:
     attrs = vars(default)
     topk = max([attrs[k] for k in _TOPK if isinstance(attrs.get(k), int)] or [1])
     out = dict(layers.overrides(default))
-    out.update({k: max(4, topk) for k in _EXPERTS if isinstance(attrs.get(k), int) and attrs[k] > max(4, topk)})
+    out.update(
+        {
+            k: max(4, topk)
+            for k in _EXPERTS
+            if isinstance(attrs.get(k), int) and attrs[k] > max(4, topk)
+        }
+    )
     return for_class(config_class(**_as_fields(default, out)), class_name)
 
 
@@ -48,14 +54,23 @@ def summary(config: Any) -> dict[str, Any]:
     hidden = getattr(text, "hidden_size", None)
     heads = getattr(text, "num_attention_heads", None)
     head_dim = getattr(text, "head_dim", None) or (hidden // heads if hidden and heads else None)
-    return {"hidden": hidden, "heads": heads, "head_dim": head_dim, "ffn": getattr(text, "intermediate_size", None),
-            "vocab": getattr(text, "vocab_size", None)}
+    return {
+        "hidden": hidden,
+        "heads": heads,
+        "head_dim": head_dim,
+        "ffn": getattr(text, "intermediate_size", None),
+        "vocab": getattr(text, "vocab_size", None),
+    }
 
 
 _DEF = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\w+)\[")
 _OPERAND = r"(?:(\w+)\[[^\]]*\]\S*\s+)?%?([\w.\-]+)"  # an operand, its type inline or not
-_DOT = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = \w+\[[^=]*? dot\(" + _OPERAND + r",\s*" + _OPERAND + r"\)")
-MIN_WASTE = 0.01  # tpuscope's documented threshold (detect/tensorcore.py MIN_SHARE): below 1%, no finding
+_DOT = re.compile(
+    r"^\s*(?:ROOT )?%?[\w.\-]+ = \w+\[[^=]*? dot\(" + _OPERAND + r",\s*" + _OPERAND + r"\)"
+)
+MIN_WASTE = (
+    0.01  # tpuscope's documented threshold (detect/tensorcore.py MIN_SHARE): below 1%, no finding
+)
 
 
 def f32_dots(hlo_text: str) -> int:
@@ -85,7 +100,10 @@ def expected(config: Any, f32: int = 0) -> dict[str, list[str]]:
         kinds = []
         if isinstance(sizes["head_dim"], int) and sizes["head_dim"] < edge:
             kinds.append("head_dim")
-        if any(isinstance(sizes[k], int) and padding(sizes[k], edge) >= MIN_WASTE for k in ("hidden", "ffn", "vocab")):
+        if any(
+            isinstance(sizes[k], int) and padding(sizes[k], edge) >= MIN_WASTE
+            for k in ("hidden", "ffn", "vocab")
+        ):
             kinds.append("unaligned")
         if f32:
             kinds.append("f32")

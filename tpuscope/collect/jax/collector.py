@@ -25,7 +25,9 @@ from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
 
-_TPUSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_TPUSCOPE_DIR = (
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+)
 READY_WAIT_S = 5.0  # at exit, how long outputs still running may take to be ready
 
 
@@ -77,7 +79,9 @@ class JaxCollector(StepTracker):
         self._profiler = self._profiler_window(jax)
         meta: dict[str, Any] = {
             "jax_version": jax.__version__,
-            "jax_explain_cache_misses": "set by tpuscope" if self.tracker.owns_explain else "user setting",
+            "jax_explain_cache_misses": "set by tpuscope"
+            if self.tracker.owns_explain
+            else "user setting",
             "jax_step_source": "none",
         }
         self.session.set_meta(**meta)  # the backend label waits for JAX to run (_device_meta)
@@ -98,8 +102,13 @@ class JaxCollector(StepTracker):
             jax.block_until_ready(jax.live_arrays())
             jax.profiler.stop_trace()
 
-        return ProfilerWindow(window, directory, jax.profiler.start_trace, stop,
-                              lambda files: self.session.set_meta(trace_files=files))
+        return ProfilerWindow(
+            window,
+            directory,
+            jax.profiler.start_trace,
+            stop,
+            lambda files: self.session.set_meta(trace_files=files),
+        )
 
     def uninstall(self) -> None:
         self.finish()
@@ -149,8 +158,12 @@ class JaxCollector(StepTracker):
             self._acc.compile_ns += duration_ns
             step = self.step if self._owns_steps() else -1
             self.compile_rows.attribute(event, self._current_call())
-            self.session.add("compiles", self.compile_rows.compile_row(
-                event, step, index, duration_ns, self.tracker.explaining()))
+            self.session.add(
+                "compiles",
+                self.compile_rows.compile_row(
+                    event, step, index, duration_ns, self.tracker.explaining()
+                ),
+            )
             self.session.add_many("retraces", retrace_rows(event, step, index))
 
     def _current_call(self) -> tuple[JitTarget, tuple[Any, ...], dict[str, Any]] | None:
@@ -168,7 +181,9 @@ class JaxCollector(StepTracker):
         with self._lock:  # the steps emitted so far and their events (later steps' stay)
             done = self._rows.take()
             steps, ids = self._events.take(done.last_step())
-        if not done.boundaries or not self._owns_steps():  # torch_xla's collector writes this process's steps
+        if (
+            not done.boundaries or not self._owns_steps()
+        ):  # torch_xla's collector writes this process's steps
             return
         for table, columns in StepColumns(done, steps, ids, self._events.keys).tables().items():
             self.session.add_columns(table, columns)
@@ -186,13 +201,16 @@ class JaxCollector(StepTracker):
 
             devices = jax.devices()
             self._device_meta_done = True
-            if not self.session.proc_meta.get("backend"):  # JAX ran: a run that only imported it is not JAX's
+            if not self.session.proc_meta.get(
+                "backend"
+            ):  # JAX ran: a run that only imported it is not JAX's
                 self.session.set_meta(backend="jax")
             self.session.set_meta(
                 platform=devices[0].platform if devices else None,
                 device_kind=devices[0].device_kind if devices else None,
-                device_count=len(devices), process_index=jax.process_index())
+                device_count=len(devices),
+                process_index=jax.process_index(),
+            )
         except Exception as exc:  # a device query must never break the program
             self._device_meta_done = True
             self.session.set_meta(device_error=str(exc))
-

@@ -34,17 +34,22 @@ class CompileRows:
         self.jitted_names: set[str] = set()
         self._pmap = PmapCompiles()
 
-    def attribute(self, event: CompileEvent, call: tuple[Any, tuple[Any, ...], dict[str, Any]] | None) -> None:
+    def attribute(
+        self, event: CompileEvent, call: tuple[Any, tuple[Any, ...], dict[str, Any]] | None
+    ) -> None:
         """A compile during a top-level call of a pmapped function is that function's; one of
         a library's jitted function that JAX did not explain is explained by its arguments."""
         if call is None:
             return
         target = call[0]
-        if target.transform == "pmap" or (event.explanation is None and event.function == target.name):
+        if target.transform == "pmap" or (
+            event.explanation is None and event.function == target.name
+        ):
             self._pmap.explain(event, *call)
 
-    def compile_row(self, event: CompileEvent, step: int, index: int, duration_ns: int,
-                    explaining: bool) -> dict[str, Any]:
+    def compile_row(
+        self, event: CompileEvent, step: int, index: int, duration_ns: int, explaining: bool
+    ) -> dict[str, Any]:
         """explaining: JAX explains cache misses now, so a trace without an explanation is
         JAX's own code (an eager op's library function)."""
         from tpuscope.schema import table_row
@@ -55,7 +60,9 @@ class CompileRows:
         elif event.function in self.jitted_names:  # jax.jit of a library function, e.g. model.init
             cause = f"compile of jitted {event.function} (library code, which JAX does not explain)"
         elif explaining:
-            cause = f"JAX library function {event.function} compiled for a call outside jit (eager op)"
+            cause = (
+                f"JAX library function {event.function} compiled for a call outside jit (eager op)"
+            )
             eager = True
         else:
             cause = f"compile of {event.function}"
@@ -63,10 +70,19 @@ class CompileRows:
             cause += f" [persistent cache {event.persistent_cache}]"
         function = event.explanation.function if event.explanation is not None else event.function
         return table_row(
-            "compiles", backend="jax", function=function if function != "?" else event.function,
-            eager=eager, step=step, index=index, time_ns=int(event.start_s * 1e9),
-            duration_ns=duration_ns, graph_hash=self._graph_hash(event, eager), cause=cause,
-            location=event.location, frames=event.frames, input_shapes=_global_shapes(event.input_shapes),
+            "compiles",
+            backend="jax",
+            function=function if function != "?" else event.function,
+            eager=eager,
+            step=step,
+            index=index,
+            time_ns=int(event.start_s * 1e9),
+            duration_ns=duration_ns,
+            graph_hash=self._graph_hash(event, eager),
+            cause=cause,
+            location=event.location,
+            frames=event.frames,
+            input_shapes=_global_shapes(event.input_shapes),
             num_inputs=len(event.input_shapes) if event.input_shapes is not None else None,
         )
 
@@ -101,21 +117,37 @@ def _global_shapes(shapes: list[str] | None) -> list[str] | None:
 
 def _graph_key(event: CompileEvent) -> str:
     expl = event.explanation
-    program = [f"{d.kind}:{d.arg}={d.after}" for d in expl.diffs if d.kind in _NOT_IN_AVALS] if expl else []
+    program = (
+        [f"{d.kind}:{d.arg}={d.after}" for d in expl.diffs if d.kind in _NOT_IN_AVALS]
+        if expl
+        else []
+    )
     defined = expl.defined_at if expl else ""
-    return "|".join([event.module, defined or "", event.avals or ",".join(event.input_shapes or []),
-                     ",".join(event.input_shardings or []), *event.statics, *program])
+    return "|".join(
+        [
+            event.module,
+            defined or "",
+            event.avals or ",".join(event.input_shapes or []),
+            ",".join(event.input_shardings or []),
+            *event.statics,
+            *program,
+        ]
+    )
 
 
 def retrace_rows(event: CompileEvent, step: int, index: int) -> list[dict[str, Any]]:
     """One row per difference; traces that led to no compile have no compile_index."""
     rows = []
-    for expl, compiled in [(e, index) for e in event.explanations] + [(e, None) for e in event.stale_explanations]:
+    for expl, compiled in [(e, index) for e in event.explanations] + [
+        (e, None) for e in event.stale_explanations
+    ]:
         rows += [_retrace_row(expl, diff, step, compiled, event.location) for diff in expl.diffs]
     return rows
 
 
-def _retrace_row(expl: Explanation, diff: Any, step: int, index: int | None, fallback: str | None) -> dict[str, Any]:
+def _retrace_row(
+    expl: Explanation, diff: Any, step: int, index: int | None, fallback: str | None
+) -> dict[str, Any]:
     """JAX names the call site itself, skipping only its own frames: a call inside flax or
     optax is located at the user's line that led to it (the compile's location) instead."""
     from tpuscope.schema import table_row
@@ -124,7 +156,16 @@ def _retrace_row(expl: Explanation, diff: Any, step: int, index: int | None, fal
     if callsite and not is_user_file(callsite.rsplit(":", 1)[0]):
         callsite = fallback or callsite
     return table_row(
-        "retraces", step=step, compile_index=index, time_ns=int(expl.time_s * 1e9),
-        function=expl.function, defined_at=expl.defined_at, location=callsite,
-        kind=diff.kind, arg=diff.arg, before=diff.before, after=diff.after, detail=diff.detail,
+        "retraces",
+        step=step,
+        compile_index=index,
+        time_ns=int(expl.time_s * 1e9),
+        function=expl.function,
+        defined_at=expl.defined_at,
+        location=callsite,
+        kind=diff.kind,
+        arg=diff.arg,
+        before=diff.before,
+        after=diff.after,
+        detail=diff.detail,
     )

@@ -32,13 +32,20 @@ from tpuscope.collect.jax.explain import HEADER, Explanation, aval_text, parse_e
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-CACHE_EVENTS = {"/jax/compilation_cache/cache_hits": "hit", "/jax/compilation_cache/cache_misses": "miss"}
+CACHE_EVENTS = {
+    "/jax/compilation_cache/cache_hits": "hit",
+    "/jax/compilation_cache/cache_misses": "miss",
+}
 EXPLAIN_LOGGER = "jax._src.interpreters.partial_eval"
 LOWERING_LOGGER = "jax._src.interpreters.pxla"
 CACHE_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache")
 ENV_EXPLAIN = "JAX_EXPLAIN_CACHE_MISSES"
 # Messages JAX raises to WARNING only because explanations are on (persistent cache).
-_EXPLAIN_ONLY = ("PERSISTENT COMPILATION CACHE MISS", "Not writing persistent cache", "Writing %s to persistent")
+_EXPLAIN_ONLY = (
+    "PERSISTENT COMPILATION CACHE MISS",
+    "Not writing persistent cache",
+    "Writing %s to persistent",
+)
 
 
 @dataclass
@@ -67,9 +74,13 @@ class CompileEvent:
     explanations: list[Explanation]
     stale_explanations: list[Explanation] = field(default_factory=list)
     persistent_cache: str | None = None
-    input_shardings: list[str] | None = None  # the executable's ("Argument mapping"), part of its identity
+    input_shardings: list[str] | None = (
+        None  # the executable's ("Argument mapping"), part of its identity
+    )
     statics: list[str] = field(default_factory=list)  # a pmapped call's static argument values
-    avals: str = ""  # the input avals in full (weak types included), part of the executable's identity
+    avals: str = (
+        ""  # the input avals in full (weak types included), part of the executable's identity
+    )
 
     @property
     def duration_s(self) -> float:
@@ -90,8 +101,12 @@ class _Pending:
 class _Capture(logging.Filter):
     """Hands matching records to a callback; drops those the program would not have seen."""
 
-    def __init__(self, logger: logging.Logger, handle: Callable[[logging.LogRecord], None],
-                 drop_explain: bool) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        handle: Callable[[logging.LogRecord], None],
+        drop_explain: bool,
+    ) -> None:
         super().__init__()
         self.logger, self.handle, self.drop_explain = logger, handle, drop_explain
         self.user_level = logger.getEffectiveLevel()
@@ -122,8 +137,11 @@ class CompileTracker:
     on_metric(name, seconds) gets every span and event (seconds None for plain events).
     """
 
-    def __init__(self, on_compile: Callable[[CompileEvent], None],
-                 on_metric: Callable[[str, float | None], None]) -> None:
+    def __init__(
+        self,
+        on_compile: Callable[[CompileEvent], None],
+        on_metric: Callable[[str, float | None], None],
+    ) -> None:
         self.on_compile = on_compile
         self.on_metric = on_metric
         self.owns_explain = False
@@ -178,8 +196,9 @@ class CompileTracker:
             self.owns_explain = False
         self._monitoring = None
 
-    def _capture(self, name: str, handle: Callable[[logging.LogRecord], None],
-                 level: int | None = None) -> None:
+    def _capture(
+        self, name: str, handle: Callable[[logging.LogRecord], None], level: int | None = None
+    ) -> None:
         logger = logging.getLogger(name)
         capture = _Capture(logger, handle, drop_explain=self.owns_explain)
         if level is not None and logger.getEffectiveLevel() > level:
@@ -196,7 +215,10 @@ class CompileTracker:
                 self._pending().explanations.append(explanation)
 
     def _on_lowering_record(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Compiling %s with global shapes") and len(record.args or ()) >= 2:
+        if (
+            str(record.msg).startswith("Compiling %s with global shapes")
+            and len(record.args or ()) >= 2
+        ):
             pending = self._pending()
             pending.shapes = [aval_text(a) for a in record.args[1]]  # type: ignore[index]
             pending.avals = ",".join(map(str, record.args[1]))  # type: ignore[index]  (weak types too: ~f32[])
@@ -210,9 +232,15 @@ class CompileTracker:
 
     def _span(self, event: str, start: float, end: float, frame: Any, **kwargs: Any) -> None:
         if event == TRACE_EVENT:
-            self._pending().traces.append(TraceSpan(
-                str(kwargs.get("fun_name", "?")), start, end - start,
-                frame_location(frame), user_frames(frame)))
+            self._pending().traces.append(
+                TraceSpan(
+                    str(kwargs.get("fun_name", "?")),
+                    start,
+                    end - start,
+                    frame_location(frame),
+                    user_frames(frame),
+                )
+            )
             self.on_metric("jax.trace_time", end - start)
         elif event == LOWER_EVENT:
             self._pending().lower_s += end - start
@@ -247,18 +275,30 @@ class CompileTracker:
         location = (trace.location if trace else None) or frame_location(frame)
         if location is None and explanation is not None:
             location = explanation.callsite
-        self.on_compile(CompileEvent(
-            module=module, function=function,
-            start_s=trace.start_s if trace else start - pending.lower_s,
-            trace_s=trace.duration_s if trace else 0.0, lower_s=pending.lower_s, compile_s=compile_s,
-            input_shapes=pending.shapes, location=location,
-            frames=trace.frames if trace else user_frames(frame),
-            explanation=explanation, explanations=explanations, stale_explanations=stale,
-            persistent_cache=pending.cache, input_shardings=pending.shardings, avals=pending.avals,
-        ))
+        self.on_compile(
+            CompileEvent(
+                module=module,
+                function=function,
+                start_s=trace.start_s if trace else start - pending.lower_s,
+                trace_s=trace.duration_s if trace else 0.0,
+                lower_s=pending.lower_s,
+                compile_s=compile_s,
+                input_shapes=pending.shapes,
+                location=location,
+                frames=trace.frames if trace else user_frames(frame),
+                explanation=explanation,
+                explanations=explanations,
+                stale_explanations=stale,
+                persistent_cache=pending.cache,
+                input_shardings=pending.shardings,
+                avals=pending.avals,
+            )
+        )
 
 
-def _split(explanations: list[Explanation], trace: TraceSpan | None) -> tuple[list[Explanation], list[Explanation]]:
+def _split(
+    explanations: list[Explanation], trace: TraceSpan | None
+) -> tuple[list[Explanation], list[Explanation]]:
     """Explanations logged during this compile's trace (its function and the functions
     it calls), and older ones whose trace never compiled (it failed, or was eval_shape)."""
     if trace is None:

@@ -22,20 +22,29 @@ _FOR = re.compile(r"^for (?P<func>.+?)(?: defined at (?P<defined>.+))?$")
 _NEVER = re.compile(r"^(?P<func>.+?) id=\d+(?: defined at (?P<defined>.+))?$")
 _TYPE_DIFF = re.compile(r"^\* at (?P<arg>.+?), now (?P<after>.+?) and before (?P<before>.+)$")
 _TREE_DIFF = re.compile(
-    r"^\* at input path (?P<arg>.*?), now (?P<after>.+?) and before (?P<before>.+?), so (?P<why>.+)$")
+    r"^\* at input path (?P<arg>.*?), now (?P<after>.+?) and before (?P<before>.+?), so (?P<why>.+)$"
+)
 _CTX_DIFF = re.compile(r"^\* (?P<arg>\S+) differs: now (?P<after>.+) and before (?P<before>.+)$")
 _CTX_COUNT = re.compile(r"^\* number of tracing context (?P<what>.+)$")
 _STATIC = re.compile(r"Static\(val=(?P<val>.*)\)$")
 _CLASS = re.compile(r"<class '(?:[\w.]+\.)?(?P<name>\w+)'>")
 _WEAK_HINT = re.compile(r"https?://\S+$")
 
-_SHARDED_DIM = re.compile(r"@(?:\([^)]*\)|\w+)")  # f32[64,128@model], f32[8@(x,y),4] -> f32[64,128], f32[8,4]
+_SHARDED_DIM = re.compile(
+    r"@(?:\([^)]*\)|\w+)"
+)  # f32[64,128@model], f32[8@(x,y),4] -> f32[64,128], f32[8,4]
 _SHARDING_SUFFIX = re.compile(r"\(\{.*\}\)$")  # f32[64,128]({Explicit: ('batch',)}) -> f32[64,128]
 
 # Kinds of a retrace, as stored in the retraces table. input_sharding: the same dtype and
 # shape with another sharding (JAX's "different input types" when only the mesh or the
 # partitioning of an argument changed, or what the pmap hook saw of a pmapped call's inputs).
-FIRST, REDEFINED, INPUT_TYPES, PYTREE, STATIC_ARG = "first", "redefined", "input_types", "pytree", "static_arg"
+FIRST, REDEFINED, INPUT_TYPES, PYTREE, STATIC_ARG = (
+    "first",
+    "redefined",
+    "input_types",
+    "pytree",
+    "static_arg",
+)
 TRACING_CONTEXT, DEBUG_INFO, UNKNOWN = "tracing_context", "debug_info", "unknown"
 INPUT_SHARDING = "input_sharding"
 
@@ -104,10 +113,15 @@ def _never_seen(body: list[str], callsite: str | None, text: str) -> Explanation
     function, defined = "?", None
     if body and (match := _NEVER.match(body[0])):
         function, defined = match["func"], site_to_location(match["defined"])
-    redefined = any("re-defined repeatedly" in line or "defined on the same line" in line for line in body)
+    redefined = any(
+        "re-defined repeatedly" in line or "defined on the same line" in line for line in body
+    )
     if redefined:
-        diff = Diff(REDEFINED, detail="another function object was defined on the same line before: "
-                                      "the function is re-created on every call, so jit never hits its cache")
+        diff = Diff(
+            REDEFINED,
+            detail="another function object was defined on the same line before: "
+            "the function is re-created on every call, so jit never hits its cache",
+        )
         return Explanation(function, defined, callsite, REDEFINED, [diff], text)
     return Explanation(function, defined, callsite, FIRST, [Diff(FIRST)], text)
 
@@ -127,7 +141,9 @@ def _diffs(lines: list[str]) -> list[Diff]:
             section = TRACING_CONTEXT
             diffs.append(Diff(TRACING_CONTEXT, detail=line))
         elif line.startswith("Debug info doesn't match"):
-            diffs.append(Diff(DEBUG_INFO, detail="argument names, keyword arguments or result paths changed"))
+            diffs.append(
+                Diff(DEBUG_INFO, detail="argument names, keyword arguments or result paths changed")
+            )
         elif line.startswith("cache miss explanation unavailable"):
             diffs.append(Diff(UNKNOWN, detail=line))
         elif line.startswith("*"):
@@ -161,7 +177,7 @@ def _diff_line(section: str, line: str) -> Diff | None:
 
 
 def _short_node(text: str) -> str:
-    """"<class 'dict'> with 2 children" -> "dict with 2 children"."""
+    """ "<class 'dict'> with 2 children" -> "dict with 2 children"."""
     return _CLASS.sub(lambda m: m["name"], text).strip()
 
 

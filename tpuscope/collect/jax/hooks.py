@@ -79,9 +79,18 @@ class AnnotationHook:
 
 # User-facing ways to read a device value into Python (ArrayImpl attribute -> kind).
 SYNC_METHODS = {
-    "__float__": "float", "__int__": "int", "__bool__": "bool", "__index__": "index",
-    "__complex__": "complex", "item": "item", "tolist": "tolist", "tobytes": "tobytes",
-    "__format__": "print", "__str__": "print", "__repr__": "print", "__array__": "np.asarray",
+    "__float__": "float",
+    "__int__": "int",
+    "__bool__": "bool",
+    "__index__": "index",
+    "__complex__": "complex",
+    "item": "item",
+    "tolist": "tolist",
+    "tobytes": "tobytes",
+    "__format__": "print",
+    "__str__": "print",
+    "__repr__": "print",
+    "__array__": "np.asarray",
     "block_until_ready": "block_until_ready",
 }
 SYNC_FUNCTIONS = {"device_get": "device_get", "block_until_ready": "block_until_ready"}
@@ -126,7 +135,9 @@ class SyncHook:
         is one dict look-up (its code object and instruction) and one call of the sink with
         the event id it got the first time: a sync per step costs no frame walk, no key."""
         local, sink, read = self._local, self.sink, kind in VALUE_READS
-        sites: dict[tuple[int, int], tuple[Any, int]] = {}  # (id(code), f_lasti) -> (code, event id)
+        sites: dict[
+            tuple[int, int], tuple[Any, int]
+        ] = {}  # (id(code), f_lasti) -> (code, event id)
 
         def synced(*args: Any, **kwargs: Any) -> Any:
             if getattr(local, "inside", False):  # e.g. the array method jax.block_until_ready calls
@@ -136,7 +147,9 @@ class SyncHook:
                 frame = sys._getframe(1)
                 code = frame.f_code
                 site = sites.get((id(code), frame.f_lasti))
-                if site is None or site[0] is not code:  # the code is kept alive: its id is not reused
+                if (
+                    site is None or site[0] is not code
+                ):  # the code is kept alive: its id is not reused
                     site = _sync_site(sink, sites, kind, frame)
                 sink.on_sync(site[1], read, start)  # which charges the time since start
             except Exception:
@@ -155,7 +168,9 @@ class SyncHook:
 _SITES_MAX = 4096
 
 
-def _sync_site(sink: Sink, sites: dict[tuple[int, int], tuple[Any, int]], kind: str, frame: Any) -> tuple[Any, int]:
+def _sync_site(
+    sink: Sink, sites: dict[tuple[int, int], tuple[Any, int]], kind: str, frame: Any
+) -> tuple[Any, int]:
     """(code, event id) of a sync called from `frame`; kept in `sites` when the frame is the
     user's own (its 'file:line' is then fixed by the code and instruction; a library frame's
     user line depends on who called it, so it is looked up each time)."""
@@ -182,7 +197,11 @@ class EagerHook:
     def install(self, jax: Any = None) -> EagerHook:
         from jax._src.core import EvalTrace
 
-        original, sink, local = EvalTrace.__dict__["process_primitive"], self.sink, threading.local()
+        original, sink, local = (
+            EvalTrace.__dict__["process_primitive"],
+            self.sink,
+            threading.local(),
+        )
         self._cls, self._original = EvalTrace, original
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
@@ -197,7 +216,13 @@ class EagerHook:
                 local.depth = depth
                 # Only the outermost dispatch is timed: nested ones are inside its time.
                 end = time.perf_counter_ns()
-                report(sink.on_eager, primitive.name, location, library, end - start if depth == 0 else 0)
+                report(
+                    sink.on_eager,
+                    primitive.name,
+                    location,
+                    library,
+                    end - start if depth == 0 else 0,
+                )
                 sink.charge(start - entered + time.perf_counter_ns() - end)
 
         EvalTrace.process_primitive = process_primitive

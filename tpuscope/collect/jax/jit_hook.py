@@ -55,7 +55,9 @@ class JitTarget:
         if transform != "jit" or not user:  # compiles JAX does not explain: named here (pmap_calls)
             with contextlib.suppress(TypeError, ValueError):
                 params = tuple(inspect.signature(fun).parameters)
-        return cls(str(name), f"{code.co_filename}:{code.co_firstlineno}", user, transform, params, static)
+        return cls(
+            str(name), f"{code.co_filename}:{code.co_firstlineno}", user, transform, params, static
+        )
 
 
 class _JitWrapper(wrapt.FunctionWrapper):
@@ -97,7 +99,9 @@ class JitHook:
     def install(self, jax: Any) -> JitHook:
         from jax._src import core
 
-        if not (hasattr(core, "trace_ctx") and hasattr(core, "eval_trace")):  # checked per call below
+        if not (
+            hasattr(core, "trace_ctx") and hasattr(core, "eval_trace")
+        ):  # checked per call below
             raise RuntimeError(f"jax {jax.__version__}: no core.trace_ctx/eval_trace")
         self._jax, self._core, self._original = jax, core, getattr(jax, self.attr)
 
@@ -124,7 +128,9 @@ class JitHook:
         target = self._targets.setdefault((found.name, found.defined_at, found.user), found)
         report(self.sink.on_jit_created, target)
         caller = self._caller(target)
-        return _JitWrapper(jitted, self._tracked(caller, target) if self._tracks(target) else caller)
+        return _JitWrapper(
+            jitted, self._tracked(caller, target) if self._tracks(target) else caller
+        )
 
     def _tracked(self, inner: Any, target: JitTarget) -> Any:
         """The caller, with the call named on this thread while it runs: 1.4-1.7 us more per
@@ -156,7 +162,9 @@ class JitHook:
         on_call, on_return = sink.on_jit_call, sink.on_jit_return
 
         def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if not (hook.active and core.trace_ctx.trace is core.eval_trace):  # a call inside a trace
+            if not (
+                hook.active and core.trace_ctx.trace is core.eval_trace
+            ):  # a call inside a trace
                 return wrapped(*args, **kwargs)
             start = perf_counter_ns()
             try:  # noqa: SIM105

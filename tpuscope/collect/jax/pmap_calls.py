@@ -56,8 +56,11 @@ def signature(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dic
     shape, its sharding. Static arguments are left out: their values are in `statics`."""
     from jax.tree_util import keystr, tree_flatten_with_path
 
-    named = [(target.params[i] if i < len(target.params) else f"args[{i}]", arg)
-             for i, arg in enumerate(args) if i not in target.static]
+    named = [
+        (target.params[i] if i < len(target.params) else f"args[{i}]", arg)
+        for i, arg in enumerate(args)
+        if i not in target.static
+    ]
     out: dict[str, Leaf] = {}
     for base, value in [*named, *kwargs.items()]:
         for path, leaf in tree_flatten_with_path(value)[0]:
@@ -84,15 +87,25 @@ def diffs(before: dict[str, Leaf] | None, after: dict[str, Leaf]) -> list[Diff]:
     """What differs from the previous compile of the same function, leaf by leaf."""
     if before is None:
         return [Diff(FIRST)]
-    out = [Diff(INPUT_TYPES, name, before[name][1], kind) for name, (_, kind, _) in after.items()
-           if name in before and before[name][1] != kind]
+    out = [
+        Diff(INPUT_TYPES, name, before[name][1], kind)
+        for name, (_, kind, _) in after.items()
+        if name in before and before[name][1] != kind
+    ]
     if not out:
-        out = [Diff(INPUT_SHARDING, name, before[name][2], where) for name, (_, _, where) in after.items()
-               if name in before and before[name][2] != where]
+        out = [
+            Diff(INPUT_SHARDING, name, before[name][2], where)
+            for name, (_, _, where) in after.items()
+            if name in before and before[name][2] != where
+        ]
     if not out and set(before) != set(after):
         out = [Diff(UNKNOWN, detail="the arguments' pytree structure changed")]
     if not out:
-        out = [Diff(UNKNOWN, detail="the same argument shapes, dtypes and shardings as the last compile")]
+        out = [
+            Diff(
+                UNKNOWN, detail="the same argument shapes, dtypes and shardings as the last compile"
+            )
+        ]
     return out[:MAX_DIFFS]
 
 
@@ -102,7 +115,9 @@ class PmapCompiles:
     def __init__(self) -> None:
         self._last: dict[Any, dict[str, Leaf]] = {}
 
-    def explain(self, event: Any, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def explain(
+        self, event: Any, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         """Make `event` the user's function's compile, with the diff as its explanation (JAX's
         own explanations of this trace describe its pmap wrapper: they are dropped)."""
         after = signature(target, args, kwargs)
@@ -110,7 +125,8 @@ class PmapCompiles:
         self._last[target] = after
         kind = found[0].kind
         event.function = target.name
-        event.explanation = Explanation(target.name, target.defined_at, event.location, kind, found,
-                                        time_s=event.start_s)
+        event.explanation = Explanation(
+            target.name, target.defined_at, event.location, kind, found, time_s=event.start_s
+        )
         event.explanations, event.stale_explanations = [event.explanation], []
         event.statics = statics(target, args)

@@ -69,7 +69,9 @@ class ReadyWatcher:
         if self._pid != os.getpid():  # first use, or a forked child without the thread
             self._pid = os.getpid()
             self._queue = queue.SimpleQueue()
-            threading.Thread(target=self._run, args=(self._queue,), name="tpuscope-jax-ready", daemon=True).start()
+            threading.Thread(
+                target=self._run, args=(self._queue,), name="tpuscope-jax-ready", daemon=True
+            ).start()
         self._queue.put((record, outputs))
 
     def close(self) -> None:
@@ -84,7 +86,9 @@ class ReadyWatcher:
 
         while (item := items.get()) is not None:
             record, outputs = item
-            arrays = [a for a in tree_leaves(outputs) if isinstance(a, ArrayImpl) and not a.is_deleted()]
+            arrays = [
+                a for a in tree_leaves(outputs) if isinstance(a, ArrayImpl) and not a.is_deleted()
+            ]
             del item, outputs
             ready = None
             try:
@@ -123,7 +127,9 @@ class StepClock:
         record = self._open
         if record is None:
             return False
-        probe = outputs[-1] if type(outputs) is tuple and outputs else outputs  # (state, loss): no walk
+        probe = (
+            outputs[-1] if type(outputs) is tuple and outputs else outputs
+        )  # (state, loss): no walk
         if not hasattr(probe, "is_ready"):
             probe = _probe(outputs)
         record.probe = probe
@@ -134,8 +140,14 @@ class StepClock:
             return True
         return False
 
-    def closed(self, record: OpenStep, host_end_ns: int, following: OpenStep | None = None,
-               step: int = 0, boundary: str = "") -> None:
+    def closed(
+        self,
+        record: OpenStep,
+        host_end_ns: int,
+        following: OpenStep | None = None,
+        step: int = 0,
+        boundary: str = "",
+    ) -> None:
         """The host closed the open step (`record`) at host_end_ns; with `following`, the
         next step (its number, boundary) opens at the same instant: the call of the step
         function does both in one call, on the program's path."""

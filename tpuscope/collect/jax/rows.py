@@ -28,8 +28,21 @@ from typing import Any
 from tpuscope.store.columns import Coded, Repeat
 
 # Host syncs that copy a value to the host (block_until_ready only waits).
-VALUE_READS = frozenset({"float", "int", "bool", "index", "complex", "item", "tolist", "tobytes",
-                         "print", "np.asarray", "device_get"})
+VALUE_READS = frozenset(
+    {
+        "float",
+        "int",
+        "bool",
+        "index",
+        "complex",
+        "item",
+        "tolist",
+        "tobytes",
+        "print",
+        "np.asarray",
+        "device_get",
+    }
+)
 HOST_SYNC, EAGER, JIT_CALL = "host_sync", "eager_dispatch", "jit_call"  # EventLog kinds
 Key = tuple[str, str, str | None, str | None]  # (kind, name, location, library)
 
@@ -67,9 +80,17 @@ class OpenStep:
         entry[1] += value_ns or 0.0
 
 
-
-STEP_INTS = ("step", "start_ns", "end_ns", "compiles", "compile_ns", "jit_calls", "eager_count", "eager_ns",
-             "reads")  # one emitted step's integers, in StepLog.ints
+STEP_INTS = (
+    "step",
+    "start_ns",
+    "end_ns",
+    "compiles",
+    "compile_ns",
+    "jit_calls",
+    "eager_count",
+    "eager_ns",
+    "reads",
+)  # one emitted step's integers, in StepLog.ints
 _WIDTH = len(STEP_INTS)
 
 
@@ -85,8 +106,19 @@ class StepLog:
 
     def emit(self, r: OpenStep, start_ns: int, end_ns: int) -> None:
         """A step done, with its final times (ready.py; the program's thread, under the lock)."""
-        self.ints.extend((r.step, start_ns, end_ns, r.compiles, r.compile_ns, r.jit_calls, r.eager_count,
-                          r.eager_ns, r.reads))  # a tuple that dies at once: nothing for the collector
+        self.ints.extend(
+            (
+                r.step,
+                start_ns,
+                end_ns,
+                r.compiles,
+                r.compile_ns,
+                r.jit_calls,
+                r.eager_count,
+                r.eager_ns,
+                r.reads,
+            )
+        )  # a tuple that dies at once: nothing for the collector
         self.boundaries.append(r.boundary)
         if r.metrics is not None:
             self.metrics.append((r.step, r.metrics))
@@ -172,23 +204,38 @@ def _counts(ids: array, start: int, stop: int) -> dict[int, int]:
 class StepColumns:
     """The steps, metrics and call_sites columns of a batch of emitted steps (flush thread)."""
 
-    def __init__(self, done: StepLog, steps: array | None = None, ids: array | None = None,
-                 keys: list[Key] | None = None) -> None:
+    def __init__(
+        self,
+        done: StepLog,
+        steps: array | None = None,
+        ids: array | None = None,
+        keys: list[Key] | None = None,
+    ) -> None:
         from tpuscope.schema import table_columns  # pyarrow: in the flush thread, never at start-up
 
         ints = dict(zip(STEP_INTS, done.columns(), strict=True))
         count = len(done.boundaries)
         self.steps = table_columns(
-            "steps", step=ints["step"], start_ns=ints["start_ns"], end_ns=ints["end_ns"],
-            wall_ns=ints["end_ns"] - ints["start_ns"], boundary=done.boundaries,
-            compiles=ints["compiles"], compile_ns=ints["compile_ns"],
-            executions=ints["jit_calls"] + ints["eager_count"], fallback_ops=Repeat(0, count),
-            transfers_from_device=ints["reads"], graph_hashes=Repeat([], count))
+            "steps",
+            step=ints["step"],
+            start_ns=ints["start_ns"],
+            end_ns=ints["end_ns"],
+            wall_ns=ints["end_ns"] - ints["start_ns"],
+            boundary=done.boundaries,
+            compiles=ints["compiles"],
+            compile_ns=ints["compile_ns"],
+            executions=ints["jit_calls"] + ints["eager_count"],
+            fallback_ops=Repeat(0, count),
+            transfers_from_device=ints["reads"],
+            graph_hashes=Repeat([], count),
+        )
         self.metrics: dict[str, list[Any]] = {name: [] for name in _METRIC_COLUMNS}
         self.sites: dict[str, list[Any]] = {name: [] for name in _SITE_COLUMNS}
         self._keys = keys or []
         self._sync_names: dict[str, str] = {}  # one metric name string per kind, shared by its rows
-        if (ids or done.metrics) and not self._single_syncs(done, steps or array("q"), ids or array("q")):
+        if (ids or done.metrics) and not self._single_syncs(
+            done, steps or array("q"), ids or array("q")
+        ):
             self._events(done, steps or array("q"), ids or array("q"))
 
     def _single_syncs(self, done: StepLog, steps: array, ids: array) -> bool:
@@ -203,17 +250,35 @@ class StepColumns:
             return False
         import numpy as np  # the flush thread; JAX itself needs numpy
 
-        step, codes, count = np.array(steps, dtype=np.int64), np.array(ids, dtype=np.int64), len(ids)
+        step, codes, count = (
+            np.array(steps, dtype=np.int64),
+            np.array(ids, dtype=np.int64),
+            len(ids),
+        )
         used = set(ids)
 
-        def coded(value: Any) -> Coded:  # a column of value(key) for each event, as codes into the keys
-            return Coded(codes, [value(keys[event]) if event in used else None for event in range(len(keys))])
+        def coded(
+            value: Any,
+        ) -> Coded:  # a column of value(key) for each event, as codes into the keys
+            return Coded(
+                codes, [value(keys[event]) if event in used else None for event in range(len(keys))]
+            )
 
-        self.metrics = {"step": step, "name": coded(lambda key: self._sync_name(key[1])),
-                        "kind": Repeat("counter", count), "count": Repeat(1, count), "total": Repeat(0.0, count)}
-        self.sites = {"step": step, "kind": Repeat(HOST_SYNC, count), "name": coded(lambda key: key[1]),
-                      "location": coded(lambda key: key[2]), "library_frame": coded(lambda key: key[3]),
-                      "count": Repeat(1, count)}
+        self.metrics = {
+            "step": step,
+            "name": coded(lambda key: self._sync_name(key[1])),
+            "kind": Repeat("counter", count),
+            "count": Repeat(1, count),
+            "total": Repeat(0.0, count),
+        }
+        self.sites = {
+            "step": step,
+            "kind": Repeat(HOST_SYNC, count),
+            "name": coded(lambda key: key[1]),
+            "location": coded(lambda key: key[2]),
+            "library_frame": coded(lambda key: key[3]),
+            "count": Repeat(1, count),
+        }
         return True
 
     def _events(self, done: StepLog, steps: array, ids: array) -> None:
@@ -233,7 +298,7 @@ class StepColumns:
             shortcut = stop == at + 1 and step not in metrics and single(step, ids[at])
             if not shortcut and (stop > at or step in metrics):
                 counts = _counts(ids, at, stop) if stop > at else {}
-                self._metric_rows(ints[row:row + _WIDTH], counts, metrics.get(step))
+                self._metric_rows(ints[row : row + _WIDTH], counts, metrics.get(step))
                 self._site_rows(step, counts)
             at = stop
 
@@ -310,6 +375,9 @@ class StepColumns:
         """Each table's columns, tables without rows left out."""
         from tpuscope.schema import table_columns
 
-        out = {"steps": self.steps, "metrics": table_columns("metrics", **self.metrics),
-               "call_sites": table_columns("call_sites", **self.sites)}
+        out = {
+            "steps": self.steps,
+            "metrics": table_columns("metrics", **self.metrics),
+            "call_sites": table_columns("call_sites", **self.sites),
+        }
         return {name: columns for name, columns in out.items() if len(columns["step"])}

@@ -68,7 +68,9 @@ class StepTracker:
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
         self._lane = False
-        self.user_jits = False  # the program jitted a function of its own (library steps then never count)
+        self.user_jits = (
+            False  # the program jitted a function of its own (library steps then never count)
+        )
 
     # -- step boundaries -------------------------------------------------------------
     def _owns_steps(self) -> bool:
@@ -101,7 +103,9 @@ class StepTracker:
             profiler.step_closed(self.step)
         self.step += 1
         if profiler is None:
-            self.clock.closed(record, t_ns, self._acc if reopen else None, self.step, self._boundary)
+            self.clock.closed(
+                record, t_ns, self._acc if reopen else None, self.step, self._boundary
+            )
         elif reopen:
             self.clock.opened(self._acc, self.step, self._boundary, t_ns)
             profiler.step_opened(self.step)
@@ -143,7 +147,10 @@ class StepTracker:
         rows = self._rows
         rows.ints.extend((self.step, self._last_end, t_ns, 0, 0, acc.jit_calls, 0, 0, acc.reads))
         rows.boundaries.append(self._boundary)
-        acc.jit_calls, acc.reads = 1, 0  # (its `events`, only ever tested for zero, goes on counting)
+        acc.jit_calls, acc.reads = (
+            1,
+            0,
+        )  # (its `events`, only ever tested for zero, goes on counting)
         self._last_end = t_ns
         self.step += 1
         cost = self.session.cost
@@ -268,7 +275,9 @@ class StepTracker:
             self._events.add_id(self.step, event)
             self._hook_ns += perf_counter_ns() - start_ns
 
-    def on_eager(self, primitive: str, location: str | None, library: str | None, elapsed_ns: int) -> None:
+    def on_eager(
+        self, primitive: str, location: str | None, library: str | None, elapsed_ns: int
+    ) -> None:
         with self._lock:
             self._leave_lane()
             acc = self._acc

@@ -316,30 +316,55 @@ class TpuCollector:
         from tpuscope.schema import table_row  # at the first step (it compiles), not at start-up
 
         known = [ns for ns in new_entries if ns is not None]
-        self.session.add("steps", table_row(
-            "steps", step=self.step, start_ns=self._step_start, end_ns=now, wall_ns=now - self._step_start,
-            boundary=boundary, compiles=compiles, compile_ns=sum(known) if known else None,
-            executions=stats.requests - prev.requests, fallback_ops=sum(fallbacks.values()), graph_hashes=[],
-        ))
+        self.session.add(
+            "steps",
+            table_row(
+                "steps",
+                step=self.step,
+                start_ns=self._step_start,
+                end_ns=now,
+                wall_ns=now - self._step_start,
+                boundary=boundary,
+                compiles=compiles,
+                compile_ns=sum(known) if known else None,
+                executions=stats.requests - prev.requests,
+                fallback_ops=sum(fallbacks.values()),
+                graph_hashes=[],
+            ),
+        )
         counters = {
             "torch_tpu.cache_requests": stats.requests - prev.requests,
             "torch_tpu.cache_hits": stats.hits - prev.hits,
             "torch_tpu.compilations": compiles,
             f"torch_tpu.eager_mode/{mode}": 1,
         }
-        rows = [table_row("metrics", step=self.step, name=n, kind="counter", count=c, total=0.0)
-                for n, c in counters.items() if c]
+        rows = [
+            table_row("metrics", step=self.step, name=n, kind="counter", count=c, total=0.0)
+            for n, c in counters.items()
+            if c
+        ]
         if known:
-            rows.append(table_row("metrics", step=self.step, name="torch_tpu.compile_time", kind="metric",
-                                  count=len(known), total=float(sum(known))))
+            rows.append(
+                table_row(
+                    "metrics",
+                    step=self.step,
+                    name="torch_tpu.compile_time",
+                    kind="metric",
+                    count=len(known),
+                    total=float(sum(known)),
+                )
+            )
         self.session.add_many("metrics", rows)
         self.session.add_many(
             "compiles", [self._compile_row(now, mode, new_entries, i) for i in range(compiles)]
         )
-        self.session.add_many("fallbacks", [
-            table_row("fallbacks", step=self.step, op=op, count=count, location=location)
-            for (op, location), count in fallbacks.items()
-        ])
+        self.session.add_many(
+            "fallbacks",
+            [
+                table_row("fallbacks", step=self.step, op=op, count=count, location=location)
+                for (op, location), count in fallbacks.items()
+            ],
+        )
 
     def _compile_row(
         self, now: int, mode: str, new_entries: list[int | None], i: int
@@ -349,8 +374,13 @@ class TpuCollector:
         from tpuscope.schema import table_row  # imported on the first compile, not at start-up
 
         return table_row(
-            "compiles", backend="torch_tpu", step=self.step, index=self.compile_index - 1,
-            time_ns=now, duration_ns=duration, frames=[],
+            "compiles",
+            backend="torch_tpu",
+            step=self.step,
+            index=self.compile_index - 1,
+            time_ns=now,
+            duration_ns=duration,
+            frames=[],
             cause=f"TorchTPU compilation cache miss ({mode} eager mode)",
         )
 

@@ -85,7 +85,9 @@ class XlaCollector:
         self.rule = StepRule({})
         self._full_due = False  # a boundary that was not a step had a full read
         self.frames: IrFrames | None = None  # --deep's IR frame capture, by compiles
-        self.compiled_calls: CompiledCalls | None = None  # torch.compile(openxla) calls (xla/dynamo.py)
+        self.compiled_calls: CompiledCalls | None = (
+            None  # torch.compile(openxla) calls (xla/dynamo.py)
+        )
         self._direct_at_step = 0  # dynamo's cached-graph runs when the last step ended
         self._optimizer_hook: Any = None
         self.library_loops: LibraryLoops | None = None  # generate() calls (xla/library_loops.py)
@@ -101,7 +103,11 @@ class XlaCollector:
         self.reader = CounterReader(self._xlac)
         first = self.reader.snapshot(full=True)
         assert first.counters is not None
-        self._counts, self._prev_metrics, self.rows.full_metrics = dict(first.counters), dict(first.metrics), first.metrics
+        self._counts, self._prev_metrics, self.rows.full_metrics = (
+            dict(first.counters),
+            dict(first.metrics),
+            first.metrics,
+        )
         self._last_names, self._last = first.names, first.values
         self.reader.step_copies = first.values[COPIES]
         self.rule = StepRule(first.counters)
@@ -122,7 +128,9 @@ class XlaCollector:
         self.session.before_close.append(self._at_close)
         self.session.before_flush.append(self.rows.drain)
         session = self.session
-        self.shapes, env_set = HloDumpShapes.enable(session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}")
+        self.shapes, env_set = HloDumpShapes.enable(
+            session.run_dir / layout.DEBUG / f"hlo-{session.host}-{session.pid}"
+        )
         if self.shapes is not None and self.shapes.owned:
             session.per_compile_flush.append(self.shapes.sweep)  # deletes off the step's path
         self.sites = SiteTracer(self._xlac)
@@ -133,9 +141,11 @@ class XlaCollector:
         # runtime, and torch_xla.launch / xmp.spawn refuse to run once it has started
         # the backend is claimed at the first step (below), not here: a process that imported
         # torch_xla and runs JAX steps is a JAX process (the JAX collector owns steps then)
-        session.set_meta(env_set_in_process=env_set,
-                         shape_source=str(self.shapes.folder) if self.shapes else None,
-                         pjrt_device=os.environ.get("PJRT_DEVICE"))
+        session.set_meta(
+            env_set_in_process=env_set,
+            shape_source=str(self.shapes.folder) if self.shapes else None,
+            pjrt_device=os.environ.get("PJRT_DEVICE"),
+        )
         return self
 
     def _watch_loops(self) -> None:
@@ -160,7 +170,9 @@ class XlaCollector:
 
         def _library_loop_returned() -> None:
             start = time.perf_counter_ns()
-            compiled = self.on_step_end(LIBRARY_CALL, library=library_caller(3))  # 3: the call's caller
+            compiled = self.on_step_end(
+                LIBRARY_CALL, library=library_caller(3)
+            )  # 3: the call's caller
             self.session.cost.hooked(start, compiled)
 
         self.library_loops = LibraryLoops(_library_loop_returned).install()
@@ -209,7 +221,11 @@ class XlaCollector:
             return
         snap = self.reader.snapshot(full=True)
         assert snap.counters is not None
-        unread = {n: d for n, d in counter_deltas(snap.counters, self._counts_now()).items() if not is_core_counter(n)}
+        unread = {
+            n: d
+            for n, d in counter_deltas(snap.counters, self._counts_now()).items()
+            if not is_core_counter(n)
+        }
         self.rows.drain()  # every step's rows first: the split below continues theirs
         if not self.rows.unsplit_steps:  # the last step had a full read: later samples are its own
             self.rows.unsplit_steps.append(self.step - 1)
@@ -238,7 +254,9 @@ class XlaCollector:
         self.session.set_meta(**meta)
 
     # -- per step --------------------------------------------------------------
-    def on_step_end(self, boundary: str, snap: Snapshot | None = None, library: bool = False) -> bool:
+    def on_step_end(
+        self, boundary: str, snap: Snapshot | None = None, library: bool = False
+    ) -> bool:
         """Record the step that just ended; True if it compiled. Only what cannot wait is done
         here (reads, the step rule, arming the call-site tracer, the profiler window); its
         rows are built in the flush thread (xla/rows.py). A plain step (no full read, host
@@ -257,8 +275,15 @@ class XlaCollector:
         growth: Growth = {}
         if snap.metrics:
             growth = metric_deltas(snap.metrics, self._prev_metrics)
-        launched = self.rule.end(boundary, values[UNCACHED] + values[CACHED], lookups, executed,
-                                 fell_back or HOST_TRANSFER in growth, library, self._direct_runs())
+        launched = self.rule.end(
+            boundary,
+            values[UNCACHED] + values[CACHED],
+            lookups,
+            executed,
+            fell_back or HOST_TRANSFER in growth,
+            library,
+            self._direct_runs(),
+        )
         if launched is None:
             return False  # not a step of its own: its deltas go to the next step (steps.py)
         self._direct_at_step += self._direct_runs()
@@ -267,17 +292,44 @@ class XlaCollector:
             self._prev_metrics.update(snap.metrics)
         compiled = values[UNCACHED] != before[UNCACHED]
         sites = self.sites
-        if not (growth or fell_back or compiled or self.step == 0 or self._debug_every_step
-                or (sites is not None and not sites.idle)):
+        if not (
+            growth
+            or fell_back
+            or compiled
+            or self.step == 0
+            or self._debug_every_step
+            or (sites is not None and not sites.idle)
+        ):
             # a plain step (most of them): logged as integers (xla/plain.py), no record object
-            self.rows.log_plain(snap.names, before, values, (self.step, self._step_start, now, launched), boundary)
+            self.rows.log_plain(
+                snap.names, before, values, (self.step, self._step_start, now, launched), boundary
+            )
             self.reader.step_copies = values[COPIES]
             self._advance(now, False)
             return False
-        fallbacks = {n: v - b for n, v, b in zip(snap.names[FALLBACKS], values[FALLBACKS], before[FALLBACKS],
-                                                 strict=True) if v != b} if fell_back else {}
-        record = StepRecord(self.step, boundary, self._step_start, now, None, (snap.names, values, before),
-                            growth, snap.metrics, False, launched)
+        fallbacks = (
+            {
+                n: v - b
+                for n, v, b in zip(
+                    snap.names[FALLBACKS], values[FALLBACKS], before[FALLBACKS], strict=True
+                )
+                if v != b
+            }
+            if fell_back
+            else {}
+        )
+        record = StepRecord(
+            self.step,
+            boundary,
+            self._step_start,
+            now,
+            None,
+            (snap.names, values, before),
+            growth,
+            snap.metrics,
+            False,
+            launched,
+        )
         return self._step(snap, now, record, compiled, fallbacks)
 
     def _full_step(self, boundary: str, snap: Snapshot, now: int, library: bool = False) -> bool:
@@ -289,9 +341,15 @@ class XlaCollector:
         lookups = sum(counter_delta.get(name, 0) for name in LOOKUPS)
         executed = counter_delta.get(EXECUTED_COUNTER, 0)
         fallbacks = {n: c for n, c in counter_delta.items() if is_fallback_counter(n)}
-        launched = self.rule.end(boundary, sum(snap.counters.get(name, 0) for name in LOOKUPS), lookups,
-                                 executed, bool(fallbacks) or HOST_TRANSFER in metric_delta, library,
-                                 self._direct_runs())
+        launched = self.rule.end(
+            boundary,
+            sum(snap.counters.get(name, 0) for name in LOOKUPS),
+            lookups,
+            executed,
+            bool(fallbacks) or HOST_TRANSFER in metric_delta,
+            library,
+            self._direct_runs(),
+        )
         if launched is None:
             # its deltas go to the next step, and so does the full read (compile rows need its
             # samples): the next boundary reads everything again
@@ -304,14 +362,35 @@ class XlaCollector:
         prev_counters.update(snap.counters)
         self._prev_metrics.update(snap.metrics)
         self._last_names, self._last = snap.names, snap.values
-        record = StepRecord(self.step, boundary, self._step_start, now, counter_delta, None, metric_delta,
-                            snap.metrics, True, launched)
-        compiled = bool(counter_delta.get("UncachedCompile")) or any(n in metric_delta for n in COMPILE_METRICS)
+        record = StepRecord(
+            self.step,
+            boundary,
+            self._step_start,
+            now,
+            counter_delta,
+            None,
+            metric_delta,
+            snap.metrics,
+            True,
+            launched,
+        )
+        compiled = bool(counter_delta.get("UncachedCompile")) or any(
+            n in metric_delta for n in COMPILE_METRICS
+        )
         return self._step(snap, now, record, compiled, fallbacks)
 
-    def _step(self, snap: Snapshot, now: int, record: StepRecord, compiled: bool, fallbacks: dict[str, int]) -> bool:
+    def _step(
+        self,
+        snap: Snapshot,
+        now: int,
+        record: StepRecord,
+        compiled: bool,
+        fallbacks: dict[str, int],
+    ) -> bool:
         """The boundary ended a step: what must happen at the step, then the record is queued."""
-        self.reader.step_copies = snap.values[COPIES]  # host transfers are read when they move since
+        self.reader.step_copies = snap.values[
+            COPIES
+        ]  # host transfers are read when they move since
         if self.step == 0:
             self.session.set_meta(backend="torch_xla")
             self._read_device_facts()
@@ -325,8 +404,13 @@ class XlaCollector:
         if record.plain():  # e.g. a fallback step the call-site tracer did not trace
             assert record.raw is not None
             names, values, before = record.raw
-            self.rows.log_plain(names, before, values, (record.step, record.start_ns, now, record.launched),
-                                record.boundary)
+            self.rows.log_plain(
+                names,
+                before,
+                values,
+                (record.step, record.start_ns, now, record.launched),
+                record.boundary,
+            )
         else:
             self.rows.queue.append(record)
         self._advance(now, compiled)

@@ -78,13 +78,19 @@ class CounterReader:
 
     def __init__(self, xlac: Any, every_step: bool | None = None) -> None:
         self.xlac = xlac
-        self.every_step = os.environ.get(ENV_ALL_METRICS) == "1" if every_step is None else every_step
+        self.every_step = (
+            os.environ.get(ENV_ALL_METRICS) == "1" if every_step is None else every_step
+        )
         self.reads = 0
         self._last_full = (0, 0.0)  # (reads, monotonic time) at the last full read
         self._fallback_list = getattr(xlac, "_get_executed_fallback_ops", None)  # torch_xla >= 2.1
-        self.names: tuple[str, ...] = STEP_COUNTERS  # read at every step: then the fallback counters
+        self.names: tuple[str, ...] = (
+            STEP_COUNTERS  # read at every step: then the fallback counters
+        )
         self._compiles = -1
-        self.step_copies: tuple[int, ...] = ()  # the copy counters at the last step (the collector's)
+        self.step_copies: tuple[
+            int, ...
+        ] = ()  # the copy counters at the last step (the collector's)
 
     def snapshot(self, full: bool = False) -> Snapshot:
         """Counter values and metric data now: all of them if `full` or due. The per-step path is
@@ -99,12 +105,22 @@ class CounterReader:
         self.reads += 1
         if full:
             self._last_full = (self.reads, time.monotonic())
-            counters = {name: value(name) or 0 for name in xlac._xla_counter_names()}  # None once cleared
+            counters = {
+                name: value(name) or 0 for name in xlac._xla_counter_names()
+            }  # None once cleared
             metrics = {name: xlac._xla_metric_data(name) for name in xlac._xla_metric_names()}
-            return Snapshot(self.names, tuple(counters.get(name, 0) for name in self.names),
-                            {n: d for n, d in metrics.items() if d is not None}, True, counters)
+            return Snapshot(
+                self.names,
+                tuple(counters.get(name, 0) for name in self.names),
+                {n: d for n, d in metrics.items() if d is not None},
+                True,
+                counters,
+            )
         metrics = {}
-        if values[COPIES] != self.step_copies and (data := xlac._xla_metric_data(HOST_TRANSFER)) is not None:
+        if (
+            values[COPIES] != self.step_copies
+            and (data := xlac._xla_metric_data(HOST_TRANSFER)) is not None
+        ):
             metrics[HOST_TRANSFER] = data
         return Snapshot(self.names, values, metrics, False)
 
@@ -113,9 +129,13 @@ class CounterReader:
         the per-step names follow torch_xla's list of fallback ops."""
         known = len(self.names) - len(STEP_COUNTERS)
         due = (
-            self.every_step or fallback_ops is None or self.reads < EARLY_READS
-            or (self.reads - self._last_full[0] >= FULL_EVERY
-                and time.monotonic() - self._last_full[1] >= FULL_INTERVAL_S)
+            self.every_step
+            or fallback_ops is None
+            or self.reads < EARLY_READS
+            or (
+                self.reads - self._last_full[0] >= FULL_EVERY
+                and time.monotonic() - self._last_full[1] >= FULL_INTERVAL_S
+            )
             or compiles != self._compiles
             or len(fallback_ops) != known
         )
@@ -147,7 +167,9 @@ def new_samples(data: Any, count: int) -> list[tuple[float, float]]:
     return [(float(t), float(v)) for t, v in data[2][-count:]]
 
 
-def split_by_step(metrics: Metrics, old: Metrics, steps: list[int], ends_ns: list[int]) -> dict[int, Growth]:
+def split_by_step(
+    metrics: Metrics, old: Metrics, steps: list[int], ends_ns: list[int]
+) -> dict[int, Growth]:
     """Each metric's growth since `old`, split over `steps` (which ended at `ends_ns`, in
     order) by the wall-clock time of its new samples: a sample belongs to the first step
     that ended after it, one newer than the last end to the last step. Samples the buffer
@@ -161,14 +183,18 @@ def split_by_step(metrics: Metrics, old: Metrics, steps: list[int], ends_ns: lis
     return {step: growth for step, growth in per_step.items() if growth}
 
 
-def split_arrays(metrics: Metrics, old: Metrics, ends_ns: list[int]) -> dict[str, tuple[Any, Any, Any]]:
+def split_arrays(
+    metrics: Metrics, old: Metrics, ends_ns: list[int]
+) -> dict[str, tuple[Any, Any, Any]]:
     """split_by_step column-wise, for the flush thread: per metric with growth, (indices of
     the steps that get samples, their sample counts, their totals) as numpy arrays (torch_xla
     imports numpy): about 20 us per metric for a thousand steps, where a loop over the steps
     in Python took a few ms per flush."""
     import numpy as np
 
-    ends = np.asarray(ends_ns, dtype=np.float64) / 1e9  # samples are stamped in seconds, oldest first
+    ends = (
+        np.asarray(ends_ns, dtype=np.float64) / 1e9
+    )  # samples are stamped in seconds, oldest first
     split = {}
     for name, (count, total) in metric_deltas(metrics, old).items():
         recent = np.asarray(metrics[name][2][-count:], dtype=np.float64).reshape(-1, 2)

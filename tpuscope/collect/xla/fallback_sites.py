@@ -81,20 +81,20 @@ class SiteTracer:
 
     def __init__(self, xlac: Any) -> None:
         self._xlac = xlac
-        self._ops: list[str] = []          # fallback counters watched (any namespace), newest last
-        self._located: set[str] = set()    # ops that had at least one traced step
-        self._max_reads = 0                # most host reads seen in a traced step
-        self._left = 0                     # armed steps left in the current window
-        self._window = WINDOW              # length of the next window (doubles on a miss)
-        self._want_reads = False           # armed for host reads not traced yet
+        self._ops: list[str] = []  # fallback counters watched (any namespace), newest last
+        self._located: set[str] = set()  # ops that had at least one traced step
+        self._max_reads = 0  # most host reads seen in a traced step
+        self._left = 0  # armed steps left in the current window
+        self._window = WINDOW  # length of the next window (doubles on a miss)
+        self._want_reads = False  # armed for host reads not traced yet
         self.armed_steps = 0
         self._mode: Any = None
         self._thread = 0
         # (op or torch function, user's file:line, library frame) -> count
         self.fallback_sites: Counter[tuple[str, str | None, str | None]] = Counter()
         self.read_sites: Counter[tuple[str, str | None, str | None]] = Counter()
-        self._known_transfers = 0          # TransferFromDeviceTime samples when last read
-        self.last: tuple[int, ...] = ()    # counters after the previous traced call
+        self._known_transfers = 0  # TransferFromDeviceTime samples when last read
+        self.last: tuple[int, ...] = ()  # counters after the previous traced call
 
     # -- inside the mode ----------------------------------------------------------
     def read(self) -> tuple[int, ...]:
@@ -105,13 +105,18 @@ class SiteTracer:
         `xla::_to_copy`, so the metric is read only when one of those moved.
         """
         value = self._xlac._xla_counter_value  # None until the counter first moves
-        return (*(value(name) or 0 for name in COPY_COUNTERS), *(value(op) or 0 for op in self._ops))
+        return (
+            *(value(name) or 0 for name in COPY_COUNTERS),
+            *(value(op) or 0 for op in self._ops),
+        )
 
     def _transfers(self) -> int:
         data = self._xlac._xla_metric_data(TRANSFER_METRIC)
         return int(data[0]) if data else 0
 
-    def record(self, func: Any, before: tuple[int, ...], after: tuple[int, ...], frame: FrameType) -> None:
+    def record(
+        self, func: Any, before: tuple[int, ...], after: tuple[int, ...], frame: FrameType
+    ) -> None:
         where, library = user_and_library(frame)
         name = getattr(func, "__name__", None) or str(func)
         copies = len(COPY_COUNTERS)
@@ -135,7 +140,9 @@ class SiteTracer:
         (the step hook then skips on_step_end)."""
         return self._mode is None and self._left <= 0
 
-    def on_step_end(self, fallback_ops: dict[str, int], reads: int) -> tuple[Counter, Counter] | None:
+    def on_step_end(
+        self, fallback_ops: dict[str, int], reads: int
+    ) -> tuple[Counter, Counter] | None:
         """Sites seen in the step that just ended (None if it was not traced); re-arm or disarm."""
         traced = None
         if self.armed:
@@ -150,7 +157,9 @@ class SiteTracer:
         unlocated = [op for op in fallback_ops if op not in self._located]
         more_reads = reads > self._max_reads and traced is None
         if unlocated or more_reads:
-            self._ops = (self._ops + [op for op in unlocated if op not in self._ops])[-MAX_WATCHED_OPS:]
+            self._ops = (self._ops + [op for op in unlocated if op not in self._ops])[
+                -MAX_WATCHED_OPS:
+            ]
             self._want_reads = self._want_reads or more_reads
             if traced is None:  # it happened while unarmed: arm, longer each time
                 self._left, self._window = max(self._left, self._window), self._window * 2
@@ -158,7 +167,9 @@ class SiteTracer:
                 self._left = max(self._left, 1)
         if self._left > 0 and self.armed_steps < MAX_ARMED_STEPS:
             self._arm()
-            self.last = self.read()  # the watched list may have grown; the step boundary moved nothing of ours
+            self.last = (
+                self.read()
+            )  # the watched list may have grown; the step boundary moved nothing of ours
         else:
             self._disarm()
         return traced
@@ -190,8 +201,9 @@ class SiteTracer:
         self._disarm()
 
 
-def site_rows(step: int, fallback_ops: dict[str, int],
-              traced: tuple[Counter, Counter] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def site_rows(
+    step: int, fallback_ops: dict[str, int], traced: tuple[Counter, Counter] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rows of `fallbacks` (one per op and located call site) and `call_sites` (host reads).
 
     Counts the tracer could not place (an op run by the autograd engine's thread)
@@ -207,10 +219,24 @@ def site_rows(step: int, fallback_ops: dict[str, int],
             n = min(n, count - placed)
             if site_op != op or (where is None and library is None) or n <= 0:
                 continue
-            fallbacks.append(table_row("fallbacks", step=step, op=op, count=n, location=where, library_frame=library))
+            fallbacks.append(
+                table_row(
+                    "fallbacks", step=step, op=op, count=n, location=where, library_frame=library
+                )
+            )
             placed += n
         if count > placed:
             fallbacks.append(table_row("fallbacks", step=step, op=op, count=count - placed))
-    reads = [table_row("call_sites", step=step, kind="host_sync", name=name, location=where, library_frame=library,
-                       count=n) for (name, where, library), n in read_sites.items()]
+    reads = [
+        table_row(
+            "call_sites",
+            step=step,
+            kind="host_sync",
+            name=name,
+            location=where,
+            library_frame=library,
+            count=n,
+        )
+        for (name, where, library), n in read_sites.items()
+    ]
     return fallbacks, reads

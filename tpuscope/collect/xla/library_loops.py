@@ -58,7 +58,9 @@ class _PostImport(MetaPathFinder):
         else:
             return None
         loader = spec.loader
-        if not isinstance(loader, SourceFileLoader):  # only a loader made for this one spec is wrapped
+        if not isinstance(
+            loader, SourceFileLoader
+        ):  # only a loader made for this one spec is wrapped
             return spec
         run, on_import = loader.exec_module, self._on_import
 
@@ -106,7 +108,9 @@ class LibraryLoops:
             finally:
                 loops._depth -= 1
                 if loops._depth == 0 and loops.active:
-                    with contextlib.suppress(Exception):  # tpuscope must never break the user's call
+                    with contextlib.suppress(
+                        Exception
+                    ):  # tpuscope must never break the user's call
                         loops._on_return()
 
         setattr(owner, attr, call)

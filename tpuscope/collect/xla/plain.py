@@ -54,7 +54,9 @@ class PlainLog:
         return seg, values - before
 
 
-def plain_columns(seg: Any, delta: Any, names: tuple[str, ...], boundaries: list[str]) -> tuple[dict, dict]:
+def plain_columns(
+    seg: Any, delta: Any, names: tuple[str, ...], boundaries: list[str]
+) -> tuple[dict, dict]:
     """The steps and metrics columns of a log's rows (as `_rows` makes them: no compile time,
     no execute time, no transfers, no graph hashes; one counter row per moved counter, step
     by step, in the order read)."""
@@ -63,26 +65,45 @@ def plain_columns(seg: Any, delta: Any, names: tuple[str, ...], boundaries: list
     n = len(seg)
     start, end = seg[:, 1], seg[:, 2]
     steps = {
-        "step": seg[:, 0], "start_ns": start, "end_ns": end, "wall_ns": end - start,
-        "boundary": Coded(seg[:, 4], boundaries), "compiles": delta[:, UNCACHED], "compile_ns": Repeat(0, n),
-        "executions": seg[:, 3], "fallback_ops": delta[:, FALLBACKS].sum(axis=1),
-        "transfers_from_device": Repeat(0, n), "graph_hashes": Repeat([], n),
+        "step": seg[:, 0],
+        "start_ns": start,
+        "end_ns": end,
+        "wall_ns": end - start,
+        "boundary": Coded(seg[:, 4], boundaries),
+        "compiles": delta[:, UNCACHED],
+        "compile_ns": Repeat(0, n),
+        "executions": seg[:, 3],
+        "fallback_ops": delta[:, FALLBACKS].sum(axis=1),
+        "transfers_from_device": Repeat(0, n),
+        "graph_hashes": Repeat([], n),
     }
     at, column = np.nonzero(delta)
     metrics = {
-        "step": seg[at, 0], "name": Coded(column, names), "kind": Repeat("counter", len(at)),
-        "count": delta[at, column], "total": Repeat(0.0, len(at)),
+        "step": seg[at, 0],
+        "name": Coded(column, names),
+        "kind": Repeat("counter", len(at)),
+        "count": delta[at, column],
+        "total": Repeat(0.0, len(at)),
     }
     return steps, metrics
 
 
-def fallback_steps(seg: Any, delta: Any, names: tuple[str, ...]) -> list[tuple[int, dict[str, int]]]:
+def fallback_steps(
+    seg: Any, delta: Any, names: tuple[str, ...]
+) -> list[tuple[int, dict[str, int]]]:
     """(step, its fallback counter deltas, every namespace) of the rows whose fallback counters moved."""
     import numpy as np
 
     moved = np.flatnonzero(delta[:, FALLBACKS].sum(axis=1))
     return [
-        (int(seg[i, 0]), {n: d for n, d in zip(names, delta[i].tolist(), strict=True) if d and is_fallback_counter(n)})
+        (
+            int(seg[i, 0]),
+            {
+                n: d
+                for n, d in zip(names, delta[i].tolist(), strict=True)
+                if d and is_fallback_counter(n)
+            },
+        )
         for i in moved.tolist()
     ]
 
@@ -120,7 +141,9 @@ class Batch:
     def step(self, *values: Any) -> None:
         self.steps.append(values)
 
-    def metrics(self, step: int, counters: dict[str, int], growth: dict[str, tuple[int, float]]) -> None:
+    def metrics(
+        self, step: int, counters: dict[str, int], growth: dict[str, tuple[int, float]]
+    ) -> None:
         """One row per counter, then one per metric (as counters.metric_columns)."""
         rows = self.metric_rows
         count = len(counters) + len(growth)
@@ -140,8 +163,12 @@ class Batch:
 
     def _cut(self) -> None:
         if self.steps:
-            self.chunks.append(("steps", dict(zip(STEP_COLUMNS, map(list, zip(*self.steps, strict=True)),
-                                                  strict=True))))
+            self.chunks.append(
+                (
+                    "steps",
+                    dict(zip(STEP_COLUMNS, map(list, zip(*self.steps, strict=True)), strict=True)),
+                )
+            )
             self.steps = []
         if self.metric_rows["step"]:
             self.chunks.append(("metrics", self.metric_rows))

@@ -51,14 +51,18 @@ class StepRecord:
     start_ns: int
     end_ns: int
     counters: dict[str, int] | None  # a full read: every counter's delta since the previous step
-    raw: tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None  # else (names, values, at the last step)
+    raw: (
+        tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None
+    )  # else (names, values, at the last step)
     growth: Growth  # metric deltas since the previous step
     metrics: Metrics  # the snapshot's metric data (every metric on a full read)
     full: bool
     launched: int
     traced: tuple[Counter, Counter] | None = None  # call sites the tracer saw in this step
     debug_end: int | None = None  # the debug file's size at the step's end (None: not read)
-    modules: list[ModuleShapes] | None = None  # HLO modules dumped by the step's end (compile steps)
+    modules: list[ModuleShapes] | None = (
+        None  # HLO modules dumped by the step's end (compile steps)
+    )
 
     def counter_deltas(self) -> dict[str, int]:
         """The counters that moved in the step (a dict built here, off the step, for the rows)."""
@@ -71,7 +75,12 @@ class StepRecord:
     def plain(self) -> bool:
         """A step without a full read, host transfers, traced call sites or debug text: its rows
         come from its counter values alone, so it goes to a PlainLog (xla/plain.py) instead."""
-        return self.raw is not None and not self.growth and self.traced is None and self.debug_end is None
+        return (
+            self.raw is not None
+            and not self.growth
+            and self.traced is None
+            and self.debug_end is None
+        )
 
     def uncached(self) -> int:
         """UncachedCompile's delta: graphs compiled in the step."""
@@ -117,8 +126,14 @@ class StepRows:
         self.queue = deque()
         self._lock = threading.Lock()
 
-    def log_plain(self, names: tuple[str, ...], before: tuple[int, ...], values: tuple[int, ...],
-                  head: tuple[int, int, int, int], boundary: str) -> None:
+    def log_plain(
+        self,
+        names: tuple[str, ...],
+        before: tuple[int, ...],
+        values: tuple[int, ...],
+        head: tuple[int, int, int, int],
+        boundary: str,
+    ) -> None:
         """A plain step, from the step hook: one row appended to the queue's last PlainLog (a new
         log when the last item is none, or reads other counters, or did not end at `before`);
         `head` is (step, start_ns, end_ns, graphs launched)."""
@@ -152,7 +167,10 @@ class StepRows:
                         self._rows(item, batch)
                 except Exception as exc:
                     self._failed = True
-                    print(f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    print(
+                        f"tpuscope: torch_xla step rows stopped: {type(exc).__name__}: {exc}",
+                        file=sys.stderr,
+                    )
                 queue.popleft()
             batch.add_to(self.session)
 
@@ -182,11 +200,15 @@ class StepRows:
             records, executions = self.debug.poll(record.debug_end)
         hashes = [e.graph_hash for e in executions if e.graph_hash]
         self._step_rows(record, hashes, split, batch)
-        samples = sorted(  # eager mode times each op's compile as EagerOpCompileTime
-            s
-            for name in COMPILE_METRICS
-            for s in new_samples(record.metrics.get(name), record.growth.get(name, (0, 0.0))[0])
-        ) if record.full else []  # compile metrics are read on full reads only (a compile asks for one)
+        samples = (
+            sorted(  # eager mode times each op's compile as EagerOpCompileTime
+                s
+                for name in COMPILE_METRICS
+                for s in new_samples(record.metrics.get(name), record.growth.get(name, (0, 0.0))[0])
+            )
+            if record.full
+            else []
+        )  # compile metrics are read on full reads only (a compile asks for one)
         if records or samples:
             self._compile_rows(record, records, samples, record.modules or [])
 
@@ -213,8 +235,13 @@ class StepRows:
         rows = sum(map(len, at))
         if not rows:
             return own, {"step": []}
-        return own, {"step": np.concatenate(at), "name": Coded(np.concatenate(codes), list(arrays)),
-                     "kind": Repeat("metric", rows), "count": np.concatenate(counts), "total": np.concatenate(totals)}
+        return own, {
+            "step": np.concatenate(at),
+            "name": Coded(np.concatenate(codes), list(arrays)),
+            "kind": Repeat("metric", rows),
+            "count": np.concatenate(counts),
+            "total": np.concatenate(totals),
+        }
 
     def _step_rows(
         self,
@@ -282,8 +309,17 @@ class StepRows:
 
         self.compile_index += 1
         return table_row(
-            "compiles", backend="torch_xla", step=step, index=self.compile_index - 1,
-            time_ns=time_ns, duration_ns=duration_ns, graph_hash=record.graph_hash or None,
-            cause=record.cause or None, location=record.location, frames=record.frames,
-            num_inputs=record.num_inputs, num_outputs=record.num_outputs, **record.sizes,
+            "compiles",
+            backend="torch_xla",
+            step=step,
+            index=self.compile_index - 1,
+            time_ns=time_ns,
+            duration_ns=duration_ns,
+            graph_hash=record.graph_hash or None,
+            cause=record.cause or None,
+            location=record.location,
+            frames=record.frames,
+            num_inputs=record.num_inputs,
+            num_outputs=record.num_outputs,
+            **record.sizes,
         )

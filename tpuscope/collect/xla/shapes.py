@@ -117,7 +117,9 @@ def parse_entry_signature(text: str) -> tuple[list[str], list[str]] | None:
     start = at + 1 if at >= 0 else (0 if text.startswith("ENTRY ") else -1)
     if start < 0:
         return None
-    line = _COMMENT.sub("", text[start : text.find("\n", start) if "\n" in text[start:] else len(text)])
+    line = _COMMENT.sub(
+        "", text[start : text.find("\n", start) if "\n" in text[start:] else len(text)]
+    )
     open_at = line.find("(")
     if open_at < 0:
         return None
@@ -176,7 +178,9 @@ class HloDumpShapes:
         """
         flags = os.environ.get("XLA_FLAGS", "")
         current = dump_dir_in(flags)
-        if current is not None and current == os.environ.get(ENV_DUMP_READ):  # a watch's (launch/env.py)
+        if current is not None and current == os.environ.get(
+            ENV_DUMP_READ
+        ):  # a watch's (launch/env.py)
             return cls(Path(current), owned=True), {}
         inherited = current is not None and current == os.environ.get(ENV_DUMP_DIR)
         if current and not inherited:
@@ -250,7 +254,9 @@ class HloDumpShapes:
                 continue
 
 
-def pair_modules(num_inputs: list[int | None], modules: list[ModuleShapes]) -> list[ModuleShapes | None]:
+def pair_modules(
+    num_inputs: list[int | None], modules: list[ModuleShapes]
+) -> list[ModuleShapes | None]:
     """The dumped module of each compile of a step, in order.
 
     Usually one module per compile, in the same order. When the counts differ (XLA
@@ -259,13 +265,21 @@ def pair_modules(num_inputs: list[int | None], modules: list[ModuleShapes]) -> l
     and a compile with no such module gets None rather than someone else's shapes.
     """
     if len(modules) == len(num_inputs):
-        return [m if n is None or n == len(m.inputs) else None
-                for n, m in zip(num_inputs, modules, strict=True)]
+        return [
+            m if n is None or n == len(m.inputs) else None
+            for n, m in zip(num_inputs, modules, strict=True)
+        ]
     paired: list[ModuleShapes | None] = []
     start = 0
     for n in num_inputs:
-        found = next((i for i in range(start, len(modules)) if n is not None and len(modules[i].inputs) == n),
-                     None)
+        found = next(
+            (
+                i
+                for i in range(start, len(modules))
+                if n is not None and len(modules[i].inputs) == n
+            ),
+            None,
+        )
         paired.append(modules[found] if found is not None else None)
         start = found + 1 if found is not None else start
     return paired

@@ -77,7 +77,9 @@ COMPILE_PRELUDE = "torch_xla.compile prelude"
 COLLECTIVE = "rendezvous"  # xm.rendezvous / xm.mesh_reduce's own syncs
 DYNAMO_TRACE = "dynamo trace"  # the openxla bridge's syncs while it traces a function
 DYNAMO_CALL = "torch.compile"  # the return of a torch.compile'd function (collector.py)
-LIBRARY_CALL = "generate"  # the return of a library loop call: transformers' generate() (library_loops.py)
+LIBRARY_CALL = (
+    "generate"  # the return of a library loop call: transformers' generate() (library_loops.py)
+)
 WITHIN_A_CALL = (COMPILE_PRELUDE, COLLECTIVE, DYNAMO_TRACE)  # never end a step
 LOADER = "MpDeviceLoader"
 LOADER_START = "MpDeviceLoader start"  # a loader's first sync of a pass: never ends a step
@@ -182,8 +184,12 @@ class StepRule:
 
     def __init__(self, counters: dict[str, int]) -> None:
         # launched but not yet counted as executed (async executions in flight)
-        self.outstanding = max(0, sum(counters.get(n, 0) for n in LOOKUPS) - counters.get(EXECUTED, 0))
-        self._own_boundary = True  # the program's own sync since the last loader boundary (setup counts)
+        self.outstanding = max(
+            0, sum(counters.get(n, 0) for n in LOOKUPS) - counters.get(EXECUTED, 0)
+        )
+        self._own_boundary = (
+            True  # the program's own sync since the last loader boundary (setup counts)
+        )
         self._yielded_at: int | None = None  # lookups when a loader boundary last gave way
         self.optimizer_steps = 0  # optimizer.step() calls so far (the collector's post-hook)
         self._optimizer_steps_at_end = 0  # ... when the last step ended
@@ -198,8 +204,16 @@ class StepRule:
         self._yielded_at = lookups if gives_way else None
         return gives_way
 
-    def end(self, boundary: str, lookups_now: int, lookups: int, executed: int, other_work: bool,
-            library: bool = False, direct: int = 0) -> int | None:
+    def end(
+        self,
+        boundary: str,
+        lookups_now: int,
+        lookups: int,
+        executed: int,
+        other_work: bool,
+        library: bool = False,
+        direct: int = 0,
+    ) -> int | None:
         """The graphs launched since the last step if this boundary ends one, else None (the
         interval goes on); `lookups_now`: the lookup counters' total, `other_work`: an `aten::*`
         counter or the host-transfer metric moved, `library`: a library called the boundary,
@@ -225,8 +239,12 @@ class StepRule:
         launched = lookups + max(0, executed - lookups - self.outstanding) + direct
         if not (launched or other_work):
             return None
-        if library and boundary != END and self.optimizer_steps and \
-                self.optimizer_steps == self._optimizer_steps_at_end:
+        if (
+            library
+            and boundary != END
+            and self.optimizer_steps
+            and self.optimizer_steps == self._optimizer_steps_at_end
+        ):
             return None  # a framework's boundary inside its training iteration (module doc)
         self._optimizer_steps_at_end = self.optimizer_steps
         self._library_step = boundary == LIBRARY_CALL

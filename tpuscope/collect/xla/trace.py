@@ -35,8 +35,13 @@ class XlaTrace:
 
     def __init__(self, session: Session, steps: StepWindow, directory: Path) -> None:
         self.session = session
-        self.window = ProfilerWindow(steps, directory, self.start, self.stop,
-                                     lambda files: session.set_meta(trace_files=files))
+        self.window = ProfilerWindow(
+            steps,
+            directory,
+            self.start,
+            self.stop,
+            lambda files: session.set_meta(trace_files=files),
+        )
         self._server: Any = None
 
     def start(self, directory: str) -> None:
@@ -76,6 +81,8 @@ def attach(session: Session) -> XlaTrace | None:
     directory = trace_dir(session.run_dir, "xla")
     trace = XlaTrace(session, steps, directory)
     session.set_meta(trace_steps=[steps.start, steps.stop], trace_dir=str(directory))
-    atexit.register(trace.window.close)  # a program that ends inside the window still gets its trace
+    atexit.register(
+        trace.window.close
+    )  # a program that ends inside the window still gets its trace
     trace.window.step_opened(0)
     return trace

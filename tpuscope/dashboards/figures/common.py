@@ -17,17 +17,40 @@ COLORS = {
     "a": "#3b6fb6",
     "b": "#e07b39",
 }
-PALETTE = ("#3b6fb6", "#e07b39", "#3a9a5b", "#c0392b", "#8e6bbf", "#8c564b", "#d16ba5",
-           "#7f7f7f", "#b5b82e", "#17becf")
+PALETTE = (
+    "#3b6fb6",
+    "#e07b39",
+    "#3a9a5b",
+    "#c0392b",
+    "#8e6bbf",
+    "#8c564b",
+    "#d16ba5",
+    "#7f7f7f",
+    "#b5b82e",
+    "#17becf",
+)
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
 
 
-_AXIS = {"gridcolor": "#e9edf2", "zerolinecolor": "#d5dbe2", "linecolor": "#c9d1db", "ticks": "",
-         "automargin": True}
+_AXIS = {
+    "gridcolor": "#e9edf2",
+    "zerolinecolor": "#d5dbe2",
+    "linecolor": "#c9d1db",
+    "ticks": "",
+    "automargin": True,
+}
 # A small template of our own: plotly_white costs ~40 ms per figure to apply and 6 KB per payload.
-TEMPLATE = {"layout": {"paper_bgcolor": "white", "plot_bgcolor": "white", "colorway": list(PALETTE),
-                       "xaxis": _AXIS, "yaxis": _AXIS, "hovermode": "closest"}}
+TEMPLATE = {
+    "layout": {
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "colorway": list(PALETTE),
+        "xaxis": _AXIS,
+        "yaxis": _AXIS,
+        "hovermode": "closest",
+    }
+}
 
 
 def base_figure(title: str | None = None, height: int = 360) -> go.Figure:
@@ -48,8 +71,15 @@ def base_figure(title: str | None = None, height: int = 360) -> go.Figure:
 def empty_figure(message: str, height: int = 220) -> go.Figure:
     """A figure that says why there is nothing to plot, instead of blank axes."""
     fig = base_figure(height=height)
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font={"size": 14, "color": "#666"})
+    fig.add_annotation(
+        text=message,
+        showarrow=False,
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        font={"size": 14, "color": "#666"},
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -64,20 +94,26 @@ def per_step(frame: pd.DataFrame, column: str, how: str = "sum") -> pd.Series:
     return grouped.max() if how == "max" else grouped.sum()
 
 
-def step_totals(step: np.ndarray, values: np.ndarray, how: str = "sum", name: str | None = None) -> pd.Series:
+def step_totals(
+    step: np.ndarray, values: np.ndarray, how: str = "sum", name: str | None = None
+) -> pd.Series:
     """step -> sum (or max) of numeric values, in step order. Steps read in order take numpy's
     reduceat over the runs of equal steps, integer sums of dense steps (DuckDB's parallel reads
     come in any order) a bincount: a pandas groupby factorised 2M steps for 0.4 s."""
     if len(step) and bool((step[1:] >= step[:-1]).all()):
         starts = np.flatnonzero(np.concatenate([[True], step[1:] != step[:-1]]))
         reduce = np.maximum if how == "max" else np.add
-        return pd.Series(reduce.reduceat(values, starts), index=pd.Index(step[starts], name="step"), name=name)
+        return pd.Series(
+            reduce.reduceat(values, starts), index=pd.Index(step[starts], name="step"), name=name
+        )
     if how == "sum" and len(step) and step.dtype.kind in "iu" and values.dtype.kind in "iu":
         lo, hi = int(step.min()), int(step.max())
         if lo >= 0 and hi - lo < 4 * len(step) + 1_000_000:  # dense steps: one O(n) pass, no sort
             sums = np.bincount(step - lo, weights=values, minlength=hi - lo + 1)
             seen = np.flatnonzero(np.bincount(step - lo, minlength=hi - lo + 1))
-            return pd.Series(sums[seen].astype(values.dtype), index=pd.Index(seen + lo, name="step"), name=name)
+            return pd.Series(
+                sums[seen].astype(values.dtype), index=pd.Index(seen + lo, name="step"), name=name
+            )
     grouped = pd.Series(values, name=name).groupby(step)
     return (grouped.max() if how == "max" else grouped.sum()).rename_axis("step")
 

@@ -37,11 +37,17 @@ def step_time_histograms(samples: dict[str, pd.Series], bins: int = 50) -> go.Fi
             continue
         counts, _ = np.histogram(values, bins=edges)
         color = SIDE_COLORS[i % 2]
-        fig.add_trace(go.Bar(
-            x=centers, y=100 * counts / len(values), width=np.diff(edges), name=label,
-            marker_color=color, opacity=0.6,
-            hovertemplate="%{x:.2f} ms<br>%{y:.1f}% of steps<extra>" + label + "</extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                x=centers,
+                y=100 * counts / len(values),
+                width=np.diff(edges),
+                name=label,
+                marker_color=color,
+                opacity=0.6,
+                hovertemplate="%{x:.2f} ms<br>%{y:.1f}% of steps<extra>" + label + "</extra>",
+            )
+        )
         fig.add_vline(x=float(np.median(values)), line_dash="dash", line_color=color)
     fig.update_layout(barmode="overlay", bargap=0)
     fig.update_xaxes(title_text="step time (ms, log scale)", type="log")
@@ -56,10 +62,16 @@ def grouped_counts(counts: dict[str, pd.Series], title: str, unit: str) -> go.Fi
         return empty_figure(f"{title}: none in either run")
     fig = base_figure(title, height=max(260, 80 + 22 * len(keys)))
     for i, (label, series) in enumerate(counts.items()):
-        fig.add_trace(go.Bar(
-            y=keys, x=[float(series.get(k, 0)) for k in keys], name=label, orientation="h",
-            marker_color=SIDE_COLORS[i % 2], hovertemplate="%{y}: %{x:,.0f} " + unit + "<extra>" + label + "</extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                y=keys,
+                x=[float(series.get(k, 0)) for k in keys],
+                name=label,
+                orientation="h",
+                marker_color=SIDE_COLORS[i % 2],
+                hovertemplate="%{y}: %{x:,.0f} " + unit + "<extra>" + label + "</extra>",
+            )
+        )
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text=unit)
     fig.update_yaxes(autorange="reversed", automargin=True)

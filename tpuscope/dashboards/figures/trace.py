@@ -54,7 +54,10 @@ def busy_ns(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarr
     F(x) = sum over events of overlap([s, e], (-inf, x]) = sum_{s<x}(x-s) - sum_{e<x}(x-e);
     with sorted starts/ends and prefix sums each edge costs two binary searches.
     """
-    s, e = np.sort(starts, kind="stable"), np.sort(ends, kind="stable")  # adaptive: traces come sorted
+    s, e = (
+        np.sort(starts, kind="stable"),
+        np.sort(ends, kind="stable"),
+    )  # adaptive: traces come sorted
     cs = np.concatenate([[0], np.cumsum(s)])
     ce = np.concatenate([[0], np.cumsum(e)])
     i = np.searchsorted(s, edges, side="left")
@@ -84,8 +87,9 @@ def lane_keys(events: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return keys, labels
 
 
-def activity_matrix(events: pd.DataFrame, origin_ns: int, bins: int, t0: int, t1: int,
-                    max_lanes: int = MAX_LANES) -> tuple[list[str], np.ndarray, np.ndarray]:
+def activity_matrix(
+    events: pd.DataFrame, origin_ns: int, bins: int, t0: int, t1: int, max_lanes: int = MAX_LANES
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(lane labels, bin edges in ns since origin, busy % per lane and bin), busiest lanes first."""
     edges = np.linspace(t0 - origin_ns, t1 - origin_ns, bins + 1).astype(np.int64)
     keys, labels = lane_keys(events)
@@ -99,24 +103,30 @@ def activity_matrix(events: pd.DataFrame, origin_ns: int, bins: int, t0: int, t1
     width = max(1, int(edges[1] - edges[0])) if bins else 1
     rows = []
     for k in lanes:
-        idx = order[bounds[k]:bounds[k + 1]]
-        rows.append(np.minimum(100.0, 100.0 * busy_ns(start[idx], start[idx] + dur[idx], edges) / width))
+        idx = order[bounds[k] : bounds[k + 1]]
+        rows.append(
+            np.minimum(100.0, 100.0 * busy_ns(start[idx], start[idx] + dur[idx], edges) / width)
+        )
     return [labels[k] for k in lanes], edges, np.array(rows) if rows else np.zeros((0, bins))
 
 
-def activity_heatmap(events: pd.DataFrame, origin_ns: int, bins: int = 300,
-                     window: tuple[int, int] | None = None) -> go.Figure:
+def activity_heatmap(
+    events: pd.DataFrame, origin_ns: int, bins: int = 300, window: tuple[int, int] | None = None
+) -> go.Figure:
     """Busy % of every trace line over time, computed from all events (no sampling)."""
     if events.empty:
         return empty_figure("No trace events in this run")
-    t0, t1 = window or (int(events["start_ns"].min()),
-                        int((events["start_ns"] + events["dur_ns"]).max()))
+    t0, t1 = window or (
+        int(events["start_ns"].min()),
+        int((events["start_ns"] + events["dur_ns"]).max()),
+    )
     lanes, edges, busy = activity_matrix(in_window(events, t0, t1), origin_ns, bins, t0, t1)
     return _heatmap(lanes, (edges[:-1] + edges[1:]) / 2 / NS_PER_MS, busy, len(events))
 
 
-def activity_figure(busy: pd.DataFrame, events: int, t0: int, t1: int, bins: int,
-                    max_lanes: int = MAX_LANES) -> go.Figure:
+def activity_figure(
+    busy: pd.DataFrame, events: int, t0: int, t1: int, bins: int, max_lanes: int = MAX_LANES
+) -> go.Figure:
     """The heatmap from busy ns per (plane, line, bin b) aggregated elsewhere (the Trace page's
     SQL): bins of equal width from t0 (the origin) to t1, busiest lanes first."""
     if not events or busy.empty:
@@ -125,20 +135,36 @@ def activity_figure(busy: pd.DataFrame, events: int, t0: int, t1: int, bins: int
     labels = [lane_label(p, li) for p, li in zip(busy["plane"], busy["line"], strict=True)]
     keys, lanes = pd.factorize(pd.Series(labels))
     matrix = np.zeros((len(lanes), bins))
-    np.add.at(matrix, (keys, busy["b"].to_numpy(dtype=np.int64)), busy["busy"].to_numpy(dtype=float))
+    np.add.at(
+        matrix, (keys, busy["b"].to_numpy(dtype=np.int64)), busy["busy"].to_numpy(dtype=float)
+    )
     order = np.argsort(-matrix.sum(axis=1), kind="stable")[:max_lanes]
     centers = (np.arange(bins) + 0.5) * width / NS_PER_MS
-    return _heatmap([str(lanes[k]) for k in order], centers, np.minimum(100.0, 100.0 * matrix[order] / width), events)
+    return _heatmap(
+        [str(lanes[k]) for k in order],
+        centers,
+        np.minimum(100.0, 100.0 * matrix[order] / width),
+        events,
+    )
 
 
 def _heatmap(lanes: list[str], centers_ms: np.ndarray, busy: np.ndarray, events: int) -> go.Figure:
-    fig = base_figure(f"Activity of every event ({events:,} events, busy % per line)",
-                      height=max(220, 90 + 22 * len(lanes)))
-    fig.add_trace(go.Heatmap(
-        z=busy, x=centers_ms, y=lanes, colorscale="Blues", zmin=0, zmax=100,
-        colorbar={"title": {"text": "busy %"}},
-        hovertemplate="%{y}<br>%{x:.3f} ms<br>%{z:.0f}% busy<extra></extra>",
-    ))
+    fig = base_figure(
+        f"Activity of every event ({events:,} events, busy % per line)",
+        height=max(220, 90 + 22 * len(lanes)),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=busy,
+            x=centers_ms,
+            y=lanes,
+            colorscale="Blues",
+            zmin=0,
+            zmax=100,
+            colorbar={"title": {"text": "busy %"}},
+            hovertemplate="%{y}<br>%{x:.3f} ms<br>%{z:.0f}% busy<extra></extra>",
+        )
+    )
     fig.update_xaxes(title_text="time since trace start (ms)")
     fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
@@ -153,8 +179,15 @@ HOVER = "%{text}<br>%{fullData.name}<br>at %{x:.3f} ms<br>duration %{customdata[
 LANE_WIDTH_PX = 14
 
 
-def _segments(shown: pd.DataFrame, mask: np.ndarray, start: np.ndarray, dur: np.ndarray, row: int,
-              label: str, color: str) -> go.Scatter:
+def _segments(
+    shown: pd.DataFrame,
+    mask: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    row: int,
+    label: str,
+    color: str,
+) -> go.Scatter:
     """One line trace: start, end, gap (NaN breaks the line) per event, hover at both ends."""
     n = int(mask.sum())
     gap = np.full(n, np.nan)
@@ -164,16 +197,30 @@ def _segments(shown: pd.DataFrame, mask: np.ndarray, start: np.ndarray, dur: np.
     has_step = not np.isnan(steps).all()
     per_event = np.column_stack([dur[mask]] + ([steps] if has_step else [])).astype(np.float32)
     custom = np.repeat(per_event, 3, axis=0)
-    names = np.column_stack([shown["name"].astype(str).to_numpy()[mask], np.full((n, 2), "")]).ravel()
+    names = np.column_stack(
+        [shown["name"].astype(str).to_numpy()[mask], np.full((n, 2), "")]
+    ).ravel()
     return go.Scatter(
-        x=x, y=y, mode="lines", name=label, line={"width": LANE_WIDTH_PX, "color": color},
-        text=names, customdata=custom,
-        hovertemplate=HOVER + ("<br>step %{customdata[1]:.0f}" if has_step else "") + "<extra></extra>",
+        x=x,
+        y=y,
+        mode="lines",
+        name=label,
+        line={"width": LANE_WIDTH_PX, "color": color},
+        text=names,
+        customdata=custom,
+        hovertemplate=HOVER
+        + ("<br>step %{customdata[1]:.0f}" if has_step else "")
+        + "<extra></extra>",
     )
 
 
-def trace_timeline(events: pd.DataFrame, origin_ns: int, window: tuple[int, int] | None = None,
-                   max_events: int = MAX_EVENTS, in_view: int | None = None) -> go.Figure:
+def trace_timeline(
+    events: pd.DataFrame,
+    origin_ns: int,
+    window: tuple[int, int] | None = None,
+    max_events: int = MAX_EVENTS,
+    in_view: int | None = None,
+) -> go.Figure:
     """The longest events in the window as segments, one row per trace line (busiest on top),
     coloured by name; zoom re-queries. Each event is three points of a line trace (start, end, gap).
     `in_view`: the events were picked already (the Trace page's SQL: the longest of each line's
@@ -185,9 +232,15 @@ def trace_timeline(events: pd.DataFrame, origin_ns: int, window: tuple[int, int]
         shown, in_view = longest(visible, max_events), len(visible)
         how = "zoom in for more"
     else:
-        shown, how = events.sort_values("start_ns"), "the longest per pixel of each line; zoom in for more"
-    title = (f"Timeline: all {in_view:,} events in view" if len(shown) == in_view else
-             f"Timeline: the {len(shown):,} longest of {in_view:,} events in view ({how})")
+        shown, how = (
+            events.sort_values("start_ns"),
+            "the longest per pixel of each line; zoom in for more",
+        )
+    title = (
+        f"Timeline: all {in_view:,} events in view"
+        if len(shown) == in_view
+        else f"Timeline: the {len(shown):,} longest of {in_view:,} events in view ({how})"
+    )
     keys, labels = lane_keys(shown)
     totals = np.bincount(keys, weights=shown["dur_ns"].to_numpy(), minlength=len(labels))
     order = [k for k in np.argsort(-totals, kind="stable") if (keys == k).any()]
@@ -200,10 +253,17 @@ def trace_timeline(events: pd.DataFrame, origin_ns: int, window: tuple[int, int]
         for color in np.unique(colors[lane]):
             mask = lane & (colors == color)
             fig.add_trace(_segments(shown, mask, start, dur, row, labels[key], PALETTE[color]))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(order))), ticktext=[labels[k] for k in order],
-                     range=[len(order) - 0.5, -0.5], automargin=True)
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(len(order))),
+        ticktext=[labels[k] for k in order],
+        range=[len(order) - 0.5, -0.5],
+        automargin=True,
+    )
     if window:
-        fig.update_xaxes(range=[(window[0] - origin_ns) / NS_PER_MS, (window[1] - origin_ns) / NS_PER_MS])
+        fig.update_xaxes(
+            range=[(window[0] - origin_ns) / NS_PER_MS, (window[1] - origin_ns) / NS_PER_MS]
+        )
     fig.update_layout(showlegend=False, hovermode="closest")
     fig.update_xaxes(title_text="time since trace start (ms)")
     return fig
@@ -212,11 +272,17 @@ def trace_timeline(events: pd.DataFrame, origin_ns: int, window: tuple[int, int]
 def ops_table(stats: pd.DataFrame) -> pd.DataFrame:
     """The op table's columns from (plane, name, count, total ns, longest ns) per op."""
     count, total = stats["count"].to_numpy(), stats["total"].to_numpy(dtype=float)
-    return pd.DataFrame({
-        "plane": stats["plane"].astype(str), "name": stats["name"].astype(str), "count": count.astype(int),
-        "total_ms": total / NS_PER_MS, "mean_us": total / count / 1e3,
-        "max_us": stats["longest"].to_numpy(dtype=float) / 1e3,
-    }, columns=OP_COLUMNS)
+    return pd.DataFrame(
+        {
+            "plane": stats["plane"].astype(str),
+            "name": stats["name"].astype(str),
+            "count": count.astype(int),
+            "total_ms": total / NS_PER_MS,
+            "mean_us": total / count / 1e3,
+            "max_us": stats["longest"].to_numpy(dtype=float) / 1e3,
+        },
+        columns=OP_COLUMNS,
+    )
 
 
 def top_ops(events: pd.DataFrame, n: int = 50) -> pd.DataFrame:
@@ -226,9 +292,19 @@ def top_ops(events: pd.DataFrame, n: int = 50) -> pd.DataFrame:
     planes, plane_names = _codes(events["plane"])
     names, op_names = _codes(events["name"])
     keys = planes * len(op_names) + names
-    stats = pd.Series(events["dur_ns"].to_numpy()).groupby(keys).agg(["size", "sum", "max"])  # one int key: fast
+    stats = (
+        pd.Series(events["dur_ns"].to_numpy()).groupby(keys).agg(["size", "sum", "max"])
+    )  # one int key: fast
     stats = stats.nlargest(n, "sum")
     top = stats.index.to_numpy()
-    return ops_table(pd.DataFrame({
-        "plane": [plane_names[k // len(op_names)] for k in top], "name": [op_names[k % len(op_names)] for k in top],
-        "count": stats["size"].to_numpy(), "total": stats["sum"].to_numpy(), "longest": stats["max"].to_numpy()}))
+    return ops_table(
+        pd.DataFrame(
+            {
+                "plane": [plane_names[k // len(op_names)] for k in top],
+                "name": [op_names[k % len(op_names)] for k in top],
+                "count": stats["size"].to_numpy(),
+                "total": stats["sum"].to_numpy(),
+                "longest": stats["max"].to_numpy(),
+            }
+        )
+    )

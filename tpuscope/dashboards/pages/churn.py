@@ -57,16 +57,27 @@ def observed_section(families: pd.DataFrame, skip: set[tuple[str, str]]) -> list
     for i, (site, rows) in enumerate(varying.groupby("site", sort=False)):
         distinct = rows.groupby("dim")["value"].nunique().to_dict()
         label = ", ".join(f"{dim}: {n} sizes" for dim, n in distinct.items())
-        sections.append(html.Div(className="panel", children=[
-            html.H4([html.Code(site)]), html.P(label, className="muted"),
-            graph(dim_values(rows, None, "Input sizes of each compile"), f"observed-graph-{i}"),
-        ]))
+        sections.append(
+            html.Div(
+                className="panel",
+                children=[
+                    html.H4([html.Code(site)]),
+                    html.P(label, className="muted"),
+                    graph(
+                        dim_values(rows, None, "Input sizes of each compile"), f"observed-graph-{i}"
+                    ),
+                ],
+            )
+        )
     return sections
 
 
 def layout(data: StoreData, run_id: str) -> html.Div:
-    findings = [f for f in data.findings(run_id)
-                if f.rule == "recompile" and RecompileEvidence.of(f).shape_churn]
+    findings = [
+        f
+        for f in data.findings(run_id)
+        if f.rule == "recompile" and RecompileEvidence.of(f).shape_churn
+    ]
     compiles = data.table(run_id, "compiles")
     observed = observed_section(data.compiles_judged(run_id)[0], covered(findings))
     shapes_known = not compiles.empty and compiles["input_shapes"].notna().any()
@@ -74,16 +85,23 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     if observed:
         body += [html.H3("Other input dims that vary between compiled graphs"), *observed]
     if not body:
-        why = ("No argument dimension took more than one size at any call site." if shapes_known else
-               "No recompile with shape churn, and this run's compiles do not record input shapes "
-               "(re-run with `tpuscope run --deep`, then `tpuscope show RUN --reanalyze`).")
+        why = (
+            "No argument dimension took more than one size at any call site."
+            if shapes_known
+            else "No recompile with shape churn, and this run's compiles do not record input shapes "
+            "(re-run with `tpuscope run --deep`, then `tpuscope show RUN --reanalyze`)."
+        )
         body = [empty_state("No shape churn", why, ident="no-churn")]
     return run_page(
-        "churn", run_id, data.header(run_id),
-        stats_row([
-            stat("recompiles with shape churn", fmt_num(len(findings)), "stat-churn-findings"),
-            stat("other varying call sites", fmt_num(len(observed)), "stat-churn-sites"),
-            stat("recompiles", fmt_num(data.summary(run_id)["recompiles"]), "stat-recompiles"),
-        ]),
+        "churn",
+        run_id,
+        data.header(run_id),
+        stats_row(
+            [
+                stat("recompiles with shape churn", fmt_num(len(findings)), "stat-churn-findings"),
+                stat("other varying call sites", fmt_num(len(observed)), "stat-churn-sites"),
+                stat("recompiles", fmt_num(data.summary(run_id)["recompiles"]), "stat-recompiles"),
+            ]
+        ),
         *body,
     )

@@ -37,7 +37,8 @@ COLUMNS: list[dict[str, Any]] = [
 ]
 
 SITE_COLUMNS: list[dict[str, Any]] = [
-    {"field": "kind", "maxWidth": 150}, {"field": "name", "headerName": "what", "minWidth": 140},
+    {"field": "kind", "maxWidth": 150},
+    {"field": "name", "headerName": "what", "minWidth": 140},
     site_column(),
     {"field": "count", "headerName": "calls", **NUM, "sort": "desc"},
     {"field": "steps", "headerName": "steps with calls", **NUM},
@@ -51,7 +52,8 @@ def sync_sites(call_sites: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[c["field"] for c in SITE_COLUMNS] + ["location"])
     frame = call_sites.assign(location=call_sites["location"].fillna(aggregates.UNPLACED))
     sites = frame.groupby(["kind", "name", "location"], as_index=False).agg(
-        count=("count", "sum"), steps=("step", "nunique"))
+        count=("count", "sum"), steps=("step", "nunique")
+    )
     sites["per_step"] = (sites["count"] / sites["steps"]).round(2)
     sites["site"] = sites["location"].map(short_site)
     return sites.sort_values("count", ascending=False)
@@ -61,12 +63,18 @@ def fallback_sites(fallbacks: pd.DataFrame) -> pd.DataFrame:
     """One row per (op, call site): calls, steps with calls, calls per such step, first/last step."""
     if fallbacks.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
-    fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]  # host syncs: counted apart
+    fallbacks = fallbacks[
+        ~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)
+    ]  # host syncs: counted apart
     if fallbacks.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
     frame = fallbacks.assign(location=fallbacks["location"].fillna(aggregates.UNPLACED))
     sites = frame.groupby(["op", "location"], as_index=False).agg(
-        count=("count", "sum"), steps=("step", "nunique"), first_step=("step", "min"), last_step=("step", "max"))
+        count=("count", "sum"),
+        steps=("step", "nunique"),
+        first_step=("step", "min"),
+        last_step=("step", "max"),
+    )
     return site_rows(sites)
 
 
@@ -75,8 +83,12 @@ def site_rows(sites: pd.DataFrame) -> pd.DataFrame:
     if sites.empty:
         return pd.DataFrame(columns=[c["field"] for c in COLUMNS] + ["location"])
     sites = sites.copy()
-    whole_run = sites["last_step"] < 0 if "last_step" in sites else pd.Series(False, index=sites.index)
-    sites["per_step"] = (sites["count"] / sites["steps"]).round(2).mask(whole_run)  # imported totals: no steps
+    whole_run = (
+        sites["last_step"] < 0 if "last_step" in sites else pd.Series(False, index=sites.index)
+    )
+    sites["per_step"] = (
+        (sites["count"] / sites["steps"]).round(2).mask(whole_run)
+    )  # imported totals: no steps
     for col in ("first_step", "last_step", "steps"):
         if col in sites:
             sites[col] = sites[col].astype("Int64").mask(whole_run)
@@ -84,16 +96,20 @@ def site_rows(sites: pd.DataFrame) -> pd.DataFrame:
     return sites.sort_values("count", ascending=False)
 
 
-TRACING = ("call sites are traced only in the few steps after an op or a host read first shows up "
-           "(tracing every torch call would slow every step: collect/xla/fallback_sites.py); the other "
-           "steps' calls are counted per step, their call sites not taken")
+TRACING = (
+    "call sites are traced only in the few steps after an op or a host read first shows up "
+    "(tracing every torch call would slow every step: collect/xla/fallback_sites.py); the other "
+    "steps' calls are counted per step, their call sites not taken"
+)
 
 
 def traced_note(sites: pd.DataFrame, call_sites: pd.DataFrame, value_reads: int) -> html.P | None:
     """How many of the calls the tables count have their call site, and why the others have none."""
     total = int(sites["count"].sum()) if not sites.empty else 0
     placed = int(sites.loc[sites["location"] != aggregates.UNPLACED, "count"].sum()) if total else 0
-    reads = call_sites[call_sites["name"].astype(str) == "item"] if not call_sites.empty else call_sites
+    reads = (
+        call_sites[call_sites["name"].astype(str) == "item"] if not call_sites.empty else call_sites
+    )
     traced_reads = int(reads["count"].sum()) if not reads.empty else 0
     parts = []
     if placed < total:
@@ -109,12 +125,17 @@ def fallback_views(data: StoreData, run_id: str) -> tuple[pd.DataFrame, tuple[pd
     """The call-site rows and the heatmap's (matrix, width), aggregated by DuckDB and cached
     until the table changes; a part DuckDB cannot read makes them come from the table read
     whole (which skips and names it)."""
+
     def compute() -> tuple[pd.DataFrame, tuple[pd.DataFrame, int]]:
         try:
-            return site_rows(aggregates.fallback_sites(data, run_id)), aggregates.fallback_matrix(data, run_id)
+            return site_rows(aggregates.fallback_sites(data, run_id)), aggregates.fallback_matrix(
+                data, run_id
+            )
         except duckdb.Error:
             rows = data.columns(run_id, "fallbacks", ["step", "op", "count", "location"])
-            return fallback_sites(rows), (fallback_matrix(rows) if not rows.empty else (pd.DataFrame(), 1))
+            return fallback_sites(rows), (
+                fallback_matrix(rows) if not rows.empty else (pd.DataFrame(), 1)
+            )
 
     return data.derived(run_id, "fallback-views", ("fallbacks",), compute)
 
@@ -128,23 +149,50 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
     per_step = summary["fallback_count"] / summary["steps"] if summary["steps"] else None
     return run_page(
-        "fallbacks", run_id, summary,
-        stats_row([
-            stat("CPU fallback calls", fmt_num(summary["fallback_count"]), "stat-fallbacks",
-                 f"{fmt_num(per_step, 2)} per step (value reads not included)"),
-            stat("distinct ops", fmt_num(summary["fallback_op_kinds"]), "stat-fallback-ops"),
-            stat("scalar reads (.item())", fmt_num(summary["value_reads"]), "stat-syncs",
-                 "aten::_local_scalar_dense calls"),
-            stat("device-to-host transfers", fmt_num(transfers), "stat-transfers",
-                 f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per timed step"),
-        ]),
-        html.Div(graph(fallback_heatmap(None, binned=binned), "fallback-heatmap"), className="panel"),
+        "fallbacks",
+        run_id,
+        summary,
+        stats_row(
+            [
+                stat(
+                    "CPU fallback calls",
+                    fmt_num(summary["fallback_count"]),
+                    "stat-fallbacks",
+                    f"{fmt_num(per_step, 2)} per step (value reads not included)",
+                ),
+                stat("distinct ops", fmt_num(summary["fallback_op_kinds"]), "stat-fallback-ops"),
+                stat(
+                    "scalar reads (.item())",
+                    fmt_num(summary["value_reads"]),
+                    "stat-syncs",
+                    "aten::_local_scalar_dense calls",
+                ),
+                stat(
+                    "device-to-host transfers",
+                    fmt_num(transfers),
+                    "stat-transfers",
+                    f"{fmt_num(summary['transfers_from_device_per_step'], 2)} per timed step",
+                ),
+            ]
+        ),
+        html.Div(
+            graph(fallback_heatmap(None, binned=binned), "fallback-heatmap"), className="panel"
+        ),
         html.H3("Call sites"),
         *[n for n in [traced_note(sites, call_sites, summary["value_reads"])] if n is not None],
         grid("fallback-sites", sites, COLUMNS),
-        *([html.H3("Host syncs by call site"), grid("sync-sites", sync_sites(call_sites), SITE_COLUMNS)]
-          if not call_sites.empty else []),
-        html.Div(graph(transfers_timeline(steps, summary["warmup"]), "transfers-timeline"), className="panel"),
+        *(
+            [
+                html.H3("Host syncs by call site"),
+                grid("sync-sites", sync_sites(call_sites), SITE_COLUMNS),
+            ]
+            if not call_sites.empty
+            else []
+        ),
+        html.Div(
+            graph(transfers_timeline(steps, summary["warmup"]), "transfers-timeline"),
+            className="panel",
+        ),
         html.H3("Related findings"),
         findings_list(findings, "No cpu_fallback or host_sync finding in this run."),
     )

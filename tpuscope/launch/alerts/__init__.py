@@ -41,5 +41,17 @@ from tpuscope.launch.alerts.printer import MAX_NEW, MAX_REPEAT_S, REPEAT_S, Aler
 from tpuscope.launch.alerts.tail import COLUMNS, PartTail
 from tpuscope.launch.alerts.watcher import POLL_S, AlertWatcher
 
-__all__ = ["COLUMNS", "MAX_LINE", "MAX_NEW", "MAX_REPEAT_S", "POLL_S", "REPEAT_S", "Again", "AlertJudge",
-           "AlertPrinter", "AlertWatcher", "PartTail", "Problem"]
+__all__ = [
+    "COLUMNS",
+    "MAX_LINE",
+    "MAX_NEW",
+    "MAX_REPEAT_S",
+    "POLL_S",
+    "REPEAT_S",
+    "Again",
+    "AlertJudge",
+    "AlertPrinter",
+    "AlertWatcher",
+    "PartTail",
+    "Problem",
+]

@@ -45,7 +45,9 @@ class _Op:
     said: bool = False
 
 
-GRACE_STEPS = 3  # the site tracer traces the 2 steps after an op first appears (collect/fallback_sites)
+GRACE_STEPS = (
+    3  # the site tracer traces the 2 steps after an op first appears (collect/fallback_sites)
+)
 
 
 class AlertJudge:
@@ -58,15 +60,20 @@ class AlertJudge:
         self._sites: set[str] = set()
         self._ops: dict[str, _Op] = {}
         self._last_step: dict[tuple[str, int], int] = {}
-        self._loop_last: dict[str, int] = {}  # 'host/pid' -> the loop's last step seen ("end" left out)
+        self._loop_last: dict[
+            str, int
+        ] = {}  # 'host/pid' -> the loop's last step seen ("end" left out)
         self._procs: dict[tuple[str, int], dict[str, Any]] = {}
         self._deferred = False  # compile rows of a process whose backend its meta does not say yet
 
-    def update(self, new: dict[str, pd.DataFrame], meta: dict[str, Any], ended: bool = False
-               ) -> tuple[list[Problem], list[Again]]:
+    def update(
+        self, new: dict[str, pd.DataFrame], meta: dict[str, Any], ended: bool = False
+    ) -> tuple[list[Problem], list[Again]]:
         """New problems and further recompiles in these rows. `meta` is the run's (with its
         processes); `ended`: the program is over, nothing more will come for a fallback's site."""
-        self._procs = {(str(p.get("host")), int(p.get("pid") or 0)): p for p in meta.get("processes", [])}
+        self._procs = {
+            (str(p.get("host")), int(p.get("pid") or 0)): p for p in meta.get("processes", [])
+        }
         self._note_loop(new.get("steps"))
         for name in ("steps", "fallbacks", "compiles"):
             frame = new.get(name)
@@ -100,35 +107,60 @@ class AlertJudge:
         from tpuscope.detect.tables import RunTables
 
         empty = pd.DataFrame()
-        tables = RunTables(meta=meta, steps=empty, compiles=compiles, fallbacks=empty, metrics=empty,
-                           extra={"retraces": self.retraces})
+        tables = RunTables(
+            meta=meta,
+            steps=empty,
+            compiles=compiles,
+            fallbacks=empty,
+            metrics=empty,
+            extra={"retraces": self.retraces},
+        )
         # the report's families over the loop seen so far (its steps are not kept here)
-        tables.__dict__["families"] = graph_families(compiles, process_backends(meta), self._loop_last)
+        tables.__dict__["families"] = graph_families(
+            compiles, process_backends(meta), self._loop_last
+        )
         return tables
 
-    def _recompiles(self, meta: dict[str, Any], problems: list[Problem], again: list[Again],
-                    ended: bool = False) -> None:
+    def _recompiles(
+        self, meta: dict[str, Any], problems: list[Problem], again: list[Again], ended: bool = False
+    ) -> None:
         """Say the report's recompiles. A family whose new graphs may still turn out a bounded set
         (buckets: the report's low note, never "recompile") waits until it is one (nothing to
         say), can no longer be one (a new graph beyond the set), or the program ended."""
         from tpuscope.analyze.families import may_be_bounded
         from tpuscope.detect.recompile import recompile_item, site_of
 
-        mask = [self._backend_known(h, p) for h, p in zip(self.compiles["host"], self.compiles["pid"], strict=True)]
+        mask = [
+            self._backend_known(h, p)
+            for h, p in zip(self.compiles["host"], self.compiles["pid"], strict=True)
+        ]
         self._deferred = not all(mask)
         known = self.compiles[mask]
         if known.empty:
             return
         tables = self._tables(meta, known)
         families = tables.families
-        new = pd.Series([(h, p, int(i)) not in self._judged_rows for h, p, i in
-                         zip(families["host"], families["pid"], families["index"], strict=True)],
-                        index=families.index, dtype=bool)
+        new = pd.Series(
+            [
+                (h, p, int(i)) not in self._judged_rows
+                for h, p, i in zip(
+                    families["host"], families["pid"], families["index"], strict=True
+                )
+            ],
+            index=families.index,
+            dtype=bool,
+        )
         for row in families[new & (families["verdict"] == "bounded")].to_dict("records"):
-            self._judged_rows.add((row["host"], row["pid"], int(row["index"])))  # a note, not an alert
+            self._judged_rows.add(
+                (row["host"], row["pid"], int(row["index"]))
+            )  # a note, not an alert
         fresh = families[new & families["recompile"].astype(bool)]
         if not ended and not fresh.empty:
-            waiting = {f for f in fresh["family"].unique() if may_be_bounded(families[families["family"] == f])}
+            waiting = {
+                f
+                for f in fresh["family"].unique()
+                if may_be_bounded(families[families["family"] == f])
+            }
             self._deferred = self._deferred or bool(waiting)
             fresh = fresh[~fresh["family"].isin(waiting)]
         if fresh.empty:
@@ -156,16 +188,24 @@ class AlertJudge:
     def _recompile_problem(self, site: str, row: dict[str, Any], item: dict[str, Any]) -> Problem:
         from tpuscope.detect.recompile import where_text
 
-        location = row.get("location") if isinstance(row.get("location"), str) and row.get("location") else None
+        location = (
+            row.get("location")
+            if isinstance(row.get("location"), str) and row.get("location")
+            else None
+        )
         function = row.get("function") if isinstance(row.get("function"), str) else None
         where = where_text(site, location, function)
-        label = f"{function} at {_short(location)}" if function and location else (
-            function or f"the graph from {where}")
+        label = (
+            f"{function} at {_short(location)}"
+            if function and location
+            else (function or f"the graph from {where}")
+        )
         changes = "; ".join(item["changes"][:2])
         if len(changes) > MAX_LINE:
             changes = changes[: MAX_LINE - 3] + "..."
-        line = (f"{self._prefix(row)}recompile of {label} ({_seconds(item['duration_s'])})"
-                + (f": {changes}" if changes else ""))
+        line = f"{self._prefix(row)}recompile of {label} ({_seconds(item['duration_s'])})" + (
+            f": {changes}" if changes else ""
+        )
         return Problem("recompile", site, line, label, location)
 
     # fallbacks ------------------------------------------------------------------------------
@@ -201,8 +241,10 @@ class AlertJudge:
             steps = max(last - state.first_step + 1, 1)
             per_step = sum(state.counts.values()) / steps
             where = f" at {_short(location)}" if location else ""
-            line = (f"{self._prefix({'host': state.process[0], 'pid': state.process[1], 'step': state.first_step})}"
-                    f"new CPU fallback {state.op}{where} ({_calls(per_step)})")
+            line = (
+                f"{self._prefix({'host': state.process[0], 'pid': state.process[1], 'step': state.first_step})}"
+                f"new CPU fallback {state.op}{where} ({_calls(per_step)})"
+            )
             out.append(Problem("cpu_fallback", state.op, line, state.op, location))
         return out
 
@@ -213,7 +255,9 @@ class AlertJudge:
 
         if self.compiles.empty:
             return None
-        return common.value_read_site(self._tables(meta, self.compiles), state.counts or [state.first_step])
+        return common.value_read_site(
+            self._tables(meta, self.compiles), state.counts or [state.first_step]
+        )
 
     # words ----------------------------------------------------------------------------------
     def _prefix(self, row: dict[str, Any]) -> str:
@@ -230,12 +274,18 @@ class AlertJudge:
 def _grown(frame: pd.DataFrame, more: pd.DataFrame | None) -> pd.DataFrame:
     if more is None or more.empty:
         return frame
-    return more.reset_index(drop=True) if frame.empty else pd.concat([frame, more], ignore_index=True)
+    return (
+        more.reset_index(drop=True) if frame.empty else pd.concat([frame, more], ignore_index=True)
+    )
 
 
 def _before(family: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
     """The family's compiles before this one (families are in time order)."""
-    same = (family["host"] == row["host"]) & (family["pid"] == row["pid"]) & (family["index"] == row["index"])
+    same = (
+        (family["host"] == row["host"])
+        & (family["pid"] == row["pid"])
+        & (family["index"] == row["index"])
+    )
     position = int(same.to_numpy().argmax())
     return family.iloc[:position]
 

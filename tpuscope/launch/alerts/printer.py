@@ -19,8 +19,14 @@ class AlertPrinter:
     """Prints problems once each and sums up the rest (see the module doc); `clock` is
     injectable for tests."""
 
-    def __init__(self, out: IO[str] | None = None, clock: Callable[[], float] = time.monotonic,
-                 repeat_s: float = REPEAT_S, max_repeat_s: float = MAX_REPEAT_S, max_new: int = MAX_NEW) -> None:
+    def __init__(
+        self,
+        out: IO[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        repeat_s: float = REPEAT_S,
+        max_repeat_s: float = MAX_REPEAT_S,
+        max_new: int = MAX_NEW,
+    ) -> None:
         self.out = out
         self.clock = clock
         self.interval = repeat_s
@@ -72,16 +78,22 @@ class AlertPrinter:
         parts = []
         for key, item in sorted(self._pending.items(), key=lambda kv: -kv[1].count)[:3]:
             low, high = (min(item.steps), max(item.steps)) if item.steps else (None, None)
-            steps = "" if low is None else f"step {low}; " if low == high else f"steps {low}-{high}; "
-            parts.append(f"{item.count} more recompile{'s' * (item.count != 1)} of {self._labels.get(key, key)} "
-                         f"({steps}{self._totals[key]} in all)")
+            steps = (
+                "" if low is None else f"step {low}; " if low == high else f"steps {low}-{high}; "
+            )
+            parts.append(
+                f"{item.count} more recompile{'s' * (item.count != 1)} of {self._labels.get(key, key)} "
+                f"({steps}{self._totals[key]} in all)"
+            )
         hidden = len(self._pending) - 3
         if hidden > 0:
             parts.append(f"more at {hidden} other site{'s' * (hidden != 1)}")
         if self._folded:
             n = len(self._folded)
-            parts.append(f"{n} more new problem{'s' * (n != 1)} ({', '.join(p.label for p in self._folded[:3])}"
-                         f"{', ...' if n > 3 else ''}; the report lists them)")
+            parts.append(
+                f"{n} more new problem{'s' * (n != 1)} ({', '.join(p.label for p in self._folded[:3])}"
+                f"{', ...' if n > 3 else ''}; the report lists them)"
+            )
         window = "" if final and since < 1 else f"in the last {since:.0f} s: "
         self.say(window + "; ".join(parts))
         self._pending, self._folded = {}, []

@@ -9,8 +9,23 @@ import pandas as pd
 
 # Columns read from each table's parts (never the metrics table: it is most of a run's rows).
 COLUMNS = {
-    "compiles": ["host", "pid", "step", "index", "time_ns", "duration_ns", "graph_hash", "cause",
-                 "location", "frames", "num_inputs", "num_outputs", "input_shapes", "output_shapes", "input_gb"],
+    "compiles": [
+        "host",
+        "pid",
+        "step",
+        "index",
+        "time_ns",
+        "duration_ns",
+        "graph_hash",
+        "cause",
+        "location",
+        "frames",
+        "num_inputs",
+        "num_outputs",
+        "input_shapes",
+        "output_shapes",
+        "input_gb",
+    ],
     "fallbacks": ["host", "pid", "step", "op", "count", "location"],
     "steps": ["host", "pid", "step"],
     "retraces": None,  # JAX's explanations, every column (few rows)
@@ -35,8 +50,11 @@ class PartTail:
             folder = self.run_dir / name
             try:
                 with os.scandir(folder) as scan:
-                    names = sorted(e.name for e in scan
-                                   if e.name.startswith("part-") and e.name.endswith(".parquet"))
+                    names = sorted(
+                        e.name
+                        for e in scan
+                        if e.name.startswith("part-") and e.name.endswith(".parquet")
+                    )
             except OSError:
                 continue
             seen = self._seen[name]

@@ -19,8 +19,13 @@ class AlertWatcher:
     Start it after the program's process exists (`tpuscope run` starts it once the child
     runs, so the thread inherits the launcher's blocked signals); `stop()` makes the last read."""
 
-    def __init__(self, run_dir: str | Path, out: IO[str] | None = None, poll_s: float = POLL_S,
-                 printer: AlertPrinter | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        out: IO[str] | None = None,
+        poll_s: float = POLL_S,
+        printer: AlertPrinter | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.poll_s = poll_s
         self.tail = PartTail(self.run_dir)
@@ -82,9 +87,15 @@ class AlertWatcher:
                 self.printer.tick()
         except Exception as exc:  # never a false alert, never a crash: stop and say so once
             self._broken = True
-            self.printer.say(f"live alerts stopped ({type(exc).__name__}: {exc}); "
-                             "the report at the end is not affected")
+            self.printer.say(
+                f"live alerts stopped ({type(exc).__name__}: {exc}); "
+                "the report at the end is not affected"
+            )
 
     @property
     def cost(self) -> dict[str, float]:
-        return {"polls": self.polls, "cpu_s": round(self.cpu_ns / 1e9, 3), "lines": self.printer.lines}
+        return {
+            "polls": self.polls,
+            "cpu_s": round(self.cpu_ns / 1e9, 3),
+            "lines": self.printer.lines,
+        }
