@@ -35,9 +35,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     device = torch_xla.device()
-    model = nn.Sequential(nn.Linear(args.features, 64), nn.ReLU(), nn.Linear(64, args.classes)).to(
-        device
-    )
+    model = nn.Sequential(nn.Linear(args.features, 64), nn.ReLU(), nn.Linear(64, args.classes)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     total = 0.0
     for step in range(args.steps):

@@ -70,18 +70,14 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--drop-last", action="store_true", help="drop the short last batch (no retrace)"
-    )
+    parser.add_argument("--drop-last", action="store_true", help="drop the short last batch (no retrace)")
     args = parser.parse_args()
 
     x, y = make_data(args.samples, args.dim, args.classes, args.seed)
     model = MLP(args.hidden, args.classes)
     # One compiled init instead of dozens of eagerly compiled initializer ops.
     params = jax.jit(model.init)(jax.random.key(args.seed), jnp.zeros((1, args.dim)))["params"]
-    state = train_state.TrainState.create(
-        apply_fn=model.apply, params=params, tx=optax.adamw(args.lr)
-    )
+    state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adamw(args.lr))
 
     history = []
     for _ in range(args.epochs):

@@ -16,9 +16,7 @@ class Block(nn.Module):
     def __init__(self, d_model: int, heads: int) -> None:
         super().__init__()
         self.attn = nn.MultiheadAttention(d_model, heads, batch_first=True)
-        self.ff = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
+        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
 

@@ -27,9 +27,7 @@ class Attention(nn.Module):
         self.heads, self.head_dim = d_model // head_dim, head_dim
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
-        self.register_buffer(
-            "causal", torch.full((max_seq, max_seq), float("-inf")).triu(1), persistent=False
-        )
+        self.register_buffer("causal", torch.full((max_seq, max_seq), float("-inf")).triu(1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
@@ -44,9 +42,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.attn = Attention(d_model, head_dim, max_seq)
-        self.ff = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
+        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
@@ -66,9 +62,7 @@ class TinyLM(nn.Module):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=128)

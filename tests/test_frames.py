@@ -50,8 +50,6 @@ def test_user_and_library_frames_of_a_call_inside_a_library() -> None:
     user, library = namespace["library_call"](lambda: frames.user_and_library(sys._getframe(1)))
     assert user == f"{__file__}:{sys._getframe().f_lineno - 1}"
     assert library == "somelib/api.py:2"
-    assert frames.user_and_library(sys._getframe()) == (
-        f"{__file__}:{sys._getframe().f_lineno}",
-        None,
-    )
+    here = sys._getframe()
+    assert frames.user_and_library(here) == (f"{__file__}:{here.f_lineno}", None)
     assert frames.import_path(f"{SITE}/transformers/x.py") == "transformers/x.py"

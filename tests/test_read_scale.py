@@ -62,8 +62,9 @@ def test_step_runs_are_capped_keeping_the_last_run() -> None:
 
 
 def test_a_finding_round_trips_its_step_runs_through_the_store() -> None:
+    runs, count = Finding.of_steps(range(2, 10**6))
     finding = Finding(
-        "cpu_fallback", "high", "t", "d", "f", None, 1.0, *Finding.of_steps(range(2, 10**6))
+        "cpu_fallback", "high", "t", "d", "f", None, 1.0, step_runs=runs, step_count=count
     )
     row = Finding.from_row(finding.to_row())
     assert row.step_runs == [[2, 999_999]] and row.step_count == 999_998

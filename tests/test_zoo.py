@@ -388,8 +388,8 @@ def _line(program: str, name: str) -> int:
 
 
 def test_the_dashboard_zoo_page_lists_every_cell_linking_its_run(zoo) -> None:
-    from dashboards.app import route
-    from dashboards.data import StoreData
+    from tpuscope.dashboards.app import route
+    from tpuscope.dashboards.data import StoreData
 
     store, records = zoo
     page = route(StoreData(str(store)), "/zoo")

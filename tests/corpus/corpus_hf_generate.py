@@ -23,16 +23,8 @@ def main() -> None:
     hook.start("xla")
     torch.manual_seed(0)
     device = torch_xla.device()
-    config = GPT2Config(
-        vocab_size=256,
-        n_positions=64,
-        n_embd=64,
-        n_layer=1,
-        n_head=2,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
+    config = GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=1, n_head=2,
+                        bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = GPT2LMHeadModel(config).to(device).eval()
     for request, length in enumerate(PROMPT_LENGTHS):
         hook.mark(f"request:{request}")
@@ -40,12 +32,8 @@ def main() -> None:
         attention_mask = torch.ones_like(input_ids)
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         with torch.no_grad():
-            out = model.generate(
-                **inputs, max_new_tokens=NEW_TOKENS, do_sample=False
-            )  # corpus: generate
-        print(
-            f"request {request}: prompt {length} -> {out.shape[1]} tokens: {out[0, length:].tolist()}"
-        )  # corpus: print
+            out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)  # corpus: generate
+        print(f"request {request}: prompt {length} -> {out.shape[1]} tokens: {out[0, length:].tolist()}")  # corpus: print
     hook.finish(iterations=len(PROMPT_LENGTHS))
 
 

@@ -24,18 +24,9 @@ def main() -> None:
     hook.start("xla")
     torch.manual_seed(0)
     device = torch_xla.device()
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = LlamaForCausalLM(config).to(device).eval()
     prompt = torch.randint(3, 256, (1, PROMPT_LENGTH))
     for request in range(REQUESTS):
@@ -43,12 +34,8 @@ def main() -> None:
         input_ids = prompt.to(device)
         inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
         with torch.no_grad():
-            out = model.generate(
-                **inputs,
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,  # corpus: generate
-                cache_implementation="static",
-            )
+            out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False,  # corpus: generate
+                                 cache_implementation="static")
         print(f"request {request}: {out[0, PROMPT_LENGTH:].tolist()}")  # corpus: print
     hook.finish(iterations=REQUESTS)
 

@@ -23,15 +23,8 @@ def main() -> None:
     hook.start("xla")
     torch.manual_seed(0)
     device = torch_xla.device()
-    config = LlamaConfig(
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
+    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     model = LlamaForCausalLM(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()

@@ -35,16 +35,9 @@ def main() -> None:
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     device = torch_xla.device()
-    config = LlamaConfig(
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-    )
+    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         pad_token_id=0)
     model = LlamaForCausalLM(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
@@ -52,9 +45,7 @@ def main() -> None:
     for step, cpu_batch in enumerate(batches):  # corpus: train-loop
         hook.mark(f"train:i{step}")
         input_ids, attention_mask, labels = (t.to(device) for t in cpu_batch)
-        outputs = model(
-            input_ids=input_ids, attention_mask=attention_mask, labels=labels
-        )  # corpus: model-call
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)  # corpus: model-call
         outputs.loss.backward()
         xm.optimizer_step(optimizer)
         optimizer.zero_grad()

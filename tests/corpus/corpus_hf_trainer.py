@@ -59,36 +59,15 @@ class Marks(TrainerCallback):
 def main() -> None:
     hook.start("xla")
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
+    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     model = LlamaForCausalLM(config)
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(
-            output_dir=out,
-            max_steps=MAX_STEPS,
-            per_device_train_batch_size=BATCH,
-            learning_rate=1e-4,
-            optim="adamw_torch",
-            logging_steps=LOG_STEPS,
-            save_strategy="no",
-            report_to=[],
-            disable_tqdm=True,
-            dataloader_drop_last=True,
-        )
-        trainer = Trainer(
-            model=model,
-            args=args,
-            train_dataset=Tokens(),
-            data_collator=default_data_collator,
-            callbacks=[Marks()],
-        )
+        args = TrainingArguments(output_dir=out, max_steps=MAX_STEPS, per_device_train_batch_size=BATCH,
+                                 learning_rate=1e-4, optim="adamw_torch", logging_steps=LOG_STEPS,
+                                 save_strategy="no", report_to=[], disable_tqdm=True, dataloader_drop_last=True)
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(), data_collator=default_data_collator,
+                          callbacks=[Marks()])
         result = trainer.train()  # corpus: train
     print(f"global_step {result.global_step} train_loss {result.training_loss:.4f}")
     hook.finish(iterations=MAX_STEPS)

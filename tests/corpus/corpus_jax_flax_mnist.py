@@ -67,11 +67,8 @@ def main() -> None:
         perm = rng.permutation(TRAIN_BATCHES * BATCH)
         for i in range(TRAIN_BATCHES):  # corpus: train-loop
             hook.mark(f"train:e{epoch}:i{i}")
-            idx = perm[i * BATCH : (i + 1) * BATCH]
-            batch = {
-                "image": jnp.asarray(train_images[idx]),
-                "label": jnp.asarray(train_labels[idx]),
-            }
+            idx = perm[i * BATCH:(i + 1) * BATCH]
+            batch = {"image": jnp.asarray(train_images[idx]), "label": jnp.asarray(train_labels[idx])}
             loss = train_step(model, optimizer, batch)  # corpus: step-call
             step += 1
         hook.mark(f"eval:e{epoch}")

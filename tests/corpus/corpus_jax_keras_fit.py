@@ -43,18 +43,16 @@ class MarkBatches(keras.callbacks.Callback):
 
 
 def build_model() -> keras.Model:
-    return keras.Sequential(
-        [
-            keras.Input(shape=(28, 28, 1)),
-            keras.layers.Conv2D(8, kernel_size=(3, 3), activation="relu"),
-            keras.layers.MaxPooling2D(pool_size=(2, 2)),
-            keras.layers.Conv2D(16, kernel_size=(3, 3), activation="relu"),
-            keras.layers.MaxPooling2D(pool_size=(2, 2)),
-            keras.layers.Flatten(),
-            keras.layers.Dropout(0.5),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
+    return keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        keras.layers.Conv2D(8, kernel_size=(3, 3), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Conv2D(16, kernel_size=(3, 3), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Flatten(),
+        keras.layers.Dropout(0.5),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
 
 
 def main() -> None:
@@ -68,9 +66,7 @@ def main() -> None:
     model = build_model()
     model.compile(loss="sparse_categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
     marks = MarkBatches()
-    model.fit(
-        x_train, y_train, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[marks]
-    )  # corpus: fit
+    model.fit(x_train, y_train, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[marks])  # corpus: fit
     score = model.evaluate(x_test, y_test, verbose=0)  # corpus: evaluate
     print(f"test loss {score[0]:.4f} test accuracy {score[1]:.4f}")
     hook.finish(iterations=marks.iterations)

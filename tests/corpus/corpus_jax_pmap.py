@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-).strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 
 import hook  # noqa: E402
 import jax  # noqa: E402
@@ -40,12 +38,8 @@ optimizer = optax.sgd(0.05, momentum=0.9)
 
 def init_params(key: jax.Array) -> dict[str, jax.Array]:
     k1, k2 = jax.random.split(key)
-    return {
-        "w1": jax.random.normal(k1, (FEATURES, 128)) * 0.05,
-        "b1": jnp.zeros(128),
-        "w2": jax.random.normal(k2, (128, 10)) * 0.05,
-        "b2": jnp.zeros(10),
-    }
+    return {"w1": jax.random.normal(k1, (FEATURES, 128)) * 0.05, "b1": jnp.zeros(128),
+            "w2": jax.random.normal(k2, (128, 10)) * 0.05, "b2": jnp.zeros(10)}
 
 
 def logits_of(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -59,9 +53,8 @@ def compute_metrics(logits: jax.Array, labels: jax.Array) -> dict[str, jax.Array
     return jax.lax.pmean({"loss": loss, "accuracy": accuracy}, axis_name="batch")
 
 
-def train_step(
-    params: dict[str, jax.Array], opt_state: optax.OptState, batch: dict[str, jax.Array]
-) -> tuple[dict[str, jax.Array], optax.OptState, dict[str, jax.Array]]:
+def train_step(params: dict[str, jax.Array], opt_state: optax.OptState,
+               batch: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], optax.OptState, dict[str, jax.Array]]:
     def loss_fn(p: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
         logits = logits_of(p, batch["x"])
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean(), logits
@@ -95,7 +88,7 @@ def main() -> None:
     train_metrics = []
     for step in range(TRAIN_BATCHES):  # corpus: train-loop
         hook.mark(f"train:i{step}")
-        idx = perm[step * BATCH : (step + 1) * BATCH]
+        idx = perm[step * BATCH:(step + 1) * BATCH]
         batch = common_utils.shard({"x": x[idx], "y": y[idx]})
         params, opt_state, metrics = p_train_step(params, opt_state, batch)  # corpus: step-call
         train_metrics.append(metrics)
@@ -106,9 +99,7 @@ def main() -> None:
     eval_metrics = []
     for start in range(0, EVAL_SAMPLES, EVAL_BATCH):
         hook.mark(f"eval:b{start // EVAL_BATCH}")
-        batch = common_utils.shard(
-            {"x": x_eval[start : start + EVAL_BATCH], "y": y_eval[start : start + EVAL_BATCH]}
-        )
+        batch = common_utils.shard({"x": x_eval[start:start + EVAL_BATCH], "y": y_eval[start:start + EVAL_BATCH]})
         eval_metrics.append(p_eval_step(params, batch))  # corpus: eval-call
     hook.mark("eval-end")
     summary = common_utils.get_metrics(eval_metrics)

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-).strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 import hook  # noqa: E402
 import jax  # noqa: E402
@@ -39,10 +37,7 @@ def init_layer(key: jax.Array, n_in: int, n_out: int) -> tuple[jax.Array, jax.Ar
 
 def init_model(key: jax.Array) -> tuple[Params, tuple[jax.Array, jax.Array]]:
     keys = jax.random.split(key, len(LAYER_SIZES))
-    params = [
-        init_layer(k, n_in, n_out)
-        for k, n_in, n_out in zip(keys[1:], LAYER_SIZES[:-1], LAYER_SIZES[1:], strict=True)
-    ]
+    params = [init_layer(k, n_in, n_out) for k, n_in, n_out in zip(keys[1:], LAYER_SIZES[:-1], LAYER_SIZES[1:], strict=True)]
     rng = np.random.default_rng(0)
     inputs = rng.standard_normal((BATCH, LAYER_SIZES[0]), dtype=np.float32)
     targets = rng.standard_normal((BATCH, LAYER_SIZES[-1]), dtype=np.float32)
@@ -64,9 +59,7 @@ def loss(params: Params, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
 @jax.jit
 def update(params: Params, batch: tuple[jax.Array, jax.Array]) -> Params:
     grads = jax.grad(loss)(params, batch)
-    return [
-        (w - 0.005 * dw, b - 0.005 * db) for (w, b), (dw, db) in zip(params, grads, strict=True)
-    ]
+    return [(w - 0.005 * dw, b - 0.005 * db) for (w, b), (dw, db) in zip(params, grads, strict=True)]
 
 
 def train(params: Params, batch: tuple[jax.Array, jax.Array], layout: str, start: int) -> Params:
@@ -88,13 +81,8 @@ def main() -> None:
 
     mesh = jax.make_mesh((2, 2), ("batch", "model"))
     batch = jax.device_put(batch, NamedSharding(mesh, P("batch", None)))
-    params = [
-        (
-            jax.device_put(w, NamedSharding(mesh, P(None, "model"))),
-            jax.device_put(b, NamedSharding(mesh, P("model"))),
-        )
-        for w, b in params
-    ]
+    params = [(jax.device_put(w, NamedSharding(mesh, P(None, "model"))),
+               jax.device_put(b, NamedSharding(mesh, P("model")))) for w, b in params]
     params = train(params, batch, "data+model-parallel", ITERATIONS_PER_LAYOUT)
     hook.finish(iterations=2 * ITERATIONS_PER_LAYOUT)
 

@@ -26,12 +26,8 @@ optimizer = optax.adam(1e-3)
 
 def init_params(key: jax.Array) -> dict[str, jax.Array]:
     k1, k2 = jax.random.split(key)
-    return {
-        "w1": jax.random.normal(k1, (FEATURES, 128)) * 0.05,
-        "b1": jnp.zeros(128),
-        "w2": jax.random.normal(k2, (128, 10)) * 0.05,
-        "b2": jnp.zeros(10),
-    }
+    return {"w1": jax.random.normal(k1, (FEATURES, 128)) * 0.05, "b1": jnp.zeros(128),
+            "w2": jax.random.normal(k2, (128, 10)) * 0.05, "b2": jnp.zeros(10)}
 
 
 def loss_fn(params: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
@@ -41,22 +37,19 @@ def loss_fn(params: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Ar
 
 
 @jax.jit
-def train_step(
-    params: dict[str, jax.Array], opt_state: optax.OptState, batch: dict[str, jax.Array]
-) -> tuple[dict[str, jax.Array], optax.OptState, jax.Array]:
+def train_step(params: dict[str, jax.Array], opt_state: optax.OptState,
+               batch: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], optax.OptState, jax.Array]:
     loss, grads = jax.value_and_grad(loss_fn)(params, batch)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
 
-def data_stream(
-    x: np.ndarray, y: np.ndarray, rng: np.random.Generator
-) -> Iterator[dict[str, jax.Array]]:
+def data_stream(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> Iterator[dict[str, jax.Array]]:
     num_complete_batches, leftover = divmod(len(x), BATCH)
     num_batches = num_complete_batches + bool(leftover)
     perm = rng.permutation(len(x))
     for i in range(num_batches):
-        idx = perm[i * BATCH : (i + 1) * BATCH]
+        idx = perm[i * BATCH:(i + 1) * BATCH]
         yield {"x": jnp.asarray(x[idx]), "y": jnp.asarray(y[idx])}
 
 

@@ -30,14 +30,8 @@ class TinyDetector(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.backbone = nn.Sequential(
-            nn.Conv2d(3, 16, 3, 2, 1),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, 3, 2, 1),
-            nn.ReLU(),
-            nn.Conv2d(32, 32, 3, 2, 1),
-            nn.ReLU(),
-        )
+        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+                                      nn.Conv2d(32, 32, 3, 2, 1), nn.ReLU())
         self.cls_logits = nn.Conv2d(32, ANCHORS * CLASSES, 1)
         self.bbox_pred = nn.Conv2d(32, ANCHORS * 4, 1)
 
@@ -66,15 +60,11 @@ def decode(deltas: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
     return torch.stack([px - pw / 2, py - ph / 2, px + pw / 2, py + ph / 2], -1)
 
 
-def postprocess(
-    logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
+def postprocess(logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """One image: the steps of postprocess_detections, class-agnostic boxes per anchor."""
     boxes = box_ops.clip_boxes_to_image(decode(deltas, anchors), (SIZE, SIZE))
     scores = torch.softmax(logits, -1)[:, 1:]  # drop the background class
-    labels = (
-        torch.arange(1, CLASSES, device=logits.device).view(1, -1).expand_as(scores).reshape(-1)
-    )
+    labels = torch.arange(1, CLASSES, device=logits.device).view(1, -1).expand_as(scores).reshape(-1)
     boxes = boxes[:, None, :].expand(-1, CLASSES - 1, -1).reshape(-1, 4)
     scores = scores.reshape(-1)
     inds = torch.where(scores > SCORE_THRESH)[0]  # corpus: score-filter
@@ -98,19 +88,11 @@ def main() -> None:
             hook.mark(f"infer:i{batch}")
             images = torch.rand(1, 3, SIZE, SIZE).to(device)
             features, logits, deltas = model(images)
-            boxes, scores, labels = postprocess(
-                logits[0], deltas[0], anchors
-            )  # corpus: postprocess
+            boxes, scores, labels = postprocess(logits[0], deltas[0], anchors)  # corpus: postprocess
             rois = torch.cat([torch.zeros_like(boxes[:, :1]), boxes], 1)
-            pooled = roi_align(
-                features, rois, (7, 7), spatial_scale=1 / STRIDE, sampling_ratio=2
-            )  # corpus: roi
+            pooled = roi_align(features, rois, (7, 7), spatial_scale=1 / STRIDE, sampling_ratio=2)  # corpus: roi
             torch_xla.sync()  # corpus: sync
-            detections = {
-                "boxes": boxes.cpu(),
-                "scores": scores.cpu(),
-                "labels": labels.cpu(),
-            }  # corpus: read
+            detections = {"boxes": boxes.cpu(), "scores": scores.cpu(), "labels": labels.cpu()}  # corpus: read
             kept.append(len(detections["boxes"]))
             print(f"batch {batch}: {kept[-1]} detections, pooled {tuple(pooled.shape)}")
     hook.finish(iterations=BATCHES, kept=kept)

@@ -32,18 +32,9 @@ def collate_to_bucket(sequences: list[torch.Tensor]) -> torch.Tensor:
 
 def make_data() -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return [
-        torch.randint(
-            1,
-            VOCAB,
-            (int(torch.randint(length // 2, length + 1, (1,), generator=g)) + 1,),
-            generator=g,
-        )
-        if i
-        else torch.randint(1, VOCAB, (length + 1,), generator=g)
-        for length in LENGTHS
-        for i in range(BATCH)
-    ]
+    return [torch.randint(1, VOCAB, (int(torch.randint(length // 2, length + 1, (1,), generator=g)) + 1,),
+                          generator=g) if i else torch.randint(1, VOCAB, (length + 1,), generator=g)
+            for length in LENGTHS for i in range(BATCH)]
 
 
 class TinyLM(nn.Module):

@@ -45,9 +45,7 @@ class Trainer:
         self.model = TinyDecoder().to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
         self.loss_fn = nn.CrossEntropyLoss()
-        self.compiled_step_fn = torch_xla.compile(
-            self.step_fn, full_graph=True, name="decoder_step_fn"
-        )
+        self.compiled_step_fn = torch_xla.compile(self.step_fn, full_graph=True, name="decoder_step_fn")
 
     def step_fn(self, data: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad()

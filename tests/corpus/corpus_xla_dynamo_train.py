@@ -34,9 +34,8 @@ class SmallCNN(nn.Module):
         return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
 
 
-def train_model(
-    model: nn.Module, data: torch.Tensor, target: torch.Tensor, optimizer: torch.optim.Optimizer
-) -> torch.Tensor:
+def train_model(model: nn.Module, data: torch.Tensor, target: torch.Tensor,
+                optimizer: torch.optim.Optimizer) -> torch.Tensor:
     loss_fn = nn.CrossEntropyLoss()
     optimizer.zero_grad(True)
     pred = model(data)
@@ -50,13 +49,9 @@ def main() -> None:
     hook.start("xla")
     torch.manual_seed(0)
     device = torch_xla.device()
-    loader = xu.SampleGenerator(
-        data=(
-            torch.randn(BATCH, 3, 16, 16, device=device),
-            torch.zeros(BATCH, dtype=torch.int64, device=device),
-        ),
-        sample_count=ITERATIONS,
-    )
+    loader = xu.SampleGenerator(data=(torch.randn(BATCH, 3, 16, 16, device=device),
+                                      torch.zeros(BATCH, dtype=torch.int64, device=device)),
+                                sample_count=ITERATIONS)
     model = SmallCNN().to(device)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-2)

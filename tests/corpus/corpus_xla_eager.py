@@ -28,9 +28,7 @@ def main() -> None:
     device = torch_xla.device()
     features = torch.randn(ITERATIONS * BATCH, 128)
     labels = torch.randint(0, 16, (ITERATIONS * BATCH,))
-    loader = pl.MpDeviceLoader(
-        DataLoader(TensorDataset(features, labels), batch_size=BATCH), device
-    )
+    loader = pl.MpDeviceLoader(DataLoader(TensorDataset(features, labels), batch_size=BATCH), device)
     model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 16)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()

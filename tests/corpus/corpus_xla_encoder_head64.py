@@ -22,9 +22,7 @@ def main() -> None:
     hook.start("xla")
     torch.manual_seed(0)
     device = torch_xla.device()
-    layer = nn.TransformerEncoderLayer(
-        D_MODEL, HEADS, dim_feedforward=FFN, batch_first=True
-    )  # corpus: config
+    layer = nn.TransformerEncoderLayer(D_MODEL, HEADS, dim_feedforward=FFN, batch_first=True)  # corpus: config
     model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(device).eval()
     batches = [torch.randn(BATCH, SEQ, D_MODEL) for _ in range(ITERATIONS)]
     with torch.no_grad():

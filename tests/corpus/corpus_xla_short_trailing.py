@@ -27,10 +27,7 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    x_train, y_train = (
-        torch.randn(BATCH, 128).to(device),
-        torch.randint(0, 128, (BATCH,)).to(device),
-    )
+    x_train, y_train = torch.randn(BATCH, 128).to(device), torch.randint(0, 128, (BATCH,)).to(device)
     for step in range(ITERATIONS):  # corpus: train-loop
         hook.mark(f"train:i{step}")
         optimizer.zero_grad()

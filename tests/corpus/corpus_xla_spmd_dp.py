@@ -49,13 +49,9 @@ def main() -> None:
     mesh = xs.Mesh(np.arange(num_devices), (num_devices,), ("data",))
     batch = BATCH_PER_DEVICE * num_devices
     loader = pl.MpDeviceLoader(
-        xu.SampleGenerator(
-            data=(torch.zeros(batch, 3, 16, 16), torch.zeros(batch, dtype=torch.int64)),
-            sample_count=ITERATIONS,
-        ),
-        device,
-        input_sharding=xs.ShardingSpec(mesh, ("data", None, None, None)),
-    )
+        xu.SampleGenerator(data=(torch.zeros(batch, 3, 16, 16), torch.zeros(batch, dtype=torch.int64)),
+                           sample_count=ITERATIONS),
+        device, input_sharding=xs.ShardingSpec(mesh, ("data", None, None, None)))
     model = SmallCNN().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -72,9 +68,7 @@ def main() -> None:
         hook.mark(f"train:i{step}")
         loss = compiled_step_fn(data, target)  # corpus: step-call
         if step % LOG_STEPS == 0:
-            xm.add_step_closure(
-                lambda s, value: print(f"step {s} loss {value.item():.4f}"), args=(step, loss)
-            )
+            xm.add_step_closure(lambda s, value: print(f"step {s} loss {value.item():.4f}"), args=(step, loss))
     hook.finish(iterations=ITERATIONS, devices=num_devices)
 
 

@@ -25,16 +25,9 @@ import re
 from typing import Any
 
 _PATH = os.environ.get("CORPUS_TRUTH") or ""
-_state: dict[str, Any] = {
-    "backend": None,
-    "marks": [],
-    "jax_compiles": [],
-    "label": "setup",
-    "extra": {},
-}
-_COMPILING = re.compile(
-    r"Compiling (?:jit\()?([\w.<>-]+)\)? with global shapes and types (.*?)\. Argument"
-)
+_state: dict[str, Any] = {"backend": None, "marks": [], "jax_compiles": [], "label": "setup",
+                          "extra": {}}
+_COMPILING = re.compile(r"Compiling (?:jit\()?([\w.<>-]+)\)? with global shapes and types (.*?)\. Argument")
 
 
 def enabled() -> bool:
@@ -45,9 +38,8 @@ class _JaxCompileLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         match = _COMPILING.search(record.getMessage())
         if match:
-            _state["jax_compiles"].append(
-                {"fun": match.group(1), "shapes": match.group(2), "label": _state["label"]}
-            )
+            _state["jax_compiles"].append({"fun": match.group(1), "shapes": match.group(2),
+                                           "label": _state["label"]})
 
 
 def start(backend: str) -> None:

@@ -29,11 +29,8 @@ _DOT = re.compile(r"%([\w.-]+) = \w+\[[\d,]*\]\S* dot\(%([\w.-]+), %([\w.-]+)\)"
 def marker_line(program: str, name: str) -> int:
     """The 1-based line of `# corpus: <name>` in the program (exactly one such line)."""
     tag = f"# corpus: {name}"
-    lines = [
-        i
-        for i, text in enumerate((CORPUS / program).read_text().splitlines(), 1)
-        if text.rstrip().endswith(tag)
-    ]
+    lines = [i for i, text in enumerate((CORPUS / program).read_text().splitlines(), 1)
+             if text.rstrip().endswith(tag)]
     if len(lines) != 1:
         raise LookupError(f"{program}: {len(lines)} lines end with {tag!r}")
     return lines[0]
@@ -51,9 +48,7 @@ class Truth:
     stdout: str
     stderr: str
     data: dict[str, Any]
-    dots: list[tuple[str, str, str]] = field(
-        default_factory=list
-    )  # (lhs, rhs, result) of every HLO dot
+    dots: list[tuple[str, str, str]] = field(default_factory=list)  # (lhs, rhs, result) of every HLO dot
 
     @property
     def labels(self) -> list[str]:
@@ -72,18 +67,11 @@ class Truth:
 
     def total(self, counter: str, prefix: str = "") -> int:
         """Sum of one counter's increments over the phases whose label starts with prefix."""
-        return sum(
-            self.work(label).get(counter, 0)
-            for label in self.labels[:-1]
-            if label.startswith(prefix)
-        )
+        return sum(self.work(label).get(counter, 0) for label in self.labels[:-1]
+                   if label.startswith(prefix))
 
     def per_phase(self, counter: str, prefix: str = "") -> list[int]:
-        return [
-            self.work(label).get(counter, 0)
-            for label in self.labels[:-1]
-            if label.startswith(prefix)
-        ]
+        return [self.work(label).get(counter, 0) for label in self.labels[:-1] if label.startswith(prefix)]
 
     @property
     def fallback_ops(self) -> list[str]:
@@ -100,10 +88,8 @@ def _dots(folder: Path) -> list[tuple[str, str, str]]:
     for path in sorted(folder.glob("*before_optimizations.txt")):
         text = path.read_text()
         shapes = dict(_DEF.findall(text))
-        found += [
-            (shapes.get(lhs, "?"), shapes.get(rhs, "?"), shapes.get(out, "?"))
-            for out, lhs, rhs in _DOT.findall(text)
-        ]
+        found += [(shapes.get(lhs, "?"), shapes.get(rhs, "?"), shapes.get(out, "?"))
+                  for out, lhs, rhs in _DOT.findall(text)]
     return found
 
 
@@ -116,19 +102,9 @@ def measure(program: str, *, hlo: bool = False, timeout: float = 300) -> Truth:
             env.pop(name, None)
         if hlo:
             env["XLA_FLAGS"] = f"--xla_dump_to={tmp}/hlo"
-        proc = subprocess.run(
-            [sys.executable, str(CORPUS / program)],
-            env=env,
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        data = (
-            json.loads(out.read_text())
-            if out.exists()
-            else {"marks": [], "jax_compiles": [], "extra": {}}
-        )
+        proc = subprocess.run([sys.executable, str(CORPUS / program)], env=env, cwd=tmp,
+                              capture_output=True, text=True, timeout=timeout)
+        data = json.loads(out.read_text()) if out.exists() else {"marks": [], "jax_compiles": [], "extra": {}}
         dots = _dots(Path(tmp) / "hlo") if hlo else []
     return Truth(program, proc.returncode, proc.stdout, proc.stderr, data, dots)
 
@@ -136,24 +112,9 @@ def measure(program: str, *, hlo: bool = False, timeout: float = 300) -> Truth:
 if __name__ == "__main__":
     t = measure(sys.argv[1], hlo="--hlo" in sys.argv)
     print(f"exit {t.returncode}; extra {t.extra}")
-    keep = (
-        "UncachedCompile",
-        "CachedCompile",
-        "ExecuteComputation",
-        "MarkStep",
-        "metric:EagerOpExecuteTime",
-    )
-    for label in (
-        t.labels[:-1] if t.data.get("backend") == "xla" else []
-    ):  # JAX marks carry no counters
-        print(
-            label,
-            {
-                k: v
-                for k, v in t.work(label).items()
-                if k in keep or ("::" in k and not k.startswith("xla::"))
-            },
-        )
+    keep = ("UncachedCompile", "CachedCompile", "ExecuteComputation", "MarkStep", "metric:EagerOpExecuteTime")
+    for label in t.labels[:-1] if t.data.get("backend") == "xla" else []:  # JAX marks carry no counters
+        print(label, {k: v for k, v in t.work(label).items() if k in keep or ("::" in k and not k.startswith("xla::"))})
     print("fallback_ops (no value reads):", t.fallback_ops)
     for c in t.data["jax_compiles"]:
         print("jax compile:", c["label"], c["fun"], c["shapes"][:100])

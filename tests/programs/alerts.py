@@ -17,13 +17,8 @@ import torch
 import torch_xla
 
 mode = sys.argv[1]
-hold = float(
-    sys.argv[3]
-    if mode == "storm" and len(sys.argv) > 3
-    else sys.argv[2]
-    if mode != "storm" and len(sys.argv) > 2
-    else 8
-)
+hold = float(sys.argv[3] if mode == "storm" and len(sys.argv) > 3 else
+             sys.argv[2] if mode != "storm" and len(sys.argv) > 2 else 8)
 device = torch_xla.device()
 
 if mode == "storm":
@@ -41,9 +36,7 @@ if mode == "storm":
     sys.exit(0)
 
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(
-    device
-)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 ticks = torch.arange(16.0, device=device)
 torch_xla.sync()  # setup graph

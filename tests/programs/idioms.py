@@ -45,9 +45,7 @@ WATCHED = ("UncachedCompile", "CachedCompile", "ExecuteComputation")
 
 device = torch_xla.device()
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(
-    device
-)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 batches = [(torch.randn(8, 16), torch.randn(8, 4)) for _ in range(args.iters)]
 xm.mark_step()  # setup: the model's parameters on the device
@@ -117,10 +115,7 @@ def tail() -> None:
     """Work after the last sync that never syncs: an eval read with .item(), a fallback, a .cpu()."""
     with torch.no_grad():
         x = torch.randn(8, 16, device=device)
-        print(
-            "eval loss",
-            torch.nn.functional.mse_loss(model(x), torch.zeros(8, 4, device=device)).item(),
-        )
+        print("eval loss", torch.nn.functional.mse_loss(model(x), torch.zeros(8, 4, device=device)).item())
         print("nonzero", x[x > 0].shape)  # aten::nonzero falls back to the CPU
         print("cpu", model(x).sum(dim=0).cpu().shape)
 
@@ -129,11 +124,7 @@ def generate(calls: int) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    lm = (
-        GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100))
-        .to(device)
-        .eval()
-    )
+    lm = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100)).to(device).eval()
     for call in range(calls):
         last = call == calls - 1  # a longer prompt (new graphs), and no sync after it
         ids = torch.tensor([[1, 2, 3, 4, 5, 6] if last else [1, 2, 3, 4]], device=device)

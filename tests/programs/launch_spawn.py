@@ -25,11 +25,9 @@ def steps(count: int, poison_at: int = -1) -> None:
         x = x @ x.T / 4 + 1
         if step == poison_at and os.environ.get("PT_XLA_DEBUG_FILE"):
             with open(os.environ["PT_XLA_DEBUG_FILE"], "a") as handle:
-                handle.write(
-                    "Compilation Analysis: ================================================\n"
-                    "Compilation Analysis: Number of Graph Inputs: many\n"
-                    "Compilation Analysis: Post Compilation Analysis: Graph input size: 1.2.3 GB\n"
-                )
+                handle.write("Compilation Analysis: ================================================\n"
+                             "Compilation Analysis: Number of Graph Inputs: many\n"
+                             "Compilation Analysis: Post Compilation Analysis: Graph input size: 1.2.3 GB\n")
         torch_xla.sync()
 
 

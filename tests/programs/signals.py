@@ -17,12 +17,8 @@ pidfile, mode = sys.argv[1], sys.argv[2:]
 counts: dict[str, int] = {}
 if mode == ["count"]:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(
-            sig,
-            lambda signum, frame: counts.__setitem__(
-                signal.Signals(signum).name, counts.get(signal.Signals(signum).name, 0) + 1
-            ),
-        )
+        signal.signal(sig, lambda signum, frame: counts.__setitem__(signal.Signals(signum).name,
+                                                                    counts.get(signal.Signals(signum).name, 0) + 1))
 with open(pidfile + ".tmp", "w") as handle:
     handle.write(str(os.getpid()))
 os.replace(pidfile + ".tmp", pidfile)

@@ -26,9 +26,7 @@ for step in range(n):
     if ending[:1] == ["late"] and step == 12:
         torch_xla._XLAC._xla_increment_counter("TpuscopeLate", 3)
     if ending[:1] == ["late"]:
-        time.sleep(
-            0.15
-        )  # full reads come at most every 2 s (collect/xla/counters.py): one lands before the end
+        time.sleep(0.15)  # full reads come at most every 2 s (collect/xla/counters.py): one lands before the end
 if ending[:1] == ["late"]:
     torch_xla._XLAC._xla_increment_counter("TpuscopeAfterLoop", 2)
 

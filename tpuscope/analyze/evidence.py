@@ -9,10 +9,12 @@ JSON form is unchanged: a record writes its keys in declared order (tpuscope/ana
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from tpuscope.analyze.records import Record
-from tpuscope.schema import JsonObject
+
+if TYPE_CHECKING:  # annotations only: schema pulls in pyarrow, which a launcher never needs
+    from tpuscope.schema import JsonObject
 
 E = TypeVar("E", bound="Evidence")
 

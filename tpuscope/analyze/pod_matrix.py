@@ -101,9 +101,9 @@ class StepMatrix:
         the batch's dictionary in case it is not the ENUM's in order)."""
         import pyarrow as pa
 
-        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        array: Any = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         codes = array.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        names = array.dictionary.to_pylist()
+        names: list[str] = array.dictionary.to_pylist()  # a DictionaryArray of the hosts' names
         if names != self.hosts[: len(names)]:
             where = {h: i for i, h in enumerate(self.hosts)}
             codes = np.array([where[n] for n in names], dtype=np.int64)[codes]

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, KeysView
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tpuscope.schema import JsonObject
+if TYPE_CHECKING:  # annotations only: schema pulls in pyarrow, which a launcher never needs
+    from tpuscope.schema import JsonObject
+
 
 R = TypeVar("R", bound="Record")
 

@@ -25,6 +25,7 @@ from tpuscope.analyze.hosts import (
 )
 from tpuscope.analyze.judge import in_loop
 from tpuscope.detect import common
+from tpuscope.detect.pod_tables import PodTables
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import SEVERITIES, Finding
 
@@ -202,7 +203,7 @@ def detect_per_host(
     others would return nothing, and their rows are never read."""
     groups: dict[tuple[Any, ...], list[tuple[str, Finding]]] = {}
     todo = {host: rules for host in hosts}
-    if hasattr(tables, "each_host"):  # a PodTables: each host's rows read from its own parts,
+    if isinstance(tables, PodTables):  # each host's rows read from its own parts,
         todo = tables.plan(hosts, rules)  # and only the rules that can find something there
         each = tables.each_host(list(todo))
     else:

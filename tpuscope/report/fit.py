@@ -55,8 +55,8 @@ def table(
         widest = max((len(str(r[i])) for r in rows), default=0)
         out.add_column(
             col.name,
-            justify=col.justify,
-            no_wrap=col.whole,  # type: ignore[arg-type]
+            justify=col.justify,  # type: ignore[arg-type]
+            no_wrap=col.whole,
             overflow="ignore" if col.whole else "fold",
             min_width=widest if col.whole else None,
         )

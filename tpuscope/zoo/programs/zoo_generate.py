@@ -35,23 +35,14 @@ def main(model_type: str, class_name: str, task: str, requests: int, new_tokens:
             truth.mark(f"request:{request}")
             marks = inputs.token_marks(lambda token, r=request: truth.mark(f"token:{r}:{token}"))
             with torch.no_grad():
-                model.generate(
-                    **prompt, max_new_tokens=new_tokens, logits_processor=marks, **kwargs
-                )  # zoo: generate
+                model.generate(**prompt, max_new_tokens=new_tokens, logits_processor=marks, **kwargs)  # zoo: generate
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
         status = "refused" if isinstance(exc, configs.NotTiny) else "error"
-        cpu = (
-            None
-            if status == "refused"
-            else inputs.fails_on_cpu(model_type, class_name, task, "generate", experts)
-        )
+        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "generate", experts)
         if cpu:
-            status = (
-                "broken-default"
-                if inputs.fails_at_full_size(model_type, class_name, task, cpu)
+            status = "broken-default" if inputs.fails_at_full_size(model_type, class_name, task, cpu) \
                 else "fails-on-cpu-too"
-            )
         truth.failed(exc, phase, status, cpu_error=cpu)
         raise
     truth.finish(iterations=requests, params=params, static_cache=static)

@@ -30,15 +30,11 @@ def _placeholders(model: torch.nn.Module, dtype: torch.dtype) -> None:
         for name, param in list(module.named_parameters(recurse=False)):
             kind = dtype if param.is_floating_point() else param.dtype
             module._parameters[name] = torch.nn.Parameter(
-                xla_builder.create_placeholder_tensor(tuple(param.shape), kind),
-                requires_grad=param.requires_grad,
-            )
+                xla_builder.create_placeholder_tensor(tuple(param.shape), kind), requires_grad=param.requires_grad)
         for name, buf in list(module.named_buffers(recurse=False)):
             if buf is not None:
                 kind = dtype if buf.is_floating_point() else buf.dtype
-                module._buffers[name] = xla_builder.create_placeholder_tensor(
-                    tuple(buf.shape), kind
-                )
+                module._buffers[name] = xla_builder.create_placeholder_tensor(tuple(buf.shape), kind)
 
 
 def main(model_type: str, class_name: str, task: str, length: int) -> int:
@@ -62,14 +58,8 @@ def main(model_type: str, class_name: str, task: str, length: int) -> int:
     except Exception as exc:
         truth.failed(exc, phase, "error")
         raise
-    truth.finish(
-        iterations=1,
-        params=sum(p.numel() for p in model.parameters()),
-        length=length,
-        expected_tensorcore=widths.expected(config, f32),
-        widths=widths.summary(config),
-        f32_dots=f32,
-    )
+    truth.finish(iterations=1, params=sum(p.numel() for p in model.parameters()), length=length,
+                 expected_tensorcore=widths.expected(config, f32), widths=widths.summary(config), f32_dots=f32)
     return 0
 
 

@@ -18,9 +18,7 @@ import torch_xla.experimental
 from tpuscope.zoo import configs, inputs, truth
 
 
-def main(
-    model_type: str, class_name: str, task: str, steps: int, lengths: list[int], eager: bool
-) -> int:
+def main(model_type: str, class_name: str, task: str, steps: int, lengths: list[int], eager: bool) -> int:
     if eager:
         torch_xla.experimental.eager_mode(True)  # zoo: eager-on
     device = torch_xla.device()
@@ -32,10 +30,7 @@ def main(
             model.set_experts_implementation(experts)  # zoo: experts
         model = model.to(device).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        batches = [
-            {k: v.to(device) for k, v in inputs.batch(task, config, length).items()}
-            for length in lengths
-        ]
+        batches = [{k: v.to(device) for k, v in inputs.batch(task, config, length).items()} for length in lengths]
         for step in range(steps):
             phase = f"step {step}"
             truth.mark(f"step:{step}")
@@ -46,17 +41,10 @@ def main(
             torch_xla.sync()  # zoo: sync
     except Exception as exc:
         status = "refused" if isinstance(exc, configs.NotTiny) else "error"
-        cpu = (
-            None
-            if status == "refused"
-            else inputs.fails_on_cpu(model_type, class_name, task, "train", experts)
-        )
+        cpu = None if status == "refused" else inputs.fails_on_cpu(model_type, class_name, task, "train", experts)
         if cpu:
-            status = (
-                "broken-default"
-                if inputs.fails_at_full_size(model_type, class_name, task, cpu)
+            status = "broken-default" if inputs.fails_at_full_size(model_type, class_name, task, cpu) \
                 else "fails-on-cpu-too"
-            )
         truth.failed(exc, phase, status, cpu_error=cpu)
         raise
     truth.finish(iterations=steps, params=params, lengths=lengths)
@@ -65,13 +53,4 @@ def main(
 
 if __name__ == "__main__":
     lengths = [int(n) for n in (sys.argv[5] if len(sys.argv) > 5 else "16").split(",")]
-    sys.exit(
-        main(
-            sys.argv[1],
-            sys.argv[2],
-            sys.argv[3],
-            int(sys.argv[4]),
-            lengths,
-            sys.argv[6:7] == ["eager"],
-        )
-    )
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), lengths, sys.argv[6:7] == ["eager"]))
