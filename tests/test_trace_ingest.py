@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import real_trace
+from tests.dashboard_browser import TRACED, TRACED_TPUSCOPE
 from tpuscope.analyze.device_time import assign_steps, busy_per_window, device_ops, step_windows
 from tpuscope.ingest import trace_chunks
 from tpuscope.ingest import traces as trace_ingest
@@ -169,20 +170,7 @@ def test_cpu_trace_with_step_markers(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_real_torch_xla_run_stored_as_the_whole_table_computes(example_run) -> None:
-    run_dir, proc = example_run(
-        "transformer_head_dim64.py",
-        "--steps",
-        "5",
-        "--seq",
-        "128",
-        "--d-model",
-        "128",
-        "--batch",
-        "2",
-        "--vocab",
-        "128",
-        tpuscope_args=("--deep", "--trace-steps", "2:4"),
-    )
+    run_dir, proc = example_run(*TRACED, tpuscope_args=TRACED_TPUSCOPE)  # the browser tests' run
     assert proc.returncode == 0, proc.stderr
     (path,) = trace_ingest.xplane_files(run_dir / "trace")
     host = trace_ingest.host_of(path, space_info(read_xspace(path)))
