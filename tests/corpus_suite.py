@@ -222,6 +222,22 @@ CARDS = {
             tpuscope_args=("--fail-on", "recompile"),
         ),
         # -- end of task "recompile" ----------------------------------------------------------------
+        # -- session 12, issue 26: a loop that never syncs (its steps are its optimizer steps) ----------
+        # PyTorch's Quickstart moved to torch_xla by its device alone: train() reads the loss every 5
+        # batches, test() reads the accuracy of its one batch; nothing syncs, so every read compiles a
+        # new graph holding every step so far (truth: each read 1 UncachedCompile, never cached). The
+        # epochs' second reads at each line are recompiles of that line's growing graph; 10 optimizer
+        # steps are 10 steps; 4 reads in 10 steps are no host_sync card.
+        Card(
+            "corpus_xla_quickstart_nosync.py",
+            "xla",
+            10,
+            _at(
+                "corpus_xla_quickstart_nosync.py",
+                ("recompile", "log-read"),
+                ("recompile", "test-read"),
+            ),
+        ),
     ]
 }
 PROGRAMS = list(CARDS)
@@ -244,6 +260,7 @@ FIRST_HALF = [
         "corpus_jax_shortbatch.py",
         "corpus_hf_varlen.py",
         "corpus_xla_fallback.py",
+        "corpus_xla_quickstart_nosync.py",
     }
 ]
 SECOND_HALF = [p for p in PROGRAMS if p not in FIRST_HALF]

@@ -173,6 +173,27 @@ def test_truth_embedding_bag_falls_back(truth: Callable[[str], Truth]) -> None:
     assert t.per_phase("UncachedCompile", "train:")[1:] == [0] * 7
 
 
+def test_truth_quickstart_nosync_compiles_at_every_read(truth: Callable[[str], Truth]) -> None:
+    """No sync: the loop's graphs run only at its reads, each a new graph (none ever cached)."""
+    t = truth("corpus_xla_quickstart_nosync.py")
+    train = [1, 0, 0, 0, 0]
+    assert t.per_phase("UncachedCompile", "train:") == train * 2
+    assert t.per_phase("UncachedCompile", "test:") == [1, 1]
+    assert t.per_phase("CachedCompile", "") == [0] * 13  # setup + 10 iterations + 2 tests
+    assert t.per_phase("MarkStep", "") == [0] * 13
+    assert t.fallback_ops == []
+
+
+def test_quickstart_nosync_cards_say_the_loop_never_syncs(
+    corpus_run: Callable[[str], CorpusRun],
+) -> None:
+    """The cause is the evidence (the steps end at optimizer steps: no sync), not a guess."""
+    run = corpus_run("corpus_xla_quickstart_nosync.py")
+    cards = [f for f in run.findings if f["rule"] == "recompile"]
+    assert all("never calls torch_xla.sync()" in c["fix"] for c in cards), cards
+    assert sorted(c["step_runs"] for c in cards) == sorted([[[5, 5]], [[9, 9]]])
+
+
 def test_shortbatch_finding_names_batch_x(corpus_run: Callable[[str], CorpusRun]) -> None:
     run = corpus_run("corpus_jax_shortbatch.py")
     recompiles = [f for f in run.findings if f["rule"] == "recompile"]

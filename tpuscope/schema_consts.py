@@ -13,3 +13,8 @@ POD_RULES = ("straggler", "rank_divergence")
 RULES = HOST_RULES + POD_RULES
 # steps of each process left out before steps are judged (`--warmup`, meta["warmup"])
 DEFAULT_WARMUP = 2
+# steps.boundary of a torch_xla loop that passes no sync, whose optimizer steps mark its
+# iterations (collect/xla/steps.py): each optimizer step, and the last iteration after the last one
+OPTIMIZER_BOUNDARY = "optimizer.step"
+LAST_ITERATION_BOUNDARY = "after the last optimizer.step"
+NO_SYNC_BOUNDARIES = (OPTIMIZER_BOUNDARY, LAST_ITERATION_BOUNDARY)

@@ -213,6 +213,7 @@ class HostSyncEvidence(Evidence):
         "host_reads",
         "step_markers",
         "files",
+        "unmarked_runs",
     }
 
     reads_per_step: float = 0.0
@@ -223,6 +224,8 @@ class HostSyncEvidence(Evidence):
     host_reads: int | None = None
     step_markers: int | None = None
     files: list[str] | None = None
+    # a loop with no step marker: graph runs in the one stretch the reads came in (no per-step rate)
+    unmarked_runs: int | None = None
 
 
 @dataclass

@@ -12,6 +12,10 @@ A family is what the program compiles from one place in its code:
   differed (a retrace: new shapes or dtypes, another pytree, a new static value, a
   re-definition). An op run outside jit is its own family (the `op_by_op` rule's business).
 - A compile with nothing known of it (no line, no cause, no inputs) is its own family.
+- In a loop that passes no sync (its steps end at optimizer steps, collect/xla/steps.py), a
+  torch_xla compile's family is its line alone: nothing materialises the loop's tensors, so
+  each read's graph holds all the work since the last one and grows (more inputs every time);
+  the same line compiling again in a later step is the line's graph grown, a recompile.
 
 A torch_xla compile of a family that compiled before is judged by evidence (the `verdict`
 and `reason` columns), never by being second:
@@ -57,6 +61,7 @@ FAMILY_COLUMNS = (
     "eager",
     "backend",
 )
+GROWS = "the graph grows (no sync in the loop)"  # a no-sync loop's family: its line alone
 MAX_BOUNDED = 8  # graphs a bounded set (buckets) may have
 MAX_BUCKET_WASTE = 0.10  # the padding a bucketing plan may add (detect/shape_churn.MAX_WASTE)
 _BOUNDARY = re.compile(r"sync|mark_step|step end")
@@ -211,11 +216,13 @@ def graph_families(
     compiles: pd.DataFrame,
     backends: dict[str, str] | None = None,
     loop_end: dict[str, int] | None = None,
+    unsynced: set[tuple[str, int]] | None = None,
 ) -> pd.DataFrame:
     """The compiles in time order, each with its family, its number within the family
     (0 = first compile), its verdict (first, warmup, recompile, bounded) and why, whether it
     is a recompile, and the JAX function / eager flag. `loop_end` ('host/pid' -> last loop
-    step, loop_ends()) lets a set of graphs that stopped growing be seen as one."""
+    step, loop_ends()) lets a set of graphs that stopped growing be seen as one; `unsynced`
+    ('host/pid', step): the steps of a loop with no sync (analyze/step_stream.unsynced_steps)."""
     columns = {name: pd.Series(dtype=object) for name in FAMILY_COLUMNS}
     if compiles.empty:
         return compiles.assign(**columns)
@@ -227,8 +234,8 @@ def graph_families(
     for n, row in enumerate(records(ordered)):
         backend = _backend(row, backends)
         function, eager = _jax_function(row) if backend == "jax" else (None, False)
-        family = _family(row, n, backend, function, eager)
         process = _process(row)
+        family = _family(row, n, backend, function, eager, _unsynced(row, process, unsynced))
         cut = judge.cut(row, process)
         verdict, reason = judge.verdict(row, family, cut, backend)
         values = (
@@ -275,6 +282,8 @@ def may_be_bounded(rows: pd.DataFrame) -> bool:
     run long enough without a new graph (the live alerts wait for that before saying
     "recompile", launch/alerts/): torch_xla, each graph compiled once, no more than
     MAX_BOUNDED, and no bucketing plan that would cut the set."""
+    if rows["family"].astype(str).str.endswith(GROWS).any():
+        return False  # a graph that grows with the loop is never a set that stopped growing
     if (rows["backend"] == "jax").any() or not rows["reason"].dropna().isin(
         ["recurred", "new shapes"]
     ).all():
@@ -302,12 +311,27 @@ def _plan_cuts(rows: pd.DataFrame) -> bool:
     return len(suggest_buckets(sizes, MAX_BUCKET_WASTE).buckets) < len(sizes)
 
 
-def _family(row: dict[str, Any], n: int, backend: str, function: str | None, eager: bool) -> str:
+def _unsynced(row: dict[str, Any], process: str, unsynced: set[tuple[str, int]] | None) -> bool:
+    step = row.get("step")
+    return bool(unsynced) and _known(step) and (process, int(step)) in (unsynced or set())
+
+
+def _family(
+    row: dict[str, Any],
+    n: int,
+    backend: str,
+    function: str | None,
+    eager: bool,
+    unsynced: bool = False,
+) -> str:
     process = _process(row)
     if backend == "jax":
         if eager or not function:
             return f"{process} | eager #{n}"
         return f"{process} | jit {function}"
+    site = row.get("location") if _known(row.get("location")) else None
+    if unsynced and site:
+        return f"{process} | {site} | {GROWS}"
     family = _xla_family(row)
     return f"{process} | {family}" if family else f"{process} | unknown #{n}"
 

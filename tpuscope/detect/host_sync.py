@@ -165,20 +165,30 @@ def _finding(
         )
         or "call sites not traced"
     )
-    title = f"{per_step:.1f} device-to-host reads per step" + (
-        f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else ""
+    at = f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else ""
+    wait = (
+        " Each read waits for the device to finish the graph cut at that point, so the host "
+        f"stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s of measured "
+        "device-to-host wait (TransferFromDeviceTime) in these reads' share."
     )
-    span = (
-        f"{count} steps"
-        if evidence.step_markers is None
-        else f"over {evidence.step_markers} step markers of the imported evidence"
-    )
-    detail = (
-        f"The step reads values back from the device {per_step:.1f} times per step on average "
-        f"({span}): {calls}. Each read waits for the device to finish the graph cut at "
-        f"that point, so the host stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s "
-        "of measured device-to-host wait (TransferFromDeviceTime) in these reads' share."
-    )
+    if evidence.unmarked_runs is not None:
+        title = f"{per_step:.0f} device-to-host reads in a loop with no step marker{at}"
+        detail = (
+            "The program passes no step boundary (no torch_xla.sync(), no optimizer step), so "
+            f"how many reads one iteration makes is not known: {per_step:.0f} reads came in one "
+            f"stretch in which graphs ran {evidence.unmarked_runs} times: {calls}.{wait}"
+        )
+    else:
+        span = (
+            f"{count} steps"
+            if evidence.step_markers is None
+            else f"over {evidence.step_markers} step markers of the imported evidence"
+        )
+        title = f"{per_step:.1f} device-to-host reads per step{at}"
+        detail = (
+            f"The step reads values back from the device {per_step:.1f} times per step on "
+            f"average ({span}): {calls}.{wait}"
+        )
     severity = judge.severity(cost, wall)
     evidence.reads_per_step, evidence.sites = per_step, sites
     return Finding(RULE, severity, title, detail, fix, location, cost, runs, evidence, count)
@@ -222,6 +232,15 @@ def _imported(tables: RunTables) -> list[Finding]:
     return [_finding(per_step, cost, 0.0, [], [], totals)]
 
 
+def _unmarked_runs(judged: pd.DataFrame) -> int | None:
+    """Graph runs of a loop with no step marker (its one step is the whole program, ended by
+    the end of the run, analyze/judge): the only count of its work there is; None for a loop
+    with steps."""
+    if len(judged) != 1 or str(judged.get("boundary", pd.Series([""])).iloc[0]) != judge.AFTER_LOOP:
+        return None
+    return int(judged["executions"].fillna(0).iloc[0]) if "executions" in judged else 0
+
+
 def detect_host_sync(tables: RunTables) -> list[Finding]:
     """One finding when the judged steps read from the device READS_PER_STEP times or more."""
     if tables.steps.empty:
@@ -246,7 +265,9 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
             common.run_wall_s(tables),
             steps,
             sites,
-            HostSyncEvidence(share_of_host_reads=round(share, 3)),
+            HostSyncEvidence(
+                share_of_host_reads=round(share, 3), unmarked_runs=_unmarked_runs(judged)
+            ),
             JAX_FIX if tables.backend == "jax" else FIX,
         )
     ]

@@ -43,6 +43,7 @@ from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_t
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.xla_advice import SAME_SHAPES
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
 from tpuscope.step_runs import runs_text
 
 RULE = "recompile"
@@ -263,7 +264,19 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
         return fix
     changes = next((i["changes"] for i in items if i["changes"]), [])
     causes = [i["cause"] or "" for i in items]
+    if _in_loop_without_sync(tables, items):
+        return xla_advice.NO_SYNC_FIX
     return xla_advice.recompile_fix(changes, causes, facet, data_dependent_ops(tables.fallbacks))
+
+
+def _in_loop_without_sync(tables: RunTables, items: list[dict[str, Any]]) -> bool:
+    """Every recompile is in a step that an optimizer step ended in a loop with no sync
+    (collect/xla/steps.py): the evidence that nothing ever cuts the lazy graph."""
+    steps = tables.steps
+    if steps.empty or "boundary" not in steps:
+        return False
+    marked = set(steps.loc[steps["boundary"].isin(NO_SYNC_BOUNDARIES), "step"].astype(int))
+    return bool(marked) and all(i["step"] in marked for i in items)
 
 
 def whole_wall_s(tables: RunTables) -> float:

@@ -18,6 +18,7 @@ from tpuscope.analyze.contract import RunSummary
 from tpuscope.analyze.families import graph_families, loop_ends, process_backends
 from tpuscope.analyze.hosts import per_host_steps, pod_view
 from tpuscope.analyze.judge import in_loop, phases
+from tpuscope.analyze.step_stream import unsynced_steps
 from tpuscope.schema_consts import DEFAULT_WARMUP
 
 # A list of graph hashes per step that no rule reads (compiles has them): on a million steps,
@@ -65,7 +66,12 @@ class RunTables:
     @cached_property
     def families(self) -> pd.DataFrame:
         """The compiles with their graph family and recompile flag (analyze/families.py)."""
-        return graph_families(self.compiles, process_backends(self.meta), loop_ends(self.loop))
+        return graph_families(
+            self.compiles,
+            process_backends(self.meta),
+            loop_ends(self.loop),
+            unsynced_steps(self.steps),
+        )
 
     @cached_property
     def phase(self) -> pd.Series:

@@ -16,6 +16,13 @@ CACHE_FIX = (
     "Compiles that must stay can be kept across runs with torch_xla's persistent cache: "
     "`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)` before the first step."
 )
+NO_SYNC_FIX = (
+    "The loop never calls torch_xla.sync(): its steps end at optimizer steps, and its graphs run "
+    "only when a value is read. Nothing materialises the updated parameters, so each read "
+    "compiles a new graph holding every step so far (it grows with the loop). Call "
+    "torch_xla.sync() (or xm.mark_step()) after optimizer.step(), or wrap the step in "
+    "torch_xla.compile(), and read values after it."
+)
 IMPORTED_FIX = (
     "Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
     "and what changed between graphs; usually a shape that varies per step (pad it to a few "

@@ -46,9 +46,9 @@ from tpuscope.collect.xla.rows import COMPILE_METRICS, StepRecord, StepRows
 from tpuscope.collect.xla.shapes import HloDumpShapes
 from tpuscope.collect.xla.steps import (
     DYNAMO_CALL,
-    END,
     LIBRARY_CALL,
     LOOKUPS,
+    OPTIMIZER,
     StepRule,
     boundary_name,
     library_caller,
@@ -154,10 +154,11 @@ class XlaCollector:
         calls of library functions that run a device loop themselves (xla/library_loops.py)."""
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        rule = self.rule
-
-        def _optimizer_stepped(*_: Any) -> None:
-            rule.optimizer_steps += 1
+        def _optimizer_stepped(optimizer: Any, *_: Any) -> None:
+            if self.rule.optimizer_stepped(optimizer):  # a loop with no sync (steps.py)
+                start = time.perf_counter_ns()
+                compiled = self.on_step_end(OPTIMIZER)
+                self.session.cost.hooked(start, compiled)
 
         self._optimizer_hook = register_optimizer_step_post_hook(_optimizer_stepped)
 
@@ -199,7 +200,7 @@ class XlaCollector:
         as a last step "end"; the previous step's async execution finishing late is not work."""
         if self._xlac is None:
             return
-        self.on_step_end(END, self.reader.snapshot(full=True))
+        self.on_step_end(self.rule.end_boundary(), self.reader.snapshot(full=True))
         if self.sites is not None:
             self.sites.close()  # nothing follows to trace
 

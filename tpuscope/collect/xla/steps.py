@@ -63,6 +63,18 @@ ends them):
   one iteration per call: its return is a boundary ("generate", library_loops.py); the
   program's first boundary after such a step (a sync after the call, which runs the outputs'
   pending graph) gives way, so a call is one step whether or not the program syncs after it.
+- a loop that passes no sync at all (its device work runs at its value reads: `loss.item()`,
+  `print(t)`, `.cpu()`) is one iteration per optimizer step: an optimizer step ends a step
+  ("optimizer.step") when the same optimizer stepped before with no sync since; the first
+  optimizer seen doing so is the marker, and only its steps end steps (a GAN steps two
+  optimizers per iteration). So the first optimizer step ends none (the interval up to the
+  second holds the first iteration), and the work after the last one is the last iteration
+  ("after the last optimizer.step", never the after-the-loop "end"): N optimizer steps are N
+  steps whether the reads come before or after them. A step it ends needs no work launched (an
+  iteration without a read launches nothing). A program that syncs in its loop passes a sync
+  between any two steps of one optimizer, so its optimizer steps never end a step. A loop with
+  neither a sync nor an optimizer step (an inference loop that only reads values) has no step
+  marker: it is one step, and the analysis says so (detect/host_sync).
 """
 
 from __future__ import annotations
@@ -71,6 +83,7 @@ import sys
 import weakref
 from typing import Any
 
+from tpuscope.schema_consts import LAST_ITERATION_BOUNDARY, OPTIMIZER_BOUNDARY
 from tpuscope.user_files import is_plumbing, is_user_file
 
 COMPILE_PRELUDE = "torch_xla.compile prelude"
@@ -80,6 +93,8 @@ DYNAMO_CALL = "torch.compile"  # the return of a torch.compile'd function (colle
 LIBRARY_CALL = (
     "generate"  # the return of a library loop call: transformers' generate() (library_loops.py)
 )
+OPTIMIZER = OPTIMIZER_BOUNDARY  # an optimizer step in a loop that passes no sync (module doc)
+LAST_ITERATION = LAST_ITERATION_BOUNDARY  # such a loop's end: its last iteration's reads
 WITHIN_A_CALL = (COMPILE_PRELUDE, COLLECTIVE, DYNAMO_TRACE)  # never end a step
 LOADER = "MpDeviceLoader"
 LOADER_START = "MpDeviceLoader start"  # a loader's first sync of a pass: never ends a step
@@ -194,6 +209,27 @@ class StepRule:
         self.optimizer_steps = 0  # optimizer.step() calls so far (the collector's post-hook)
         self._optimizer_steps_at_end = 0  # ... when the last step ended
         self._library_step = False  # the last step ended at a library loop call's return
+        self._stepped_since_sync: set[int] = set()  # optimizers stepped since the last sync
+        self._marker: int | None = None  # the optimizer whose steps mark a loop with no sync
+
+    def optimizer_stepped(self, optimizer: object) -> bool:
+        """Count an optimizer step; True if it ends a step: the same optimizer stepped before
+        with no sync since, so the loop passes no sync; the first optimizer seen doing so is
+        the marker, whose steps alone end steps (a GAN steps two per iteration)."""
+        self.optimizer_steps += 1
+        key = id(optimizer)
+        marks = key in self._stepped_since_sync and self._marker in (None, key)
+        if marks:
+            self._marker = key
+        self._stepped_since_sync.add(key)
+        return marks
+
+    def end_boundary(self) -> str:
+        """The boundary of the work after the program's last boundary: in a loop marked by its
+        optimizer steps (no sync since the marker's last step), its last iteration, else the
+        after-the-loop "end"."""
+        marked = self._marker is not None and self._marker in self._stepped_since_sync
+        return LAST_ITERATION if marked else END
 
     def _loader_gives_way(self, lookups: int) -> bool:
         """The loader's sync is the top of the next iteration: the program synced itself since
@@ -221,6 +257,9 @@ class StepRule:
         launched: compile-cache lookups, plus executions beyond them and the ones still in
         flight, plus `direct`. One flat call: on the caches a step leaves, each Python call
         costs about 1 us."""
+        marked = boundary in (OPTIMIZER, LAST_ITERATION)
+        if not marked and boundary != END:
+            self._stepped_since_sync.clear()
         if boundary in WITHIN_A_CALL:
             return None
         if self._library_step and boundary not in (LIBRARY_CALL, END):
@@ -237,7 +276,7 @@ class StepRule:
         elif boundary != END:
             self._own_boundary, self._yielded_at = True, None
         launched = lookups + max(0, executed - lookups - self.outstanding) + direct
-        if not (launched or other_work):
+        if not (launched or other_work or marked):  # an optimizer step is an iteration
             return None
         if (
             library

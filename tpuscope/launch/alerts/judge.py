@@ -63,6 +63,7 @@ class AlertJudge:
         self._loop_last: dict[
             str, int
         ] = {}  # 'host/pid' -> the loop's last step seen ("end" left out)
+        self._unsynced: set[tuple[str, int]] = set()  # steps of a loop with no sync (step_stream)
         self._procs: dict[tuple[str, int], dict[str, Any]] = {}
         self._deferred = False  # compile rows of a process whose backend its meta does not say yet
 
@@ -97,6 +98,9 @@ class AlertJudge:
         """The loop's last step per process so far: a bounded set is seen by the steps after it."""
         if steps is None or steps.empty:
             return
+        from tpuscope.analyze.step_stream import unsynced_steps
+
+        self._unsynced |= unsynced_steps(steps)
         loop = steps[steps["boundary"].astype(str) != AFTER_LOOP] if "boundary" in steps else steps
         for (host, pid), step in loop.groupby(["host", "pid"], dropna=False)["step"].max().items():
             key = f"{host}/{pid}"
@@ -117,7 +121,7 @@ class AlertJudge:
         )
         # the report's families over the loop seen so far (its steps are not kept here)
         tables.__dict__["families"] = graph_families(
-            compiles, process_backends(meta), self._loop_last
+            compiles, process_backends(meta), self._loop_last, self._unsynced
         )
         return tables
 

@@ -27,7 +27,7 @@ COLUMNS = {
         "input_gb",
     ],
     "fallbacks": ["host", "pid", "step", "op", "count", "location"],
-    "steps": ["host", "pid", "step"],
+    "steps": ["host", "pid", "step", "boundary"],
     "retraces": None,  # JAX's explanations, every column (few rows)
 }
 
