@@ -422,6 +422,16 @@ def test_a_read_every_few_steps_is_fine() -> None:
     assert detect_host_sync(tables(frame_)) == []
 
 
+def test_reads_in_a_loop_with_no_step_marker_get_no_rate_per_iteration() -> None:
+    """No sync, no optimizer step (an inference loop of `.item()` reads): the whole program is
+    one step, so the card counts the reads and the graph runs, never a rate per step."""
+    frame_ = steps(1, compiles={0: 1}, reads=8).assign(boundary="end", executions=8)
+    [finding] = detect_host_sync(tables(frame_))
+    assert finding.title == "8 device-to-host reads in a loop with no step marker"
+    assert "is not known" in finding.detail and "graphs ran 8 times" in finding.detail
+    assert finding.evidence.unmarked_runs == 8
+
+
 # -- shapes --------------------------------------------------------------------------------
 def test_parse_and_diff_shapes() -> None:
     assert parse_shape("f32[4,41,128]{2,1,0}").dims == (4, 41, 128)

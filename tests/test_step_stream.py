@@ -24,6 +24,7 @@ from tpuscope.collect.xla.steps import (
     LIBRARY_CALL,
     LOADER,
     LOADER_START,
+    OPTIMIZER,
     StepRule,
     boundary_name,
 )
@@ -73,6 +74,36 @@ def test_before_any_optimizer_step_a_librarys_boundary_ends_steps() -> None:
     rule = _rule()
     assert rule.end("mark_step", 1, 1, 1, False, library=True) == 1
     assert rule.end("mark_step", 2, 1, 1, False, library=True) == 1
+
+
+def test_a_loop_with_no_sync_is_one_step_per_optimizer_step() -> None:
+    """No sync at all (PyTorch's Quickstart on torch_xla): the same optimizer stepping again with
+    no sync since ends a step, with or without work (a read every few batches); the first ends
+    none, and the work after the last is the last iteration, not the after-the-loop "end"."""
+    rule, opt = _rule(), object()
+    assert not rule.optimizer_stepped(opt)  # iteration 0's: its read comes after it
+    for _ in range(4):
+        assert rule.optimizer_stepped(opt)
+        assert rule.end(OPTIMIZER, 1, 0, 0, False) == 0  # a step with nothing launched
+    assert rule.end_boundary() == "after the last optimizer.step"
+
+
+def test_a_loop_that_syncs_never_steps_at_its_optimizer() -> None:
+    """`.item()` before optimizer.step(), torch_xla.sync() after it: the sync between two
+    optimizer steps keeps them from ending steps, the first iteration's included."""
+    rule, opt = _rule(), object()
+    for lookups in range(1, 4):
+        assert not rule.optimizer_stepped(opt)
+        assert rule.end("sync", lookups, 1, 1, False) == 1
+    assert rule.end_boundary() == END
+
+
+def test_only_the_first_optimizer_to_step_again_marks_the_loop() -> None:
+    """A GAN steps two optimizers per iteration: only one of them ends steps."""
+    rule, d, g = _rule(), object(), object()
+    assert not rule.optimizer_stepped(d) and not rule.optimizer_stepped(g)
+    assert rule.optimizer_stepped(d) and not rule.optimizer_stepped(g)
+    assert rule.optimizer_stepped(d) and not rule.optimizer_stepped(g)
 
 
 def _steps(*rows: tuple[int, int, int]) -> pd.DataFrame:
