@@ -380,6 +380,11 @@ def test_the_table_outputs_and_duckdb(zoo) -> None:
     ]
     summary = table.summarize(list(records.values()))
     assert summary["judged"] == 5 and summary["disagreements"] == 0 and summary["cells"] == 7
+    # a store that is not kept (another machine's, an earlier session's) joins by its cells.csv:
+    # the CSV read back is the same table, and the store's own cells win over the earlier ones
+    earlier = table.load_earlier(folder / "cells.csv")
+    assert table.markdown([], earlier) == text
+    assert table.markdown([next(iter(records.values()))], earlier) == text
 
 
 def _line(program: str, name: str) -> int:

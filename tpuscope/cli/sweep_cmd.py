@@ -59,6 +59,13 @@ _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
 @click.option(
     "--table", "table_only", is_flag=True, help="Print the table of what already ran; run nothing."
 )
+@click.option(
+    "--earlier",
+    "earlier_csv",
+    type=click.Path(exists=True, dir_okay=False),
+    help="An earlier sweep's cells.csv (a store not kept, another machine's): its cells join the "
+    "table where this store has not run them.",
+)
 @click.option("--json", "fmt", flag_value="json", help="Print the table as JSON.")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the table as Markdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -75,6 +82,7 @@ def sweep(
     retry: tuple[str, ...],
     list_only: bool,
     table_only: bool,
+    earlier_csv: str | None,
     fmt: str | None,
     quiet: bool,
 ) -> None:
@@ -87,6 +95,7 @@ def sweep(
       tpuscope sweep --store /data/zoo --task causal-lm --only 'llama*' --only gpt2 -j 2
       tpuscope sweep --store gs://b/zoo --shard 2/4       # this machine's quarter
       tpuscope sweep --store /data/zoo --table --markdown  # what ran so far
+      tpuscope sweep --store /data/zoo --table --markdown --earlier docs/zoo/cells.csv
       tpuscope sweep --store /data/zoo --scenario tensorcore --target v6e --only llama
     """
     from tpuscope.zoo import table
@@ -118,10 +127,11 @@ def sweep(
             target=target,
         )
         table.write_outputs(store)
+    earlier = table.load_earlier(earlier_csv) if earlier_csv else None
     if fmt == "json":
-        click.echo(json.dumps(table.to_json(records), indent=1, default=str))
+        click.echo(json.dumps(table.to_json(records, earlier), indent=1, default=str))
     elif fmt == "markdown":
-        click.echo(table.markdown(records))
+        click.echo(table.markdown(records, earlier))
     else:
-        click.echo(table.markdown_summary(table.summarize(records)))
+        click.echo(table.markdown_summary(table.summarize(records, earlier)))
     sys.stdout.flush()

@@ -31,6 +31,54 @@ def load_records(store: str | Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r["model_type"], *str(r["scenario"]).partition("+")[::2]))
 
 
+def load_earlier(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of an earlier sweep's cells.csv (another machine's or session's store, which
+    is not kept: docs/zoo/cells.csv), typed as row() makes them. A sweep split over machines
+    or sessions is one table: the cells a store lacks come from here (`merged_rows`)."""
+    with open(path, newline="") as handle:
+        return [_typed(r) for r in csv.DictReader(handle)]
+
+
+def _typed(r: dict[str, str]) -> dict[str, Any]:
+    def number(key: str, kind: type = float) -> Any:
+        return kind(float(r[key])) if r.get(key) not in (None, "") else None
+
+    def flag(key: str) -> bool | None:
+        return {"True": True, "False": False}.get(r.get(key) or "")
+
+    return {
+        **r,
+        "compiles": number("compiles", int),
+        "recompiles": number("recompiles", int),
+        "reads_per_step": number("reads_per_step"),
+        "executions_per_step": number("executions_per_step"),
+        "step_ms": number("step_ms"),
+        "seconds": number("seconds"),
+        "clean": bool(flag("clean")),
+        "agrees": flag("agrees"),
+    }
+
+
+def merged_rows(
+    records: list[dict[str, Any]], earlier: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The store's rows, and the earlier rows of cells the store has not run, in table order."""
+    rows = [row(r) for r in records]
+    have = {(r["model_type"], r["scenario"]) for r in rows}
+    rows += [r for r in earlier or [] if (r["model_type"], r["scenario"]) not in have]
+    return sorted(rows, key=lambda r: (r["model_type"], *str(r["scenario"]).partition("+")[::2]))
+
+
+def _row_ops(rows: list[dict[str, Any]]) -> Counter[str]:
+    """Fallback ops named in rows' `fallback_ops` ("aten::isin.Tensor_Tensor (5.0/step at ...)")."""
+    return Counter(
+        part.split(" (")[0]
+        for r in rows
+        for part in str(r["fallback_ops"] or "").split("; ")
+        if part
+    )
+
+
 def _per_step(calls: list[int]) -> float:
     return round(sum(calls) / len(calls), 1) if calls else 0.0
 
@@ -71,10 +119,15 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(
+    records: list[dict[str, Any]], earlier: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Coverage, clean cells per scenario, the commonest fallback ops and failure reasons, and the
-    disagreement count (the headline)."""
-    rows = [row(r) for r in records]
+    disagreement count (the headline); `earlier`: rows of cells run in another store (their
+    fallback ops are tpuscope's, counted with the counters' of this store's cells)."""
+    rows = merged_rows(records, earlier)
+    own = {(r["model_type"], r["scenario"]) for r in records}
+    carried = _row_ops([r for r in rows if (r["model_type"], r["scenario"]) not in own])
     ran = [r for r in rows if r["status"] == "ok"]
     judged = [r for r in ran if r["agrees"] is not None]
     scenarios = sorted({r["scenario"] for r in rows})
@@ -84,8 +137,12 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         for f in rec.get("findings") or []
         if f.get("rule") == "cpu_fallback"
     )
-    truth_ops = Counter(
-        op for rec in records for op in (rec.get("expected") or {}).get("cpu_fallback") or []
+    fallback_ops += carried
+    truth_ops = (
+        Counter(
+            op for rec in records for op in (rec.get("expected") or {}).get("cpu_fallback") or []
+        )
+        + carried
     )
     reasons = Counter(_short_reason(r) for r in rows if r["status"] != "ok")
     return {
@@ -183,15 +240,15 @@ _COLUMNS = (
 )
 
 
-def markdown(records: list[dict[str, Any]]) -> str:
+def markdown(records: list[dict[str, Any]], earlier: list[dict[str, Any]] | None = None) -> str:
     """The summary, then one line per cell (the reason cut to keep the table readable)."""
     out = [
-        markdown_summary(summarize(records)),
+        markdown_summary(summarize(records, earlier)),
         "",
         "| " + " | ".join(_COLUMNS) + " |",
         "|" + "---|" * len(_COLUMNS),
     ]
-    for r in map(row, records):
+    for r in merged_rows(records, earlier):
         cells = [str(r[c] if r[c] is not None else "") for c in _COLUMNS]
         if r["disagreements"]:
             cells[-1] = f"DISAGREES: {r['disagreements']}"
@@ -200,12 +257,14 @@ def markdown(records: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_json(records: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"summary": summarize(records), "cells": [row(r) for r in records]}
+def to_json(
+    records: list[dict[str, Any]], earlier: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {"summary": summarize(records, earlier), "cells": merged_rows(records, earlier)}
 
 
-def to_csv(records: list[dict[str, Any]]) -> str:
-    rows = [row(r) for r in records]
+def to_csv(records: list[dict[str, Any]], earlier: list[dict[str, Any]] | None = None) -> str:
+    rows = merged_rows(records, earlier)
     buf = io.StringIO()
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
