@@ -18,6 +18,7 @@ from tpuscope.collect.xla import library_loops
 from tpuscope.collect.xla.library_loops import LibraryLoops
 from tpuscope.collect.xla.steps import (
     COLLECTIVE,
+    COMPILE_PRELUDE,
     DYNAMO_CALL,
     DYNAMO_TRACE,
     END,
@@ -76,22 +77,29 @@ def test_before_any_optimizer_step_a_librarys_boundary_ends_steps() -> None:
     assert rule.end("mark_step", 2, 1, 1, False, library=True) == 1
 
 
+class _Optimizer:
+    """Stands for a torch optimizer: the rule keeps only weak references to it."""
+
+
 def test_a_loop_with_no_sync_is_one_step_per_optimizer_step() -> None:
     """No sync at all (PyTorch's Quickstart on torch_xla): the same optimizer stepping again with
     no sync since ends a step, with or without work (a read every few batches); the first ends
     none, and the work after the last is the last iteration, not the after-the-loop "end"."""
-    rule, opt = _rule(), object()
+    rule, opt = _rule(), _Optimizer()
     assert not rule.optimizer_stepped(opt)  # iteration 0's: its read comes after it
     for _ in range(4):
         assert rule.optimizer_stepped(opt)
         assert rule.end(OPTIMIZER, 1, 0, 0, False) == 0  # a step with nothing launched
     assert rule.end_boundary() == "after the last optimizer.step"
+    assert rule.end("after the last optimizer.step", 2, 1, 1, True) == 1
+    assert rule.end_boundary() == END  # profile() closes twice: the second close is no step
+    assert rule.end(END, 2, 0, 0, False) is None
 
 
 def test_a_loop_that_syncs_never_steps_at_its_optimizer() -> None:
     """`.item()` before optimizer.step(), torch_xla.sync() after it: the sync between two
     optimizer steps keeps them from ending steps, the first iteration's included."""
-    rule, opt = _rule(), object()
+    rule, opt = _rule(), _Optimizer()
     for lookups in range(1, 4):
         assert not rule.optimizer_stepped(opt)
         assert rule.end("sync", lookups, 1, 1, False) == 1
@@ -100,10 +108,26 @@ def test_a_loop_that_syncs_never_steps_at_its_optimizer() -> None:
 
 def test_only_the_first_optimizer_to_step_again_marks_the_loop() -> None:
     """A GAN steps two optimizers per iteration: only one of them ends steps."""
-    rule, d, g = _rule(), object(), object()
+    rule, d, g = _rule(), _Optimizer(), _Optimizer()
     assert not rule.optimizer_stepped(d) and not rule.optimizer_stepped(g)
     assert rule.optimizer_stepped(d) and not rule.optimizer_stepped(g)
     assert rule.optimizer_stepped(d) and not rule.optimizer_stepped(g)
+
+
+def test_optimizer_steps_inside_a_compiled_step_end_no_step() -> None:
+    """torch_xla.compile syncs before and after the function: k optimizer steps in it are one."""
+    rule, opt = _rule(), _Optimizer()
+    assert rule.end(COMPILE_PRELUDE, 0, 0, 0, False) is None
+    assert not any(rule.optimizer_stepped(opt) for _ in range(3))
+    assert rule.end("torch_xla.compile", 1, 1, 1, False) == 1
+
+
+def test_a_new_optimizer_marks_once_the_old_one_is_gone() -> None:
+    rule, old = _rule(), _Optimizer()
+    assert not rule.optimizer_stepped(old) and rule.optimizer_stepped(old)
+    del old  # an optimizer made anew (a new fold): the old marker is freed
+    new = _Optimizer()
+    assert not rule.optimizer_stepped(new) and rule.optimizer_stepped(new)
 
 
 def _steps(*rows: tuple[int, int, int]) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from tpuscope.analyze.hosts import (
 )
 from tpuscope.analyze.judge import AFTER_LOOP
 from tpuscope.analyze.pod_matrix import StepMatrix, nan_median
+from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
 
 NUMERIC = ("compile_ns", "execute_ns", *COUNTS)  # summed per (host, step), nulls as 0
 PARTS = ("compile_ns", "execute_ns", "host_ns", *COUNTS)  # a slow step's parts, against the pod's
@@ -198,6 +199,12 @@ class PodSteps:
             "WHEN n = 1 THEN last_step END FROM procs"
         )
         return {f"{h}/{p}": int(s) for h, p, s in rows if s is not None}
+
+    def unsynced_steps(self) -> set[tuple[str, int]]:
+        """analyze/step_stream.unsynced_steps: ('host/pid', step) of a loop with no sync."""
+        marked = ", ".join(_q(b) for b in NO_SYNC_BOUNDARIES)
+        rows = self.rows(f"SELECT host, pid, step FROM s WHERE boundary IN ({marked})")
+        return {(f"{h}/{p}", int(step)) for h, p, step in rows}
 
     def last_steps(self) -> dict[str, int]:
         """Per host, its last step (any phase)."""

@@ -174,7 +174,7 @@ def _finding(
     if evidence.unmarked_runs is not None:
         title = f"{per_step:.0f} device-to-host reads in a loop with no step marker{at}"
         detail = (
-            "The program passes no step boundary (no torch_xla.sync(), no optimizer step), so "
+            "No step boundary was seen (no sync, no step function, no optimizer step), so "
             f"how many reads one iteration makes is not known: {per_step:.0f} reads came in one "
             f"stretch in which graphs ran {evidence.unmarked_runs} times: {calls}.{wait}"
         )

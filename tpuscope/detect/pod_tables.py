@@ -137,7 +137,16 @@ class PodTables(RunTables):
     # -- the whole run's views, from SQL ------------------------------------------------------
     @cached_property
     def families(self) -> pd.DataFrame:
-        return graph_families(self.compiles, process_backends(self.meta), self.pod.loop_ends())
+        return graph_families(
+            self.compiles,
+            process_backends(self.meta),
+            self.pod.loop_ends(),
+            self.unsynced,
+        )
+
+    @cached_property
+    def unsynced(self) -> set[tuple[str, int]]:
+        return self.pod.unsynced_steps()
 
     @property
     def phase(self) -> pd.Series:

@@ -43,7 +43,6 @@ from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_t
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.xla_advice import SAME_SHAPES
 from tpuscope.schema import Finding
-from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
 from tpuscope.step_runs import runs_text
 
 RULE = "recompile"
@@ -272,11 +271,8 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
 def _in_loop_without_sync(tables: RunTables, items: list[dict[str, Any]]) -> bool:
     """Every recompile is in a step that an optimizer step ended in a loop with no sync
     (collect/xla/steps.py): the evidence that nothing ever cuts the lazy graph."""
-    steps = tables.steps
-    if steps.empty or "boundary" not in steps:
-        return False
-    marked = set(steps.loc[steps["boundary"].isin(NO_SYNC_BOUNDARIES), "step"].astype(int))
-    return bool(marked) and all(i["step"] in marked for i in items)
+    marked = tables.unsynced  # ('host/pid', step); a family's name starts with its process
+    return bool(marked) and all((i["family"].split(" | ")[0], i["step"]) in marked for i in items)
 
 
 def whole_wall_s(tables: RunTables) -> float:

@@ -70,8 +70,13 @@ class RunTables:
             self.compiles,
             process_backends(self.meta),
             loop_ends(self.loop),
-            unsynced_steps(self.steps),
+            self.unsynced,
         )
+
+    @cached_property
+    def unsynced(self) -> set[tuple[str, int]]:
+        """('host/pid', step) of the steps of a loop with no sync (analyze/step_stream)."""
+        return unsynced_steps(self.steps)
 
     @cached_property
     def phase(self) -> pd.Series:

@@ -209,27 +209,35 @@ class StepRule:
         self.optimizer_steps = 0  # optimizer.step() calls so far (the collector's post-hook)
         self._optimizer_steps_at_end = 0  # ... when the last step ended
         self._library_step = False  # the last step ended at a library loop call's return
-        self._stepped_since_sync: set[int] = set()  # optimizers stepped since the last sync
-        self._marker: int | None = None  # the optimizer whose steps mark a loop with no sync
+        # optimizers stepped since the last sync, and the one whose steps mark a loop with no
+        # sync (weak: an optimizer made anew per epoch frees the old one, and its place)
+        self._stepped_since_sync: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._marker: weakref.ref[Any] | None = None
+        self._in_compile = False  # between torch_xla.compile's prelude and its exit: one step
 
     def optimizer_stepped(self, optimizer: object) -> bool:
         """Count an optimizer step; True if it ends a step: the same optimizer stepped before
         with no sync since, so the loop passes no sync; the first optimizer seen doing so is
         the marker, whose steps alone end steps (a GAN steps two per iteration)."""
         self.optimizer_steps += 1
-        key = id(optimizer)
-        marks = key in self._stepped_since_sync and self._marker in (None, key)
-        if marks:
-            self._marker = key
-        self._stepped_since_sync.add(key)
+        if self._in_compile:  # a compiled step's optimizer steps are inside its one step
+            return False
+        try:
+            marker = self._marker() if self._marker is not None else None
+            marks = optimizer in self._stepped_since_sync and marker in (None, optimizer)
+            if marks and marker is None:
+                self._marker = weakref.ref(optimizer)
+            self._stepped_since_sync.add(optimizer)
+        except TypeError:  # not weak-referenceable: it marks no loop
+            return False
         return marks
 
     def end_boundary(self) -> str:
         """The boundary of the work after the program's last boundary: in a loop marked by its
         optimizer steps (no sync since the marker's last step), its last iteration, else the
         after-the-loop "end"."""
-        marked = self._marker is not None and self._marker in self._stepped_since_sync
-        return LAST_ITERATION if marked else END
+        marker = self._marker() if self._marker is not None else None
+        return LAST_ITERATION if marker is not None and marker in self._stepped_since_sync else END
 
     def _loader_gives_way(self, lookups: int) -> bool:
         """The loader's sync is the top of the next iteration: the program synced itself since
@@ -260,6 +268,9 @@ class StepRule:
         marked = boundary in (OPTIMIZER, LAST_ITERATION)
         if not marked and boundary != END:
             self._stepped_since_sync.clear()
+            self._in_compile = boundary == COMPILE_PRELUDE
+        elif boundary == LAST_ITERATION:
+            self._stepped_since_sync.clear()  # recorded once (profile() closes twice)
         if boundary in WITHIN_A_CALL:
             return None
         if self._library_step and boundary not in (LIBRARY_CALL, END):
