@@ -63,6 +63,8 @@ def _compiles_text(summary: RunSummary) -> str:
 
 def _steps_text(summary: RunSummary) -> str:
     """How many steps, or what the imported files say of them, in words (never "0" for unknown)."""
+    if summary.steps and summary.steps <= summary.warmup:  # judge.phases keeps the last timed
+        return f"{summary.steps} (fewer than {summary.warmup} warm-up + 1: the last one timed)"
     if summary.steps:
         return f"{summary.steps} ({summary.steps_judged} timed after {summary.warmup} warm-up)"
     markers = summary.step_markers
