@@ -46,6 +46,7 @@ def main(model_type: str, class_name: str, task: str, length: int) -> int:
             model = widths.model_class(class_name)(config)
         _placeholders(model, torch.bfloat16)
         model.train()
+        length = widths.positions(config, length)
         batch = {k: v[:1].to(device) for k, v in inputs.batch(task, config, length).items()}
         phase = "trace"
         truth.mark("step:0")
