@@ -131,7 +131,7 @@ _TOPK = (
 )
 # MoE routing counts: a None here is a default that cannot route (topk(k=None), empty(None, ...))
 _ROUTING = {**{k: 2 for k in _TOPK}, "n_routed_experts": 4, "n_shared_experts": 1}
-POSITIONS = (
+POSITION_KEYS = (
     "max_position_embeddings",
     "n_positions",
     "max_seq_len",
@@ -207,7 +207,7 @@ def _size(key: str, value: int, widths: set[int]) -> int | None:
         return _SIZES[key] if value > _SIZES[key] else None
     if key in _TOPK:
         return 2 if value > 2 else None
-    if key in POSITIONS:
+    if key in POSITION_KEYS:
         return POSITIONS if value > POSITIONS else None
     if _WINDOWS.match(key):
         return WINDOW if value >= 2 * WINDOW else None
@@ -352,7 +352,7 @@ def _factors(attrs: dict[str, Any]) -> dict[str, Any]:
     hidden size keep summing to it, factors multiplying to the position count keep multiplying
     to it (one even split each)."""
     hidden = next((attrs[k] for k in _HIDDEN_KEYS if _is_int(attrs.get(k))), None)
-    positions = next((attrs[k] for k in POSITIONS if _is_int(attrs.get(k))), None)
+    positions = next((attrs[k] for k in POSITION_KEYS if _is_int(attrs.get(k))), None)
     out: dict[str, Any] = {}
     for key, value in attrs.items():
         if not (

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from tpuscope.zoo import layers
-from tpuscope.zoo.shrink import POSITIONS, _as_fields
+from tpuscope.zoo.shrink import POSITION_KEYS, _as_fields
 
 EDGE = {"v4": 128, "v5e": 128, "v5p": 128, "v6e": 256, "v7": 256}  # MXU edge (analyze/mxu.py)
 _EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -53,7 +53,7 @@ def positions(config: Any, length: int) -> int:
     has 512 positions: 1024 tokens would not broadcast against them). Looks in the text config
     too (a composite config's language model)."""
     for part in (config, getattr(config, "text_config", None)):
-        for key in POSITIONS:
+        for key in POSITION_KEYS:
             value = getattr(part, key, None)
             if isinstance(value, int) and 0 < value < length:
                 return value
