@@ -90,6 +90,7 @@ def test_a_loop_with_no_sync_is_one_step_per_optimizer_step() -> None:
     for _ in range(4):
         assert rule.optimizer_stepped(opt)
         assert rule.end(OPTIMIZER, 1, 0, 0, False) == 0  # a step with nothing launched
+    del opt  # the program's optimizer is freed before the profiler closes (a main() returned)
     assert rule.end_boundary() == "after the last optimizer.step"
     assert rule.end("after the last optimizer.step", 2, 1, 1, True) == 1
     assert rule.end_boundary() == END  # profile() closes twice: the second close is no step

@@ -213,6 +213,7 @@ class StepRule:
         # sync (weak: an optimizer made anew per epoch frees the old one, and its place)
         self._stepped_since_sync: weakref.WeakSet[Any] = weakref.WeakSet()
         self._marker: weakref.ref[Any] | None = None
+        self._marking = False  # the marker ended a step since the last sync (it may be freed by now)
         self._in_compile = False  # between torch_xla.compile's prelude and its exit: one step
 
     def optimizer_stepped(self, optimizer: object) -> bool:
@@ -227,6 +228,7 @@ class StepRule:
             marks = optimizer in self._stepped_since_sync and marker in (None, optimizer)
             if marks and marker is None:
                 self._marker = weakref.ref(optimizer)
+            self._marking = self._marking or marks
             self._stepped_since_sync.add(optimizer)
         except TypeError:  # not weak-referenceable: it marks no loop
             return False
@@ -234,10 +236,9 @@ class StepRule:
 
     def end_boundary(self) -> str:
         """The boundary of the work after the program's last boundary: in a loop marked by its
-        optimizer steps (no sync since the marker's last step), its last iteration, else the
-        after-the-loop "end"."""
-        marker = self._marker() if self._marker is not None else None
-        return LAST_ITERATION if marker is not None and marker in self._stepped_since_sync else END
+        optimizer steps (no sync since the marker ended a step), its last iteration, else the
+        after-the-loop "end". Asked at the close, when the program's optimizer may be freed."""
+        return LAST_ITERATION if self._marking else END
 
     def _loader_gives_way(self, lookups: int) -> bool:
         """The loader's sync is the top of the next iteration: the program synced itself since
@@ -268,9 +269,10 @@ class StepRule:
         marked = boundary in (OPTIMIZER, LAST_ITERATION)
         if not marked and boundary != END:
             self._stepped_since_sync.clear()
-            self._in_compile = boundary == COMPILE_PRELUDE
+            self._marking, self._in_compile = False, boundary == COMPILE_PRELUDE
         elif boundary == LAST_ITERATION:
             self._stepped_since_sync.clear()  # recorded once (profile() closes twice)
+            self._marking = False
         if boundary in WITHIN_A_CALL:
             return None
         if self._library_step and boundary not in (LIBRARY_CALL, END):
