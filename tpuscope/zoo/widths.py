@@ -60,16 +60,25 @@ def positions(config: Any, length: int) -> int:
     return length
 
 
+# a hybrid model's SSM head width (its state-space matmuls contract over it like attention's
+# head_dim): falcon_h1's default mamba_d_head is 8
+SSM_HEAD_DIMS = ("mamba_d_head", "mamba_head_dim", "mamba_headdim", "ssm_head_dim")
+
+
 def summary(config: Any) -> dict[str, Any]:
     """The widths the truth is read from."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     hidden = getattr(text, "hidden_size", None)
     heads = getattr(text, "num_attention_heads", None)
     head_dim = getattr(text, "head_dim", None) or (hidden // heads if hidden and heads else None)
+    ssm_head_dim = next(
+        (v for k in SSM_HEAD_DIMS if isinstance(v := getattr(text, k, None), int)), None
+    )
     return {
         "hidden": hidden,
         "heads": heads,
         "head_dim": head_dim,
+        "ssm_head_dim": ssm_head_dim,
         "ffn": getattr(text, "intermediate_size", None),
         "vocab": getattr(text, "vocab_size", None),
     }
@@ -110,7 +119,7 @@ def expected(config: Any, f32: int = 0) -> dict[str, list[str]]:
     out = {}
     for target, edge in EDGE.items():
         kinds = []
-        if isinstance(sizes["head_dim"], int) and sizes["head_dim"] < edge:
+        if any(isinstance(sizes[k], int) and sizes[k] < edge for k in ("head_dim", "ssm_head_dim")):
             kinds.append("head_dim")
         if any(
             isinstance(sizes[k], int) and padding(sizes[k], edge) >= MIN_WASTE
