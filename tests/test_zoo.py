@@ -203,6 +203,10 @@ def test_the_tensorcore_truth_reads_widths_and_f32_dots() -> None:
     inline = "  %dot.3 = f32[4,2]{1,0} dot(f32[4,8]{1,0} %x, f32[8,2]{1,0} %y), lhs_contracting_dims={1}\n"
     assert widths.f32_dots(inline) == 1  # torch_xla's text prints operand types inline
     assert widths.expected(config, f32=1)["v6e"] == ["f32", "head_dim"]
+    hybrid = widths.full_width_config("falcon_h1", "FalconH1ForCausalLM")  # attention head_dim 128
+    assert widths.expected(hybrid)["v5e"] == ["head_dim"]  # its SSM heads are 8 wide
+    short = widths.full_width_config("bert-generation", "BertGenerationDecoder")
+    assert widths.positions(short, 1024) == 512 and widths.positions(config, 1024) == 1024
 
 
 def test_a_build_that_is_not_tiny_is_refused_before_any_weight() -> None:
