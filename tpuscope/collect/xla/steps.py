@@ -213,9 +213,7 @@ class StepRule:
         # sync (weak: an optimizer made anew per epoch frees the old one, and its place)
         self._stepped_since_sync: weakref.WeakSet[Any] = weakref.WeakSet()
         self._marker: weakref.ref[Any] | None = None
-        self._marking = (
-            False  # the marker ended a step since the last sync (it may be freed by now)
-        )
+        self._marking = False  # the marker ended a step since the last sync (may be freed now)
         self._in_compile = False  # between torch_xla.compile's prelude and its exit: one step
 
     def optimizer_stepped(self, optimizer: object) -> bool:
