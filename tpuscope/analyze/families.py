@@ -313,7 +313,7 @@ def _plan_cuts(rows: pd.DataFrame) -> bool:
 
 def _unsynced(row: dict[str, Any], process: str, unsynced: set[tuple[str, int]] | None) -> bool:
     step = row.get("step")
-    return bool(unsynced) and _known(step) and (process, int(step)) in (unsynced or set())
+    return unsynced is not None and _known(step) and (process, int(step)) in unsynced
 
 
 def _family(

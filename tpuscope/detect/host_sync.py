@@ -236,7 +236,9 @@ def _unmarked_runs(judged: pd.DataFrame) -> int | None:
     """Graph runs of a loop with no step marker (its one step is the whole program, ended by
     the end of the run, analyze/judge): the only count of its work there is; None for a loop
     with steps."""
-    if len(judged) != 1 or str(judged.get("boundary", pd.Series([""])).iloc[0]) != judge.AFTER_LOOP:
+    if len(judged) != 1 or "boundary" not in judged:
+        return None
+    if str(judged["boundary"].iloc[0]) != judge.AFTER_LOOP:
         return None
     return int(judged["executions"].fillna(0).iloc[0]) if "executions" in judged else 0
 
