@@ -1,9 +1,12 @@
 """The full zoo sweep on this machine (resumable): every causal-LM type in `train` and `generate`.
 
 Usage: nice -n 10 python3 benchmarks/zoo_sweep.py [STORE] [--scenario S ...] [--retry STATUS ...]
-       [--only GLOB ...] [--exclude GLOB ...] [--timeout SECONDS]
+       [--only GLOB ...] [--exclude GLOB ...] [--timeout SECONDS] [--task T ...] [--earlier CSV]
 Re-running continues where the last run stopped (finished cells are skipped; `--retry` runs the
-cells of a status again). One line per cell as it ends (the log), then the table is written
+cells of a status again). `--task` (repeatable, default causal-lm) picks the families;
+`--earlier docs/zoo/cells.csv` counts the cells an earlier store ran as finished (a machine here
+is not kept between sessions), so `--task causal-lm --task masked-lm ...` runs only what that
+table lacks; the table written at the end joins those rows. One line per cell as it ends (the log), then the table is written
 (zoo/table.md, zoo/cells.csv in the store) and the summary printed.
 """
 
@@ -24,12 +27,17 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--exclude", action="append", default=[])
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--task", action="append", dest="tasks")
+    parser.add_argument("--earlier")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = _args(argv)
     start = time.monotonic()
+    from tpuscope.zoo import table
+
+    earlier = table.load_earlier(args.earlier) if args.earlier else []
 
     def said(record: dict) -> None:
         print(
@@ -42,7 +50,7 @@ def main(argv: list[str]) -> int:
     records = run_sweep(
         args.store,
         scenarios=tuple(args.scenarios or ("train", "generate")),
-        tasks=["causal-lm"],
+        tasks=args.tasks or ["causal-lm"],
         only=args.only,
         exclude=args.exclude,
         jobs=1,
@@ -50,11 +58,10 @@ def main(argv: list[str]) -> int:
         retry=args.retry,
         on_cell=said,
         progress=False,
+        earlier=earlier,
     )
-    from tpuscope.zoo import table  # at the end: the table module may be newer than the sweep
-
     table.write_outputs(args.store)
-    print(table.markdown_summary(table.summarize(records)))
+    print(table.markdown_summary(table.summarize(records, earlier)))
     print(f"sweep wall time this session: {time.monotonic() - start:.0f} s")
     return 0
 

@@ -63,8 +63,8 @@ _TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
     "--earlier",
     "earlier_csv",
     type=click.Path(exists=True, dir_okay=False),
-    help="An earlier sweep's cells.csv (a store not kept, another machine's): its cells join the "
-    "table where this store has not run them.",
+    help="An earlier sweep's cells.csv (a store not kept, another machine's): its cells count as "
+    "finished (not run again) and join the table where this store has not run them.",
 )
 @click.option("--json", "fmt", flag_value="json", help="Print the table as JSON.")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the table as Markdown.")
@@ -110,6 +110,7 @@ def sweep(
         for entry, scenario in plan(chosen, tasks or None, only, exclude, cut):
             click.echo(f"{entry.model_type}\t{scenario}\t{entry.task}\t{entry.class_name}")
         return
+    earlier = table.load_earlier(earlier_csv) if earlier_csv else None
     if table_only:
         records = table.load_records(store)
     else:
@@ -125,9 +126,9 @@ def sweep(
             retry,
             progress=None if not quiet else False,
             target=target,
+            earlier=earlier or (),
         )
         table.write_outputs(store)
-    earlier = table.load_earlier(earlier_csv) if earlier_csv else None
     if fmt == "json":
         click.echo(json.dumps(table.to_json(records, earlier), indent=1, default=str))
     elif fmt == "markdown":

@@ -4,7 +4,9 @@ Each cell is its own process (cell.run_cell); the driver only waits on them, so 
 here are N cell processes at once. `shard=(k, n)` keeps every n-th model type starting at the
 k-th (1-based), with all its cells: n machines with the same arguments split one sweep into one
 store. A cell whose record
-exists is finished and skipped (resume), unless its status is in `retry`. A default cell that
+exists is finished and skipped (resume), unless its status is in `retry`; so is a cell that an
+earlier store ran (`earlier`: its cells.csv rows, a store not kept), whose row joins the table
+instead (table.merged_rows). A default cell that
 failed in transformers' experts kernel is followed by its workaround cell (cell.workaround:
 `<scenario>+batched_mm`), resumed the same way.
 """
@@ -72,16 +74,21 @@ def run_sweep(
     progress: bool | None = None,
     target: str = "v5e",
     on_cell: Callable[[dict[str, Any]], None] | None = None,
+    earlier: Iterable[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Run every unfinished cell of the plan; returns the records of all its cells (old and new)."""
+    """Run every unfinished cell of the plan; returns the records of all its cells (old and new),
+    not the earlier store's rows (the table joins those)."""
     store = Path(store)
     shard = parse_shard(shard) if isinstance(shard, str) else shard
-    cells = plan(scenarios, tasks, only, exclude, shard)
     retry = set(retry)
+    ran_before = {(r["model_type"], r["scenario"]) for r in earlier if r["status"] not in retry}
+    cells = plan(scenarios, tasks, only, exclude, shard)
     records: dict[tuple[str, str], dict[str, Any]] = {}
     todo: list[tuple[catalog.Entry, str, bool]] = []  # (entry, scenario, default cell to run too)
     for entry, scenario in cells:
         old = load_record(store, entry.model_type, scenario)
+        if old is None and (entry.model_type, scenario) in ran_before:
+            continue  # finished in the earlier store (its workaround cell too, when it needed one)
         if old is not None and old.get("status") not in retry:
             records[(entry.model_type, scenario)] = old
             experts = workaround(old)
