@@ -352,6 +352,45 @@ def test_resume_skips_finished_cells(zoo) -> None:
     }
 
 
+def test_an_earlier_stores_cells_are_finished_and_join_the_table(zoo, tmp_path: Path) -> None:
+    # a machine here is not kept: the next session resumes from the committed cells.csv alone
+    store, _ = zoo
+    earlier = table.write_outputs(store) / "cells.csv"
+    fresh = tmp_path / "fresh-store"
+    args = ("--task", "causal-lm", "--scenario", "train", "--only", "llama", "--only", "mixtral")
+    proc = _sweep(fresh, *args, "--earlier", str(earlier))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not any(fresh.glob("zoo-*"))  # nothing ran again
+    cells = json.loads(proc.stdout)["cells"]
+    assert {(c["model_type"], c["scenario"], c["status"]) for c in cells} >= {
+        ("llama", "train", "ok"),
+        ("mixtral", "train", "fallback-error"),
+        ("mixtral", "train+batched_mm", "ok"),
+    }
+
+
+def test_coverage_is_per_family_over_the_scenarios_that_fit_it() -> None:
+    def cell(model_type: str, task: str, scenario: str, status: str = "ok") -> dict[str, Any]:
+        return {"model_type": model_type, "task": task, "scenario": scenario, "status": status}
+
+    rows = [
+        cell("llama", "causal-lm", "train"),
+        cell("llama", "causal-lm", "generate"),
+        cell("albert", "masked-lm", "train"),  # a masked LM has no generate: train is all it needs
+        cell("t5", "seq2seq", "train"),
+        cell("t5", "seq2seq", "generate", "error"),
+    ]
+    by_task = table.coverage_by_task(rows)
+    assert by_task["causal-lm"]["ran_all_default"] == 1
+    assert by_task["masked-lm"] == {
+        "scenarios": ["train"],
+        "model_types": 1,
+        "ran_all_default": 1,
+        "ran_all_with_workaround": 1,
+    }
+    assert by_task["seq2seq"]["ran_all_default"] == 0 and by_task["seq2seq"]["model_types"] == 1
+
+
 def test_a_hanging_cell_times_out_as_a_result(tmp_path: Path) -> None:
     entry = catalog.Entry("llama", "causal-lm", "LlamaForCausalLM")
     record = run_cell(entry, "train", tmp_path, timeout=2)

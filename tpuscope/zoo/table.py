@@ -170,7 +170,8 @@ def summarize(
         if judged
         else None,
         "cell_seconds": round(sum(r["seconds"] or 0 for r in rows)),
-        "coverage": coverage(rows),
+        "coverage": coverage([r for r in rows if r.get("task") in (None, "", "causal-lm")]),
+        "coverage_by_task": coverage_by_task(rows),
     }
 
 
@@ -191,6 +192,19 @@ def coverage(
     }
 
 
+def coverage_by_task(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """coverage() per task of the table, over the default scenarios (train, generate) that fit
+    the task (a masked LM has no generate): each family's share on its own terms."""
+    from tpuscope.zoo.catalog import TASKS
+
+    out: dict[str, dict[str, Any]] = {}
+    for task in sorted({str(r.get("task") or "causal-lm") for r in rows}, key=list(TASKS).index):
+        fits = tuple(s for s in ("train", "generate") if s in TASKS[task][1])
+        mine = [r for r in rows if (r.get("task") or "causal-lm") == task]
+        out[task] = {"scenarios": list(fits), **coverage(mine, fits)} if fits else {}
+    return out
+
+
 def _short_reason(r: dict[str, Any]) -> str:
     reason = r["reason"].split(":", 1)
     return f"{r['status']}: {reason[0]}" + (f" ({r['where']})" if r["where"] else "")
@@ -200,10 +214,11 @@ def markdown_summary(s: dict[str, Any]) -> str:
     lines = [
         f"**{s['disagreements']} disagreements** between tpuscope and the counters in {s['judged']} "
         f"judged cells (agreement {s['agreement_rate']}); coverage: {s['cells']} cells of "
-        f"{s['model_types']} model types, by status {s['by_status']}. Types that ran both `train` and "
+        f"{s['model_types']} model types, by status {s['by_status']}. Causal-LM types that ran both `train` and "
         f"`generate`: {s['coverage']['ran_all_default']} with transformers' defaults, "
         f"{s['coverage']['ran_all_with_workaround']} counting the experts workaround "
         f"(`+batched_mm` cells).",
+        *_task_lines(s.get("coverage_by_task") or {}),
         "",
         "| scenario | ran | clean | findings |",
         "|---|---|---|---|",
@@ -222,6 +237,18 @@ def markdown_summary(s: dict[str, Any]) -> str:
         + ("; ".join(f"{why} ({n})" for why, n in s["top_failure_reasons"]) or "none"),
     ]
     return "\n".join(lines)
+
+
+def _task_lines(by_task: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per family beyond causal LM (the headline above is causal LM's)."""
+    lines = [
+        f"- {task}: {c['ran_all_default']} of {c['model_types']} types ran "
+        f"{' and '.join(f'`{s}`' for s in c['scenarios'])} with transformers' defaults, "
+        f"{c['ran_all_with_workaround']} counting the experts workaround."
+        for task, c in by_task.items()
+        if task != "causal-lm" and c
+    ]
+    return [""] + lines if lines else []
 
 
 _COLUMNS = (
