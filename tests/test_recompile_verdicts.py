@@ -94,6 +94,16 @@ def test_sizes_a_plan_would_cut_are_churn_even_when_the_set_stopped() -> None:
     assert "one-off" in card.detail and card.evidence["shape_churn"]["plan"]
 
 
+def test_recompiles_not_seen_again_for_too_few_steps_are_not_said_to_recur() -> None:
+    """A first request that churned (MoE routing sizes), then one quiet step (zoo longcat_flash
+    generate): neither 'still recurring' (the last step compiled nothing) nor 'one-off'."""
+    compiles = [compile_row(0, [f"s64[{n},1]", *PARAMS], f"g{n}", ms=40) for n in (1, 2, 5, 3, 4)]
+    [card] = detect_recompile(tables(steps(2, wall_ms=700), compiles))
+    assert card.evidence["quiet_steps"] == 1 and card.evidence["recurring"] is True
+    assert "still recurring" not in card.detail and "one-off" not in card.detail
+    assert "none in the 1 step(s) after step 0, too few to tell whether they recur" in card.detail
+
+
 def test_no_cause_is_claimed_without_both_shapes() -> None:
     """'a Python number traced as a constant' only when input and output shapes are known and equal."""
     same = ["s64[4,8]", *PARAMS]

@@ -309,6 +309,14 @@ def _cost_text(cost: float, wall: float, recurrence: dict[str, Any]) -> str:
         else ""
     )
     text = f" Cost: the measured compile time of these recompiles, {cost:.2f} s{share}"
+    if recurrence.get("recurring") and recurrence["quiet_steps"] > 0:
+        # not seen again, but for too few steps to call it one-off: say so, not "still recurring"
+        return (
+            text + f"; none in the {recurrence['quiet_steps']} step(s) after step "
+            f"{recurrence['last_step']}, too few to tell whether they recur; at their rate so far, "
+            f"about {recurrence['per_1000_steps']:.0f} recompiles and "
+            f"{recurrence['s_per_1000_steps']:.1f} s per {PER_STEPS:,} steps."
+        )
     if recurrence.get("recurring"):
         return (
             text + f"; still recurring at the end of the loop: at its rate, about "
