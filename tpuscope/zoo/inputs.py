@@ -48,7 +48,10 @@ def batch(task: str, config: Any, length: int) -> dict[str, Any]:
     if task in ("causal-lm", "masked-lm"):
         return {"input_ids": ids, "labels": ids.clone()}
     if task == "seq2seq":
-        return {"input_ids": ids, "labels": _ids(config, BATCH, max(2, length // 2))}
+        # targets as long as the sources: a class registered as seq2seq that decodes its own
+        # input_ids (fsmt without decoder ids, the audio-text decoders) needs them equal, and
+        # an encoder-decoder trains on them as well (its decoder ids are the shifted labels)
+        return {"input_ids": ids, "labels": _ids(config, BATCH, length)}
     if task == "seq-cls":
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = 0
