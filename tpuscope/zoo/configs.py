@@ -94,9 +94,23 @@ def build(
     any weight is allocated when the meta-device count exceeds max_params."""
     import torch
 
-    config = for_class(tiny_config(model_type, decoder), class_name)
+    config = _with_decoder_start(for_class(tiny_config(model_type, decoder), class_name))
     params = count_params(config, class_name)
     if params > max_params:
         raise NotTiny(f"{model_type}: {params:,} parameters after shrinking (limit {max_params:,})")
     torch.manual_seed(0)
     return config, model_class(class_name)(config), params
+
+
+def _with_decoder_start(config: Any) -> Any:
+    """An encoder-decoder whose default config leaves `decoder_start_token_id` unset (T5,
+    LongT5, Switch in transformers 5: their checkpoints' configs hold it, the pad id) cannot
+    shift its labels nor start generating; the tiny model gets the pad id, as those checkpoints
+    do. Set before the model is built, so its generation config has it too."""
+    if getattr(config, "is_encoder_decoder", False) and (
+        getattr(config, "decoder_start_token_id", None) is None
+    ):
+        pad = getattr(config, "pad_token_id", None)
+        if pad is not None:
+            config.decoder_start_token_id = pad
+    return config
