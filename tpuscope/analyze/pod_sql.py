@@ -51,18 +51,10 @@ class PodSteps:
         cols = ", ".join(c if c in present else f"NULL AS {c}" for c in STEP_COLUMNS)
         after = f"coalesce(boundary = {_q(AFTER_LOOP)}, false)"
         con.execute(f"CREATE TEMP VIEW s AS SELECT {cols}, {after} AS is_after FROM steps")
-        con.execute(
-            "CREATE TEMP TABLE procs AS SELECT host, pid, count(*) AS n, "
-            "max(step) FILTER (WHERE NOT is_after) AS last_loop, "
-            "min(step) FILTER (WHERE NOT is_after) AS first_loop, "
-            "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
-            "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
-            "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds, "
-            "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step, "
-            "min(step) AS first_step, count(step) AS n_step FROM s GROUP BY host, pid"
-        )
+        con.execute(f"CREATE TEMP TABLE procs AS {_procs_sql(self.warmup)}")
         self._mark_setup()
-        if self._simple_phases():  # every process past its warm-up, none a single step
+        self.simple = self._simple_phases()
+        if self.simple:  # every process past its warm-up, none a single step
             phase = (
                 f"CASE WHEN is_after THEN 'after' WHEN step >= {self.warmup} THEN 'judged' "
                 "ELSE 'warmup' END"
@@ -192,8 +184,9 @@ class PodSteps:
 
     def unsynced_steps(self) -> set[tuple[str, int]]:
         """analyze/step_stream.unsynced_steps: ('host/pid', step) of a loop with no sync."""
-        marked = ", ".join(_q(b) for b in NO_SYNC_BOUNDARIES)
-        rows = self.rows(f"SELECT host, pid, step FROM s WHERE boundary IN ({marked})")
+        rows = self.rows(
+            "SELECT host, pid, unnest(unsynced) FROM procs WHERE unsynced IS NOT NULL"
+        )  # listed by the pass that made procs
         return {(f"{h}/{p}", int(step)) for h, p, step in rows}
 
     def last_steps(self) -> dict[str, int]:
@@ -208,7 +201,13 @@ class PodSteps:
         return float(self.step_figures()["judged_wall_ns"]) / 1e9  # its sum, asked once
 
     def after_rows(self) -> pd.DataFrame:
-        """The after-the-loop steps (one per process at most): few rows, in pandas."""
+        """The after-the-loop steps (one per process at most): few rows, in pandas; with the
+        simple phases, those procs listed (every row at the after-the-loop boundary)."""
+        if self.simple:
+            return self.frame(
+                "SELECT host, pid, unnest(after_rows, recursive := true) FROM procs "
+                "WHERE after_rows IS NOT NULL"
+            )
         return self.frame(
             "SELECT host, pid, step, wall_ns, executions FROM phased WHERE phase = 'after'"
         )
@@ -220,6 +219,20 @@ class PodSteps:
         return self._step_figures
 
     def _count_phases(self) -> dict[str, Any]:
+        if self.simple:  # the sums of procs' per-process counts of the simple phases
+            sql = (
+                "SELECT sum(n_loop), sum(j_n), sum(j_wall), sum(j_transfers), sum(j_transfers_n), "
+                "sum(all_wall), count(*), sum(all_transfers), sum(n) FROM procs"
+            )
+        else:
+            sql = (
+                "SELECT count(*) FILTER (WHERE phase NOT IN ('after', 'setup')), "
+                "count(*) FILTER (WHERE phase = 'judged'), "
+                "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
+                "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
+                "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "
+                "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased"
+            )
         (
             loop,
             judged,
@@ -230,13 +243,7 @@ class PodSteps:
             procs,
             all_transfers,
             rows,
-        ) = self.rows(
-            "SELECT count(*) FILTER (WHERE phase NOT IN ('after', 'setup')), count(*) FILTER (WHERE phase = 'judged'), "
-            "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
-            "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
-            "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "
-            "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased"
-        )[0]
+        ) = self.rows(sql)[0]
         return {
             "loop": int(loop),
             "judged": int(judged),
@@ -270,10 +277,15 @@ class PodSteps:
         return sorted(self._judged_span()[0], key=natural_key)
 
     def _judged_span(self) -> tuple[list[str], int | None, int | None]:
-        """The hosts with judged steps and their lowest and highest judged step, in one pass."""
-        hosts, lo, hi = self.rows(
-            "SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) FROM host_steps"
-        )[0]
+        """The hosts with judged steps and their lowest and highest judged step, in one pass
+        (with the simple phases, from procs' per-process figures of them)."""
+        sql = (
+            "SELECT list(DISTINCT CAST(host AS VARCHAR)) FILTER (WHERE j_n > 0), min(j_lo), "
+            "max(j_hi) FROM procs WHERE host IS NOT NULL"
+            if self.simple
+            else "SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) FROM host_steps"
+        )
+        hosts, lo, hi = self.rows(sql)[0]
         return [str(h) for h in hosts or []], lo, hi
 
     def pod_view(self) -> dict[str, Any]:
@@ -354,3 +366,33 @@ class PodSteps:
                 [None if v != v else round(float(v), 6) for v in row] for row in matrix.to_numpy()
             ],
         }
+
+
+def _procs_sql(warmup: int) -> str:
+    """One pass over the steps, per process: what the phases need (analyze/judge.phases), and
+    what the pod's figures take of the steps: the judged rows' counts and sums as the simple
+    phases (every process past its warm-up, none a single step, no setup) count them (used
+    only when the phases are those), the after-the-loop rows and the steps of a loop with no
+    sync (listed: few rows), so that no other pass over the parts is made for them."""
+    judged = f"NOT is_after AND step >= {int(warmup)}"
+    marked = ", ".join(_q(b) for b in NO_SYNC_BOUNDARIES)
+    return (
+        "SELECT host, pid, count(*) AS n, "
+        "max(step) FILTER (WHERE NOT is_after) AS last_loop, "
+        "min(step) FILTER (WHERE NOT is_after) AS first_loop, "
+        "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
+        "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
+        "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds, "
+        "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step, "
+        "min(step) AS first_step, count(step) AS n_step, "
+        f"count(*) FILTER (WHERE {judged}) AS j_n, "
+        f"sum(wall_ns) FILTER (WHERE {judged}) AS j_wall, "
+        f"sum(transfers_from_device) FILTER (WHERE {judged}) AS j_transfers, "
+        f"count(transfers_from_device) FILTER (WHERE {judged}) AS j_transfers_n, "
+        f"min(step) FILTER (WHERE {judged}) AS j_lo, max(step) FILTER (WHERE {judged}) AS j_hi, "
+        "sum(wall_ns) AS all_wall, sum(transfers_from_device) AS all_transfers, "
+        "list(struct_pack(step := step, wall_ns := wall_ns, executions := executions)) "
+        "FILTER (WHERE is_after) AS after_rows, "
+        f"list(step) FILTER (WHERE boundary IN ({marked})) AS unsynced "
+        "FROM s GROUP BY host, pid"
+    )

@@ -29,7 +29,11 @@ from tpuscope.analyze.hosts import (
 from tpuscope.analyze.pod_matrix import StepMatrix, binned_middles, nan_median, order_stats
 
 PARTS = ("compile_ns", "execute_ns", "host_ns", *COUNTS)  # a slow step's parts, against the pod's
+DENSE = ("execute_ns", "host_ns")  # parts of every step: read in the wall's pass where they fit
+SPARSE = ("compile_ns", *COUNTS)  # parts mostly 0: the cells not 0 read as rows, not matrices
 PASS_CELLS = 1 << 27  # matrix cells one pass over the rows fills (8 bytes each: 1 GB)
+FIRST_PASS_CELLS = 1 << 26  # the wall's pass reads DENSE too up to these many cells (512 MB)
+SPARSE_ROWS = 1 << 20  # SPARSE's cells not 0 read as rows up to this many, else as matrices
 QUANTILES = (0.5, 0.9)  # of the judged steps' wall time (the summary's p50 and p90)
 
 
@@ -48,7 +52,9 @@ class PodFigures:
 def pod_figures(matrices: StepMatrix) -> PodFigures:
     """analyze/hosts.pod_view of the matrices' rows, and the figures their wall matrix gives."""
     hosts = matrices.hosts
-    wall = matrices.columns(["wall_ns"])["wall_ns"]
+    together = len(hosts) * matrices.span * (1 + len(DENSE)) <= FIRST_PASS_CELLS
+    dense = matrices.columns(["wall_ns", *DENSE] if together else ["wall_ns"])
+    wall = dense.pop("wall_ns")
     exact = matrices.rows == matrices.cells  # every row one cell: the matrix holds the rows
     out = PodFigures({})
     if exact:
@@ -66,7 +72,7 @@ def pod_figures(matrices: StepMatrix) -> PodFigures:
     median_excess = nan_median(excess, 1)
     slow = excess > threshold  # NaN (no such step) is never slow
     del excess
-    causes = _slow_parts(matrices, slow)
+    causes = _slow_parts(matrices, slow, dense if exact else {}, exact)
     view = []
     for i, host in enumerate(hosts):
         steps = np.flatnonzero(slow[i]) + matrices.lo
@@ -115,7 +121,7 @@ def step_matrix_record(
     lo, hi = binned_middles(wall, width)
     ms = (lo / NS_PER_MS + hi / NS_PER_MS) / 2
     bins = np.arange(0, matrices.span, width)
-    present = np.add.reduceat(matrices.filled, bins) > 0  # a bin some host has a row in
+    present = np.add.reduceat(matrices.per_step, bins) > 0  # a bin some host has a row in
     ms = ms[:, present]
     return {
         "hosts": list(matrices.hosts),
@@ -125,10 +131,14 @@ def step_matrix_record(
     }
 
 
-def _slow_parts(matrices: StepMatrix, slow: np.ndarray) -> dict[int, dict[str, Any]]:
+def _slow_parts(
+    matrices: StepMatrix, slow: np.ndarray, dense: dict[str, np.ndarray], exact: bool
+) -> dict[int, dict[str, Any]]:
     """Per host (its row) with slow steps: the cause of its slow steps (analyze/hosts._cause),
-    from those steps' parts beside the pod's medians of them; one pass over the rows reads as
-    many parts' matrices as PASS_CELLS allows, of the steps some host was slow on only."""
+    from those steps' parts beside the pod's medians of them. The DENSE parts come from the
+    wall's pass when it read them; the SPARSE ones from their cells not 0 (when each row is
+    one cell and they are few); the others from passes over the rows of as many matrices as
+    PASS_CELLS allows, of the steps some host was slow on only."""
     rows = np.flatnonzero(slow.any(axis=1))
     if not len(rows):
         return {}
@@ -136,16 +146,80 @@ def _slow_parts(matrices: StepMatrix, slow: np.ndarray) -> dict[int, dict[str, A
     slow = slow[:, cols]
     mine = {int(i): np.flatnonzero(slow[i]) for i in rows}
     diffs: dict[int, dict[str, np.ndarray]] = {int(i): {} for i in rows}
+
+    def add(col: str, matrix: np.ndarray) -> None:
+        pod = nan_median(matrix, 0)
+        for i, at in mine.items():
+            diffs[i][col] = matrix[i, at] - pod[at]
+
+    for col in DENSE:
+        if col in dense:
+            add(col, dense.pop(col)[:, cols] if len(cols) < matrices.span else dense.pop(col))
+    left = [c for c in PARTS if c not in diffs[int(rows[0])]]
+    sparse = matrices.nonzero(list(SPARSE), SPARSE_ROWS) if exact else None
+    if sparse is not None:
+        cells, values = sparse
+        for col in SPARSE:
+            _add_sparse(diffs, mine, col, cells, values[col], matrices, cols)
+        left = [c for c in left if c not in SPARSE]
     per_pass = max(1, PASS_CELLS // (len(matrices.hosts) * len(cols)))  # matrices of a pass
-    for start in range(0, len(PARTS), per_pass):
-        names = list(PARTS[start : start + per_pass])
+    for start in range(0, len(left), per_pass):
+        names = left[start : start + per_pass]
         parts = matrices.columns(names, cols)  # only those steps
         for col in names:
-            matrix = parts.pop(col)
-            pod = nan_median(matrix, 0)
-            for i, at in mine.items():
-                diffs[i][col] = matrix[i, at] - pod[at]
+            add(col, parts.pop(col))
     return {i: cause(d) for i, d in diffs.items()}
+
+
+def _add_sparse(
+    diffs: dict[int, dict[str, np.ndarray]],
+    mine: dict[int, np.ndarray],
+    col: str,
+    cells: np.ndarray,
+    values: np.ndarray,
+    matrices: StepMatrix,
+    cols: np.ndarray,
+) -> None:
+    """A part's excess over the pod at each host's slow steps, from the cells where it is not
+    0: the pod's median of a step is that of its hosts' values, the cells not listed 0."""
+    keep = values != 0
+    cells, values = cells[keep], values[keep]
+    order = np.argsort(cells)
+    cells, values = cells[order], values[order]
+    pod = sparse_medians(matrices.per_step, cells % matrices.span, values)[cols]
+    for i, at in mine.items():
+        wanted = i * matrices.span + cols[at]
+        where = np.minimum(np.searchsorted(cells, wanted), max(len(cells) - 1, 0))
+        own = (
+            np.where(cells[where] == wanted, values[where], 0.0)
+            if len(cells)
+            else np.zeros(len(wanted))
+        )
+        diffs[i][col] = own - pod[at]
+
+
+def sparse_medians(per_step: np.ndarray, step: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per step, the median over its per_step hosts' values (nan_median's, (lo + hi) / 2 of the
+    middle two) when only these (step, value) are not 0: in each step's sorted values the
+    negatives come first, then its zeros, then the positives."""
+    out = np.zeros(len(per_step))
+    if not len(step):
+        return out
+    order = np.lexsort((values, step))
+    step, values = step[order], values[order]
+    steps, start, count = np.unique(step, return_index=True, return_counts=True)
+    negative = np.add.reduceat((values < 0).astype(np.int64), start)
+    n = per_step[steps]
+    zeros = n - count
+    last = len(values) - 1
+
+    def rank(k: np.ndarray) -> np.ndarray:
+        low = values[np.clip(start + k, 0, last)]  # k among the negatives
+        high = values[np.clip(start + k - zeros, 0, last)]  # k among the positives
+        return np.where(k < negative, low, np.where(k < negative + zeros, 0.0, high))
+
+    out[steps] = (rank((n - 1) // 2) + rank(n // 2)) / 2
+    return out
 
 
 def cause(diff: dict[str, np.ndarray]) -> dict[str, Any]:
