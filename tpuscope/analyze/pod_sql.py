@@ -300,7 +300,9 @@ class PodSteps:
             if len(hosts) < 2:
                 self._figures = PodFigures({})
             else:
-                self._figures = pod_figures(StepMatrix(self.con, hosts, (lo, hi)))
+                # no judged row with a part not 0 (procs counted them): no rows to read for them
+                zero = self.simple and not self.rows("SELECT sum(j_some) FROM procs")[0][0]
+                self._figures = pod_figures(StepMatrix(self.con, hosts, (lo, hi)), zero)
         return self._figures
 
     # -- the summary's hosts and host_steps ---------------------------------------------------
@@ -372,27 +374,33 @@ def _procs_sql(warmup: int) -> str:
     """One pass over the steps, per process: what the phases need (analyze/judge.phases), and
     what the pod's figures take of the steps: the judged rows' counts and sums as the simple
     phases (every process past its warm-up, none a single step, no setup) count them (used
-    only when the phases are those), the after-the-loop rows and the steps of a loop with no
-    sync (listed: few rows), so that no other pass over the parts is made for them."""
+    only when the phases are those), whether a judged row has a part that is not 0, the
+    after-the-loop rows and the steps of a loop with no sync (listed: few rows), so that no
+    other pass over the parts is made for them. The rows' conditions are columns computed once
+    and aggregated (`max(CASE ..)`): a FILTER per aggregate cost ~0.7 s CPU more at 12.8M rows."""
     judged = f"NOT is_after AND step >= {int(warmup)}"
     marked = ", ".join(_q(b) for b in NO_SYNC_BOUNDARIES)
+    some = " OR ".join(f"coalesce({c}, 0) <> 0" for c in ("compile_ns", *COUNTS))
+    rows = (
+        "SELECT *, CASE WHEN NOT is_after THEN step END AS loop_step, "
+        "CASE WHEN NOT is_after THEN boundary END AS loop_kind, "
+        f"coalesce({judged}, false) AS judged, CASE WHEN {judged} THEN step END AS j_step, "
+        f"CASE WHEN {judged} THEN wall_ns END AS j_wall_ns, "
+        f"CASE WHEN {judged} THEN transfers_from_device END AS j_transfers_row, "
+        f"coalesce({judged} AND ({some}), false) AS some_part FROM s"
+    )
     return (
-        "SELECT host, pid, count(*) AS n, "
-        "max(step) FILTER (WHERE NOT is_after) AS last_loop, "
-        "min(step) FILTER (WHERE NOT is_after) AS first_loop, "
-        "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
-        "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
-        "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds, "
+        "SELECT host, pid, count(*) AS n, max(loop_step) AS last_loop, "
+        "min(loop_step) AS first_loop, sum((NOT is_after)::INT) AS n_loop, "
+        "arg_min(boundary, loop_step) AS first_kind, histogram(loop_kind) AS kinds, "
         "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step, "
-        "min(step) AS first_step, count(step) AS n_step, "
-        f"count(*) FILTER (WHERE {judged}) AS j_n, "
-        f"sum(wall_ns) FILTER (WHERE {judged}) AS j_wall, "
-        f"sum(transfers_from_device) FILTER (WHERE {judged}) AS j_transfers, "
-        f"count(transfers_from_device) FILTER (WHERE {judged}) AS j_transfers_n, "
-        f"min(step) FILTER (WHERE {judged}) AS j_lo, max(step) FILTER (WHERE {judged}) AS j_hi, "
+        "min(step) AS first_step, count(step) AS n_step, sum(judged::INT) AS j_n, "
+        "sum(j_wall_ns) AS j_wall, sum(j_transfers_row) AS j_transfers, "
+        "count(j_transfers_row) AS j_transfers_n, min(j_step) AS j_lo, max(j_step) AS j_hi, "
+        "sum(some_part::INT) AS j_some, "
         "sum(wall_ns) AS all_wall, sum(transfers_from_device) AS all_transfers, "
         "list(struct_pack(step := step, wall_ns := wall_ns, executions := executions)) "
         "FILTER (WHERE is_after) AS after_rows, "
         f"list(step) FILTER (WHERE boundary IN ({marked})) AS unsynced "
-        "FROM s GROUP BY host, pid"
+        f"FROM ({rows}) GROUP BY host, pid"
     )

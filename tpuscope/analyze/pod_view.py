@@ -49,8 +49,9 @@ class PodFigures:
     ranked: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
-def pod_figures(matrices: StepMatrix) -> PodFigures:
-    """analyze/hosts.pod_view of the matrices' rows, and the figures their wall matrix gives."""
+def pod_figures(matrices: StepMatrix, sparse_zero: bool = False) -> PodFigures:
+    """analyze/hosts.pod_view of the matrices' rows, and the figures their wall matrix gives
+    (`sparse_zero`: no judged row has a SPARSE part that is not 0)."""
     hosts = matrices.hosts
     together = len(hosts) * matrices.span * (1 + len(DENSE)) <= FIRST_PASS_CELLS
     dense = matrices.columns(["wall_ns", *DENSE] if together else ["wall_ns"])
@@ -72,7 +73,7 @@ def pod_figures(matrices: StepMatrix) -> PodFigures:
     median_excess = nan_median(excess, 1)
     slow = excess > threshold  # NaN (no such step) is never slow
     del excess
-    causes = _slow_parts(matrices, slow, dense if exact else {}, exact)
+    causes = _slow_parts(matrices, slow, dense if exact else {}, exact, sparse_zero)
     view = []
     for i, host in enumerate(hosts):
         steps = np.flatnonzero(slow[i]) + matrices.lo
@@ -132,7 +133,11 @@ def step_matrix_record(
 
 
 def _slow_parts(
-    matrices: StepMatrix, slow: np.ndarray, dense: dict[str, np.ndarray], exact: bool
+    matrices: StepMatrix,
+    slow: np.ndarray,
+    dense: dict[str, np.ndarray],
+    exact: bool,
+    sparse_zero: bool,
 ) -> dict[int, dict[str, Any]]:
     """Per host (its row) with slow steps: the cause of its slow steps (analyze/hosts._cause),
     from those steps' parts beside the pod's medians of them. The DENSE parts come from the
@@ -156,7 +161,13 @@ def _slow_parts(
         if col in dense:
             add(col, dense.pop(col)[:, cols] if len(cols) < matrices.span else dense.pop(col))
     left = [c for c in PARTS if c not in diffs[int(rows[0])]]
-    sparse = matrices.nonzero(list(SPARSE), SPARSE_ROWS) if exact else None
+    sparse = None
+    if exact:
+        sparse = (
+            (np.empty(0, np.int64), {c: np.empty(0) for c in SPARSE})
+            if sparse_zero
+            else matrices.nonzero(list(SPARSE), SPARSE_ROWS)
+        )
     if sparse is not None:
         cells, values = sparse
         for col in SPARSE:
