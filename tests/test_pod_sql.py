@@ -166,3 +166,47 @@ def test_a_step_written_twice_on_a_host_never_read_is_grouped_as_pandas_groups_i
     (found, summary), (found_mem, summary_mem) = both_ways(Run(root))
     assert same(found, found_mem)
     assert same(summary, summary_mem)
+
+
+def test_the_slow_steps_parts_not_0_are_the_in_memory_causes(tmp_path):
+    """The straggler's slow steps read from the device, fall back and compile where the other
+    hosts do not (analyze/pod_view.py takes those parts from their cells not 0, as rows): its
+    cause names what it had more of, as the pandas rules find it."""
+    root = _make_pod()(tmp_path, 5, 120)
+
+    def busy(frame: pd.DataFrame) -> pd.DataFrame:
+        step = frame["step"].to_numpy()
+        frame["transfers_from_device"] = (step % 3 == 0).astype(np.int64)
+        frame["fallback_ops"] = np.where(step % 7 == 0, 2, 0)
+        frame["compile_ns"] = np.where(step % 11 == 0, 5_000_000, 0)
+        return frame
+
+    def some(frame: pd.DataFrame) -> pd.DataFrame:
+        frame["fallback_ops"] = np.where(frame["step"].to_numpy() % 14 == 0, 4, 0)
+        return frame
+
+    _rewrite_steps(root, "host-3", busy)
+    _rewrite_steps(root, "host-0", some)
+    (found, summary), (found_mem, summary_mem) = both_ways(Run(root))
+    slow = [h for h in summary["hosts"] if h["host"] == "host-3"]
+    assert slow and slow[0]["straggler"]
+    causes = [f["evidence"].get("cause") for f in found if f["rule"] == "straggler"]
+    assert causes and causes[0]["more_than_pod"]  # the counts it had more of than the pod
+    assert same(found, found_mem)
+    assert same(summary, summary_mem)
+
+
+def test_sparse_medians_are_the_matrix_medians():
+    """A step's median over its hosts from its values not 0 (the others 0) is nan_median's."""
+    from tpuscope.analyze.pod_view import sparse_medians
+
+    rng = np.random.default_rng(3)
+    for hosts, steps in [(4, 30), (5, 50), (64, 200)]:
+        matrix = np.where(rng.random((hosts, steps)) < 0.3, rng.integers(-3, 9, (hosts, steps)), 0)
+        matrix = matrix.astype(np.float64)
+        matrix[rng.random((hosts, steps)) < 0.1] = np.nan  # a host without that step
+        seen = ~np.isnan(matrix)
+        host, step = np.nonzero(seen & (np.nan_to_num(matrix) != 0))
+        got = sparse_medians(seen.sum(axis=0), step, matrix[host, step])
+        want = nan_median(matrix, 0)
+        assert np.array_equal(got[seen.any(axis=0)], want[seen.any(axis=0)]), (hosts, steps)

@@ -21,25 +21,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from tpuscope.analyze.hosts import (
-    COUNTS,
-    MAD_TO_SIGMA,
-    MAX_COLUMNS,
-    MIN_EXCESS_NS,
-    MIN_SHARE,
-    NOISE_FACTOR,
-    NS_PER_MS,
-    _cause,
-    natural_key,
-)
+from tpuscope.analyze.hosts import COUNTS, MAX_COLUMNS, NS_PER_MS, natural_key
 from tpuscope.analyze.judge import AFTER_LOOP
-from tpuscope.analyze.pod_matrix import StepMatrix, nan_median
+from tpuscope.analyze.pod_matrix import StepMatrix, around
+from tpuscope.analyze.pod_view import PodFigures, pod_figures
 from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
 
 NUMERIC = ("compile_ns", "execute_ns", *COUNTS)  # summed per (host, step), nulls as 0
-PARTS = ("compile_ns", "execute_ns", "host_ns", *COUNTS)  # a slow step's parts, against the pod's
-PASS_CELLS = 1 << 27  # matrix cells one pass over the rows fills (8 bytes each: 1 GB)
-QUANTILES = (0.5, 0.9)  # of the judged steps' wall time (the summary's p50 and p90)
 MAX_STEP_SPAN = 1 << 21  # steps a process's bitmap may span (256 kB), else steps_once says unsure
 STEP_COLUMNS = ("host", "pid", "step", "wall_ns", "boundary", "executions", *NUMERIC)
 
@@ -57,23 +45,16 @@ class PodSteps:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, warmup: int) -> None:
         self.con, self.warmup = con, int(warmup)
-        self._ranked: dict[tuple[int, int], int] = {}  # (judged rows, rank) -> wall_ns
+        self._figures: PodFigures | None = None  # the pod view's pass, once (pod_view)
+        self._step_figures: dict[str, Any] | None = None
         present = {r[0] for r in con.execute("DESCRIBE steps").fetchall()}
         cols = ", ".join(c if c in present else f"NULL AS {c}" for c in STEP_COLUMNS)
         after = f"coalesce(boundary = {_q(AFTER_LOOP)}, false)"
         con.execute(f"CREATE TEMP VIEW s AS SELECT {cols}, {after} AS is_after FROM steps")
-        con.execute(
-            "CREATE TEMP TABLE procs AS SELECT host, pid, count(*) AS n, "
-            "max(step) FILTER (WHERE NOT is_after) AS last_loop, "
-            "min(step) FILTER (WHERE NOT is_after) AS first_loop, "
-            "count(*) FILTER (WHERE NOT is_after) AS n_loop, "
-            "arg_min(boundary, step) FILTER (WHERE NOT is_after) AS first_kind, "
-            "histogram(boundary) FILTER (WHERE NOT is_after) AS kinds, "
-            "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step, "
-            "min(step) AS first_step, count(step) AS n_step FROM s GROUP BY host, pid"
-        )
+        con.execute(f"CREATE TEMP TABLE procs AS {_procs_sql(self.warmup)}")
         self._mark_setup()
-        if self._simple_phases():  # every process past its warm-up, none a single step
+        self.simple = self._simple_phases()
+        if self.simple:  # every process past its warm-up, none a single step
             phase = (
                 f"CASE WHEN is_after THEN 'after' WHEN step >= {self.warmup} THEN 'judged' "
                 "ELSE 'warmup' END"
@@ -117,6 +98,7 @@ class PodSteps:
         if not self.grouped:
             self.grouped = True
             self._host_steps()
+            self._figures = self._step_figures = None  # of the rows before grouping
 
     def steps_once(self) -> bool:
         """Whether every process wrote each of its steps once (a collector's steps only grow),
@@ -202,8 +184,9 @@ class PodSteps:
 
     def unsynced_steps(self) -> set[tuple[str, int]]:
         """analyze/step_stream.unsynced_steps: ('host/pid', step) of a loop with no sync."""
-        marked = ", ".join(_q(b) for b in NO_SYNC_BOUNDARIES)
-        rows = self.rows(f"SELECT host, pid, step FROM s WHERE boundary IN ({marked})")
+        rows = self.rows(
+            "SELECT host, pid, unnest(unsynced) FROM procs WHERE unsynced IS NOT NULL"
+        )  # listed by the pass that made procs
         return {(f"{h}/{p}", int(step)) for h, p, step in rows}
 
     def last_steps(self) -> dict[str, int]:
@@ -215,17 +198,41 @@ class PodSteps:
 
     def judged_wall_s(self) -> float:
         """analyze/judge.wall_s of the judged steps."""
-        total = self.rows("SELECT sum(wall_ns) FROM phased WHERE phase = 'judged'")[0][0]
-        return float(int(total)) / 1e9 if total is not None else 0.0
+        return float(self.step_figures()["judged_wall_ns"]) / 1e9  # its sum, asked once
 
     def after_rows(self) -> pd.DataFrame:
-        """The after-the-loop steps (one per process at most): few rows, in pandas."""
+        """The after-the-loop steps (one per process at most): few rows, in pandas; with the
+        simple phases, those procs listed (every row at the after-the-loop boundary)."""
+        if self.simple:
+            return self.frame(
+                "SELECT host, pid, unnest(after_rows, recursive := true) FROM procs "
+                "WHERE after_rows IS NOT NULL"
+            )
         return self.frame(
             "SELECT host, pid, step, wall_ns, executions FROM phased WHERE phase = 'after'"
         )
 
     def step_figures(self) -> dict[str, Any]:
         """Counts and sums of the phases: what analyze/summary.summarize reads of the steps."""
+        if self._step_figures is None:
+            self._step_figures = self._count_phases()
+        return self._step_figures
+
+    def _count_phases(self) -> dict[str, Any]:
+        if self.simple:  # the sums of procs' per-process counts of the simple phases
+            sql = (
+                "SELECT sum(n_loop), sum(j_n), sum(j_wall), sum(j_transfers), sum(j_transfers_n), "
+                "sum(all_wall), count(*), sum(all_transfers), sum(n) FROM procs"
+            )
+        else:
+            sql = (
+                "SELECT count(*) FILTER (WHERE phase NOT IN ('after', 'setup')), "
+                "count(*) FILTER (WHERE phase = 'judged'), "
+                "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
+                "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
+                "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "
+                "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased"
+            )
         (
             loop,
             judged,
@@ -236,13 +243,7 @@ class PodSteps:
             procs,
             all_transfers,
             rows,
-        ) = self.rows(
-            "SELECT count(*) FILTER (WHERE phase NOT IN ('after', 'setup')), count(*) FILTER (WHERE phase = 'judged'), "
-            "sum(wall_ns) FILTER (WHERE phase = 'judged'), "
-            "sum(transfers_from_device) FILTER (WHERE phase = 'judged'), "
-            "count(transfers_from_device) FILTER (WHERE phase = 'judged'), sum(wall_ns), "
-            "(SELECT count(*) FROM procs), sum(transfers_from_device), count(*) FROM phased"
-        )[0]
+        ) = self.rows(sql)[0]
         return {
             "loop": int(loop),
             "judged": int(judged),
@@ -258,10 +259,11 @@ class PodSteps:
         """pandas' Series.quantile(q) of the judged steps' wall_ns (numpy's linear method),
         from the two order statistics around its index (DuckDB's quantile_disc at k is
         the (k+1)-th smallest when asked at (k + 0.5) / n), or from the pod view's wall matrix
-        when it held every judged row (_order_stats: no second sort of 12.8M rows)."""
-        below, above, gamma = _around(q, n)
-        if (n, below) in self._ranked and (n, above) in self._ranked:
-            a, b = self._ranked[(n, below)], self._ranked[(n, above)]
+        when it held every judged row (pod_matrix.order_stats: no second sort of 12.8M rows)."""
+        below, above, gamma = around(q, n)
+        ranked = self._figures.ranked if self._figures is not None else {}
+        if (n, below) in ranked and (n, above) in ranked:
+            a, b = ranked[(n, below)], ranked[(n, above)]
         else:
             a, b = self.rows(
                 f"SELECT quantile_disc(wall_ns, {(below + 0.5) / n!r}), "
@@ -269,71 +271,39 @@ class PodSteps:
             )[0]
         return float(np.quantile(np.array([a, b], dtype=np.int64), gamma))
 
-    def _order_stats(self, wall: np.ndarray, rows: int) -> None:
-        """The order statistics judged_quantile asks (QUANTILES) from the wall matrix, kept by
-        (rows, rank): used only when the judged steps are those rows (their count is asked
-        with it), each (host, step) once (as many cells as rows) and exact in float64."""
-        values = wall[~np.isnan(wall)]
-        if len(values) != rows or not rows or values.max() >= 2.0**53 or values.min() < 0:
-            return
-        ranks = sorted({k for q in QUANTILES for k in _around(q, rows)[:2]})
-        ordered = np.partition(values, ranks)
-        self._ranked = {(rows, k): int(ordered[k]) for k in ranks}
-
     # -- the pod view (analyze/hosts.pod_view) ------------------------------------------------
     def judged_hosts(self) -> list[str]:
         """The hosts with judged steps, in natural order."""
         return sorted(self._judged_span()[0], key=natural_key)
 
     def _judged_span(self) -> tuple[list[str], int | None, int | None]:
-        """The hosts with judged steps and their lowest and highest judged step, in one pass."""
-        hosts, lo, hi = self.rows(
-            "SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) FROM host_steps"
-        )[0]
+        """The hosts with judged steps and their lowest and highest judged step, in one pass
+        (with the simple phases, from procs' per-process figures of them)."""
+        sql = (
+            "SELECT list(DISTINCT CAST(host AS VARCHAR)) FILTER (WHERE j_n > 0), min(j_lo), "
+            "max(j_hi) FROM procs WHERE host IS NOT NULL"
+            if self.simple
+            else "SELECT list(DISTINCT CAST(host AS VARCHAR)), min(step), max(step) FROM host_steps"
+        )
+        hosts, lo, hi = self.rows(sql)[0]
         return [str(h) for h in hosts or []], lo, hi
 
     def pod_view(self) -> dict[str, Any]:
-        """analyze/hosts.pod_view of the judged steps: the same dict, from host x step matrices."""
-        found, lo, hi = self._judged_span()
-        hosts = sorted(found, key=natural_key)
-        if len(hosts) < 2:
-            return {}
-        matrices = StepMatrix(self.con, hosts, (lo, hi))
-        wall = matrices.columns(["wall_ns"])["wall_ns"]
-        self._order_stats(wall, matrices.rows)
-        p50 = nan_median(wall, 1)
-        counts = (~np.isnan(wall)).sum(axis=1)
-        spread = MAD_TO_SIGMA * pd.Series(nan_median(np.abs(wall - p50[:, None]), 1))
-        excess = wall
-        excess -= nan_median(wall, 0)[None, :]  # in place: two matrices at most, not three
-        del wall
-        pod_p50 = float(pd.Series(p50).median())
-        noise = float(spread.median())
-        threshold = max(NOISE_FACTOR * noise, MIN_SHARE * pod_p50, MIN_EXCESS_NS)
-        median_excess = nan_median(excess, 1)
-        slow = excess > threshold  # NaN (no such step) is never slow
-        del excess
-        causes = _slow_parts(matrices, slow)
-        view = []
-        for i, host in enumerate(hosts):
-            steps = np.flatnonzero(slow[i]) + matrices.lo
-            view.append(
-                {
-                    "host": host,
-                    "steps": int(counts[i]),
-                    "p50_ms": float(p50[i]) / NS_PER_MS,
-                    "excess_ms": float(median_excess[i]) / NS_PER_MS,
-                    "slow_steps": [int(s) for s in steps],
-                    "straggler": bool(median_excess[i] > threshold),
-                    "cause": _cause(causes[i]) if i in causes else None,
-                }
-            )
-        return {
-            "hosts": view,
-            "pod_p50_ms": pod_p50 / NS_PER_MS,
-            "noise_ms": noise / NS_PER_MS,
-            "threshold_ms": threshold / NS_PER_MS,
-        }
+        """analyze/hosts.pod_view of the judged steps: the same dict, from host x step matrices
+        (analyze/pod_view.py), computed once."""
+        return self._pod_figures().view
+
+    def _pod_figures(self) -> PodFigures:
+        if self._figures is None:
+            found, lo, hi = self._judged_span()
+            hosts = sorted(found, key=natural_key)
+            if len(hosts) < 2:
+                self._figures = PodFigures({})
+            else:
+                # no judged row with a part not 0 (procs counted them): no rows to read for them
+                zero = self.simple and not self.rows("SELECT sum(j_some) FROM procs")[0][0]
+                self._figures = pod_figures(StepMatrix(self.con, hosts, (lo, hi)), zero)
+        return self._figures
 
     # -- the summary's hosts and host_steps ---------------------------------------------------
     def host_summary(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -346,10 +316,12 @@ class PodSteps:
             str(h): int(n)
             for h, n in self.rows("SELECT CAST(host AS VARCHAR), sum(n) FROM procs GROUP BY 1")
         }
-        p50 = {
-            str(h): float(m) / NS_PER_MS
-            for h, m in self.rows("SELECT host, median(wall_ns) FROM host_steps GROUP BY host")
-        }
+        p50 = self._pod_figures().p50_ms  # the pod view's matrix, when it holds every row
+        if not p50:
+            p50 = {
+                str(h): float(m) / NS_PER_MS
+                for h, m in self.rows("SELECT host, median(wall_ns) FROM host_steps GROUP BY host")
+            }
         return [
             {
                 "host": host,
@@ -363,7 +335,11 @@ class PodSteps:
 
     def step_matrix_record(self, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
         """analyze/hosts.step_matrix_record: per host and bin of steps the median wall time in
-        ms, the median taken as pandas takes it, (lo / 1e6 + hi / 1e6) / 2 of the middle two."""
+        ms, the median taken as pandas takes it, (lo / 1e6 + hi / 1e6) / 2 of the middle two:
+        from the pod view's wall matrix when it holds every row, else by SQL."""
+        figures = self._pod_figures()
+        if figures.record is not None and max_columns == MAX_COLUMNS:
+            return figures.record
         lo, hi = self.rows("SELECT min(step), max(step) FROM host_steps")[0]
         if lo is None:
             return None
@@ -394,29 +370,37 @@ class PodSteps:
         }
 
 
-def _around(q: float, n: int) -> tuple[int, int, float]:
-    """numpy's linear quantile q of n values: the ranks below and above it and the weight."""
-    virtual = (n - 1) * np.float64(q)
-    below = int(np.floor(virtual))
-    return below, min(below + 1, n - 1), virtual - below
-
-
-def _slow_parts(matrices: StepMatrix, slow: np.ndarray) -> dict[int, pd.DataFrame]:
-    """Per host (its row) with slow steps: those steps' parts beside the pod's medians of them,
-    as analyze/hosts._cause reads them; one column's matrix at a time."""
-    rows = np.flatnonzero(slow.any(axis=1))
-    if not len(rows):
-        return {}
-    cols = np.flatnonzero(slow.any(axis=0))  # the steps some host was slow on
-    slow = slow[:, cols]
-    out = {int(i): {"step": cols[np.flatnonzero(slow[i])] + matrices.lo} for i in rows}
-    per_pass = max(1, PASS_CELLS // (len(matrices.hosts) * len(cols)))  # matrices of a pass
-    for start in range(0, len(PARTS), per_pass):
-        parts = matrices.columns(list(PARTS[start : start + per_pass]), cols)  # only those steps
-        for col in PARTS[start : start + per_pass]:
-            matrix = parts.pop(col)
-            pod = nan_median(matrix, 0)
-            for i in rows:
-                mine = np.flatnonzero(slow[i])
-                out[int(i)][col], out[int(i)][f"pod_{col}"] = matrix[i, mine], pod[mine]
-    return {i: pd.DataFrame(columns) for i, columns in out.items()}
+def _procs_sql(warmup: int) -> str:
+    """One pass over the steps, per process: what the phases need (analyze/judge.phases), and
+    what the pod's figures take of the steps: the judged rows' counts and sums as the simple
+    phases (every process past its warm-up, none a single step, no setup) count them (used
+    only when the phases are those), whether a judged row has a part that is not 0, the
+    after-the-loop rows and the steps of a loop with no sync (listed: few rows), so that no
+    other pass over the parts is made for them. The rows' conditions are columns computed once
+    and aggregated (`max(CASE ..)`): a FILTER per aggregate cost ~0.7 s CPU more at 12.8M rows."""
+    judged = f"NOT is_after AND step >= {int(warmup)}"
+    marked = ", ".join(_q(b) for b in NO_SYNC_BOUNDARIES)
+    some = " OR ".join(f"coalesce({c}, 0) <> 0" for c in ("compile_ns", *COUNTS))
+    rows = (
+        "SELECT *, CASE WHEN NOT is_after THEN step END AS loop_step, "
+        "CASE WHEN NOT is_after THEN boundary END AS loop_kind, "
+        f"coalesce({judged}, false) AS judged, CASE WHEN {judged} THEN step END AS j_step, "
+        f"CASE WHEN {judged} THEN wall_ns END AS j_wall_ns, "
+        f"CASE WHEN {judged} THEN transfers_from_device END AS j_transfers_row, "
+        f"coalesce({judged} AND ({some}), false) AS some_part FROM s"
+    )
+    return (
+        "SELECT host, pid, count(*) AS n, max(loop_step) AS last_loop, "
+        "min(loop_step) AS first_loop, sum((NOT is_after)::INT) AS n_loop, "
+        "arg_min(boundary, loop_step) AS first_kind, histogram(loop_kind) AS kinds, "
+        "coalesce(max(transfers_from_device) > 0, false) AS transfers, max(step) AS last_step, "
+        "min(step) AS first_step, count(step) AS n_step, sum(judged::INT) AS j_n, "
+        "sum(j_wall_ns) AS j_wall, sum(j_transfers_row) AS j_transfers, "
+        "count(j_transfers_row) AS j_transfers_n, min(j_step) AS j_lo, max(j_step) AS j_hi, "
+        "sum(some_part::INT) AS j_some, "
+        "sum(wall_ns) AS all_wall, sum(transfers_from_device) AS all_transfers, "
+        "list(struct_pack(step := step, wall_ns := wall_ns, executions := executions)) "
+        "FILTER (WHERE is_after) AS after_rows, "
+        f"list(step) FILTER (WHERE boundary IN ({marked})) AS unsynced "
+        f"FROM ({rows}) GROUP BY host, pid"
+    )
