@@ -201,6 +201,10 @@ def ps_to_ns(ps: np.ndarray) -> np.ndarray:
 WORKERS = min(2, os.cpu_count() or 1)
 AHEAD = 1
 JIT = jit.available()  # numba's compiled decoder first (xplane_jit), xplane_wire for the rest
+# Below this file size the numpy decoder reads: loading the compiled one costs a process ~0.9 s
+# of CPU and ~110 MB of RSS once (numba, LLVM, scipy.linalg), and it saves ~0.035 s of CPU per
+# MB of trace (benchmarks/ingest.py, docs/benchmarks.md, session 13).
+JIT_MIN_BYTES = 32 << 20
 
 
 def _read_wire(data: bytes, builder: TableBuilder) -> None:
@@ -231,7 +235,12 @@ def _read_plane(
     del rest
     code = builder.planes.code(meta.name)
     want_ids = np.fromiter(meta.want.keys(), dtype=np.int64, count=len(meta.want))
-    compiled = JIT and any(b - a >= SMALL_LINE_BYTES for a, b in lines) and jit.load()
+    compiled = (
+        JIT
+        and len(data) >= JIT_MIN_BYTES
+        and any(b - a >= SMALL_LINE_BYTES for a, b in lines)
+        and jit.load()
+    )
     wanted = (want_ids, jit.want_table(want_ids) if compiled else None)
     for line_start, line_end in lines:
         if line_end - line_start >= SMALL_LINE_BYTES:

@@ -14,7 +14,9 @@ same error with the same message as before. `available()` is False without numba
 TPUSCOPE_XPLANE_JIT=0.
 
 Compiled code is cached beside this module (`__pycache__`) or, where that is read-only, in
-the user's cache folder; with neither writable numba compiles in each process (~1-2 s).
+the user's cache folder (numba's choice). Compiling takes ~6 s of CPU, once per install; with
+neither folder writable numba would compile in every process, slower than the numpy decoder
+on any trace, so then the numpy decoder reads.
 """
 
 from __future__ import annotations
@@ -52,15 +54,16 @@ def load() -> bool:
         return False
 
     def jit(fn: Any, **options: Any) -> Any:
-        try:
-            return numba.njit(cache=True, nogil=True, **options)(fn)
-        except RuntimeError:  # "cannot cache function ...: no locator available": no cache
-            return numba.njit(nogil=True, **options)(fn)
+        return numba.njit(cache=True, nogil=True, **options)(fn)
 
     names = ("_frame", "_events", "_tail_round", "_stats", "_decode")
-    compiled = {"_varint": jit(_varint, inline="always")}
-    globals().update(compiled)
-    compiled.update({name: jit(globals()[name]) for name in names})
+    try:
+        compiled = {"_varint": jit(_varint, inline="always")}
+        globals().update(compiled)
+        compiled.update({name: jit(globals()[name]) for name in names})
+    except RuntimeError:  # "cannot cache function ...: no locator available": no writable
+        globals().update(_PYTHON)  # cache folder, so ~6 s of compiling in every process
+        return False
     globals().update(compiled)
     buf = np.frombuffer(bytes([_EVENT_TAG, 0]), np.uint8)  # read-only, as the file's bytes
     spans = event_spans(buf, 0, 2)
@@ -260,6 +263,12 @@ def _decode(
             ev[at], ss[at], se[at] = s_ev[j], s_start[j], s_end[j]
             count[s_ord[j]] += 1
     return 0, mid, off, dur, ev, ss, se, left
+
+
+_PYTHON = {
+    name: globals()[name]
+    for name in ("_varint", "_frame", "_events", "_tail_round", "_stats", "_decode")
+}
 
 
 def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, ...] | None:
