@@ -87,6 +87,34 @@ def test_edge_cases_same_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert _same(_read(path, False, monkeypatch), compiled)
 
 
+def test_many_stats_per_event_grow_the_stats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """9 wanted stats per event, more than the decoder's first room (4 per event): it grows
+    them mid-batch and resumes; duplicates of one stat (the first wins) among them."""
+    monkeypatch.setattr(xplane, "SMALL_LINE_BYTES", 0)
+    space = XSpace()
+    plane = space.planes.add(id=1, name=b"/host:CPU")
+    for sid, name in enumerate(("hlo_op", "hlo_module", "flops", "program_id", "tf_op"), 1):
+        plane.stat_metadata[sid].name = name.encode()
+    plane.event_metadata[1].name = b"op"
+    line = plane.lines.add(id=1, name=b"worker")
+    for i in range(3_000):
+        event = line.events.add(metadata_id=1, offset_ps=i, duration_ps=1)
+        for j in range(9):
+            sid = 1 + (i + j) % 5
+            event.stats.add(metadata_id=sid, str_value=f"s{(i * j) % 17}".encode())
+            if sid in (3, 4):
+                event.stats[-1].int64_value = i * 10 + j
+    path = tmp_path / "many.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    counts = _count_compiled(monkeypatch)
+    compiled = _read(path, True, monkeypatch)
+    assert counts["decoded"] > 0
+    assert not isinstance(compiled, str) and compiled["flops"].null_count == 0
+    assert _same(_read(path, False, monkeypatch), compiled)
+
+
 def test_wanted_id_too_big_for_a_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stat id above the lookup-table limit: the compiled decoder declines, numpy decodes."""
     monkeypatch.setattr(xplane, "SMALL_LINE_BYTES", 0)

@@ -108,54 +108,58 @@ def _events(
     table: np.ndarray,
     cols: np.ndarray,
     stats: np.ndarray,
-) -> int:
+    first: int,
+    m: int,
+) -> tuple[int, int]:
     """Event fields by xplane_wire.lockstep_events' rules into cols (metadata_id, offset_ps,
     duration_ps, field count; 4 x n), and the kept stats in event order into stats (event,
-    start, end, field ordinal; 4 x capacity) while there is room. Returns how many stats were
-    kept, or -1 for anything xplane_wire would raise on or treat oddly. Written to be called
-    twice (count, then fill): growing arrays inside the loop made it 3x slower (refcounts)."""
-    end, room, m = len(buf), stats.shape[1], 0
-    for i in range(len(starts)):
-        pos, stop, k = starts[i], ends[i], 0
+    start, end, field ordinal; 4 x capacity), from event `first` with `m` stats kept so far.
+    Returns (stats kept, next event): the next event is n when done, the event to resume from
+    when stats is full (the caller grows it: growing arrays inside this loop made it 3x slower,
+    refcounts); stats kept is -1 for anything xplane_wire would raise on or treat oddly."""
+    end, room = len(buf), stats.shape[1]
+    for i in range(first, len(starts)):
+        pos, stop, k, m_event = starts[i], ends[i], 0, m
         while pos < stop:
             k += 1
             tag, at = _varint(buf, pos, end)
             field, wire = np.int64(tag >> np.uint64(3)), np.int64(tag & np.uint64(7))
             if at < 0 or field == 0 or field > 0x1FFFFFFF:
-                return -1
+                return -1, i
             if wire == 0:
                 value, new = _varint(buf, at, end)
                 if new < 0:
-                    return -1
+                    return -1, i
                 if 1 <= field <= 3:
                     cols[field - 1, i] = np.int64(value)
             elif wire == 2:
                 length, payload = _varint(buf, at, end)
                 if payload < 0 or length > np.uint64(stop - payload):
-                    return -1
+                    return -1, i
                 new = payload + np.int64(length)
                 if field == 4 and len(table):
                     keep = True
                     if payload < new and buf[payload] == 0x08:  # canonical: peek the id
                         sid, after = _varint(buf, payload + 1, end)
                         if after < 0:
-                            return -1
+                            return -1, i
                         keep = sid < np.uint64(len(table)) and table[np.int64(sid)]
                     if keep:
-                        if m < room:
-                            stats[0, m], stats[1, m], stats[2, m], stats[3, m] = i, payload, new, k
+                        if m == room:
+                            return m_event, i
+                        stats[0, m], stats[1, m], stats[2, m], stats[3, m] = i, payload, new, k
                         m += 1
             elif wire == 1:
                 new = at + 8
             elif wire == 5:
                 new = at + 4
             else:
-                return -1
+                return -1, i
             if new > stop:
-                return -1
+                return -1, i
             pos = new
         cols[3, i] = k
-    return m
+    return m, len(starts)
 
 
 def _tail_round(nfields: np.ndarray, tail: int) -> int:
@@ -233,14 +237,16 @@ def _decode(
     without the events lockstep leaves to upb."""
     n = len(starts)
     cols = np.zeros((4, n), np.int64)
-    stats = np.empty((4, 0), np.int64)
-    m = _events(buf, starts, ends, table, cols, stats)
+    stats = np.empty((4, 4 * n + 16), np.int64)
+    m, first = _events(buf, starts, ends, table, cols, stats, 0, 0)
+    while m >= 0 and first < n:  # stats full: twice the room, on from the event that filled it
+        bigger = np.empty((4, 2 * stats.shape[1]), np.int64)
+        bigger[:, :m] = stats[:, :m]
+        stats = bigger
+        m, first = _events(buf, starts, ends, table, cols, stats, first, m)
     empty = np.empty(0, np.int64)
     if m < 0:
         return 1, cols[0], cols[1], cols[2], empty, empty, empty, empty
-    if m:
-        stats = np.empty((4, m), np.int64)
-        _events(buf, starts, ends, table, cols, stats)
     mid, off, dur, nfields = cols[0], cols[1], cols[2], cols[3]
     s_ev, s_start, s_end, s_ord = stats[0], stats[1], stats[2], stats[3]
     r = _tail_round(nfields, tail)
