@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from tpuscope.parse import xplane_jit as jit
 from tpuscope.parse import xplane_wire as wire
 from tpuscope.parse.xplane_meta import PlaneMeta, merge_stats, upb_events, wire_stats
 from tpuscope.parse.xplane_proto import (
@@ -199,6 +200,11 @@ def ps_to_ns(ps: np.ndarray) -> np.ndarray:
 # builder, in file order (so the table's rows and dictionary codes do not depend on timing).
 WORKERS = min(2, os.cpu_count() or 1)
 AHEAD = 1
+JIT = jit.available()  # numba's compiled decoder first (xplane_jit), xplane_wire for the rest
+# Below this file size the numpy decoder reads: loading the compiled one costs a process ~0.9 s
+# of CPU and ~110 MB of RSS once (numba, LLVM, scipy.linalg), and it saves ~0.035 s of CPU per
+# MB of trace (benchmarks/ingest.py, docs/benchmarks.md, session 13).
+JIT_MIN_BYTES = 32 << 20
 
 
 def _read_wire(data: bytes, builder: TableBuilder) -> None:
@@ -229,10 +235,17 @@ def _read_plane(
     del rest
     code = builder.planes.code(meta.name)
     want_ids = np.fromiter(meta.want.keys(), dtype=np.int64, count=len(meta.want))
+    compiled = (
+        JIT
+        and len(data) >= JIT_MIN_BYTES
+        and any(b - a >= SMALL_LINE_BYTES for a, b in lines)
+        and jit.load()
+    )
+    wanted = (want_ids, jit.want_table(want_ids) if compiled else None)
     for line_start, line_end in lines:
         if line_end - line_start >= SMALL_LINE_BYTES:
-            header = _line_header(data, buf, line_start, line_end)
-            _read_line(data, buf, header, meta, code, builder, want_ids, pool)
+            header = _line_header(data, buf, line_start, line_end, compiled)
+            _read_line(data, buf, header, meta, code, builder, wanted, pool)
             _trim_heaps()  # the line's temporaries, freed in the workers' arenas
             continue
         line = XLine.FromString(data[line_start:line_end])
@@ -241,7 +254,7 @@ def _read_plane(
 
 
 def _line_header(
-    data: bytes, buf: np.ndarray, start: int, end: int
+    data: bytes, buf: np.ndarray, start: int, end: int, compiled: bool = False
 ) -> tuple[bytes, int, list[Any]]:
     """(name, timestamp_ns, runs of event spans) of one XLine, in any field order."""
     name, timestamp, runs = b"", 0, []
@@ -250,7 +263,8 @@ def _line_header(
         field_start = pos
         field_no, wire_type, _, value_start, value_end = next(fields(data, pos, end))
         if field_no == 4 and wire_type == 2:
-            starts, ends, run_end = wire.event_spans(buf, field_start, end)
+            spans = jit.event_spans(buf, field_start, end) if compiled else None
+            starts, ends, run_end = spans or wire.event_spans(buf, field_start, end)
             runs.append((starts, ends))
             pos = run_end
             continue
@@ -285,7 +299,7 @@ def _read_line(
     meta: PlaneMeta,
     plane_code: int,
     builder: TableBuilder,
-    want_ids: np.ndarray,
+    wanted: tuple[np.ndarray, np.ndarray | None],
     pool: Executor,
 ) -> None:
     raw_name, timestamp, runs = header
@@ -298,7 +312,7 @@ def _read_line(
     ]
 
     def numeric(batch: tuple[np.ndarray, np.ndarray]) -> tuple[Any, ...]:
-        return _decode_numbers(buf, *batch, want_ids)
+        return _decode_numbers(buf, *batch, *wanted)
 
     for (starts, ends), decoded in zip(batches, _ahead(pool, numeric, batches), strict=True):
         mid, offset, duration, ev_num, ev_str = _finish_events(
@@ -328,9 +342,18 @@ def _read_line(
 
 
 def _decode_numbers(
-    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, want_ids: np.ndarray
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    want_ids: np.ndarray,
+    table: np.ndarray | None = None,
 ) -> tuple[Any, ...]:
-    """The numpy half of a batch (any thread): lockstep-decoded events and their wanted stats."""
+    """The numeric half of a batch (any thread): the events and their wanted stats, decoded by
+    the compiled decoder when there is a lookup `table`, else (or when it declines) lockstep."""
+    if table is not None:
+        decoded = jit.decode_batch(buf, starts, ends, table)
+        if decoded is not None:
+            return decoded
     mid, offset, duration, ev, stat_starts, stat_ends, tail = wire.lockstep_events(
         buf, starts, ends, len(buf), want_ids
     )

@@ -258,6 +258,19 @@ def _numbers(bits: np.ndarray, kinds: np.ndarray, dtype: Any) -> np.ndarray:
     return out
 
 
+def _unique(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(ids, return_inverse=True) for stat metadata ids: small non-negative ints get a
+    presence table (the same sorted uniques, no sort: np.unique was 0.1 s of a 1M-event trace)."""
+    if ids.min() < 0 or ids.max() > 1 << 22:
+        return np.unique(ids, return_inverse=True)
+    present = np.zeros(int(ids.max()) + 1, dtype=bool)
+    present[ids] = True
+    uniq = np.flatnonzero(present)
+    slot = np.empty(len(present), dtype=np.intp)
+    slot[uniq] = np.arange(len(uniq))
+    return uniq, slot[ids]
+
+
 def _string_codes(
     data: bytes,
     meta: PlaneMeta,
@@ -270,7 +283,7 @@ def _string_codes(
     codes = np.full(len(kinds), -1, dtype=np.int32)
     ref = kinds == 7
     if ref.any():
-        uniq, inverse = np.unique(bits[ref].view(np.int64), return_inverse=True)
+        uniq, inverse = _unique(bits[ref].view(np.int64))
         codes[ref] = np.array(
             [strings.code(meta.stat_names.get(int(u), "")) for u in uniq], np.int32
         )[inverse]
