@@ -56,10 +56,19 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
         title.text,
     )
     assert shown and 0 < int(shown[1].replace(",", "")) <= 2000, title.text
-    drawn = plotted(browser, "trace-timeline")
-    assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * int(
-        shown[1].replace(",", "")
+    # drawn as an image (issue 30, session 13): lanes x pixel columns, each picked event filling
+    # the cells it covers (the longest one a cell's owner), its hover naming it
+    (image,) = browser.execute_script(
+        "const gd = document.querySelector('#trace-timeline .js-plotly-plot');"
+        "return gd.data.map(t => ({type: t.type, y: t.y, text: t.text}));"
     )
+    cells = [cell for row in image["text"] for cell in row if cell]
+    named = {cell.split("<br>")[0] for cell in cells}
+    assert image["type"] == "heatmap" and set(image["y"]) <= set(
+        events["plane"].astype(str) + " / " + events["line"].astype(str)
+    )
+    assert 0 < len(set(cells)) <= int(shown[1].replace(",", ""))
+    assert named <= set(events["name"].astype(str))
     t0 = int(events["start_ns"].min())
     lo, hi = 100.0, 101.0  # ms since trace start
     in_view = (

@@ -27,18 +27,32 @@ def test_busy_ops_and_summary_account_for_every_event(
     data, run_id, events = synth
     t0, t1 = int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max())
     plane = trace._plane(False)
-    busy, ops, (head,) = (
-        *trace._query(data, run_id, [trace._activity_sql(plane, t0, t1), trace._ops_sql(plane)]),
-        trace._query(data, run_id, [trace._summary_sql()]),
-    )
+    con = data.duckdb(run_id, ["trace_events"])
+    try:
+        head, ops = trace._head(con.sql(trace._head_sql()).df())
+        grid = con.sql(trace._grid_sql(plane, t0, t1)).to_arrow_table()
+    finally:
+        con.close()
+    busy = trace._busy(grid, t0, t1)
     assert busy["busy"].sum() == pytest.approx(events["dur_ns"].sum(), rel=1e-9)
     assert set(busy["b"]) <= set(range(trace.BINS))
+    # each bin's busy ns against the events' overlaps with it, computed here in pandas
+    width = (t1 - t0) / trace.BINS
+    lane = events["plane"].astype(str) + " / " + events["line"].astype(str)
+    start = events["start_ns"] - t0  # relative: ns since 1970 as floats are 256 ns apart
+    end = start + events["dur_ns"]
+    for b in (0, 7, trace.BINS - 1):
+        lo, hi = b * width, (b + 1) * width
+        overlap = (end.clip(upper=hi) - start.clip(lower=lo)).clip(lower=0)
+        rows = busy[busy["b"] == b]
+        mine = rows.set_index(rows["plane"] + " / " + rows["line"])["busy"]
+        expected = overlap.groupby(lane).sum()
+        assert mine.reindex(expected.index, fill_value=0).to_numpy() == pytest.approx(
+            expected.to_numpy(), rel=1e-9, abs=1e-3
+        )
+    assert int(grid["n"].to_numpy().sum()) == len(events)
     assert ops["count"].sum() == len(events) and ops["total"].sum() == events["dur_ns"].sum()
-    assert (int(head["events"].iloc[0]), int(head["t0"].iloc[0]), int(head["t1"].iloc[0])) == (
-        len(events),
-        t0,
-        t1,
-    )
+    assert (head["events"], int(head["t0"]), int(head["t1"])) == (len(events), t0, t1)
     view = trace.overview(data, run_id)
     assert view["events"] == len(events) and view["lines"] == len(
         events[["plane", "line"]].drop_duplicates()

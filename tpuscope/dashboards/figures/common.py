@@ -54,18 +54,26 @@ TEMPLATE = {
 
 
 def base_figure(title: str | None = None, height: int = 360) -> go.Figure:
-    """An empty figure in the dashboard's style (system fonts: nothing is fetched)."""
-    fig = go.Figure(layout={"template": TEMPLATE})
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "font": {"size": 15}} if title else None,
-        font={"family": FONT, "size": 12},
-        height=height,
-        margin={"l": 60, "r": 20, "t": 48 if title else 16, "b": 48},
-        hoverlabel={"font": {"family": FONT}},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
-        modebar={"orientation": "v"},  # keeps the top edge for the title and legend
+    """An empty figure in the dashboard's style (system fonts: nothing is fetched). The layout
+    goes in whole to the constructor: a later update_layout validated it again (~15 ms a figure)."""
+    return go.Figure(
+        layout={
+            "template": TEMPLATE,
+            "title": {"text": title, "x": 0.01, "font": {"size": 15}} if title else None,
+            "font": {"family": FONT, "size": 12},
+            "height": height,
+            "margin": {"l": 60, "r": 20, "t": 48 if title else 16, "b": 48},
+            "hoverlabel": {"font": {"family": FONT}},
+            "legend": {
+                "orientation": "h",
+                "yanchor": "bottom",
+                "y": 1.02,
+                "xanchor": "right",
+                "x": 1,
+            },
+            "modebar": {"orientation": "v"},  # keeps the top edge for the title and legend
+        }
     )
-    return fig
 
 
 def empty_figure(message: str, height: int = 220) -> go.Figure:

@@ -177,6 +177,7 @@ def _heatmap(lanes: list[str], centers_ms: np.ndarray, busy: np.ndarray, events:
 # carries, in float32 where precision allows: a hover string per event was 70% of a 700 KB page.
 HOVER = "%{text}<br>%{fullData.name}<br>at %{x:.3f} ms<br>duration %{customdata[0]:.4f} ms"
 LANE_WIDTH_PX = 14
+LANE_GAP_PX = 12  # between an image's lanes (28 px a lane, as the segments: 14 px wide)
 
 
 def _segments(
@@ -214,17 +215,75 @@ def _segments(
     )
 
 
+def _image(
+    shown: pd.DataFrame,
+    keys: np.ndarray,
+    lanes: list[str],
+    colors: np.ndarray,
+    window: tuple[float, float],
+    pixels: int,
+) -> go.Heatmap:
+    """The picked events as cells of a lanes x `pixels` image over `window` (ms since the
+    origin): each event fills the cells it covers, the longest one a cell's owner; empty cells
+    are gaps. One picture for Plotly to paint, where a segment per event was an SVG path each
+    (2,000 paths cost the renderer ~0.8 s of its ~1.4 s, issue 30). Hover: the cell's event."""
+    start = shown["start_ns"].to_numpy()  # ms since the origin here (trace_timeline)
+    dur = shown["dur_ns"].to_numpy()
+    width = max((window[1] - window[0]) / pixels, 1e-12)
+    first = np.clip(((start - window[0]) / width).astype(np.int64), 0, pixels - 1)
+    last = np.clip(((start + dur - window[0]) / width).astype(np.int64), first, pixels - 1)
+    count = last - first + 1
+    event = np.repeat(np.arange(len(shown)), count)
+    cell = (
+        keys[event] * pixels
+        + first[event]
+        + np.arange(len(event))
+        - np.repeat(np.cumsum(count) - count, count)
+    )
+    order = np.lexsort((dur[event], cell))  # by cell, the longest last
+    cell, event = cell[order], event[order]
+    owner = np.r_[cell[1:] != cell[:-1], True]
+    cell, event = cell[owner], event[owner]
+    z = np.full(len(lanes) * pixels, np.nan)
+    z[cell] = colors[event] + 0.5
+    steps = shown["step"].to_numpy(dtype=float) if "step" in shown else np.full(len(shown), np.nan)
+    hover = [
+        f"{name}<br>at {s:.3f} ms<br>duration {d:.4f} ms"
+        + ("" if np.isnan(k) else f"<br>step {k:.0f}")
+        for name, s, d, k in zip(shown["name"].astype(str), start, dur, steps, strict=True)
+    ]
+    text = np.full(len(lanes) * pixels, "", dtype=object)
+    text[cell] = np.asarray(hover, dtype=object)[event]
+    scale = [[(i + edge) / len(PALETTE), c] for i, c in enumerate(PALETTE) for edge in (0, 1)]
+    return go.Heatmap(  # float32 (colour codes) and x0/dx: a smaller payload than float64 and x
+        z=z.astype(np.float32).reshape(len(lanes), pixels),
+        x0=window[0] + 0.5 * width,
+        dx=width,
+        y=lanes,
+        text=text.reshape(len(lanes), pixels),
+        colorscale=scale,
+        zmin=0,
+        zmax=len(PALETTE),
+        showscale=False,
+        hoverongaps=False,
+        ygap=LANE_GAP_PX,
+        hovertemplate="%{text}<br>%{y}<extra></extra>",
+    )
+
+
 def trace_timeline(
     events: pd.DataFrame,
     origin_ns: int,
     window: tuple[int, int] | None = None,
     max_events: int = MAX_EVENTS,
     in_view: int | None = None,
+    pixels: int | None = None,
 ) -> go.Figure:
     """The longest events in the window as segments, one row per trace line (busiest on top),
     coloured by name; zoom re-queries. Each event is three points of a line trace (start, end, gap).
     `in_view`: the events were picked already (the Trace page's SQL: the longest of each line's
-    pixel-wide buckets) out of that many in the window."""
+    pixel-wide buckets) out of that many in the window. `pixels` (with a window): when only
+    some of the events in view are shown, they are drawn as an image of that many columns."""
     if events.empty:
         return empty_figure("No trace events in this run")
     if in_view is None:
@@ -248,18 +307,27 @@ def trace_timeline(
     colors = pd.factorize(shown["name"].astype(str))[0] % len(PALETTE)
     start = (shown["start_ns"].to_numpy() - origin_ns) / NS_PER_MS
     dur = shown["dur_ns"].to_numpy() / NS_PER_MS
-    for row, key in enumerate(order):
-        lane = keys == key
-        for color in np.unique(colors[lane]):
-            mask = lane & (colors == color)
-            fig.add_trace(_segments(shown, mask, start, dur, row, labels[key], PALETTE[color]))
-    fig.update_yaxes(
-        tickmode="array",
-        tickvals=list(range(len(order))),
-        ticktext=[labels[k] for k in order],
-        range=[len(order) - 0.5, -0.5],
-        automargin=True,
-    )
+    if pixels and window and len(shown) < in_view:
+        rows = np.empty(len(labels), dtype=np.int64)
+        rows[order] = np.arange(len(order))
+        ms = ((window[0] - origin_ns) / NS_PER_MS, (window[1] - origin_ns) / NS_PER_MS)
+        lanes = [labels[k] for k in order]
+        picked = shown.assign(start_ns=start, dur_ns=dur)
+        fig.add_trace(_image(picked, rows[keys], lanes, colors, ms, pixels))
+        fig.update_yaxes(autorange="reversed", automargin=True)
+    else:
+        for row, key in enumerate(order):
+            lane = keys == key
+            for color in np.unique(colors[lane]):
+                mask = lane & (colors == color)
+                fig.add_trace(_segments(shown, mask, start, dur, row, labels[key], PALETTE[color]))
+        fig.update_yaxes(
+            tickmode="array",
+            tickvals=list(range(len(order))),
+            ticktext=[labels[k] for k in order],
+            range=[len(order) - 0.5, -0.5],
+            automargin=True,
+        )
     if window:
         fig.update_xaxes(
             range=[(window[0] - origin_ns) / NS_PER_MS, (window[1] - origin_ns) / NS_PER_MS]

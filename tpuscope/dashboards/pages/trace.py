@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import pyarrow as pa
+import pyarrow.compute as pc
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from tpuscope.report.device import log_dirs
@@ -19,7 +22,7 @@ from tpuscope.store import sql
 from ..components import empty_state, fmt_num, graph, run_page, stat, stats_row
 from ..data import StoreData
 from ..figures.common import NS_PER_MS, empty_figure, x_window
-from ..figures.trace import activity_figure, ops_table, trace_timeline
+from ..figures.trace import activity_figure, busy_ns, ops_table, trace_timeline
 
 # Files in a run folder that other tools open; served only by exact match against this listing.
 TRACE_FILES = (
@@ -43,11 +46,11 @@ OPS_COLUMNS: list[tuple[str, str, int | None]] = [
     ("max_us", "max (us)", 3),
 ]
 BINS = 300  # the activity heatmap's columns
-# Timeline buckets per line across the window: under the plot's width in pixels (at most ~1,150
-# px: a 1,400 px page less the lane labels), so no bucket is narrower than a pixel; and the
-# events drawn, at most: Plotly's cost in the browser grows with the points (3 per event), and
-# half a visible event per pixel column per lane is what the eye resolves (issue 30).
-PIXELS = 1000
+# The timeline's buckets per line across the window, SUB to a heatmap bin (one DuckDB pass
+# computes both): under the plot's width in pixels (at most ~1,150 px: a 1,400 px page less the
+# lane labels), so no bucket is narrower than a pixel; and the events drawn, at most (issue 30).
+SUB = 3
+PIXELS = BINS * SUB
 SHOWN = 2000
 OPS = 50
 
@@ -71,35 +74,98 @@ def _query(data: StoreData, run_id: str, statements: list[str]) -> list[pd.DataF
         con.close()
 
 
-def _summary_sql() -> str:
-    """Counts and bounds; the planes and lines are counted from the activity's rows."""
+def _head_sql() -> str:
+    """One pass for the summary and the op table: counts, time and bounds per (host, plane, op)
+    (a few thousand rows at most); pandas adds them up (`_head`)."""
     return (
-        "SELECT count(*) AS events, min(start_ns) AS t0, max(start_ns + dur_ns) AS t1, "
-        "count(DISTINCT host) AS hosts, min(step) FILTER (WHERE step >= 0) AS step_lo, "
-        "max(step) FILTER (WHERE step >= 0) AS step_hi FROM trace_events"
+        "SELECT host, CAST(plane AS VARCHAR) AS plane, CAST(name AS VARCHAR) AS name, "
+        "count(*) AS count, sum(dur_ns) AS total, max(dur_ns) AS longest, min(start_ns) AS t0, "
+        "max(start_ns + dur_ns) AS t1, min(step) FILTER (WHERE step >= 0) AS step_lo, "
+        "max(step) FILTER (WHERE step >= 0) AS step_hi FROM trace_events GROUP BY ALL"
     )
 
 
-def _activity_sql(plane: str, t0: int, t1: int, bins: int = BINS) -> str:
-    """Exact busy ns per (lane, bin): an event inside one bin adds its duration there; the few
-    longer than a bin are spread over the bins they overlap (generate_series)."""
-    width = max(1.0, (t1 - t0) / bins)
-    clamp = f"least(greatest(CAST(floor((%s - {t0}) / {width}) AS BIGINT), 0), {bins - 1})"
+def _head(rows: pd.DataFrame, n: int = OPS) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The summary (events, bounds, hosts, steps) and the n ops of most total time, as
+    (plane, name, count, total, longest), from `_head_sql`'s rows."""
+    hosts = int(rows["host"].nunique())
+    head = {
+        "events": int(rows["count"].sum()),
+        "t0": rows["t0"].min(),
+        "t1": rows["t1"].max(),
+        "hosts": hosts,
+        "step_lo": rows["step_lo"].min(),
+        "step_hi": rows["step_hi"].max(),
+    }
+    plane = rows["plane"]
+    if hosts > 1:  # as _plane labels it
+        plane = rows["host"].fillna("").astype(str) + " " + plane
+    ops = (
+        rows.assign(plane=plane)
+        .groupby(["plane", "name"], as_index=False)
+        .agg(count=("count", "sum"), total=("total", "sum"), longest=("longest", "max"))
+        .sort_values(["total", "plane", "name"], ascending=[False, True, True], kind="stable")
+        .head(n)
+        .reset_index(drop=True)
+    )
+    return head, ops
+
+
+def _grid_sql(plane: str, t0: int, t1: int, bins: int = BINS, sub: int = SUB) -> str:
+    """One pass for the activity and the timeline over `cells` equal buckets of [t0, t1] per
+    line (BINS of them make one heatmap bin): the events and their busy ns inside a bucket,
+    the few that cross a bucket's end (as (s, e) pairs, spread by `_busy`), and the longest
+    event starting in it (what the timeline draws of the whole trace)."""
+    cells, width = bins * sub, max(1.0, (t1 - t0) / bins) / sub
+    clamp = f"least(greatest(CAST(floor((%s - {t0}) / {width}) AS BIGINT), 0), {cells - 1})"
     return f"""
-        WITH e AS (SELECT {plane} AS plane, CAST(line AS VARCHAR) AS line, start_ns AS s, start_ns + dur_ns AS e,
-                          {clamp % "start_ns"} AS b0, {clamp % "(start_ns + dur_ns)"} AS b1 FROM trace_events),
-        parts AS (SELECT plane, line, b0 AS b, e - s AS busy FROM e WHERE b0 = b1
-                  UNION ALL
-                  SELECT plane, line, b, least(e, {t0} + (b + 1) * {width}) - greatest(s, {t0} + b * {width})
-                  FROM (SELECT *, unnest(generate_series(b0, b1)) AS b FROM e WHERE b0 <> b1))
-        SELECT plane, line, b, sum(busy) AS busy FROM parts GROUP BY ALL"""
+        SELECT plane, line, b, n, inside, spans, dur_ns, ev.name AS name, ev.start_ns AS start_ns,
+               ev.step AS step FROM (
+            SELECT plane, line, b, count(*) AS n, sum(dur_ns) FILTER (WHERE b = b1) AS inside,
+                   list({{'s': start_ns, 'e': start_ns + dur_ns}}) FILTER (WHERE b <> b1) AS spans,
+                   max(dur_ns) AS dur_ns,
+                   arg_max({{'name': name, 'start_ns': start_ns, 'step': step}}, dur_ns) AS ev
+            FROM (SELECT {plane} AS plane, CAST(line AS VARCHAR) AS line, CAST(name AS VARCHAR) AS name,
+                         start_ns, dur_ns, step, {clamp % "start_ns"} AS b,
+                         {clamp % "(start_ns + dur_ns)"} AS b1 FROM trace_events)
+            GROUP BY ALL)"""
 
 
-def _ops_sql(plane: str, n: int = OPS) -> str:
-    return (
-        f"SELECT {plane} AS plane, CAST(name AS VARCHAR) AS name, count(*) AS count, sum(dur_ns) AS total, "
-        f"max(dur_ns) AS longest FROM trace_events GROUP BY ALL ORDER BY total DESC, plane, name LIMIT {n}"
+def _busy(grid: pa.Table, t0: int, t1: int, bins: int = BINS, sub: int = SUB) -> pd.DataFrame:
+    """Exact busy ns per (plane, line, bin b) from `_grid_sql`'s buckets (`sub` to a bin): what
+    fell inside a bucket, plus each crossing event's overlap with every bin
+    (figures.trace.busy_ns: prefix sums over its lane's starts and ends)."""
+    cells = grid.select(["plane", "line", "b", "inside"]).to_pandas()
+    inside = (
+        cells.assign(b=cells["b"] // sub, busy=cells["inside"].fillna(0).astype(float))
+        .groupby(["plane", "line", "b"], as_index=False)["busy"]
+        .sum()
     )
+    column = grid["spans"].combine_chunks()
+    spans = pc.list_flatten(column)
+    if not len(spans):
+        return inside
+    lane = cells.iloc[pc.list_parent_indices(column).to_numpy()][["plane", "line"]]
+    s = pc.struct_field(spans, "s").to_numpy() - t0
+    e = pc.struct_field(spans, "e").to_numpy() - t0
+    edges = np.arange(bins + 1) * max(1.0, (t1 - t0) / bins)
+    crossing = []
+    for (plane, line), rows in (
+        lane.reset_index(drop=True).groupby(["plane", "line"]).indices.items()
+    ):
+        spread = busy_ns(s[rows], e[rows], edges)
+        hit = np.flatnonzero(spread)
+        crossing.append(pd.DataFrame({"plane": plane, "line": line, "b": hit, "busy": spread[hit]}))
+    both = pd.concat([inside, *crossing], ignore_index=True)
+    return both.groupby(["plane", "line", "b"], as_index=False)["busy"].sum()
+
+
+def _picks(grid: pa.Table, shown: int = SHOWN) -> pd.DataFrame:
+    """The timeline's events of the whole trace: the `shown` longest of the buckets' longest
+    (as `_timeline_sql` picks them), with how many events there are."""
+    frame = grid.select(["plane", "line", "name", "start_ns", "dur_ns", "step", "n"]).to_pandas()
+    picked = frame.nlargest(shown, "dur_ns", keep="first").drop(columns="n")
+    return picked.assign(in_view=int(frame["n"].sum())).reset_index(drop=True)
 
 
 def _timeline_sql(plane: str, w0: int, w1: int, shown: int, pixels: int = PIXELS) -> str:
@@ -122,13 +188,13 @@ def _timeline_sql(plane: str, w0: int, w1: int, shown: int, pixels: int = PIXELS
             ORDER BY dur_ns DESC LIMIT {shown}), n"""
 
 
-def _timeline(
-    frame: pd.DataFrame, t0: int, window: tuple[int, int] | None, run_id: str
-) -> go.Figure:
+def _timeline(frame: pd.DataFrame, t0: int, window: tuple[int, int], run_id: str) -> go.Figure:
+    """The picked events of a window; drawn as an image of PIXELS columns when only some of
+    the events in view are (figures.trace.trace_timeline)."""
     in_view = int(frame["in_view"].iloc[0]) if len(frame) else 0
-    return trace_timeline(frame.drop(columns="in_view"), t0, window, in_view=in_view).update_layout(
-        uirevision=run_id
-    )
+    return trace_timeline(
+        frame.drop(columns="in_view"), t0, window, in_view=in_view, pixels=PIXELS
+    ).update_layout(uirevision=run_id)
 
 
 def timeline(
@@ -154,33 +220,38 @@ def _steps_text(lo: Any, hi: Any) -> str:
 
 
 def overview(data: StoreData, run_id: str) -> dict[str, Any]:
-    """The page's figures, aggregated by DuckDB over the parts (no events table in memory),
-    cached per version of the table."""
+    """The page's figures from two DuckDB passes over the parts on one connection (the
+    summary and op table, then the activity and timeline over the bounds the first found; no
+    events table in memory), cached per version of the table."""
 
     def build() -> dict[str, Any]:
-        (head,) = _query(data, run_id, [_summary_sql()])
-        row = head.iloc[0]
-        events = int(row["events"])
-        if not events:
-            return {"events": 0}
-        t0, t1, multi = int(row["t0"]), int(row["t1"]), int(row["hosts"]) > 1
-        plane = _plane(multi)
-        busy, ops, shown = _query(
-            data,
-            run_id,
-            [_activity_sql(plane, t0, t1), _ops_sql(plane), _timeline_sql(plane, t0, t1, SHOWN)],
-        )
+        con = sql.views(data.run(run_id).loc, ["trace_events"])
+        try:
+            head, ops = _head(con.sql(_head_sql()).df())
+            if not head["events"]:
+                return {"events": 0}
+            t0, t1, multi = int(head["t0"]), int(head["t1"]), head["hosts"] > 1
+            plane = _plane(multi)
+            grid = con.sql(_grid_sql(plane, t0, t1)).to_arrow_table()
+            shown = (  # every event when they are few, else the longest of each bucket's longest
+                con.sql(_timeline_sql(plane, t0, t1, SHOWN)).df()
+                if head["events"] <= SHOWN
+                else _picks(grid)
+            )
+        finally:
+            con.close()
+        busy = _busy(grid, t0, t1)
         return {
-            "events": events,
+            "events": head["events"],
             "lines": len(busy[["plane", "line"]].drop_duplicates()),
             "planes": int(busy["plane"].nunique()),
-            "hosts": int(row["hosts"]),
+            "hosts": head["hosts"],
             "t0": t0,
             "span_ms": (t1 - t0) / NS_PER_MS,
-            "steps": _steps_text(row["step_lo"], row["step_hi"]),
-            "activity": activity_figure(busy, events, t0, t1, BINS),
+            "steps": _steps_text(head["step_lo"], head["step_hi"]),
+            "activity": activity_figure(busy, head["events"], t0, t1, BINS),
             "ops": ops_table(ops).round(3),
-            "timeline": _timeline(shown, t0, None, run_id),
+            "timeline": _timeline(shown, t0, (t0, t1), run_id),
         }
 
     return data.derived(run_id, "trace-overview", ("trace_events",), build)
