@@ -130,7 +130,7 @@ class StepMatrix:
             dtype=np.uint64,
         )
         self._order = np.argsort(keys)
-        self._keys = keys[self._order]
+        self._keys: np.ndarray | None = keys[self._order]
         if len(np.unique(keys)) < len(hosts):
             self._keys = None
             con.execute("DROP TYPE IF EXISTS host_enum")
