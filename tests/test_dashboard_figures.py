@@ -318,6 +318,20 @@ def test_trace_timeline_shows_only_the_longest_events_of_the_window():
     assert "all 101 events" in zoomed.layout.title.text
 
 
+def test_trace_hovers_name_a_step_only_where_one_was_recorded():
+    events = trace_frame(400).assign(step=lambda f: np.where(np.arange(len(f)) % 2, -1, 7))
+    every = trace_timeline(events, 1_000_000, max_events=400)  # segments: every event shown
+    labels = [t for tr in every.data for t in tr.text if t]
+    assert len(labels) == 400 and sum("<br>step 7" in t for t in labels) == 200
+    end = int((events["start_ns"] + events["dur_ns"]).max())
+    image = trace_timeline(  # some of the events in view picked: drawn as an image
+        events.head(100), 1_000_000, window=(1_000_000, end), in_view=400, pixels=90
+    ).data[0]
+    cells = [c for row in image.text for c in row if c]
+    assert image.type == "heatmap" and cells
+    assert not any("step -1" in c or "nan" in c for c in [*labels, *cells])
+
+
 def test_activity_matrix_and_top_ops_account_for_every_event():
     events = trace_frame(2000)
     t0, t1 = 1_000_000, int((events["start_ns"] + events["dur_ns"]).max())

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpuscope.collect.xla.shapes import without_dump_flags
+
 CORPUS = Path(__file__).resolve().parent
 VALUE_READS = ("aten::_local_scalar_dense", "xla::_local_scalar_dense")
 _DEF = re.compile(r"^\s*(?:ROOT )?%([\w.-]+) = (\w+\[[\d,]*\])", re.M)
@@ -98,10 +100,11 @@ def measure(program: str, *, hlo: bool = False, timeout: float = 300) -> Truth:
     with tempfile.TemporaryDirectory(prefix="corpus-truth-") as tmp:
         out = Path(tmp) / "truth.json"
         env = {**os.environ, "CORPUS_TRUTH": str(out), "PJRT_DEVICE": "CPU"}
-        for name in ("TPUSCOPE_STORE", "PT_XLA_DEBUG_LEVEL", "XLA_FLAGS"):
+        for name in ("TPUSCOPE_STORE", "PT_XLA_DEBUG_LEVEL"):
             env.pop(name, None)
+        env["XLA_FLAGS"] = without_dump_flags(env.get("XLA_FLAGS", ""))  # the suite's CPU flags
         if hlo:
-            env["XLA_FLAGS"] = f"--xla_dump_to={tmp}/hlo"
+            env["XLA_FLAGS"] += f" --xla_dump_to={tmp}/hlo"
         proc = subprocess.run([sys.executable, str(CORPUS / program)], env=env, cwd=tmp,
                               capture_output=True, text=True, timeout=timeout)
         data = json.loads(out.read_text()) if out.exists() else {"marks": [], "jax_compiles": [], "extra": {}}

@@ -21,6 +21,7 @@ has two or more steps, or its one step re-ran an executable. Pure: the steps tab
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
@@ -86,13 +87,10 @@ def setup_steps(steps: pd.DataFrame, after: pd.Series) -> pd.Series:
     groups = loop.groupby(keys, dropna=False, sort=False) if keys else [(None, loop)]
     for _, rows in groups:
         ordered = rows.sort_values("step", kind="stable")
-        kinds = ordered["boundary"].astype(str).tolist()
-        counts: dict[str, int] = {}
-        for kind in kinds:
-            counts[kind] = counts.get(kind, 0) + 1
-        lead = 0
-        while lead < len(kinds) - 2 and counts[kinds[lead]] == 1:
-            lead += 1
-        if lead:
+        codes, _ = pd.factorize(ordered["boundary"].astype(str), use_na_sentinel=False)
+        once = np.bincount(codes)[codes] == 1  # per step: its boundary's kind occurs once
+        # the leading run of once-only kinds, leaving at least two steps of loop
+        lead = min(int(np.argmin(once)) if not once.all() else len(once), len(once) - 2)
+        if lead > 0:
             out.loc[ordered.index[:lead]] = True
     return out

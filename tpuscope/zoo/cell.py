@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpuscope.collect.xla.shapes import without_dump_flags
 from tpuscope.zoo import agree, scenarios
 from tpuscope.zoo.catalog import Entry
 from tpuscope.zoo.truthread import CellTruth
@@ -73,6 +74,9 @@ def _env(truth: Path, experts: str | None = None) -> dict[str, str]:
     env = {**os.environ, "PJRT_DEVICE": "CPU", "ZOO_TRUTH": str(truth)}
     for name in ("PT_XLA_DEBUG_LEVEL", "XLA_FLAGS", "TPUSCOPE_STORE", "ZOO_EXPERTS"):
         env.pop(name, None)
+    flags = without_dump_flags(os.environ.get("XLA_FLAGS", ""))  # the caller's compile flags
+    if flags:  # stay; a dump flag would take the cell's dump from tpuscope
+        env["XLA_FLAGS"] = flags
     if experts:
         env["ZOO_EXPERTS"] = experts
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)

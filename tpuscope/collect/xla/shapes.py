@@ -152,6 +152,14 @@ def default_flags(folder: Path) -> str:
     return f"--xla_dump_to={folder} --xla_dump_hlo_as_text"
 
 
+def without_dump_flags(flags: str) -> str:
+    """XLA_FLAGS less every dump flag (and its value): what a child whose dump tpuscope owns
+    keeps of a caller's flags (e.g. the CPU backend's optimization level)."""
+    return " ".join(
+        re.sub(r"(--xla_dump_\w+|--xla_enable_dumping)(=\S*)?", " ", flags or "").split()
+    )
+
+
 def dump_dir_in(flags: str) -> str | None:
     match = _DUMP_FLAG.search(flags or "")
     return match.group(1) if match else None

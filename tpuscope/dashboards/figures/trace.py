@@ -180,6 +180,15 @@ LANE_WIDTH_PX = 14
 LANE_GAP_PX = 12  # between an image's lanes (28 px a lane, as the segments: 14 px wide)
 
 
+def event_steps(shown: pd.DataFrame) -> np.ndarray:
+    """Each event's step as floats, NaN where none was recorded (no column, or the store's -1
+    for an event outside every step): a hover never shows "step -1" (issue 29)."""
+    if "step" not in shown:
+        return np.full(len(shown), np.nan)
+    steps = shown["step"].to_numpy(dtype=float)
+    return np.where(steps >= 0, steps, np.nan)
+
+
 def _segments(
     shown: pd.DataFrame,
     mask: np.ndarray,
@@ -194,13 +203,13 @@ def _segments(
     gap = np.full(n, np.nan)
     x = np.column_stack([start[mask], start[mask] + dur[mask], gap]).ravel()
     y = np.column_stack([np.full((n, 2), row), gap]).ravel().astype(np.float32)
-    steps = shown["step"].to_numpy(dtype=float)[mask] if "step" in shown else gap
-    has_step = not np.isnan(steps).all()
-    per_event = np.column_stack([dur[mask]] + ([steps] if has_step else [])).astype(np.float32)
-    custom = np.repeat(per_event, 3, axis=0)
-    names = np.column_stack(
-        [shown["name"].astype(str).to_numpy()[mask], np.full((n, 2), "")]
-    ).ravel()
+    steps = event_steps(shown)[mask]
+    custom = np.repeat(dur[mask].astype(np.float32)[:, None], 3, axis=0)
+    labels = [  # the step in words only where one was recorded (no "step nan")
+        name if np.isnan(k) else f"{name}<br>step {k:.0f}"
+        for name, k in zip(shown["name"].astype(str).to_numpy()[mask], steps, strict=True)
+    ]
+    names = np.column_stack([np.asarray(labels, dtype=object), np.full((n, 2), "")]).ravel()
     return go.Scatter(
         x=x,
         y=y,
@@ -209,9 +218,7 @@ def _segments(
         line={"width": LANE_WIDTH_PX, "color": color},
         text=names,
         customdata=custom,
-        hovertemplate=HOVER
-        + ("<br>step %{customdata[1]:.0f}" if has_step else "")
-        + "<extra></extra>",
+        hovertemplate=HOVER + "<extra></extra>",
     )
 
 
@@ -246,7 +253,7 @@ def _image(
     cell, event = cell[owner], event[owner]
     z = np.full(len(lanes) * pixels, np.nan)
     z[cell] = colors[event] + 0.5
-    steps = shown["step"].to_numpy(dtype=float) if "step" in shown else np.full(len(shown), np.nan)
+    steps = event_steps(shown)
     hover = [
         f"{name}<br>at {s:.3f} ms<br>duration {d:.4f} ms"
         + ("" if np.isnan(k) else f"<br>step {k:.0f}")
