@@ -176,6 +176,40 @@ def test_tiny_config_rules(model_type: str, check: Any) -> None:
     assert check(configs.tiny_config(model_type, decoder=True), CONFIG_MAPPING[model_type]())
 
 
+@pytest.mark.parametrize(
+    ("model_type", "class_name"),
+    [
+        ("swin", "SwinForImageClassification"),
+        ("bit", "BitForImageClassification"),
+        ("resnet", "ResNetForImageClassification"),
+    ],
+)
+def test_a_backbone_of_stages_keeps_its_ties_and_trains_on_images(
+    model_type: str, class_name: str
+) -> None:
+    """Stage widths divided value-wise (Swin's 3 heads still divide every stage, BiT's 32
+    GroupNorm groups its channels, ResNet's 2048 is 512), one block a stage; the image batch at
+    the config's own size: a forward and backward on the CPU (no XLA, ~1 s)."""
+    from transformers import CONFIG_MAPPING
+
+    from tpuscope.zoo import inputs
+
+    default = CONFIG_MAPPING[model_type]()
+    config, model, params = configs.build(model_type, class_name)
+    assert params < 1_000_000 and list(config.depths) == [1] * len(default.depths)
+    if hasattr(default, "hidden_sizes"):
+        assert [w * 4 for w in config.hidden_sizes] == list(default.hidden_sizes)
+    if hasattr(default, "num_heads"):  # heads kept; stage i is embed_dim x 2^i wide
+        assert list(config.num_heads) == list(default.num_heads)
+        assert all(config.embed_dim * 2**i % h == 0 for i, h in enumerate(config.num_heads))
+    if hasattr(default, "num_groups"):
+        assert all(w % config.num_groups == 0 for w in config.hidden_sizes)
+    batch = inputs.batch("image-cls", config, 16)
+    assert batch["pixel_values"].shape == (inputs.BATCH, 3, 224, 224)
+    model.train()(**batch).loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 def test_a_class_of_one_part_of_a_composite_config_takes_that_part() -> None:
     composite = configs.tiny_config("musicgen", decoder=True)  # a text encoder and a decoder
     assert (

@@ -21,7 +21,7 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", ("train", "train-varlen", "eager")),
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "eager")),
     "seq-cls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
-    "image-cls": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", ()),  # no image inputs yet
+    "image-cls": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
 }
 
 
@@ -45,10 +45,12 @@ def entries(tasks: Iterable[str] | None = None) -> list[Entry]:
     found: list[Entry] = []
     for task in tasks or TASKS:
         mapping = getattr(modeling_auto, TASKS[task][0])
+        # a type registered with several classes (DeiT's plain head and its distillation head
+        # "with teacher") runs the first, the one its task trains
         found += [
-            Entry(model_type, task, cls)
+            Entry(model_type, task, cls if isinstance(cls, str) else cls[0])
             for model_type, cls in sorted(mapping.items())
-            if isinstance(cls, str)
+            if isinstance(cls, str) or cls
         ]
     return found
 

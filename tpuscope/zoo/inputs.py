@@ -56,7 +56,30 @@ def batch(task: str, config: Any, length: int) -> dict[str, Any]:
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = 0
         return {"input_ids": ids, "labels": torch.tensor([0, 1][:BATCH])}
+    if task == "image-cls":
+        return {**image(config), "labels": torch.tensor([0, 1][:BATCH])}
     raise NotImplementedError(f"no training batch for task {task}")
+
+
+def _first(value: Any) -> Any:
+    return value[0] if isinstance(value, list | tuple) else value
+
+
+def image(config: Any) -> dict[str, Any]:
+    """A batch of random images at the config's own size and channels (224 x 224 x 3 where it
+    names neither, as a backbone's checkpoints are trained). A config with neither but with a
+    vocabulary takes images as token ids (ImageGPT: colour-cluster ids of the pixels, as many
+    as its position table holds, capped at 64)."""
+    import torch
+
+    vision = getattr(config, "vision_config", None) or config
+    size = _first(getattr(vision, "image_size", None))
+    channels = getattr(vision, "num_channels", None) or getattr(vision, "stem_num_channels", None)
+    if size is None and channels is None and getattr(config, "vocab_size", None):
+        return {"input_ids": _ids(config, BATCH, 64)}
+    generator = torch.Generator().manual_seed(0)
+    shape = (BATCH, channels or 3, size or 224, size or 224)
+    return {"pixel_values": torch.randn(shape, generator=generator)}
 
 
 def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from tpuscope.zoo import layers as layer_rules
+from tpuscope.zoo import stages
 
 HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB, POSITIONS, WINDOW = 64, 4, 16, 128, 512, 256, 8
 _HIDDEN_KEYS = (
@@ -260,6 +261,8 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
 
     widths = hidden_sizes(default) if widths is None else widths
     attrs = vars(default)
+    if stages.is_staged(attrs):  # a backbone of stages: its own scale-down (stages.py)
+        return _as_fields(default, stages.overrides(attrs))
     out: dict[str, Any] = {}
     derived = _derived(default)
     for key, value in attrs.items():
