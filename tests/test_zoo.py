@@ -210,6 +210,26 @@ def test_a_backbone_of_stages_keeps_its_ties_and_trains_on_images(
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+@pytest.mark.parametrize(
+    ("model_type", "shape"),
+    [
+        ("wav2vec2", {"input_values": (2, 16_000)}),  # the raw 16 kHz waveform, one second
+        ("whisper", {"input_features": (2, 80, 3000)}),  # log-mels, twice the source positions
+        ("wav2vec2-bert", {"input_features": (2, 100, 160)}),  # stacked features, projection width
+        ("audio-spectrogram-transformer", {"input_values": (2, 1024, 128)}),  # max_length x mels
+    ],
+)
+def test_audio_batches_take_the_form_each_model_reads(model_type: str, shape: dict) -> None:
+    from tpuscope.zoo import inputs
+
+    cls = dict((e.model_type, e.class_name) for e in catalog.entries(["audio-cls"]))[model_type]
+    config = configs.for_class(configs.tiny_config(model_type), cls)
+    batch = inputs.batch("audio-cls", config, 16)
+    assert {k: tuple(v.shape) for k, v in batch.items() if k != "labels"} == shape
+    if model_type == "wav2vec2-bert":  # a forward and backward on the CPU (0.2 s)
+        configs.model_class(cls)(config).train()(**batch).loss.backward()
+
+
 def test_a_class_of_one_part_of_a_composite_config_takes_that_part() -> None:
     composite = configs.tiny_config("musicgen", decoder=True)  # a text encoder and a decoder
     assert (

@@ -8,9 +8,10 @@ import sys
 import click
 
 from tpuscope.cli.options import store_option
+from tpuscope.zoo.catalog import TASKS  # a light module: transformers is imported on use
 
 _SCENARIOS = ("train", "generate", "train-varlen", "eager", "tensorcore")
-_TASKS = ("causal-lm", "masked-lm", "seq2seq", "seq-cls", "image-cls")
+_TASKS = tuple(TASKS)
 
 
 @click.command()

@@ -22,6 +22,7 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("train", "generate", "eager")),
     "seq-cls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
     "image-cls": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
+    "audio-cls": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", ("train", "eager")),
 }
 
 

@@ -58,6 +58,8 @@ def batch(task: str, config: Any, length: int) -> dict[str, Any]:
         return {"input_ids": ids, "labels": torch.tensor([0, 1][:BATCH])}
     if task == "image-cls":
         return {**image(config), "labels": torch.tensor([0, 1][:BATCH])}
+    if task == "audio-cls":
+        return {**audio(config), "labels": torch.tensor([0, 1][:BATCH])}
     raise NotImplementedError(f"no training batch for task {task}")
 
 
@@ -80,6 +82,29 @@ def image(config: Any) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(0)
     shape = (BATCH, channels or 3, size or 224, size or 224)
     return {"pixel_values": torch.randn(shape, generator=generator)}
+
+
+def audio(config: Any) -> dict[str, Any]:
+    """One second of random audio in the form the config's model reads, as its feature
+    extractor would give it: log-mel features of a Whisper-like encoder (mel bins x twice its
+    source positions, the 30 s window its convolutions halve), stacked features of a
+    feature projection (w2v-BERT: 100 frames of its input width), a spectrogram as input_values
+    (AST: its max_length frames of mel bins), else the raw 16 kHz waveform (wav2vec2, HuBERT)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+
+    def noise(*shape: int) -> Any:
+        return torch.randn((BATCH, *shape), generator=generator)
+
+    mels, frames = getattr(config, "num_mel_bins", None), getattr(config, "max_length", None)
+    if mels and getattr(config, "max_source_positions", None):
+        return {"input_features": noise(mels, 2 * config.max_source_positions)}
+    if getattr(config, "feature_projection_input_dim", None):
+        return {"input_features": noise(100, config.feature_projection_input_dim)}
+    if mels and frames:
+        return {"input_values": noise(frames, mels)}
+    return {"input_values": noise(16_000)}
 
 
 def prompt(task: str, config: Any, length: int = 8) -> dict[str, Any]:
