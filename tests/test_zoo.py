@@ -230,6 +230,18 @@ def test_audio_batches_take_the_form_each_model_reads(model_type: str, shape: di
         configs.model_class(cls)(config).train()(**batch).loss.backward()
 
 
+def test_a_bounded_set_note_is_not_a_recompile_claim() -> None:
+    """mobilevitv2 `train` (image-cls): its forward cuts 2 graphs at one line, one per stage
+    width (dim 0: 192, 256), each compiled once in step 0; tpuscope's card is the bounded set's
+    low note with 0 recompiles, the counters' truth no recompile: they agree."""
+    from tpuscope.zoo import agree
+
+    note = {"rule": "recompile", "evidence": {"verdict": "bounded", "recompiles": 0}}
+    storm = {"rule": "recompile", "evidence": {"verdict": "recompile", "recompiles": 3}}
+    assert agree.said([note], 4)["recompile"] is False
+    assert agree.said([note, storm], 4)["recompile"] is True
+
+
 def test_a_class_of_one_part_of_a_composite_config_takes_that_part() -> None:
     composite = configs.tiny_config("musicgen", decoder=True)  # a text encoder and a decoder
     assert (

@@ -1,7 +1,8 @@
 """Does tpuscope agree with the counters? One cell's findings against the truth's expectations.
 
 Judged facts: a `recompile` finding iff a judged step compiled (UncachedCompile > 0 after
-warm-up); the `cpu_fallback` findings' ops equal executed_fallback_ops() less value reads; a
+warm-up), where a bounded set's low note (`verdict` "bounded": a few graphs of one family,
+each compiled once, that stopped growing) says "not a recompile" and counts as none; the `cpu_fallback` findings' ops equal executed_fallback_ops() less value reads; a
 `host_sync` finding iff the judged steps read values (>= 1 per step on average); tpuscope's step
 count equals the program's iterations. Every mismatch is one disagreement, said in words.
 """
@@ -30,8 +31,13 @@ def said(findings: list[dict[str, Any]], steps: int | None) -> dict[str, object]
             if k
         }
     )
+    recompiles = [
+        f
+        for f in findings
+        if f.get("rule") == "recompile" and (f.get("evidence") or {}).get("verdict") != "bounded"
+    ]
     return {
-        "recompile": "recompile" in rules,
+        "recompile": bool(recompiles),
         "cpu_fallback": ops,
         "host_sync": "host_sync" in rules,
         "steps": steps,
