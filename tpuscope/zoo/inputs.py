@@ -70,8 +70,8 @@ def _first(value: Any) -> Any:
 def image(config: Any) -> dict[str, Any]:
     """A batch of random images at the config's own size and channels (224 x 224 x 3 where it
     names neither, as a backbone's checkpoints are trained). A config with neither but with a
-    vocabulary takes images as token ids (ImageGPT: colour-cluster ids of the pixels, as many
-    as its position table holds, capped at 64)."""
+    vocabulary takes images as token ids (ImageGPT: colour-cluster ids of the pixels, 64 of
+    them, an 8 x 8 image)."""
     import torch
 
     vision = getattr(config, "vision_config", None) or config
@@ -85,11 +85,11 @@ def image(config: Any) -> dict[str, Any]:
 
 
 def audio(config: Any) -> dict[str, Any]:
-    """One second of random audio in the form the config's model reads, as its feature
-    extractor would give it: log-mel features of a Whisper-like encoder (mel bins x twice its
-    source positions, the 30 s window its convolutions halve), stacked features of a
-    feature projection (w2v-BERT: 100 frames of its input width), a spectrogram as input_values
-    (AST: its max_length frames of mel bins), else the raw 16 kHz waveform (wav2vec2, HuBERT)."""
+    """Random audio in the form the config's model reads, as its feature extractor would give
+    it: log-mel features of a Whisper-like encoder (mel bins x twice its source positions: the
+    30 s window its convolutions halve), stacked features of a feature projection (w2v-BERT:
+    100 frames of its input width, ~2 s), a spectrogram as input_values (AST: its max_length
+    frames of mel bins, ~10 s), else one second of raw 16 kHz waveform (wav2vec2, HuBERT)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)

@@ -259,10 +259,12 @@ def overrides(default: Any, widths: set[int] | None = None) -> dict[str, Any]:
     """The constructor arguments that shrink one config (recursing into its sub-configs)."""
     from transformers import PretrainedConfig
 
-    widths = hidden_sizes(default) if widths is None else widths
     attrs = vars(default)
-    if stages.is_staged(attrs):  # a backbone of stages: its own scale-down (stages.py)
+    if widths is None and stages.is_staged(attrs):
+        # the model's own config is a backbone of stages: its own scale-down (stages.py); a
+        # staged sub-config keeps these rules, its widths being tied to the rest of the tree
         return _as_fields(default, stages.overrides(attrs))
+    widths = hidden_sizes(default) if widths is None else widths
     out: dict[str, Any] = {}
     derived = _derived(default)
     for key, value in attrs.items():

@@ -1,17 +1,24 @@
-"""Backbones built of stages (CNNs, Swin, PVT, ConvNeXt): one scale-down for their stage lists.
+"""Models that are one backbone of stages (CNNs, Swin, PVT, ConvNeXt): a scale-down for their stage lists.
 
-A vision backbone's config lists per-stage depths (`depths`, `depth`, `num_block_repeats`)
-and per-stage widths, and its widths are tied to each other by equalities (a stage's input is
-the previous stage's output, the stem's output the first stage's input, `hidden_size` the last
+A backbone's config lists per-stage depths (`depths`, `depth`, `num_block_repeats`) and
+per-stage widths, and its widths are tied to each other by equalities (a stage's input is the
+previous stage's output, the stem's output the first stage's input, `hidden_size` the last
 stage's width, `embed_dim` x 2^i stage i's) and to its per-stage head counts by divisibility
 (width = heads x head_dim). The text rules (hidden 64, 4 heads) break those ties (Swin's 3
-heads do not divide 64). One value-wise map of every width, v -> v // K for v >= 16, keeps
-every equality (the same value maps to the same value) and every divisibility by the head
-counts (head_dim is divided by K too), so head counts, kernel sizes, strides, patch and image
-sizes stay as they are; every stage keeps one block. Small values (the image's 3 channels,
-a stem's 8) are not widths worth shrinking and stay. Group counts (GroupNorm's `num_groups`)
-and rounding divisors (EfficientNet's channels rounded to multiples of `depth_divisor`) divide
-the widths, so they are divided by K too where they can be: width / group count is kept.
+heads do not divide 64). One value-wise map of the config's widths, v -> v // K for v >= 16,
+keeps every equality between config fields (the same value maps to the same value) and keeps
+head counts dividing the widths wherever head_dim is a multiple of K (32 -> 8 for Swin), so
+head counts, kernel sizes, strides, patch and image sizes stay as they are; each listed stage
+keeps one block. Small values (the image's 3 channels, a stem's 8) stay. Group counts
+(GroupNorm's `num_groups`) and rounding divisors divide the widths, so they are divided by K
+too where they can be: width / group count is kept.
+
+What it cannot keep, and the zoo records as the builder's failures: widths written as
+constants in the modeling code (EfficientNet's stem 32 and top 1280, scaled by its
+`width_coefficient`), widths nested inside per-block lists (PP-LCNet's `block_configs`), and
+a model whose code needs a deeper stage (CvT indexes its drop-path rates by stage number).
+Applied to the model's own config only (shrink.overrides): a staged sub-config of a composite
+(an audio tower, a detector's backbone) is tied to the rest of the tree and keeps the text rules.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ _WIDTH = re.compile(
     r"|groups_width|key_dim|intermediate_size|(^|_)dims?$)"
 )
 _DIVIDES_WIDTHS = re.compile(r"^num_groups$|divisor$")
-_NOT_WIDTH = re.compile(r"^num_channels$|kernel|stride|patch|image|window|pool|ratio")
+_NOT_WIDTH = re.compile(
+    r"^num_channels$|kernel|stride|patch_(size|stride|padding)|image|window|pool|ratio"
+)
 
 
 def _ints(value: Any) -> bool:
