@@ -144,3 +144,28 @@ def test_a_recompile_costing_more_than_the_timed_steps_is_still_a_share() -> Non
     summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
     assert 0 < summary["recompile_share"] <= 1
     assert all(0 <= f.evidence["share"] <= 1 for f in detect_recompile(run))
+
+
+def test_a_line_whose_graph_changes_every_step_recompiles_from_the_third_step() -> None:
+    """zoo sew `train` (audio-cls, real counters: uncached [2, 2, 2, 2]): LayerDrop skips layers
+    at random, so the sync line's graph has another input count every step (68, 162, 180, 212
+    inputs): each is a new family, none recurs. The first step and the optimizer's first are
+    the loop's two transitions; from the third new graph in a row the line is recompiling."""
+    counts = [(68, 145), (162, 145), (180, 193), (212, 193)]
+    compiles = [
+        compile_row(i, None, f"g{i}", num_inputs=n, num_outputs=out)
+        for i, (n, out) in enumerate(counts)
+    ]
+    run = tables(steps(4), compiles)
+    assert verdicts(run) == [
+        ("first", None),
+        ("first", None),
+        ("recompile", "new graph every step"),
+        ("recompile", "new graph every step"),
+    ]
+    [card] = detect_recompile(run)
+    assert card.step_runs == [[2, 3]] and "162 -> 180 graph inputs" in card.detail
+    assert "never compiled in each of the last 3 steps" in card.detail
+    # the usual loop: the step's graph, the optimizer's first step, then the cache: no card
+    usual = [compile_row(i, None, f"g{i}", num_inputs=n) for i, n in enumerate((68, 162))]
+    assert detect_recompile(tables(steps(4), usual)) == []

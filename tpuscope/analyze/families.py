@@ -29,6 +29,13 @@ and `reason` columns), never by being second:
 - "warmup": in the family's first pass, a distinct graph (shapes unknown or the same): a
   library that cuts several graphs at one line in one pass (generate()'s prefill and
   decode, a trainer's first logging pass, xm.mesh_reduce's rendezvous) compiles each once;
+- "recompile", reason "new graph every step": a family's first graph, at a line that has
+  compiled a graph of a new family in each of the last STREAK steps (this one included): the
+  line's graph changes from step to step (its input structure: a layer skipped at random by
+  LayerDrop, a mask's size), so each step is a new family and none recurs, yet the line never
+  settles. Two transitions at a line are what a loop makes (the first step, then the
+  optimizer's first, which creates its state); a third in a row is the graph changing. Only
+  at a known line (a user frame or torch_xla's stated cause), torch_xla only;
 - "bounded": the family's recompiles form a small set that stopped growing: each graph
   compiled once, no more than MAX_BOUNDED graphs, and the loop ran without a new graph for
   at least as many steps after the last one as it took to collect them (and as there are
@@ -63,6 +70,8 @@ FAMILY_COLUMNS = (
 )
 GROWS = "the graph grows (no sync in the loop)"  # a no-sync loop's family: its line alone
 MAX_BOUNDED = 8  # graphs a bounded set (buckets) may have
+STREAK = 3  # steps in a row in which one line compiled a new family: its graph changes per step
+NEW_EVERY_STEP = "new graph every step"
 MAX_BUCKET_WASTE = 0.10  # the padding a bucketing plan may add (detect/shape_churn.MAX_WASTE)
 _BOUNDARY = re.compile(r"sync|mark_step|step end")
 _VALUE_READ = "access tensor value"
@@ -178,6 +187,7 @@ class _Judge:
     def __init__(self) -> None:
         self.graphs: dict[str, list[dict[str, Any]]] = {}  # family -> its compiles so far
         self.cuts: dict[str, int] = {}  # process -> steps ended by syncs (imported rows)
+        self.fresh: dict[str, list[int]] = {}  # 'process | line' -> steps it compiled a new family
 
     def cut(self, row: dict[str, Any], process: str) -> int:
         """The compile's step; for rows without one (imported logs), syncs counted so far."""
@@ -196,6 +206,8 @@ class _Judge:
         entry = {"hash": row.get("graph_hash"), "cut": cut, "shapes": _shape_list(row)}
         earlier.append(entry)
         if len(earlier) == 1:
+            if backend != "jax" and self._changes_every_step(row, cut):
+                return "recompile", NEW_EVERY_STEP
             return "first", None
         if backend == "jax":
             return "recompile", "retrace"
@@ -210,6 +222,17 @@ class _Judge:
         if shapes and any(e["shapes"] and e["shapes"] != shapes for e in before):
             return "recompile", "new shapes"
         return "warmup", None
+
+    def _changes_every_step(self, row: dict[str, Any], cut: int) -> bool:
+        """Whether the compile's line has compiled a new family in each of the last STREAK
+        steps, this one included (a line with nothing known of it is no evidence)."""
+        line = row.get("location") if _known(row.get("location")) else row.get("cause")
+        if not _known(line) or not line:
+            return False
+        steps = self.fresh.setdefault(f"{_process(row)} | {line}", [])
+        if not steps or steps[-1] != cut:
+            steps.append(cut)
+        return steps[-STREAK:] == list(range(cut - STREAK + 1, cut + 1))
 
 
 def graph_families(

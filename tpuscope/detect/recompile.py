@@ -35,7 +35,7 @@ from tpuscope.analyze.contract import (
     ShapeChurnFacet,
     StormFacet,
 )
-from tpuscope.analyze.families import bounded, recompiles
+from tpuscope.analyze.families import NEW_EVERY_STEP, STREAK, bounded, recompiles
 from tpuscope.analyze.frames import records
 from tpuscope.analyze.shapes import diff_shapes, shape_distance
 from tpuscope.detect import common, jax_advice, xla_advice
@@ -91,6 +91,8 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
                 "same input shapes; the output shapes were not recorded, so what changed is not known"
             ]
         return diff_shapes(old_out, new_out, prefix="output") or [SAME_SHAPES]
+    if counted := _count_changes(before, row):
+        return counted
     gb_old, gb_new = before.get("input_gb"), row.get("input_gb")
     if (
         gb_old is not None
@@ -106,20 +108,37 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
     return []
 
 
+def _count_changes(before: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """'162 -> 180 graph inputs' (and outputs) when the two graphs' counts differ: another
+    structure, not the same graph at new sizes (the evidence when shapes were not recorded)."""
+    out = []
+    for column, noun in (("num_inputs", "graph inputs"), ("num_outputs", "graph outputs")):
+        old, new = before.get(column), row.get(column)
+        if old is not None and new is not None and old == old and new == new and old != new:
+            out.append(f"{int(old)} -> {int(new)} {noun}")
+    return out
+
+
 def compile_diffs(tables: RunTables) -> pd.DataFrame:
     """Every compile of `tables.families` (same order and index), with the position in it of
     its family's closest earlier compile (`predecessor`, None for a family's first) and what
     changed against it (`changes`): the pick and the diff this rule makes for a recompile,
     for every compile, so the Recompiles page shows what the card says."""
     by_family: dict[str, list[dict[str, Any]]] = {}
+    last_at: dict[str, dict[str, Any]] = {}  # call site -> its latest compile
     rows: list[dict[str, Any]] = []
     for pos, row in enumerate(records(tables.families)):
         earlier = by_family.setdefault(row["family"], [])
-        before = _closest(row, earlier)
+        if row.get("reason") == NEW_EVERY_STEP and site_of(row) in last_at:
+            earlier_here = [last_at[site_of(row)]]
+        else:
+            earlier_here = earlier
+        before = _closest(row, earlier_here)
         rows.append(
             {"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)}
         )
         earlier.append({**row, "_pos": pos})
+        last_at[site_of(row)] = {**row, "_pos": pos}
     return pd.DataFrame(rows, columns=["predecessor", "changes"], index=tables.families.index)
 
 
@@ -143,17 +162,23 @@ def where_text(site: str, location: str | None, function: str | None) -> str:
 
 
 def _items(tables: RunTables) -> list[dict[str, Any]]:
-    """Each recompile with what changed against its family's closest earlier compile."""
+    """Each recompile with what changed against its family's closest earlier compile (a line
+    whose graph changes every step: against the line's previous compile, its family having
+    none)."""
     families = tables.families
     retraces = tables.extra.get("retraces", pd.DataFrame())
     by_family: dict[str, list[dict[str, Any]]] = {}
+    last_at: dict[str, dict[str, Any]] = {}  # call site -> its latest compile
     out: list[dict[str, Any]] = []
     for row in records(families):
         earlier = by_family.setdefault(row["family"], [])
         if row["recompile"]:
-            item = recompile_item(row, earlier, retraces, diff=len(out) < DIFF_LIMIT)
+            previous = [last_at[site_of(row)]] if site_of(row) in last_at else []
+            against = previous if row.get("reason") == NEW_EVERY_STEP else earlier
+            item = recompile_item(row, against, retraces, diff=len(out) < DIFF_LIMIT)
             out.append(item)
         earlier.append(row)
+        last_at[site_of(row)] = row
     return out
 
 
@@ -345,12 +370,24 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     recurrence = _recurrence(tables, items)
     runs, count = Finding.of_steps([i["step"] for i in items])
     reasons = sorted({REASONS.get(i.get("reason") or "", "") for i in items} - {""})
+    steps = runs_text(runs, count, limit=10) or "not known"
+    changing = all(i.get("reason") == NEW_EVERY_STEP for i in items)
+    lead = (
+        f"{len(items)} new graph{'s' * (len(items) > 1)} compiled at {where} (steps {steps}), a line "
+        f"that compiled a graph it had never compiled in each of the last {STREAK} steps: the "
+        "graph it cuts changes from step to step, and none of its graphs has run again"
+        if changing
+        else f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had "
+        f"already compiled at {where} (steps {steps})"
+    )
+    against = (
+        "the line's previous graph" if changing else "the closest earlier compile of the same graph"
+    )
     detail = (
-        f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had already "
-        f"compiled at {where} (steps {runs_text(runs, count, limit=10) or 'not known'})"
-        + (f": {'; '.join(reasons)}" if reasons else "")
-        + f"; torch_xla's cause: {items[0]['cause'] or 'unknown'}. What changed against the closest "
-        f"earlier compile of the same graph: {_changes_text(first)}."
+        lead
+        + (f": {'; '.join(reasons)}" if reasons and not changing else "")
+        + f"; torch_xla's cause: {items[0]['cause'] or 'unknown'}. What changed against "
+        f"{against}: {_changes_text(first)}."
         + (f" Shape churn: {facet_text(facet)}." if facet else "")
         + _cost_text(cost, wall, recurrence)
     )
@@ -396,6 +433,7 @@ REASONS = {
     "evicted": "the same graph compiled again (the compile cache lost it)",
     "recurred": "compiled again in a later step, after the graph had run",
     "new shapes": "the same graph at new input shapes",
+    NEW_EVERY_STEP: "a new graph at this line in every step",
 }
 
 
