@@ -34,8 +34,8 @@ and `reason` columns), never by being second:
   line's graph changes from step to step (its input structure: a layer skipped at random by
   LayerDrop, a mask's size), so each step is a new family and none recurs, yet the line never
   settles. Two transitions at a line are what a loop makes (the first step, then the
-  optimizer's first, which creates its state); a third in a row is the graph changing. Only
-  at a known line (a user frame or torch_xla's stated cause), torch_xla only;
+  optimizer's first, which creates its state); a third in a row is the graph changing.
+  Compiles with nothing known (eager mode's op compiles) count as one place; torch_xla only;
 - "bounded": the family's recompiles form a small set that stopped growing: each graph
   compiled once, no more than MAX_BOUNDED graphs, and the loop ran without a new graph for
   at least as many steps after the last one as it took to collect them (and as there are
@@ -72,6 +72,7 @@ GROWS = "the graph grows (no sync in the loop)"  # a no-sync loop's family: its 
 MAX_BOUNDED = 8  # graphs a bounded set (buckets) may have
 STREAK = 3  # steps in a row in which one line compiled a new family: its graph changes per step
 NEW_EVERY_STEP = "new graph every step"
+UNKNOWN_LINE = "no line known"  # compiles with no line and no cause, as one place
 MAX_BUCKET_WASTE = 0.10  # the padding a bucketing plan may add (detect/shape_churn.MAX_WASTE)
 _BOUNDARY = re.compile(r"sync|mark_step|step end")
 _VALUE_READ = "access tensor value"
@@ -225,10 +226,11 @@ class _Judge:
 
     def _changes_every_step(self, row: dict[str, Any], cut: int) -> bool:
         """Whether the compile's line has compiled a new family in each of the last STREAK
-        steps, this one included (a line with nothing known of it is no evidence)."""
+        steps, this one included. Compiles with no line and no cause (torch_xla eager mode's
+        op compiles) count as one place: new ones in every step are ops compiled again at new
+        shapes (a data-dependent size), which nothing else would catch."""
         line = row.get("location") if _known(row.get("location")) else row.get("cause")
-        if not _known(line) or not line:
-            return False
+        line = line if _known(line) and line else UNKNOWN_LINE
         steps = self.fresh.setdefault(f"{_process(row)} | {line}", [])
         if not steps or steps[-1] != cut:
             steps.append(cut)

@@ -198,8 +198,8 @@ def recompile_item(
         "step": int(row["step"]),
         "index": int(row["index"]),
         "graph_hash": row.get("graph_hash"),
-        "cause": row.get("cause"),
-        "location": row.get("location"),
+        "cause": row.get("cause") if isinstance(row.get("cause"), str) else None,
+        "location": row.get("location") if isinstance(row.get("location"), str) else None,
         "family": row["family"],
         "function": row.get("function"),
         "duration_s": float(row.get("duration_ns") or 0) / common.NS,
@@ -372,10 +372,15 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     reasons = sorted({REASONS.get(i.get("reason") or "", "") for i in items} - {""})
     steps = runs_text(runs, count, limit=10) or "not known"
     changing = all(i.get("reason") == NEW_EVERY_STEP for i in items)
+    graphs = f"{len(items)} new graph{'s' * (len(items) > 1)}"
     lead = (
-        f"{len(items)} new graph{'s' * (len(items) > 1)} compiled at {where} (steps {steps}), a line "
-        f"that compiled a graph it had never compiled in each of the last {STREAK} steps: the "
-        "graph it cuts changes from step to step, and none of its graphs has run again"
+        f"{graphs} compiled at {where} (steps {steps}), a line that compiled a graph it had "
+        f"never compiled in each of the last {STREAK} steps: the graph it cuts changes from "
+        "step to step, and none of its graphs has run again"
+        if changing and location
+        else f"{graphs} with no line known (in eager mode each op is a graph of its own) compiled "
+        f"in steps {steps}, after new ones in each of the last {STREAK} steps: the program "
+        "compiles something new every step"
         if changing
         else f"{len(items)} further compile{'s' * (len(items) > 1)} of a graph this program had "
         f"already compiled at {where} (steps {steps})"
