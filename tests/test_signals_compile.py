@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import tpuscope
-from tests.conftest import ROOT, tpuscope_cmd
+from tests.conftest import FAST_CPU_COMPILE, ROOT, tpuscope_cmd
 from tests.test_signals import alive, only_run, read_pid, wait_for
 
 PROGRAM = ROOT / "tests" / "programs" / "long_compile.py"
@@ -35,6 +35,8 @@ def flushed_rows(store: Path) -> int:
 def test_sigterm_during_a_compile_ends_the_program_at_once_keeping_its_rows(tmp_path: Path) -> None:
     store = tmp_path / "s"
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    # the compile must last: XLA's optimizations on (the suite turns them off to compile faster)
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "").replace(FAST_CPU_COMPILE, "").strip()
     launcher = subprocess.Popen(
         tpuscope_cmd(
             "run", "--store", str(store), "-q", "python", str(PROGRAM), str(tmp_path / "p.pid")
