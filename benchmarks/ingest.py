@@ -22,8 +22,9 @@ tiny matmuls, under `xp.start_trace`, sized from a short calibration run to at l
 --events events. It is kept in --cache (default: a folder in the system temp dir) for
 the next run and never committed. Peak memory is the child's high-water RSS above its
 RSS after imports (/proc/self/clear_refs resets the mark; Linux); the compiled decoder
-(numba, tpuscope.parse.xplane_jit) is loaded before the timer too, and its load time is
-reported on its own line (TPUSCOPE_XPLANE_JIT=0 measures the numpy decoder). Targets: tpuscope at
+(tpuscope.parse.xplane_jit, built ahead of time by numba.pycc) is loaded before the timer too,
+and its load time is reported on its own line and counted in a second verdict
+(TPUSCOPE_XPLANE_JIT=0 measures the numpy decoder). Targets: tpuscope at
 least 2x the ProfileData loop's events/s, peak under 3x the file size, no event cap; the whole
 import path at most xprof-rs's cold trace-viewer wall time / 1.5 (issue 30).
 """
@@ -159,15 +160,15 @@ def child(method: str, path: str) -> dict:
 
 
 def _load_jit() -> dict:
-    """Load the compiled decoder (numba) before the timer, as the modules are imported before
+    """Load the compiled decoder (built if missing) before the timer, as the modules are imported before
     it: a once-per-process cost like an import, reported on its own line (report())."""
-    from tpuscope.parse import xplane, xplane_jit
+    from tpuscope.parse import xplane, xplane_build
 
     if not xplane.JIT:
         return {"jit": False}
     rss0 = _status("VmRSS")
     cpu0, t0 = time.process_time(), time.perf_counter()
-    loaded = xplane_jit.load()
+    loaded = xplane_build.load()
     return {
         "jit": loaded,
         "jit_load_s": time.perf_counter() - t0,
@@ -354,10 +355,10 @@ def report(path: Path, rows: list[dict]) -> None:
     for r in found.values():
         if "jit" in r:
             print(
-                f"{r['method']}: compiled decoder (numba) "
+                f"{r['method']}: compiled decoder "
                 + (
-                    f"loaded before the timer, once per process: {r['jit_load_s']:.2f} s wall "
-                    f"({r['jit_load_cpu_s']:.2f} s CPU, worst run), +{r['jit_load_bytes'] / 1e6:.0f} MB RSS"
+                    f"loaded before the timer, once per process: {r['jit_load_s']:.3f} s wall "
+                    f"({r['jit_load_cpu_s']:.3f} s CPU, worst run), +{r['jit_load_bytes'] / 1e6:.1f} MB RSS"
                     if r["jit"]
                     else "absent or switched off: the numpy decoder"
                 )

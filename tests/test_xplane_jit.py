@@ -1,4 +1,4 @@
-"""The compiled xplane decoder (parse/xplane_jit, numba) against the numpy one (xplane_wire).
+"""The compiled xplane decoder (parse/xplane_jit, built by numba.pycc) against the numpy one (xplane_wire).
 
 The reader must make the same table either way, byte for byte: values, dictionaries (their
 order too), chunks and schema metadata; and a damaged file must fail with the same message.
@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import real_trace
 from tests.test_xplane import GPU_TF, MI300, TPU, make_space
-from tpuscope.parse import xplane, xplane_jit
+from tpuscope.parse import xplane, xplane_build, xplane_jit
 from tpuscope.parse.xplane import XSpace, read_xspace
 
 pytest.importorskip("numba")
@@ -178,26 +178,54 @@ def _python(code: str, **env: str) -> str:
     ).stdout.strip()
 
 
-def test_numba_switched_off_is_not_imported() -> None:
-    """TPUSCOPE_XPLANE_JIT=0 (as without numba): the numpy decoder reads, numba is not loaded."""
+def test_switched_off_reads_with_numpy() -> None:
+    """TPUSCOPE_XPLANE_JIT=0: the numpy decoder reads, no compiled module is loaded."""
     code = (
-        "import sys; from tpuscope.parse import xplane;"
+        "import sys; from tpuscope.parse import xplane, xplane_jit;"
         f"t = xplane.read_xspace({str(real_trace(GPU_TF))!r});"
-        "print(xplane.JIT, 'numba' in sys.modules, t.num_rows)"
+        "print(xplane.JIT, xplane_jit._compiled is None, t.num_rows)"
     )
-    assert _python(code, TPUSCOPE_XPLANE_JIT="0") == "False False 23128"
+    assert _python(code, TPUSCOPE_XPLANE_JIT="0") == "False True 23128"
 
 
-def test_numba_loaded_only_for_big_lines_of_big_files() -> None:
-    """Importing the reader, reading a file of small lines only, or a file under JIT_MIN_BYTES
-    does not import numba (its load costs more than it saves there); a big file's lines do."""
+def test_reader_loads_the_built_module_and_never_numba() -> None:
+    """The module built ahead of time (setup.sh) is what reads big lines, in a file of any
+    size; a file of small lines does not load it; numba is never imported by a reader."""
     code = (
-        "import sys; from tpuscope.parse import xplane;"
-        f"xplane.read_xspace({str(real_trace(GPU_TF))!r});"
-        "a = 'numba' in sys.modules; xplane.JIT_MIN_BYTES = 0;"
+        "import sys; from tpuscope.parse import xplane, xplane_jit;"
         f"xplane.read_xspace({str(real_trace(SMALL_LINES))!r});"
-        "b = 'numba' in sys.modules;"
+        "a = xplane_jit._compiled is not None;"
         f"xplane.read_xspace({str(real_trace(GPU_TF))!r});"
-        "print(a, b, 'numba' in sys.modules)"
+        "print(a, xplane_jit._compiled is not None, 'numba' in sys.modules)"
     )
-    assert _python(code, TPUSCOPE_XPLANE_JIT="1") == "False False True"
+    assert xplane_build.module_path() is not None and xplane_build.module_path().exists(), (
+        "the compiled decoder is not built: run `python -m tpuscope.parse.xplane_build`"
+    )
+    assert _python(code, TPUSCOPE_XPLANE_JIT="1") == "False True False"
+
+
+def test_a_build_that_fails_is_said_once_and_numpy_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No module and a build that fails (here a numba that cannot be imported in the child):
+    one warning with the reason, a marker so no later reader tries again, the numpy table."""
+    fake = tmp_path / "fake" / "numba"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no numba in this test')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    monkeypatch.setattr(xplane_build, "folders", lambda: [tmp_path / "cache"])
+    monkeypatch.setattr(xplane_jit, "_compiled", None)
+    monkeypatch.setattr(xplane, "JIT_MIN_BYTES", 0)  # build for this small file
+    path = real_trace(GPU_TF)
+    with caplog.at_level("WARNING"):
+        table = read_xspace(path)
+        assert xplane_jit._compiled is None
+        read_xspace(path)  # the marker: no second build
+    said = [r.getMessage() for r in caplog.records if "could not be compiled" in r.getMessage()]
+    assert said == [
+        "tpuscope: the trace decoder could not be compiled "
+        "(ImportError: no numba in this test); numpy reads"
+    ]
+    assert [f.suffix for f in (tmp_path / "cache").iterdir()] == [".failed"]
+    monkeypatch.setattr(xplane, "JIT", False)
+    assert _same(read_xspace(path), table)

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from tpuscope.parse import xplane_build
 from tpuscope.parse import xplane_jit as jit
 from tpuscope.parse import xplane_wire as wire
 from tpuscope.parse.xplane_meta import PlaneMeta, merge_stats, upb_events, wire_stats
@@ -200,10 +201,10 @@ def ps_to_ns(ps: np.ndarray) -> np.ndarray:
 # builder, in file order (so the table's rows and dictionary codes do not depend on timing).
 WORKERS = min(2, os.cpu_count() or 1)
 AHEAD = 1
-JIT = jit.available()  # numba's compiled decoder first (xplane_jit), xplane_wire for the rest
-# Below this file size the numpy decoder reads: loading the compiled one costs a process ~0.9 s
-# of CPU and ~110 MB of RSS once (numba, LLVM, scipy.linalg), and it saves ~0.035 s of CPU per
-# MB of trace (benchmarks/ingest.py, docs/benchmarks.md, session 13).
+JIT = jit.available()  # the compiled decoder first (xplane_jit), xplane_wire for the rest
+# A file of this size or more builds the compiled decoder when it is missing (a child process
+# compiles it once per install, ~20 s of CPU; setup.sh builds it at install); smaller files use
+# it when it is there (loading it costs milliseconds) and the numpy decoder otherwise.
 JIT_MIN_BYTES = 32 << 20
 
 
@@ -237,9 +238,8 @@ def _read_plane(
     want_ids = np.fromiter(meta.want.keys(), dtype=np.int64, count=len(meta.want))
     compiled = (
         JIT
-        and len(data) >= JIT_MIN_BYTES
         and any(b - a >= SMALL_LINE_BYTES for a, b in lines)
-        and jit.load()
+        and xplane_build.load(build=len(data) >= JIT_MIN_BYTES)
     )
     wanted = (want_ids, jit.want_table(want_ids) if compiled else None)
     for line_start, line_end in lines:

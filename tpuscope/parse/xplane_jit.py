@@ -1,29 +1,25 @@
-"""The XLine event decoder compiled with numba: xplane_wire's results, one pass over the bytes.
+"""The XLine event decoder, compiled: xplane_wire's results, one pass over the bytes.
 
 Why: xplane_wire frames a line's events by pointer doubling and decodes them field k of every
 event at a time, because numpy cannot follow a byte-serial chain; that costs ~1.1 s of CPU on a
 1M-event trace, most of it serial on one thread (docs/benchmarks.md). A compiled loop walks the
-same bytes once. numba (an optional dependency, the `trace` extra) is used rather than a C
-extension the project would have to build and ship.
+same bytes once. The functions below are its source: numba compiles them ahead of time
+(`xplane_build`, numba.pycc, in a process of its own, once per install) into an extension
+module that needs only numpy, so a reading process loads it in milliseconds and never imports
+numba; numba is an optional build tool (the `xprof` extra), not a C extension the project ships.
 
 Each function returns exactly what its xplane_wire counterpart returns (the same arrays, the
 same order: stats in xplane_wire's round-major order, the same events left for upb), so the
 table is byte for byte the same. Anything unusual (corrupt or non-canonical bytes, ids too big
 for a lookup table) makes it return None, and the caller runs xplane_wire, which raises the
-same error with the same message as before. `available()` is False without numba, or when
-TPUSCOPE_XPLANE_JIT=0.
-
-Compiled code is cached beside this module (`__pycache__`) or, where that is read-only, in
-the user's cache folder (numba's choice). Compiling takes ~6 s of CPU, once per install; with
-neither folder writable numba would compile in every process, slower than the numpy decoder
-on any trace, so then the numpy decoder reads.
+same error with the same message as before. Without the module (numba absent, no writable
+folder, no C compiler, TPUSCOPE_XPLANE_JIT=0) the numpy decoder reads.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -33,41 +29,29 @@ _MAX_TABLE = 1 << 22  # as xplane_wire._LOOKUP_LIMIT: larger wanted ids go to xp
 
 
 def available() -> bool:
-    """numba is installed and not switched off (TPUSCOPE_XPLANE_JIT=0); it is not imported."""
-    return (
-        os.environ.get("TPUSCOPE_XPLANE_JIT", "1") != "0"
-        and importlib.util.find_spec("numba") is not None
-    )
+    """The compiled decoder is not switched off (TPUSCOPE_XPLANE_JIT=0)."""
+    return os.environ.get("TPUSCOPE_XPLANE_JIT", "1") != "0"
 
 
-@functools.cache
-def load() -> bool:
-    """Import numba and load (or, the first time, compile) the decoder; False if that fails.
+_compiled: ModuleType | None = None
 
-    Lazy because it costs every process ~0.25 s to import numba and ~0.5 s for its first
-    call (numba sets up its compiler's registries, scipy.linalg included, even for cached
-    code), which only a process that reads a big trace line should pay. Called from the main
-    thread before the decoder runs on the pool."""
-    try:
-        import numba
-    except ImportError:
+
+def loaded() -> bool:
+    return _compiled is not None
+
+
+def use(module: ModuleType | None) -> bool:
+    """Decode with `module` (the compiled one, xplane_build.load finds it) once it passes a
+    self-test; False for None or a module that fails it (the numpy decoder reads)."""
+    global _compiled
+    _compiled = module
+    if module is None:
         return False
-
-    def jit(fn: Any, **options: Any) -> Any:
-        return numba.njit(cache=True, nogil=True, **options)(fn)
-
-    names = ("_frame", "_events", "_tail_round", "_stats", "_decode")
-    try:
-        compiled = {"_varint": jit(_varint, inline="always")}
-        globals().update(compiled)
-        compiled.update({name: jit(globals()[name]) for name in names})
-    except RuntimeError:  # "cannot cache function ...: no locator available": no writable
-        globals().update(_PYTHON)  # cache folder, so ~6 s of compiling in every process
-        return False
-    globals().update(compiled)
     buf = np.frombuffer(bytes([_EVENT_TAG, 0]), np.uint8)  # read-only, as the file's bytes
     spans = event_spans(buf, 0, 2)
-    return spans is not None and decode_batch(buf, *spans[:2], np.ones(2, np.bool_)) is not None
+    if spans is None or decode_batch(buf, *spans[:2], np.ones(2, np.bool_)) is None:
+        _compiled = None
+    return _compiled is not None
 
 
 def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[np.uint64, int]:
@@ -271,20 +255,15 @@ def _decode(
     return 0, mid, off, dur, ev, ss, se, left
 
 
-_PYTHON = {
-    name: globals()[name]
-    for name in ("_varint", "_frame", "_events", "_tail_round", "_stats", "_decode")
-}
-
-
 def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, ...] | None:
     """xplane_wire.event_spans, or None (let it raise or handle the odd case)."""
-    empty = np.empty(0, np.int64)
-    count = _frame(buf, start, end, empty, empty)
+    assert _compiled is not None, "use() first"
+    buf, empty = _data(buf), np.empty(0, np.int64)
+    count = _compiled.frame(buf, start, end, empty, empty)
     if count <= 0:
         return None
     starts, ends = np.empty(count, np.int64), np.empty(count, np.int64)
-    _frame(buf, start, end, starts, ends)
+    _compiled.frame(buf, start, end, starts, ends)
     return starts, ends, int(ends[-1])
 
 
@@ -309,12 +288,24 @@ def decode_batch(
 ) -> tuple[Any, ...] | None:
     """xplane.py's _decode_numbers for one batch: (metadata_id, offset_ps, duration_ps, stat
     events, lockstep_stats' columns or None, events left for upb), or None (use xplane_wire)."""
-    status, mid, off, dur, ev, ss, se, left = _decode(buf, starts, ends, table, tail)
+    assert _compiled is not None, "use() first"
+    buf, starts, ends = _data(buf), _int64(starts), _int64(ends)
+    table = np.ascontiguousarray(table, np.bool_)
+    status, mid, off, dur, ev, ss, se, left = _compiled.decode(buf, starts, ends, table, tail)
     if status:
         return None
     if not ev.size:
         return mid, off, dur, ev, None, left
-    status, *stats = _stats(buf, ss, se)
+    status, *stats = _compiled.stats(buf, ss, se)
     if status:
         return None
     return mid, off, dur, ev, tuple(stats), left
+
+
+def _data(buf: np.ndarray) -> np.ndarray:
+    """The bytes as the compiled signatures take them (its wrappers do not check)."""
+    return np.ascontiguousarray(buf, np.uint8)
+
+
+def _int64(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, np.int64)
