@@ -210,6 +210,23 @@ def test_a_backbone_of_stages_keeps_its_ties_and_trains_on_images(
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+def test_compound_scaling_and_nested_block_lists_keep_their_ties() -> None:
+    """EfficientNet scales its stage lists and its code's constants (stem 32, top 1280) by
+    width_coefficient: the coefficient is divided instead of the lists, so the stem still feeds
+    stage 1 and the top the head; PP-LCNet's per-block lists take the value-wise map, so the
+    stem still feeds its first block (config only: EfficientNet's 600-pixel forward is ~12 s)."""
+    from transformers.models.efficientnet.modeling_efficientnet import round_filters
+
+    config = configs.tiny_config("efficientnet")
+    assert (config.width_coefficient, config.depth_coefficient) == (0.5, 1.0)
+    assert list(config.num_block_repeats) == [1] * 7 and config.in_channels[0] == 32
+    assert round_filters(config, 32) == round_filters(config, config.in_channels[0])
+    assert round_filters(config, 1280) == config.hidden_dim == 640
+    lcnet = configs.tiny_config("pp_lcnet")
+    assert lcnet.block_configs[0][0] == [3, lcnet.stem_channels, 8, 1, False]
+    assert lcnet.block_configs[-1][-1] == [5, 128, 128, 1, True]
+
+
 @pytest.mark.parametrize(
     ("model_type", "shape"),
     [

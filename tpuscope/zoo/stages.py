@@ -13,10 +13,16 @@ keeps one block. Small values (the image's 3 channels, a stem's 8) stay. Group c
 (GroupNorm's `num_groups`) and rounding divisors divide the widths, so they are divided by K
 too where they can be: width / group count is kept.
 
-What it cannot keep, and the zoo records as the builder's failures: widths written as
-constants in the modeling code (EfficientNet's stem 32 and top 1280, scaled by its
-`width_coefficient`), widths nested inside per-block lists (PP-LCNet's `block_configs`), and
-a model whose code needs a deeper stage (CvT indexes its drop-path rates by stage number).
+Compound scaling (EfficientNet): the model multiplies its per-stage width lists and the
+widths written as constants in its code (stem 32, top 1280) by `width_coefficient`, and its
+stage repeats by `depth_coefficient`; so the coefficient is divided by K instead of those
+lists (every width, the constants included, scales by 1/K), the depth coefficient is 1, and
+the widths already scaled (`hidden_dim`, the top's output) are divided as the others. Per-block
+lists nested in a list (`block_configs`: kernel, in, out, stride, flag) take the same
+value-wise map, their kernels, strides and flags being under MIN_WIDTH or not ints.
+
+What it cannot keep, and the zoo records as the builder's failure: a model whose code needs a
+deeper stage (CvT indexes its per-layer drop-path rates by stage number).
 Applied to the model's own config only (shrink.overrides): a staged sub-config of a composite
 (an audio tower, a detector's backbone) is tied to the rest of the tree and keeps the text rules.
 """
@@ -56,18 +62,32 @@ def _width(value: int) -> int:
     return value // FACTOR if value >= MIN_WIDTH else value
 
 
+def _nested(value: Any) -> Any:
+    """The value-wise map through nested per-block lists; bools and small ints stay."""
+    if isinstance(value, list | tuple):
+        return [_nested(v) for v in value]
+    return _width(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def overrides(attrs: dict[str, Any]) -> dict[str, Any]:
     """One block per stage, every width divided by FACTOR (value-wise, so ties hold)."""
-    out: dict[str, Any] = {}
+    compound = isinstance(attrs.get("width_coefficient"), int | float)
+    out: dict[str, Any] = (
+        {"width_coefficient": attrs["width_coefficient"] / FACTOR, "depth_coefficient": 1.0}
+        if compound
+        else {}
+    )
     for key, value in attrs.items():
         if key in DEPTHS and _ints(value):
             out[key] = [1] * len(value)
         elif _DIVIDES_WIDTHS.search(key) and isinstance(value, int) and value % FACTOR == 0:
             out[key] = value // FACTOR
+        elif key.endswith("_configs") and isinstance(value, list | tuple):
+            out[key] = _nested(value)
         elif not _WIDTH.search(key) or _NOT_WIDTH.search(key):
             continue
         elif isinstance(value, int) and not isinstance(value, bool):
             out[key] = _width(value)
-        elif _ints(value):
+        elif _ints(value) and not compound:  # compound scaling: lists the coefficient scales
             out[key] = [_width(v) for v in value]
     return out
