@@ -224,8 +224,25 @@ def test_a_build_that_fails_is_said_once_and_numpy_reads(
     said = [r.getMessage() for r in caplog.records if "could not be compiled" in r.getMessage()]
     assert said == [
         "tpuscope: the trace decoder could not be compiled "
-        "(ImportError: no numba in this test); numpy reads"
+        "(ImportError: no numba in this test); numpy reads "
+        "(`python -m tpuscope.parse.xplane_build` tries again)"
     ]
     assert [f.suffix for f in (tmp_path / "cache").iterdir()] == [".failed"]
     monkeypatch.setattr(xplane, "JIT", False)
     assert _same(read_xspace(path), table)
+
+
+def test_a_length_past_its_event_is_declined_and_arrays_are_checked() -> None:
+    """An event whose last field's length runs on past the event, to the end of the bytes:
+    the compiled decoder declines it (xplane_wire decides) and reads nothing past the bytes.
+    Arrays of the wrong shape are refused before they reach the compiled code, which would
+    read them as raw memory."""
+    assert xplane_build.load(build=False)
+    buf = np.frombuffer(bytes([0x22, 0x01, 0x22, 0x05]), np.uint8)
+    spans = xplane_jit.event_spans(buf, 0, 4)
+    assert spans is not None and spans[0].tolist() == [2] and spans[1].tolist() == [3]
+    assert xplane_jit.decode_batch(buf, spans[0], spans[1], np.ones(8, np.bool_)) is None
+    with pytest.raises(ValueError, match="2-d array"):
+        xplane_jit.decode_batch(buf, spans[0].reshape(1, 1), spans[1], np.ones(8, np.bool_))
+    with pytest.raises(ValueError, match="outside the 4 bytes"):
+        xplane_jit.event_spans(buf, 0, 5)

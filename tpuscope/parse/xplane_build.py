@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -36,13 +37,15 @@ import numpy as np
 from tpuscope.parse import xplane_jit
 
 BUILD_TIMEOUT_S = 900
+RETRY_AFTER_S = 24 * 3600  # a failed build (no compiler, a timeout) is tried again a day later
 log = logging.getLogger(__name__)
 
 
 def module_name() -> str:
-    """The module's name: it changes with the decoder's source, numpy, Python and the
-    machine, so a module built from other code or for another numpy ABI is never loaded."""
-    key = hashlib.sha256(Path(xplane_jit.__file__).read_bytes())
+    """The module's name: it changes with the decoder's source and this file's (its
+    signatures), numpy, Python and the machine, so a module built from other code or for
+    another numpy ABI is never loaded."""
+    key = hashlib.sha256(Path(xplane_jit.__file__).read_bytes() + Path(__file__).read_bytes())
     key.update(f"{np.__version__} {sys.implementation.cache_tag} {platform.machine()}".encode())
     return f"_xplane_decoder_{key.hexdigest()[:16]}"
 
@@ -99,17 +102,19 @@ def _import(path: Path) -> ModuleType | None:
 
 def build_in_child(target: Path) -> bool:
     """Build the module at target in a child process (numba stays out of the reader's); a
-    failure is written beside it, so that later processes do not try again."""
-    failed = target.with_name(module_name() + ".failed")
-    if failed.exists() or importlib.util.find_spec("numba") is None:
+    failure is written beside it, so that for a day later processes do not try again."""
+    failed = _failed_marker(target)
+    recent = failed.exists() and time.time() - failed.stat().st_mtime < RETRY_AFTER_S
+    if recent or importlib.util.find_spec("numba") is None:
         return False
     log.warning("tpuscope: compiling the trace decoder, once per install (numba.pycc)")
-    root = str(Path(xplane_jit.__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    root = Path(xplane_jit.__file__).resolve().parents[2]  # this tpuscope, whatever the cwd
+    path = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     command = [sys.executable, "-m", __name__, str(target.parent), module_name()]
     try:
         done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         done = subprocess.CompletedProcess(command, 1, "", str(exc))
@@ -118,8 +123,16 @@ def build_in_child(target: Path) -> bool:
     reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
     with contextlib.suppress(OSError):
         failed.write_text(reason + "\n")
-    log.warning("tpuscope: the trace decoder could not be compiled (%s); numpy reads", reason)
+    log.warning(
+        "tpuscope: the trace decoder could not be compiled (%s); numpy reads "
+        "(`python -m tpuscope.parse.xplane_build` tries again)",
+        reason,
+    )
     return False
+
+
+def _failed_marker(target: Path) -> Path:
+    return target.with_name(target.name.split(".")[0] + ".failed")
 
 
 def build(folder: Path, name: str) -> Path:
@@ -161,9 +174,7 @@ def build(folder: Path, name: str) -> Path:
         (built,) = work.glob(f"{name}.*")
         target = folder / built.name
         built.replace(target)
-        for stale in folder.glob("_xplane_decoder_*"):  # earlier versions' modules and markers
-            if stale.name.split(".")[0] != name:
-                stale.unlink(missing_ok=True)
+        _failed_marker(target).unlink(missing_ok=True)
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -171,6 +182,9 @@ def build(folder: Path, name: str) -> Path:
 
 def main(argv: list[str]) -> int:
     if argv:
+        if argv[1] != module_name():  # another tpuscope's source: its signatures may differ
+            print(f"tpuscope: this decoder is {module_name()}, not {argv[1]}", file=sys.stderr)
+            return 1
         print(build(Path(argv[0]), argv[1]))
         return 0
     path = module_path()

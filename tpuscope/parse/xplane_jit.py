@@ -44,13 +44,12 @@ def use(module: ModuleType | None) -> bool:
     """Decode with `module` (the compiled one, xplane_build.load finds it) once it passes a
     self-test; False for None or a module that fails it (the numpy decoder reads)."""
     global _compiled
-    _compiled = module
     if module is None:
         return False
     buf = np.frombuffer(bytes([_EVENT_TAG, 0]), np.uint8)  # read-only, as the file's bytes
-    spans = event_spans(buf, 0, 2)
-    if spans is None or decode_batch(buf, *spans[:2], np.ones(2, np.bool_)) is None:
-        _compiled = None
+    spans = _event_spans(module, buf, 0, 2)
+    if spans is not None and _decode_batch(module, buf, *spans[:2], np.ones(2, np.bool_), 64):
+        _compiled = module  # only a module that passed: another thread may read it at once
     return _compiled is not None
 
 
@@ -118,7 +117,7 @@ def _events(
                     cols[field - 1, i] = np.int64(value)
             elif wire == 2:
                 length, payload = _varint(buf, at, end)
-                if payload < 0 or length > np.uint64(stop - payload):
+                if payload < 0 or payload > stop or length > np.uint64(stop - payload):
                     return -1, i
                 new = payload + np.int64(length)
                 if field == 4 and len(table):
@@ -201,7 +200,7 @@ def _stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[Any, 
                     num[i], kind[i] = bits, 2
             elif wire == 2:
                 length, payload = _varint(buf, at, end)
-                if payload < 0 or length > np.uint64(stop - payload):
+                if payload < 0 or payload > stop or length > np.uint64(stop - payload):
                     return 1, mid, kind, num, str_start, str_len
                 new = payload + np.int64(length)
                 if field == 5 or field == 6:
@@ -258,12 +257,20 @@ def _decode(
 def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, ...] | None:
     """xplane_wire.event_spans, or None (let it raise or handle the odd case)."""
     assert _compiled is not None, "use() first"
-    buf, empty = _data(buf), np.empty(0, np.int64)
-    count = _compiled.frame(buf, start, end, empty, empty)
+    return _event_spans(_compiled, buf, start, end)
+
+
+def _event_spans(
+    module: ModuleType, buf: np.ndarray, start: int, end: int
+) -> tuple[np.ndarray, ...] | None:
+    buf, empty = _vector(buf, np.uint8), np.empty(0, np.int64)
+    if not 0 <= start <= end <= len(buf):
+        raise ValueError(f"event span [{start}, {end}) outside the {len(buf)} bytes")
+    count = module.frame(buf, start, end, empty, empty)
     if count <= 0:
         return None
     starts, ends = np.empty(count, np.int64), np.empty(count, np.int64)
-    _compiled.frame(buf, start, end, starts, ends)
+    module.frame(buf, start, end, starts, ends)
     return starts, ends, int(ends[-1])
 
 
@@ -289,23 +296,35 @@ def decode_batch(
     """xplane.py's _decode_numbers for one batch: (metadata_id, offset_ps, duration_ps, stat
     events, lockstep_stats' columns or None, events left for upb), or None (use xplane_wire)."""
     assert _compiled is not None, "use() first"
-    buf, starts, ends = _data(buf), _int64(starts), _int64(ends)
-    table = np.ascontiguousarray(table, np.bool_)
-    status, mid, off, dur, ev, ss, se, left = _compiled.decode(buf, starts, ends, table, tail)
+    return _decode_batch(_compiled, buf, starts, ends, table, tail)
+
+
+def _decode_batch(
+    module: ModuleType,
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    table: np.ndarray,
+    tail: int,
+) -> tuple[Any, ...] | None:
+    buf, starts, ends = _vector(buf, np.uint8), _vector(starts, np.int64), _vector(ends, np.int64)
+    status, mid, off, dur, ev, ss, se, left = module.decode(
+        buf, starts, ends, _vector(table, np.bool_), int(tail)
+    )
     if status:
         return None
     if not ev.size:
         return mid, off, dur, ev, None, left
-    status, *stats = _compiled.stats(buf, ss, se)
+    status, *stats = module.stats(buf, ss, se)
     if status:
         return None
     return mid, off, dur, ev, tuple(stats), left
 
 
-def _data(buf: np.ndarray) -> np.ndarray:
-    """The bytes as the compiled signatures take them (its wrappers do not check)."""
-    return np.ascontiguousarray(buf, np.uint8)
-
-
-def _int64(values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(values, np.int64)
+def _vector(values: np.ndarray, dtype: type) -> np.ndarray:
+    """The array as the compiled signatures take it: pycc's wrappers check neither dtype,
+    strides nor the number of dimensions (a wrong one is read as raw memory)."""
+    vector = np.ascontiguousarray(values, dtype)
+    if vector.ndim != 1:
+        raise ValueError(f"a {vector.ndim}-d array where the decoder takes a vector")
+    return vector
