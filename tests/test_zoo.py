@@ -247,6 +247,22 @@ def test_audio_batches_take_the_form_each_model_reads(model_type: str, shape: di
         configs.model_class(cls)(config).train()(**batch).loss.backward()
 
 
+def test_a_vision_config_that_counts_patches_gets_patches_not_an_image() -> None:
+    """SigLIP 2 (NaFlex) names no image size but a patch count: its batch is the patches,
+    flattened (3 x 16 x 16), with their mask and the grid's shape, as its processor makes it."""
+    from tpuscope.zoo import inputs
+
+    config = configs.for_class(configs.tiny_config("siglip2"), "Siglip2ForImageClassification")
+    batch = inputs.batch("image-cls", config, 16)
+    assert {k: tuple(v.shape) for k, v in batch.items()} == {
+        "pixel_values": (2, 256, 768),
+        "pixel_attention_mask": (2, 256),
+        "spatial_shapes": (2, 2),
+        "labels": (2,),
+    }
+    assert batch["spatial_shapes"].tolist() == [[16, 16], [16, 16]]
+
+
 def test_a_bounded_set_note_is_not_a_recompile_claim() -> None:
     """mobilevitv2 `train` (image-cls): its forward cuts 2 graphs at one line, one per stage
     width (dim 0: 192, 256), each compiled once in step 0; tpuscope's card is the bounded set's

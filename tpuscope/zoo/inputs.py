@@ -6,6 +6,7 @@ cell sees the same batch and the shapes are exactly the ones the scenario names.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +72,9 @@ def image(config: Any) -> dict[str, Any]:
     """A batch of random images at the config's own size and channels (224 x 224 x 3 where it
     names neither, as a backbone's checkpoints are trained). A config with neither but with a
     vocabulary takes images as token ids (ImageGPT: colour-cluster ids of the pixels, 64 of
-    them, an 8 x 8 image)."""
+    them, an 8 x 8 image). A config that counts patches but names no image size reads its
+    pixels already cut into patches, as its processor gives them (SigLIP 2's NaFlex: each
+    image's patches flattened, their mask and the grid's height and width)."""
     import torch
 
     vision = getattr(config, "vision_config", None) or config
@@ -80,6 +83,14 @@ def image(config: Any) -> dict[str, Any]:
     if size is None and channels is None and getattr(config, "vocab_size", None):
         return {"input_ids": _ids(config, BATCH, 64)}
     generator = torch.Generator().manual_seed(0)
+    patches = getattr(vision, "num_patches", None)
+    if size is None and patches:  # patches, not an image (NaFlex): a square grid, all valid
+        side, flat = math.isqrt(patches), (channels or 3) * vision.patch_size**2
+        return {
+            "pixel_values": torch.randn((BATCH, patches, flat), generator=generator),
+            "pixel_attention_mask": torch.ones((BATCH, patches), dtype=torch.long),
+            "spatial_shapes": torch.tensor([[side, patches // side]] * BATCH),
+        }
     shape = (BATCH, channels or 3, size or 224, size or 224)
     return {"pixel_values": torch.randn(shape, generator=generator)}
 
