@@ -410,6 +410,42 @@ def test_host_sync_counts_reads_not_caused_by_fallbacks() -> None:
     assert finding.title == "1.0 device-to-host reads per step (item at train.py:49)"
 
 
+def test_a_read_inside_a_library_names_the_library_line_that_made_it() -> None:
+    """A read the user's line did not make itself (a model's forward reading its padding mask):
+    the card keeps the user's line and names the library lines inside it, most reads first."""
+    site = "/home/u/train.py:37"
+    calls = [
+        {
+            "step": s,
+            "kind": "host_sync",
+            "name": name,
+            "location": site,
+            "count": n,
+            "library_frame": frame,
+        }
+        for s in range(6)
+        for name, n, frame in (
+            ("__bool__", 3, "transformers/masking_utils.py:354"),
+            ("item", 1, "transformers/models/x/modeling_x.py:88"),
+        )
+    ]
+    [finding] = detect_host_sync(tables(steps(6, reads=4), call_sites=calls))
+    assert finding.location == site
+    assert finding.title == (
+        "4.0 device-to-host reads per step "
+        "(__bool__ at train.py:37, inside transformers/masking_utils.py:354)"
+    )
+    assert (
+        "(4 per traced step; inside transformers/masking_utils.py:354 (__bool__), "
+        "transformers/models/x/modeling_x.py:88 (item))" in finding.detail
+    )
+    assert finding.evidence["sites"][0]["inside"][0] == {
+        "call": "__bool__",
+        "frame": "transformers/masking_utils.py:354",
+        "count": 18,
+    }
+
+
 def test_the_reads_a_torchvision_fallback_makes_are_not_host_syncs() -> None:
     """torchvision::nms copies its inputs to the host once per call: the fallback's read, not a sync."""
     site = "/home/u/detect.py:73"

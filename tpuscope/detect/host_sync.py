@@ -72,25 +72,17 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
     if not calls.empty:
         calls = calls[(calls["kind"] == "host_sync") & ~calls["location"].isin(fallback_sites)]
         for row in records(calls.dropna(subset=["location"])):
-            site = sites.setdefault(
-                row["location"],
-                {"location": row["location"], "count": 0, "calls": set(), "steps": set()},
-            )
-            site["count"] += int(row["count"])
-            site["calls"].add(str(row["name"]))
-            site["steps"].add(int(row["step"]))
+            site = sites.setdefault(row["location"], _new_site(row["location"]))
+            _count(site, str(row["name"]), int(row["count"]), int(row["step"]), row)
     if (
         not fallbacks.empty
     ):  # .item()-style reads move no copy counter: their sites are the fallbacks table's
         reads = fallbacks[fallbacks["op"].isin(HOST_SYNC_OPS)].dropna(subset=["location"])
         for loc, rows in reads.groupby("location"):
             if str(loc) not in sites:  # a traced transfer site already counts its reads
-                sites[str(loc)] = {
-                    "location": loc,
-                    "count": int(rows["count"].sum()),
-                    "calls": {"item"},
-                    "steps": set(rows["step"].unique()),
-                }
+                site = sites[str(loc)] = _new_site(loc)
+                for row in records(rows):
+                    _count(site, "item", int(row["count"]), int(row["step"]), row)
     ordered = sorted(sites.values(), key=lambda s: -s["count"])
     return [
         {
@@ -98,9 +90,29 @@ def _sites(tables: RunTables) -> list[dict[str, Any]]:
             "calls": sorted(s["calls"]),
             "count": s["count"],
             "per_traced_step": s["count"] / max(len(s["steps"]), 1),
+            "inside": [
+                {"call": call, "frame": frame, "count": n}
+                for (call, frame), n in sorted(s["inside"].items(), key=lambda kv: -kv[1])
+            ],
         }
         for s in ordered
     ]
+
+
+def _new_site(location: Any) -> dict[str, Any]:
+    return {"location": location, "count": 0, "calls": set(), "steps": set(), "inside": {}}
+
+
+def _count(site: dict[str, Any], call: str, count: int, step: int, row: dict[str, Any]) -> None:
+    """One row's reads into its site; `inside`: reads by (call, the library frame that made
+    them), where the read happened inside a library the user's line called (a model's forward,
+    generate()): the line in that library is what reads, the user's line what to look at."""
+    site["count"] += count
+    site["calls"].add(call)
+    site["steps"].add(step)
+    frame = row.get("library_frame")
+    if isinstance(frame, str) and frame:
+        site["inside"][call, frame] = site["inside"].get((call, frame), 0) + count
 
 
 def _untraced_site(tables: RunTables, steps: pd.Series) -> list[dict[str, Any]]:
@@ -159,13 +171,13 @@ def _finding(
             + (
                 f"({s['source']})"
                 if s.get("source")
-                else f"({s['per_traced_step']:g} per traced step)"
+                else f"({s['per_traced_step']:g} per traced step{_inside(s, 2, '; ')})"
             )
             for s in sites[:3]
         )
         or "call sites not traced"
     )
-    at = f" ({sites[0]['calls'][0]} at {common.file_and_line(location)})" if location else ""
+    at = f" ({_first_read(sites[0])})" if location else ""
     wait = (
         " Each read waits for the device to finish the graph cut at that point, so the host "
         f"stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s of measured "
@@ -192,6 +204,22 @@ def _finding(
     severity = judge.severity(cost, wall)
     evidence.reads_per_step, evidence.sites = per_step, sites
     return Finding(RULE, severity, title, detail, fix, location, cost, runs, evidence, count)
+
+
+def _first_read(site: dict[str, Any]) -> str:
+    """'__bool__ at train.py:37, inside transformers/masking_utils.py:354': the site's call
+    that made the most reads, and the library line that made them."""
+    inside = site.get("inside") or []
+    call = inside[0]["call"] if inside else site["calls"][0]
+    where = common.file_and_line(site["location"])
+    return f"{call} at {where}, inside {inside[0]['frame']}" if inside else f"{call} at {where}"
+
+
+def _inside(site: dict[str, Any], most: int, lead: str) -> str:
+    """'; inside transformers/x.py:354 (__bool__)': the library lines that made the site's
+    reads, most reads first (empty when the user's line read the value itself)."""
+    frames = [f"{i['frame']} ({i['call']})" for i in site.get("inside", [])[:most]]
+    return f"{lead}inside {', '.join(frames)}" if frames else ""
 
 
 def _imported(tables: RunTables) -> list[Finding]:

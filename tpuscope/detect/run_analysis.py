@@ -23,7 +23,7 @@ from tpuscope.store import Run
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
 
-ANALYSIS_VERSION = 9  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 10  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass

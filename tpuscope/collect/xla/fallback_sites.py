@@ -36,6 +36,10 @@ from tpuscope.collect.frames import user_and_library
 from tpuscope.collect.xla.counters import COPY_COUNTERS
 from tpuscope.collect.xla.counters import HOST_TRANSFER as TRANSFER_METRIC
 
+# torch's own Python (`torch._check_tensor_all`'s `.item()`, `F.*` wrappers) is never the line a
+# read or a fallback is to be found at: the library frame is the innermost one outside it (the
+# model code that called torch), None when the user's line called torch itself
+TORCH_INTERNALS = ("/torch/",)
 WINDOW = 2
 MAX_ARMED_STEPS = 12
 MAX_WATCHED_OPS = 8
@@ -117,7 +121,7 @@ class SiteTracer:
     def record(
         self, func: Any, before: tuple[int, ...], after: tuple[int, ...], frame: FrameType
     ) -> None:
-        where, library = user_and_library(frame)
+        where, library = user_and_library(frame, TORCH_INTERNALS)
         name = getattr(func, "__name__", None) or str(func)
         copies = len(COPY_COUNTERS)
         if after[:copies] != before[:copies]:
