@@ -342,6 +342,24 @@ def test_cpu_fallback_per_op_with_site_alternative_and_cost() -> None:
     assert finding.cost_s == pytest.approx(6 * 3e6 * 2 / 3 / 1e9)  # 2 of 3 reads, every step
 
 
+def test_a_fallback_inside_a_library_names_the_library_line_that_called_the_op() -> None:
+    """The op was called by a model's code inside the user's forward call: the card keeps
+    the user's line and names the library line (pvt interpolating its position embeddings)."""
+    user, library = "/home/u/train.py:38", "transformers/models/pvt/modeling_pvt.py:120"
+    rows = [
+        {**row, "library_frame": library if row["location"] else None}
+        for row in fallback_rows(4, "aten::upsample_bilinear2d_backward", 4, user)
+    ]
+    [finding] = detect_cpu_fallback(tables(steps(4), fallbacks=rows))
+    assert finding.location == user
+    assert finding.title == (
+        "aten::upsample_bilinear2d_backward runs on the CPU (4.0 per step) "
+        f"at train.py:38, inside {library}"
+    )
+    assert f"Called from: train.py:38, inside {library} (4 per step)" in finding.detail
+    assert finding.evidence["sites"][0]["inside"] == [{"frame": library, "count": 4}]
+
+
 def test_a_fallback_in_setup_is_still_a_fallback_priced_by_its_cost() -> None:
     rows = [{"step": 0, "op": "aten::median", "count": 1, "location": None}]
     metrics = [

@@ -150,8 +150,35 @@ def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], tuple[list[list[in
     )
     per = max(traced[1], 1)
     return [
-        {"location": loc, "count": int(n), "per_traced_step": n / per} for loc, n in counts.items()
+        {
+            "location": loc,
+            "count": int(n),
+            "per_traced_step": n / per,
+            "inside": _inside(located[located["location"] == loc]),
+        }
+        for loc, n in counts.items()
     ], traced
+
+
+def _inside(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """The library lines inside the user's call that made its fallbacks (a model's forward
+    calling the op), most calls first; empty when the user's line called the op itself."""
+    if "library_frame" not in rows:
+        return []
+    framed = rows[rows["library_frame"].notna() & (rows["library_frame"] != "")]
+    counts = framed.groupby("library_frame", sort=False)["count"].sum()
+    return [
+        {"frame": str(frame), "count": int(n)}
+        for frame, n in counts.sort_values(ascending=False, kind="stable").items()
+    ]
+
+
+def _at(site: dict[str, Any]) -> str:
+    """'modeling_pvt.py:210, inside transformers/...': the user's line and the first library
+    line inside it."""
+    inside = site.get("inside") or []
+    where = common.file_and_line(site["location"])
+    return f"{where}, inside {inside[0]['frame']}" if inside else where
 
 
 def _per_step_text(per_step: float | None) -> str:
@@ -174,10 +201,7 @@ def _finding(
     runs, n_runs = Finding.of_steps(rows["step"])
     cost = wait_ns / common.NS
     alternative, specific = alternative_for(op)
-    where = ", ".join(
-        f"{common.file_and_line(s['location'])} ({s['per_traced_step']:g} per step)"
-        for s in sites[:3]
-    )
+    where = ", ".join(f"{_at(s)} ({s['per_traced_step']:g} per step)" for s in sites[:3])
     where = (
         f"{where} (traced in steps {runs_text(*traced, limit=5)})"
         if sites
@@ -191,7 +215,11 @@ def _finding(
         else "an unknown number of times (the source names it without a count)"
     )
     title = f"{op} runs on the CPU ({_per_step_text(per_step)})" + (
-        f" at {common.file_and_line(location)}" if location else ""
+        f" at {_at(sites[0])}"
+        if sites
+        else f" at {common.file_and_line(location)}"
+        if location
+        else ""
     )
     detail = (
         f"{why(op)}: torch_xla cut the graph, copied its inputs to the host (a device-to-host read "
