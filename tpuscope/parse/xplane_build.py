@@ -58,16 +58,21 @@ def folders() -> list[Path]:
 
 def module_path() -> Path | None:
     """Where the module is, or else where it would be built; None when no folder is writable."""
-    file = module_name() + importlib.machinery.EXTENSION_SUFFIXES[0]
-    found = next((f / file for f in folders() if (f / file).exists()), None)
+    found = _built()
     if found is not None:
         return found
+    file = module_name() + importlib.machinery.EXTENSION_SUFFIXES[0]
     for folder in folders():
         with contextlib.suppress(OSError):
             folder.mkdir(parents=True, exist_ok=True)
             if os.access(folder, os.W_OK):
                 return folder / file
     return None
+
+
+def _built() -> Path | None:
+    file = module_name() + importlib.machinery.EXTENSION_SUFFIXES[0]
+    return next((f / file for f in folders() if (f / file).exists()), None)
 
 
 def load(build: bool = True) -> bool:
@@ -81,10 +86,11 @@ def load(build: bool = True) -> bool:
 def compiled_module(build: bool) -> ModuleType | None:
     """The compiled module, built first (in a child process) when missing and `build` is set;
     None when there is none."""
-    path = module_path()
-    if path is None or not (path.exists() or (build and build_in_child(path))):
-        return None
-    return _import(path)
+    found = _built()  # a reader that is not to build creates no folder either
+    if found is not None:
+        return _import(found)
+    path = module_path() if build else None
+    return _import(path) if path is not None and build_in_child(path) else None
 
 
 @functools.cache
