@@ -156,3 +156,11 @@ def file_and_line(location: str | None) -> str:
     path, _, line = location.rpartition(":")
     name = path.rsplit("/", 1)[-1] if path else location
     return f"{name}:{line}" if path else name
+
+
+def line_inside(location: str | None, library_frame: str | None) -> str:
+    """'train.py:37, inside transformers/masking_utils.py:354': the user's line, and the
+    library line inside that call that did the work (a read, a fallback) when it was not the
+    user's line itself."""
+    where = file_and_line(location)
+    return f"{where}, inside {library_frame}" if library_frame else where

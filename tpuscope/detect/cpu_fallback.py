@@ -149,36 +149,34 @@ def _sites(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], tuple[list[list[in
         .sort_values(ascending=False, kind="stable")
     )
     per = max(traced[1], 1)
+    inside = _inside(located)
     return [
         {
             "location": loc,
             "count": int(n),
             "per_traced_step": n / per,
-            "inside": _inside(located[located["location"] == loc]),
+            "inside": inside.get(loc, []),
         }
         for loc, n in counts.items()
     ], traced
 
 
-def _inside(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    """The library lines inside the user's call that made its fallbacks (a model's forward
-    calling the op), most calls first; empty when the user's line called the op itself."""
-    if "library_frame" not in rows:
-        return []
-    framed = rows[rows["library_frame"].notna() & (rows["library_frame"] != "")]
-    counts = framed.groupby("library_frame", sort=False)["count"].sum()
-    return [
-        {"frame": str(frame), "count": int(n)}
-        for frame, n in counts.sort_values(ascending=False, kind="stable").items()
-    ]
+def _inside(located: pd.DataFrame) -> dict[Any, list[dict[str, Any]]]:
+    """Per user's line, the library lines inside that call that called the op (a model's
+    forward), most calls first; none where the user's line called the op itself."""
+    if "library_frame" not in located:
+        return {}
+    framed = located[located["library_frame"].notna() & (located["library_frame"] != "")]
+    counts = framed.groupby(["location", "library_frame"], sort=False)["count"].sum()
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for (loc, frame), n in counts.sort_values(ascending=False, kind="stable").items():
+        out.setdefault(loc, []).append({"frame": str(frame), "count": int(n)})
+    return out
 
 
 def _at(site: dict[str, Any]) -> str:
-    """'modeling_pvt.py:210, inside transformers/...': the user's line and the first library
-    line inside it."""
     inside = site.get("inside") or []
-    where = common.file_and_line(site["location"])
-    return f"{where}, inside {inside[0]['frame']}" if inside else where
+    return common.line_inside(site["location"], inside[0]["frame"] if inside else None)
 
 
 def _per_step_text(per_step: float | None) -> str:

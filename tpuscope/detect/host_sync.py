@@ -211,8 +211,9 @@ def _first_read(site: dict[str, Any]) -> str:
     that made the most reads, and the library line that made them."""
     inside = site.get("inside") or []
     call = inside[0]["call"] if inside else site["calls"][0]
-    where = common.file_and_line(site["location"])
-    return f"{call} at {where}, inside {inside[0]['frame']}" if inside else f"{call} at {where}"
+    return (
+        f"{call} at {common.line_inside(site['location'], inside[0]['frame'] if inside else None)}"
+    )
 
 
 def _inside(site: dict[str, Any], most: int, lead: str) -> str:
