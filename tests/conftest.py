@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,24 @@ if FAST_CPU_COMPILE not in os.environ.get("XLA_FLAGS", ""):
 # tests/tpu_real needs the real torch_tpu, which cannot share an environment with torch_xla
 # 2.9: it runs in .venv-torch-tpu, started by tests/test_tpu_real.py.
 collect_ignore = [] if importlib.util.find_spec("torch_tpu") else ["tpu_real"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD)
+
+
+def _signal_state() -> tuple[object, ...]:
+    """This thread's blocked signals and the handlers tpuscope touches."""
+    return (signal.pthread_sigmask(signal.SIG_BLOCK, []), *map(signal.getsignal, _SIGNALS))
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found() -> object:
+    """tpuscope code run inside the test process (profile(), the plugin, the CLI) must leave its
+    signal handlers and mask as it found them: a blocked or ignored SIGINT is inherited by every
+    program started later, which a Ctrl-C then cannot stop."""
+    before = _signal_state()
+    yield
+    after = _signal_state()
+    assert after == before, f"signal state changed by this test: {before} -> {after}"
 
 
 def real_trace(relative: str) -> Path:

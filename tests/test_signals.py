@@ -64,6 +64,11 @@ def in_pty(argv: list[str], interrupt_after: str) -> tuple[int, str]:
 
     def controlling_terminal() -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        # a terminal's job, not this test run's: a shell without job control starts background
+        # commands with SIGINT and SIGQUIT ignored (and nohup SIGHUP), which exec keeps and
+        # Python honours (a suite started as `cmd &` made the bare program ignore the Ctrl-C)
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
 
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     proc = subprocess.Popen(
@@ -86,15 +91,34 @@ def in_pty(argv: list[str], interrupt_after: str) -> tuple[int, str]:
             break
         shown += chunk
         if not typed and interrupt_after.encode() in shown:
+            state = signal_state(proc.pid)
             os.write(master, b"\x03")
             typed = True
     os.close(master)
+    IN_PTY_STATE[argv[-1]] = state if typed else "never typed"
     return proc.wait(timeout=30), shown.decode(errors="replace")
 
 
+IN_PTY_STATE: dict[str, str] = {}
+
+
+def signal_state(pid: int | str = "self") -> str:
+    """A process's blocked, ignored and caught signals as the kernel sees them (a C library's
+    sigaction is not in Python's signal.getsignal)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return str(exc)
+    return " ".join(line.replace("\t", "") for line in status if line.startswith("Sig"))
+
+
 def test_ctrl_c_in_a_terminal_stops_the_program_as_without_tpuscope(tmp_path: Path) -> None:
-    bare_code, bare = in_pty([sys.executable, str(PROGRAM), str(tmp_path / "bare.pid")], "step 20")
-    assert bare_code == -signal.SIGINT and "KeyboardInterrupt" in bare
+    pidfile = str(tmp_path / "bare.pid")
+    bare_code, bare = in_pty([sys.executable, str(PROGRAM), pidfile], "step 20")
+    assert bare_code == -signal.SIGINT and "KeyboardInterrupt" in bare, (
+        f"the bare program: {IN_PTY_STATE[pidfile]}; this test's process: {signal_state()}, "
+        f"SIGINT handler {signal.getsignal(signal.SIGINT)}; output ends {bare[-300:]!r}"
+    )
     store = tmp_path / "s"
     code, shown = in_pty(
         tpuscope_cmd(
