@@ -352,10 +352,10 @@ def test_activity_matrix_and_top_ops_account_for_every_event():
 
 def judged(compiles: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The compiles as StoreData.compiles_judged gives them: the analysis's families (RunTables)
-    and the recompile rule's pick and diff (detect.recompile.compile_diffs), with the grid's words."""
+    and the recompile rule's pick and diff (detect.compile_changes.compile_diffs), with the grid's words."""
     from tpuscope.dashboards.pages.recompiles import diff_text
     from tpuscope.detect import RunTables
-    from tpuscope.detect.recompile import compile_diffs
+    from tpuscope.detect.compile_changes import compile_diffs
 
     tables = RunTables(
         meta={},

@@ -243,12 +243,12 @@ class StoreData:
     def compiles_judged(self, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The compiles as the analysis judges them: in time order with their graph family and
         verdict (`RunTables.families`, the loop's end from the steps), and each one's closest
-        earlier compile and what changed (`detect.recompile.compile_diffs`). The rule's own
+        earlier compile and what changed (`detect.compile_changes.compile_diffs`). The rule's own
         functions, so the pages say what the findings say; cached until a table changes."""
 
         def build() -> tuple[pd.DataFrame, pd.DataFrame]:
             from tpuscope.detect import RunTables
-            from tpuscope.detect.recompile import compile_diffs
+            from tpuscope.detect.compile_changes import compile_diffs
 
             steps = self.columns(run_id, "steps", list(LOOP_COLUMNS))
             tables = RunTables(

@@ -15,11 +15,9 @@ function) carries every facet of that root cause:
   the severity, analyze/judge.severity), and whether it recurs (new graphs still coming:
   its rate per 1,000 steps) or was one-off (no new graph for as many steps as they spanned);
   a "storm" when at least half of the loop's steps (and STORM_MIN_STEPS) recompiled.
-A family whose graphs form a small set that stopped growing (buckets; analyze/families
-verdict "bounded") gets a low note naming its sizes, not a recompile card; `--fail-on
-recompile` does not fail on it (analyze/gate.py).
-The fix is the backend's own (torch_xla, JAX). Imported metrics reports without
-compile rows are judged by totals: compiles per MarkStep.
+The fix is the backend's own (torch_xla, JAX). What changed and the call site are
+detect/compile_changes.py's (shared with the live alerts and the Recompiles page); a bounded
+set of graphs (buckets) and imported totals get detect/recompile_notes.py's verdicts instead.
 """
 
 from __future__ import annotations
@@ -37,128 +35,18 @@ from tpuscope.analyze.contract import (
 )
 from tpuscope.analyze.families import NEW_EVERY_STEP, STREAK, bounded, recompiles
 from tpuscope.analyze.frames import records
-from tpuscope.analyze.shapes import diff_shapes, shape_distance
 from tpuscope.detect import common, jax_advice, xla_advice
+from tpuscope.detect.compile_changes import NO_SHAPES_HINT, recompile_item, site_of, where_text
+from tpuscope.detect.recompile_notes import RULE, bounded_notes, imported_totals
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.xla_advice import SAME_SHAPES
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
 
-RULE = "recompile"
 STORM_SHARE = 0.5
 STORM_MIN_STEPS = 3
 DIFF_LIMIT = 50  # recompiles diffed against an earlier graph (a storm needs examples, not all)
-CANDIDATES = 64  # most recent compiles of the family searched for the closest
-IMPORTED_STORM_PER_STEP = 0.5
-IMPORTED_MIN_COMPILES = 5
-NO_SHAPES_HINT = (
-    "per-graph shapes were not recorded: run `tpuscope run --deep` (or set TPUSCOPE_HLO_SHAPES=1) "
-    "for the argument-by-argument diff"
-)
 PER_STEPS = 1000  # a recurring cost is told per this many steps
-
-
-def _shapes(row: dict[str, Any], column: str) -> list[str] | None:
-    value = row.get(column)
-    return None if value is None or (isinstance(value, float) and value != value) else list(value)
-
-
-def _closest(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The earlier compile of the same family whose inputs differ least."""
-    if not earlier:
-        return None
-    shapes = _shapes(row, "input_shapes")
-    candidates = earlier[-CANDIDATES:]
-    if shapes is None:
-        return candidates[-1]
-    return min(
-        reversed(candidates), key=lambda c: shape_distance(_shapes(c, "input_shapes") or [], shapes)
-    )
-
-
-def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
-    """Argument-by-argument diff of a torch_xla compile against an earlier one of its family."""
-    if before is None:
-        return []
-    old_in, new_in = _shapes(before, "input_shapes"), _shapes(row, "input_shapes")
-    if old_in is not None and new_in is not None:
-        if changes := diff_shapes(old_in, new_in, prefix="arg"):
-            return changes
-        old_out, new_out = _shapes(before, "output_shapes"), _shapes(row, "output_shapes")
-        if old_out is None or new_out is None:
-            return [
-                "same input shapes; the output shapes were not recorded, so what changed is not known"
-            ]
-        return diff_shapes(old_out, new_out, prefix="output") or [SAME_SHAPES]
-    if counted := _count_changes(before, row):
-        return counted
-    gb_old, gb_new = before.get("input_gb"), row.get("input_gb")
-    if (
-        gb_old is not None
-        and gb_new is not None
-        and gb_old == gb_old
-        and gb_new == gb_new
-        and gb_old != gb_new
-    ):
-        return [
-            f"graph input size {gb_old * 1e3:.3f} MB -> {gb_new * 1e3:.3f} MB with the same inputs: "
-            f"an input's shape changed ({NO_SHAPES_HINT})"
-        ]
-    return []
-
-
-def _count_changes(before: dict[str, Any], row: dict[str, Any]) -> list[str]:
-    """'162 -> 180 graph inputs' (and outputs) when the two graphs' counts differ: another
-    structure, not the same graph at new sizes (the evidence when shapes were not recorded)."""
-    out = []
-    for column, noun in (("num_inputs", "graph inputs"), ("num_outputs", "graph outputs")):
-        old, new = before.get(column), row.get(column)
-        if old is not None and new is not None and old == old and new == new and old != new:
-            out.append(f"{int(old)} -> {int(new)} {noun}")
-    return out
-
-
-def compile_diffs(tables: RunTables) -> pd.DataFrame:
-    """Every compile of `tables.families` (same order and index), with the position in it of
-    its family's closest earlier compile (`predecessor`, None for a family's first) and what
-    changed against it (`changes`): the pick and the diff this rule makes for a recompile,
-    for every compile, so the Recompiles page shows what the card says."""
-    by_family: dict[str, list[dict[str, Any]]] = {}
-    last_at: dict[str, dict[str, Any]] = {}  # call site -> its latest compile
-    rows: list[dict[str, Any]] = []
-    for pos, row in enumerate(records(tables.families)):
-        earlier = by_family.setdefault(row["family"], [])
-        if row.get("reason") == NEW_EVERY_STEP and site_of(row) in last_at:
-            earlier_here = [last_at[site_of(row)]]
-        else:
-            earlier_here = earlier
-        before = _closest(row, earlier_here)
-        rows.append(
-            {"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)}
-        )
-        earlier.append({**row, "_pos": pos})
-        last_at[site_of(row)] = {**row, "_pos": pos}
-    return pd.DataFrame(rows, columns=["predecessor", "changes"], index=tables.families.index)
-
-
-def site_of(row: dict[str, Any]) -> str:
-    if row.get("backend") == "jax" and row.get("function"):
-        return f"jit {row['function']}"
-    location = row.get("location")
-    return (
-        location
-        if isinstance(location, str) and location
-        else (row.get("cause") or "unknown call site")
-    )
-
-
-def where_text(site: str, location: str | None, function: str | None) -> str:
-    """How a card (and a live alert) names a call site: `train.py:44`, `step (train.py:44)`."""
-    where = common.file_and_line(location) if location else site
-    if function:
-        return f"{function} ({where})" if location else function
-    return where
 
 
 def _items(tables: RunTables) -> list[dict[str, Any]]:
@@ -180,34 +68,6 @@ def _items(tables: RunTables) -> list[dict[str, Any]]:
         earlier.append(row)
         last_at[site_of(row)] = row
     return out
-
-
-def recompile_item(
-    row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame, diff: bool
-) -> dict[str, Any]:
-    before = _closest(row, earlier) if diff else None
-    diffs = (
-        jax_advice.diffs_of(retraces, int(row["index"]), row.get("function"))
-        if row.get("backend") == "jax"
-        else []
-    )
-    changes = jax_advice.changes_of(diffs) if diffs else []
-    if not changes and diff:
-        changes = xla_changes(row, before)
-    return {
-        "step": int(row["step"]),
-        "index": int(row["index"]),
-        "graph_hash": row.get("graph_hash"),
-        "cause": row.get("cause") if isinstance(row.get("cause"), str) else None,
-        "location": row.get("location") if isinstance(row.get("location"), str) else None,
-        "family": row["family"],
-        "function": row.get("function"),
-        "duration_s": float(row.get("duration_ns") or 0) / common.NS,
-        "reason": row.get("reason"),
-        "changes": changes,
-        "against_graph": before.get("graph_hash") if before else None,
-        "diffs": diffs,
-    }
 
 
 def _facet(tables: RunTables, items: list[dict[str, Any]]) -> ShapeChurnFacet | None:
@@ -360,6 +220,14 @@ def _changes_text(first: dict[str, Any]) -> str:
     return "; ".join(first["changes"][:4]) or f"not known ({NO_SHAPES_HINT})"
 
 
+REASONS = {
+    "evicted": "the same graph compiled again (the compile cache lost it)",
+    "recurred": "compiled again in a later step, after the graph had run",
+    "new shapes": "the same graph at new input shapes",
+    NEW_EVERY_STEP: "a new graph at this line in every step",
+}
+
+
 def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: float) -> Finding:
     cost = sum(i["duration_s"] for i in items)
     first = next((i for i in items if i["changes"]), items[0])
@@ -434,166 +302,16 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     )
 
 
-REASONS = {
-    "evicted": "the same graph compiled again (the compile cache lost it)",
-    "recurred": "compiled again in a later step, after the graph had run",
-    "new shapes": "the same graph at new input shapes",
-    NEW_EVERY_STEP: "a new graph at this line in every step",
-}
-
-
-def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall: float) -> Finding:
-    """A low note: a small set of graphs, each compiled once, that stopped growing (buckets)."""
-    family = rows[0]["family"]
-    members = tables.families[tables.families["family"] == family]
-    facet = churn_facet(members)
-    location = next(
-        (r["location"] for r in rows if isinstance(r.get("location"), str) and r["location"]), None
-    )
-    where = where_text(site, location, None)
-    cost = sum(float(r.get("duration_ns") or 0) for r in rows) / common.NS
-    n = len(members)
-    last = int(members["cut"].max())
-    quiet = (
-        max(common.loop_steps(tables)["step"].max() - last, 0)
-        if len(common.loop_steps(tables))
-        else 0
-    )
-    if facet:
-        sizes = ", ".join(map(str, facet.values))
-        what = (
-            f"dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes ({sizes}): buckets"
-        )
-        title = f"{n} bucket graphs at {where}: {facet.arg_name} dim {facet.dim} in {{{sizes}}}"
-    else:
-        what = f"what differs between them is not known ({NO_SHAPES_HINT})"
-        title = f"{n} graphs at {where}, each compiled once (a bounded set; shapes unknown)"
-    runs, count = Finding.of_steps([int(r["step"]) for r in rows])
-    detail = (
-        f"{n} graphs of one family at {where}, each compiled once, the last at step {last}, then run "
-        f"from the cache for the {quiet} steps after it: a bounded set, not a recompile storm; {what}. "
-        f"Cost: one-off, the measured compile time of the {len(rows)} after the first, {cost:.2f} s"
-        + (f" ({100 * judge.share(cost, wall):.1f}% of the run's wall time)." if wall else ".")
-    )
-    fix = (
-        (
-            "Nothing to change while the set stays this small: each bucket compiles once. Keep the number of "
-            "buckets small, or keep them across runs with torch_xla's persistent cache "
-            "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`)."
-        )
-        if facet
-        else (
-            "Run it again with `tpuscope run --deep` (or TPUSCOPE_HLO_SHAPES=1) to see whether these are buckets "
-            "(nothing to change) or a varying dim that a bucketing plan would cut to fewer graphs."
-        )
-    )
-    if facet and facet.dim == 0 and len(facet.values) == 2:
-        fix += (
-            " If the smaller size is a short last batch, dropping it (DataLoader(drop_last=True)) saves "
-            "its compile."
-        )
-    evidence = RecompileEvidence(
-        verdict="bounded",
-        graphs=n,
-        graph_hashes=[str(h) for h in members["graph_hash"]],
-        location=location,
-        backend=tables.backend,
-        compile_s=cost,
-        recompiles=0,
-        run_wall_s=wall,
-        share=judge.share(cost, wall),
-        facets=["bounded"],
-        shape_churn=facet,
-        key_order=RecompileEvidence.BOUNDED,
-    )
-    return Finding(
-        RULE,
-        _bounded_severity(cost, wall, facet is not None),
-        title,
-        detail,
-        fix,
-        location,
-        cost,
-        runs,
-        evidence,
-        count,
-    )
-
-
-def _bounded_severity(cost: float, wall: float, buckets: bool) -> str:
-    """Buckets (sizes a plan would not cut) are low: nothing to fix. A bounded set whose shapes are
-    unknown may be buckets or churn that stopped: by its one-off cost, at most medium."""
-    if buckets:
-        return "low"
-    severity = judge.severity(cost, wall)
-    return "medium" if severity == "high" else severity
-
-
-def _imported_totals(tables: RunTables) -> list[Finding]:
-    """Compiles per step marker, per imported file (metrics report or pt-xla-profiler note)."""
-    metrics = tables.metrics
-    compiles = common.per_process(metrics, ["CompileTime"]) or common.per_process(
-        metrics, ["UncachedCompile"]
-    )
-    steps = common.per_process(metrics, ["MarkStep"])
-    counted = [
-        k
-        for k in compiles
-        if steps.get(k)
-        and compiles[k] >= IMPORTED_MIN_COMPILES
-        and compiles[k] / steps[k] >= IMPORTED_STORM_PER_STEP
-    ]  # judged file by file
-    if not counted:
-        return []
-    n_compiles = sum(compiles[k] for k in counted)
-    n_steps = sum(steps[k] for k in counted)
-    seconds = (
-        sum(
-            v
-            for k, v in common.per_process(metrics, ["CompileTime"], "total").items()
-            if k in counted
-        )
-        / common.NS
-    )
-    title = f"Recompile storm: {int(n_compiles)} compiles in {int(n_steps)} steps"
-    detail = (
-        f"The imported evidence counts {int(n_compiles)} XLA compiles over {int(n_steps)} step "
-        f"markers ({n_compiles / n_steps:.1f} per step): the program keeps compiling new graphs. Cost: "
-        f"the CompileTime total it recorded ({seconds:.2f} s; 0 when the source has no accumulator)."
-    )
-    evidence = RecompileEvidence(
-        compiles=int(n_compiles),
-        steps=int(n_steps),
-        source="imported totals",
-        files=sorted({str(k[0]) for k in counted if k}),
-        key_order=RecompileEvidence.IMPORTED,
-    )
-    # no wall time to take a share of: medium, the severity of imported evidence that counts something
-    return [
-        Finding(RULE, "medium", title, detail, xla_advice.IMPORTED_FIX, None, seconds, [], evidence)
-    ]
-
-
-def _bounded_notes(tables: RunTables, wall: float, sites: set[str]) -> list[Finding]:
-    rows = bounded(tables.families)
-    by_site: dict[str, list[dict[str, Any]]] = {}
-    for row in records(rows):
-        site = site_of({**row, "backend": tables.backend})
-        if site not in sites:  # a site with a recompile card: one root cause, one card
-            by_site.setdefault(site, []).append(row)
-    return [_bounded_note(tables, site, site_rows, wall) for site, site_rows in by_site.items()]
-
-
 def detect_recompile(tables: RunTables) -> list[Finding]:
     """One card per call site whose graphs compiled again (facets: changes, churn, compile time),
     and a low note per call site whose graphs form a bounded set (buckets)."""
     again = recompiles(tables.families)
     if again.empty and bounded(tables.families).empty:
-        return _imported_totals(tables) if tables.steps.empty else []
+        return imported_totals(tables) if tables.steps.empty else []
     wall = whole_wall_s(tables)
     by_site: dict[str, list[dict[str, Any]]] = {}
     backend = tables.backend
     for item in _items(tables):
         by_site.setdefault(site_of({**item, "backend": backend}), []).append(item)
     cards = [_finding(tables, site, items, wall) for site, items in by_site.items()]
-    return cards + _bounded_notes(tables, wall, set(by_site))
+    return cards + bounded_notes(tables, wall, set(by_site))

@@ -15,9 +15,9 @@ watcher, and the watcher judges exactly the rows the final analysis will read.
 The same rules as the final report (tpuscope/detect/run_analysis.py):
 - a recompile is a further compile of a graph family (analyze/families.graph_families over
   every compile row read so far; a family's first compile is never one, wherever it
-  happens); one alert per call site (detect/recompile.site_of, as the report has one card
+  happens); one alert per call site (detect/compile_changes.site_of, as the report has one card
   per site), saying what changed against the closest earlier compile of the family
-  (detect/recompile.recompile_item) and its measured compile time;
+  (detect/compile_changes.recompile_item) and its measured compile time;
 - a CPU fallback is an op of any namespace torch_xla's fallback counted (`aten::*`, `torchvision::*`,
   a custom op's: parse/xla_counter_names.is_fallback_counter) that is not a value read (analyze/judge.is_value_read),
   in any step; one alert per op, at the user's line the site tracer found (it traces the

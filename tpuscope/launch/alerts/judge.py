@@ -132,7 +132,7 @@ class AlertJudge:
         (buckets: the report's low note, never "recompile") waits until it is one (nothing to
         say), can no longer be one (a new graph beyond the set), or the program ended."""
         from tpuscope.analyze.families import may_be_bounded
-        from tpuscope.detect.recompile import recompile_item, site_of
+        from tpuscope.detect.compile_changes import recompile_item, site_of
 
         mask = [
             self._backend_known(h, p)
@@ -190,7 +190,7 @@ class AlertJudge:
         return bool(proc and proc.get("backend"))
 
     def _recompile_problem(self, site: str, row: dict[str, Any], item: dict[str, Any]) -> Problem:
-        from tpuscope.detect.recompile import where_text
+        from tpuscope.detect.compile_changes import where_text
 
         location = (
             row.get("location")
