@@ -215,7 +215,7 @@ def test_no_op_by_op_finding_on_a_jitted_loop(retrace_run) -> None:
 def test_step_function_is_the_most_called_jitted_function(tmp_path: Path) -> None:
     """Eval steps first, then training: steps follow eval_step until train_step overtakes it."""
     from tpuscope.collect.jax.collector import JaxCollector
-    from tpuscope.collect.jax.jit_hook import JitTarget
+    from tpuscope.collect.jax.sink import JitTarget
     from tpuscope.collect.session import Session
     from tpuscope.store import RunStore
 

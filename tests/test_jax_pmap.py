@@ -101,7 +101,7 @@ def test_a_library_jit_is_the_step_only_when_the_program_jits_nothing_of_its_own
     """Keras's fit: the program's loop calls the library's jitted train_step; once the program
     jits a function of its own, library calls never make steps."""
     from tpuscope.collect.jax.collector import JaxCollector
-    from tpuscope.collect.jax.jit_hook import JitTarget
+    from tpuscope.collect.jax.sink import JitTarget
     from tpuscope.collect.session import Session
     from tpuscope.store import RunStore
 

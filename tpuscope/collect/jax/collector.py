@@ -19,8 +19,9 @@ from typing import Any
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
-from tpuscope.collect.jax.jit_hook import JitHook, JitTarget, PmapHook
+from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
 from tpuscope.collect.jax.rows import StepColumns
+from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env

@@ -10,54 +10,14 @@ call's arguments. The other hooks (step annotations, host syncs, op by op) are i
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
 import threading
-from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
 import wrapt
 
-from tpuscope.collect.frames import is_user_file
-from tpuscope.collect.jax.sink import Sink, report
-
-
-@dataclass(frozen=True, eq=False)
-class JitTarget:
-    """A function passed to jax.jit (or jax.pmap: `transform`): its name, where it is defined,
-    whether it is the user's, its parameter names (to name an argument `params['w1']`) and,
-    for pmap, its static_broadcasted_argnums.
-
-    Compared and hashed by identity (a dataclass's field hash cost ~0.3 us per call of the
-    step function, on the program's path): the hook hands out one target per distinct
-    (name, defined_at, user), so a function jitted again is still the same target."""
-
-    name: str
-    defined_at: str | None
-    user: bool
-    transform: str = "jit"
-    params: tuple[str, ...] = ()
-    static: tuple[int, ...] = ()
-
-    @classmethod
-    def of(cls, fun: Any, transform: str = "jit", static: tuple[int, ...] = ()) -> JitTarget:
-        base = fun.func if isinstance(fun, functools.partial) else fun
-        with contextlib.suppress(ValueError):
-            base = inspect.unwrap(base)
-        code = getattr(base, "__code__", None)
-        name = getattr(base, "__name__", None) or type(base).__name__  # JAX's own fun_name
-        if code is None:
-            return cls(str(name), None, False, transform, static=static)
-        user = is_user_file(code.co_filename)
-        params: tuple[str, ...] = ()
-        if transform != "jit" or not user:  # compiles JAX does not explain: named here (pmap_calls)
-            with contextlib.suppress(TypeError, ValueError):
-                params = tuple(inspect.signature(fun).parameters)
-        return cls(
-            str(name), f"{code.co_filename}:{code.co_firstlineno}", user, transform, params, static
-        )
+from tpuscope.collect.jax.sink import JitTarget, Sink, report
 
 
 class _JitWrapper(wrapt.FunctionWrapper):

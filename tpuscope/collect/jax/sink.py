@@ -1,12 +1,15 @@
-"""What the JAX hooks report to (jit_hook.py, hooks.py): the sink's calls, and the guard that
-keeps a tpuscope bug out of the user's call."""
+"""What the JAX hooks report (jit_hook.py, hooks.py) and to whom: the jitted function a call is
+of (JitTarget), the sink's calls, and the guard that keeps a tpuscope bug out of the user's call."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+import contextlib
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tpuscope.collect.jax.jit_hook import JitTarget
+from tpuscope.collect.frames import is_user_file
 
 
 def report(call: Any, *args: Any) -> None:
@@ -16,6 +19,42 @@ def report(call: Any, *args: Any) -> None:
         call(*args)
     except Exception:
         pass
+
+
+@dataclass(frozen=True, eq=False)
+class JitTarget:
+    """A function passed to jax.jit (or jax.pmap: `transform`): its name, where it is defined,
+    whether it is the user's, its parameter names (to name an argument `params['w1']`) and,
+    for pmap, its static_broadcasted_argnums.
+
+    Compared and hashed by identity (a dataclass's field hash cost ~0.3 us per call of the
+    step function, on the program's path): the hook hands out one target per distinct
+    (name, defined_at, user), so a function jitted again is still the same target."""
+
+    name: str
+    defined_at: str | None
+    user: bool
+    transform: str = "jit"
+    params: tuple[str, ...] = ()
+    static: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, fun: Any, transform: str = "jit", static: tuple[int, ...] = ()) -> JitTarget:
+        base = fun.func if isinstance(fun, functools.partial) else fun
+        with contextlib.suppress(ValueError):
+            base = inspect.unwrap(base)
+        code = getattr(base, "__code__", None)
+        name = getattr(base, "__name__", None) or type(base).__name__  # JAX's own fun_name
+        if code is None:
+            return cls(str(name), None, False, transform, static=static)
+        user = is_user_file(code.co_filename)
+        params: tuple[str, ...] = ()
+        if transform != "jit" or not user:  # compiles JAX does not explain: named here (pmap_calls)
+            with contextlib.suppress(TypeError, ValueError):
+                params = tuple(inspect.signature(fun).parameters)
+        return cls(
+            str(name), f"{code.co_filename}:{code.co_firstlineno}", user, transform, params, static
+        )
 
 
 class Sink(Protocol):

@@ -29,7 +29,6 @@ from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
 
-from tpuscope.collect.jax.jit_hook import JitTarget
 from tpuscope.collect.jax.ready import StepClock
 from tpuscope.collect.jax.rows import (
     EAGER,
@@ -39,6 +38,7 @@ from tpuscope.collect.jax.rows import (
     OpenStep,
     StepLog,
 )
+from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.session import ProfilerCost, Session
 from tpuscope.collect.trace_steps import ProfilerWindow
 
