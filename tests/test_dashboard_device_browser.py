@@ -69,6 +69,7 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
     )
     assert 0 < len(set(cells)) <= int(shown[1].replace(",", ""))
     assert named <= set(events["name"].astype(str))
+    assert_op_table_sorts(browser)
     t0 = int(events["start_ns"].min())
     lo, hi = 100.0, 101.0  # ms since trace start
     in_view = (
@@ -95,6 +96,35 @@ def test_churn_tensorcore_and_trace_pages_render_their_data(browser, server, sto
     wait(browser, zoomed, timeout=60)
     drawn = plotted(browser, "trace-timeline")  # line segments: start, end and a gap per event
     assert sum(len(lane["x"]) for lane in drawn if lane["mode"] == "lines") == 3 * in_view
+
+
+def assert_op_table_sorts(browser) -> None:
+    """A click on the op table's count header sorts it by count, most first; a second, least first
+    (the server sorts the cached ops: pages/trace.sorted_by). Read in one script: Dash replaces
+    the table's elements while it re-renders."""
+    from selenium.webdriver.common.by import By
+
+    def table(d) -> tuple[str, list[int]]:  # type: ignore[no-untyped-def]
+        head, counts = d.execute_script(
+            "const t = document.getElementById('trace-ops');"
+            "return [t.querySelector('th:nth-child(3)').innerText,"
+            " [...t.querySelectorAll('tbody tr')].map(r => r.cells[2].innerText)];"
+        )
+        return head, [int(c.replace(",", "")) for c in counts]
+
+    def sorted_as(mark: str, descending: bool):  # type: ignore[no-untyped-def]
+        def check(d) -> bool:  # type: ignore[no-untyped-def]
+            head, counts = table(d)
+            return mark in head and counts == sorted(counts, reverse=descending)
+
+        return check
+
+    assert len(table(browser)[1]) > 1
+    header = "#trace-ops th:nth-child(3) button"
+    browser.find_element(By.CSS_SELECTOR, header).click()
+    wait(browser, sorted_as("\u25be", descending=True))
+    browser.find_element(By.CSS_SELECTOR, header).click()
+    wait(browser, sorted_as("\u25b4", descending=False))
 
 
 def test_tensorcore_and_trace_pages_of_a_real_traced_run(browser, server, store, shots):

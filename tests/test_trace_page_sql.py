@@ -1,4 +1,4 @@
-"""The Trace page's DuckDB queries (dashboards/pages/trace.py) against the events they read:
+"""The Trace page's DuckDB queries (dashboards/trace_view.py) against the events they read:
 busy time is exact, every event is counted once, the timeline keeps one event per line and
 pixel-wide bucket, a zoom re-reads its window."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tpuscope.dashboards import trace_view as trace
 from tpuscope.dashboards.data import StoreData
-from tpuscope.dashboards.pages import trace
 from tpuscope.dashboards.synthetic import make_run
 
 

@@ -3,7 +3,7 @@
 The browser never gets the raw events: the activity heatmap bins every event
 exactly, and the timeline draws only the longest events of the visible window,
 re-queried on zoom. The Trace page aggregates with DuckDB over the store
-(pages/trace.py) and hands the results to activity_figure, ops_table and
+(dashboards/trace_view.py) and hands the results to activity_figure, ops_table and
 trace_timeline(in_view=...); the frame versions (activity_heatmap: prefix sums over
 sorted starts and ends; top_ops) serve callers holding events in memory.
 Expected columns: plane, line, name, start_ns, dur_ns (optional: step, hlo_op).
