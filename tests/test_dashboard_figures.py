@@ -23,7 +23,13 @@ from tpuscope.dashboards.figures.tensorcore import (
     padding_waste_bars,
     weighted_waste,
 )
-from tpuscope.dashboards.figures.trace import activity_matrix, busy_ns, top_ops, trace_timeline
+from tpuscope.dashboards.figures.trace import (
+    activity_heatmap,
+    activity_matrix,
+    busy_ns,
+    top_ops,
+    trace_timeline,
+)
 from tpuscope.dashboards.pages.churn import churn_buckets
 from tpuscope.dashboards.shapes import finding_values, varying_by_step
 
@@ -197,7 +203,7 @@ def test_fallback_matrix_bins_many_steps_and_keeps_every_call():
 def test_fallback_heatmap_colour_bar_counts_from_zero_clear_of_the_modebar():
     """Session 11: the colour bar's labels sat under the vertical modebar (checked in chromium:
     a right margin as wide as both keeps them apart), and a single count of 3 read 2.5..3.5."""
-    from tpuscope.dashboards.figures.fallbacks import COLORBAR_PX, MODEBAR_PX
+    from tpuscope.dashboards.figures.common import COLORBAR_PX, MODEBAR_PX
 
     fig = fallback_heatmap(fallbacks_frame([(s, "aten::nonzero", 3) for s in range(4)]))
     heat = fig.data[0]
@@ -207,6 +213,19 @@ def test_fallback_heatmap_colour_bar_counts_from_zero_clear_of_the_modebar():
         and heat.colorbar.dtick == 1
     )
     assert fig.layout.margin.r == COLORBAR_PX + MODEBAR_PX
+    # the Trace page's activity has a colour bar too (session 16: its "busy %" sat under the modebar)
+    events = pd.DataFrame(
+        {
+            "plane": ["p"] * 2,
+            "line": ["l"] * 2,
+            "name": ["a", "b"],
+            "start_ns": [0, 10],
+            "dur_ns": [5, 5],
+        }
+    )
+    activity = activity_heatmap(events, 0, bins=4)
+    assert activity.layout.margin.r == COLORBAR_PX + MODEBAR_PX
+    assert activity.data[0].colorbar.title.side == "right"
 
 
 def test_transfers_timeline_plots_transfers_per_step():

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from tpuscope.analyze.judge import VALUE_READ_OPS
 
-from .common import COLORS, base_figure, empty_figure, minmax_indices
+from .common import COLORS, base_figure, colorbar, empty_figure, minmax_indices
 from .common import per_step as per_step_sum
 
 MAX_COLUMNS = 200
@@ -31,21 +31,10 @@ def fallback_matrix(
     return matrix.loc[order], width
 
 
-# The vertical modebar (figures/common.py) takes the figure's right edge, where Plotly puts a
-# colour bar: a right margin as wide as both keeps the bar's labels left of the modebar.
-COLORBAR_PX, MODEBAR_PX = 64, 44
-
-
 def _calls_colorbar(most: float) -> dict:
     """The colour bar of call counts: from 0, whole numbers only (a single count of 3 was drawn
     as a scale from 2.5 to 3.5)."""
-    return {
-        "title": {"text": "calls", "side": "right"},
-        "thickness": 14,
-        "tick0": 0,
-        "dtick": max(1, math.ceil(most / 4)),
-        "tickformat": ",d",
-    }
+    return colorbar("calls", tick0=0, dtick=max(1, math.ceil(most / 4)), tickformat=",d")
 
 
 def fallback_heatmap(
@@ -82,6 +71,7 @@ def fallback_heatmap(
         "CPU fallback calls per op and step"
         + ("" if width == 1 else f" ({width} steps per column)"),
         height=max(240, 90 + 26 * len(matrix)),
+        colorbar=True,
     )
     fig.add_trace(
         go.Heatmap(
@@ -102,7 +92,6 @@ def fallback_heatmap(
     )
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig.update_layout(margin_r=COLORBAR_PX + MODEBAR_PX)
     return fig
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import base_figure, empty_figure
+from .common import base_figure, colorbar, empty_figure
 
 
 def _color_top(values: np.ndarray) -> float | None:
@@ -30,7 +30,7 @@ def host_heatmap(record: dict[str, Any] | None) -> go.Figure:
     title = "Step time per host and step (ms, judged steps)" + (
         "" if width == 1 else f" ({width} steps per column)"
     )
-    fig = base_figure(title, height=max(260, 110 + 22 * len(values)))
+    fig = base_figure(title, height=max(260, 110 + 22 * len(values)), colorbar=True)
     fig.add_trace(
         go.Heatmap(
             z=values,
@@ -39,7 +39,7 @@ def host_heatmap(record: dict[str, Any] | None) -> go.Figure:
             customdata=custom,
             colorscale="Viridis",
             zmax=_color_top(values),  # a few compile steps must not wash out a straggler
-            colorbar={"title": {"text": "ms"}},
+            colorbar=colorbar("ms"),
             hovertemplate="%{y}<br>step %{customdata}<br>%{z:.2f} ms<extra></extra>",
             xgap=1,
             ygap=1,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .common import NS_PER_MS, PALETTE, base_figure, empty_figure
+from .common import NS_PER_MS, PALETTE, base_figure, colorbar, empty_figure
 
 MAX_EVENTS = 3000
 MAX_LANES = 40
@@ -152,6 +152,7 @@ def _heatmap(lanes: list[str], centers_ms: np.ndarray, busy: np.ndarray, events:
     fig = base_figure(
         f"Activity of every event ({events:,} events, busy % per line)",
         height=max(220, 90 + 22 * len(lanes)),
+        colorbar=True,
     )
     fig.add_trace(
         go.Heatmap(
@@ -161,7 +162,7 @@ def _heatmap(lanes: list[str], centers_ms: np.ndarray, busy: np.ndarray, events:
             colorscale="Blues",
             zmin=0,
             zmax=100,
-            colorbar={"title": {"text": "busy %"}},
+            colorbar=colorbar("busy %"),
             hovertemplate="%{y}<br>%{x:.3f} ms<br>%{z:.0f}% busy<extra></extra>",
         )
     )
