@@ -1,0 +1,213 @@
+"""Rule `tensorcore_underuse`'s measured evidence: what the device's own profile says.
+
+- device idle time: xprof's duty cycle of a TPU trace, else busy/idle per step from any trace's
+  XLA ops (device_steps), over the judged steps;
+- MXU utilization: xprof's overview and per-op statistics (hlo_stats, op_profile) of a TPU
+  trace; low utilization is a problem where matmuls take the device time, else a note of
+  where the time goes.
+The estimated evidence (from the HLO, on the --target chip) is tensorcore.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from tpuscope.analyze.contract import TensorCoreEvidence
+from tpuscope.detect.common import judged_steps
+from tpuscope.detect.tables import RunTables
+from tpuscope.schema import Finding
+
+RULE = "tensorcore_underuse"
+IDLE_SHARE = 0.20  # device idle share of traced steps that is a finding
+LOW_MXU = 50.0  # measured MXU utilization (%) below which xprof's figures are a finding
+
+
+def xprof_figures(tables: RunTables) -> dict[str, Any]:
+    """xprof's overview figures of the run's TPU trace (MXU utilization, duty cycle, idle %):
+    the measured facts every finding of this rule carries beside its own evidence."""
+    overview = tables.extra.get("xprof_overview", pd.DataFrame())
+    if overview.empty:
+        return {}
+    values = overview.dropna(subset=["value"]).groupby("name")["value"].mean()
+    return {
+        k: float(values[k])
+        for k in (
+            "mxu_utilization_percent",
+            "device_duty_cycle_percent",
+            "device_idle_time_percent",
+        )
+        if k in values
+    }
+
+
+def evidence_keys(*parts: Iterable[str]) -> tuple[str, ...]:
+    """The keys a shape of this rule's evidence writes, in order: its own, then the problem's
+    figures or xprof's measurements it carries (TensorCoreEvidence declares them all)."""
+    return tuple(dict.fromkeys(key for part in parts for key in part))
+
+
+def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
+    """The device idle for IDLE_SHARE or more of the judged traced steps (xprof's duty cycle,
+    else the trace's XLA ops): the step is host-bound."""
+    device_steps = tables.extra.get("device_steps", pd.DataFrame())
+    judged = judged_steps(tables)
+    rows = device_steps
+    if not device_steps.empty and not judged.empty and (device_steps["window"] == "steps").any():
+        rows = device_steps[device_steps["step"].isin(judged["step"])]
+    total = float((rows["busy_ns"] + rows["idle_ns"]).sum()) if not rows.empty else 0.0
+    if "device_duty_cycle_percent" in measured:
+        idle_share, basis = (
+            1 - measured["device_duty_cycle_percent"] / 100,
+            "measured by xprof (duty cycle)",
+        )
+    elif total > 0:
+        idle_share, basis = (
+            float(rows["idle_ns"].sum()) / total,
+            "measured from the trace's XLA ops",
+        )
+    else:
+        return None
+    if idle_share < IDLE_SHARE:
+        return None
+    idle_s = idle_share * total / 1e9
+    devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
+    runs, count = Finding.of_steps(
+        rows["step"][rows["step"] >= 0] if not rows.empty else []
+    )  # -1: whole trace
+    traced = (
+        f"{count} traced step(s)" if count else "the traced time (no step markers in the trace)"
+    )
+    return Finding(
+        RULE,
+        "high" if idle_share >= 0.5 else "medium",
+        f"device idle {100 * idle_share:.0f}% of the traced "
+        + ("steps: the step is host-bound" if count else "time: the device waits for the host"),
+        f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
+        f"{traced} ({basis}); the rest the device waited for the host "
+        f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
+        "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
+        "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
+        "batch so each step has more device work.",
+        None,
+        idle_s,
+        runs,
+        TensorCoreEvidence(
+            basis=basis,
+            cost_figure="measured",
+            idle_share=round(idle_share, 4),
+            devices=devices,
+            **measured,
+            key_order=evidence_keys(["basis", "cost_figure", "idle_share", "devices"], measured),
+        ),
+        count,
+    )
+
+
+_MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"
+
+
+def _known(bound: Any) -> bool:
+    """An op's bound as xprof measured it (not null, "?" or "Unknown": issue 29)."""
+    return isinstance(bound, str) and bound.strip().lower() not in (
+        "",
+        "?",
+        "unknown",
+        "nan",
+        "none",
+    )
+
+
+def xprof_mxu_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
+    """Measured MXU utilization from xprof: a problem when matmuls take device time at low
+    utilization; when the device time goes to other ops, a low-severity note of where."""
+    mxu = measured.get("mxu_utilization_percent")
+    kind = str(tables.meta.get("device_kind") or "TPU")
+    if (
+        mxu is None or mxu >= LOW_MXU or "TPU" not in kind.upper()
+    ):  # the MXU is a TPU's: a GPU has none
+        return None
+    ops = tables.extra.get("xprof_ops", pd.DataFrame())
+    if not ops.empty:
+        ops = ops.sort_values("self_time_us", ascending=False)
+    is_mm = (
+        ops["category"].astype(str).str.contains(_MATMUL_CATEGORY)
+        if not ops.empty
+        else pd.Series(dtype=bool)
+    )
+    matmul = ops[is_mm] if not ops.empty else ops
+    share = float(matmul["self_time_percent"].sum()) if not matmul.empty else 0.0
+    top = (matmul if share >= 10 else ops).head(5)
+    names = (
+        ", ".join(
+            f"{r.hlo_op} ({r.category}, "
+            + (f"{r.bound_by}-bound, " if _known(r.bound_by) else "")
+            + f"{r.self_time_percent:.0f}% of op time)"
+            for r in top.itertuples()
+        )
+        or "no per-op statistics"
+    )
+    location = next(
+        (str(s) for s in top.get("source_info", pd.Series(dtype=object)).dropna()), None
+    )
+    duty = measured.get("device_duty_cycle_percent")
+    evidence = TensorCoreEvidence(
+        basis="measured (xprof overview_page, hlo_stats, op_profile)",
+        cost_figure="measured",
+        matmul_time_percent=share,
+        top_ops=top[["hlo_op", "category", "bound_by"]].to_dict("records") if not top.empty else [],
+        **measured,
+        key_order=evidence_keys(
+            ["basis", "cost_figure", "matmul_time_percent", "top_ops"], measured
+        ),
+    )
+    head = f"xprof's overview_page: MXU utilization {mxu:.1f}%" + (
+        f", device duty cycle {duty:.1f}%. "
+        if duty is not None
+        else " (no device duty cycle measured). "
+    )
+    if share >= 10:
+        used = matmul["flops_utilization"].fillna(mxu / 100).clip(0, 1)
+        cost = float((matmul["self_time_us"] * (1 - used)).sum()) / 1e6
+        return Finding(
+            RULE,
+            "high" if mxu < 20 else "medium",
+            f"MXU utilization {mxu:.1f}% while matmuls take {share:.0f}% of device time (measured by xprof)",
+            head
+            + f"Matmul ops: {names}. Cost = their self time times (1 - their FLOP utilization), "
+            "summed over cores.",
+            "Feed the MXU bigger, aligned matmuls: bf16 operands, dims in multiples of 128 (256 on "
+            "v6e/v7), larger batch per step; see the estimated findings for the shapes.",
+            location,
+            cost,
+            [],
+            evidence,
+        )
+    bounds = (
+        top["bound_by"][top["bound_by"].map(_known)] if not top.empty else pd.Series(dtype=object)
+    )
+    bound = str(bounds.mode().iloc[0]) if not bounds.empty else ""
+    return Finding(
+        RULE,
+        "low",
+        f"MXU idle ({mxu:.1f}% utilization, measured by xprof): device time goes to "
+        + (
+            f"{bound}-bound non-matmul ops"
+            if bound
+            else "non-matmul ops (their bound not measured)"
+        ),
+        head
+        + f"Matmuls take {share:.0f}% of op time; the time goes to: {names}. No cost estimated: "
+        "a program without matmuls has nothing for the MXU to do.",
+        "If this step should be matmul-heavy, look at these ops first: "
+        + (
+            "cut HBM traffic (fewer copies and host offloads, bf16 activations, fusable ops)."
+            if bound.upper() == "HBM"
+            else "they bound the step, not the MXU."
+        ),
+        location,
+        0.0,
+        [],
+        evidence,
+    )
