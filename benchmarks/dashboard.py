@@ -26,9 +26,10 @@ from typing import Any
 
 from plotly.io.json import to_json_plotly
 
+from tpuscope.dashboards import trace_view
 from tpuscope.dashboards.app import create_app, route
 from tpuscope.dashboards.data import StoreData
-from tpuscope.dashboards.pages import overview, trace
+from tpuscope.dashboards.pages import overview
 from tpuscope.dashboards.synthetic import make_run
 
 TARGET_S = 1.0
@@ -74,7 +75,9 @@ def pages(
         "zoom: step timeline (500 steps)": lambda d: (
             lambda: overview.timeline_figure(d, run_id, third)
         ),
-        "zoom: trace timeline (1% window)": lambda d: lambda: trace.timeline(d, run_id, window),
+        "zoom: trace timeline (1% window)": lambda d: (
+            lambda: trace_view.timeline(d, run_id, window)
+        ),
     }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.object_stores import gcs_store, s3_store  # noqa: F401 (real GCS / S3 API servers)
+from tpuscope.collect.session import launcher_lost_signal
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -42,7 +43,13 @@ if FAST_CPU_COMPILE not in os.environ.get("XLA_FLAGS", ""):
 # 2.9: it runs in .venv-torch-tpu, started by tests/test_tpu_real.py.
 collect_ignore = [] if importlib.util.find_spec("torch_tpu") else ["tpu_real"]
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD)
+# what tpuscope's launcher and session touch (the launcher-lost signal: Linux only)
+_SIGNALS = [
+    s
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD)
+    + (launcher_lost_signal(),)
+    if s is not None
+]
 
 
 def _signal_state() -> tuple[object, ...]:

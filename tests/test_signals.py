@@ -138,8 +138,17 @@ def test_ctrl_c_in_a_terminal_stops_the_program_as_without_tpuscope(tmp_path: Pa
 
 
 # -- signals sent to the launcher alone ---------------------------------------------------------
-def launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path]:
-    """tpuscope run of the signals program with no terminal; (launcher, child pid, store)."""
+def launch(
+    tmp_path: Path, *args: str, ignoring: tuple[int, ...] = (), quiet: bool = True
+) -> tuple[subprocess.Popen[str], int, Path]:
+    """tpuscope run of the signals program with no terminal, the launcher started with the
+    `ignoring` signals ignored (as `nohup` starts it), `-q` unless not `quiet`; (launcher,
+    child pid, store)."""
+
+    def ignore() -> None:
+        for sig in ignoring:
+            signal.signal(sig, signal.SIG_IGN)
+
     store = tmp_path / "s"
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     launcher = subprocess.Popen(
@@ -147,7 +156,7 @@ def launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path
             "run",
             "--store",
             str(store),
-            "-q",
+            *(["-q"] if quiet else []),
             "python",
             str(PROGRAM),
             str(tmp_path / "p.pid"),
@@ -158,6 +167,7 @@ def launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path
         text=True,
         start_new_session=True,
         env=env,
+        preexec_fn=ignore if ignoring else None,
     )
     return launcher, read_pid(tmp_path / "p.pid"), store
 
@@ -175,6 +185,18 @@ def test_signals_to_the_launcher_reach_the_program_once(
     assert launcher.returncode == 3  # the program's own exit status
     meta = tpuscope.load_run(only_run(store)).meta
     assert meta["status"] == "failed" and meta["exit_code"] == 3
+
+
+def test_a_hang_up_that_nohup_ignores_does_not_hurry_the_launcher(tmp_path: Path) -> None:
+    """`nohup tpuscope run ...`: SIGHUP is ignored by the launcher as by the bare program, so a
+    hang-up asks nothing of it; passed on (the program here counts it and exits 3), the run
+    ends as usual, with its report, not as a launcher asked to go would."""
+    launcher, child, store = launch(tmp_path, "count", ignoring=(signal.SIGHUP,), quiet=False)
+    launcher.send_signal(signal.SIGHUP)
+    out, err = launcher.communicate(timeout=30)
+    assert "counts [('SIGHUP', 1)]" in out, out + err
+    assert launcher.returncode == 3
+    assert "no rows recorded" in err, err  # the end's report: the launcher was not hurried
 
 
 def test_sigterm_to_the_launcher_ends_the_run_with_the_program(tmp_path: Path) -> None:

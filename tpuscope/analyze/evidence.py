@@ -262,7 +262,7 @@ class OpByOpEvidence(Evidence):
 class TensorCoreEvidence(Evidence):
     """Rule `tensorcore_underuse`: estimated (cost model: a step graph's problems as facets),
     measured (xprof's MXU figures) or the device idle in traced steps. Each shape writes its
-    own keys (detect/tensorcore.py states their order); open to a measurement not named here."""
+    own keys (detect/tensorcore.py and tensorcore_measured.py state their order); open to a measurement not named here."""
 
     RULE: ClassVar[str] = "tensorcore_underuse"
     OPEN: ClassVar[bool] = True

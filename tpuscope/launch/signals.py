@@ -86,6 +86,10 @@ class Child:
         # as the bare program would, and leaves the analysis to `tpuscope show`. (A program
         # that killed itself, or was killed alone, is analysed as usual: nobody waits.)
         self.hurried = False
+        # HURRY signals the launcher was started ignoring (`nohup`, a shell's background job):
+        # the bare program ignores them too, so they ask nothing; still passed on (the program
+        # may handle them itself), they never hurry the launcher.
+        self._ignored = {sig for sig in HURRY if signal.getsignal(sig) == signal.SIG_IGN}
 
     def wait(self) -> int:
         """Pass signals on until the program ends; its return code (negative: killed by that signal).
@@ -96,13 +100,13 @@ class Child:
             return self._wait_with_handlers()
         while (code := self.proc.poll()) is None:
             info = signal.sigtimedwait(_WATCHED, 1.0)
-            if info is not None and info.si_signo in HURRY:
+            if info is not None and self._hurries(info.si_signo):
                 self.hurried = True
             if info is not None and info.si_signo != signal.SIGCHLD and self._should_forward(info):
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.send_signal(info.si_signo)
         while (info := signal.sigtimedwait(_WATCHED, 0)) is not None:
-            self.hurried = self.hurried or info.si_signo in HURRY
+            self.hurried = self.hurried or self._hurries(info.si_signo)
         signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
         return code
 
@@ -112,7 +116,7 @@ class Child:
         own = (signal.SIGINT, signal.SIGQUIT) if self.shares_group else ()
 
         def forward(signum: int, frame: object) -> None:
-            self.hurried = self.hurried or signum in HURRY
+            self.hurried = self.hurried or self._hurries(signum)
             if signum not in own:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.send_signal(signum)
@@ -124,6 +128,9 @@ class Child:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _hurries(self, signo: int) -> bool:
+        return signo in HURRY and signo not in self._ignored
 
     def _should_forward(self, info: signal.struct_siginfo) -> bool:
         """Not what the terminal sent the whole group (the child has it), and once per burst:

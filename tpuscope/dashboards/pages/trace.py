@@ -203,9 +203,8 @@ def register(app: Dash, data: StoreData) -> None:
     )
     def _sort_ops(clicks: list[int | None], order: dict[str, Any], run_id: str) -> Any:
         clicked = ctx.triggered_id
-        if not any(clicks) or not isinstance(clicked, dict):
+        ops = overview(data, run_id).get("ops")  # cached; none when the trace is gone since
+        if not any(clicks) or not isinstance(clicked, dict) or ops is None:
             return no_update, no_update
         order = sorted_by(str(clicked["column"]), order)
-        return ops_table_html(
-            overview(data, run_id)["ops"], order["by"], order["descending"]
-        ), order
+        return ops_table_html(ops, order["by"], order["descending"]), order
