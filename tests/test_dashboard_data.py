@@ -101,6 +101,23 @@ def test_download_route_serves_only_listed_trace_files(small_store):
         assert b"secret" not in resp.data and b"run_id" not in resp.data, url
 
 
+def test_trace_links_and_downloads_of_a_store_reached_through_a_symlink(small_store, tmp_path):
+    """Session 16: the listing held resolved paths, which are not under the symlinked store's
+    run folder, so the Trace page's links raised ValueError and the download route 404'd."""
+    from tpuscope.dashboards.app import create_app
+    from tpuscope.dashboards.pages.trace import links
+
+    root, run_dir = small_store
+    (run_dir / "trace").mkdir(exist_ok=True)
+    (run_dir / "trace" / "host.xplane.pb").write_bytes(b"xplane")
+    linked = tmp_path / "linked-store"
+    linked.symlink_to(root, target_is_directory=True)
+    shown = str(links(StoreData(linked), run_dir.name).to_plotly_json())
+    assert f"/download/{run_dir.name}/trace/host.xplane.pb" in shown
+    client = create_app(linked).server.test_client()
+    assert client.get(f"/download/{run_dir.name}/trace/host.xplane.pb").data == b"xplane"
+
+
 def test_importing_the_dashboard_loads_nothing_and_never_a_collector(tmp_path):
     code = (
         "import sys, tpuscope.dashboards; assert 'dash' not in sys.modules, 'dash at import';"

@@ -165,15 +165,18 @@ class StoreData:
         ]
 
     def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
-        """Files inside a local run folder matching glob patterns (for download links)."""
+        """Files inside a local run folder matching glob patterns (for download links), as paths
+        under `run_dir(run_id)`: a store reached through a symlink keeps its own path (the
+        containment check alone resolves links: none may lead out of the run folder)."""
         run = self.run(run_id)
         if not run.local:
             return []
-        run_dir = run.path.resolve()
+        run_dir = Path(run.path)
+        inside = run_dir.resolve()
         found: set[Path] = set()
         for pattern in patterns:
             for path in run_dir.glob(pattern):
-                if path.is_file() and run_dir in path.resolve().parents:
+                if path.is_file() and inside in path.resolve().parents:
                     found.add(path)
         return sorted(found)
 
