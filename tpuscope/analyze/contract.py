@@ -130,7 +130,15 @@ class RunSummary(Record):
     findings' counts, imported counters and the pod). Field order is the JSON's key order."""
 
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
-        {"step_markers", "compiles_counted", "hosts", "analysed_now", "parts_digest"}
+        {
+            "step_markers",
+            "compiles_counted",
+            "hosts",
+            "analysed_now",
+            "parts_digest",
+            "profiler_trace_s",
+            "device_busy_share",
+        }
     )
     NESTED: ClassVar[dict[str, type[Record]]] = {
         "compile_causes": CompileCause,
@@ -173,6 +181,8 @@ class RunSummary(Record):
     step_markers: int | None = None  # imported whole-run counters (a metrics report)
     compiles_counted: int | None = None
     target: str | None = None  # the chip the estimates are for (detect/tensorcore.chip_target)
+    profiler_trace_s: float | None = None  # a profiler window's start and stop, once (no step's)
+    device_busy_share: float | None = None  # XLA ops' share of the traced steps' time
     analysis_version: int | None = None
     hosts: list[HostSummary] | None = None  # a pod (two or more hosts) only
     host_steps: dict[str, Any] | None = None

@@ -14,7 +14,8 @@ times on a TPU (docs/cost_model.md cites each):
 - dynamic-update-slice: XLA counts the update only (in place); when the update is not
   whole tiles of the buffer's tiled layout it is modelled as a rewrite of the whole buffer
   (read + write), an assumption the v5p profile supports (docs/cost_model.md);
-- custom calls: the FLOPs and bytes XLA or the kernel recorded; attention kernels (Pallas
+- custom calls: the FLOPs and bytes XLA or the kernel recorded, or, where none were recorded
+  (XLA's own `online-softmax` on a v5e), the operand and result bytes over HBM; attention kernels (Pallas
   splash/flash: fwd, dq, dkv) from their q/k/v shapes (dense FLOPs, operands + results),
   as their recorded cost estimates exceed what the chip can do (docs/cost_model.md).
 Pure functions; nothing here reads a measured time.
@@ -311,6 +312,17 @@ def price(
     if "megacore" in category:
         both = Peaks(peak.flops * chip.cores, peak.hbm * chip.cores, peak.source)
         return _compute(flops, bytes_, both, "megacore fusion: both TensorCores")
+    if inst.opcode == "custom-call" and not (flops or bytes_):
+        moved = sum(a.bytes for a in _arrays(inst.shape)) + sum(
+            a.bytes for s in inst.operand_shapes for a in _arrays(s)
+        )
+        return _compute(
+            0.0,
+            moved,
+            peak,
+            "custom call with no recorded cost (XLA's TPU online-softmax): operand and result "
+            "bytes over HBM",
+        )
     rule = (
         "custom call: FLOPs and bytes the kernel recorded"
         if inst.opcode == "custom-call"

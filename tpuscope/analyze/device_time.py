@@ -196,6 +196,9 @@ def step_windows(
             ).reset_index(drop=True)
     if ops.empty:
         return pd.DataFrame(columns=["step", "start_ns", "end_ns", "window"])
+    device_steps = _device_step_line(events)
+    if device_steps is not None:
+        return device_steps
     if "step_num" in events and events["step_num"].notna().any():
         marked = events[events["step_num"].notna()]
         ends = marked["start_ns"] + marked["dur_ns"]
@@ -220,6 +223,41 @@ def step_windows(
         }
     )
     return spans.reset_index().assign(step=-1, window="whole trace")
+
+
+def _device_step_line(events: pd.DataFrame) -> pd.DataFrame | None:
+    """A TPU's own step windows: the "Steps" line of its device plane, when the trace has one.
+    JAX dispatches asynchronously, so a host step marker (StepTraceAnnotation) spans the
+    dispatch, not the device's work; the device's line spans the work. The steps are numbered
+    as the host markers are when there are as many, else as the device numbered them. Each
+    window runs until the next step starts, so the device's waits between steps are idle."""
+    if "line" not in events or "plane" not in events:
+        return None
+    lines = events[
+        (events["line"].astype(str) == "Steps")
+        & events["plane"].astype(str).str.startswith("/device:")
+    ]
+    if lines.empty:
+        return None
+    first = lines[lines["plane"] == lines["plane"].iloc[0]].sort_values("start_ns")
+    numbers = pd.to_numeric(first["name"], errors="coerce")
+    if "step_num" in events:
+        marked = sorted(int(n) for n in events["step_num"].dropna().unique())
+        if len(marked) == len(first):
+            numbers = pd.Series(marked, index=first.index)
+    if numbers.isna().any():
+        return None
+    starts = first["start_ns"].astype("int64").to_numpy()
+    ends = (first["start_ns"] + first["dur_ns"]).astype("int64").to_numpy().copy()
+    ends[:-1] = np.maximum(ends[:-1], starts[1:])  # a step lasts until the next one starts:
+    return pd.DataFrame(  # the device's wait for the host between them is that step's idle
+        {
+            "step": numbers.astype("int64").to_numpy(),
+            "start_ns": starts,
+            "end_ns": ends,
+            "window": "device steps",
+        }
+    )
 
 
 StepLookup = tuple[np.ndarray, np.ndarray, np.ndarray]

@@ -302,6 +302,13 @@ class TensorCoreEvidence(Evidence):
     mxu_utilization_percent: float | None = None
     device_duty_cycle_percent: float | None = None
     device_idle_time_percent: float | None = None
+    # measured on the chip (analyze/op_time): per traced step
+    lost_s_per_step: float | None = None
+    op_s_per_step: float | None = None
+    device_s_per_step: float | None = None
+    traced_steps: int | None = None
+    scopes: list[str] | None = None
+    idle_compile_s: float | None = None
 
 
 @dataclass

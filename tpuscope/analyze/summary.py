@@ -190,7 +190,15 @@ def summarize(
         after_loop=_after_loop(steps, phase, families),
         profiler_ms_per_step=profiler_ms_per_step(meta),
         profiler_ms_per_compile=profiler_ms_per_compile(meta, n_compiles),
+        profiler_trace_s=profiler_trace_s(meta),
     )
+
+
+def profiler_trace_s(meta: dict[str, Any]) -> float | None:
+    """Seconds the processes' profiler windows took to start and stop (collect/trace_steps.py:
+    outside every step's time, so the step figures do not hold them); None without a window."""
+    spent = sum(c.get("trace_ns", 0) for c in _costs(meta))
+    return spent / NS_PER_S if spent else None
 
 
 def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:

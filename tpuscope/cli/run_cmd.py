@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--trace-steps",
-    metavar="A:B",
-    help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested.",
+    metavar="A:B|auto|off",
+    help="Capture a profiler trace (xplane.pb) of steps A..B-1, kept in the run and ingested. "
+    "[default: auto: on a TPU, the 5 steps after the warm-up, so TensorCore verdicts are measured]",
 )
 @click.option(
     "--target",

@@ -86,6 +86,7 @@ class ProfilerCost:
     import_cpu_ns: int = (
         0  # one-off: pyarrow, imported by the first flush with rows (not in flush_cpu_ns)
     )
+    trace_ns: int = 0  # one-off: a profiler window's start and stop, kept out of every step
 
     def hooked(self, start_ns: int, compiled: bool = False) -> None:
         """Count one step hook that started at perf_counter_ns() == start_ns."""

@@ -1,16 +1,23 @@
 """Which steps to trace with the backend's profiler, and where the xplane files go.
 
 `tpuscope run --trace-steps 10:20` passes the window to every process of the run as
-TPUSCOPE_TRACE_STEPS ("START:STOP", steps START..STOP-1, or "N" for one step).
-Collectors (jax, torch_tpu) start their profiler when step START opens and stop it
-when step STOP-1 closes; the profilers write `<dir>/plugins/profile/<time>/<host>.xplane.pb`
-under `<run>/trace/<backend>-<host>-<pid>/`, which the xplane ingester reads.
+TPUSCOPE_TRACE_STEPS ("START:STOP", steps START..STOP-1, or "N" for one step). By default
+`tpuscope run` passes "auto": on a TPU, the AUTO_STEPS steps right after the warm-up (steps
+warmup+1 .. warmup+AUTO_STEPS) are traced, so TensorCore verdicts and costs come from the
+device's own op times, not from an estimate; on any other device nothing is traced. "off"
+traces nothing. Collectors start their profiler when step START opens and stop it when step
+STOP-1 closes, each outside the steps' times: a step opens after the profiler's start
+returned and the step after the window opens after its stop returned, so no step time holds
+the profiler's own seconds (they are the session's `profiler_ns`, stated in the report). The
+profilers write `<dir>/plugins/profile/<time>/<host>.xplane.pb` under
+`<run>/trace/<backend>-<host>-<pid>/`, which the xplane ingester reads.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,23 +27,29 @@ from tpuscope.store import layout
 from tpuscope.store.hosts import file_host
 
 ENV_TRACE_STEPS = "TPUSCOPE_TRACE_STEPS"
+AUTO, OFF = "auto", "off"
+AUTO_STEPS = 5  # steps an automatic window traces: enough for a median, a few MB of trace
 
 
 @dataclass(frozen=True)
 class StepWindow:
-    """Steps start .. stop-1 are traced."""
+    """Steps start .. stop-1 are traced; `auto`: only where the program runs on a TPU."""
 
     start: int
     stop: int
+    auto: bool = False
 
     def __contains__(self, step: int) -> bool:
         return self.start <= step < self.stop
 
 
-def parse_window(text: str | None) -> StepWindow | None:
-    """'10:20' -> steps 10..19; '5' -> step 5; ''/None -> no tracing. ValueError if malformed."""
-    if not text or not text.strip():
+def parse_window(text: str | None, warmup: int = 2) -> StepWindow | None:
+    """'10:20' -> steps 10..19; '5' -> step 5; 'auto' -> AUTO_STEPS steps after the warm-up
+    (traced on a TPU only); ''/None/'off' -> no tracing. ValueError if malformed."""
+    if not text or not text.strip() or text.strip().lower() == OFF:
         return None
+    if text.strip().lower() == AUTO:
+        return StepWindow(warmup + 1, warmup + 1 + AUTO_STEPS, auto=True)
     head, sep, tail = text.strip().partition(":")
     try:
         start = int(head)
@@ -48,11 +61,12 @@ def parse_window(text: str | None) -> StepWindow | None:
     return StepWindow(start, stop)
 
 
-def window_from_env() -> StepWindow | None:
-    """The window `tpuscope run --trace-steps` asked for; a bad value is said once, not raised
-    (the launcher validates it, so this only guards a hand-set environment variable)."""
+def window_from_env(warmup: int = 2) -> StepWindow | None:
+    """The window `tpuscope run --trace-steps` asked for ("auto" by default); a bad value is
+    said once, not raised (the launcher validates it, so this only guards a hand-set
+    environment variable)."""
     try:
-        return parse_window(os.environ.get(ENV_TRACE_STEPS))
+        return parse_window(os.environ.get(ENV_TRACE_STEPS), warmup)
     except ValueError as exc:
         print(f"tpuscope: {exc}; not tracing", file=sys.stderr)
         return None
@@ -74,7 +88,10 @@ def xplane_files(directory: str | Path) -> list[str]:
 class ProfilerWindow:
     """Starts a backend profiler when the window's first step opens, stops it after its
     last step (or at exit), then reports the xplane files written. A profiler error
-    disables tracing with one message; it never stops the program."""
+    disables tracing with one message; it never stops the program. An automatic window
+    traces only where `on_tpu()` says the program's device is a TPU (asked when the window
+    opens, once the program has started its runtime). `spent_ns`: the profiler's own start
+    and stop time, which the collector keeps out of every step."""
 
     def __init__(
         self,
@@ -83,38 +100,61 @@ class ProfilerWindow:
         start: Callable[[str], Any],
         stop: Callable[[], Any],
         on_files: Callable[[list[str]], None],
+        on_tpu: Callable[[], bool] | None = None,
     ) -> None:
         self.window, self.directory = window, directory
         self._start, self._stop, self._on_files = start, stop, on_files
+        self._on_tpu = on_tpu
         self.active = False
         self.failed = False
+        self.done = False  # started and stopped, or never will start
+        self.spent_ns = 0
 
-    def step_opened(self, step: int) -> None:
-        if self.active or self.failed or step != self.window.start:
-            return
+    def step_opened(self, step: int) -> bool:
+        """True when the profiler started now (the step opens after it)."""
+        if self.active or self.done or step != self.window.start:
+            return False
+        if self.window.auto and not self._auto_applies():
+            self.done = True
+            return False
+        began = time.perf_counter_ns()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._start(str(self.directory))
             self.active = True
         except Exception as exc:
             self._fail(exc)
+        self.spent_ns += time.perf_counter_ns() - began
+        return self.active
 
-    def step_closed(self, step: int) -> None:
+    def _auto_applies(self) -> bool:
+        try:
+            return self._on_tpu is not None and bool(self._on_tpu())
+        except Exception:  # a device query never breaks the program
+            return False
+
+    def step_closed(self, step: int) -> bool:
+        """True when the profiler stopped now (after the window's last step)."""
         if self.active and step >= self.window.stop - 1:
             self.close()
+            return True
+        return False
 
     def close(self) -> None:
         if not self.active:
             return
         self.active = False
+        self.done = True
+        began = time.perf_counter_ns()
         try:
             self._stop()
         except Exception as exc:
             self._fail(exc)
+        self.spent_ns += time.perf_counter_ns() - began
         self._on_files(xplane_files(self.directory))
 
     def _fail(self, exc: Exception) -> None:
-        self.failed = True
+        self.failed = self.done = True
         print(
             f"tpuscope: trace of steps {self.window.start}:{self.window.stop} failed: {exc}",
             file=sys.stderr,

@@ -36,6 +36,7 @@ from tpuscope.detect.tensorcore_measured import (
     xprof_figures,
     xprof_mxu_finding,
 )
+from tpuscope.detect.tensorcore_ops import op_time_findings
 from tpuscope.schema import Finding
 
 MIN_SHARE = (
@@ -271,6 +272,10 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
 
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     measured = xprof_figures(tables)
+    on_chip = op_time_findings(tables, tables.backend)
+    if on_chip is not None:  # a TPU trace with its HLO: each op's time was measured, and wins
+        idle = idle_finding(tables, {})
+        return ([idle] if idle is not None else []) + on_chip
     findings = [
         f
         for f in (xprof_mxu_finding(tables, measured), idle_finding(tables, measured))

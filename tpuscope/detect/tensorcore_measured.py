@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
@@ -63,9 +64,15 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
             "measured by xprof (duty cycle)",
         )
     elif total > 0:
+        compiling = _compile_ns(tables, rows)
         idle_share, basis = (
-            float(rows["idle_ns"].sum()) / total,
-            "measured from the trace's XLA ops",
+            max(float(rows["idle_ns"].sum()) - compiling, 0.0) / total,
+            "measured from the trace's XLA ops"
+            + (
+                f"; {compiling / 1e9:.2f} s of the idle time was compiling, not waiting"
+                if compiling
+                else ""
+            ),
         )
     else:
         return None
@@ -103,6 +110,32 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         ),
         count,
     )
+
+
+COMPILE_EVENT = "PJRT_Client_Compile"  # a compile in any PJRT backend's host trace
+
+
+def _compile_ns(tables: RunTables, rows: pd.DataFrame) -> float:
+    """Compile time in these traced steps: the device idles while XLA compiles, and that idle
+    time is compile time, not time the device waited for the host's step work. From the run's
+    steps, else (an imported trace) from the trace's own compile events in the windows."""
+    if rows.empty:
+        return 0.0
+    steps = tables.steps
+    if not steps.empty and "compile_ns" in steps:
+        traced = steps[steps["step"].isin(rows["step"])]
+        return float(traced["compile_ns"].fillna(0).sum())
+    events = tables.extra.get("trace_events", pd.DataFrame())
+    if events.empty or "name" not in events:
+        return 0.0
+    compiles = events[events["name"].astype(str) == COMPILE_EVENT]
+    if compiles.empty:
+        return 0.0
+    starts = compiles["start_ns"].to_numpy()
+    inside = np.zeros(len(compiles), bool)
+    for lo, hi in zip(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy(), strict=True):
+        inside |= (starts >= lo) & (starts < hi)
+    return float(compiles["dur_ns"].to_numpy()[inside].sum())
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"

@@ -41,17 +41,24 @@ def ingest_hlo(
 
 
 def traced_steps(run: Run) -> pd.DataFrame:
-    """The run's steps a --trace-steps window asked for, its first and last opened up so the
-    trace's edges belong to them: the profiler starts just after the first step opens, and
-    stops after the device finished the last step's graph, which torch_xla runs after the
-    step's sync (so in the next step's wall time)."""
+    """The run's steps a profiler window traced (--trace-steps, or the automatic window a
+    process records in its own meta). torch_xla runs a step's graph after the step's sync, so
+    in the next step's wall time, and its window's first and last steps are opened up so the
+    trace's edges belong to them; the JAX and TorchTPU collectors start the profiler before the
+    first traced step opens and stop it after the last one ended (collect/trace_steps.py), so
+    their steps are taken as they are and the profiler's own start and stop fall in no step."""
     steps = run.steps
-    window = run.meta.get("trace_steps")
+    meta = run.meta
+    processes = meta.get("processes") or []
+    window = meta.get("trace_steps") or next(
+        (p["trace_steps"] for p in processes if p.get("trace_steps")), None
+    )
     if steps.empty or not window:
         return steps
     mine = steps[(steps["step"] >= window[0]) & (steps["step"] < window[1])].copy()
-    if mine.empty:
-        return steps
+    backends = {meta.get("backend"), *(p.get("backend") for p in processes)}
+    if mine.empty or "torch_xla" not in backends:
+        return mine if not mine.empty else steps
     per_process = mine.groupby(["host", "pid"])["step"]
     mine.loc[mine["step"] == per_process.transform("min"), "start_ns"] = np.iinfo(np.int64).min
     mine.loc[mine["step"] == per_process.transform("max"), "end_ns"] = np.iinfo(np.int64).max

@@ -148,11 +148,34 @@ def work_ops(table: pa.Table, offset: int) -> pd.DataFrame:
 
 
 def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
-    """The events with a step_num stat (xp.StepTrace, StepTraceAnnotation): start_ns, dur_ns, step_num."""
-    if "step_num" not in table.column_names:
+    """The events that mark steps, start_ns in epoch ns: those with a step_num stat
+    (xp.StepTrace, StepTraceAnnotation) and a TPU device's own "Steps" line (plane, line,
+    name: device_time.step_windows prefers it, as it spans the device's work)."""
+    frames = []
+    if "step_num" in table.column_names:
+        frames.append(
+            table.select(["start_ns", "dur_ns", "step_num"])
+            .filter(table["step_num"].is_valid())
+            .to_pandas()
+        )
+    if {"plane", "line", "name"} <= set(table.column_names):
+        line = pa.compute.cast(table["line"], pa.string())
+        plane = pa.compute.cast(table["plane"], pa.string())
+        on_device = pa.compute.and_(
+            pa.compute.equal(line, "Steps"), pa.compute.starts_with(plane, "/device:")
+        )
+        if pa.compute.any(on_device).as_py():
+            device = table.filter(on_device).select(["plane", "line", "name", "start_ns", "dur_ns"])
+            frames.append(
+                pa.Table.from_arrays(
+                    [pa.compute.cast(device[c], pa.string()) for c in ("plane", "line", "name")]
+                    + [device["start_ns"], device["dur_ns"]],
+                    names=["plane", "line", "name", "start_ns", "dur_ns"],
+                ).to_pandas()
+            )
+    if not frames:
         return pd.DataFrame({"start_ns": np.zeros(0, np.int64), "dur_ns": np.zeros(0, np.int64)})
-    marked = table.select(["start_ns", "dur_ns", "step_num"]).filter(table["step_num"].is_valid())
-    frame = marked.to_pandas()
+    frame = pd.concat(frames, ignore_index=True)
     frame["start_ns"] += offset
     return frame
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuscope.analyze.chips import DEFAULT_TARGET
-from tpuscope.collect.trace_steps import ENV_TRACE_STEPS, parse_window
+from tpuscope.collect.trace_steps import AUTO, ENV_TRACE_STEPS, parse_window
 from tpuscope.launch.env import build_env
 from tpuscope.launch.lifecycle import Ending, close_run, finish_run, open_run
 from tpuscope.launch.signals import Child
@@ -144,6 +144,8 @@ def run_program(
         child.set_default(ENV_RUN_ID, run_id)
     if trace_steps:
         child.env[ENV_TRACE_STEPS] = child.set_by_tpuscope[ENV_TRACE_STEPS] = trace_steps
+    else:  # on a TPU, a short trace after the warm-up measures the device (trace_steps.py)
+        child.set_default(ENV_TRACE_STEPS, AUTO)
     record = MetaRecorder(run_dir, host if run_id else None)
     record(
         host=host,
@@ -253,6 +255,6 @@ def _device_options(trace_steps: str | None, target: str | None) -> dict[str, ob
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options: dict[str, object] = {"target": (target or DEFAULT_TARGET).lower()}
-    if window is not None:
+    if window is not None and not window.auto:
         options["trace_steps"] = [window.start, window.stop]
     return options

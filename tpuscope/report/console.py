@@ -141,10 +141,41 @@ def headline_rows(summary: RunSummary) -> list[tuple[str, str]]:
             (
                 "tpuscope cost",
                 f"at most {cost:.2f} ms per step{share}: its step hook and flushes, "
-                f"timed in the program{compiles}",
+                f"timed in the program{_overlap(summary)}{compiles}",
+            )
+        )
+    if summary.profiler_trace_s:
+        rows.append(
+            (
+                "device trace",
+                f"{summary.profiler_trace_s:.2f} s once, to start and stop the profiler "
+                "(between steps: no step time holds it)",
             )
         )
     return rows
+
+
+def _overlap(summary: RunSummary) -> str:
+    """Whether the bound is paid: host time in the hooks is hidden while the device is busy
+    (asynchronous dispatch) and paid in full by a step that keeps the device waiting. Said
+    only where the trace measured the device's busy share."""
+    busy = summary.device_busy_share
+    if busy is None:
+        return ""
+    if busy >= 0.9:
+        return (
+            f"; the device was busy {100 * busy:.0f}% of the traced steps, so this host time "
+            "overlaps its work and is not added to the step (benchmarks/overhead.py measures it)"
+        )
+    if busy < 0.5:
+        return (
+            f"; the device was busy only {100 * busy:.0f}% of the traced steps: the step waits "
+            "on the host, which pays this in full"
+        )
+    return (
+        f"; the device was busy {100 * busy:.0f}% of the traced steps: part of this host time "
+        "overlaps its work"
+    )
 
 
 def headline(summary: RunSummary) -> Table:

@@ -90,12 +90,21 @@ class JaxCollector(StepTracker):
         return self
 
     def _profiler_window(self, jax: Any) -> ProfilerWindow | None:
-        """jax.profiler traces of the steps in TPUSCOPE_TRACE_STEPS, into <run>/trace/."""
-        window = window_from_env()
+        """jax.profiler traces of the steps TPUSCOPE_TRACE_STEPS asks for ("auto", the default
+        of `tpuscope run`: the steps after the warm-up, on a TPU only), into <run>/trace/."""
+        window = window_from_env(self.session.warmup)
         if window is None:
             return None
         directory = trace_dir(self.session.run_dir, "jax")
-        self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
+        if not window.auto:
+            self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
+
+        def start(path: str) -> None:
+            jax.profiler.start_trace(path)
+            if window.auto:
+                self.session.set_meta(
+                    trace_steps=[window.start, window.stop], trace_dir=path, trace_auto=True
+                )
 
         def stop() -> None:
             # Dispatch is asynchronous: wait for every pending computation (their outputs are
@@ -103,12 +112,17 @@ class JaxCollector(StepTracker):
             jax.block_until_ready(jax.live_arrays())
             jax.profiler.stop_trace()
 
+        def on_tpu() -> bool:
+            self._device_meta()
+            return str(self.session.proc_meta.get("platform") or "").lower() == "tpu"
+
         return ProfilerWindow(
             window,
             directory,
-            jax.profiler.start_trace,
+            start,
             stop,
             lambda files: self.session.set_meta(trace_files=files),
+            on_tpu,
         )
 
     def uninstall(self) -> None:
@@ -136,8 +150,16 @@ class JaxCollector(StepTracker):
                 self._open_at(self._installed_at if self.step == 0 else self._last_end, "end")
                 self._close(now)
             self.clock.finish()
+            self.session.set_meta(
+                jax_step_paths={
+                    "lane": self.lane_steps,
+                    "watched": self.clock.watched,
+                    "polled": self.clock.polled,
+                }
+            )
             if self._profiler is not None:
                 self._profiler.close()
+                self._profiler_done()
             self._device_meta()
 
     def _has_work(self) -> bool:

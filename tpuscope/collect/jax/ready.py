@@ -17,6 +17,19 @@ step takes in a device-bound loop (its compute) as well as in a host-bound one (
 host's time between calls, as before). Its counts (compiles, syncs, dispatches) stay
 those of the host interval.
 
+Short steps are polled, not watched. A step whose host interval was under SHORT_STEP_NS (a
+dispatch-bound jitted step: ~180 us on a TPU v5e) keeps one output, which every later close
+asks `is_ready()` (0.24 us on the v5e) until it is; the step then ends at that close (its
+outputs were ready by then: a bound one call interval late, and steps still tile the run).
+No thread is woken and nothing is queued for it: on the v5e (gVisor) waking the helper thread
+cost 15 us a step and the contention for the GIL that followed another ~35 us, 1.4x a 183 us
+step (docs/overhead.md). A step the host ran ahead of by more than MAX_POLLED closes is
+handed to the helper thread, as long steps are, so a loop that never waits still gets its
+steps' real ends. Once POLL_AHEAD polled steps are outstanding the
+host is ahead of the device, in a device-bound loop: the helper then times every step (its
+wake-ups overlap the device's work there instead of delaying it) until all are ready again;
+and no step is polled while a watched one is outstanding (steps end in order).
+
 Costs: when the step closes, one output (the last leaf, usually the loss) is asked
 `is_ready()` (~1 us). If it already is, the host end is the step's end and the helper's
 answer is not needed: after HOST_BOUND_STREAK such steps in a row, outputs are no longer
@@ -40,6 +53,9 @@ from typing import Any
 from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
+SHORT_STEP_NS = 1_000_000  # host intervals below this are polled on the program's thread
+POLL_AHEAD = 2  # polled steps outstanding at most: a host further ahead is device-bound
+MAX_POLLED = 32  # steps polled at once; older ones go to the helper thread
 _PROBE_DEPTH = 4
 
 
@@ -58,33 +74,58 @@ def _probe(outputs: Any) -> Any:
 
 
 class ReadyWatcher:
-    """A daemon thread that notes when each handed-over pytree of arrays is ready."""
+    """A daemon thread that notes when each handed-over pytree of arrays is ready.
+
+    Items go into a deque (no system call); the thread is woken through its queue only when
+    it went idle, so a device-bound loop, whose helper is still waiting on the last step's
+    outputs when the next step's arrive, hands over steps without waking anything (on a TPU
+    v5e under gVisor a wake-up cost 15 us, benchmarks/jax_host_costs.py)."""
 
     def __init__(self, on_ready: Callable[[OpenStep, int | None], None]) -> None:
         self._on_ready = on_ready
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._items: deque[tuple[OpenStep, Any] | None] = deque()
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = False
         self._pid = 0
 
     def watch(self, record: OpenStep, outputs: Any) -> None:
         if self._pid != os.getpid():  # first use, or a forked child without the thread
             self._pid = os.getpid()
-            self._queue = queue.SimpleQueue()
+            self._items, self._wake, self._idle = deque(), queue.SimpleQueue(), False
             threading.Thread(
-                target=self._run, args=(self._queue,), name="tpuscope-jax-ready", daemon=True
+                target=self._run,
+                args=(self._items, self._wake),
+                name="tpuscope-jax-ready",
+                daemon=True,
             ).start()
-        self._queue.put((record, outputs))
+        self._items.append((record, outputs))
+        if self._idle:
+            self._wake.put(None)
 
     def close(self) -> None:
         if self._pid == os.getpid():
-            self._queue.put(None)
+            self._items.append(None)
+            self._wake.put(None)
             self._pid = 0
 
-    def _run(self, items: queue.SimpleQueue) -> None:
+    def _next(self, items: deque, wake: queue.SimpleQueue) -> tuple[OpenStep, Any] | None:
+        """The next item, sleeping on the queue only when none is waiting."""
+        while True:
+            if items:
+                return items.popleft()
+            self._idle = True
+            if items:  # appended before the flag was seen: no wake-up was sent
+                self._idle = False
+                continue
+            wake.get()
+            self._idle = False
+
+    def _run(self, items: deque, wake: queue.SimpleQueue) -> None:
         from jax._src.array import ArrayImpl
         from jax._src.lib import xla_client
         from jax.tree_util import tree_leaves
 
-        while (item := items.get()) is not None:
+        while (item := self._next(items, wake)) is not None:
             record, outputs = item
             arrays = [
                 a for a in tree_leaves(outputs) if isinstance(a, ArrayImpl) and not a.is_deleted()
@@ -115,6 +156,11 @@ class StepClock:
         self._last_end = 0
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
+        self._short = False  # the last step's host interval was under SHORT_STEP_NS
+        self._ahead = False  # the host ran POLL_AHEAD steps ahead: no polling until caught up
+        self._polled: deque[OpenStep] = deque()  # closed short steps, outputs not yet ready
+        self.watched = 0  # outputs handed to the helper thread (the run's meta says how many)
+        self.polled = 0  # short steps whose readiness was polled at later closes
         self.watcher = ReadyWatcher(self._ready)
 
     def opened(self, record: OpenStep, step: int, boundary: str, start_ns: int) -> None:
@@ -133,9 +179,19 @@ class StepClock:
         if not hasattr(probe, "is_ready"):
             probe = _probe(outputs)
         record.probe = probe
+        if self._short and len(self._polled) >= POLL_AHEAD:
+            self._ahead = True  # device-bound: the helper times steps until all are ready
+        polls = self._short and not self._ahead and self._waiting == len(self._polled)
+        if polls and probe is not None:  # polled (module doc): no watched step outstanding
+            record.polled = probe
+            record.awaiting += 1
+            self._waiting += 1
+            self.polled += 1
+            return True
         if self._streak < HOST_BOUND_STREAK or probe is None:
             record.awaiting += 1
             self._waiting += 1
+            self.watched += 1
             self.watcher.watch(record, outputs)
             return True
         return False
@@ -163,6 +219,13 @@ class StepClock:
                     ready = False
                 record.ready_at_close = ready
                 self._streak = self._streak + 1 if ready else 0
+            self._short = host_end_ns - record.start_ns < SHORT_STEP_NS
+            if record.polled is not None:
+                self._polled.append(record)
+            if self._polled:
+                self._poll(host_end_ns)
+            if self._ahead and self._waiting <= 0:
+                self._ahead = False
             if not self._closed and (record.awaiting <= 0 or record.ready_at_close):
                 self._finalize(record)  # the common case: nothing waits before it
             else:
@@ -171,6 +234,30 @@ class StepClock:
         if following is not None:  # opened(), inlined
             following.step, following.boundary, following.start_ns = step, boundary, host_end_ns
             self._open = following
+
+    def _poll(self, now_ns: int) -> None:
+        """Short steps whose outputs are ready by now end now; beyond MAX_POLLED waiting, the
+        oldest go to the helper thread, which notes when they are ready."""
+        polled = self._polled
+        while polled:
+            record = polled[0]
+            try:
+                ready = record.ready_at_close or bool(record.polled.is_ready())
+            except Exception:  # donated by a later call, or not an array: ready as far as known
+                ready = True
+            if not ready:
+                break
+            polled.popleft()
+            record.polled = None
+            if not record.ready_at_close:
+                record.ready_ns = max(record.ready_ns, now_ns)
+            record.awaiting -= 1
+            self._waiting -= 1
+        while len(polled) > MAX_POLLED:
+            record = polled.popleft()
+            outputs, record.polled = record.polled, None
+            self.watched += 1
+            self.watcher.watch(record, outputs)  # the helper resolves the awaiting it holds
 
     def settled_at(self, t_ns: int) -> bool:
         """Nothing closed waits for its outputs, the last steps' were ready when they closed
@@ -183,13 +270,21 @@ class StepClock:
         self._last_end = end_ns
 
     def wait_idle(self, timeout_s: float) -> None:
-        """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""
+        """Give outputs still running up to `timeout_s` to be ready (call without the lock):
+        polled steps are handed to the helper thread first, which notes when each is ready."""
+        with self._lock:
+            while self._polled:
+                record = self._polled.popleft()
+                outputs, record.polled = record.polled, None
+                self.watched += 1
+                self.watcher.watch(record, outputs)
         deadline = time.monotonic() + timeout_s
         while self._waiting > 0 and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def finish(self) -> None:
         """Emit every closed step (outputs not ready by now keep their host end)."""
+        self._polled.clear()
         for record in self._closed:
             record.awaiting = 0
         self._drain()

@@ -68,6 +68,8 @@ class StepTracker:
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
         self._lane = False
+        self._profiler_due = False  # a step opened or closed with a profiler window: _profile
+        self.lane_steps = 0  # steps written in the lane (the run's meta says how many)
         self.user_jits = (
             False  # the program jitted a function of its own (library steps then never count)
         )
@@ -82,7 +84,36 @@ class StepTracker:
         self._open, self._boundary = True, boundary
         self.clock.opened(self._acc, self.step, boundary, t_ns)
         if self._profiler is not None:
-            self._profiler.step_opened(self.step)
+            self._profiler_due = True
+
+    def _profile(self) -> None:
+        """Start or stop the profiler window where a step just opened or closed: called by the
+        hooks after they let go of the lock, so the helper thread notes the last steps' outputs
+        ready while the stop waits for them. The open step then starts after the profiler's
+        work, whose time is the session's `trace_ns` (a one-off), not the hook's."""
+        self._profiler_due = False
+        profiler = self._profiler
+        if profiler is None:
+            return
+        began = time_ns()
+        acted = profiler.step_closed(self.step - 1)
+        acted = profiler.step_opened(self.step) or acted
+        with self._lock:
+            if acted:
+                now = time_ns()
+                self._hook_ns -= now - began
+                if self._open and self._acc.start_ns < now:
+                    self._acc.start_ns = now
+            if profiler.done:
+                self._profiler_done()
+
+    def _profiler_done(self) -> None:
+        """The window is over (or never opens on this device): its start and stop time go to
+        the session's cost, and steps take the fast paths again (`_roll`, the lane)."""
+        profiler = self._profiler
+        if profiler is not None and profiler.done:
+            self.session.cost.trace_ns += profiler.spent_ns
+            self._profiler = None
 
     def charge(self, ns: int) -> None:
         """Hooks report the time they spent on the program's path; each step's share goes to
@@ -100,7 +131,7 @@ class StepTracker:
         profiler = self._profiler
         if profiler is not None:
             self.clock.closed(record, t_ns)  # its row is written once its outputs are ready
-            profiler.step_closed(self.step)
+            self._profiler_due = True
         self.step += 1
         if profiler is None:
             self.clock.closed(
@@ -108,7 +139,6 @@ class StepTracker:
             )
         elif reopen:
             self.clock.opened(self._acc, self.step, self._boundary, t_ns)
-            profiler.step_opened(self.step)
 
     def _roll(self, t_ns: int) -> None:
         """A call of the step function, no profiler window: `_close(t_ns, reopen=True)` and the
@@ -153,6 +183,7 @@ class StepTracker:
         )  # (its `events`, only ever tested for zero, goes on counting)
         self._last_end = t_ns
         self.step += 1
+        self.lane_steps += 1
         cost = self.session.cost
         cost.hook_ns += self._hook_ns
         cost.hook_calls += 1
@@ -181,6 +212,8 @@ class StepTracker:
         with self._lock:
             if self._open:
                 self._close(time.time_ns())
+        if self._profiler_due:
+            self._profile()
 
     # -- jitted calls, annotations -------------------------------------------------------
     def on_jit_return(self, target: JitTarget, outputs: Any, pre_ns: int, returned_ns: int) -> None:
@@ -194,6 +227,11 @@ class StepTracker:
         self._hook_ns += pre_ns + perf_counter_ns() - returned_ns
 
     def on_jit_call(self, target: JitTarget) -> None:
+        self._jit_call(target)
+        if self._profiler_due:
+            self._profile()
+
+    def _jit_call(self, target: JitTarget) -> None:
         with self._lock:
             if target is self.step_fn and self.mode == "jit":  # a call of the step function
                 self._step_calls += 1
@@ -255,6 +293,8 @@ class StepTracker:
                 self._depth = max(0, self._depth - 1)
                 if self._depth == 0 and self._open and self.mode == ANNOTATION:
                     self._close(now)
+        if self._profiler_due:
+            self._profile()
 
     # -- syncs, eager dispatches, metrics ------------------------------------------------
     def sync_event(self, kind: str, location: str | None, library: str | None = None) -> int:

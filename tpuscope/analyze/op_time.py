@@ -1,0 +1,244 @@
+"""TensorCore waste measured on the chip: each XLA op's device time from a TPU trace, the part of
+it a named cause wastes, at the op's line. Pure pandas over the run's tables.
+
+A TPU trace's "XLA Ops" line times every op the device ran; the HLO the trace carries (stage
+`tpu_trace`) says what each op is. Where the HLO shows a cause, the cost is the op's measured
+time times the share of it the cause takes on the chip (the model apportions, the measurement
+sets the size):
+- f32: a matmul with f32 operands runs 1, 3 or 6 bf16 passes (precision default/high/highest:
+  XLA's FLOP count of the op says how many) and moves twice the bytes; in bf16 the op would take
+  max(real FLOPs / peak, bytes / 2 / HBM bandwidth) where it takes max(XLA FLOPs / peak, bytes /
+  HBM bandwidth) now. At default precision that is one pass: no waste when FLOPs bound it.
+- head_dim: batched matmuls (an einsum with batch letters: attention) whose contracted or
+  produced dim is narrower than the MXU edge (head_dim 64 on a 128-wide MXU). With head_dim
+  at the edge and as many fewer heads (the same model width) the score tensors shrink by
+  head_dim/edge, and the matmuls' padded passes and the half-empty 128-lane vectors of
+  head_dim-minor arrays go: the attention's ops (its batched matmuls and every other op of its
+  name scope: softmax, masks, the heads' layout copies) are taken to keep head_dim/edge of
+  their time. Its own projections (un-batched matmuls in that scope) do not change. On a v5e
+  (docs/tpu.md) Flax's decoder at head_dim 64 measured 3.85 ms lost this way against 4.39 ms
+  measured bare against its head_dim 128 twin: the attention ops there kept 0.34 of their
+  time, not 0.5, so this is the lower figure.
+Dims that are not multiples of the edge are not a measured cost: the MXU pads them as padding
+by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tpuscope.analyze.chips import Chip
+
+OP_LINE = "XLA Ops"
+MODULE_LINE = "XLA Modules"
+_EINSUM = re.compile(r"([\w.]+),([\w.]+)->([\w.]+)/dot_general$")
+_MATMUL = ("dot", "convolution")
+_SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkpoint(")
+
+
+@dataclass
+class MeasuredWaste:
+    """One cause's measured cost in the traced steps: `lost_s` per step, over `op_time_s` of
+    the ops it touches per step."""
+
+    kind: str
+    lost_s: float
+    op_time_s: float
+    ops: pd.DataFrame  # the ops: module, hlo_op, time_s (per step), lost_s (per step), source
+    info: dict = field(default_factory=dict)
+
+
+def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[pd.DataFrame, int]:
+    """(per (module, op): device time per step, XLA's FLOPs and bytes, its source line; the
+    number of steps that is). `steps`: the traced steps judged (None: the whole trace). The
+    count is the most runs of one module in them (a module run is a step's graph: an op that
+    the host's step windows put one step off still counts once)."""
+    if events.empty or "line" not in events:
+        return pd.DataFrame(), 0
+    lines = events["line"].astype(str)
+    chosen = events["step"].isin(steps) if steps is not None and "step" in events else True
+    modules = events[(lines == MODULE_LINE) & chosen]
+    ops = events[lines == OP_LINE]
+    if not modules.empty:  # the ops inside those module runs, wherever the windows put them
+        ops = ops[_inside(ops["start_ns"].to_numpy(), modules)]
+    elif steps is not None and "step" in ops:
+        ops = ops[ops["step"].isin(steps)]
+    if ops.empty:
+        return pd.DataFrame(), 0
+    count = int(modules.groupby("name").size().max()) if not modules.empty else len(steps or [1])
+    grouped = ops.groupby(["hlo_module", "hlo_op"], sort=False, dropna=False)
+    per = grouped.agg(
+        time_ns=("dur_ns", "sum"),
+        flops=("flops", "max"),
+        bytes=("bytes_accessed", "max"),
+        runs=("dur_ns", "size"),
+    ).reset_index()
+    per["source"] = grouped["source"].agg(_mode).to_numpy()
+    per["time_s"] = per["time_ns"] / 1e9 / max(count, 1)
+    return per, max(count, 1)
+
+
+def _inside(starts: np.ndarray, modules: pd.DataFrame) -> np.ndarray:
+    """Which of these start times fall inside one of the module runs (runs do not overlap on
+    one TensorCore)."""
+    order = np.argsort(modules["start_ns"].to_numpy())
+    begin = modules["start_ns"].to_numpy()[order]
+    end = begin + modules["dur_ns"].to_numpy()[order]
+    at = np.searchsorted(begin, starts, side="right") - 1
+    return (at >= 0) & (starts <= end[np.clip(at, 0, None)])
+
+
+def _mode(values: pd.Series) -> str | None:
+    known = values.dropna()
+    return str(known.mode().iloc[0]) if not known.empty else None
+
+
+def _letters(spec: str) -> str:
+    return spec.replace("...", "")
+
+
+def _dims(shape: object) -> list[int]:
+    found = re.search(r"\[([\d,]*)\]", str(shape))
+    return [int(x) for x in found.group(1).split(",") if x] if found else []
+
+
+def _path(op_name: object) -> str:
+    """An op's name path without JAX's transforms ('jit(f)/transpose(jvp(M))/Block_0/x/exp'
+    -> 'Block_0/x/exp')."""
+    return "/".join(p for p in str(op_name).split("/") if p and not p.startswith(_SCOPE_SKIP))
+
+
+def _scope(op_name: object) -> str:
+    """The name scope of a matmul ('.../Block_0/Attn_0/...qhd,...khd->...hqk/dot_general' ->
+    'Block_0/Attn_0'): its path without its einsum and primitive."""
+    parts = _path(op_name).split("/")
+    return "/".join(parts[:-2]) if len(parts) > 2 else ""
+
+
+def _matmuls(hlo_ops: pd.DataFrame) -> pd.DataFrame:
+    """The matmuls of the trace's HLO with their parent op (the fusion the trace times)."""
+    if hlo_ops.empty:
+        return hlo_ops
+    ops = hlo_ops
+    if "stage" in ops and (ops["stage"] == "tpu_trace").any():
+        ops = ops[ops["stage"] == "tpu_trace"]
+    dots = ops[ops["opcode"].isin(_MATMUL)].copy()
+    dots["parent"] = dots["fusion"].where(dots["fusion"].notna(), dots["name"])
+    spec = dots["op_name"].astype(str).str.extract(_EINSUM.pattern)
+    dots["lhs"], dots["rhs"], dots["out"] = spec[0], spec[1], spec[2]
+    return dots
+
+
+def f32_waste(per: pd.DataFrame, dots: pd.DataFrame, chip: Chip) -> MeasuredWaste | None:
+    """Matmul ops with f32 operands: measured time x (1 - their bf16 time / their time now)."""
+    f32 = dots[(dots["lhs_dtype"] == "f32") | (dots["rhs_dtype"] == "f32")]
+    if f32.empty:
+        return None
+    real = f32.groupby(["module", "parent"])["flops"].sum()
+    passes = f32.groupby(["module", "parent"])["precision"].agg(lambda p: sorted(set(map(str, p))))
+    ops = per.merge(
+        real.rename("real_flops").reset_index(),
+        left_on=["hlo_module", "hlo_op"],
+        right_on=["module", "parent"],
+    )
+    if ops.empty:
+        return None
+    flops = np.maximum(ops["flops"].fillna(0).to_numpy(float), ops["real_flops"].to_numpy(float))
+    bytes_ = ops["bytes"].fillna(0).to_numpy(float)
+    now = np.maximum(flops / chip.peak_flops, bytes_ / chip.hbm_bandwidth)
+    fixed = np.maximum(
+        ops["real_flops"].to_numpy(float) / chip.peak_flops, bytes_ / 2 / chip.hbm_bandwidth
+    )
+    share = np.where(now > 0, np.clip(1 - fixed / np.where(now > 0, now, 1), 0, 1), 0.0)
+    ops["lost_s"] = ops["time_s"] * share
+    precisions = sorted({p for values in passes for p in values})
+    return _waste("f32", ops, {"precision": precisions, "count": int(len(f32))})
+
+
+def head_dim_waste(
+    per: pd.DataFrame, dots: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip
+) -> MeasuredWaste | None:
+    """Attention whose head_dim is narrower than the MXU: see the module doc."""
+    sizes, attention = _narrow_attention(dots, chip.mxu)
+    if not sizes:
+        return None
+    d = min(sizes.values())
+    scopes = {s for s in attention["op_name"].map(_scope) if s}
+    batched = set(attention["parent"])
+    projections = set(dots["parent"]) - batched
+    top = hlo_ops.assign(parent=hlo_ops["fusion"].where(hlo_ops["fusion"].notna(), hlo_ops["name"]))
+    prefixes = tuple(f"{s}/" for s in scopes)
+    in_scope = (
+        set(top.loc[top["op_name"].astype(str).map(_path).str.startswith(prefixes), "parent"])
+        if prefixes
+        else set()
+    )
+    touched = (in_scope - projections) | batched
+    ops = per[per["hlo_op"].isin(touched)].copy()
+    if ops.empty:
+        return None
+    ops["lost_s"] = ops["time_s"] * (1 - d / chip.mxu)
+    return _waste(
+        "head_dim",
+        ops,
+        {"head_dim": int(d), "count": int(len(attention)), "scopes": sorted(scopes)[:4]},
+    )
+
+
+def _narrow_attention(dots: pd.DataFrame, edge: int) -> tuple[dict[str, int], pd.DataFrame]:
+    """({einsum letter: size} of dims narrower than the edge that batched matmuls contract over
+    or produce, the batched matmuls that do). A produced dim's size is read from the output
+    shape; a contracted one by its letter, from a matmul that produces it."""
+    spec = dots.dropna(subset=["out"])
+    if spec.empty:
+        return {}, spec
+    rows = []
+    sizes: dict[str, int] = {}
+    for row in spec.itertuples():
+        lhs, rhs, out = _letters(row.lhs), _letters(row.rhs), _letters(row.out)
+        if not set(lhs) & set(rhs) & set(out):
+            continue  # no batch letter: not attention
+        rows.append(row.Index)
+        known = dict(zip(out[::-1], _dims(row.shape)[::-1], strict=False))
+        for letter in (set(rhs) - set(lhs)) & set(out):
+            if known.get(letter, edge) < edge:
+                sizes[letter] = known[letter]
+    batched = spec.loc[rows]
+    narrow = [
+        i
+        for i, row in zip(batched.index, batched.itertuples(), strict=True)
+        if ({*_letters(row.lhs)} | {*_letters(row.rhs)}) & set(sizes)
+    ]
+    return sizes, batched.loc[narrow]
+
+
+def _waste(kind: str, ops: pd.DataFrame, info: dict) -> MeasuredWaste | None:
+    lost = float(ops["lost_s"].sum())
+    if lost <= 0:
+        return None
+    columns = ["hlo_module", "hlo_op", "time_s", "lost_s", "source"]
+    return MeasuredWaste(kind, lost, float(ops["time_s"].sum()), ops[columns], info)
+
+
+def measured_waste(
+    events: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip, steps: list[int] | None = None
+) -> tuple[list[MeasuredWaste], dict]:
+    """(each cause's measured waste per traced step, what was measured: device time per step,
+    steps, ops); empty without device ops or without the trace's HLO."""
+    per, count = measured_ops(events, steps)
+    if per.empty:
+        return [], {}
+    figures = {
+        "device_s_per_step": float(per["time_s"].sum()),
+        "traced_steps": count,
+        "ops": len(per),
+    }
+    dots = _matmuls(hlo_ops)
+    if dots.empty:
+        return [], figures
+    found = [f32_waste(per, dots, chip), head_dim_waste(per, dots, hlo_ops, chip)]
+    return [w for w in found if w is not None], figures

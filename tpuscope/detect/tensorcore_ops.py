@@ -1,0 +1,168 @@
+"""Rule `tensorcore_underuse`, measured: the TensorCore time a cause wastes, from a TPU trace's op
+times (analyze/op_time), at the user's line. On a TPU `tpuscope run` traces a few steps after
+the warm-up by default, so this is the rule's verdict there; where it speaks, the estimate from
+the HLO (tensorcore.py) stands back: the measurement wins. Costs are the measured time lost per
+traced step times the judged steps, with the severity every rule uses (share of the judged
+steps' wall time). A cause under MIN_SHARE of the device step is not a finding."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tpuscope.analyze import judge
+from tpuscope.analyze.chips import GENERATIONS, Chip
+from tpuscope.analyze.contract import TensorCoreEvidence
+from tpuscope.analyze.mxu import fmt_time, generation_of
+from tpuscope.analyze.op_time import MeasuredWaste, measured_waste
+from tpuscope.analyze.tensorcore import is_library_path
+from tpuscope.detect.common import file_and_line, judged_steps, run_wall_s, severity
+from tpuscope.detect.tables import RunTables
+from tpuscope.detect.tensorcore_measured import RULE
+from tpuscope.schema import Finding
+
+MIN_SHARE = 0.01  # of the measured device time per step
+
+
+def chip_of(tables: RunTables) -> Chip | None:
+    """The TPU the run's trace was taken on (its device kind), None off a TPU."""
+    kinds = [tables.meta.get("device_kind")] + [
+        p.get("device_kind") for p in tables.meta.get("processes") or []
+    ]
+    for kind in kinds:
+        gen = generation_of(str(kind or ""))
+        if gen:
+            return GENERATIONS[gen]
+    return None
+
+
+def traced_judged(tables: RunTables) -> list[int] | None:
+    """The judged steps the trace's windows hold (None: the trace has no step windows)."""
+    device_steps = tables.extra.get("device_steps", pd.DataFrame())
+    if device_steps.empty or not (device_steps["window"] == "steps").any():
+        return None
+    traced = set(device_steps.loc[device_steps["window"] == "steps", "step"])
+    judged = judged_steps(tables)
+    steps = sorted(int(s) for s in traced & set(judged["step"])) if not judged.empty else []
+    return steps or sorted(int(s) for s in traced)
+
+
+def op_time_findings(tables: RunTables, backend: str) -> list[Finding] | None:
+    """The measured cards; None when the run has no TPU trace with its HLO to measure from."""
+    chip = chip_of(tables)
+    events = tables.extra.get("trace_events", pd.DataFrame())
+    hlo_ops = tables.extra.get("hlo_ops", pd.DataFrame())
+    if chip is None or events.empty or hlo_ops.empty:
+        return None
+    wastes, figures = measured_waste(events, hlo_ops, chip, traced_judged(tables))
+    if not figures:
+        return None
+    device_s = figures["device_s_per_step"]
+    runs = max(len(judged_steps(tables)), 1)
+    return [
+        _card(w, tables, chip, figures, runs, backend)
+        for w in wastes
+        if device_s > 0 and w.lost_s / device_s >= MIN_SHARE
+    ]
+
+
+def _where(waste: MeasuredWaste, tables: RunTables) -> tuple[str | None, list[str]]:
+    """(the user's line of the ops that lose the most time, the library lines they carry);
+    HLO metadata names the innermost frame, which for a library's layer is its own code, so
+    without a user line the card stands at the line that cuts the step graph."""
+    from tpuscope.detect.tensorcore import graph_site
+
+    by_line = waste.ops.dropna(subset=["source"]).groupby("source")["lost_s"].sum()
+    lines = list(by_line.sort_values(ascending=False).index.astype(str))
+    user = [line for line in lines if not is_library_path(line)]
+    library = [line for line in lines if is_library_path(line)]
+    return (user[0] if user else graph_site(tables)), library[:4]
+
+
+def _card(
+    waste: MeasuredWaste,
+    tables: RunTables,
+    chip: Chip,
+    figures: dict,
+    runs: int,
+    backend: str,
+) -> Finding:
+    device_s, steps = figures["device_s_per_step"], figures["traced_steps"]
+    location, library = _where(waste, tables)
+    title, fix = _wording(waste, chip, backend)
+    share = waste.lost_s / device_s
+    detail = (
+        f"Measured on the {chip.name} ({steps} traced step(s)): these ops took "
+        f"{fmt_time(waste.op_time_s)} of each {fmt_time(device_s)} device step, of which "
+        f"{fmt_time(waste.lost_s)} ({100 * share:.0f}% of the device step) is {_why(waste, chip)}. "
+        + (
+            f"Library lines inside the call: {', '.join(map(file_and_line, library))}. "
+            if library
+            else ""
+        )
+        + f"Cost = that time per step x {runs} judged step(s)."
+    )
+    evidence = TensorCoreEvidence(
+        basis=f"measured (op times of the TPU trace, peaks of the {chip.name})",
+        cost_figure="measured",
+        target=next(k for k, v in GENERATIONS.items() if v is chip),
+        kind=waste.kind,
+        share_of_step=round(share, 4),
+        lost_s_per_step=waste.lost_s,
+        op_s_per_step=waste.op_time_s,
+        device_s_per_step=device_s,
+        traced_steps=steps,
+        location=location,
+        library_lines=library,
+        **{
+            k: v for k, v in waste.info.items() if k in ("head_dim", "precision", "count", "scopes")
+        },
+    )
+    cost = waste.lost_s * runs
+    level = (  # an imported trace has no step times: its share of the device step
+        severity(cost, tables) if run_wall_s(tables) > 0 else judge.severity(waste.lost_s, device_s)
+    )
+    return Finding(RULE, level, title, detail, fix, location, cost, [], evidence)
+
+
+def _why(waste: MeasuredWaste, chip: Chip) -> str:
+    if waste.kind == "f32":
+        return (
+            "the f32 passes and traffic: in bf16 the same matmuls would take max(FLOPs / "
+            f"{chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / 2 / {chip.hbm_bandwidth / 1e9:.0f} GB/s)"
+        )
+    d = waste.info["head_dim"]
+    return (
+        f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
+        f"tensors shrink {chip.mxu // d}x and the matmuls lose their padding (the matmuls keep "
+        f"({d}/{chip.mxu})^2 of their time, the scope's other ops {d}/{chip.mxu})"
+    )
+
+
+def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
+    lost = fmt_time(waste.lost_s)
+    if waste.kind == "f32":
+        prec = "/".join(waste.info.get("precision") or ["default"])
+        fix = (
+            "Compute in bf16: bf16 params and inputs (or `dtype=jnp.bfloat16` in Flax layers), "
+            "and drop `jax_default_matmul_precision='highest'` where f32 accuracy is not needed; "
+            "keep f32 master weights in the optimizer."
+            if backend == "jax"
+            else "Compute in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
+            "forward, and leave matmul precision at its default; keep f32 master weights."
+        )
+        return (
+            f"{waste.info.get('count', 0)} matmul(s) run in f32 (precision {prec}): "
+            f"{lost} lost per step (measured)",
+            fix,
+        )
+    d = waste.info["head_dim"]
+    kernel = (
+        "a Pallas attention kernel (jax.experimental.pallas.ops.tpu splash/flash attention)"
+        if backend == "jax"
+        else "torch_xla's flash_attention"
+    )
+    return (
+        f"attention head_dim {d} on a {chip.mxu}-wide MXU: {lost} lost per step (measured)",
+        f"Use head_dim {chip.mxu} (keep the model width: width/{chip.mxu} heads), or {kernel}, "
+        "which packs heads onto the MXU.",
+    )
