@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the HLO text parser loads on first use: dashboards import no collect module
-    from tpuscope.parse.hlo import Instruction, Shape
+    from tpuscope.parse.hlo import HloShape, Instruction
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def parse(expression: str | None) -> Instruction | None:
         return None
 
 
-def _arrays(shape: Shape | None) -> list[Shape]:
+def _arrays(shape: HloShape | None) -> list[HloShape]:
     if shape is None:
         return []
     return [a for e in shape.elements for a in _arrays(e)] if shape.is_tuple else [shape]
@@ -200,7 +200,7 @@ def host_direction(expression: str) -> str:
     return "h2d" if _HOST_SPACE in operand else "d2h"
 
 
-def tile_aligned(buffer: str, update: Shape, full: Shape) -> bool:
+def tile_aligned(buffer: str, update: HloShape, full: HloShape) -> bool:
     """Whether a dynamic-update-slice writes whole tiles of the buffer's tiled layout
     ('{2,0,1:T(8,128)}': dims 2 and 0 are tiled by 128 and 8); an update narrower than
     a tile along a tiled dim is a strided partial-tile write."""
