@@ -86,18 +86,6 @@ class OpCost:
 
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-_FREE = {
-    "parameter",
-    "tuple",
-    "get-tuple-element",
-    "bitcast",
-    "constant",
-    "after-all",
-    "partition-id",
-    "replica-id",
-    "opt-barrier",
-    "add-dependency",
-}
 _ATTENTION = re.compile(r"(mha|flash|attention)", re.I)
 _PASS = re.compile(r"(?:^|_)(fwd|dkv|dq|bwd)(?:_|$)")  # the kernel's own pass, first in its name
 _PASS_FACTOR = {"fwd": 4, "dq": 6, "dkv": 8, "bwd": 10}
@@ -274,7 +262,7 @@ def price(
     category = str(category or "")
     if inst is None:
         return _compute(flops, bytes_, peak, "roofline of XLA's FLOPs and bytes (no HLO text)")
-    if inst.opcode in _FREE:
+    if inst.moves_no_data:
         return OpCost(0.0, "none", "moves no data")
     if is_host_copy(inst, expression or ""):
         seconds = host_copy_bytes(inst) / chip.host_dma if inst.opcode == "copy-done" else 0.0

@@ -49,6 +49,25 @@ _DTYPE_BYTES = {
     "f8e5m2fnuz": 1,
     "token": 0,
 }
+# Instructions that move no data of their own: their values are already in memory or are
+# views of other buffers. The module traffic estimate (parse/hlo_rows) and the op cost model
+# (analyze/cost_model) both read this set. `iota` is not in it: it reads nothing but writes its
+# result (XLA's own cost analysis counts those bytes), and one left unfused in optimized HLO
+# runs as its own kernel.
+NO_TRAFFIC_OPCODES = frozenset(
+    {
+        "parameter",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "constant",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "add-dependency",
+    }
+)
 _CALL_ATTRS = (
     "calls",
     "to_apply",
@@ -103,6 +122,12 @@ class Instruction:
     is_root: bool = False
     fusion: str | None = None  # the fusion instruction whose computation holds this one (outermost)
     metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def moves_no_data(self) -> bool:
+        """An instruction whose values are already in memory or views of others
+        (NO_TRAFFIC_OPCODES)."""
+        return self.opcode in NO_TRAFFIC_OPCODES
 
     @property
     def source_line(self) -> int | None:

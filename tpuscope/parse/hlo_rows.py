@@ -21,20 +21,6 @@ from tpuscope.parse.hlo import HloModule, HloParseError, HloShape, Instruction, 
 from tpuscope.parse.hlo_frames import dump_user_lines
 
 MATMUL_OPCODES = ("dot", "convolution")
-# Instructions that move no data of their own: left out of a module's traffic estimate.
-_FREE = {
-    "parameter",
-    "tuple",
-    "get-tuple-element",
-    "bitcast",
-    "constant",
-    "after-all",
-    "partition-id",
-    "replica-id",
-    "opt-barrier",
-    "add-dependency",
-    "iota",
-}
 
 
 @dataclass
@@ -126,7 +112,7 @@ def _convolution(inst: Instruction, lhs: HloShape, rhs: HloShape) -> Matmul | No
 
 def _traffic(inst: Instruction) -> float:
     """Bytes a top-level instruction reads and writes (operands + result), 0 for free ones."""
-    if inst.opcode in _FREE:
+    if inst.moves_no_data:
         return 0.0
     return inst.shape.bytes + sum(s.bytes for s in inst.operand_shapes if s is not None)
 
