@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
 from tpuscope.parse.pt_xla_debug import DebugLog, GraphRecord, parse_debug_text
 from tpuscope.parse.xla_counter_names import is_fallback_counter
 from tpuscope.schema import table_row
@@ -74,8 +74,8 @@ def _notes(notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     return metrics, fallbacks
 
 
-def evidence_from_log(log: DebugLog) -> Evidence:
-    evidence = Evidence()
+def evidence_from_log(log: DebugLog) -> Imported:
+    evidence = Imported()
     evidence.add("compiles", [_compile_row(i, r) for i, r in enumerate(log.compiles)])
     metrics, fallbacks = _notes(log.profiler_notes)
     if log.executions:
@@ -97,7 +97,7 @@ def evidence_from_log(log: DebugLog) -> Evidence:
     return evidence
 
 
-def load(path: Path) -> Evidence:
+def load(path: Path) -> Imported:
     log = parse_debug_text(Path(path).read_text(errors="replace"))
     if log.malformed:
         raise ValueError(f"malformed line: {log.malformed[0]!r}")

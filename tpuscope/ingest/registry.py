@@ -25,8 +25,9 @@ class ImportRefused(Exception):
 
 
 @dataclass
-class Evidence:
-    """What one importer read from one file: rows per table, meta, a one-line summary."""
+class Imported:
+    """What one importer read from one file: rows per table, meta, a one-line summary (a
+    finding's evidence is analyze.evidence.Evidence)."""
 
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
@@ -56,7 +57,7 @@ class Importer:
     name: str
     description: str
     sniff: Callable[[Path, bytes], bool]
-    load: Callable[[Path], Evidence]
+    load: Callable[[Path], Imported]
 
 
 IMPORTERS: list[Importer] = []
@@ -99,7 +100,7 @@ def importers_for(path: Path) -> list[Importer]:
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def check_rows(evidence: Evidence) -> None:
+def check_rows(evidence: Imported) -> None:
     """Every row must fit its table's schema before anything is written: a number beyond
     int64 or a value of the wrong type refuses the file (ValueError naming the field),
     instead of failing half-way through writing the run."""
@@ -119,7 +120,7 @@ def check_rows(evidence: Evidence) -> None:
                 raise ValueError(f"a {table} row does not fit the table: {exc}") from None
 
 
-def load(path: Path) -> list[tuple[Importer, Evidence]]:
+def load(path: Path) -> list[tuple[Importer, Imported]]:
     """Read one path with every importer that accepts it; ImportRefused if none yields rows.
 
     Whatever an importer raises refuses the file for that importer, with the reason: one

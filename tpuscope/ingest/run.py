@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpuscope.ingest.registry import Evidence, Importer, ImportRefused, load
+from tpuscope.ingest.registry import Imported, Importer, ImportRefused, load
 from tpuscope.store import RunStore, StoreError
 from tpuscope.store.run import Run
 
@@ -50,9 +50,9 @@ def text_logs(path: Path) -> list[Path]:
 
 def _load_all(
     paths: list[str | Path], result: ImportResult
-) -> list[tuple[Path, list[tuple[Importer, Evidence]]]]:
+) -> list[tuple[Path, list[tuple[Importer, Imported]]]]:
     """Every readable file (a folder's text logs too); the others named in `result`."""
-    loaded: list[tuple[Path, list[tuple[Importer, Evidence]]]] = []
+    loaded: list[tuple[Path, list[tuple[Importer, Imported]]]] = []
     for raw in paths:
         path = Path(raw)
         texts = text_logs(path)
@@ -88,7 +88,7 @@ def unread(folder: Path, read: set[Path]) -> list[dict[str, str]]:
     ]
 
 
-def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:
+def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Imported]]) -> int:
     number = f"{index:03d}"
     tag = f"import-{number}"  # parts and procs/ file named as a process "import", "pid" NNN
     fields = {"host": path.name, "pid": index, "rank": 0}
