@@ -63,12 +63,11 @@ def trace_dir(run_dir: str | Path, backend: str) -> Path:
     return layout.trace_dir(Path(run_dir), backend, file_host(), os.getpid())
 
 
-def xplane_files(directory: str | Path) -> list[str]:
-    """Every xplane.pb a profiler wrote under directory, oldest first."""
+def xplane_files(directory: str | Path) -> list[Path]:
+    """Every xplane.pb a profiler wrote under directory, oldest first (ingest/traces.py's finds
+    them under any folder a user names)."""
     root = Path(directory)
-    return (
-        sorted(str(p) for p in root.glob("plugins/profile/*/*.xplane.pb")) if root.is_dir() else []
-    )
+    return sorted(root.glob("plugins/profile/*/*.xplane.pb")) if root.is_dir() else []
 
 
 class ProfilerWindow:
@@ -111,7 +110,7 @@ class ProfilerWindow:
             self._stop()
         except Exception as exc:
             self._fail(exc)
-        self._on_files(xplane_files(self.directory))
+        self._on_files([str(path) for path in xplane_files(self.directory)])  # the run's meta
 
     def _fail(self, exc: Exception) -> None:
         self.failed = True
