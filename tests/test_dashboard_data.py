@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from tests.synthetic import make_run
 from tpuscope.dashboards.data import RunNotFound, StoreData, runs_row
-from tpuscope.dashboards.synthetic import make_run
 from tpuscope.schema import TABLES
 from tpuscope.store.parts import write_table_atomic
 
