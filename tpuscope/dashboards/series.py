@@ -26,9 +26,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.store.run import table_to_frame
-
 from .aggregates import FALLBACKS_ONLY
+from .data import table_to_frame
 from .figures.common import minmax_indices, step_totals
 from .figures.steps import MAX_BARS, MAX_LANES
 

@@ -16,7 +16,6 @@ from dash import dcc, html
 from tpuscope.analyze.compare import Side, compare, judged_walls, keyed
 from tpuscope.report.diff import difference_text, ratio_text, steps_word
 from tpuscope.schema import Finding
-from tpuscope.store import sql
 
 from ..components import finding_card, fmt_num, fmt_pct, graph
 from ..data import StoreData
@@ -116,10 +115,8 @@ def fallback_counts(data: StoreData, run_id: str) -> pd.Series:
     fallback rows; only the per-op sums come back), cached until the table changes."""
 
     def load() -> pd.Series:
-        table = sql.query(
-            data.run(run_id).loc,
-            'SELECT op, sum("count") AS calls FROM fallbacks GROUP BY op',
-            ["fallbacks"],
+        table = data.query(
+            run_id, 'SELECT op, sum("count") AS calls FROM fallbacks GROUP BY op', ["fallbacks"]
         )
         frame = table.to_pandas()
         return (
