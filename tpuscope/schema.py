@@ -9,7 +9,7 @@ names stays small. Bump SCHEMA_VERSION when a column changes meaning or type
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, KeysView
+from collections.abc import Iterator, KeysView, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -288,8 +288,9 @@ def table_row(table: str, **fields: Any) -> dict[str, Any]:
     return {name: fields.get(name) for name in names}
 
 
-def table_columns(table: str, **columns: list[Any]) -> dict[str, list[Any]]:
-    """Rows of `table` given column-wise (equal-length lists), for writers that add many rows
+def table_columns(table: str, **columns: Sized) -> dict[str, Sized]:
+    """Rows of `table` given column-wise (equal-length lists, numpy arrays or the store's
+    Repeat and Coded columns: store/columns.py), for writers that add many rows
     at once: checked like `table_row` (a name the schema lacks is an error), once per batch
     rather than per row; columns left out are null when written (store/buffer)."""
     unknown = columns.keys() - _ROW_COLUMNS[table]
@@ -334,7 +335,7 @@ class Finding:
     location: str | None = None
     cost_s: float = 0.0
     step_runs: list[list[int]] = field(default_factory=list)
-    evidence: JsonObject = field(default_factory=dict)
+    evidence: JsonObject = field(default_factory=dict[str, Any])
     step_count: int = 0
 
     def __post_init__(self) -> None:
@@ -368,7 +369,7 @@ class Finding:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Finding:
-        data = {k: row.get(k) for k in cls.__dataclass_fields__}
+        data: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__}
         data["evidence"] = json.loads(row.get("evidence") or "{}")
         return cls(**data)  # missing values made plain in __post_init__
 

@@ -63,7 +63,13 @@ def _mode_class() -> type:
             super().__init__()
             self.tracer = tracer
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             # Counters move only inside torch calls, and calls reach this handler one at a
             # time (nested ones run with the mode off), so the reading after the previous
             # call is this call's "before": one read per call instead of two.

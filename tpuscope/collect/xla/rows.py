@@ -159,7 +159,7 @@ class StepRows:
                 item = queue[0]
                 last = len(queue) == 1  # before reading its rows: only the last one can still grow
                 try:
-                    if type(item) is PlainLog:
+                    if isinstance(item, PlainLog):
                         self._plain_rows(item, batch)
                         if last:
                             break
@@ -195,7 +195,8 @@ class StepRows:
         self.unsplit_steps.append(record.step)
         self.unsplit_ends.append(record.end_ns)
         split = self.split(record.metrics) if record.full else None
-        records, executions = ([], [])
+        records: list[GraphRecord] = []
+        executions: list[GraphRecord] = []
         if self.debug is not None and record.debug_end is not None:
             records, executions = self.debug.poll(record.debug_end)
         hashes = [e.graph_hash for e in executions if e.graph_hash]
