@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+from duckdb import DuckDBPyConnection
 
 from tpuscope.detect.registry import order
 from tpuscope.detect.run_analysis import RunReport, current, stored_findings, stored_summary
@@ -188,13 +190,14 @@ class StoreData:
             m["run_id"] for m in sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)
         ]
 
-    def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
-        """Files inside a local run folder matching glob patterns (for download links), as paths
-        under `run_dir(run_id)`: a store reached through a symlink keeps its own path (the
-        containment check alone resolves links: none may lead out of the run folder)."""
+    def files(self, run_id: str, patterns: Iterable[str]) -> dict[str, Path]:
+        """Files inside a local run folder matching glob patterns (for download links): their
+        names in the run folder (posix) -> paths under `run_dir(run_id)`, in name order; none in
+        an object store. A store reached through a symlink keeps its own path (the containment
+        check alone resolves links: none may lead out of the run folder)."""
         run = self.run(run_id)
         if not run.local:
-            return []
+            return {}
         run_dir = Path(run.path)
         inside = run_dir.resolve()
         found: set[Path] = set()
@@ -202,7 +205,7 @@ class StoreData:
             for path in run_dir.glob(pattern):
                 if path.is_file() and inside in path.resolve().parents:
                     found.add(path)
-        return sorted(found)
+        return {path.relative_to(run_dir).as_posix(): path for path in sorted(found)}
 
     # --- cache -----------------------------------------------------------------
     def _cached(
@@ -257,12 +260,12 @@ class StoreData:
         signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
 
-    def query(self, run_id: str, text: str, tables: list[str]) -> Any:
+    def query(self, run_id: str, text: str, tables: list[str]) -> pa.Table:
         """SQL over some of a run's tables (each a view named after it), as an Arrow table:
         the door the DuckDB reductions (series.py, aggregates.py) read the store through."""
         return sql.query(self.run(run_id).loc, text, tables=tables)
 
-    def duckdb(self, run_id: str, tables: list[str]) -> Any:
+    def duckdb(self, run_id: str, tables: list[str]) -> DuckDBPyConnection:
         """A DuckDB connection with views over some of a run's tables, for several statements
         over one listing; the caller closes it (`with data.duckdb(...) as con:`)."""
         return sql.views(self.run(run_id).loc, tables)

@@ -14,6 +14,7 @@ import pandas as pd
 from dash import dcc, html
 
 from tpuscope.analyze.compare import Side, compare, judged_walls, keyed
+from tpuscope.analyze.contract import as_summary
 from tpuscope.report.diff import difference_text, ratio_text, steps_word
 from tpuscope.schema import Finding
 
@@ -155,7 +156,8 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     }
     findings_a, findings_b = data.findings(run_a), data.findings(run_b)
     diff = compare(
-        Side(sa, findings_a, wall_a, compiled_a), Side(sb, findings_b, wall_b, compiled_b)
+        Side(as_summary(sa), findings_a, wall_a, compiled_a),
+        Side(as_summary(sb), findings_b, wall_b, compiled_b),
     )
     delta = findings_delta(diff, findings_a, findings_b)
     return html.Div(
