@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ def text_logs(path: Path) -> list[Path]:
 
 
 def _load_all(
-    paths: list[str | Path], result: ImportResult
+    paths: Sequence[str | Path], result: ImportResult
 ) -> list[tuple[Path, list[tuple[Importer, Imported]]]]:
     """Every readable file (a folder's text logs too); the others named in `result`."""
     loaded: list[tuple[Path, list[tuple[Importer, Imported]]]] = []
@@ -128,7 +129,9 @@ def _keep_files(run_dir: Path, files: dict[str, Path]) -> None:
             shutil.copyfile(source, target)
 
 
-def import_paths(paths: list[str | Path], store: RunStore, name: str | None = None) -> ImportResult:
+def import_paths(
+    paths: Sequence[str | Path], store: RunStore, name: str | None = None
+) -> ImportResult:
     """Import every readable path into one new run of `store`."""
     result = ImportResult(run_dir=None)
     loaded = _load_all(paths, result)
