@@ -58,3 +58,17 @@ def test_a_summary_made_now_writes_its_keys_in_the_contract_order() -> None:
     assert written["fallback_ops"][0]["op"] == "aten::nonzero" and summary.fallback_count == 4
     summary.pod = PodSummary([HostSummary(host="h0"), HostSummary(host="h1")], None)
     assert summary.to_dict()["host_steps"] is None and summary.to_dict()["hosts"][1]["host"] == "h1"
+
+
+def test_the_row_types_are_the_tables_columns() -> None:
+    """tpuscope/schema_rows.py types the rows `table_row` builds (mypy checks every call's
+    keys and values against them); they name exactly the columns of schema.TABLES that a
+    writer fills (the session adds the process fields)."""
+    from tpuscope.schema import PROCESS_FIELDS, TABLES, table_row
+    from tpuscope.schema_rows import ROW_TYPES
+
+    process = {f.name for f in PROCESS_FIELDS}
+    for table, row_type in ROW_TYPES.items():
+        columns = [n for n in TABLES[table].names if n not in process]
+        assert list(row_type.__annotations__) == columns, table
+        assert list(table_row(table, step=1)) == columns

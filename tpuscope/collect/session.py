@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -134,10 +134,10 @@ class Session:
     def process_fields(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "rank": self.rank}
 
-    def add(self, table: str, row: dict[str, Any]) -> None:
+    def add(self, table: str, row: Mapping[str, Any]) -> None:
         self.writer.append(table, {**self.process_fields(), **row})
 
-    def add_many(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def add_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
             return
         fields = self.process_fields()

@@ -10,7 +10,7 @@ readers with `register(Importer(...))`, e.g. xplane and HLO-dump importers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ class Imported:
     """What one importer read from one file: rows per table, meta, a one-line summary (a
     finding's evidence is analyze.evidence.Evidence)."""
 
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
     # Big tables (a trace's events) as Arrow tables already in the store schema, process fields set.
@@ -41,7 +41,7 @@ class Imported:
     # The files of a folder this importer read (the others are named as skipped).
     read: list[Path] = field(default_factory=list)
 
-    def add(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         self.rows.setdefault(table, []).extend(rows)
 
     def count(self) -> int:

@@ -34,6 +34,7 @@ from tpuscope.collect.xla.plain import Batch, PlainLog, fallback_steps, plain_co
 from tpuscope.collect.xla.shapes import ModuleShapes, pair_modules
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
 from tpuscope.parse.xla_counter_names import is_fallback_counter
+from tpuscope.schema_rows import CompileRow
 from tpuscope.store.columns import Coded, Repeat
 
 COMPILE_TIME = "CompileTime"
@@ -305,7 +306,7 @@ class StepRows:
 
     def _compile_row(
         self, step: int, record: GraphRecord, time_ns: int, duration_ns: int
-    ) -> dict[str, Any]:
+    ) -> CompileRow:
         from tpuscope.schema import table_row  # the flush thread: pyarrow is loaded by now
 
         self.compile_index += 1
