@@ -63,13 +63,6 @@ def trace_dir(run_dir: str | Path, backend: str) -> Path:
     return layout.trace_dir(Path(run_dir), backend, file_host(), os.getpid())
 
 
-def xplane_files(directory: str | Path) -> list[Path]:
-    """Every xplane.pb a profiler wrote under directory, oldest first (ingest/traces.py's finds
-    them under any folder a user names)."""
-    root = Path(directory)
-    return sorted(root.glob("plugins/profile/*/*.xplane.pb")) if root.is_dir() else []
-
-
 class ProfilerWindow:
     """Starts a backend profiler when the window's first step opens, stops it after its
     last step (or at exit), then reports the xplane files written. A profiler error
@@ -110,7 +103,7 @@ class ProfilerWindow:
             self._stop()
         except Exception as exc:
             self._fail(exc)
-        self._on_files([str(path) for path in xplane_files(self.directory)])  # the run's meta
+        self._on_files([str(path) for path in layout.xplane_files(self.directory)])  # run meta
 
     def _fail(self, exc: Exception) -> None:
         self.failed = True

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tpuscope.ingest import traces as trace_ingest
 from tpuscope.ingest.registry import Imported, Importer, register
+from tpuscope.store import layout
 
 
 def _kept_as(path: Path) -> str:
@@ -26,7 +27,7 @@ def _kept_as(path: Path) -> str:
 
 
 def load(path: Path) -> Imported:
-    files = trace_ingest.xplane_files(path)
+    files = layout.xplane_files(path)
     if not files:
         raise ValueError("no *.xplane.pb file in it")
     traces = trace_ingest.load_traces(files)
