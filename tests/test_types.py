@@ -9,6 +9,7 @@ temporary folder (outside the checkout), so a second run on the same machine tak
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -72,3 +73,35 @@ def test_the_row_types_are_the_tables_columns() -> None:
         columns = [n for n in TABLES[table].names if n not in process]
         assert list(row_type.__annotations__) == columns, table
         assert list(table_row(table, step=1)) == columns
+
+
+def test_each_shared_name_has_one_definition_in_the_package() -> None:
+    """Issue 42: Shape/parse_shape, Evidence, severity/wall_s/judged_steps/run_wall_s and
+    xplane_files were each defined in two modules with different meanings (return types,
+    arguments), and the HLO opcodes that move no data were two sets that drifted apart."""
+    names = {
+        "Shape",
+        "parse_shape",
+        "Evidence",
+        "severity",
+        "wall_s",
+        "judged_steps",
+        "run_wall_s",
+        "xplane_files",
+        "NO_TRAFFIC_OPCODES",
+    }
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tpuscope").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined = [t.id for t in targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name in defined:
+                if name in names or name == "_FREE":
+                    found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert {n: where for n, where in found.items() if len(where) != 1} == {}
+    assert set(found) == names  # and no module keeps a `_FREE` opcode set of its own
