@@ -26,11 +26,13 @@ from typing import Any
 
 from plotly.io.json import to_json_plotly
 
-from tpuscope.dashboards import trace_view
-from tpuscope.dashboards.app import create_app, route
-from tpuscope.dashboards.data import StoreData
-from tpuscope.dashboards.pages import overview
-from tpuscope.dashboards.synthetic import make_run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tests/synthetic.py
+
+from tests.synthetic import make_run  # noqa: E402
+from tpuscope.dashboards import trace_view  # noqa: E402
+from tpuscope.dashboards.app import create_app, route  # noqa: E402
+from tpuscope.dashboards.data import StoreData  # noqa: E402
+from tpuscope.dashboards.pages import overview  # noqa: E402
 
 TARGET_S = 1.0
 

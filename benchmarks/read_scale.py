@@ -1,6 +1,6 @@
 """Read paths at scale: the analysis at exit, `show`, `show --json`, `ls` and dashboard pages.
 
-Synthetic runs written straight into the store layout with pyarrow (dashboards/synthetic.py:
+Synthetic runs written straight into the store layout with pyarrow (tests/synthetic.py:
 steps, compiles, fallbacks in every step, six metrics rows per step, a trace, split into part
 files as a live run flushes them), at 1k, 10k, 100k and 1M steps, and stores of 10, 100 and
 1000 small runs. Times:
@@ -40,8 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tpuscope.dashboards.synthetic import make_run
-from tpuscope.store import Run, RunStore, update_meta
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tests/synthetic.py
+
+from tests.synthetic import make_run  # noqa: E402
+from tpuscope.store import Run, RunStore, update_meta  # noqa: E402
 
 TARGETS = {
     "show": 1.0,

@@ -77,7 +77,7 @@ needs_chromium = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def store(example_run, tmp_path_factory) -> SimpleNamespace:
-    from tpuscope.dashboards.synthetic import make_run
+    from tests.synthetic import make_run
 
     real_dir, proc = example_run(*EXAMPLE)
     assert proc.returncode == 0, proc.stderr

@@ -10,8 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from tests.conftest import ROOT
+from tests.synthetic import make_run
 from tpuscope.dashboards.data import RunNotFound, StoreData, runs_row
-from tpuscope.dashboards.synthetic import make_run
 from tpuscope.schema import TABLES
 from tpuscope.store.parts import write_table_atomic
 
@@ -129,6 +130,31 @@ def test_importing_the_dashboard_loads_nothing_and_never_a_collector(tmp_path):
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_data_is_the_only_module_of_the_dashboard_that_reads_the_store(tmp_path):
+    """dashboards/data.py's docstring holds: no other module imports tpuscope.store (the
+    pages, the series, the trace view, Compare and `tpuscope dashboard` go through StoreData),
+    and the synthetic runs of the tests are not in the package."""
+    from tests.test_layers import _imports, _modules
+    from tpuscope.dashboards.serve import ServeError, make_server
+
+    around = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for name, path in _modules().items()
+        if name.startswith("tpuscope.dashboards.") and name != "tpuscope.dashboards.data"
+        for target, line in _imports(name, path)
+        if target.split(".")[:2] == ["tpuscope", "store"]
+    ]
+    assert not around, around
+    assert not (ROOT / "tpuscope" / "dashboards" / "synthetic.py").exists()
+
+    with pytest.raises(ServeError, match="^no run store at "):
+        make_server(tmp_path / "missing", "127.0.0.1", 0)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ServeError, match="is not a folder$"):
+        make_server(tmp_path / "file", "127.0.0.1", 0)
+    assert StoreData(tmp_path).sweep_records() == []
 
 
 def test_host_sync_sites_and_jax_retraces_tables():

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def pod_store(tmp_path_factory) -> SimpleNamespace:
-    from tpuscope.dashboards.synthetic import make_run
+    from tests.synthetic import make_run
 
     made = pod_run(tmp_path_factory.getbasetemp())
     analyze(Run(made.run_dir))  # written into the run, as `tpuscope show --reanalyze` does

@@ -15,12 +15,12 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from tests.synthetic import make_run
 from tpuscope.analyze.judge import VALUE_READ_OPS
 from tpuscope.dashboards import series
 from tpuscope.dashboards.data import StoreData
 from tpuscope.dashboards.figures.steps import MAX_LANES, step_timeline
 from tpuscope.dashboards.pages import overview
-from tpuscope.dashboards.synthetic import make_run
 from tpuscope.schema import TABLES
 from tpuscope.store import Run, RunStore
 from tpuscope.store.parts import write_table_atomic

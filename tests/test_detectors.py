@@ -14,7 +14,6 @@ import pytest
 
 from tpuscope.analyze.shapes import diff_shapes, parse_shape, suggest_buckets, varying_dims
 from tpuscope.detect import RunTables, detect
-from tpuscope.detect.common import judged_steps
 from tpuscope.detect.cpu_fallback import detect_cpu_fallback
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.recompile import detect_recompile
@@ -119,11 +118,11 @@ def static_run() -> RunTables:
 def test_end_step_is_never_judged() -> None:
     frame_ = steps(5)
     frame_.loc[4, "boundary"] = "end"
-    assert list(judged_steps(tables(frame_))["step"]) == [2, 3]
+    assert list(tables(frame_).judged["step"]) == [2, 3]
 
 
 def test_a_short_run_keeps_its_last_step_judged() -> None:
-    assert list(judged_steps(tables(steps(2)))["step"]) == [1]
+    assert list(tables(steps(2)).judged["step"]) == [1]
 
 
 # -- clean run -----------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import real_trace, run_tpuscope
+from tpuscope.analyze import cost_model as cm
 from tpuscope.parse.hlo import (
+    NO_TRAFFIC_OPCODES,
     HloParseError,
     parse_instruction,
     parse_module,
@@ -98,6 +100,32 @@ def test_current_torch_xla_spelling_resolves_operand_shapes() -> None:
     row, ops = module_rows(module)
     assert row["dots"] == 1 and row["param_bytes"] == 2 * 16 * 128 * 64 * 4
     assert row["output_bytes"] == 16 * 128 * 128 * 4
+
+
+def test_one_set_of_opcodes_moves_no_data_for_the_traffic_estimate_and_the_cost_model() -> None:
+    """parse/hlo's NO_TRAFFIC_OPCODES is what both the module traffic estimate (hlo_rows) and
+    the op cost model read; an iota is not in it: it writes its result (XLA counts its bytes)."""
+    module = read_dump(real_trace(f"{NEURON}/gpt_gpt2_tp=8.hlo.txt"))
+    entry = module.entry
+    assert entry is not None
+    top = [i for i in module.instructions() if i.fusion is None and i.computation == entry.name]
+    iota = next(i for i in top if i.opcode == "iota")
+    constant = next(i for i in top if i.opcode == "constant")
+    assert constant.moves_no_data and not iota.moves_no_data
+    moved = [i for i in top if i.opcode not in NO_TRAFFIC_OPCODES]
+    row, _ = module_rows(module)
+    assert row["top_level_bytes"] == sum(
+        i.shape.bytes + sum(s.bytes for s in i.operand_shapes if s is not None) for i in moved
+    )
+    assert iota in moved and iota.shape.bytes == 128 * 4
+
+    chip = cm.CHIPS["v5e"]
+    peak = cm.peaks("v5e")
+    text = "%iota.6 = s32[128]{0} iota(), iota_dimension=0"
+    priced = cm.price(text, "non-fusion elementwise", 0.0, 512.0, chip, peak)
+    assert priced.bound != "none" and priced.seconds == pytest.approx(512.0 / peak.hbm)
+    free = cm.price("%constant.61 = f32[] constant(1)", "constant", 0.0, 4.0, chip, peak)
+    assert (free.seconds, free.bound) == (0.0, "none")
 
 
 def test_fusion_membership_in_optimized_jax_hlo() -> None:

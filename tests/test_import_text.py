@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import real_trace, run_tpuscope
-from tpuscope.ingest import IMPORTERS, Evidence, Importer, import_paths, register
+from tpuscope.ingest import IMPORTERS, Imported, Importer, import_paths, register
 from tpuscope.ingest.metrics_report import parse_metrics_report, parse_quantity
 from tpuscope.store import Run, RunStore
 
@@ -180,8 +180,8 @@ def test_a_custom_importer_registers_by_sniff(tmp_path: Path) -> None:
     path = tmp_path / "x.mine"
     path.write_text("MINE 7\n")
 
-    def load(p: Path) -> Evidence:
-        evidence = Evidence(summary="mine")
+    def load(p: Path) -> Imported:
+        evidence = Imported(summary="mine")
         evidence.add("fallbacks", [{"step": -1, "op": "aten::mine", "count": 7, "location": None}])
         return evidence
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # not import each other
 FLOORS: dict[str, int] = {
     "schema_consts": 0,
+    "schema_rows": 0,
     "user_files": 0,
     "step_runs": 0,
     "version": 0,

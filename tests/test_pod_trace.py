@@ -25,7 +25,7 @@ TABLES = ("trace_events", "device_steps")
 def _xplanes(run_dir: Path, host: str) -> list[Path]:
     """The xplane files the host's own profiler windows wrote."""
     folders = [p for p in (run_dir / layout.TRACE).iterdir() if layout.trace_host(p.name) == host]
-    return [f for folder in folders for f in trace_ingest.xplane_files(folder)]
+    return [f for folder in folders for f in layout.xplane_files(folder)]
 
 
 def test_two_traced_hosts_keep_their_own_trace(tmp_path):

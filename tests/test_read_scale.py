@@ -1,7 +1,7 @@
 """Read paths that grow with what is shown, not with the run: step runs in findings, the
 summaries the Runs page and `ls` read, the dashboard's caches at hundreds of runs.
 
-The runs are synthetic (dashboards/synthetic.py: real Parquet in the store's schemas, a
+The runs are synthetic (tests/synthetic.py: real Parquet in the store's schemas, a
 fallback in every step after the second) and analysed by tpuscope's own analysis; every
 expectation is read back from their tables. Speed itself is measured in
 benchmarks/read_scale.py, not here.
@@ -28,7 +28,7 @@ STEPS = 20_000
 
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tpuscope.dashboards.synthetic import make_run
+    from tests.synthetic import make_run
 
     store = tmp_path_factory.mktemp("long")
     return make_run(

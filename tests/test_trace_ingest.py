@@ -24,7 +24,7 @@ from tpuscope.ingest import trace_chunks
 from tpuscope.ingest import traces as trace_ingest
 from tpuscope.ingest.device import traced_steps
 from tpuscope.parse.xplane import XSpace, read_xspace, space_info
-from tpuscope.store import Run, read_table
+from tpuscope.store import Run, layout, read_table
 from tpuscope.store.row_groups import write_row_groups_atomic
 
 TPU = "xplane/tpu_inference_2.xplane.pb"
@@ -172,7 +172,7 @@ def test_cpu_trace_with_step_markers(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_real_torch_xla_run_stored_as_the_whole_table_computes(example_run) -> None:
     run_dir, proc = example_run(*TRACED, tpuscope_args=TRACED_TPUSCOPE)  # the browser tests' run
     assert proc.returncode == 0, proc.stderr
-    (path,) = trace_ingest.xplane_files(run_dir / "trace")
+    (path,) = layout.xplane_files(run_dir / "trace")
     host = trace_ingest.host_of(path, space_info(read_xspace(path)))
     steps = trace_ingest._steps_for(traced_steps(Run(run_dir)), host)
     assert_stored_as_reference(run_dir, path, steps, host, 0)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.synthetic import make_run
 from tpuscope.dashboards import trace_view as trace
 from tpuscope.dashboards.data import StoreData
-from tpuscope.dashboards.synthetic import make_run
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,25 @@ names stays small. Bump SCHEMA_VERSION when a column changes meaning or type
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, KeysView
+from collections.abc import Iterator, KeysView, Mapping, Sized
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import pyarrow as pa
 
 from tpuscope.schema_consts import SCHEMA_VERSION, SEVERITIES  # noqa: F401  (re-exported)
+from tpuscope.schema_rows import (
+    CallSiteRow,
+    CompileRow,
+    FallbackRow,
+    MetricRow,
+    RetraceRow,
+    StepRow,
+)
 from tpuscope.step_runs import normalize_runs, runs_count, runs_text, step_runs
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -277,10 +288,23 @@ _ROW_COLUMNS = {
 }
 
 
-def table_row(table: str, **fields: Any) -> dict[str, Any]:
+@overload
+def table_row(table: Literal["steps"], **fields: Unpack[StepRow]) -> StepRow: ...
+@overload
+def table_row(table: Literal["metrics"], **fields: Unpack[MetricRow]) -> MetricRow: ...
+@overload
+def table_row(table: Literal["compiles"], **fields: Unpack[CompileRow]) -> CompileRow: ...
+@overload
+def table_row(table: Literal["fallbacks"], **fields: Unpack[FallbackRow]) -> FallbackRow: ...
+@overload
+def table_row(table: Literal["retraces"], **fields: Unpack[RetraceRow]) -> RetraceRow: ...
+@overload
+def table_row(table: Literal["call_sites"], **fields: Unpack[CallSiteRow]) -> CallSiteRow: ...
+def table_row(table: str, **fields: Any) -> Mapping[str, Any]:
     """One row of `table` with every column the writer owns (the process fields are the
     session's): absent ones are None, and a name the schema lacks is an error, so the
-    places that build rows cannot drift from the schema or from each other."""
+    places that build rows cannot drift from the schema or from each other. Its keys and
+    their types are the table's row type (tpuscope/schema_rows.py), which mypy checks."""
     names = _ROW_COLUMNS[table]
     unknown = fields.keys() - names
     if unknown:
@@ -288,8 +312,9 @@ def table_row(table: str, **fields: Any) -> dict[str, Any]:
     return {name: fields.get(name) for name in names}
 
 
-def table_columns(table: str, **columns: list[Any]) -> dict[str, list[Any]]:
-    """Rows of `table` given column-wise (equal-length lists), for writers that add many rows
+def table_columns(table: str, **columns: Sized) -> dict[str, Sized]:
+    """Rows of `table` given column-wise (equal-length lists, numpy arrays or the store's
+    Repeat and Coded columns: store/columns.py), for writers that add many rows
     at once: checked like `table_row` (a name the schema lacks is an error), once per batch
     rather than per row; columns left out are null when written (store/buffer)."""
     unknown = columns.keys() - _ROW_COLUMNS[table]
@@ -334,7 +359,7 @@ class Finding:
     location: str | None = None
     cost_s: float = 0.0
     step_runs: list[list[int]] = field(default_factory=list)
-    evidence: JsonObject = field(default_factory=dict)
+    evidence: JsonObject = field(default_factory=dict[str, Any])
     step_count: int = 0
 
     def __post_init__(self) -> None:
@@ -368,7 +393,7 @@ class Finding:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Finding:
-        data = {k: row.get(k) for k in cls.__dataclass_fields__}
+        data: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__}
         data["evidence"] = json.loads(row.get("evidence") or "{}")
         return cls(**data)  # missing values made plain in __post_init__
 

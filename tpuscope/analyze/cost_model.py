@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the HLO text parser loads on first use: dashboards import no collect module
-    from tpuscope.parse.hlo import Instruction, Shape
+    from tpuscope.parse.hlo import HloShape, Instruction
 
 
 @dataclass(frozen=True)
@@ -87,18 +87,6 @@ class OpCost:
 
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-_FREE = {
-    "parameter",
-    "tuple",
-    "get-tuple-element",
-    "bitcast",
-    "constant",
-    "after-all",
-    "partition-id",
-    "replica-id",
-    "opt-barrier",
-    "add-dependency",
-}
 _ATTENTION = re.compile(r"(mha|flash|attention)", re.I)
 _PASS = re.compile(r"(?:^|_)(fwd|dkv|dq|bwd)(?:_|$)")  # the kernel's own pass, first in its name
 _PASS_FACTOR = {"fwd": 4, "dq": 6, "dkv": 8, "bwd": 10}
@@ -119,7 +107,7 @@ def parse(expression: str | None) -> Instruction | None:
         return None
 
 
-def _arrays(shape: Shape | None) -> list[Shape]:
+def _arrays(shape: HloShape | None) -> list[HloShape]:
     if shape is None:
         return []
     return [a for e in shape.elements for a in _arrays(e)] if shape.is_tuple else [shape]
@@ -201,7 +189,7 @@ def host_direction(expression: str) -> str:
     return "h2d" if _HOST_SPACE in operand else "d2h"
 
 
-def tile_aligned(buffer: str, update: Shape, full: Shape) -> bool:
+def tile_aligned(buffer: str, update: HloShape, full: HloShape) -> bool:
     """Whether a dynamic-update-slice writes whole tiles of the buffer's tiled layout
     ('{2,0,1:T(8,128)}': dims 2 and 0 are tiled by 128 and 8); an update narrower than
     a tile along a tiled dim is a strided partial-tile write."""
@@ -275,7 +263,7 @@ def price(
     category = str(category or "")
     if inst is None:
         return _compute(flops, bytes_, peak, "roofline of XLA's FLOPs and bytes (no HLO text)")
-    if inst.opcode in _FREE:
+    if inst.moves_no_data:
         return OpCost(0.0, "none", "moves no data")
     if is_host_copy(inst, expression or ""):
         seconds = host_copy_bytes(inst) / chip.host_dma if inst.opcode == "copy-done" else 0.0

@@ -129,7 +129,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _peak_device_mb(ok: list[dict[str, Any]]) -> float | None:
-    peaks = [r.get("peak_device_bytes") for r in ok if r.get("peak_device_bytes") is not None]
+    peaks = [p for p in (r.get("peak_device_bytes") for r in ok) if p is not None]
     return max(peaks) / 2**20 if peaks else None
 
 

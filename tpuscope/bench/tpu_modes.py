@@ -70,8 +70,9 @@ class TpuRunner(ModeRunner):
 
     def compile_count(self) -> CompileCount:
         stats = CacheStats.of(torch.tpu._get_cache_stats())
-        known = all(ns is not None for ns in stats.entry_ns)
-        return CompileCount(count=stats.compilations, ns=sum(stats.entry_ns) if known else None)
+        times = [ns for ns in stats.entry_ns if ns is not None]
+        known = len(times) == len(stats.entry_ns)
+        return CompileCount(count=stats.compilations, ns=sum(times) if known else None)
 
     def device_memory(self) -> tuple[int | None, str | None]:
         try:

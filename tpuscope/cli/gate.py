@@ -134,11 +134,11 @@ def diff_main(
 
     try:
         store_obj = RunStore(store)
-        sides = [side_of(Run(store_obj.resolve(r))) for r in (run_a, run_b)]
+        side_a, side_b = (side_of(Run(store_obj.resolve(r))) for r in (run_a, run_b))
     except StoreError as exc:
         _say(str(exc))
         sys.exit(2)
-    diff = compare(*sides)
+    diff = compare(side_a, side_b)
     failed = regressions(diff, regression_pct) if regression_pct is not None else None
     name = "json" if as_json else "markdown" if as_markdown else "console"
     renderer_for("diff", name).emit({**diff, "regression": failed})

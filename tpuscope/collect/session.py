@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -135,16 +135,16 @@ class Session:
     def process_fields(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "rank": self.rank}
 
-    def add(self, table: str, row: dict[str, Any]) -> None:
+    def add(self, table: str, row: Mapping[str, Any]) -> None:
         self.writer.append(table, {**self.process_fields(), **row})
 
-    def add_many(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def add_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
             return
         fields = self.process_fields()
         self.writer.extend(table, [{**fields, **row} for row in rows])
 
-    def add_columns(self, table: str, columns: dict[str, list[Any]]) -> None:
+    def add_columns(self, table: str, columns: dict[str, Sized]) -> None:
         """Rows given column-wise (equal-length lists); the process fields are added here."""
         count = len(next(iter(columns.values()), []))
         fields = {name: Repeat(value, count) for name, value in self.process_fields().items()}
@@ -302,7 +302,9 @@ class Session:
                 file=sys.stderr,
             )
 
-    def _excepthook(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+    def _excepthook(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
         if issubclass(exc_type, KeyboardInterrupt):  # a Ctrl-C that landed in tpuscope's hook
             tb = without_own_tail(tb)
             exc = exc.with_traceback(tb)
@@ -359,7 +361,7 @@ def record_end_if_orphaned(run_dir: Path, proc_meta: dict[str, Any]) -> None:
     if not launcher or os.getpid() != _FIRST_CHILD.get("pid") or str(os.getppid()) == launcher:
         return
     status = {"killed": "killed by SIGTERM", "exception": "failed"}.get(
-        proc_meta.get("status"), "ended"
+        str(proc_meta.get("status")), "ended"
     )
     fields = {
         "status": status,

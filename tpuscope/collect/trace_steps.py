@@ -77,14 +77,6 @@ def trace_dir(run_dir: str | Path, backend: str) -> Path:
     return layout.trace_dir(Path(run_dir), backend, file_host(), os.getpid())
 
 
-def xplane_files(directory: str | Path) -> list[str]:
-    """Every xplane.pb a profiler wrote under directory, oldest first."""
-    root = Path(directory)
-    return (
-        sorted(str(p) for p in root.glob("plugins/profile/*/*.xplane.pb")) if root.is_dir() else []
-    )
-
-
 class ProfilerWindow:
     """Starts a backend profiler when the window's first step opens, stops it after its
     last step (or at exit), then reports the xplane files written. A profiler error
@@ -151,7 +143,7 @@ class ProfilerWindow:
         except Exception as exc:
             self._fail(exc)
         self.spent_ns += time.perf_counter_ns() - began
-        self._on_files(xplane_files(self.directory))
+        self._on_files([str(path) for path in layout.xplane_files(self.directory)])  # run meta
 
     def _fail(self, exc: Exception) -> None:
         self.failed = self.done = True

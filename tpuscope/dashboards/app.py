@@ -106,10 +106,9 @@ def _add_download_route(app: Dash, data: StoreData) -> None:
         """Send a trace file only if it is in the run folder's listing (no path joins on input)."""
         try:
             files = data.files(run_id, trace.TRACE_FILES)
-            run_dir = data.run_dir(run_id)
         except RunNotFound:
             abort(404)
-        match = next((f for f in files if f.relative_to(run_dir).as_posix() == name), None)
+        match = files.get(name)
         if match is None:
             abort(404)
         return send_file(match, as_attachment=True, download_name=match.name)

@@ -1,5 +1,10 @@
 """The dashboard's only door to the store: validated run ids and cached table reads.
 
+No other module of tpuscope.dashboards imports tpuscope.store (tests/test_dashboard_data.py
+checks): the pages and their DuckDB reductions (series.py, aggregates.py, trace_view.py) read
+through `StoreData`'s methods (`table`, `columns`, `query`, `duckdb`, `files`), the zoo page
+through `sweep_records`, and `tpuscope dashboard` checks its store with `check_store`.
+
 Every run the dashboard opens is `store.Run` (the one reader of run folders, local or in an
 object store) at the store root joined with a run id that passed `is_valid_run_id` (no
 separators, no `..`), so no URL or callback input can name a file outside the store.
@@ -20,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+from duckdb import DuckDBPyConnection
 
 from tpuscope.detect.registry import order
 from tpuscope.detect.run_analysis import RunReport, current, stored_findings, stored_summary
 from tpuscope.schema import TABLES, Finding
 from tpuscope.store import Run, RunStore, layout, read_meta, sql
 from tpuscope.store.files import StoreError, is_valid_run_id
-from tpuscope.store.location import Location
+from tpuscope.store.location import Location, LocationError
 from tpuscope.store.run import table_to_frame
 
 # Tables other parts of tpuscope add (device view), all in the schema module now.
@@ -50,6 +57,25 @@ LOOP_COLUMNS = ("host", "pid", "rank", "step", "boundary")  # what the loop's en
 
 class RunNotFound(LookupError):
     """A run id that is malformed or not in the store; the message is shown to the user."""
+
+
+class StoreMissing(LookupError):
+    """A store root that is not there, not a folder, or not reachable; the message says which."""
+
+
+def check_store(root: str | os.PathLike[str]) -> None:
+    """A store that is there and a folder (a local path or an fsspec URL); StoreMissing else."""
+    try:
+        loc = Location.of(root)
+        there, folder = loc.fs.exists(loc.path), loc.is_dir()
+    except (LocationError, OSError) as exc:
+        raise StoreMissing(str(exc)) from None
+    if not there:
+        raise StoreMissing(
+            f"no run store at {root} (make a run first: tpuscope run --store {root} python train.py)"
+        )
+    if not folder:
+        raise StoreMissing(f"the store {root} is not a folder")
 
 
 def _signature(run: Run, name: str) -> tuple[tuple[str, int, int], ...]:
@@ -164,13 +190,14 @@ class StoreData:
             m["run_id"] for m in sorted(metas, key=lambda m: m.get("start_ns") or 0, reverse=True)
         ]
 
-    def files(self, run_id: str, patterns: Iterable[str]) -> list[Path]:
-        """Files inside a local run folder matching glob patterns (for download links), as paths
-        under `run_dir(run_id)`: a store reached through a symlink keeps its own path (the
-        containment check alone resolves links: none may lead out of the run folder)."""
+    def files(self, run_id: str, patterns: Iterable[str]) -> dict[str, Path]:
+        """Files inside a local run folder matching glob patterns (for download links): their
+        names in the run folder (posix) -> paths under `run_dir(run_id)`, in name order; none in
+        an object store. A store reached through a symlink keeps its own path (the containment
+        check alone resolves links: none may lead out of the run folder)."""
         run = self.run(run_id)
         if not run.local:
-            return []
+            return {}
         run_dir = Path(run.path)
         inside = run_dir.resolve()
         found: set[Path] = set()
@@ -178,7 +205,7 @@ class StoreData:
             for path in run_dir.glob(pattern):
                 if path.is_file() and inside in path.resolve().parents:
                     found.add(path)
-        return sorted(found)
+        return {path.relative_to(run_dir).as_posix(): path for path in sorted(found)}
 
     # --- cache -----------------------------------------------------------------
     def _cached(
@@ -233,12 +260,12 @@ class StoreData:
         signature = tuple(_signature(run, name) for name in tables)
         return self._cached((run_id, f"derived:{key}"), signature, compute)
 
-    def query(self, run_id: str, text: str, tables: list[str]) -> Any:
+    def query(self, run_id: str, text: str, tables: list[str]) -> pa.Table:
         """SQL over some of a run's tables (each a view named after it), as an Arrow table:
         the door the DuckDB reductions (series.py, aggregates.py) read the store through."""
         return sql.query(self.run(run_id).loc, text, tables=tables)
 
-    def duckdb(self, run_id: str, tables: list[str]) -> Any:
+    def duckdb(self, run_id: str, tables: list[str]) -> DuckDBPyConnection:
         """A DuckDB connection with views over some of a run's tables, for several statements
         over one listing; the caller closes it (`with data.duckdb(...) as con:`)."""
         return sql.views(self.run(run_id).loc, tables)
@@ -368,6 +395,13 @@ class StoreData:
             except Exception as exc:  # one unreadable run must not hide the others
                 rows.append({"run_id": run_id, "name": run_id, "ended": f"unreadable: {exc}"[:120]})
         return rows
+
+    def sweep_records(self) -> list[dict[str, Any]]:
+        """The cell records of the store's `tpuscope sweep` (zoo/table.load_records), for the
+        Zoo page; none when the store has no sweep."""
+        from tpuscope.zoo import table  # the zoo's code loads only for its page
+
+        return table.load_records(self.root)
 
 
 def runs_row(summary: dict[str, Any]) -> dict[str, Any]:

@@ -26,13 +26,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.store.run import table_to_frame
-
 from .aggregates import FALLBACKS_ONLY
+from .data import table_to_frame
 from .figures.common import minmax_indices, step_totals
 from .figures.steps import MAX_BARS, MAX_LANES
 
 if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
     from .data import StoreData
 
 COMPILE_COLUMNS = ["step", "duration_ns", "cause", "location", "graph_hash"]
@@ -74,7 +75,7 @@ def step_rows(data: StoreData, run_id: str) -> int:
     )
 
 
-def _envelope(con: object, source: str, by: str, buckets: int) -> pd.DataFrame:
+def _envelope(con: DuckDBPyConnection, source: str, by: str, buckets: int) -> pd.DataFrame:
     """M4 rows (host, rank, step, wall_ns or step, wall_ns) of `source`, per `by` group."""
     keys = f"{by}, " if by else ""
     frame = con.sql(f"""
@@ -96,7 +97,7 @@ def _envelope(con: object, source: str, by: str, buckets: int) -> pd.DataFrame:
     return points.astype({"step": "int64", "wall_ns": "int64"})
 
 
-def _steps(con: object, where: str, points: int) -> tuple[pd.DataFrame, int | None]:
+def _steps(con: DuckDBPyConnection, where: str, points: int) -> tuple[pd.DataFrame, int | None]:
     processes = con.sql(f"SELECT count(DISTINCT (host, rank)) FROM steps WHERE {where}").fetchall()[
         0
     ][0]
@@ -108,7 +109,7 @@ def _steps(con: object, where: str, points: int) -> tuple[pd.DataFrame, int | No
     return _envelope(con, source, "host, rank", buckets), None
 
 
-def _fallbacks(con: object, where: str, bars: int) -> pd.DataFrame:
+def _fallbacks(con: DuckDBPyConnection, where: str, bars: int) -> pd.DataFrame:
     """The fallback rows of the steps fallback_bars keeps: counts per step from two integer
     columns (numpy, as the figure sums them), then the other columns of those steps alone."""
     where = f"{where} AND {FALLBACKS_ONLY}"  # value reads are host syncs, not fallbacks

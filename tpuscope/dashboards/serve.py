@@ -51,19 +51,12 @@ def allowed_hosts(host: str, port: int) -> set[str] | None:
 
 def _check_store(store: str | os.PathLike[str]) -> None:
     """A store that is there and a folder (a local path or an fsspec URL); ServeError otherwise."""
-    from tpuscope.store.location import Location, LocationError
+    from .data import StoreMissing, check_store
 
     try:
-        loc = Location.of(store)
-        there, folder = loc.fs.exists(loc.path), loc.is_dir()
-    except (LocationError, OSError) as exc:
+        check_store(store)
+    except StoreMissing as exc:
         raise ServeError(str(exc)) from None
-    if not there:
-        raise ServeError(
-            f"no run store at {store} (make a run first: tpuscope run --store {store} python train.py)"
-        )
-    if not folder:
-        raise ServeError(f"the store {store} is not a folder")
 
 
 def make_server(store: str | os.PathLike[str], host: str, port: int) -> Any:

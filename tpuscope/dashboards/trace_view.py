@@ -15,8 +15,6 @@ import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tpuscope.store import sql
-
 from .data import StoreData
 from .figures.common import NS_PER_MS, empty_figure
 from .figures.trace import activity_figure, busy_ns, ops_table, trace_timeline
@@ -43,7 +41,7 @@ def _plane(multi_host: bool) -> str:
 def _query(data: StoreData, run_id: str, statements: list[str]) -> list[pd.DataFrame]:
     """Statements over the run's trace_events parts on one DuckDB connection (footers read once);
     every result is small (aggregates, or at most SHOWN rows)."""
-    con = sql.views(data.run(run_id).loc, ["trace_events"])
+    con = data.duckdb(run_id, ["trace_events"])
     try:
         return [con.sql(statement).df() for statement in statements]
     finally:
@@ -201,7 +199,7 @@ def overview(data: StoreData, run_id: str) -> dict[str, Any]:
     events table in memory), cached per version of the table."""
 
     def build() -> dict[str, Any]:
-        con = sql.views(data.run(run_id).loc, ["trace_events"])
+        con = data.duckdb(run_id, ["trace_events"])
         try:
             head, ops = _head(con.sql(_head_sql()).df())
             if not head["events"]:

@@ -28,11 +28,6 @@ def _process_keys(frame: pd.DataFrame) -> list[str]:
     return [k for k in KEYS if k in frame.columns]
 
 
-def judged_steps(tables: RunTables) -> pd.DataFrame:
-    """Steps past each process's warm-up, without the after-the-loop step (analyze/judge)."""
-    return tables.judged
-
-
 def loop_steps(tables: RunTables) -> pd.DataFrame:
     """Every step of the program's loop (warm-up included, the after-the-loop step not)."""
     return tables.loop
@@ -65,14 +60,15 @@ def judged_rows(frame: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     return frame[keep]
 
 
-def severity(cost_s: float, tables: RunTables) -> str:
+def judged_severity(cost_s: float, tables: RunTables) -> str:
     """The shared rule (analyze/judge.severity) against the judged steps' wall time."""
-    return judge.severity(cost_s, run_wall_s(tables))
+    return judge.severity(cost_s, judged_wall_s(tables))
 
 
-def run_wall_s(tables: RunTables) -> float:
-    """Wall time of the judged steps: what costs are shares of (analyze/judge)."""
-    return judge.wall_s(judged_steps(tables))
+def judged_wall_s(tables: RunTables) -> float:
+    """Wall time of the judged steps (analyze/judge.wall_s), what per-step costs are shares
+    of; analyze/judge.run_wall_s is the whole run's, what one-off costs are shares of."""
+    return judge.wall_s(tables.judged)
 
 
 VALUE_READ_CAUSE = "access tensor value"
@@ -93,10 +89,6 @@ def value_read_site(tables: RunTables, steps: Iterable[int]) -> str | None:
         return None
     rows = reads[reads["step"].isin(steps if hasattr(steps, "dtype") else list(steps))]
     return str(rows["location"].mode().iloc[0]) if not rows.empty else None
-
-
-def wall_s(judged: pd.DataFrame) -> float:
-    return judge.wall_s(judged)
 
 
 def metric_per_step(

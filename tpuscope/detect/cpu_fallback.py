@@ -260,7 +260,7 @@ def detect_cpu_fallback(tables: RunTables) -> list[Finding]:
     rows = every_op[~every_op["op"].isin(HOST_SYNC_OPS)]
     if rows.empty:
         return []
-    wall = common.wall_s(judged)
+    wall = judge.wall_s(judged)
     waits = transfer_share_ns(
         every_op, common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged)
     )

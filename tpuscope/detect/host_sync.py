@@ -293,7 +293,7 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
         _finding(
             per_step,
             cost,
-            common.run_wall_s(tables),
+            common.judged_wall_s(tables),
             steps,
             sites,
             HostSyncEvidence(

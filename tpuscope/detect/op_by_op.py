@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.analyze import judge
 from tpuscope.analyze.contract import OpByOpEvidence
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
@@ -42,7 +43,7 @@ TOP = 5
 
 def _judged(tables: RunTables) -> pd.DataFrame:
     """The judged steps (analyze/judge: a run with no step boundary is one judged step)."""
-    return common.judged_steps(tables)
+    return tables.judged
 
 
 def _per_step(metrics: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +85,7 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     if per_step < MIN_DISPATCHES_PER_STEP:
         return []
     cost_s = float((frame["total"] - frame["compile_ns"]).clip(lower=0).sum()) / common.NS
-    wall = common.wall_s(judged)
+    wall = judge.wall_s(judged)
     share = cost_s / wall if wall else 0.0
     jit_calls = float((frame["executions"] - frame["count"]).clip(lower=0).mean())
     sites = tables.extra.get("call_sites", pd.DataFrame())
@@ -93,7 +94,7 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     lines = _top(sites, "location") if not sites.empty else []
     primitives = _top(sites, "name") if not sites.empty else []
     location = next((row["location"] for row in lines if row["location"]), None)
-    severity = common.severity(cost_s, tables)
+    severity = common.judged_severity(cost_s, tables)
     return [
         _finding(
             per_step,
@@ -130,7 +131,7 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
     return [
         Finding(
             rule=RULE,
-            severity=common.severity(cost, tables),
+            severity=common.judged_severity(cost, tables),
             title=f"{per_step:.0f} ops per step executed one by one (torch_xla eager mode)",
             detail=(
                 f"{len(judged)} steps executed {per_step:.1f} device programs each "
@@ -153,7 +154,7 @@ def _xla_eager(tables: RunTables) -> list[Finding]:
             evidence=OpByOpEvidence(
                 executions_per_step=round(per_step, 1),
                 source=XLA_EAGER_METRIC,
-                wall_s=round(common.wall_s(judged), 6),
+                wall_s=round(judge.wall_s(judged), 6),
                 backend="torch_xla",
             ),
         )

@@ -24,7 +24,6 @@ from tpuscope.analyze.hosts import (
     step_matrix_record,
 )
 from tpuscope.analyze.judge import in_loop
-from tpuscope.detect import common
 from tpuscope.detect.pod_tables import PodTables
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import SEVERITIES, Finding
@@ -135,7 +134,7 @@ def for_host(tables: RunTables, host: str, split: HostSplit | None = None) -> Ru
     # view reads them all anyway), and its loop steps by the whole run's phases of its rows
     # (only the per-host rules read them: no copy of a pod's every step row for them)
     if not one.steps.empty:  # RunTables' cached properties, filled from the whole run's
-        one.__dict__["judged"] = split.derived("judged", common.judged_steps, host)
+        one.__dict__["judged"] = split.derived("judged", lambda whole: whole.judged, host)
         phase = tables.phase.loc[one.steps.index]
         one.__dict__["loop"] = one.steps[in_loop(phase).to_numpy()]
     return one
@@ -222,9 +221,7 @@ def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, 
     if hasattr(tables, "pod"):  # a PodTables: the figures from SQL over the parts
         rows = tables.pod.host_summary(tables.meta)
     else:
-        rows = host_summary(
-            tables.steps, common.judged_steps(tables), tables.meta, tables.host_rows
-        )
+        rows = host_summary(tables.steps, tables.judged, tables.meta, tables.host_rows)
     if len(rows) < 2:
         return None
     view = {h["host"]: h for h in tables.pod_view.get("hosts", [])}
@@ -251,5 +248,5 @@ def pod_summary(tables: RunTables, findings: list[Finding]) -> PodSummary | None
     if hasattr(tables, "pod"):
         record = tables.pod.step_matrix_record()
     else:
-        record = step_matrix_record(common.judged_steps(tables), rows=tables.host_rows)
+        record = step_matrix_record(tables.judged, rows=tables.host_rows)
     return PodSummary([HostSummary(**h) for h in hosts], record)

@@ -232,7 +232,9 @@ def detect_rank_divergence(tables: RunTables) -> list[Finding]:
     items = _items(tables)
     if len(hosts) < 2 or items.empty:
         return []
-    judged_s = tables.pod.judged_wall_s() if hasattr(tables, "pod") else common.run_wall_s(tables)
+    judged_s = (
+        tables.pod.judged_wall_s() if hasattr(tables, "pod") else common.judged_wall_s(tables)
+    )
     wall = judged_s / len(hosts)
     found = _divergent(items, hosts, _last_steps(tables))
     findings = [_finding(loc, p, m, rows, len(hosts), wall) for loc, p, m, rows in found]

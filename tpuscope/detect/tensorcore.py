@@ -27,7 +27,7 @@ from tpuscope.analyze.tensorcore import (
     tensorcore_problems,
     waste_by_generation,
 )
-from tpuscope.detect.common import file_and_line, judged_steps
+from tpuscope.detect.common import file_and_line
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import (
     RULE,
@@ -65,7 +65,7 @@ def chip_target(meta: dict[str, Any], xprof_overview: pd.DataFrame) -> str:
 
 
 def _executions(tables: RunTables) -> int:
-    judged = judged_steps(tables)
+    judged = tables.judged
     return max(len(judged), 1)
 
 

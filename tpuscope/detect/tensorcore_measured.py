@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
-from tpuscope.detect.common import judged_steps
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -53,7 +52,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     """The device idle for IDLE_SHARE or more of the judged traced steps (xprof's duty cycle,
     else the trace's XLA ops): the step is host-bound."""
     device_steps = tables.extra.get("device_steps", pd.DataFrame())
-    judged = judged_steps(tables)
+    judged = tables.judged
     rows = device_steps
     if not device_steps.empty and not judged.empty and (device_steps["window"] == "steps").any():
         rows = device_steps[device_steps["step"].isin(judged["step"])]

@@ -15,7 +15,7 @@ from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.mxu import fmt_time, generation_of
 from tpuscope.analyze.op_time import MeasuredWaste, measured_waste
 from tpuscope.analyze.tensorcore import is_library_path
-from tpuscope.detect.common import file_and_line, judged_steps, run_wall_s, severity
+from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE
 from tpuscope.schema import Finding
@@ -41,7 +41,7 @@ def traced_judged(tables: RunTables) -> list[int] | None:
     if device_steps.empty or not (device_steps["window"] == "steps").any():
         return None
     traced = set(device_steps.loc[device_steps["window"] == "steps", "step"])
-    judged = judged_steps(tables)
+    judged = tables.judged
     steps = sorted(int(s) for s in traced & set(judged["step"])) if not judged.empty else []
     return steps or sorted(int(s) for s in traced)
 
@@ -57,7 +57,7 @@ def op_time_findings(tables: RunTables, backend: str) -> list[Finding] | None:
     if not figures:
         return None
     device_s = figures["device_s_per_step"]
-    runs = max(len(judged_steps(tables)), 1)
+    runs = max(len(tables.judged), 1)
     return [
         _card(w, tables, chip, figures, runs, backend)
         for w in wastes
@@ -119,7 +119,9 @@ def _card(
     )
     cost = waste.lost_s * runs
     level = (  # an imported trace has no step times: its share of the device step
-        severity(cost, tables) if run_wall_s(tables) > 0 else judge.severity(waste.lost_s, device_s)
+        judged_severity(cost, tables)
+        if judged_wall_s(tables) > 0
+        else judge.severity(waste.lost_s, device_s)
     )
     return Finding(RULE, level, title, detail, fix, location, cost, [], evidence)
 

@@ -14,12 +14,12 @@ from tpuscope.ingest import (  # noqa: F401  (they register themselves)
     xplane,
     xprof_json,
 )
-from tpuscope.ingest.registry import IMPORTERS, Evidence, Importer, ImportRefused, register
+from tpuscope.ingest.registry import IMPORTERS, Imported, Importer, ImportRefused, register
 from tpuscope.ingest.run import ImportResult, import_paths
 
 __all__ = [
     "IMPORTERS",
-    "Evidence",
+    "Imported",
     "ImportRefused",
     "ImportResult",
     "Importer",

@@ -71,13 +71,13 @@ def own_xplanes(run_dir: Path, host: str | None) -> list[Path]:
     other hosts of a shared folder ingest theirs."""
     root = run_dir / layout.TRACE
     if host is None:
-        return trace_ingest.xplane_files(root)
+        return layout.xplane_files(root)
     folders = (
         sorted(p for p in root.iterdir() if p.is_dir() and layout.trace_host(p.name) == host)
         if root.is_dir()
         else []
     )
-    return [f for folder in folders for f in trace_ingest.xplane_files(folder)]
+    return [f for folder in folders for f in layout.xplane_files(folder)]
 
 
 def keep_only_read(folder: Path, dumps: list[Path]) -> tuple[int, int]:

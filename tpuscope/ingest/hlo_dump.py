@@ -13,21 +13,21 @@ import re
 from pathlib import Path
 
 from tpuscope.ingest.device import DUMP_STAGES
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
 from tpuscope.parse.hlo import dump_files
 from tpuscope.parse.hlo_rows import load_dumps
 
 _HEADER = re.compile(rb"^\s*(HloModule\s|ENTRY\s)")
 
 
-def load(path: Path) -> Evidence:
+def load(path: Path) -> Imported:
     files = dump_files(path, DUMP_STAGES) if path.is_dir() else [path]
     if not files:
         raise ValueError("no module_*.{before,after}_optimizations.txt file in it")
     rows, refused = load_dumps(files)
     if not rows["hlo_modules"]:
         raise ValueError("; ".join(r["reason"] for r in refused) or "no HLO module in it")
-    evidence = Evidence(meta={"backend": "hlo"})
+    evidence = Imported(meta={"backend": "hlo"})
     for table, table_rows in rows.items():
         evidence.add(table, table_rows)
     evidence.refused = refused

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
 from tpuscope.parse import hlo_proto, hlo_rows
 from tpuscope.parse.hlo import HloParseError, parse_modules
 
@@ -37,7 +37,7 @@ def _modules(path: Path) -> list[Any]:
     return parse_modules(text, source=str(path), stage=STAGE)
 
 
-def load(path: Path) -> Evidence:
+def load(path: Path) -> Imported:
     if not hlo_proto.available():
         raise ValueError("reading HloProto files needs jaxlib (pip install jax)")
     modules, refused = [], []
@@ -48,7 +48,7 @@ def load(path: Path) -> Evidence:
             refused.append({"path": str(file), "reason": str(exc)})
     if not modules:
         raise ValueError("; ".join(r["reason"] for r in refused) or "no HLO module in it")
-    evidence = Evidence(meta={"backend": "hlo"})
+    evidence = Imported(meta={"backend": "hlo"})
     for table, rows in hlo_rows.rows(modules).items():
         evidence.add(table, rows)
     evidence.refused = refused if path.is_dir() else []

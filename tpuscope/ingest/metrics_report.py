@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
 from tpuscope.parse.xla_counter_names import is_fallback_counter
 
 _HEADER = re.compile(r"(?:^|[\s\]|>])(?P<kind>Metric|Counter): (?P<name>\S+)\s*$")
@@ -128,8 +128,8 @@ def _metric_field(metric: Metric, key: str, value: str) -> None:
         metric.percentiles.update(_percentiles(value))
 
 
-def evidence_from_report(report: MetricsReport) -> Evidence:
-    evidence = Evidence()
+def evidence_from_report(report: MetricsReport) -> Imported:
+    evidence = Imported()
     evidence.add(
         "metrics",
         [
@@ -160,7 +160,7 @@ def evidence_from_report(report: MetricsReport) -> Evidence:
     return evidence
 
 
-def load(path: Path) -> Evidence:
+def load(path: Path) -> Imported:
     report = parse_metrics_report(Path(path).read_text(errors="replace"))
     if not report.metrics and not report.counters:
         raise ValueError("no Metric or Counter block found")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
 from tpuscope.parse.pt_xla_debug import DebugLog, GraphRecord, parse_debug_text
 from tpuscope.parse.xla_counter_names import is_fallback_counter
 from tpuscope.schema import table_row
+from tpuscope.schema_rows import CompileRow, FallbackRow, MetricRow
 
 _FREQUENT = re.compile(
     r"^(?P<name>\w+) too frequent: (?P<count>\d+) counts during (?P<steps>\d+) steps"
@@ -30,7 +30,7 @@ SNIFF = re.compile(
 )
 
 
-def _compile_row(index: int, record: GraphRecord) -> dict[str, Any]:
+def _compile_row(index: int, record: GraphRecord) -> CompileRow:
     return table_row(
         "compiles",
         backend="torch_xla",
@@ -46,7 +46,7 @@ def _compile_row(index: int, record: GraphRecord) -> dict[str, Any]:
     )
 
 
-def _notes(notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _notes(notes: list[str]) -> tuple[list[MetricRow], list[FallbackRow]]:
     """(metrics rows, fallbacks rows) from the auto-metrics notes; last count of each name wins."""
     counts: dict[str, int] = {}
     steps = 0
@@ -63,19 +63,17 @@ def _notes(notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                 op.strip() for op in lowered["ops"].split(",") if is_fallback_counter(op.strip())
             ]
     metrics = [
-        {"step": -1, "name": name, "kind": "metric", "count": count, "total": 0.0}
+        MetricRow(step=-1, name=name, kind="metric", count=count, total=0.0)
         for name, count in counts.items()
     ]
     if steps:
-        metrics.append(
-            {"step": -1, "name": "MarkStep", "kind": "counter", "count": steps, "total": 0.0}
-        )
-    fallbacks = [{"step": -1, "op": op, "count": 0, "location": None} for op in dict.fromkeys(ops)]
+        metrics.append(MetricRow(step=-1, name="MarkStep", kind="counter", count=steps, total=0.0))
+    fallbacks = [FallbackRow(step=-1, op=op, count=0, location=None) for op in dict.fromkeys(ops)]
     return metrics, fallbacks
 
 
-def evidence_from_log(log: DebugLog) -> Evidence:
-    evidence = Evidence()
+def evidence_from_log(log: DebugLog) -> Imported:
+    evidence = Imported()
     evidence.add("compiles", [_compile_row(i, r) for i, r in enumerate(log.compiles)])
     metrics, fallbacks = _notes(log.profiler_notes)
     if log.executions:
@@ -97,7 +95,7 @@ def evidence_from_log(log: DebugLog) -> Evidence:
     return evidence
 
 
-def load(path: Path) -> Evidence:
+def load(path: Path) -> Imported:
     log = parse_debug_text(Path(path).read_text(errors="replace"))
     if log.malformed:
         raise ValueError(f"malformed line: {log.malformed[0]!r}")

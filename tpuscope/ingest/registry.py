@@ -10,7 +10,7 @@ readers with `register(Importer(...))`, e.g. xplane and HLO-dump importers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,11 @@ class ImportRefused(Exception):
 
 
 @dataclass
-class Evidence:
-    """What one importer read from one file: rows per table, meta, a one-line summary."""
+class Imported:
+    """What one importer read from one file: rows per table, meta, a one-line summary (a
+    finding's evidence is analyze.evidence.Evidence)."""
 
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
     # Big tables (a trace's events) as Arrow tables already in the store schema, process fields set.
@@ -40,7 +41,7 @@ class Evidence:
     # The files of a folder this importer read (the others are named as skipped).
     read: list[Path] = field(default_factory=list)
 
-    def add(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def add(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         self.rows.setdefault(table, []).extend(rows)
 
     def count(self) -> int:
@@ -56,7 +57,7 @@ class Importer:
     name: str
     description: str
     sniff: Callable[[Path, bytes], bool]
-    load: Callable[[Path], Evidence]
+    load: Callable[[Path], Imported]
 
 
 IMPORTERS: list[Importer] = []
@@ -99,7 +100,7 @@ def importers_for(path: Path) -> list[Importer]:
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def check_rows(evidence: Evidence) -> None:
+def check_rows(evidence: Imported) -> None:
     """Every row must fit its table's schema before anything is written: a number beyond
     int64 or a value of the wrong type refuses the file (ValueError naming the field),
     instead of failing half-way through writing the run."""
@@ -119,7 +120,7 @@ def check_rows(evidence: Evidence) -> None:
                 raise ValueError(f"a {table} row does not fit the table: {exc}") from None
 
 
-def load(path: Path) -> list[tuple[Importer, Evidence]]:
+def load(path: Path) -> list[tuple[Importer, Imported]]:
     """Read one path with every importer that accepts it; ImportRefused if none yields rows.
 
     Whatever an importer raises refuses the file for that importer, with the reason: one

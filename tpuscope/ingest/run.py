@@ -13,11 +13,12 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpuscope.ingest.registry import Evidence, Importer, ImportRefused, load
+from tpuscope.ingest.registry import Imported, Importer, ImportRefused, load
 from tpuscope.store import RunStore, StoreError
 from tpuscope.store.run import Run
 
@@ -49,10 +50,10 @@ def text_logs(path: Path) -> list[Path]:
 
 
 def _load_all(
-    paths: list[str | Path], result: ImportResult
-) -> list[tuple[Path, list[tuple[Importer, Evidence]]]]:
+    paths: Sequence[str | Path], result: ImportResult
+) -> list[tuple[Path, list[tuple[Importer, Imported]]]]:
     """Every readable file (a folder's text logs too); the others named in `result`."""
-    loaded: list[tuple[Path, list[tuple[Importer, Evidence]]]] = []
+    loaded: list[tuple[Path, list[tuple[Importer, Imported]]]] = []
     for raw in paths:
         path = Path(raw)
         texts = text_logs(path)
@@ -88,7 +89,7 @@ def unread(folder: Path, read: set[Path]) -> list[dict[str, str]]:
     ]
 
 
-def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Evidence]]) -> int:
+def _write_file(run: Run, index: int, path: Path, results: list[tuple[Importer, Imported]]) -> int:
     number = f"{index:03d}"
     tag = f"import-{number}"  # parts and procs/ file named as a process "import", "pid" NNN
     fields = {"host": path.name, "pid": index, "rank": 0}
@@ -128,7 +129,9 @@ def _keep_files(run_dir: Path, files: dict[str, Path]) -> None:
             shutil.copyfile(source, target)
 
 
-def import_paths(paths: list[str | Path], store: RunStore, name: str | None = None) -> ImportResult:
+def import_paths(
+    paths: Sequence[str | Path], store: RunStore, name: str | None = None
+) -> ImportResult:
     """Import every readable path into one new run of `store`."""
     result = ImportResult(run_dir=None)
     loaded = _load_all(paths, result)

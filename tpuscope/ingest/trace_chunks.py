@@ -50,16 +50,15 @@ class _PairKeys:
     def codes(self, batch: pa.RecordBatch, column: str) -> tuple[np.ndarray, list[str]]:
         """Codes and labels of a string column (dictionary-encoded or not); null is the label ''
         at the end, so codes index the labels without a special case."""
-        array = batch.column(column)
-        if not pa.types.is_dictionary(array.type):
-            array = array.dictionary_encode()
+        read = batch.column(column)
+        array = read if isinstance(read, pa.DictionaryArray) else read.dictionary_encode()
         last = self._dicts.get(column)
         if last is None or not last[0].equals(array.dictionary):
             labels = ["" if v is None else str(v) for v in array.dictionary.to_pylist()] + [""]
             last = self._dicts[column] = (array.dictionary, labels)
         indices = array.indices
         if indices.null_count:
-            indices = pa.compute.fill_null(indices, len(last[1]) - 1)
+            indices = indices.fill_null(len(last[1]) - 1)
         return indices.to_numpy(zero_copy_only=False).astype(np.int64), last[1]
 
     def keys(self, batch: pa.RecordBatch) -> tuple[np.ndarray, list[str], list[str]]:
@@ -138,11 +137,15 @@ def work_ops(table: pa.Table, offset: int) -> pd.DataFrame:
         starts.append(batch.column("start_ns").to_numpy()[mask] + offset)
         durs.append(batch.column("dur_ns").to_numpy()[mask])
         codes.append(device)
-    device = pd.Categorical.from_codes(
+    device_column = pd.Categorical.from_codes(
         np.concatenate(codes), categories=pd.Index(names, dtype=object)
     )
     return pd.DataFrame(
-        {"start_ns": np.concatenate(starts), "dur_ns": np.concatenate(durs), "device": device},
+        {
+            "start_ns": np.concatenate(starts),
+            "dur_ns": np.concatenate(durs),
+            "device": device_column,
+        },
         copy=False,
     )
 
@@ -201,7 +204,7 @@ def _new_columns(
     longest = min(n, SLICE_ROWS)
     constants = {
         "host": pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(longest, np.int8)), pa.array([host])
+            pa.array(np.zeros(longest, np.int8), pa.int8()), pa.array([host])
         ),
         **{
             c: pa.array(np.full(longest, v, dtype=schema.field(c).type.to_pandas_dtype()))
@@ -221,7 +224,10 @@ def _new_columns(
         "start_ns": pa.int64(),
         "step": pa.int64(),
     }
-    return {c: pa.chunked_array(chunks, type=types[c]) for c, chunks in columns.items()}
+    return {
+        c: pa.chunked_array(chunks, type=types[c])  # type: ignore[call-overload]  # its stubs type each concrete DataType, not DataType
+        for c, chunks in columns.items()
+    }
 
 
 def store_events(table: pa.Table, host: str, pid: int, offset: int, lookup: StepLookup) -> pa.Table:
@@ -245,6 +251,8 @@ def count_modules(table: pa.Table, counts: dict[str, int]) -> None:
     if "hlo_module" not in table.column_names:
         return
     for chunk in table["hlo_module"].chunks:
-        for item in pa.compute.value_counts(chunk).to_pylist():
-            if item["values"] is not None:
-                counts[item["values"]] = counts.get(item["values"], 0) + int(item["counts"])
+        counted = pa.compute.value_counts(chunk)
+        values, times = counted.field("values").to_pylist(), counted.field("counts").to_pylist()
+        for value, count in zip(values, times, strict=True):
+            if value is not None:
+                counts[value] = counts.get(value, 0) + int(count or 0)

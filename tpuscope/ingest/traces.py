@@ -47,14 +47,6 @@ class TraceSet:
         return sum(t.num_rows for t in self.tables.get(name, []))
 
 
-def xplane_files(root: str | Path) -> list[Path]:
-    """Every *.xplane.pb under a folder (a TensorBoard log dir holds plugins/profile/<session>/)."""
-    root = Path(root)
-    if root.is_file():
-        return [root]
-    return sorted(root.rglob("*.xplane.pb")) if root.is_dir() else []
-
-
 def host_of(path: Path, info: dict[str, Any]) -> str:
     hosts = [h for h in info.get("hostnames") or [] if h]
     return hosts[0] if hosts else path.name.removesuffix(".xplane.pb")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tpuscope.ingest import traces as trace_ingest
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
+from tpuscope.store import layout
 
 
 def _kept_as(path: Path) -> str:
@@ -25,8 +26,8 @@ def _kept_as(path: Path) -> str:
     return f"trace/imported/plugins/profile/{session}/{path.name}"
 
 
-def load(path: Path) -> Evidence:
-    files = trace_ingest.xplane_files(path)
+def load(path: Path) -> Imported:
+    files = layout.xplane_files(path)
     if not files:
         raise ValueError("no *.xplane.pb file in it")
     traces = trace_ingest.load_traces(files)
@@ -37,7 +38,7 @@ def load(path: Path) -> Evidence:
                 for r in traces.refused
             )
         )
-    evidence = Evidence(meta={"backend": "trace", **traces.meta})
+    evidence = Imported(meta={"backend": "trace", **traces.meta})
     for name, tables in traces.tables.items():
         evidence.tables[name] = tables
     evidence.refused = list(traces.refused)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuscope.ingest import xprof_figures
-from tpuscope.ingest.registry import Evidence, Importer, register
+from tpuscope.ingest.registry import Imported, Importer, register
 from tpuscope.parse.xprof_tools import TOOLS, tool_rows
 
 _PROGRAM = re.compile(r"^(.*)\((\d+)\)$")
@@ -62,7 +62,7 @@ def _without_empty_duty_cycle(rows: list[dict[str, Any]]) -> list[dict[str, Any]
     return rows
 
 
-def load(path: Path) -> Evidence:
+def load(path: Path) -> Imported:
     files = tool_files(path)
     if "hlo_stats" not in files and "overview_page" not in files:
         raise ValueError("no xprof hlo_stats or overview_page JSON in it")
@@ -73,7 +73,7 @@ def load(path: Path) -> Evidence:
     kind = xprof_figures.device_kind(result.overview)
     result.overview = xprof_figures.overview_rows(_without_empty_duty_cycle(result.overview), kind)
     result.ops = xprof_figures.op_rows(result.ops)
-    evidence = Evidence(meta={"backend": "xprof"})
+    evidence = Imported(meta={"backend": "xprof"})
     evidence.add("xprof_overview", [{**fields, **r} for r in result.overview])
     evidence.add("xprof_ops", [{**fields, **r} for r in result.ops])
     programs = _programs(outputs.get("op_profile"))

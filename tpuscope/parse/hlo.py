@@ -49,6 +49,25 @@ _DTYPE_BYTES = {
     "f8e5m2fnuz": 1,
     "token": 0,
 }
+# Instructions that move no data of their own: their values are already in memory or are
+# views of other buffers. The module traffic estimate (parse/hlo_rows) and the op cost model
+# (analyze/cost_model) both read this set. `iota` is not in it: it reads nothing but writes its
+# result (XLA's own cost analysis counts those bytes), and one left unfused in optimized HLO
+# runs as its own kernel.
+NO_TRAFFIC_OPCODES = frozenset(
+    {
+        "parameter",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "constant",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "add-dependency",
+    }
+)
 _CALL_ATTRS = (
     "calls",
     "to_apply",
@@ -64,12 +83,13 @@ class HloParseError(ValueError):
 
 
 @dataclass
-class Shape:
-    """An array shape ('f32[16,128,64]'); tuples keep their elements."""
+class HloShape:
+    """An HLO instruction's shape ('f32[16,128,64]'); tuples keep their elements. Stored
+    argument shapes, whose dims may be unknown, are analyze.shapes.Shape."""
 
     dtype: str
     dims: tuple[int, ...] = ()
-    elements: list[Shape] = field(default_factory=list)
+    elements: list[HloShape] = field(default_factory=list)
 
     @property
     def is_tuple(self) -> bool:
@@ -94,14 +114,20 @@ class Shape:
 class Instruction:
     name: str
     opcode: str
-    shape: Shape
+    shape: HloShape
     operands: list[str]
-    operand_shapes: list[Shape | None]
+    operand_shapes: list[HloShape | None]
     attrs: dict[str, str]
     computation: str
     is_root: bool = False
     fusion: str | None = None  # the fusion instruction whose computation holds this one (outermost)
     metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def moves_no_data(self) -> bool:
+        """An instruction whose values are already in memory or views of others
+        (NO_TRAFFIC_OPCODES)."""
+        return self.opcode in NO_TRAFFIC_OPCODES
 
     @property
     def source_line(self) -> int | None:
@@ -135,14 +161,15 @@ class HloModule:
             yield from computation.instructions
 
 
-def parse_shape(text: str) -> tuple[Shape | None, int]:
-    """The shape at the start of text and the characters it used (layouts skipped)."""
+def read_shape(text: str) -> tuple[HloShape | None, int]:
+    """The shape at the start of text and the characters it used (layouts skipped); a
+    tokenizer step of the instruction parser (analyze.shapes.parse_shape reads stored ones)."""
     text_len = len(text)
     if text.startswith("("):
         close = _matching(text, 0)
         parts = [p for p in split_top(text[1:close]) if p]
-        elements = [s for s in (parse_shape(p)[0] for p in parts) if s is not None]
-        return Shape("tuple", elements=elements), close + 1
+        elements = [s for s in (read_shape(p)[0] for p in parts) if s is not None]
+        return HloShape("tuple", elements=elements), close + 1
     match = _SHAPE.match(text)
     if match is None:
         return None, 0
@@ -150,7 +177,7 @@ def parse_shape(text: str) -> tuple[Shape | None, int]:
     end = match.end()
     if end < text_len and text[end] == "{":
         end = _matching(text, end) + 1
-    return Shape(match[1], dims), end
+    return HloShape(match[1], dims), end
 
 
 def _unquoted(text: str, start: int = 0):
@@ -205,7 +232,7 @@ def parse_instruction(line: str, computation: str = "") -> Instruction:
     name, eq, rest = text.partition(" = ")
     if not eq:
         raise HloParseError(f"not an HLO instruction: {line.strip()[:120]!r}")
-    shape, used = parse_shape(rest)
+    shape, used = read_shape(rest)
     if shape is None:
         raise HloParseError(f"no result shape in: {line.strip()[:120]!r}")
     rest = rest[used:].lstrip()
@@ -237,13 +264,13 @@ def parse_instruction(line: str, computation: str = "") -> Instruction:
     )
 
 
-def _operands(text: str, opcode: str) -> tuple[list[str], list[Shape | None]]:
+def _operands(text: str, opcode: str) -> tuple[list[str], list[HloShape | None]]:
     if opcode in ("constant", "parameter", "iota") or not text.strip():
         return [], []
     names, shapes = [], []
     for part in split_top(text):
         part = re.sub(r"/\*.*?\*/", "", part).strip()  # /*index=5*/ comments
-        shape, used = parse_shape(part)
+        shape, used = read_shape(part)
         match = _OPERAND_NAME.search(part[used:].strip())
         if match:
             names.append(match[1])

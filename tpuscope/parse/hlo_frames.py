@@ -46,7 +46,7 @@ class _Frames:
 
     def stack(self, frame_id: int) -> list[str]:
         """'function (file:line)' from the innermost frame outwards."""
-        out = []
+        out: list[str] = []
         while 0 < frame_id <= len(self.frames) and len(out) < MAX_DEPTH:
             frame = self.frames[frame_id - 1]
             loc_id = frame.get(1, 0)

@@ -17,24 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuscope.parse.hlo import HloModule, HloParseError, Instruction, Shape, read_dump
+from tpuscope.parse.hlo import HloModule, HloParseError, HloShape, Instruction, read_dump
 from tpuscope.parse.hlo_frames import dump_user_lines
 
 MATMUL_OPCODES = ("dot", "convolution")
-# Instructions that move no data of their own: left out of a module's traffic estimate.
-_FREE = {
-    "parameter",
-    "tuple",
-    "get-tuple-element",
-    "bitcast",
-    "constant",
-    "after-all",
-    "partition-id",
-    "replica-id",
-    "opt-barrier",
-    "add-dependency",
-    "iota",
-}
 
 
 @dataclass
@@ -83,7 +69,7 @@ def matmul(inst: Instruction) -> Matmul | None:
     return _convolution(inst, lhs, rhs)
 
 
-def _dot(inst: Instruction, lhs: Shape, rhs: Shape) -> Matmul:
+def _dot(inst: Instruction, lhs: HloShape, rhs: HloShape) -> Matmul:
     lb, lc = _dims(inst.attrs.get("lhs_batch_dims")), _dims(inst.attrs.get("lhs_contracting_dims"))
     rb, rc = _dims(inst.attrs.get("rhs_batch_dims")), _dims(inst.attrs.get("rhs_contracting_dims"))
     m = _product(d for i, d in enumerate(lhs.dims) if i not in lb and i not in lc)
@@ -93,7 +79,7 @@ def _dot(inst: Instruction, lhs: Shape, rhs: Shape) -> Matmul:
     return Matmul(batch, m, n, k, lhs.dtype, rhs.dtype, _precision(inst))
 
 
-def _convolution(inst: Instruction, lhs: Shape, rhs: Shape) -> Matmul | None:
+def _convolution(inst: Instruction, lhs: HloShape, rhs: HloShape) -> Matmul | None:
     labels = inst.attrs.get("dim_labels", "")
     match = re.match(r"^(\w+)_(\w+)->(\w+)$", labels)
     out = inst.shape
@@ -126,7 +112,7 @@ def _convolution(inst: Instruction, lhs: Shape, rhs: Shape) -> Matmul | None:
 
 def _traffic(inst: Instruction) -> float:
     """Bytes a top-level instruction reads and writes (operands + result), 0 for free ones."""
-    if inst.opcode in _FREE:
+    if inst.moves_no_data:
         return 0.0
     return inst.shape.bytes + sum(s.bytes for s in inst.operand_shapes if s is not None)
 

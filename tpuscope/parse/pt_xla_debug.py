@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpuscope.schema_rows import CompileSizes, SizeColumn
 from tpuscope.user_files import is_user_file
 
 _PREFIXES = {
@@ -24,7 +25,7 @@ _PREFIXES = {
 }
 _FRAME = re.compile(r"^\s*(?P<func>\S.*?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
 _SIZE = re.compile(r"^(?P<what>[A-Za-z ]+?) size: (?P<gb>[0-9.]+) GB")
-_SIZE_FIELDS = {
+_SIZE_FIELDS: dict[str, SizeColumn] = {
     "Graph input": "input_gb",
     "Graph output": "output_gb",
     "Aliased Input": "aliased_gb",
@@ -43,7 +44,7 @@ class GraphRecord:
     num_inputs: int | None = None
     num_outputs: int | None = None
     frames: list[str] = field(default_factory=list)
-    sizes: dict[str, float] = field(default_factory=dict)
+    sizes: CompileSizes = field(default_factory=lambda: CompileSizes())
     truncated: bool = False
 
     @property

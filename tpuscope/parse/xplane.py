@@ -42,7 +42,13 @@ from google.protobuf.message import DecodeError
 from tpuscope.parse import xplane_build
 from tpuscope.parse import xplane_jit as jit
 from tpuscope.parse import xplane_wire as wire
-from tpuscope.parse.xplane_meta import PlaneMeta, merge_stats, upb_events, wire_stats
+from tpuscope.parse.xplane_meta import (
+    NumCols,
+    PlaneMeta,
+    merge_stats,
+    upb_events,
+    wire_stats,
+)
 from tpuscope.parse.xplane_proto import (
     WireError,
     XEvent,
@@ -372,9 +378,22 @@ def _finish_events(
     """The main thread's half: stat values as dictionary codes, the few events left with many
     fields through upb."""
     mid, offset, duration, ev, stats, tail = decoded
-    ev_num, ev_str = {}, {}
+    ev_num: NumCols = {}
+    ev_str: NumCols = {}
     if stats is not None:
-        ev_num, ev_str = wire_stats(data, meta, ev, *stats, builder.want_numeric, builder.strdicts)
+        mids, kinds, nums, str_starts, str_lens = stats
+        ev_num, ev_str = wire_stats(
+            data,
+            meta,
+            ev,
+            mids,
+            kinds,
+            nums,
+            str_starts,
+            str_lens,
+            builder.want_numeric,
+            builder.strdicts,
+        )
     if tail.size:
         events = [
             XEvent.FromString(data[a:b])

@@ -147,7 +147,7 @@ def build(folder: Path, name: str) -> Path:
     from numba import njit, types
     from numba.pycc import CC, compiler
 
-    class NoGil(compiler.Flags):  # type: ignore[misc]
+    class NoGil(compiler.Flags):
         """pycc has no nogil option, but it makes its wrappers as @njit(nogil=True) does, by
         create_cpython_wrapper(flags.release_gil): with it set, the reader's two worker
         threads decode side by side (without, 0.32-0.35 s wall for a 1M-event read, not 0.24)."""

@@ -254,7 +254,7 @@ def _decode(
     return 0, mid, off, dur, ev, ss, se, left
 
 
-def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, ...] | None:
+def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int] | None:
     """xplane_wire.event_spans, or None (let it raise or handle the odd case)."""
     assert _compiled is not None, "use() first"
     return _event_spans(_compiled, buf, start, end)
@@ -262,7 +262,7 @@ def event_spans(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, ...]
 
 def _event_spans(
     module: ModuleType, buf: np.ndarray, start: int, end: int
-) -> tuple[np.ndarray, ...] | None:
+) -> tuple[np.ndarray, np.ndarray, int] | None:
     buf, empty = _vector(buf, np.uint8), np.empty(0, np.int64)
     if not 0 <= start <= end <= len(buf):
         raise ValueError(f"event span [{start}, {end}) outside the {len(buf)} bytes")
@@ -324,7 +324,7 @@ def _decode_batch(
 def _vector(values: np.ndarray, dtype: type) -> np.ndarray:
     """The array as the compiled signatures take it: pycc's wrappers check neither dtype,
     strides nor the number of dimensions (a wrong one is read as raw memory)."""
-    vector = np.ascontiguousarray(values, dtype)
+    vector: np.ndarray = np.ascontiguousarray(values, dtype)
     if vector.ndim != 1:
         raise ValueError(f"a {vector.ndim}-d array where the decoder takes a vector")
     return vector

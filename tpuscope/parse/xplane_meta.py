@@ -335,10 +335,10 @@ def merge_stats(
             values[event[0]], valid[event[0]] = event[1], True
         num_cols[col] = (values, valid)
     for col in want_string:
-        event, on_meta = ev_str.get(col), meta.meta_str.get(col)
-        if event is None and on_meta is None:
+        event, on_meta_codes = ev_str.get(col), meta.meta_str.get(col)
+        if event is None and on_meta_codes is None:
             continue
-        codes = on_meta[rows] if on_meta is not None else np.full(n, -1, dtype=np.int32)
+        codes = on_meta_codes[rows] if on_meta_codes is not None else np.full(n, -1, dtype=np.int32)
         if event is not None:
             codes[event[0]] = event[1]
         str_cols[col] = codes

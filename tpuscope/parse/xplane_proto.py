@@ -11,6 +11,7 @@ as `bytes`, so a name with invalid UTF-8 does not make upb reject the whole file
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,7 +178,11 @@ def stat_value(stat: Any, stat_names: dict[int, str]) -> tuple[str | None, Any]:
     return "num", getattr(stat, kind)
 
 
-def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+# a message's bytes, read whole or mapped (hlo_proto finds a trace's metadata plane in an mmap)
+WireBytes = bytes | mmap.mmap
+
+
+def varint(buf: WireBytes, pos: int, end: int) -> tuple[int, int]:
     """(value, next position) of the varint at pos."""
     result = shift = 0
     while True:
@@ -193,7 +198,9 @@ def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise WireError(f"varint too long at byte {pos}")
 
 
-def skip_field(buf: bytes, pos: int, end: int, wire_type: int, field_no: int) -> tuple[int, int]:
+def skip_field(
+    buf: WireBytes, pos: int, end: int, wire_type: int, field_no: int
+) -> tuple[int, int]:
     """Position after the value of a field whose tag ended at pos, and its length (LEN fields)."""
     if wire_type == 0:
         return varint(buf, pos, end)[1], 0
@@ -213,7 +220,7 @@ def skip_field(buf: bytes, pos: int, end: int, wire_type: int, field_no: int) ->
     return pos + size, 0
 
 
-def read_tag(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
+def read_tag(buf: WireBytes, pos: int, end: int) -> tuple[int, int, int]:
     """(field number, wire type, next position) of the tag at pos."""
     tag, after = varint(buf, pos, end)
     field_no = tag >> 3
@@ -222,7 +229,7 @@ def read_tag(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
     return field_no, tag & 7, after
 
 
-def fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+def fields(buf: WireBytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """(field number, wire type, field start, value start, value end) of one message level.
 
     For LEN fields the value span is the payload; for varints the value is decoded by

@@ -9,7 +9,7 @@ as they become RecordBatches, so there is no concatenation copy.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,7 @@ def _unpack(packed: Packed, n: int, dtype: Any, fill: Any) -> tuple[np.ndarray, 
         valid = np.zeros(n, dtype=bool)
         valid[rows] = True
         return out, valid
-    return packed  # type: ignore[return-value]
+    return packed[0], packed[1]
 
 
 def _index_type(strings: StringDict) -> Any:
@@ -199,12 +199,13 @@ class TableBuilder:
         codes: np.ndarray | None,
         n: int,
         index_types: dict[str, Any],
-        values: dict[str, pa.Array],
+        values: Mapping[str, pa.Array],
         dict_array: Any,
     ) -> pa.Array:
         if codes is None:  # all null, but with the shared dictionary
             return pa.DictionaryArray.from_arrays(
-                pa.nulls(n, pa.from_numpy_dtype(index_types[col])), values[col]
+                pa.nulls(n, pa.from_numpy_dtype(index_types[col])),  # type: ignore[call-overload]  # its stubs type each concrete DataType, not DataType
+                values[col],
             )
         null = codes < 0
         return dict_array(col, codes, null if null.any() else None)
@@ -213,7 +214,7 @@ class TableBuilder:
 def _number_column(packed: tuple[np.ndarray, np.ndarray] | None, n: int, dtype: Any) -> pa.Array:
     arrow_type = pa.from_numpy_dtype(dtype)
     if packed is None:
-        return pa.nulls(n, arrow_type)
+        return pa.nulls(n, arrow_type)  # type: ignore[call-overload]  # as above
     values, valid = packed
     return pa.array(values, type=arrow_type, mask=None if valid.all() else ~valid)
 

@@ -23,6 +23,8 @@ part that imports the watch engine); fixture.py what the fixture gives a test.
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from tpuscope.pytest_plugin.fixture import TpuscopeFixture
@@ -51,6 +53,6 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def tpuscope(request: pytest.FixtureRequest) -> TpuscopeFixture:
     """Watch blocks of this test for recompiles and CPU fallbacks (see docs/pytest.md)."""
-    plugin: TpuscopePlugin = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    plugin = cast(TpuscopePlugin, request.config.pluginmanager.get_plugin(PLUGIN_NAME))
     spec = request.node.stash.get(SPEC_KEY, None) or Spec(manual=True)
     return TpuscopeFixture(request.node, plugin.ensure_runner(), spec)

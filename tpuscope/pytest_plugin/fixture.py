@@ -36,4 +36,5 @@ class TpuscopeFixture:
 
     @property
     def watches(self) -> list[Watch]:
-        return list(self._item.stash.get(WATCHES_KEY, []))
+        watches: list[Watch] = self._item.stash.get(WATCHES_KEY, [])
+        return list(watches)

@@ -12,7 +12,7 @@ import pytest
 from tpuscope.pytest_plugin.options import Options
 
 if TYPE_CHECKING:
-    from tpuscope.watch.engine import Limits
+    from tpuscope.watch.engine import Limits, Watch
 
 MARKER = FIXTURE = "tpuscope"
 MARKER_HELP = (
@@ -43,7 +43,7 @@ class Spec:
 
 
 SPEC_KEY = pytest.StashKey[Spec]()
-WATCHES_KEY = pytest.StashKey[list]()
+WATCHES_KEY: pytest.StashKey[list[Watch]] = pytest.StashKey()
 
 
 def _nonnegative(name: str, value: Any, allow_none: bool) -> int | None:

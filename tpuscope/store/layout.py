@@ -42,6 +42,16 @@ def trace_dir(run_dir: Path, backend: str, host: str, pid: int) -> Path:
     return Path(run_dir) / TRACE / f"{backend}-{host}-{pid}"
 
 
+def xplane_files(root: str | Path) -> list[Path]:
+    """Every *.xplane.pb under a folder, in name order (a profiler's sessions are named by when
+    they ran): a process's trace folder, or any TensorBoard log dir (plugins/profile/<session>/);
+    a file is itself. The collectors' profiler window and `tpuscope import` both list them here."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    return sorted(root.rglob("*.xplane.pb")) if root.is_dir() else []
+
+
 def trace_host(folder: str) -> str | None:
     """The host a trace folder's name carries (`<backend>-<host>-<pid>`: the backend has no
     dash, the pid is read from the right, so a host with dashes stays whole); None for

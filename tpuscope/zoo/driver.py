@@ -18,10 +18,13 @@ import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpuscope.zoo import catalog
 from tpuscope.zoo.cell import record_path, run_cell, variant, workaround
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 DEFAULT_SCENARIOS = ("train", "generate")
 
@@ -93,9 +96,9 @@ def run_sweep(
             records[(entry.model_type, scenario)] = old
             experts = workaround(old)
             if experts:
-                done = load_record(store, entry.model_type, variant(scenario, experts))
-                if done is not None and done.get("status") not in retry:
-                    records[(entry.model_type, variant(scenario, experts))] = done
+                other = load_record(store, entry.model_type, variant(scenario, experts))
+                if other is not None and other.get("status") not in retry:
+                    records[(entry.model_type, variant(scenario, experts))] = other
                 else:
                     todo.append((entry, scenario, False))
         else:
@@ -138,7 +141,9 @@ class _Progress:
     """A rich progress bar with ETA on a terminal; nothing otherwise."""
 
     def __init__(self, total: int, show: bool) -> None:
-        self.total, self.show, self._bar, self._task = total, show and total > 0, None, None
+        self.total, self.show = total, show and total > 0
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> _Progress:
         if self.show:
@@ -165,7 +170,7 @@ class _Progress:
         return self
 
     def advance(self, text: str) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, advance=1, description=text)
 
     def __exit__(self, *exc: object) -> None:

@@ -7,7 +7,6 @@ cell sees the same batch and the shapes are exactly the ones the scenario names.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 BATCH = 2
@@ -137,17 +136,20 @@ def generate_kwargs(task: str, config: Any, static: bool) -> dict[str, Any]:
     return kwargs
 
 
-def token_marks(mark: Callable[[int], None]) -> Any:
-    """A LogitsProcessorList whose one processor calls mark(token index) and returns the scores
-    untouched: the counters read at each token, nothing added to the device graph."""
+def token_marks(label: str) -> Any:
+    """A LogitsProcessorList whose one processor marks the truth's counters at each token (as
+    `{label}:{token index}`, truth.mark) and returns the scores untouched: nothing is added to
+    the device graph."""
     from transformers import LogitsProcessor, LogitsProcessorList
+
+    from tpuscope.zoo import truth
 
     class _Mark(LogitsProcessor):
         def __init__(self) -> None:
             self.token = 0
 
         def __call__(self, input_ids: Any, scores: Any) -> Any:
-            mark(self.token)
+            truth.mark(f"{label}:{self.token}")
             self.token += 1
             return scores
 

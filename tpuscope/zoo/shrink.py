@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from tpuscope.zoo import layers as layer_rules
 from tpuscope.zoo import stages
@@ -198,7 +198,7 @@ def hidden_sizes(config: Any) -> set[int]:
     return found
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

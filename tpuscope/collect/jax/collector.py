@@ -14,7 +14,7 @@ import atexit
 import os
 import time
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker
@@ -33,6 +33,14 @@ READY_WAIT_S = 5.0  # at exit, how long outputs still running may take to be rea
 
 
 _LIVE: weakref.WeakSet[JaxCollector] = weakref.WeakSet()
+
+
+class _Hook(Protocol):
+    """What the collector puts into jax and takes out again (hooks.py, jit_hook.py)."""
+
+    def install(self, jax: Any) -> Any: ...
+
+    def uninstall(self) -> None: ...
 
 
 def _after_fork_in_child() -> None:
@@ -56,7 +64,7 @@ class JaxCollector(StepTracker):
         self._device_meta_done = False
         self.compile_rows = CompileRows()
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
-        self._hooks: list[Any] = []
+        self._hooks: list[_Hook] = []
         self._tracking: list[JitHook] = []  # the hooks that name the call a compile belongs to
         session.before_flush.append(self._write_rows)
         _LIVE.add(self)  # a forked child must not write its parent's steps
@@ -72,7 +80,13 @@ class JaxCollector(StepTracker):
         try:
             self.tracker.install(jax)
             self._tracking = [JitHook(self), PmapHook(self)]
-            for hook in (*self._tracking, AnnotationHook(self), SyncHook(self), EagerHook(self)):
+            hooks: list[_Hook] = [
+                *self._tracking,
+                AnnotationHook(self),
+                SyncHook(self),
+                EagerHook(self),
+            ]
+            for hook in hooks:
                 self._hooks.append(hook.install(jax))
         except Exception:
             self.uninstall()  # leave the program exactly as it was

@@ -22,6 +22,7 @@ from tpuscope.collect.jax.explain import (
     plain_type,
 )
 from tpuscope.collect.jax.pmap_calls import PmapCompiles
+from tpuscope.schema_rows import CompileRow, RetraceRow
 
 
 class CompileRows:
@@ -49,7 +50,7 @@ class CompileRows:
 
     def compile_row(
         self, event: CompileEvent, step: int, index: int, duration_ns: int, explaining: bool
-    ) -> dict[str, Any]:
+    ) -> CompileRow:
         """explaining: JAX explains cache misses now, so a trace without an explanation is
         JAX's own code (an eager op's library function)."""
         from tpuscope.schema import table_row
@@ -135,9 +136,9 @@ def _graph_key(event: CompileEvent) -> str:
     )
 
 
-def retrace_rows(event: CompileEvent, step: int, index: int) -> list[dict[str, Any]]:
+def retrace_rows(event: CompileEvent, step: int, index: int) -> list[RetraceRow]:
     """One row per difference; traces that led to no compile have no compile_index."""
-    rows = []
+    rows: list[RetraceRow] = []
     for expl, compiled in [(e, index) for e in event.explanations] + [
         (e, None) for e in event.stale_explanations
     ]:
@@ -147,7 +148,7 @@ def retrace_rows(event: CompileEvent, step: int, index: int) -> list[dict[str, A
 
 def _retrace_row(
     expl: Explanation, diff: Any, step: int, index: int | None, fallback: str | None
-) -> dict[str, Any]:
+) -> RetraceRow:
     """JAX names the call site itself, skipping only its own frames: a call inside flax or
     optax is located at the user's line that led to it (the compile's location) instead."""
     from tpuscope.schema import table_row

@@ -215,15 +215,19 @@ class CompileTracker:
                 self._pending().explanations.append(explanation)
 
     def _on_lowering_record(self, record: logging.LogRecord) -> None:
+        args = record.args
         if (
             str(record.msg).startswith("Compiling %s with global shapes")
-            and len(record.args or ()) >= 2
+            and isinstance(args, tuple)
+            and len(args) >= 2
         ):
             pending = self._pending()
-            pending.shapes = [aval_text(a) for a in record.args[1]]  # type: ignore[index]
-            pending.avals = ",".join(map(str, record.args[1]))  # type: ignore[index]  (weak types too: ~f32[])
-            if len(record.args) >= 3:  # type: ignore[arg-type]
-                pending.shardings = [str(s) for s in record.args[2]]  # type: ignore[index]
+            avals: Any = args[1]  # jax's abstract values, as its log record carries them
+            pending.shapes = [aval_text(a) for a in avals]
+            pending.avals = ",".join(map(str, avals))  # (weak types too: ~f32[])
+            if len(args) >= 3:
+                shardings: Any = args[2]
+                pending.shardings = [str(s) for s in shardings]
 
     # -- monitoring ------------------------------------------------------------------
     def _on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
+from collections.abc import Sized
 from typing import Any
 
 from tpuscope.store.columns import Coded, Repeat
@@ -232,6 +233,8 @@ class StepColumns:
         )
         self.metrics: dict[str, list[Any]] = {name: [] for name in _METRIC_COLUMNS}
         self.sites: dict[str, list[Any]] = {name: [] for name in _SITE_COLUMNS}
+        # (metrics, call_sites) when `_single_syncs` built them a column at a time
+        self._whole: tuple[dict[str, Sized], dict[str, Sized]] | None = None
         self._keys = keys or []
         self._sync_names: dict[str, str] = {}  # one metric name string per kind, shared by its rows
         if (ids or done.metrics) and not self._single_syncs(
@@ -265,14 +268,14 @@ class StepColumns:
                 codes, [value(keys[event]) if event in used else None for event in range(len(keys))]
             )
 
-        self.metrics = {
+        metrics: dict[str, Sized] = {
             "step": step,
             "name": coded(lambda key: self._sync_name(key[1])),
             "kind": Repeat("counter", count),
             "count": Repeat(1, count),
             "total": Repeat(0.0, count),
         }
-        self.sites = {
+        sites: dict[str, Sized] = {
             "step": step,
             "kind": Repeat(HOST_SYNC, count),
             "name": coded(lambda key: key[1]),
@@ -280,6 +283,7 @@ class StepColumns:
             "library_frame": coded(lambda key: key[3]),
             "count": Repeat(1, count),
         }
+        self._whole = (metrics, sites)
         return True
 
     def _events(self, done: StepLog, steps: array, ids: array) -> None:
@@ -372,13 +376,14 @@ class StepColumns:
             columns["library_frame"].append(library)
             columns["count"].append(count)
 
-    def tables(self) -> dict[str, dict[str, list[Any]]]:
+    def tables(self) -> dict[str, dict[str, Sized]]:
         """Each table's columns, tables without rows left out."""
         from tpuscope.schema import table_columns
 
+        metrics, sites = self._whole or (self.metrics, self.sites)
         out = {
             "steps": self.steps,
-            "metrics": table_columns("metrics", **self.metrics),
-            "call_sites": table_columns("call_sites", **self.sites),
+            "metrics": table_columns("metrics", **metrics),
+            "call_sites": table_columns("call_sites", **sites),
         }
         return {name: columns for name, columns in out.items() if len(columns["step"])}

@@ -35,6 +35,7 @@ from typing import Any
 
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
+from tpuscope.schema_rows import CompileRow
 
 # TorchTPU's eager modes under the names the rest of tpuscope (and the bench) use.
 EAGER_MODES = {
@@ -368,7 +369,7 @@ class TpuCollector:
 
     def _compile_row(
         self, now: int, mode: str, new_entries: list[int | None], i: int
-    ) -> dict[str, Any]:
+    ) -> CompileRow:
         self.compile_index += 1
         duration = new_entries[i] if i < len(new_entries) else None
         from tpuscope.schema import table_row  # imported on the first compile, not at start-up

@@ -70,7 +70,7 @@ class XlaCollector:
         self.rows = StepRows(session, self.debug)  # built in the flush thread (xla/rows.py)
         self.step = 0
         self._xlac: Any = None
-        self.reader: CounterReader | None = None
+        self.reader: CounterReader  # made at install (torch_xla's counters): read at every step
         self._original: Any = None
         self._counts: dict[str, int] = {}  # every counter at the last step (see _counts_now)
         self._prev_metrics: dict[str, Any] = {}  # every metric's data at the last step that read it

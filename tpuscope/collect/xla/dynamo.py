@@ -70,7 +70,7 @@ class CompiledCalls:
                 hooks.append(enter)
 
         self._context_class, self._init_original = OptimizeContext, original
-        OptimizeContext.__init__ = __init__  # type: ignore[method-assign]
+        OptimizeContext.__init__ = __init__
 
     def _enter(self) -> Callable[[], None]:
         """Dynamo's enter hook: the call's depth; its cleanup (at return) ends a step when outermost."""

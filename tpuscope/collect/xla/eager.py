@@ -12,14 +12,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from tpuscope.parse.pt_xla_debug import user_location
 
 
 def _caller_location() -> str | None:
-    frame = sys._getframe(2)
-    frames = []
+    frame: FrameType | None = sys._getframe(2)
+    frames: list[str] = []
     while frame is not None and len(frames) < 32:
         frames.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
         frame = frame.f_back

@@ -35,6 +35,7 @@ from typing import Any
 from tpuscope.collect.frames import user_and_library
 from tpuscope.collect.xla.counters import COPY_COUNTERS
 from tpuscope.collect.xla.counters import HOST_TRANSFER as TRANSFER_METRIC
+from tpuscope.schema_rows import CallSiteRow, FallbackRow
 
 # torch's own Python (`torch._check_tensor_all`'s `.item()`, `F.*` wrappers) is never the line a
 # read or a fallback is to be found at: the library frame is the innermost one outside it (the
@@ -63,7 +64,13 @@ def _mode_class() -> type:
             super().__init__()
             self.tracer = tracer
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             # Counters move only inside torch calls, and calls reach this handler one at a
             # time (nested ones run with the mode off), so the reading after the previous
             # call is this call's "before": one read per call instead of two.
@@ -207,7 +214,7 @@ class SiteTracer:
 
 def site_rows(
     step: int, fallback_ops: dict[str, int], traced: tuple[Counter, Counter] | None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[FallbackRow], list[CallSiteRow]]:
     """Rows of `fallbacks` (one per op and located call site) and `call_sites` (host reads).
 
     Counts the tracer could not place (an op run by the autograd engine's thread)
@@ -216,7 +223,7 @@ def site_rows(
     from tpuscope.schema import table_row  # the flush thread: pyarrow is loaded by now
 
     fallback_sites, read_sites = traced if traced is not None else (Counter(), Counter())
-    fallbacks: list[dict[str, Any]] = []
+    fallbacks: list[FallbackRow] = []
     for op, count in fallback_ops.items():
         placed = 0
         for (site_op, where, library), n in sorted(fallback_sites.items(), key=lambda kv: -kv[1]):

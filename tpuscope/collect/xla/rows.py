@@ -34,6 +34,7 @@ from tpuscope.collect.xla.plain import Batch, PlainLog, fallback_steps, plain_co
 from tpuscope.collect.xla.shapes import ModuleShapes, pair_modules
 from tpuscope.parse.pt_xla_debug import DebugFileTail, GraphRecord
 from tpuscope.parse.xla_counter_names import is_fallback_counter
+from tpuscope.schema_rows import CompileRow
 from tpuscope.store.columns import Coded, Repeat
 
 COMPILE_TIME = "CompileTime"
@@ -159,7 +160,7 @@ class StepRows:
                 item = queue[0]
                 last = len(queue) == 1  # before reading its rows: only the last one can still grow
                 try:
-                    if type(item) is PlainLog:
+                    if isinstance(item, PlainLog):
                         self._plain_rows(item, batch)
                         if last:
                             break
@@ -195,7 +196,8 @@ class StepRows:
         self.unsplit_steps.append(record.step)
         self.unsplit_ends.append(record.end_ns)
         split = self.split(record.metrics) if record.full else None
-        records, executions = ([], [])
+        records: list[GraphRecord] = []
+        executions: list[GraphRecord] = []
         if self.debug is not None and record.debug_end is not None:
             records, executions = self.debug.poll(record.debug_end)
         hashes = [e.graph_hash for e in executions if e.graph_hash]
@@ -304,7 +306,7 @@ class StepRows:
 
     def _compile_row(
         self, step: int, record: GraphRecord, time_ns: int, duration_ns: int
-    ) -> dict[str, Any]:
+    ) -> CompileRow:
         from tpuscope.schema import table_row  # the flush thread: pyarrow is loaded by now
 
         self.compile_index += 1

@@ -193,7 +193,7 @@ class HloDumpShapes:
         inherited = current is not None and current == os.environ.get(ENV_DUMP_DIR)
         if current and not inherited:
             return cls(Path(current), owned=False), {}
-        if inherited:
+        if inherited and current is not None:
             flags = flags.replace(default_flags(Path(current)), "")
         if os.environ.get(ENV_SWITCH) == "0" or _USER_DUMP_FLAGS.search(flags):
             if inherited:  # the parent's folder is not this process's to fill

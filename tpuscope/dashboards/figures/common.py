@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -167,7 +167,7 @@ def minmax_indices(values: np.ndarray, max_points: int) -> np.ndarray:
     return np.unique(picked[picked < n])
 
 
-def x_window(relayout: dict | None) -> tuple[float, float] | str | None:
+def x_window(relayout: dict[str, Any] | None) -> tuple[float, float] | Literal["reset"] | None:
     """The x range a Plotly zoom asked for, 'reset' on autorange, None for other events.
 
     Drives server-side re-decimation: the browser only ever holds what is in view.

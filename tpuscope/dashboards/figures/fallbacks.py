@@ -45,18 +45,15 @@ def fallback_heatmap(
     """Which aten ops ran on the host in which steps (binned when there are many steps); from
     the fallbacks rows, or `binned`, the (matrix, width) fallback_matrix gives (computed where
     the rows are: dashboards.aggregates)."""
-    if (
-        binned is None
-        and (fallbacks is None or fallbacks.empty)
-        or binned is not None
-        and binned[0].empty
-    ):
-        return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
-    if binned is None and fallbacks is not None:  # value reads are host syncs, counted apart
-        fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]
-        if fallbacks.empty:
+    if binned is None:
+        if fallbacks is not None and not fallbacks.empty:  # value reads are host syncs, apart
+            fallbacks = fallbacks[~fallbacks["op"].astype(str).isin(VALUE_READ_OPS)]
+        if fallbacks is None or fallbacks.empty:
             return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
-    matrix, width = binned if binned is not None else fallback_matrix(fallbacks, max_columns)
+        binned = fallback_matrix(fallbacks, max_columns)
+    elif binned[0].empty:
+        return empty_figure("No CPU fallbacks: every aten op in this run had an XLA lowering")
+    matrix, width = binned
     starts = matrix.columns.to_numpy()
     if (
         len(starts) and starts.max() < 0

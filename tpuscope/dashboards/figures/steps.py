@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, cast
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -35,7 +38,7 @@ def _lanes(steps: pd.DataFrame, slowest_of: int | None = None) -> dict[str, pd.D
         return {"step time": steps}
     groups = dict(tuple(steps.groupby(["host", "rank"], sort=True, observed=True)))
     if len(groups) > MAX_LANES:
-        slowest = steps.groupby("step", as_index=False)["wall_ns"].max()
+        slowest = steps.groupby("step")["wall_ns"].max().reset_index()
         return {f"slowest of {len(groups)} processes": slowest}
     return {f"rank {rank} on {host}": frame for (host, rank), frame in groups.items()}
 
@@ -67,7 +70,7 @@ def _compile_markers(compiles: pd.DataFrame, wall: pd.Series) -> go.Scatter | No
         f"compile at step {int(r.step)}: {r.duration_ns / NS_PER_S:.2f} s<br>"
         f"cause: {r.cause or 'unknown'}<br>at {r.location or 'unknown frame'}<br>"
         f"graph {str(r.graph_hash or '')[:16]}"
-        for r in shown.itertuples()
+        for r in cast(Iterable[Any], shown.itertuples())  # rows with the columns' names
     ]
     return go.Scatter(
         x=shown["step"],

@@ -14,9 +14,9 @@ import pandas as pd
 from dash import dcc, html
 
 from tpuscope.analyze.compare import Side, compare, judged_walls, keyed
+from tpuscope.analyze.contract import as_summary
 from tpuscope.report.diff import difference_text, ratio_text, steps_word
 from tpuscope.schema import Finding
-from tpuscope.store import sql
 
 from ..components import finding_card, fmt_num, fmt_pct, graph
 from ..data import StoreData
@@ -116,10 +116,8 @@ def fallback_counts(data: StoreData, run_id: str) -> pd.Series:
     fallback rows; only the per-op sums come back), cached until the table changes."""
 
     def load() -> pd.Series:
-        table = sql.query(
-            data.run(run_id).loc,
-            'SELECT op, sum("count") AS calls FROM fallbacks GROUP BY op',
-            ["fallbacks"],
+        table = data.query(
+            run_id, 'SELECT op, sum("count") AS calls FROM fallbacks GROUP BY op', ["fallbacks"]
         )
         frame = table.to_pandas()
         return (
@@ -158,7 +156,8 @@ def layout(data: StoreData, run_a: str, run_b: str) -> html.Div:
     }
     findings_a, findings_b = data.findings(run_a), data.findings(run_b)
     diff = compare(
-        Side(sa, findings_a, wall_a, compiled_a), Side(sb, findings_b, wall_b, compiled_b)
+        Side(as_summary(sa), findings_a, wall_a, compiled_a),
+        Side(as_summary(sb), findings_b, wall_b, compiled_b),
     )
     delta = findings_delta(diff, findings_a, findings_b)
     return html.Div(

@@ -127,8 +127,10 @@ def timeline_figure(
         try:
             line = series.read_timeline(data, run_id, MAX_POINTS, x_range)
         except duckdb.Error:  # a damaged part: read the tables whole, without it
-            tables = (timeline_tables(data, run_id, n) for n in ("steps", "compiles", "fallbacks"))
-            fig = step_timeline(*tables, warmup, MAX_POINTS, x_range)
+            steps, compiles, fallbacks = (
+                timeline_tables(data, run_id, n) for n in ("steps", "compiles", "fallbacks")
+            )
+            fig = step_timeline(steps, compiles, fallbacks, warmup, MAX_POINTS, x_range)
         else:
             fig = step_timeline(
                 line.steps,
@@ -200,7 +202,7 @@ def register(app: Dash, data: StoreData) -> None:
         window = x_window(relayout)
         if window is None or step_rows(data, run_id) <= MAX_POINTS:
             return no_update
-        return timeline_figure(data, run_id, None if window == "reset" else window)
+        return timeline_figure(data, run_id, window if isinstance(window, tuple) else None)
 
     @app.callback(
         Output("overview-head", "children"),
@@ -218,8 +220,9 @@ def register(app: Dash, data: StoreData) -> None:
         the tick that sees the run ended draws it once more and stops the timer."""
         summary = data.summary(run_id)
         window = x_window(relayout)
-        zoomed = window not in (None, "reset") and step_rows(data, run_id) > MAX_POINTS
-        figure = timeline_figure(data, run_id, window if zoomed else None)
+        if not isinstance(window, tuple) or step_rows(data, run_id) <= MAX_POINTS:
+            window = None  # the whole run: not zoomed, or every step is drawn anyway
+        figure = timeline_figure(data, run_id, window)
         return (
             run_header(run_id, summary, "overview"),
             headline(summary),

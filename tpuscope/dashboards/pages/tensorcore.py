@@ -108,7 +108,7 @@ def roofline_grid(dots: pd.DataFrame, hlo_modules: pd.DataFrame, target: str) ->
             "bytes_basis": line["bytes_basis"],
         }
     )
-    columns = [
+    columns: list[dict[str, Any]] = [
         {"field": "module", "minWidth": 160},
         {"field": "matmuls", **NUM},
         {"field": "gflop", "headerName": "GFLOP", **NUM},

@@ -89,10 +89,10 @@ def links(data: StoreData, run_id: str) -> html.Div:
     """How to open the same trace in xprof/TensorBoard or Perfetto (downloads are local files)."""
     run_dir = data.run_dir(run_id)
     files = data.files(run_id, TRACE_FILES)
-    xplanes = [f for f in files if f.name.endswith(".xplane.pb")]
-    others = [f for f in files if f not in xplanes]
+    xplanes = [rel for rel, f in files.items() if f.name.endswith(".xplane.pb")]
+    others = [rel for rel in files if rel not in xplanes]
     items: list[Any] = []
-    for logdir in log_dirs(run_dir) or sorted({x.parent for x in xplanes}):
+    for logdir in log_dirs(run_dir) or sorted({files[x].parent for x in xplanes}):
         items.append(
             html.Li(
                 [
@@ -103,14 +103,13 @@ def links(data: StoreData, run_id: str) -> html.Div:
                 ]
             )
         )
-    for path in [*others, *xplanes]:
-        rel = path.relative_to(run_dir).as_posix()
+    for rel in [*others, *xplanes]:
         items.append(
             html.Li(
                 [
                     html.A(f"download {rel}", href=f"/download/{run_id}/{rel}"),
                     " (open .json.gz / .pftrace files at ui.perfetto.dev: Open trace file)"
-                    if path in others
+                    if rel in others
                     else "",
                 ]
             )
@@ -191,7 +190,7 @@ def register(app: Dash, data: StoreData) -> None:
         window = x_window(relayout)
         if window is None:
             return no_update
-        return timeline(data, run_id, None if window == "reset" else window)
+        return timeline(data, run_id, window if isinstance(window, tuple) else None)  # or reset
 
     @app.callback(
         Output("trace-ops", "children"),

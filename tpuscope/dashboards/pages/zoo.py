@@ -47,7 +47,7 @@ COLUMNS: list[dict[str, Any]] = [
 def layout(data: StoreData) -> html.Div:
     from tpuscope.zoo import table
 
-    records = table.load_records(data.root)
+    records = data.sweep_records()
     rows = []
     for row in map(table.row, records):
         row["link"] = (

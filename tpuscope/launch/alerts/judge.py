@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
+from tpuscope.analyze.frames import records
 from tpuscope.analyze.judge import AFTER_LOOP
 
 MAX_LINE = 240  # characters of what changed, at most
@@ -80,7 +81,8 @@ class AlertJudge:
             frame = new.get(name)
             if frame is not None and not frame.empty:
                 for key, step in frame.groupby(["host", "pid"], dropna=False)["step"].max().items():
-                    process = (str(key[0]), int(key[1]))
+                    host, pid = cast(tuple[Any, Any], key)  # the two group columns
+                    process = (str(host), int(pid))
                     self._last_step[process] = max(self._last_step.get(process, -1), int(step))
         self.retraces = _grown(self.retraces, new.get("retraces"))
         self.compiles = _grown(self.compiles, new.get("compiles"))
@@ -102,7 +104,8 @@ class AlertJudge:
 
         self._unsynced |= unsynced_steps(steps)
         loop = steps[steps["boundary"].astype(str) != AFTER_LOOP] if "boundary" in steps else steps
-        for (host, pid), step in loop.groupby(["host", "pid"], dropna=False)["step"].max().items():
+        for group, step in loop.groupby(["host", "pid"], dropna=False)["step"].max().items():
+            host, pid = cast(tuple[Any, Any], group)  # the two group columns
             key = f"{host}/{pid}"
             self._loop_last[key] = max(self._loop_last.get(key, -1), int(step))
 
@@ -181,8 +184,8 @@ class AlertJudge:
                 continue
             self._sites.add(site)
             earlier = _before(families[families["family"] == row["family"]], row)
-            item = recompile_item(row, earlier.to_dict("records"), self.retraces, diff=True)
-            problems.append(self._recompile_problem(site, row, item))
+            found = recompile_item(row, records(earlier), self.retraces, diff=True)
+            problems.append(self._recompile_problem(site, row, found))
         again.extend(counted.values())
 
     def _backend_known(self, host: Any, pid: Any) -> bool:

@@ -33,7 +33,7 @@ def main(model_type: str, class_name: str, task: str, requests: int, new_tokens:
         for request in range(requests):
             phase = f"request {request}"
             truth.mark(f"request:{request}")
-            marks = inputs.token_marks(lambda token, r=request: truth.mark(f"token:{r}:{token}"))
+            marks = inputs.token_marks(f"token:{request}")
             with torch.no_grad():
                 model.generate(**prompt, max_new_tokens=new_tokens, logits_processor=marks, **kwargs)  # zoo: generate
             torch_xla.sync()  # zoo: sync

@@ -1,5 +1,8 @@
 """Synthetic runs written as real Parquet with the store's schemas (tpuscope.schema.TABLES).
 
+A helper of the tests and the benchmarks (benchmarks/dashboard.py, read_scale.py import it
+from the checkout), not part of the package.
+
 For what a CPU run here cannot produce: the 100k-step / 1M-event run of
 benchmarks/dashboard.py, and a TPU-like device view (HLO dots, a trace, xprof's
 figures) for the TensorCore and Trace pages in the browser tests and screenshots.
