@@ -165,7 +165,7 @@ def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
         line = pa.compute.cast(table["line"], pa.string())
         plane = pa.compute.cast(table["plane"], pa.string())
         on_device = pa.compute.and_(
-            pa.compute.equal(line, "Steps"), pa.compute.starts_with(plane, "/device:")
+            pa.compute.equal(line, pa.scalar("Steps")), pa.compute.starts_with(plane, "/device:")
         )
         if pa.compute.any(on_device).as_py():
             device = table.filter(on_device).select(["plane", "line", "name", "start_ns", "dur_ns"])
