@@ -34,6 +34,7 @@ def register_defaults() -> None:
     global _defaults_added
     if _defaults_added:
         return
+    from tpuscope.detect.compile_time import detect_compile_time
     from tpuscope.detect.cpu_fallback import detect_cpu_fallback
     from tpuscope.detect.host_sync import detect_host_sync
     from tpuscope.detect.op_by_op import detect_op_by_op
@@ -48,6 +49,7 @@ def register_defaults() -> None:
         detect_host_sync,
         detect_op_by_op,
         detect_tensorcore_underuse,
+        detect_compile_time,
     )
     DETECTORS[:0] = [rule for rule in rules if rule not in DETECTORS]
     pod_rules = (

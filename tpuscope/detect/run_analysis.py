@@ -23,7 +23,7 @@ from tpuscope.store import Run
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
 
-ANALYSIS_VERSION = 10  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 11  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
@@ -40,6 +40,7 @@ class RunReport:
 def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     import pandas as pd
 
+    from tpuscope.detect.compile_time import compile_cache_summary
     from tpuscope.detect.pod import pod_summary
     from tpuscope.detect.tensorcore import chip_target
 
@@ -51,6 +52,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
         rule: sum(f.rule == rule for f in findings) for rule in sorted({f.rule for f in findings})
     }
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
+    summary.compile_cache = compile_cache_summary(tables)
     summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
     summary.analysis_version = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
@@ -129,9 +131,12 @@ def hosts_ended_now(hosts: list[HostSummary], meta: dict[str, Any]) -> list[Host
 def _compute(run: Run) -> RunReport:
     """Every rule on the run's tables, and the summary: the only place the rules are loaded."""
     from tpuscope.detect import detect
-    from tpuscope.detect.pod_tables import run_tables
+    from tpuscope.detect.compile_history import run_history
+    from tpuscope.detect.pod_tables import PodTables, run_tables
 
     tables = run_tables(run)  # a pod's steps stay in its parts (detect/pod_tables.py)
+    if not tables.compiles.empty and not isinstance(tables, PodTables):
+        tables.history = run_history(run)  # earlier runs of the program (rule compile_time)
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)
 

@@ -58,6 +58,9 @@ class RunTables:
     fallbacks: pd.DataFrame
     metrics: pd.DataFrame
     extra: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    # earlier runs of the same program in the store and the graphs they compiled
+    # (detect/compile_history.py): read by the analysis, empty when not given
+    history: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def warmup(self) -> int:
