@@ -119,7 +119,7 @@ def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
             "function": rows["function"].astype(object) if "function" in rows else None,
         }
     )
-    out = []
+    out: list[dict[str, Any]] = []
     for location, group in frame.groupby("location", sort=False):
         functions = sorted({str(f) for f in group["function"] if isinstance(f, str)})
         out.append(
@@ -130,7 +130,7 @@ def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
                 "functions": functions[:6],
             }
         )
-    return sorted(out, key=lambda d: -d["seconds"])[:LINES]
+    return sorted(out, key=lambda d: -float(d["seconds"]))[:LINES]
 
 
 def groups(tables: RunTables, rows: pd.DataFrame) -> list[dict[str, Any]]:

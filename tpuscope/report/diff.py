@@ -152,14 +152,8 @@ def _compile_rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         out.append(
             ("run wall time", f"{wall['a']:.2f} s", f"{wall['b']:.2f} s", _seconds_change(wall))
         )
-        share = {k: (c[k] / wall[k] if wall[k] else None) for k in ("a", "b")}
-        out.append(
-            (
-                "compile time / run wall time",
-                *(f"{100 * v:.0f}%" if v is not None else "-" for v in (share["a"], share["b"])),
-                "",
-            )
-        )
+        share_a, share_b = (f"{100 * c[k] / wall[k]:.0f}%" if wall[k] else "-" for k in ("a", "b"))
+        out.append(("compile time / run wall time", share_a, share_b, ""))
     cache = diff.get("compile_cache")
     if cache is not None:
         out.append(
