@@ -289,9 +289,9 @@ class CorpusRun:
 
     def pairs(self) -> set[Finding]:
         """(rule, line) of every finding but compile_time's: that card weighs how long this
-        machine took to compile (a tiny program compiles for 2 s on an idle core and 20 s on a
-        loaded one), so whether a program gets it is not the program's; tests/test_compile_time.py
-        checks it on runs of its own."""
+        machine took to compile (docs/detectors.md, "Not a gate by default"), so whether a
+        program gets it is not the program's; tests/test_compile_time.py checks it on runs of
+        its own."""
         return {
             (f["rule"], _short(f.get("location")))
             for f in self.findings

@@ -48,24 +48,37 @@ def cache_text(cache: dict[str, Any] | None, backend: str) -> str:
         if unwritten
         else "",
     ]
+    failed = int(cache.get("load_failures") or 0)
+    said.append(
+        f"{failed} found in it that torch_xla could not load (PersistentCacheDeserializeFailure) "
+        "and compiled again"
+        if failed
+        else ""
+    )
     said = [s for s in said if s]
     return f"Persistent compilation cache: on{where}" + (
         f"; of the first compiles, {', '.join(said)}." if said else "."
     )
 
 
-def history_text(history: dict[str, Any]) -> str:
-    """'compiled in each of your last 4 runs: 13.6 s each' and what a cache would have saved."""
+def history_text(history: dict[str, Any], cache: dict[str, Any] | None = None) -> str:
+    """'compiled in each of your last 4 runs: 13.6 s each' and what a cache would have saved
+    (not said when this run's cache was on and could not load what it held: it was on)."""
     each = history["seconds_each"]
     typical = sum(each) / len(each)
     runs = ", ".join(history["run_ids"][:3]) + ("..." if len(history["run_ids"]) > 3 else "")
-    return (
+    said = (
         f"The same {history['graphs']} graph{'s' * (history['graphs'] != 1)} compiled in each of "
         f"your last {history['runs']} runs of this program in this store (this one and {runs}): "
-        f"{typical:.1f} s each ({', '.join(f'{s:.1f}' for s in each)} s, newest first). A "
-        f"persistent cache on since the oldest of them would have saved about "
-        f"{history['saved_s']:.1f} s (the backend compile of the {history['runs'] - 1} later "
-        f"run{'s' * (history['runs'] != 2)}, which would have loaded them)."
+        f"{typical:.1f} s each ({', '.join(f'{s:.1f}' for s in each)} s, newest first)."
+    )
+    if int((cache or {}).get("load_failures") or 0):
+        return said
+    later = history["runs"] - 1
+    return said + (
+        f" A persistent cache on since the oldest of them would have saved about "
+        f"{history['saved_s']:.1f} s (the backend compile of the {later} later "
+        f"run{'s' * (later != 1)}, which would have loaded them)."
     )
 
 
@@ -129,6 +142,14 @@ def _jax_fix(
 def _xla_fix(cache: dict[str, Any]) -> list[str]:
     if not cache.get("on"):
         return [XLA_CACHE]
+    if int(cache.get("load_failures") or 0):
+        return [
+            "The persistent cache was on, but torch_xla could not load the "
+            f"{cache['load_failures']} entries it found (PersistentCacheDeserializeFailure) and "
+            "compiled them again: an entry written by another torch_xla version or device does not "
+            "load (torch_xla 2.9's CPU backend fails on its own entries). Point each version and "
+            "device at its own cache folder."
+        ]
     if int(cache.get("hits") or 0):
         return [
             "Nothing to turn on: the persistent cache was on and loaded graphs "

@@ -136,7 +136,12 @@ def cache_words(cache: dict[str, Any] | None) -> str:
         return "off"
     said = [
         f"{cache[k]} {word}"
-        for k, word in (("hits", "loaded"), ("misses", "written"), ("unwritten", "not written"))
+        for k, word in (
+            ("hits", "loaded"),
+            ("misses", "written"),
+            ("unwritten", "not written"),
+            ("load_failures", "failed to load"),
+        )
         if cache.get(k)
     ]
     return "on" + (f": {', '.join(said)}" if said else "")
