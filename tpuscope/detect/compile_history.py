@@ -2,8 +2,8 @@
 
 Rule `compile_time` (detect/compile_time.py) is a pure function of tables; this module makes
 the one table it reads from outside the run: `RunTables.history`, one row per (earlier run,
-graph hash) with that run's compile seconds of the graph, read when the analysis runs
-(detect/run_analysis.py). The same program is the same command (argv) or the same run name
+graph hash) with that run's compile seconds of the graph, read on first use from the store of
+the run the tables were read from (`RunTables.from_run`: the analysis, `show`, the samples). The same program is the same command (argv) or the same run name
 (`--name`, whose default is the script's stem); the graphs themselves are matched by hash, so
 two programs that only share a name share no graph and nothing is said. Only runs that started
 before this one count: analysing a run again later gives the same history.

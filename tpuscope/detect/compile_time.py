@@ -16,7 +16,8 @@ are the steps; torch_xla: compiles inside the loop's steps), ops compiled one by
 Whether the persistent cache was on and whether it hit is what the runtime said (the process
 meta's `compile_cache`, `compiles.persistent_cache` from JAX's cache events, torch_xla's
 PersistentCacheHit/Miss counters), never guessed: a run whose cache served its graphs gets no
-advice to turn it on. Across runs (`RunTables.history`, detect/compile_history.py): when the
+advice to turn it on. Across runs (`RunTables.history`, detect/compile_history.py, read from the
+run's store on first use): when the
 same graphs compiled in the program's earlier runs in this store, the card says in how many
 and what a cache would have saved.
 
@@ -238,7 +239,8 @@ def detect_compile_time(tables: RunTables) -> list[Finding]:
     wall = whole_wall_s(tables)
     status = _status(first)
     compiled = first[status.ne("hit").to_numpy()]
-    history = repeats(tables.history, compiled)
+    # the store is read only when what this run compiled could reach MIN_REPEAT_S
+    history = repeats(tables.history, compiled) if _seconds(compiled) >= MIN_REPEAT_S else None
     enough = cost >= MIN_RUN_S or (history is not None and history["repeat_s"] >= MIN_REPEAT_S)
     if not enough or (wall and judge.share(cost, wall) < judge.MEDIUM_SHARE):
         return []

@@ -131,12 +131,9 @@ def hosts_ended_now(hosts: list[HostSummary], meta: dict[str, Any]) -> list[Host
 def _compute(run: Run) -> RunReport:
     """Every rule on the run's tables, and the summary: the only place the rules are loaded."""
     from tpuscope.detect import detect
-    from tpuscope.detect.compile_history import run_history
-    from tpuscope.detect.pod_tables import PodTables, run_tables
+    from tpuscope.detect.pod_tables import run_tables
 
     tables = run_tables(run)  # a pod's steps stay in its parts (detect/pod_tables.py)
-    if not tables.compiles.empty and not isinstance(tables, PodTables):
-        tables.history = run_history(run)  # earlier runs of the program (rule compile_time)
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)
 
