@@ -14,7 +14,10 @@ start, the device), what the cache did (as JAX's events said) and tpuscope's `co
 card. `--json` prints the same rows as JSON.
 
 Needs JAX and tpuscope only (no torch), so it runs unchanged on a bare TPU machine; on a TPU
-v5e the three runs take about two minutes (compiles of several seconds each). Other program
+v5e the three runs should take about two minutes (compiles of several seconds each; each run
+is stopped after RUN_TIMEOUT_S). With no program arguments the program's defaults are used
+(hidden 2048, one hidden layer, batch 256, 30 steps: about 20 ops of its init compile outside
+`jit`, as in issue 41's 30-step MLP). Other program
 arguments after `--` replace the defaults (e.g. `-- --hidden 64 --layers 1 --steps 5` on a
 laptop's CPU).
 """
@@ -39,6 +42,7 @@ CACHE_ENV = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
 }
+RUN_TIMEOUT_S = 170  # one run; the three end within 3 minutes on a v5e (issue 41)
 RUNS = (("cache off", False), ("cache on, 1st", True), ("cache on, 2nd", True))
 
 
@@ -50,9 +54,18 @@ def run_once(store: Path, cache: Path | None, program_args: list[str]) -> tuple[
     cmd = [sys.executable, "-m", "tpuscope", "run", "--quiet", "--store", str(store)]
     cmd += ["--name", NAME, sys.executable, str(PROGRAM), *program_args]
     start = time.perf_counter()
-    proc = subprocess.run(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    try:
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:  # stopped: its run is reported as far as it got
+        print(f"tpuscope: a run took over {RUN_TIMEOUT_S} s and was stopped", file=sys.stderr)
+        return time.perf_counter() - start, 124
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr)

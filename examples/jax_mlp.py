@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--hidden", type=int, default=2048)
-    parser.add_argument("--layers", type=int, default=3, help="hidden layers")
+    parser.add_argument("--layers", type=int, default=1, help="hidden layers")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--jit-init", action="store_true", help="one compiled init (the fix)")
     args = parser.parse_args()

@@ -102,7 +102,9 @@ def _jax_fix(
     if not cache.get("on"):
         out.append(JAX_CACHE)
         if short[0]:
-            out.append(JAX_MIN_TIME.format(min_s=JAX_MIN_S, n=short[0], s=short[1]).strip())
+            setting = cache.get("min_compile_time_s")
+            min_s = JAX_MIN_S if setting is None else float(setting)
+            out.append(JAX_MIN_TIME.format(min_s=min_s, n=short[0], s=short[1]).strip())
     elif unwritten:
         min_s = cache.get("min_compile_time_s")
         out.append(

@@ -284,7 +284,9 @@ def detect_compile_time(tables: RunTables) -> list[Finding]:
             judge.severity(cost, wall),
             title,
             detail,
-            fix_text(parts, cache, backend, history, _step_recompiled(tables), _short(compiled)),
+            fix_text(
+                parts, cache, backend, history, _step_recompiled(tables), _short(compiled, cache)
+            ),
             location,
             cost,
             [],
@@ -294,13 +296,16 @@ def detect_compile_time(tables: RunTables) -> list[Finding]:
     ]
 
 
-def _short(compiled: pd.DataFrame) -> tuple[int, float]:
-    """The compiles whose backend compile took under JAX's default minimum for writing one to
-    the cache (their count and seconds): the default cache would compile them again."""
+def _short(compiled: pd.DataFrame, cache: dict[str, Any] | None) -> tuple[int, float]:
+    """The compiles whose backend compile took under the program's minimum for writing one to
+    JAX's cache (its jax_persistent_cache_min_compile_time_secs, else JAX's default): their count
+    and seconds. A cache turned on as it is would compile them again."""
     if compiled.empty or "backend_compile_ns" not in compiled:
         return 0, 0.0
+    setting = (cache or {}).get("min_compile_time_s")
+    min_s = JAX_MIN_S if setting is None else float(setting)
     backend = compiled["backend_compile_ns"].astype(float)
-    rows = compiled[(backend.notna() & (backend < JAX_MIN_S * common.NS)).to_numpy()]
+    rows = compiled[(backend.notna() & (backend < min_s * common.NS)).to_numpy()]
     return len(rows), _seconds(rows)
 
 
