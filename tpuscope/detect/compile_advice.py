@@ -99,14 +99,13 @@ def _jax_fix(
 ) -> list[str]:
     out = []
     unwritten = int(cache.get("unwritten") or 0)
+    setting = cache.get("min_compile_time_s")
+    min_s = JAX_MIN_S if setting is None else float(setting)
     if not cache.get("on"):
         out.append(JAX_CACHE)
         if short[0]:
-            setting = cache.get("min_compile_time_s")
-            min_s = JAX_MIN_S if setting is None else float(setting)
             out.append(JAX_MIN_TIME.format(min_s=min_s, n=short[0], s=short[1]).strip())
     elif unwritten:
-        min_s = cache.get("min_compile_time_s")
         out.append(
             f"The cache left {unwritten} compile{'s' * (unwritten != 1)} out (under "
             f"jax_persistent_cache_min_compile_time_secs = {min_s} s or the minimum entry size): "
