@@ -87,7 +87,12 @@ def _step_functions(tables: RunTables) -> set[str]:
     if loop.empty or "boundary" not in loop:
         return set()
     names = loop["boundary"].astype(str)
-    return {n.split(":", 1)[1] for n in names.unique() if n.startswith(("jit:", "pmap:"))}
+    # a boundary names the function as jax.jit saw it (maybe qualified), a compile by its name
+    return {
+        n.split(":", 1)[1].rsplit(".", 1)[-1]
+        for n in names.unique()
+        if n.startswith(("jit:", "pmap:"))
+    }
 
 
 def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
