@@ -142,3 +142,37 @@ def test_the_benchmark_and_its_program_need_jax_only() -> None:
             if line.startswith(("import ", "from "))
         ]
         assert not {i.split(".")[0] for i in imports} & {"torch", "torch_xla", "flax", "optax"}
+
+
+XLA_PROGRAM = """
+import torch, torch_xla
+x = torch.randn(8, 8, device=torch_xla.device())
+for _ in range(3):
+    x = torch.tanh(x @ x)
+    torch_xla.sync()
+print(float(x.sum()))
+"""
+
+
+def test_torch_xla_cache_folder_and_counters_are_read(tmp_path: Path) -> None:
+    """torch_xla's cache as the process had it (XLA_PERSISTENT_CACHE_PATH, which
+    torch_xla.runtime.initialize_cache sets) and its own counters: the second run finds the
+    first run's entries (on torch_xla 2.9's CPU backend it cannot load them:
+    PersistentCacheDeserializeFailure, the same without tpuscope)."""
+    store, cache = tmp_path / "store", tmp_path / "xla-cache"
+    summaries = []
+    for _ in range(2):
+        proc = run_tpuscope(
+            "run", "--store", str(store), "--name", "xla", "--quiet", "python", "-c", XLA_PROGRAM,
+            env={"XLA_PERSISTENT_CACHE_PATH": str(cache), "PJRT_DEVICE": "CPU"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        run = Run(store / RunStore(store).list_runs()[0]["run_id"])
+        settings = run.meta["processes"][0]["compile_cache"]
+        assert settings == {
+            "backend": "torch_xla", "on": True, "dir": str(cache), "read_only": False,
+        }  # fmt: skip
+        summaries.append(current(run).summary.compile_cache)
+    assert summaries[0]["misses"] > 0 and not summaries[0].get("hits")
+    second = summaries[1]
+    assert second.get("hits", 0) + second.get("load_failures", 0) > 0, second
