@@ -165,7 +165,8 @@ def groups(tables: RunTables, rows: pd.DataFrame) -> list[dict[str, Any]]:
 
 def cache_state(tables: RunTables) -> dict[str, Any] | None:
     """The persistent cache as the runtime reported it: the processes' settings (meta) and the
-    first compiles it served (hits), compiled and wrote (misses) or compiled without writing."""
+    first compiles it served (hits), compiled and wrote (misses) or compiled without writing.
+    Also the summary's `compile_cache` (run_analysis), which diff and the Compare page show."""
     settings = [p.get("compile_cache") for p in tables.meta.get("processes", []) or []]
     found = next((s for s in settings if isinstance(s, dict)), None)
     state: dict[str, Any] = dict(found) if found else {}
@@ -185,11 +186,6 @@ def cache_state(tables: RunTables) -> dict[str, Any] | None:
     if any(counters.values()):
         state.update(counters)
     return state or None
-
-
-def compile_cache_summary(tables: RunTables) -> dict[str, Any] | None:
-    """The summary's `compile_cache` (tpuscope diff and the Compare page show it)."""
-    return cache_state(tables)
 
 
 def repeats(history: pd.DataFrame, compiled: pd.DataFrame) -> dict[str, Any] | None:
@@ -247,7 +243,8 @@ def detect_compile_time(tables: RunTables) -> list[Finding]:
     # the store is read only when what this run compiled could reach MIN_REPEAT_S
     history = repeats(tables.history, compiled) if _seconds(compiled) >= MIN_REPEAT_S else None
     enough = cost >= MIN_RUN_S or (history is not None and history["repeat_s"] >= MIN_REPEAT_S)
-    if not enough or (wall and judge.share(cost, wall) < judge.MEDIUM_SHARE):
+    # imported evidence has no wall time to weigh the compiles against: no card
+    if not enough or not wall or judge.share(cost, wall) < judge.MEDIUM_SHARE:
         return []
     parts = groups(tables, first)
     cache = cache_state(tables)

@@ -40,7 +40,7 @@ class RunReport:
 def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     import pandas as pd
 
-    from tpuscope.detect.compile_time import compile_cache_summary
+    from tpuscope.detect.compile_time import cache_state
     from tpuscope.detect.pod import pod_summary
     from tpuscope.detect.tensorcore import chip_target
 
@@ -52,7 +52,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
         rule: sum(f.rule == rule for f in findings) for rule in sorted({f.rule for f in findings})
     }
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
-    summary.compile_cache = compile_cache_summary(tables)
+    summary.compile_cache = cache_state(tables)
     summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
     summary.analysis_version = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
