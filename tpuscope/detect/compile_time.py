@@ -145,9 +145,8 @@ def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return sorted(out, key=lambda d: -float(d["seconds"]))[:LINES]
 
 
-def groups(tables: RunTables, rows: pd.DataFrame) -> list[dict[str, Any]]:
+def groups(rows: pd.DataFrame, kind: pd.Series) -> list[dict[str, Any]]:
     """The first compiles by kind (step, eager, setup and other), each with its lines."""
-    kind = kinds(tables, rows)
     out = []
     for name in (STEP, EAGER, OTHER):
         part = rows[kind.to_numpy() == name]
@@ -163,14 +162,14 @@ def groups(tables: RunTables, rows: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def cache_state(tables: RunTables) -> dict[str, Any] | None:
+def cache_state(tables: RunTables, first: pd.DataFrame | None = None) -> dict[str, Any] | None:
     """The persistent cache as the runtime reported it: the processes' settings (meta) and the
     first compiles it served (hits), compiled and wrote (misses) or compiled without writing.
     Also the summary's `compile_cache` (run_analysis), which diff and the Compare page show."""
     settings = [p.get("compile_cache") for p in tables.meta.get("processes", []) or []]
     found = next((s for s in settings if isinstance(s, dict)), None)
     state: dict[str, Any] = dict(found) if found else {}
-    first = first_compiles(tables.families)
+    first = first_compiles(tables.families) if first is None else first
     status = _status(first)
     if status.notna().any():
         state.update(
@@ -232,22 +231,33 @@ def repeats(history: pd.DataFrame, compiled: pd.DataFrame) -> dict[str, Any] | N
 
 
 def detect_compile_time(tables: RunTables) -> list[Finding]:
-    """One card for the run's first compiles when they cost it (module doc), else none."""
+    """One card for the run's first compiles when they cost it (module doc), else none. A pod
+    is judged once, on its slowest host (detect/compile_time_pod.py)."""
     first = first_compiles(tables.families)
     if first.empty:
         return []
-    cost = _seconds(first)
-    wall = whole_wall_s(tables)
-    status = _status(first)
-    compiled = first[status.ne("hit").to_numpy()]
+    compiled = first[_status(first).ne("hit").to_numpy()]
     # the store is read only when what this run compiled could reach MIN_REPEAT_S
     history = repeats(tables.history, compiled) if _seconds(compiled) >= MIN_REPEAT_S else None
+    return card(tables, first, whole_wall_s(tables), kinds(tables, first), history)
+
+
+def card(
+    tables: RunTables,
+    first: pd.DataFrame,
+    wall: float,
+    kind: pd.Series,
+    history: dict[str, Any] | None,
+) -> list[Finding]:
+    """The card of these first compiles (of one host) against this wall time, when they cost it."""
+    cost = _seconds(first)
+    compiled = first[_status(first).ne("hit").to_numpy()]
     enough = cost >= MIN_RUN_S or (history is not None and history["repeat_s"] >= MIN_REPEAT_S)
     # imported evidence has no wall time to weigh the compiles against: no card
     if not enough or not wall or judge.share(cost, wall) < judge.MEDIUM_SHARE:
         return []
-    parts = groups(tables, first)
-    cache = cache_state(tables)
+    parts = groups(first, kind)
+    cache = cache_state(tables, first)
     backend = tables.backend
     share = judge.share(cost, wall)
     split = ", ".join(
@@ -287,7 +297,12 @@ def detect_compile_time(tables: RunTables) -> list[Finding]:
             title,
             detail,
             fix_text(
-                parts, cache, backend, history, _step_recompiled(tables), _short(compiled, cache)
+                parts,
+                cache,
+                backend,
+                history,
+                _step_recompiled(tables, first[kind.to_numpy() == STEP]),
+                _short(compiled, cache),
             ),
             location,
             cost,
@@ -343,11 +358,16 @@ def _location(parts: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _step_recompiled(tables: RunTables) -> bool:
-    """Whether a step function recompiled (then AOT `.lower().compile()` of one shape does not fit)."""
+def _step_recompiled(tables: RunTables, step: pd.DataFrame) -> bool:
+    """Whether the step recompiled (then AOT `.lower().compile()` of one shape does not fit): a
+    recompile of the step's function (JAX) or at the step's line (torch_xla)."""
     families = tables.families
-    if families.empty:
+    if families.empty or step.empty:
         return False
     again = families[families["recompile"].astype(bool)]
-    functions = _step_functions(tables)
-    return bool(len(again)) and (not functions or again["function"].isin(functions).any())
+    if again.empty:
+        return False
+    functions = {f for f in step.get("function", pd.Series(dtype=object)) if isinstance(f, str)}
+    if functions:
+        return bool(again["function"].isin(functions).any())
+    return bool(again["location"].isin(set(step["location"].dropna())).any())
