@@ -132,7 +132,9 @@ def test_diff_json_reports_the_recompiles_gone_and_the_step_time_interval(gated)
     out = json.loads(proc.stdout)
     assert out["recompiles"]["a"] >= 3 and out["recompiles"]["b"] == 0
     assert [(f["rule"], f["b_severity"]) for f in out["findings"]["gone"]] == [("recompile", None)]
-    assert out["findings"]["new"] == [] and out["regression"] is None
+    # compile_time (how fast this machine compiled each run) may come and go with the load
+    assert [f for f in out["findings"]["new"] if f["rule"] != "compile_time"] == []
+    assert out["regression"] is None
     st = out["step_time"]
     assert st["verdict"] == "faster" and st["ratio_ci"][1] < 1 and st["diff_ci_ms"][1] < 0
     assert "bootstrap" in st["method"]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tpuscope.analyze.gate import parse_rules
 from tpuscope.cli.main import main
 from tpuscope.detect import registry
-from tpuscope.schema_consts import HOST_RULES, POD_RULES, RULES, SEVERITIES
+from tpuscope.schema_consts import ADVICE_RULES, HOST_RULES, POD_RULES, RULES, SEVERITIES
 
 
 def _rule_of(detector: registry.Detector) -> str:
@@ -26,10 +26,14 @@ def test_the_rule_names_are_the_registered_detectors() -> None:
 
 def test_fail_on_takes_the_pod_rules_and_all_is_every_rule() -> None:
     assert parse_rules("straggler,rank_divergence") == ("straggler", "rank_divergence")
-    assert parse_rules("all") == RULES
+    # every rule but the advice rules (compile_time: how fast this machine compiled), which gate
+    # only when named
+    assert parse_rules("all") == tuple(r for r in RULES if r not in ADVICE_RULES)
+    assert parse_rules("all,compile_time") == RULES
+    assert parse_rules("compile_time") == ("compile_time",)
 
 
 def test_run_help_lists_every_rule_and_severity() -> None:
     text = " ".join(CliRunner().invoke(main, ["run", "--help"], terminal_width=400).output.split())
-    assert f"({', '.join(RULES)}, or all)" in text
+    assert f"({', '.join(RULES)}, or all (every rule but compile_time))" in text
     assert f"[{'|'.join(SEVERITIES[::-1])}]" in text

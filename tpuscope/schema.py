@@ -98,6 +98,15 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("backend", _dict_str),
             pa.field("function", pa.string()),
             pa.field("eager", pa.bool_()),
+            # JAX's persistent compilation cache for this compile, as JAX's own events said:
+            # "hit" (loaded, not compiled), "miss" (compiled and written to the cache),
+            # "unwritten" (compiled with the cache on, not written: under
+            # jax_persistent_cache_min_compile_time_secs or min entry size); null: no cache
+            # (no jax_compilation_cache_dir), or torch_xla (its counters say it: metrics)
+            pa.field("persistent_cache", _dict_str),
+            # JAX: the backend compile alone (what a persistent cache hit replaces with a load;
+            # tracing and lowering stay), inside duration_ns; null for torch_xla
+            pa.field("backend_compile_ns", pa.int64()),
         ]
     ),
     # One row per (step, op that ran on the host instead of the device (aten, torchvision, custom), call site).

@@ -8,9 +8,20 @@ SEVERITIES = ("high", "medium", "low")
 # the rules a finding can be of, named here without loading them (`--fail-on`, help texts):
 # detect/registry.py's detectors of one host's tables, then its pod rules (tests/test_cli_lists.py
 # keeps the two equal)
-HOST_RULES = ("recompile", "cpu_fallback", "host_sync", "op_by_op", "tensorcore_underuse")
+HOST_RULES = (
+    "recompile",
+    "cpu_fallback",
+    "host_sync",
+    "op_by_op",
+    "tensorcore_underuse",
+    "compile_time",
+)
 POD_RULES = ("straggler", "rank_divergence")
 RULES = HOST_RULES + POD_RULES
+# rules that `--fail-on all` leaves out (named alone, they gate as any rule): compile_time
+# weighs how fast this machine compiled, not what the program does, and a CI gate on it would
+# pass or fail with the runner's load
+ADVICE_RULES = ("compile_time",)
 # steps of each process left out before steps are judged (`--warmup`, meta["warmup"])
 DEFAULT_WARMUP = 2
 # steps.boundary of a torch_xla loop that passes no sync, whose optimizer steps mark its

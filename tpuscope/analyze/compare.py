@@ -24,6 +24,7 @@ import numpy as np
 
 from tpuscope.analyze.contract import RunSummary, as_summary, evidence_of
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import ADVICE_RULES
 
 SEED = 0
 RESAMPLES = 2000
@@ -300,6 +301,8 @@ def compare(
         "recompiles": _count(int(sa.recompiles or 0), int(sb.recompiles or 0)),
         "compile_s": _count(float(sa.compile_s or 0), float(sb.compile_s or 0)),
         "recompile_s": _count(float(sa.recompile_s or 0), float(sb.recompile_s or 0)),
+        "run_wall_s": _count(float(sa.run_wall_s or 0), float(sb.run_wall_s or 0)),
+        "compile_cache": {"a": sa.compile_cache, "b": sb.compile_cache},
         "fallbacks": _fallback_rates(sa, sb),
         "findings": findings_delta(a.findings, b.findings),
     }
@@ -308,7 +311,8 @@ def compare(
 def regressions(diff: dict[str, Any], pct: float) -> list[str]:
     """Why B is a regression of A (empty: it is not): its median (steady) step time is more
     than pct% worse with the whole interval of B/A above 1 + pct/100, or B has a finding
-    of high severity that A did not have at that severity (new, or changed to high)."""
+    of high severity that A did not have at that severity (new, or changed to high), other than
+    an advice rule's (compile_time: how fast this machine compiled)."""
     out = []
     st = diff["step_time"]
     if st.get("ratio_ci") and st["ratio_ci"][0] > 1 + pct / 100:
@@ -322,7 +326,9 @@ def regressions(diff: dict[str, Any], pct: float) -> list[str]:
         f
         for kind in ("new", "changed")
         for f in diff["findings"][kind]
-        if f["b_severity"] == "high" and f["a_severity"] != "high"
+        if f["b_severity"] == "high"
+        and f["a_severity"] != "high"
+        and f["rule"] not in ADVICE_RULES  # compile_time: this machine's compile speed
     ]
     out.extend(
         f"{'new' if f['a_severity'] is None else 'now'} high-severity {f['rule']}"

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from tpuscope.analyze.evidence import (  # the evidence of each rule: part of the contract
     EVIDENCE,
+    CompileTimeEvidence,
     Evidence,
     FallbackEvidence,
     HasEvidence,
@@ -43,6 +44,7 @@ from tpuscope.schema_consts import DEFAULT_WARMUP
 __all__ = [
     "AfterLoop",
     "CompileCause",
+    "CompileTimeEvidence",
     "FallbackOp",
     "HostSummary",
     "PodSummary",
@@ -133,6 +135,7 @@ class RunSummary(Record):
         {
             "step_markers",
             "compiles_counted",
+            "compile_cache",
             "hosts",
             "analysed_now",
             "parts_digest",
@@ -180,6 +183,10 @@ class RunSummary(Record):
     findings_by_rule: dict[str, int] = field(default_factory=dict)
     step_markers: int | None = None  # imported whole-run counters (a metrics report)
     compiles_counted: int | None = None
+    # the persistent compilation cache as the runtime reported it (detect/compile_time.py):
+    # backend, on, dir, and its first compiles loaded (hits), compiled and written (misses), or
+    # compiled and not written (unwritten)
+    compile_cache: dict[str, Any] | None = None
     target: str | None = None  # the chip the estimates are for (detect/tensorcore.chip_target)
     profiler_trace_s: float | None = None  # a profiler window's start and stop, once (no step's)
     device_busy_share: float | None = None  # XLA ops' share of the traced steps' time

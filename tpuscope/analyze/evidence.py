@@ -349,10 +349,29 @@ class RankDivergenceEvidence(Evidence):
     graphs_per_host: dict[str, int] | None = None
 
 
+@dataclass
+class CompileTimeEvidence(Evidence):
+    """Rule `compile_time`: the run's first compiles by kind (step, eager, setup and other) at the
+    user's lines, the persistent cache as the runtime reported it, and the program's earlier
+    runs that compiled the same graphs (detect/compile_time.py)."""
+
+    RULE: ClassVar[str] = "compile_time"
+
+    backend: str | None = None
+    compile_s: float = 0.0
+    compiles: int = 0
+    run_wall_s: float | None = None
+    share: float | None = None
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    cache: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
+
+
 EVIDENCE: dict[str, type[Evidence]] = {
     cls.RULE: cls
     for cls in (
         RecompileEvidence,
+        CompileTimeEvidence,
         FallbackEvidence,
         HostSyncEvidence,
         OpByOpEvidence,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpuscope.analyze.contract import RecompileEvidence, RunSummary, as_summary
-from tpuscope.schema_consts import RULES, SEVERITIES
+from tpuscope.schema_consts import ADVICE_RULES, RULES, SEVERITIES
 
 if TYPE_CHECKING:
     from tpuscope.schema import Finding
@@ -42,10 +42,13 @@ def op_allowed(op: str, patterns: Iterable[str]) -> bool:
 
 
 def parse_rules(text: str | None) -> tuple[str, ...]:
-    """'recompile,cpu_fallback' -> the rule names; 'all' is every rule. ValueError names a bad one."""
+    """'recompile,cpu_fallback' -> the rule names; 'all' is every rule but the advice rules
+    (schema_consts.ADVICE_RULES: compile_time), which gate only when named. ValueError names a
+    bad one."""
     names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip()))
     if "all" in names:
-        return RULES
+        named = [n for n in names if n in ADVICE_RULES]  # 'all,compile_time' gates on it too
+        return tuple(r for r in RULES if r not in ADVICE_RULES or r in named)
     unknown = [n for n in names if n not in RULES]
     if unknown:
         raise ValueError(f"unknown rule {', '.join(unknown)} (rules: {', '.join(RULES)}, or all)")

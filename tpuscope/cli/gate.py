@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuscope.schema_consts import RULES, SEVERITIES
+from tpuscope.schema_consts import ADVICE_RULES, RULES, SEVERITIES
 
 if TYPE_CHECKING:
     from tpuscope.analyze.gate import Policy
     from tpuscope.detect.run_analysis import RunReport
 
-_RULES_HELP = f"{', '.join(RULES)}, or all"
+_RULES_HELP = f"{', '.join(RULES)}, or all (every rule but {', '.join(ADVICE_RULES)})"
 
 
 def _say(message: str) -> None:

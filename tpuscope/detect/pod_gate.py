@@ -17,7 +17,9 @@ What each rule needs (if a rule starts reading another input, add it here):
 - host_sync: a fallback row, or a step with transfers_from_device > 0 (else every loop step
   reads 0 per step, under READS_PER_STEP); a host without steps: always run;
 - op_by_op: steps, and a metrics row named jax.eager_dispatch_time or EagerOpExecuteTime;
-- tensorcore_underuse: a row of xprof_overview, device_steps or hlo_ops for the host.
+- tensorcore_underuse: a row of xprof_overview, device_steps or hlo_ops for the host;
+- compile_time: never on one host: a pod is judged once, on its slowest host to compile, from
+  what the pod analysis holds without reading steps (detect/compile_time_pod.py).
 Counts are taken over every part of a table (a superset of the host's own parts, which
 HostReader reads): a host counted with rows it does not read is judged in full, never skipped.
 """
@@ -47,6 +49,7 @@ class HostFacts:
 
 
 def _needs() -> dict[Callable[..., Any], Callable[[HostFacts], bool]]:
+    from tpuscope.detect.compile_time import detect_compile_time
     from tpuscope.detect.cpu_fallback import detect_cpu_fallback
     from tpuscope.detect.host_sync import detect_host_sync
     from tpuscope.detect.op_by_op import detect_op_by_op
@@ -59,6 +62,7 @@ def _needs() -> dict[Callable[..., Any], Callable[[HostFacts], bool]]:
         detect_host_sync: lambda f: not f.steps or f.fallbacks or f.transfers,
         detect_op_by_op: lambda f: bool(f.steps) and f.dispatch_metrics,
         detect_tensorcore_underuse: lambda f: f.device_rows,
+        detect_compile_time: lambda f: False,  # judged once on the pod (compile_time_pod.py)
     }
 
 

@@ -34,6 +34,7 @@ def register_defaults() -> None:
     global _defaults_added
     if _defaults_added:
         return
+    from tpuscope.detect.compile_time import detect_compile_time
     from tpuscope.detect.cpu_fallback import detect_cpu_fallback
     from tpuscope.detect.host_sync import detect_host_sync
     from tpuscope.detect.op_by_op import detect_op_by_op
@@ -48,6 +49,7 @@ def register_defaults() -> None:
         detect_host_sync,
         detect_op_by_op,
         detect_tensorcore_underuse,
+        detect_compile_time,
     )
     DETECTORS[:0] = [rule for rule in rules if rule not in DETECTORS]
     pod_rules = (
@@ -71,6 +73,13 @@ def detect(tables: RunTables, detectors: list[Detector] | None = None) -> list[F
     if len(hosts) < 2:
         findings = [f for detector in DETECTORS for f in detector(tables)]
     else:
-        findings = detect_per_host(tables, DETECTORS, hosts)
+        from tpuscope.detect.compile_time import detect_compile_time
+        from tpuscope.detect.compile_time_pod import detect_compile_time_pod
+
+        # compile_time is judged once on a pod, on its slowest host (compile_time_pod.py)
+        per_host = [d for d in DETECTORS if d is not detect_compile_time]
+        findings = detect_per_host(tables, per_host, hosts)
+        if detect_compile_time in DETECTORS:
+            findings += detect_compile_time_pod(tables, hosts)
         findings += [f for detector in POD_DETECTORS for f in detector(tables)]
     return sorted(findings, key=order)

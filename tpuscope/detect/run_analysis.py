@@ -23,7 +23,7 @@ from tpuscope.store import Run
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
 
-ANALYSIS_VERSION = 10  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 11  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
@@ -40,6 +40,7 @@ class RunReport:
 def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     import pandas as pd
 
+    from tpuscope.detect.compile_time import cache_state
     from tpuscope.detect.pod import pod_summary
     from tpuscope.detect.tensorcore import chip_target
 
@@ -51,6 +52,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
         rule: sum(f.rule == rule for f in findings) for rule in sorted({f.rule for f in findings})
     }
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
+    summary.compile_cache = cache_state(tables)
     summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
     summary.device_busy_share = _busy_share(tables.extra.get("device_steps", pd.DataFrame()))
     summary.analysis_version = ANALYSIS_VERSION

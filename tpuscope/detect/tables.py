@@ -58,6 +58,18 @@ class RunTables:
     fallbacks: pd.DataFrame
     metrics: pd.DataFrame
     extra: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    source: Any = field(default=None, repr=False)  # the Run read (from_run), for `history`
+
+    @cached_property
+    def history(self) -> pd.DataFrame:
+        """Earlier runs of the same program in the run's store and the graphs they compiled
+        (detect/compile_history.py; rule compile_time), read on first use: empty for tables not
+        read from a run (hand-built, a pod's hosts) or a run that compiled nothing."""
+        from tpuscope.detect.compile_history import empty, run_history
+
+        if self.source is None or self.compiles.empty:
+            return empty()
+        return run_history(self.source)
 
     @property
     def warmup(self) -> int:
@@ -153,4 +165,5 @@ class RunTables:
             fallbacks=run.fallbacks,
             metrics=run.metrics,
             extra=extra,
+            source=run,
         )

@@ -105,6 +105,7 @@ def rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             str(diff["compiles"]["b"]),
             _delta(diff["compiles"]),
         ),
+        *_compile_rows(diff),
         (
             "recompiles",
             str(diff["recompiles"]["a"]),
@@ -125,6 +126,51 @@ def rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ),
     ]
     return out
+
+
+def cache_words(cache: dict[str, Any] | None) -> str:
+    """The persistent compilation cache of a run in a few words: 'on: 17 loaded', 'off'."""
+    if not cache:
+        return "not recorded"
+    if not cache.get("on"):
+        return "off"
+    said = [
+        f"{cache[k]} {word}"
+        for k, word in (
+            ("hits", "loaded"),
+            ("misses", "written"),
+            ("unwritten", "not written"),
+            ("load_failures", "failed to load"),
+        )
+        if cache.get(k)
+    ]
+    return "on" + (f": {', '.join(said)}" if said else "")
+
+
+def _compile_rows(diff: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Compile seconds per run side by side, with the run's wall time and its cache (issue 41);
+    a diff written before these keys has the compile time only."""
+    c = diff["compile_s"]
+    out = [("compile time", f"{c['a']:.2f} s", f"{c['b']:.2f} s", _seconds_change(c))]
+    wall = diff.get("run_wall_s")
+    if wall is not None:
+        out.append(
+            ("run wall time", f"{wall['a']:.2f} s", f"{wall['b']:.2f} s", _seconds_change(wall))
+        )
+        share_a, share_b = (f"{100 * c[k] / wall[k]:.0f}%" if wall[k] else "-" for k in ("a", "b"))
+        out.append(("compile time / run wall time", share_a, share_b, ""))
+    cache = diff.get("compile_cache")
+    if cache is not None:
+        out.append(
+            ("persistent compile cache", cache_words(cache["a"]), cache_words(cache["b"]), "")
+        )
+    return out
+
+
+def _seconds_change(c: dict[str, float]) -> str:
+    if not c["delta"]:
+        return "same"
+    return f"{c['delta']:+,.2f} s" + (f" ({100 * c['delta'] / c['a']:+.0f}%)" if c["a"] else "")
 
 
 def _finding_text(f: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ import weakref
 from typing import Any, Protocol
 
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
-from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker
+from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
 from tpuscope.collect.jax.rows import StepColumns
@@ -175,6 +175,9 @@ class JaxCollector(StepTracker):
                 self._profiler.close()
                 self._profiler_done()
             self._device_meta()
+            # the persistent cache as the program left it set (it may set it after start-up)
+            if self.tracker._config is not None:
+                self.session.set_meta(compile_cache=cache_settings(self.tracker._config))
 
     def _has_work(self) -> bool:
         return self._acc.has_work()

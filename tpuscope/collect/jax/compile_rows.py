@@ -67,7 +67,7 @@ class CompileRows:
             eager = True
         else:
             cause = f"compile of {event.function}"
-        if event.persistent_cache:
+        if event.persistent_cache in ("hit", "miss"):
             cause += f" [persistent cache {event.persistent_cache}]"
         function = event.explanation.function if event.explanation is not None else event.function
         return table_row(
@@ -85,6 +85,10 @@ class CompileRows:
             frames=event.frames,
             input_shapes=_global_shapes(event.input_shapes),
             num_inputs=len(event.input_shapes) if event.input_shapes is not None else None,
+            persistent_cache=event.persistent_cache,
+            backend_compile_ns=(
+                int(event.backend_compile_s * 1e9) if event.backend_compile_s is not None else None
+            ),
         )
 
     def _graph_hash(self, event: CompileEvent, eager: bool) -> str:

@@ -3,7 +3,10 @@
 Sources, all public or logged by JAX itself (jax 0.10), no patching:
 - `jax.monitoring` time spans: /jax/core/compile/jaxpr_trace_duration (fun_name),
   jaxpr_to_mlir_module_duration and backend_compile_duration (module name); events
-  /jax/compilation_cache/cache_hits and cache_misses for the persistent cache.
+  /jax/compilation_cache/cache_hits (loaded from the persistent cache) and cache_misses
+  (compiled and written to it), fired inside the backend compile span. JAX fires
+  compile_requests_use_cache even with no cache folder set, so whether the cache was on is
+  read from jax.config (`jax_compilation_cache_dir`) when the compile ends, never guessed.
 - the `jax._src.interpreters.partial_eval` logger: the `jax_explain_cache_misses`
   text, logged while the function is traced (parsed by collect/jax/explain.py);
 - the `jax._src.interpreters.pxla` logger: "Compiling <module> with global shapes
@@ -36,6 +39,7 @@ CACHE_EVENTS = {
     "/jax/compilation_cache/cache_hits": "hit",
     "/jax/compilation_cache/cache_misses": "miss",
 }
+UNWRITTEN = "unwritten"  # compiled with the cache on, not written (under JAX's minimums)
 EXPLAIN_LOGGER = "jax._src.interpreters.partial_eval"
 LOWERING_LOGGER = "jax._src.interpreters.pxla"
 CACHE_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache")
@@ -74,6 +78,7 @@ class CompileEvent:
     explanations: list[Explanation]
     stale_explanations: list[Explanation] = field(default_factory=list)
     persistent_cache: str | None = None
+    backend_compile_s: float | None = None  # the backend compile (or cache load) alone
     input_shardings: list[str] | None = (
         None  # the executable's ("Argument mapping"), part of its identity
     )
@@ -269,6 +274,14 @@ class CompileTracker:
             with contextlib.suppress(Exception):
                 self.on_metric("jax.compilation_cache." + event.rsplit("/", 1)[-1], duration)
 
+    def _cache_status(self, pending: _Pending) -> str | None:
+        """hit / miss from JAX's events; a compile with the cache on and neither event was
+        compiled and not written (under jax_persistent_cache_min_compile_time_secs or the
+        minimum entry size); None when no cache folder is set."""
+        if pending.cache:
+            return pending.cache
+        return UNWRITTEN if cache_settings(self._config).get("on") else None
+
     def _finish(self, module: str, start: float, compile_s: float, frame: Any) -> None:
         pending = self._pending()
         self._local.pending = _Pending()
@@ -293,7 +306,8 @@ class CompileTracker:
                 explanation=explanation,
                 explanations=explanations,
                 stale_explanations=stale,
-                persistent_cache=pending.cache,
+                persistent_cache=self._cache_status(pending),
+                backend_compile_s=compile_s,
                 input_shardings=pending.shardings,
                 avals=pending.avals,
             )
@@ -310,3 +324,20 @@ def _split(
     start, end = trace.start_s - 0.001, trace.start_s + trace.duration_s + 0.001
     inside = [e for e in explanations if start <= e.time_s <= end]
     return inside, [e for e in explanations if not start <= e.time_s <= end]
+
+
+def cache_settings(config: Any) -> dict[str, Any]:
+    """JAX's persistent compilation cache as the program's jax.config has it now: on when a
+    folder is set and the cache is enabled (jax._src.compilation_cache.is_persistent_cache_enabled),
+    and the minimums under which a compile is not written."""
+    if config is None:
+        return {}
+    folder = getattr(config, "jax_compilation_cache_dir", None)
+    enabled = bool(getattr(config, "jax_enable_compilation_cache", True))
+    return {
+        "backend": "jax",
+        "on": bool(folder) and enabled,
+        "dir": folder,
+        "min_compile_time_s": getattr(config, "jax_persistent_cache_min_compile_time_secs", None),
+        "min_entry_size_bytes": getattr(config, "jax_persistent_cache_min_entry_size_bytes", None),
+    }

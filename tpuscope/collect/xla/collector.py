@@ -242,7 +242,10 @@ class XlaCollector:
     def _read_device_facts(self) -> None:
         """Device kind, count and this process's rank, read once the program's first step has
         run, so the runtime is the program's own (started by it, never by tpuscope)."""
-        meta: dict[str, Any] = {"pjrt_device": os.environ.get("PJRT_DEVICE")}
+        meta: dict[str, Any] = {
+            "pjrt_device": os.environ.get("PJRT_DEVICE"),
+            "compile_cache": xla_cache_settings(),
+        }
         try:
             import torch_xla.runtime as xr
 
@@ -437,3 +440,17 @@ class XlaCollector:
         (no dict per step) and folded in here, before a full read's deltas."""
         self._counts.update(zip(self._last_names, self._last, strict=True))
         return self._counts
+
+
+def xla_cache_settings() -> dict[str, Any]:
+    """torch_xla's persistent cache as this process has it once its first step ran (torch_xla
+    creates its computation cache at the first compile, from XLA_PERSISTENT_CACHE_PATH, which
+    `torch_xla.runtime.initialize_cache(path)` sets); whether it hit is its PersistentCacheHit
+    and PersistentCacheMiss counters (metrics table)."""
+    folder = os.environ.get("XLA_PERSISTENT_CACHE_PATH") or None
+    return {
+        "backend": "torch_xla",
+        "on": folder is not None,
+        "dir": folder,
+        "read_only": os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1",
+    }

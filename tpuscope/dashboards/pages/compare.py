@@ -15,7 +15,7 @@ from dash import dcc, html
 
 from tpuscope.analyze.compare import Side, compare, judged_walls, keyed
 from tpuscope.analyze.contract import as_summary
-from tpuscope.report.diff import difference_text, ratio_text, steps_word
+from tpuscope.report.diff import cache_words, difference_text, ratio_text, steps_word
 from tpuscope.schema import Finding
 
 from ..components import finding_card, fmt_num, fmt_pct, graph
@@ -33,6 +33,9 @@ ROWS: list[tuple[str, str, Callable[[Any], str], str]] = [
     ("compiles", "compiles", fmt_num, "compiles"),
     ("recompiles", "recompiles", fmt_num, "recompiles"),
     ("compile time", "compile_s", lambda v: fmt_num(v, 2, "s"), "compile-s"),
+    ("run wall time", "run_wall_s", lambda v: fmt_num(v, 2, "s"), "run-wall-s"),
+    ("compile time / run wall time", "compile_share", fmt_pct, "compile-time-share"),
+    ("persistent compile cache", "compile_cache_words", str, "compile-cache"),
     ("recompile time / run wall time", "recompile_share", fmt_pct, "compile-share"),
     ("CPU fallback calls", "fallback_count", fmt_num, "fallbacks"),
     (
@@ -58,7 +61,20 @@ def change(a: Any, b: Any, share: bool = False) -> str:
     return f"{b - a:+,.2f}".rstrip("0").rstrip(".")
 
 
+def compile_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary with the compile rows' derived figures: compile time's share of the run's wall
+    time and the persistent cache in words (the figures `tpuscope diff` prints)."""
+    compile_s, wall = summary.get("compile_s"), summary.get("run_wall_s")
+    share = compile_s / wall if isinstance(compile_s, int | float) and wall else None
+    return {
+        **summary,
+        "compile_share": share,
+        "compile_cache_words": cache_words(summary.get("compile_cache")),
+    }
+
+
 def side_by_side(a: dict[str, Any], b: dict[str, Any], diff: dict[str, Any]) -> html.Table:
+    a, b = compile_figures(a), compile_figures(b)
     head = html.Thead(
         html.Tr(
             [

@@ -1,0 +1,182 @@
+"""Rule `compile_time`'s words: the persistent cache as the runtime reported it, the program's
+earlier runs, and the fix for the backend that ran (detect/compile_time.py decides; this module
+only words). A run whose cache was on is never told to turn it on: it is told what the cache
+did (loaded, wrote, or left out as too small) and what is left to change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+EAGER_SHARE = 0.1  # eager compiles worth "jit the setup": this share of the first compiles
+JAX_MIN_S = 1.0  # jax_persistent_cache_min_compile_time_secs's default
+JAX_CACHE = (
+    "Turn on JAX's persistent compilation cache, before the first jitted call: "
+    '`jax.config.update("jax_compilation_cache_dir", "/path/to/cache")` (or '
+    "JAX_COMPILATION_CACHE_DIR=/path/to/cache); the next run of the same program loads each "
+    "executable instead of compiling it (tracing and lowering still run)."
+)
+JAX_MIN_TIME = (
+    " JAX writes only compiles of {min_s:g} s or more (jax_persistent_cache_min_compile_time_secs): "
+    "{n} of this run's first compiles ({s:.1f} s) were shorter; "
+    '`jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)` caches them too.'
+)
+XLA_CACHE = (
+    "Turn on torch_xla's persistent compilation cache at the top of the program, before any XLA "
+    'computation: `torch_xla.runtime.initialize_cache("/path/to/cache", readonly=False)` '
+    "(one writer; other processes readonly=True); the next run loads each graph it compiled "
+    "instead of compiling it."
+)
+
+
+def cache_text(cache: dict[str, Any] | None, backend: str) -> str:
+    """What the runtime said of the persistent cache in this run."""
+    cache = cache or {}
+    if not cache.get("on"):
+        if backend == "jax" and cache.get("backend") == "jax":
+            return "Persistent compilation cache: off (jax_compilation_cache_dir not set)."
+        if cache.get("backend") == "torch_xla":
+            return "Persistent compilation cache: off (XLA_PERSISTENT_CACHE_PATH not set)."
+        return "Persistent compilation cache: not recorded for this run."
+    where = f" at {cache.get('dir')}" if cache.get("dir") else ""
+    hits, misses, unwritten = (int(cache.get(k) or 0) for k in ("hits", "misses", "unwritten"))
+    said = [
+        f"{hits} loaded from it ({float(cache.get('loaded_s') or 0):.2f} s, tracing and lowering included)"
+        if hits
+        else "",
+        f"{misses} compiled and written to it" if misses else "",
+        f"{unwritten} compiled and not written (under its minimum compile time or entry size)"
+        if unwritten
+        else "",
+    ]
+    failed = int(cache.get("load_failures") or 0)
+    said.append(
+        f"{failed} found in it that torch_xla could not load (PersistentCacheDeserializeFailure) "
+        "and compiled again"
+        if failed
+        else ""
+    )
+    said = [s for s in said if s]
+    return f"Persistent compilation cache: on{where}" + (
+        f"; of the first compiles, {', '.join(said)}." if said else "."
+    )
+
+
+def history_text(history: dict[str, Any], cache: dict[str, Any] | None = None) -> str:
+    """'compiled in each of your last 4 runs: 13.6 s each' and what a cache would have saved
+    (not said when this run's cache was on and could not load what it held: it was on)."""
+    each = history["seconds_each"]
+    typical = sum(each) / len(each)
+    runs = ", ".join(history["run_ids"][:3]) + ("..." if len(history["run_ids"]) > 3 else "")
+    said = (
+        f"The same {history['graphs']} graph{'s' * (history['graphs'] != 1)} compiled in each of "
+        f"your last {history['runs']} runs of this program in this store (this one and {runs}): "
+        f"{typical:.1f} s each ({', '.join(f'{s:.1f}' for s in each)} s, newest first)."
+    )
+    if int((cache or {}).get("load_failures") or 0):
+        return said
+    later = history["runs"] - 1
+    return said + (
+        f" A persistent cache on since the oldest of them would have saved about "
+        f"{history['saved_s']:.1f} s (the backend compile of the {later} later "
+        f"run{'s' * (later != 1)}, which would have loaded them)."
+    )
+
+
+def _eager_lines(parts: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+    group = next((g for g in parts if g["kind"] == "eager"), None)
+    if group is None:
+        return None, ""
+    from tpuscope.detect.common import file_and_line
+
+    return group, ", ".join(file_and_line(line["location"]) for line in group["lines"][:3])
+
+
+def _jax_fix(
+    parts: list[dict[str, Any]],
+    cache: dict[str, Any],
+    step_recompiled: bool,
+    short: tuple[int, float],
+) -> list[str]:
+    out = []
+    unwritten = int(cache.get("unwritten") or 0)
+    setting = cache.get("min_compile_time_s")
+    min_s = JAX_MIN_S if setting is None else float(setting)
+    if not cache.get("on"):
+        out.append(JAX_CACHE)
+        if short[0]:
+            out.append(JAX_MIN_TIME.format(min_s=min_s, n=short[0], s=short[1]).strip())
+    elif unwritten:
+        out.append(
+            f"The cache left {unwritten} compile{'s' * (unwritten != 1)} out (under "
+            f"jax_persistent_cache_min_compile_time_secs = {min_s} s or the minimum entry size): "
+            '`jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)` writes them too.'
+        )
+    elif int(cache.get("misses") or 0):
+        out.append(
+            "Nothing to turn on: the cache was on and wrote this run's compiles; the next run of the "
+            "same program loads them."
+        )
+    else:
+        out.append("Nothing to turn on: the persistent cache was on and served this run's graphs.")
+    group, lines = _eager_lines(parts)
+    total = sum(g["seconds"] for g in parts)
+    if group is not None and group["seconds"] >= EAGER_SHARE * total:
+        out.append(
+            f"Jit the setup that runs op by op at {lines}: outside `jit` each op compiles on its "
+            f"own ({group['compiles']} compiles, {group['seconds']:.1f} s here); "
+            "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`) compiles it "
+            "once, as one executable (and one cache entry)."
+        )
+    step = next((g for g in parts if g["kind"] == "step"), None)
+    if step is not None and not step_recompiled:
+        fns = sorted({f for line in step["lines"] for f in line["functions"]})
+        name = fns[0] if fns else "the step function"
+        out.append(
+            f"Where the step's shapes are fixed, compile it ahead of the loop with "
+            f"`{name}.lower(*example_args).compile()` and call the result: the compile happens once, "
+            "where you choose (before the data pipeline starts, or in a job that fills the cache), "
+            "and a call with other shapes is an error instead of a silent compile."
+        )
+    return out
+
+
+def _xla_fix(cache: dict[str, Any]) -> list[str]:
+    if not cache.get("on"):
+        return [XLA_CACHE]
+    if int(cache.get("load_failures") or 0):
+        return [
+            "The persistent cache was on, but torch_xla could not load the "
+            f"{cache['load_failures']} entries it found (PersistentCacheDeserializeFailure) and "
+            "compiled them again: an entry written by another torch_xla version or device does not "
+            "load (torch_xla 2.9's CPU backend fails on its own entries). Point each version and "
+            "device at its own cache folder."
+        ]
+    if int(cache.get("hits") or 0):
+        return [
+            "Nothing to turn on: the persistent cache was on and loaded graphs "
+            f"({cache['hits']} PersistentCacheHit); the rest compiled and were written to it."
+        ]
+    return [
+        "Nothing to turn on: the persistent cache was on; this run filled it, and the next run of "
+        "the same program loads what it wrote."
+    ]
+
+
+def fix_text(
+    parts: list[dict[str, Any]],
+    cache: dict[str, Any] | None,
+    backend: str,
+    history: dict[str, Any] | None,
+    step_recompiled: bool,
+    short: tuple[int, float] = (0, 0.0),
+) -> str:
+    """The changes, most valuable first, for the backend that ran. `short`: the first compiles
+    whose backend compile took under JAX_MIN_S (JAX's default minimum for writing one), and
+    their seconds."""
+    cache = cache or {}
+    out = _jax_fix(parts, cache, step_recompiled, short) if backend == "jax" else _xla_fix(cache)
+    if history and not cache.get("on"):
+        out.append(
+            f"Over your last {history['runs']} runs it would have saved about {history['saved_s']:.1f} s."
+        )
+    return " ".join(out)
