@@ -70,6 +70,8 @@ class CompileRow(TypedDict, total=False):
     backend: str | None
     function: str | None
     eager: bool | None
+    persistent_cache: str | None
+    backend_compile_ns: int | None
 
 
 class FallbackRow(TypedDict, total=False):
