@@ -106,7 +106,9 @@ def _pip_target(target: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _run(store: Path, cwd: Path, target: Path, *program: str) -> dict:
     env = {"PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
-    proc = run_tpuscope("run", "--store", str(store), "--quiet", "python", *program, cwd=cwd, env=env)
+    proc = run_tpuscope(
+        "run", "--store", str(store), "--quiet", "python", *program, cwd=cwd, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = run_tpuscope("show", "latest", "--store", str(store), "--json")
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -131,7 +133,9 @@ def steplib_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
 
 def _fit_line(program: Path) -> str:
     lines = (program / "train.py").read_text().splitlines()
-    return f"{program / 'train.py'}:{next(i for i, t in enumerate(lines) if '# user: fit' in t) + 1}"
+    return (
+        f"{program / 'train.py'}:{next(i for i, t in enumerate(lines) if '# user: fit' in t) + 1}"
+    )
 
 
 def test_a_library_installed_with_pip_target_is_a_library(
@@ -188,7 +192,11 @@ def fresh_rules() -> Iterator[None]:
     """The rules' caches emptied before and after (they hold answers per sys.path)."""
 
     def clear() -> None:
-        for cached in (user_files.is_user_file, user_files.library_root, user_files._installed_tops):
+        for cached in (
+            user_files.is_user_file,
+            user_files.library_root,
+            user_files._installed_tops,
+        ):
             cached.cache_clear()
 
     clear()
