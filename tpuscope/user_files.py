@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 import sysconfig
 
 _TPUSCOPE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")})
 _INSTALLED = ("site-packages", "dist-packages")
-_FOREIGN_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
 _FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
 _START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
 _USER_PSEUDO = ("<string>", "<stdin>")
@@ -53,7 +51,7 @@ def is_user_file(filename: str) -> bool:
         return filename in _USER_PSEUDO
     if filename.startswith(_TPUSCOPE_DIR) or any(m in filename for m in _INSTALLED):
         return False
-    if filename.startswith(_STDLIB) or _FOREIGN_STDLIB.search(filename):
+    if filename.startswith(_STDLIB) or _foreign_stdlib(filename):
         return False
     if not os.path.isabs(filename):
         return not _installed_relative(filename)
@@ -99,6 +97,12 @@ def library_root(filename: str) -> str | None:
     # a sys.path entry that is, or is inside, the program's folder: a src layout is the
     # user's code, a distribution installed there (`pip install --target .`) is not
     return entry if _top_name(filename, entry) in _installed_tops(entry) else None
+
+
+def _foreign_stdlib(filename: str) -> bool:
+    """'/usr/lib/python3.10/...': another machine's standard library (no `re`: start-up)."""
+    cut = filename.find("/lib/python")
+    return cut >= 0 and filename[cut + 11 : cut + 12].isdigit()
 
 
 def _installed_relative(filename: str) -> bool:
