@@ -233,3 +233,19 @@ def test_a_distribution_installed_in_the_programs_folder(
     monkeypatch.setattr(sys, "path", [*sys.path, str(target)])
     assert not user_files.is_user_file(f"{target}/steplib/__init__.py")
     assert user_files.is_user_file(f"{target}/train.py")
+
+
+def test_a_program_folder_named_by_its_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_rules: None
+) -> None:
+    """pytest puts a suite's folders on sys.path whatever folder it started in: the plugin
+    names its rootdir as the program's own, so the tests' lines stay the user's."""
+    suite = tmp_path / "suite"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(suite / "tests")])
+    monkeypatch.setattr(user_files, "_ADDED", [])
+    user_files._own_folders.cache_clear()
+    assert not user_files.is_user_file(f"{suite}/tests/test_x.py")
+    user_files.add_program_folder(str(suite))
+    assert user_files.is_user_file(f"{suite}/tests/test_x.py")
+    monkeypatch.undo()
+    user_files._own_folders.cache_clear()

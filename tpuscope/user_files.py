@@ -42,6 +42,7 @@ _INSTALLED = ("site-packages", "dist-packages")
 _FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
 _START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
 _USER_PSEUDO = ("<string>", "<stdin>")
+_ADDED: list[str] = []  # program folders a host names (pytest's rootdir): add_program_folder
 
 
 @functools.lru_cache(maxsize=4096)
@@ -131,10 +132,21 @@ def _own_folders() -> tuple[str, ...]:
     sys.argv is set before site-packages load, so this is right from the first call; under
     `-m` and `-c` argv[0] is not the script named on the command line (sys.orig_argv)."""
     folders = [_START_DIR] if len(_START_DIR) > 1 else []  # not the root folder
+    folders += _ADDED
     script = sys.argv[0] if sys.argv else ""
     if script in getattr(sys, "orig_argv", ())[1:] and os.path.isfile(script):
         folders.append(os.path.dirname(os.path.abspath(script)) + os.sep)
     return tuple(dict.fromkeys(folders))
+
+
+def add_program_folder(folder: str) -> None:
+    """Count `folder` as the program's own: under pytest the program is the test suite, whose
+    folders pytest puts on sys.path (rootdir-relative) whatever folder it was started in."""
+    path = os.path.abspath(folder) + os.sep
+    if path not in _ADDED and len(path) > 1:
+        _ADDED.append(path)
+        for cached in (_own_folders, is_user_file, library_root):
+            cached.cache_clear()
 
 
 _ENTRIES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
