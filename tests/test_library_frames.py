@@ -220,7 +220,7 @@ def test_path_rules(
     assert not user_files.is_user_file(library)
     assert user_files.import_path(library) == "steplib/__init__.py"
     assert user_files.is_user_file(f"{here}/src/mypkg/model.py")  # a src layout is the user's
-    assert not user_files.is_user_file("steplib/__init__.py")  # JAX's HLO file names
+    assert not user_files.is_user_file("steplib/__init__.py")  # a shortened HLO file name
     assert user_files.is_user_file("train.py")
 
 

@@ -107,8 +107,8 @@ def _foreign_stdlib(filename: str) -> bool:
 
 
 def _installed_relative(filename: str) -> bool:
-    """A relative name that is a library's file under some sys.path entry: JAX writes HLO
-    metadata file names with everything up to site-packages/ cut off ('flax/linen/module.py');
+    """A relative name that is a library's file under some sys.path entry: an HLO metadata file
+    name shortened by jax_hlo_source_file_canonicalization_regex ('flax/linen/module.py');
     a name no library folder holds ('train.py') is the user's, spelled from their folder."""
     for entry in _path_entries():
         path = entry + filename
