@@ -220,6 +220,13 @@ def test_path_rules(
     assert not user_files.is_user_file(library)
     assert user_files.import_path(library) == "steplib/__init__.py"
     assert user_files.is_user_file(f"{here}/src/mypkg/model.py")  # a src layout is the user's
+    project = tmp_path / "proj"  # PYTHONPATH=proj python proj/scripts/train.py, from elsewhere
+    monkeypatch.setattr(user_files, "_own_folders", lambda: (f"{project}/scripts/",))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(project)])
+    for cached in (user_files.is_user_file, user_files.library_root):
+        cached.cache_clear()
+    assert user_files.is_user_file(f"{project}/proj/model.py")
+    assert not user_files.is_user_file(library)
     assert not user_files.is_user_file("steplib/__init__.py")  # a shortened HLO file name
     assert user_files.is_user_file("train.py")
 

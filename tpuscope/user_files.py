@@ -15,7 +15,8 @@ library's (not the user's) when it is
 The program's own folders are the one it started in and its script's folder (for `-m` and
 `-c`, only the former). Where a file sits under both a `sys.path` entry and an own folder, the
 nearer (deeper) one decides: `~/work/torch/train.py` run from `~/work` is the user's, and so
-is a src layout (`PYTHONPATH=src` inside the project). `python -c` code (`<string>`) and
+is a src layout (`PYTHONPATH=src` inside the project); a `sys.path` entry that holds an own
+folder is the program's project (`PYTHONPATH=~/proj python ~/proj/scripts/train.py`). `python -c` code (`<string>`) and
 `<stdin>` are the user's; other generated code (`<eval_with_key>`, dataclass methods) is not.
 
 Cost: the collectors ask at call sites, on the program's thread, so every answer is cached
@@ -91,12 +92,13 @@ def library_root(filename: str) -> str | None:
     own = _nearest(filename, _own_folders())
     if entry is None:
         return None if own is not None else _imported_package_root(filename)
-    if own is None:
-        return entry  # an install folder outside the program's own
-    if len(entry) < len(own):
+    if own is not None and len(entry) < len(own):
         return None  # the program's folder, inside a broader sys.path entry
-    # a sys.path entry that is, or is inside, the program's folder: a src layout is the
-    # user's code, a distribution installed there (`pip install --target .`) is not
+    if own is None and not any(o.startswith(entry) for o in _own_folders()):
+        return entry  # an install folder apart from the program's own
+    # a sys.path entry that is, is inside, or holds the program's folder (a src layout, the
+    # project root of a script in its scripts/ folder): the user's code, but a distribution
+    # installed there (`pip install --target .`) is not
     return entry if _top_name(filename, entry) in _installed_tops(entry) else None
 
 
