@@ -1,20 +1,40 @@
 """Which source file is the user's: the rule every location in a run is judged by.
 
-A file is the user's code unless it is an installed package (site-packages,
-dist-packages), the standard library (`<frozen ...>` modules included) or tpuscope itself.
-A framework run from a source checkout (torch, torch_xla, jax outside site-packages) is
-still a library; a file under the directory the program started in is the user's even if
-its path names a framework (`~/work/torch/train.py`). `python -c` code (`<string>`) and
+A library is known by where it is installed, not by how its path is spelled. A file is a
+library's (not the user's) when it is
+- tpuscope itself or the standard library (`<frozen ...>` modules included);
+- under a `sys.path` entry other than the program's own folders: an install folder of any
+  kind (site-packages, `pip install --target DIR` on PYTHONPATH, a framework's source
+  checkout added by a `.pth`), whatever its path is called;
+- a file of a distribution installed inside the program's own folder (`pip install --target .`:
+  its `*.dist-info` names its top-level packages);
+- in a package imported from outside every `sys.path` entry (an editable install's finder);
+- spelled as an install folder (site-packages, dist-packages, `lib/pythonX.Y`) or a framework
+  checkout (`/torch/`, `/jax/`, ...) when nothing above decides: a path from another machine
+  (an imported trace's HLO metadata, a PT_XLA_DEBUG log).
+The program's own folders are the one it started in and its script's folder (for `-m` and
+`-c`, only the former). Where a file sits under both a `sys.path` entry and an own folder, the
+nearer (deeper) one decides: `~/work/torch/train.py` run from `~/work` is the user's, and so
+is a src layout (`PYTHONPATH=src` inside the project); a `sys.path` entry that holds an own
+folder is the program's project (`PYTHONPATH=~/proj python ~/proj/scripts/train.py`). `python -c` code (`<string>`) and
 `<stdin>` are the user's; other generated code (`<eval_with_key>`, dataclass methods) is not.
 
-Pure path rules, so the file readers (parse/) and the live collectors (collect/frames.py,
-which walks the frames) share them without parse/ importing the live path.
+Cost: the collectors ask at call sites, on the program's thread, so every answer is cached
+per file name; a new file costs a scan of `sys.path` (a few microseconds, string prefixes
+only) and, only for a `sys.path` entry inside the program's own folder that holds
+`*.dist-info` folders, one read of their top-level names per entry. Nothing is computed at
+import (a profiled process's start-up).
+
+Path rules over this process's `sys.path`, so the file readers (parse/) and the live
+collectors (collect/frames.py, which walks the frames) share them without parse/ importing
+the live path.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 import sysconfig
 
 _TPUSCOPE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -23,6 +43,7 @@ _INSTALLED = ("site-packages", "dist-packages")
 _FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
 _START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
 _USER_PSEUDO = ("<string>", "<stdin>")
+_ADDED: list[str] = []  # program folders a host names (pytest's rootdir): add_program_folder
 
 
 @functools.lru_cache(maxsize=4096)
@@ -32,9 +53,13 @@ def is_user_file(filename: str) -> bool:
         return filename in _USER_PSEUDO
     if filename.startswith(_TPUSCOPE_DIR) or any(m in filename for m in _INSTALLED):
         return False
-    if filename.startswith(_STDLIB):
+    if filename.startswith(_STDLIB) or _foreign_stdlib(filename):
         return False
-    if not os.path.isabs(filename) or filename.startswith(_START_DIR):
+    if not os.path.isabs(filename):
+        return not _installed_relative(filename)
+    if library_root(filename) is not None:
+        return False
+    if _nearest(filename, _own_folders()) is not None:
         return True
     return not any(m in filename for m in _FRAMEWORKS)
 
@@ -49,9 +74,141 @@ def is_plumbing(filename: str) -> bool:
 
 
 def import_path(filename: str) -> str:
-    """A library file as its import path: '.../site-packages/transformers/x.py' -> 'transformers/x.py'."""
+    """A library file as its import path: '.../site-packages/transformers/x.py' ->
+    'transformers/x.py', '/opt/keras-target/keras/src/x.py' -> 'keras/src/x.py'."""
     for marker in _INSTALLED:
         cut = filename.rfind(marker + os.sep)
         if cut >= 0:
             return filename[cut + len(marker) + 1 :]
-    return filename
+    root = library_root(filename) if os.path.isabs(filename) else None
+    return filename[len(root) :] if root else filename
+
+
+@functools.lru_cache(maxsize=4096)
+def library_root(filename: str) -> str | None:
+    """The folder (ending in a separator) a library file is imported from, or None when
+    `filename` is not in a library this process can see (its own folders, a foreign path)."""
+    entry = _nearest(filename, _path_entries())
+    own = _nearest(filename, _own_folders())
+    if entry is None:
+        return None if own is not None else _imported_package_root(filename)
+    if own is not None and len(entry) < len(own):
+        return None  # the program's folder, inside a broader sys.path entry
+    if own is None and not any(o.startswith(entry) for o in _own_folders()):
+        return entry  # an install folder apart from the program's own
+    # a sys.path entry that is, is inside, or holds the program's folder (a src layout, the
+    # project root of a script in its scripts/ folder): the user's code, but a distribution
+    # installed there (`pip install --target .`) is not
+    return entry if _top_name(filename, entry) in _installed_tops(entry) else None
+
+
+def _foreign_stdlib(filename: str) -> bool:
+    """'/usr/lib/python3.10/...': another machine's standard library (no `re`: start-up)."""
+    cut = filename.find("/lib/python")
+    return cut >= 0 and filename[cut + 11 : cut + 12].isdigit()
+
+
+def _installed_relative(filename: str) -> bool:
+    """A relative name that is a library's file under some sys.path entry: an HLO metadata file
+    name shortened by jax_hlo_source_file_canonicalization_regex ('flax/linen/module.py');
+    a name no library folder holds ('train.py') is the user's, spelled from their folder."""
+    for entry in _path_entries():
+        path = entry + filename
+        if library_root(path) is not None and os.path.isfile(path):
+            return True
+    return False
+
+
+def _nearest(filename: str, folders: tuple[str, ...]) -> str | None:
+    """The deepest of `folders` (each ending in a separator) that holds `filename`."""
+    best = None
+    for folder in folders:
+        if filename.startswith(folder) and (best is None or len(folder) > len(best)):
+            best = folder
+    return best
+
+
+@functools.cache
+def _own_folders() -> tuple[str, ...]:
+    """The folder the program started in and, for `python script.py`, the script's folder.
+    sys.argv is set before site-packages load, so this is right from the first call; under
+    `-m` and `-c` argv[0] is not the script named on the command line (sys.orig_argv)."""
+    folders = [_START_DIR] if len(_START_DIR) > 1 else []  # not the root folder
+    folders += _ADDED
+    script = sys.argv[0] if sys.argv else ""
+    if script in getattr(sys, "orig_argv", ())[1:] and os.path.isfile(script):
+        folders.append(os.path.dirname(os.path.abspath(script)) + os.sep)
+    return tuple(dict.fromkeys(folders))
+
+
+def add_program_folder(folder: str) -> None:
+    """Count `folder` as the program's own: under pytest the program is the test suite, whose
+    folders pytest puts on sys.path (rootdir-relative) whatever folder it was started in."""
+    path = os.path.abspath(folder) + os.sep
+    if path not in _ADDED and len(path) > 1:
+        _ADDED.append(path)
+        for cached in (_own_folders, is_user_file, library_root):
+            cached.cache_clear()
+
+
+_ENTRIES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+
+def _path_entries() -> tuple[str, ...]:
+    """sys.path's folders, absolute and ending in a separator (re-read when sys.path changes;
+    tpuscope's own sitecustomize folder is plumbing, not a library)."""
+    global _ENTRIES
+    now = tuple(sys.path)
+    if now != _ENTRIES[0]:
+        folders = (os.path.abspath(p or os.curdir) + os.sep for p in now if isinstance(p, str))
+        _ENTRIES = (now, tuple(dict.fromkeys(f for f in folders if f != os.sep)))
+    return _ENTRIES[1]
+
+
+def _top_name(filename: str, entry: str) -> str:
+    """The top-level package (or module) name of `filename` under `entry`."""
+    top = filename[len(entry) :].split(os.sep, 1)[0]
+    return top[:-3] if top.endswith(".py") else top
+
+
+@functools.lru_cache(maxsize=64)
+def _installed_tops(entry: str) -> frozenset[str]:
+    """Top-level names of the distributions installed in `entry` (their *.dist-info):
+    top_level.txt where the wheel has one, else the first folders of its RECORD."""
+    try:
+        if not any(n.endswith((".dist-info", ".egg-info")) for n in os.listdir(entry)):
+            return frozenset()
+        from importlib import metadata
+
+        tops: set[str] = set()
+        for dist in metadata.distributions(path=[entry]):
+            listed = dist.read_text("top_level.txt")
+            if listed:
+                tops.update(line.strip() for line in listed.splitlines() if line.strip())
+                continue
+            for file in dist.files or ():
+                first = file.parts[0] if file.parts else ""
+                if first and first != ".." and not first.endswith((".dist-info", ".egg-info")):
+                    tops.add(first[:-3] if first.endswith(".py") else first)
+        return frozenset(tops)
+    except (OSError, ValueError):
+        return frozenset()
+
+
+def _imported_package_root(filename: str) -> str | None:
+    """The folder holding the top-level package `filename` belongs to, when that package was
+    imported from outside every sys.path entry (an editable install's import hook)."""
+    folder = os.path.dirname(filename)
+    while True:
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        module = sys.modules.get(os.path.basename(folder))
+        paths = getattr(module, "__path__", None)
+        if paths is not None and parent not in ("", os.sep):
+            try:
+                if folder in (os.path.abspath(p) for p in paths):
+                    return parent + os.sep
+            except TypeError:
+                return None
+        folder = parent

@@ -23,8 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.mxu import chip, matmuls, mxu_costs, roofline
-
-_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python")
+from tpuscope.user_files import is_user_file
 
 
 @dataclass
@@ -115,8 +114,10 @@ def _problem(kind: str, ops: pd.DataFrame, cost_col: str) -> MatmulProblem:
 
 
 def is_library_path(location: str) -> bool:
-    """A stored path in an installed package or the standard library (not the user's code)."""
-    return any(marker in location for marker in _LIBRARY)
+    """A stored 'file:line' (or file) that is not the user's code (user_files.is_user_file:
+    an installed package wherever it is installed, the standard library, tpuscope)."""
+    file, _, line = location.rpartition(":")
+    return not is_user_file(file if file and line.isdigit() else location)
 
 
 def ops_location(ops: pd.DataFrame) -> tuple[str | None, list[str]]:
@@ -128,7 +129,9 @@ def ops_location(ops: pd.DataFrame) -> tuple[str | None, list[str]]:
     where = (
         known["source_file"].astype(str) + ":" + known["source_line"].astype("Int64").astype(str)
     )
-    user = where[~known["source_file"].astype(str).str.contains("|".join(_LIBRARY), regex=True)]
+    files = known["source_file"].astype(str)
+    users = {f: is_user_file(f) for f in files.unique()}
+    user = where[files.map(users).astype(bool)]
     pool = user if not user.empty else where
     if pool.empty:
         return None, []

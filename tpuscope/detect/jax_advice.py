@@ -140,6 +140,35 @@ def sharding_fix(function: str, arg: str | None, before: str | None, after: str 
     )
 
 
+# The words other rules need, for a JAX run (detect/advice.py picks by the run's backend;
+# xla_advice.ADVICE holds the same topics in torch_xla's words).
+ADVICE = {
+    "host_bound": (
+        "Keep the device fed: put the whole step under one jax.jit, keep float()/print/np.asarray "
+        "of arrays out of the step, prefetch the next batch to the device (jax.device_put) while "
+        "the step runs, and raise the batch (or run several steps per call with jax.lax.scan) so "
+        "each step has more device work."
+    ),
+    "bf16": (
+        "Run the matmuls in bf16: bf16 params and inputs (`x.astype(jnp.bfloat16)`, a Flax "
+        "module's dtype=jnp.bfloat16), and drop precision='highest' (or "
+        "jax_default_matmul_precision='highest') where bf16 passes do; keep f32 master weights in "
+        "the optimizer."
+    ),
+    "attention_kernel": "jax.nn.dot_product_attention, Pallas splash attention",
+    "same_step_on_hosts": (
+        "Make every host run the same step: keep host-dependent work (logging, float() reads, "
+        "checkpoint writes) out of the jitted step, or do it every N steps on all hosts alike "
+        "(not only where jax.process_index() == 0), and give every host's data the same shapes "
+        "(pad to a common size), so each host compiles and runs the same programs."
+    ),
+    "persistent_cache": (
+        "JAX's persistent compilation cache "
+        "(`jax.config.update('jax_compilation_cache_dir', '/path/to/cache')`)"
+    ),
+    "drop_last": "drop_remainder=True in a tf.data or Grain batch, or stop at the last full batch",
+}
+
 CACHE_FIX = (
     "Compiles that must stay can be kept across runs with JAX's persistent compilation cache: "
     "`jax.config.update('jax_compilation_cache_dir', '/path/to/cache')` before the first call."

@@ -23,17 +23,14 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.contract import RankDivergenceEvidence
 from tpuscope.analyze.hosts import natural_key
-from tpuscope.detect import common
+from tpuscope.detect import common, xla_advice
+from tpuscope.detect.advice import for_backend
 from tpuscope.detect.pod import hosts_text, run_hosts
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
 RULE = "rank_divergence"
-FIX = (
-    "Make every host run the same step: keep rank-dependent work (logging, `.item()`, checkpoint writes) "
-    "out of the traced step or behind `xm.add_step_closure`/every-N-steps on all hosts alike, and give every "
-    "host's data the same shapes (pad to a common size), so each host compiles and runs the same graphs."
-)
+FIX = xla_advice.ADVICE["same_step_on_hosts"]  # a JAX run gets jax_advice's words
 _UNSHARED = (
     " | eager #",
     " | unknown #",
@@ -239,4 +236,7 @@ def detect_rank_divergence(tables: RunTables) -> list[Finding]:
     found = _divergent(items, hosts, _last_steps(tables))
     findings = [_finding(loc, p, m, rows, len(hosts), wall) for loc, p, m, rows in found]
     divergent = {k for *_, rows in found for k in rows["key"]}
-    return findings + _count_finding(tables, items, divergent, hosts, wall)
+    findings += _count_finding(tables, items, divergent, hosts, wall)
+    for finding in findings:  # FIX in the words of the backend that ran
+        finding.fix = for_backend(tables.backend, "same_step_on_hosts")
+    return findings

@@ -15,6 +15,7 @@ from tpuscope.analyze.contract import RecompileEvidence
 from tpuscope.analyze.families import bounded
 from tpuscope.analyze.frames import records
 from tpuscope.detect import common, xla_advice
+from tpuscope.detect.advice import for_backend
 from tpuscope.detect.compile_changes import NO_SHAPES_HINT, site_of, where_text
 from tpuscope.detect.shape_churn import churn_facet
 from tpuscope.detect.tables import RunTables
@@ -61,8 +62,8 @@ def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall
     fix = (
         (
             "Nothing to change while the set stays this small: each bucket compiles once. Keep the number of "
-            "buckets small, or keep them across runs with torch_xla's persistent cache "
-            "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`)."
+            "buckets small, or keep them across runs with "
+            f"{for_backend(tables.backend, 'persistent_cache')}."
         )
         if facet
         else (
@@ -72,8 +73,8 @@ def _bounded_note(tables: RunTables, site: str, rows: list[dict[str, Any]], wall
     )
     if facet and facet.dim == 0 and len(facet.values) == 2:
         fix += (
-            " If the smaller size is a short last batch, dropping it (DataLoader(drop_last=True)) saves "
-            "its compile."
+            " If the smaller size is a short last batch, dropping it "
+            f"({for_backend(tables.backend, 'drop_last')}) saves its compile."
         )
     evidence = RecompileEvidence(
         verdict="bounded",

@@ -27,6 +27,7 @@ from tpuscope.analyze.tensorcore import (
     tensorcore_problems,
     waste_by_generation,
 )
+from tpuscope.detect.advice import for_backend
 from tpuscope.detect.common import file_and_line
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import (
@@ -84,6 +85,7 @@ def _estimated(
     target: str,
     summary: dict[str, Any],
     measured: dict[str, Any],
+    backend: str = "torch_xla",
 ) -> Finding | None:
     spec, info = chip(target), problem.info
     share = problem.cost_s / step_s if step_s > 0 else 0.0
@@ -105,7 +107,7 @@ def _estimated(
             else "."
         )
     )
-    title, fix = _wording(problem.kind, info, edge, target, waste)
+    title, fix = _wording(problem.kind, info, edge, target, waste, backend)
     hidden = float((problem.ops["mxu_s"] * problem.ops["waste"]).sum())
     of_step = (
         f"{100 * share:.1f}% of the step graph's estimated time"
@@ -149,7 +151,7 @@ def _estimated(
 
 
 def _wording(
-    kind: str, info: dict[str, Any], edge: int, target: str, waste: dict[str, float]
+    kind: str, info: dict[str, Any], edge: int, target: str, waste: dict[str, float], backend: str
 ) -> tuple[str, str]:
     if kind == "head_dim":
         d = info["head_dim"]
@@ -158,7 +160,7 @@ def _wording(
             f"attention head_dim {d}: {100 * here:.0f}% of its MXU work is padding on {target} "
             f"({100 * waste['v5e']:.0f}% on v5e/v5p, {100 * waste['v6e']:.0f}% on v6e/v7)",
             f"Use head_dim {edge} or a multiple of it (keep d_model, use d_model/{edge} heads), or a fused "
-            f"attention kernel that packs heads (torch_xla flash_attention, Pallas splash attention).",
+            f"attention kernel that packs heads ({for_backend(backend, 'attention_kernel')}).",
         )
     if kind == "unaligned":
         pairs = ", ".join(f"{a}->{b}" for a, b in zip(info["dims"], info["padded"], strict=True))
@@ -170,8 +172,7 @@ def _wording(
         prec = "/".join(info.get("precision") or ["default"])
         return (
             f"{info['count']} matmul(s) run in f32 (precision {prec}) where bf16 would do",
-            "Run the model in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
-            "forward (torch_xla), or bf16 params and inputs (JAX); keep f32 master weights in the optimizer.",
+            for_backend(backend, "bf16"),
         )
     return (
         f"{info['count']} matmul(s) stream only {', '.join(map(str, info['rows'][:4]))} rows through "
@@ -243,7 +244,7 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
         lead.detail
         + (f" Also in this graph: {others}." if others else "")
         + (
-            f" The graph is cut at {file_and_line(site)}; torch's own lines: "
+            f" The graph is cut at {file_and_line(site)}; the library's own lines: "
             f"{', '.join(file_and_line(x) for x in library[:3])}."
             if library and site
             else ""
@@ -294,6 +295,8 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     step_s = float(summary.get("time_s") or 0.0)
     runs = _executions(tables)
     estimated = [
-        f for p in problems if (f := _estimated(p, step_s, runs, target, summary, measured))
+        f
+        for p in problems
+        if (f := _estimated(p, step_s, runs, target, summary, measured, tables.backend))
     ]
     return findings + ([_one_card(estimated, graph_site(tables))] if estimated else [])

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
+from tpuscope.detect.advice import for_backend
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -93,9 +94,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {100 * (1 - idle_share):.0f}% of "
         f"{traced} ({basis}); the rest the device waited for the host "
         f"(Python, graph tracing, input, host syncs). Cost = idle time in those steps.",
-        "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of tensors "
-        "from the step, wrap the step in torch_xla.compile (or jax.jit) so tracing is cached, and raise the "
-        "batch so each step has more device work.",
+        for_backend(tables.backend, "host_bound"),
         None,
         idle_s,
         runs,

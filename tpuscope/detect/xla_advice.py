@@ -23,6 +23,32 @@ NO_SYNC_FIX = (
     "torch_xla.sync() (or xm.mark_step()) after optimizer.step(), or wrap the step in "
     "torch_xla.compile(), and read values after it."
 )
+# The words other rules need, for a torch_xla run (detect/advice.py picks by the run's backend;
+# jax_advice.ADVICE holds the same topics in JAX's words).
+ADVICE = {
+    "host_bound": (
+        "Keep the device fed: overlap input with MpDeviceLoader/prefetch, remove .item()/print of "
+        "tensors from the step, wrap the step in torch_xla.compile so tracing is cached, and raise "
+        "the batch so each step has more device work."
+    ),
+    "bf16": (
+        "Run the model in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
+        "forward; keep f32 master weights in the optimizer."
+    ),
+    "attention_kernel": "torch_xla's Pallas flash_attention (torch_xla.experimental.custom_kernel)",
+    "same_step_on_hosts": (
+        "Make every host run the same step: keep rank-dependent work (logging, `.item()`, checkpoint "
+        "writes) out of the traced step or behind `xm.add_step_closure`/every-N-steps on all hosts "
+        "alike, and give every host's data the same shapes (pad to a common size), so each host "
+        "compiles and runs the same graphs."
+    ),
+    "persistent_cache": (
+        "torch_xla's persistent cache "
+        "(`torch_xla.runtime.initialize_cache('/path/to/cache', readonly=False)`)"
+    ),
+    "drop_last": "DataLoader(drop_last=True)",
+}
+
 IMPORTED_FIX = (
     "Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
     "and what changed between graphs; usually a shape that varies per step (pad it to a few "

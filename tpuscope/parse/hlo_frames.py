@@ -5,7 +5,7 @@ text metadata (`source_file`/`source_line`), which for a torch.nn layer is torch
 `linear.py:134`; but the serialized module (`--xla_dump_hlo_as_proto`, the `.hlo.pb` next
 to each dumped `.txt`) also carries XLA's stack-frame index: every op's `stack_frame_id`
 names a chain of frames up to `<module>`. Walking that chain gives the first frame outside
-site-packages, the standard library and tpuscope: the user's line that called the layer.
+installed libraries (user_files), the standard library and tpuscope: the user's line that called the layer.
 
 No Python class for HloProto ships with torch_xla or jaxlib (only C++ behind jaxlib's
 bindings, which do not expose the frame index), so the few fields needed are read with

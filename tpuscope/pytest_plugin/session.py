@@ -61,7 +61,9 @@ class TpuscopePlugin:
     def ensure_runner(self) -> WatchRunner:
         if self.runner is None:
             from tpuscope.pytest_plugin.runner import WatchRunner  # the watch engine, on first use
+            from tpuscope.user_files import add_program_folder
 
+            add_program_folder(str(self.config.rootpath))  # the suite's files are the user's
             self.runner = WatchRunner(self.options)
             self.config.pluginmanager.register(self.runner, RUNNER_NAME)
         return self.runner

@@ -151,7 +151,8 @@ class SyncHook:
                     site is None or site[0] is not code
                 ):  # the code is kept alive: its id is not reused
                     site = _sync_site(sink, sites, kind, frame)
-                sink.on_sync(site[1], read, start)  # which charges the time since start
+                if site[1] != OFF_PATH:  # (off the path: not the program's time either)
+                    sink.on_sync(site[1], read, start)  # which charges the time since start
             except Exception:
                 pass
             local.inside = True
@@ -166,6 +167,7 @@ class SyncHook:
 
 
 _SITES_MAX = 4096
+OFF_PATH = -1  # the event id of a read off the program's path: not counted
 
 
 def _sync_site(
@@ -173,8 +175,14 @@ def _sync_site(
 ) -> tuple[Any, int]:
     """(code, event id) of a sync called from `frame`; kept in `sites` when the frame is the
     user's own (its 'file:line' is then fixed by the code and instruction; a library frame's
-    user line depends on who called it, so it is looked up each time)."""
+    user line depends on who called it, so it is looked up each time).
+
+    A read on a library's own thread, with no line of the user's on its stack (keras on JAX
+    reads each batch's logs on its callback thread pool, CallbackList's async dispatch), is
+    OFF_PATH: the program's thread never waits on it, so it is no host sync of the step."""
     location, library = user_and_library(frame)
+    if location is None and threading.current_thread() is not threading.main_thread():
+        return frame.f_code, OFF_PATH
     site = (frame.f_code, sink.sync_event(kind, location, library))
     if library is None and is_user_file(frame.f_code.co_filename):
         if len(sites) >= _SITES_MAX:

@@ -2,7 +2,7 @@
 
 Strict eager (`torch_xla.experimental.eager_mode(True)`) runs every op as its own device
 program, so the line to change is the call that chose it. Wrapping that one function
-records the user's frame of the call (the first frame outside site-packages, the standard
+records the user's frame of the call (the first frame outside installed libraries, the standard
 library and tpuscope) in the process meta as `eager_mode_at`; the call itself is passed on
 unchanged, and a failure to record never reaches the program.
 """

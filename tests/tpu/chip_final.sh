@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The chip check of this round (device tool, repo root, .tpu/ carried after prepare.sh):
+#   timeout 350 bash tests/tpu/chip_final.sh
+# Default-mode runs of the chip corpus, bare-vs-tpuscope pairs of the dispatch-bound step, and
+# the persistent compilation cache benchmark. Runs and logs are re-packed into $OUT after each.
+set -u
+export TPU_WITH_FLAX=1
+source .tpu/install.sh >/dev/null 2>&1
+S=/tmp/store; mkdir -p $S
+P=tests/tpu/programs
+LOG=$OUT/log.txt
+say() { echo "== $*" | tee -a $LOG; }
+pack() { tar czf $OUT/runs.tgz -C /tmp store; }
+quiet() { grep -v -i "hugepage\|warnings.warn"; }
+under() {
+  local name=$1; shift
+  say "tpuscope $name: $*"
+  /usr/bin/time -f "wall %e s" tpuscope run --store $S --name $name "$@" 2>&1 | quiet | tee -a $LOG
+  tpuscope show latest --store $S --json > $S/$name.show.json 2>>$LOG
+  pack
+}
+bare() { say "bare: $*"; "$@" 2>&1 | quiet | tee -a $LOG; }
+under lm_hd64 python3 $P/lm_decoder.py --heads 16
+under mlp_f32_highest python3 $P/mlp_train.py --dtype f32 --precision highest
+under mlp_bf16 python3 $P/mlp_train.py
+bare python3 $P/tiny_step.py --steps 6000
+under tiny_1 --quiet python3 $P/tiny_step.py --steps 6000
+say "compile cache"
+timeout 110 python3 benchmarks/compile_cache.py --json > $S/compile_cache.json 2>>$LOG; tail -c 3000 $S/compile_cache.json | tee -a $LOG; pack
+bare python3 $P/tiny_step.py --steps 6000
+under tiny_2 --quiet python3 $P/tiny_step.py --steps 6000
+under mlp_1000 python3 $P/mlp_train.py --widths 1000,3000,3000,1000
+under lm_hd128 python3 $P/lm_decoder.py --heads 8
+pack
