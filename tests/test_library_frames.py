@@ -256,3 +256,23 @@ def test_a_program_folder_named_by_its_host(
     assert user_files.is_user_file(f"{suite}/tests/test_x.py")
     monkeypatch.undo()
     user_files._own_folders.cache_clear()
+
+
+def test_the_program_folders_a_run_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_rules: None
+) -> None:
+    """The launcher reads the HLO dumps' stacks after the program ended, from its own folder
+    and sys.path: the run's meta names the program's (cwd, the script's folder)."""
+    project = tmp_path / "proj"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(project), str(tmp_path / "libs")])
+    monkeypatch.setattr(user_files, "_ADDED", [])
+    user_files._own_folders.cache_clear()
+    assert not user_files.is_user_file(f"{project}/scripts/train.py")
+    user_files.add_program_folders(
+        {"cwd": str(tmp_path / "elsewhere"), "argv": ["python", f"{project}/scripts/train.py"]}
+    )
+    assert user_files.is_user_file(f"{project}/scripts/train.py")
+    assert user_files.is_user_file(f"{project}/proj/model.py")  # the script's project
+    assert not user_files.is_user_file(f"{tmp_path}/libs/lib/x.py")  # an install folder
+    monkeypatch.undo()
+    user_files._own_folders.cache_clear()

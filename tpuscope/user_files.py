@@ -36,6 +36,8 @@ import functools
 import os
 import sys
 import sysconfig
+from collections.abc import Mapping
+from typing import Any
 
 _TPUSCOPE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")})
@@ -112,9 +114,11 @@ def _installed_relative(filename: str) -> bool:
     """A relative name that is a library's file under some sys.path entry: an HLO metadata file
     name shortened by jax_hlo_source_file_canonicalization_regex ('flax/linen/module.py');
     a name no library folder holds ('train.py') is the user's, spelled from their folder."""
+    top = _top_name(filename, "")
     for entry in _path_entries():
         path = entry + filename
-        if library_root(path) is not None and os.path.isfile(path):
+        installed = any(m in entry for m in _INSTALLED) or top in _installed_tops(entry)
+        if installed and library_root(path) is not None and os.path.isfile(path):
             return True
     return False
 
@@ -145,10 +149,27 @@ def add_program_folder(folder: str) -> None:
     """Count `folder` as the program's own: under pytest the program is the test suite, whose
     folders pytest puts on sys.path (rootdir-relative) whatever folder it was started in."""
     path = os.path.abspath(folder) + os.sep
-    if path not in _ADDED and len(path) > 1:
+    if path not in _ADDED and len(path) > 1 and len(_ADDED) < 64:
         _ADDED.append(path)
         for cached in (_own_folders, is_user_file, library_root):
             cached.cache_clear()
+
+
+def add_program_folders(meta: Mapping[str, Any]) -> None:
+    """The folders of the program a run's meta names (the folder it started in, its script's
+    folder), for a process that reads the run but did not run it: the launcher ingesting the
+    HLO dumps' stacks, an analysis. Its own sys.path (PYTHONPATH) still tells the libraries."""
+    for source in [meta, *(meta.get("processes") or [])]:
+        cwd = source.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            continue
+        add_program_folder(cwd)
+        for arg in source.get("argv") or []:
+            if arg in ("-m", "-c") or not isinstance(arg, str):
+                break
+            if arg.endswith(".py"):
+                add_program_folder(os.path.dirname(os.path.join(cwd, arg)))
+                break
 
 
 _ENTRIES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())

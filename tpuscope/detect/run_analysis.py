@@ -19,6 +19,7 @@ from tpuscope.detect.ordering import order
 from tpuscope.schema import Finding
 from tpuscope.schema_consts import SEVERITIES
 from tpuscope.store import Run
+from tpuscope.user_files import add_program_folders
 
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
@@ -145,6 +146,7 @@ def _compute(run: Run) -> RunReport:
     from tpuscope.detect.pod_tables import run_tables
 
     tables = run_tables(run)  # a pod's steps stay in its parts (detect/pod_tables.py)
+    add_program_folders(tables.meta)  # whose lines are the user's: the program's, not this one's
     findings = detect(tables)
     return RunReport(summary=_summary(tables, findings), findings=findings)
 

@@ -22,6 +22,7 @@ from tpuscope.parse.hlo_rows import load_dumps
 from tpuscope.store import Run, layout
 from tpuscope.store.hosts import file_host
 from tpuscope.store.pods import is_pod_run
+from tpuscope.user_files import add_program_folders
 
 DUMP_STAGES = ("before_optimizations", "after_optimizations")
 
@@ -102,6 +103,7 @@ def ingest_run(run_dir: str | Path) -> list[str]:
     """Ingest what the run's processes left; returns one line per thing found (for the user)."""
     run_dir = Path(run_dir)
     run = Run(run_dir)
+    add_program_folders(run.meta)  # the HLO stacks' user lines: this process did not run it
     notes: list[str] = []
     meta: dict[str, Any] = {}
     host = file_host() if is_pod_run(run_dir) else None
