@@ -33,6 +33,7 @@ from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import (
     RULE,
     evidence_keys,
+    graph_site,
     idle_finding,
     xprof_figures,
     xprof_mxu_finding,
@@ -203,19 +204,6 @@ def _trace_modules(meta: dict[str, Any]) -> dict[str, int]:
         for name, count in (source.get("trace_modules") or {}).items():
             counts[name] = counts.get(name, 0) + int(count)
     return counts
-
-
-def graph_site(tables: RunTables) -> str | None:
-    """The user's line of the step graph: where the longest compile (the training step's
-    graph, not a setup graph or an eager op) was cut. HLO metadata names only the innermost
-    Python frame, which for torch.nn layers is torch's own code."""
-    families = tables.families
-    if families.empty:
-        return None
-    graphs = families[~families["eager"].astype(bool) & families["location"].notna()]
-    if graphs.empty:
-        return None
-    return str(graphs.sort_values("duration_ns", na_position="first")["location"].iloc[-1])
 
 
 def _one_card(findings: list[Finding], site: str | None) -> Finding:

@@ -242,3 +242,16 @@ def xprof_mxu_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | 
         [],
         evidence,
     )
+
+
+def graph_site(tables: RunTables) -> str | None:
+    """The user's line of the step graph: where the longest compile (the training step's
+    graph, not a setup graph or an eager op) was cut. HLO metadata names only the innermost
+    Python frame, which for torch.nn layers is torch's own code."""
+    families = tables.families
+    if families.empty:
+        return None
+    graphs = families[~families["eager"].astype(bool) & families["location"].notna()]
+    if graphs.empty:
+        return None
+    return str(graphs.sort_values("duration_ns", na_position="first")["location"].iloc[-1])

@@ -17,7 +17,7 @@ from tpuscope.analyze.op_time import MeasuredWaste, measured_waste
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.tensorcore_measured import RULE
+from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
 
 MIN_SHARE = 0.01  # of the measured device time per step
@@ -36,11 +36,16 @@ def chip_of(tables: RunTables) -> Chip | None:
 
 
 def traced_judged(tables: RunTables) -> list[int] | None:
-    """The judged steps the trace's windows hold (None: the trace has no step windows)."""
+    """The judged steps the trace's windows hold: the run's own steps, or the chip's (an
+    imported TPU trace); a module run the trace's start cut short is in none of them. None:
+    the trace has no step windows."""
     device_steps = tables.extra.get("device_steps", pd.DataFrame())
-    if device_steps.empty or not (device_steps["window"] == "steps").any():
+    windows = (
+        device_steps["window"].isin(["steps", "device steps"]) if not device_steps.empty else None
+    )
+    if windows is None or not windows.any():
         return None
-    traced = set(device_steps.loc[device_steps["window"] == "steps", "step"])
+    traced = set(device_steps.loc[windows, "step"])
     judged = tables.judged
     steps = sorted(int(s) for s in traced & set(judged["step"])) if not judged.empty else []
     return steps or sorted(int(s) for s in traced)
@@ -69,8 +74,6 @@ def _where(waste: MeasuredWaste, tables: RunTables) -> tuple[str | None, list[st
     """(the user's line of the ops that lose the most time, the library lines they carry);
     HLO metadata names the innermost frame, which for a library's layer is its own code, so
     without a user line the card stands at the line that cuts the step graph."""
-    from tpuscope.detect.tensorcore import graph_site
-
     by_line = waste.ops.dropna(subset=["source"]).groupby("source")["lost_s"].sum()
     lines = list(by_line.sort_values(ascending=False).index.astype(str))
     user = [line for line in lines if not is_library_path(line)]

@@ -25,9 +25,11 @@ No thread is woken and nothing is queued for it: on the v5e (gVisor) waking the 
 cost 15 us a step and the contention for the GIL that followed another ~35 us, 1.4x a 183 us
 step (docs/overhead.md). A step the host ran ahead of by more than MAX_POLLED closes is
 handed to the helper thread, as long steps are, so a loop that never waits still gets its
-steps' real ends. Once POLL_AHEAD polled steps are outstanding the
-host is ahead of the device, in a device-bound loop: the helper then times every step (its
-wake-ups overlap the device's work there instead of delaying it) until all are ready again;
+steps' real ends. A TPU's completion latency is longer than a dispatch-bound step (on the v5e
+the 180 us step's outputs were still not ready two closes later: with a limit of 2 the
+helper timed 5,915 of 6,000 steps and the hook cost 52 us a step), so only once POLL_AHEAD
+steps are outstanding is the host taken to be ahead of the device, in a device-bound loop: the helper then times every step (its
+wake-ups overlap the device's work there instead of delaying it) until fewer are outstanding;
 and no step is polled while a watched one is outstanding (steps end in order).
 
 Costs: when the step closes, one output (the last leaf, usually the loss) is asked
@@ -54,7 +56,7 @@ from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
 SHORT_STEP_NS = 1_000_000  # host intervals below this are polled on the program's thread
-POLL_AHEAD = 2  # polled steps outstanding at most: a host further ahead is device-bound
+POLL_AHEAD = 16  # steps outstanding at most while polling: a host further ahead is device-bound
 MAX_POLLED = 32  # steps polled at once; older ones go to the helper thread
 _PROBE_DEPTH = 4
 
@@ -224,7 +226,7 @@ class StepClock:
                 self._polled.append(record)
             if self._polled:
                 self._poll(host_end_ns)
-            if self._ahead and self._waiting <= 0:
+            if self._ahead and self._waiting < POLL_AHEAD:
                 self._ahead = False
             if not self._closed and (record.awaiting <= 0 or record.ready_at_close):
                 self._finalize(record)  # the common case: nothing waits before it
