@@ -242,7 +242,7 @@ class TpuCollector:
             self._profiler.step_opened(self.step)
 
     def _profiler_window(self) -> ProfilerWindow | None:
-        window = window_from_env()
+        window = window_from_env(self.session.warmup)  # "auto" traces too: TorchTPU is a TPU
         if window is None:
             return None
         directory = trace_dir(self.session.run_dir, "torch_tpu")
@@ -257,7 +257,12 @@ class TpuCollector:
 
         self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
         return ProfilerWindow(
-            window, directory, start, stop, lambda files: self.session.set_meta(trace_files=files)
+            window,
+            directory,
+            start,
+            stop,
+            lambda files: self.session.set_meta(trace_files=files),
+            lambda: True,
         )
 
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -15,6 +15,7 @@ TensorBoard can also capture from the live program. The file lands under
 from __future__ import annotations
 
 import atexit
+import os
 import socket
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ class XlaTrace:
             self.start,
             self.stop,
             lambda files: session.set_meta(trace_files=files),
+            lambda: True,  # attached for an automatic window only with PJRT_DEVICE=TPU
         )
         self._server: Any = None
 
@@ -74,9 +76,10 @@ class XlaTrace:
 
 
 def attach(session: Session) -> XlaTrace | None:
-    """An XlaTrace if TPUSCOPE_TRACE_STEPS asks for one; step 0 opens now."""
-    steps = window_from_env()
-    if steps is None:
+    """An XlaTrace if TPUSCOPE_TRACE_STEPS asks for one ("auto": only with PJRT_DEVICE=TPU,
+    the device torch_xla will run on); step 0 opens now."""
+    steps = window_from_env(session.warmup)
+    if steps is None or (steps.auto and os.environ.get("PJRT_DEVICE", "").upper() != "TPU"):
         return None
     directory = trace_dir(session.run_dir, "xla")
     trace = XlaTrace(session, steps, directory)
