@@ -53,7 +53,7 @@ CARDS = {
     for card in [
         # 12 train + 4 eval iterations over two MpDeviceLoaders; all compiles are first compiles.
         # tpuscope's steps: the 16 iterations. broadcast_master_param's sync is setup (a boundary the
-        # loop never passes again: analyze/step_stream.setup_steps), and the epoch-1 accuracy `.item()`
+        # loop never passes again: analyze/judge.phases), and the epoch-1 accuracy `.item()`
         # read goes into epoch 2's first step (a loader's first sync of a pass ends no step).
         Card("corpus_xla_mnist.py", "xla", 16, _at("corpus_xla_mnist.py")),
         Card("corpus_xla_compile_loader.py", "xla", 12, _at("corpus_xla_compile_loader.py")),

@@ -16,7 +16,7 @@ import pytest
 from tests import dashboard_browser as base
 from tests.dashboard_browser import CHROMEDRIVER, CHROMIUM, plotted, text, visit, wait
 from tests.pod_run import RUN_ID, pod_run
-from tpuscope.analyze.hosts import step_matrix
+from tpuscope.analyze.hosts import natural_key
 from tpuscope.analyze.judge import judged_steps
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.store import Run
@@ -77,7 +77,9 @@ def test_hosts_page_shows_every_host_and_step_as_the_store_holds_them(
     assert text(browser, "stat-divergent") == str(len(divergent))
 
     (heat,) = plotted(browser, "host-heatmap")
-    matrix = step_matrix(judged_steps(run.steps, int(run.meta["warmup"])))
+    judged = judged_steps(run.steps, int(run.meta["warmup"]))  # each host's slowest process, in ms
+    matrix = judged.pivot_table(index="host", columns="step", values="wall_ns", aggfunc="max") / 1e6
+    matrix = matrix.loc[sorted(matrix.index, key=natural_key)]
     assert heat["y"] == list(matrix.index) == [f"host-{k}" for k in range(5)]
     assert heat["x"] == [int(s) for s in matrix.columns]
     for drawn, expected in zip(heat["z"], matrix.to_numpy().tolist(), strict=True):

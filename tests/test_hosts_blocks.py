@@ -1,11 +1,9 @@
-"""The pod view's shortcuts for rows that come host after host give what pandas' groupby gives.
+"""Rows that come host after host are sliced, not grouped (detect/pod.by_host), and a host's
+time of a step is its slowest process's (the pod view of a run in memory, by hand).
 
-A pod's tables are read part after part, so each host's rows are one block; analyze/hosts.py
-and detect/pod.py then slice instead of grouping, and take the pod's per-step medians from a
-host x step matrix. Each shortcut is checked here against the groupby it replaces, on frames
-it takes (every host one block of the same steps, odd and even host counts, tied values) and
-frames it must hand back to the groupby (interleaved hosts, a host missing a step, two
-processes on a host, a missing value).
+A pod's tables are read part after part, so each host's rows are one block; detect/pod.py then
+slices instead of grouping. The slices are checked against the groupby they replace, on frames
+they take and frames they must hand back to the groupby (shuffled rows).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tpuscope.analyze.hosts import PodMedians, host_blocks, per_host_steps
+from tpuscope.analyze.hosts import host_blocks
 from tpuscope.detect.pod import by_host
 
 
@@ -43,49 +41,29 @@ def steps_frame(hosts: int, steps: int, seed: int = 0, pids_per_host: int = 1) -
     return pd.concat(rows, ignore_index=True)
 
 
-def grouped_per_host_steps(judged: pd.DataFrame) -> pd.DataFrame:
-    """per_host_steps as the groupby computes it (the path taken when no shortcut applies)."""
-    shuffled = judged.iloc[::-1]  # not one block per host in order: no shortcut
-    return per_host_steps(shuffled).iloc[::-1].reset_index(drop=True)
+def view_of(frame: pd.DataFrame) -> dict:
+    """The pod view of these rows as a run in memory gets it (RunTables.pod_view), warm-up 0."""
+    from tpuscope.detect.tables import RunTables
 
-
-PARTS = ["wall_ns", "compile_ns", "execute_ns", "host_ns", "compiles"]
-
-
-def assert_medians_are_the_groupby(rows: pd.DataFrame) -> None:
-    """PodMedians' every row and some rows picked by position equal the grouped transform."""
-    expected = rows.groupby("step", sort=False)[PARTS].transform("median")
-    pod = PodMedians(rows, PARTS)
-    got = pd.DataFrame({c: pod.column(c) for c in PARTS}, index=rows.index)
-    pd.testing.assert_frame_equal(got, expected, check_exact=True)
-    picked = np.random.default_rng(1).choice(len(rows), size=min(len(rows), 25), replace=False)
-    for c in PARTS:
-        np.testing.assert_array_equal(pod.at(c, picked), expected[c].to_numpy()[picked])
-
-
-@pytest.mark.parametrize("hosts", [2, 3, 64])
-def test_the_matrix_medians_are_the_groupby_medians(hosts: int) -> None:
-    rows = per_host_steps(steps_frame(hosts, 50, seed=hosts))
-    assert host_blocks(rows) is not None  # the shortcut is taken
-    assert_medians_are_the_groupby(rows)
-
-
-def test_frames_the_shortcut_must_not_take_get_the_groupby() -> None:
-    rows = per_host_steps(steps_frame(4, 30))
-    missing = rows.drop(index=rows.index[5])  # host-0 lost a step
-    interleaved = rows.sort_values(["step", "host"], kind="stable")
-    gap = rows.astype({"compile_ns": "float64"})
-    gap.loc[gap.index[7], "compile_ns"] = np.nan
-    for frame in (missing, interleaved, gap):
-        assert_medians_are_the_groupby(frame)
+    empty = pd.DataFrame()
+    return RunTables(
+        meta={"warmup": 0}, steps=frame, compiles=empty, fallbacks=empty, metrics=empty
+    ).pod_view
 
 
 @pytest.mark.parametrize("pids", [1, 2])
-def test_one_row_per_host_and_step_as_the_groupby_makes_it(pids: int) -> None:
-    judged = steps_frame(5, 40, pids_per_host=pids)
-    pd.testing.assert_frame_equal(
-        per_host_steps(judged), grouped_per_host_steps(judged), check_exact=True
-    )
+def test_a_hosts_step_is_its_slowest_process(pids: int) -> None:
+    """Each host's median step and excess, by hand: a host's time of a step is the slowest of
+    its processes' (two processes per host: the grouped path), the pod's the median over hosts."""
+    frame = steps_frame(5, 40, pids_per_host=pids)
+    per_step = frame.groupby(["host", "step"])["wall_ns"].max().unstack()
+    pod = per_step.median(axis=0)
+    view = view_of(frame.sample(frac=1, random_state=2))  # any row order
+    for got in view["hosts"]:
+        mine = per_step.loc[got["host"]]
+        assert got["steps"] == 40
+        assert got["p50_ms"] == mine.median() / 1e6
+        assert got["excess_ms"] == (mine - pod).median() / 1e6
 
 
 def test_host_slices_are_the_groupby_split() -> None:
@@ -96,3 +74,10 @@ def test_host_slices_are_the_groupby_split() -> None:
         assert list(sliced) == list(grouped)
         for host, part in grouped.items():
             pd.testing.assert_frame_equal(sliced[host], part, check_exact=True)
+
+
+def test_host_blocks_only_for_one_block_per_host() -> None:
+    frame = steps_frame(3, 5)
+    starts, labels = host_blocks(frame)
+    assert list(starts) == [0, 5, 10] and labels == ["host-0", "host-1", "host-2"]
+    assert host_blocks(frame.sort_values(["step", "host"], kind="stable")) is None

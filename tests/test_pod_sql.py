@@ -1,10 +1,12 @@
-"""The pod analysis over the parts (detect/pod_tables.py, analyze/pod_sql.py) states what the
-pandas rules state with every host's tables in memory, bit for bit.
+"""The step figures (analyze/pod_sql.py, analyze/pod_view.py: one implementation, DuckDB and
+numpy) against figures computed here by hand, and the pod read over its parts (detect/pod_tables.py,
+one host's rows at a time, the rules only where their inputs are) against the same pod read
+whole into memory (RunTables.from_run, every rule on every host).
 
 A synthetic pod written as `tpuscope run --run-id` lays one out (benchmarks/pod_scale.make_pod:
 real Parquet parts with the store's schemas, host-3 slower, host-1 compiling a graph of its
-own), analysed both ways; the real five-host pod (a lost host, hosts with other step counts) is
-compared in tests/test_pod.py. The numpy shortcuts are checked against pandas on their own.
+own); the real five-host pod (a lost host, hosts with other step counts) is in tests/test_pod.py.
+The numpy shortcuts are checked against pandas' medians on their own.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tpuscope.analyze.judge import phases
 from tpuscope.analyze.pod_matrix import nan_median
 from tpuscope.detect import RunTables, detect
-from tpuscope.detect.pod_tables import PodTables, host_phases, run_tables
+from tpuscope.detect.pod_tables import PodTables, run_tables
 from tpuscope.detect.run_analysis import _summary
 from tpuscope.store import Run
 
@@ -34,7 +37,7 @@ def _make_pod():
 
 
 def both_ways(run: Run) -> tuple[tuple[list, dict], tuple[list, dict]]:
-    """(findings, summary) over the parts and in memory, as JSON-ready dicts."""
+    """(findings, summary) over the parts and with every table in memory, as JSON-ready dicts."""
     parts = run_tables(run)
     assert isinstance(parts, PodTables)
     memory = RunTables.from_run(run)
@@ -50,15 +53,88 @@ def same(a: object, b: object) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def test_synthetic_pod_over_the_parts_is_the_in_memory_analysis(tmp_path):
+def hand_figures(steps: pd.DataFrame, warmup: int, first_loop: dict[str, int]) -> dict:
+    """The summary's step figures and the pod view of a pod of one process per host, computed
+    here from the rules' words (analyze/judge.py, analyze/hosts.py) with plain numpy: judged are
+    a host's steps from its loop's first step + warmup; a host's step time is its row's; the
+    pod's step time the median over hosts; the noise the median over hosts of 1.4826 x each
+    host's MAD; the threshold max(2 x noise, 5% of the pod's median step, 1 ms)."""
+    judged = steps[steps["step"] >= steps["host"].map(first_loop) + warmup]
+    loop = steps[steps["step"] >= steps["host"].map(first_loop)]
+    wall = judged.pivot(index="host", columns="step", values="wall_ns").astype(np.float64)
+    hosts = sorted(wall.index, key=lambda h: int(h.split("-")[1]))
+    wall = wall.loc[hosts].to_numpy()
+    p50 = np.nanmedian(wall, axis=1)
+    excess = wall - np.nanmedian(wall, axis=0)
+    pod_p50 = float(np.median(p50))
+    noise = float(
+        np.median([1.4826 * np.nanmedian(np.abs(r - m)) for r, m in zip(wall, p50, strict=True)])
+    )
+    threshold = max(2 * noise, 0.05 * pod_p50, 1e6)
+    view = {
+        h: {
+            "p50_ms": p50[i] / 1e6,
+            "excess_ms": float(np.nanmedian(excess[i])) / 1e6,
+            "straggler": bool(np.nanmedian(excess[i]) > threshold),
+            "slow": int((excess[i] > threshold).sum()),
+        }
+        for i, h in enumerate(hosts)
+    }
+    walls = judged["wall_ns"].to_numpy()
+    return {
+        "steps": len(loop),
+        "steps_judged": len(judged),
+        "p50_ms": float(np.quantile(walls, 0.5)) / 1e6,
+        "p90_ms": float(np.quantile(walls, 0.9)) / 1e6,
+        "wall_s_judged": int(walls.sum()) / 1e9,
+        "run_wall_s": int(steps["wall_ns"].sum()) / 1e9,
+        "view": view,
+        "pod_p50_ms": pod_p50 / 1e6,
+        "threshold_ms": threshold / 1e6,
+    }
+
+
+def assert_hand_figures(summary: dict, view: dict, want: dict) -> None:
+    close = {"rel": 1e-12}
+    assert summary["steps"] == want["steps"]
+    assert summary["steps_judged"] == want["steps_judged"]
+    assert summary["step_time_p50_ms"] == pytest.approx(want["p50_ms"], **close)
+    assert summary["step_time_p90_ms"] == pytest.approx(want["p90_ms"], **close)
+    assert summary["wall_s_judged"] == pytest.approx(want["wall_s_judged"], **close)
+    assert summary["run_wall_s"] == pytest.approx(want["run_wall_s"], **close)
+    assert view["pod_p50_ms"] == pytest.approx(want["pod_p50_ms"], **close)
+    assert view["threshold_ms"] == pytest.approx(want["threshold_ms"], **close)
+    for got in view["hosts"]:
+        mine = want["view"][got["host"]]
+        assert got["p50_ms"] == pytest.approx(mine["p50_ms"], **close), got["host"]
+        assert got["excess_ms"] == pytest.approx(mine["excess_ms"], abs=1e-9), got["host"]
+        assert got["straggler"] == mine["straggler"], got["host"]
+        assert len(got["slow_steps"]) == mine["slow"], got["host"]
+    hosts = {h["host"]: h for h in summary["hosts"]}
+    assert {h: hosts[h]["p50_ms"] for h in hosts} == pytest.approx(
+        {h: v["p50_ms"] for h, v in want["view"].items()}, **close
+    )
+
+
+def test_synthetic_pod_figures_are_the_hand_computed_ones(tmp_path):
     run = Run(_make_pod()(tmp_path, 4, 301))  # an even host count: medians of the middle two
     (found, summary), (found_mem, summary_mem) = both_ways(run)
     # host-3, host-1; and each host's first compiles (12 s of a 24 s run; host-1's own graph
     # makes its 21 s) are a compile_time card
     assert {f["rule"] for f in found} == {"straggler", "rank_divergence", "compile_time"}
-    assert same(found, found_mem)
-    assert same(summary, summary_mem)
+    assert [f["evidence"]["host"] for f in found if f["rule"] == "straggler"] == ["host-3"]
+    want = hand_figures(run.steps, 2, {f"host-{k}": 0 for k in range(4)})
+    assert want["view"]["host-3"]["straggler"] and want["view"]["host-3"]["slow"] > 150
+    assert_hand_figures(summary, run_tables(run).pod_view, want)
     assert summary["host_steps"]["width"] == 2  # 299 judged steps in bins of 2
+    record = summary["host_steps"]
+    judged = run.steps[run.steps["step"] >= 2]
+    bins = 2 + (judged["step"] - 2) // 2 * 2
+    ms = (judged["wall_ns"] / 1e6).groupby([judged["host"].astype(str), bins]).median()
+    for h, row in zip(record["hosts"], record["ms"], strict=True):
+        assert row == [round(float(ms[(h, b)]), 6) for b in record["steps"]], h
+    assert same(found, found_mem)  # read over the parts or whole: the same analysis
+    assert same(summary, summary_mem)
 
 
 def test_nan_median_is_pandas_median():
@@ -75,27 +151,36 @@ def test_nan_median_is_pandas_median():
     assert np.array_equal(nan_median(whole, 0), pd.DataFrame(whole).median(axis=0).to_numpy())
 
 
-def test_host_phases_are_judge_phases():
-    rng = np.random.default_rng(0)
-    for n, warmup in [(10, 2), (3, 2), (1, 2), (2, 5), (50, 0)]:
-        rows = []
-        for pid in (7, 8):
-            count = n if pid == 7 else max(1, n // 2)
-            boundary = ["sync"] * count
-            if rng.random() < 0.6:
-                boundary[-1] = "end"
-            rows.append(
-                pd.DataFrame(
-                    {
-                        "host": "h",
-                        "pid": np.int32(pid),
-                        "step": np.arange(count),
-                        "boundary": boundary,
-                    }
-                )
-            )
-        frame = pd.concat(rows, ignore_index=True)
-        assert host_phases(frame, warmup).equals(phases(frame, warmup)), (n, warmup)
+@pytest.mark.parametrize(
+    ("boundaries", "warmup", "want"),
+    [
+        ("s s s s s", 2, "w w j j j"),
+        ("s s s s e", 2, "w w j j a"),  # the after-the-loop step is never judged
+        ("s s e", 2, "w j a"),  # fewer steps than the warm-up: the last loop step is judged
+        ("e", 2, "j"),  # no step boundary at all: the whole program is one judged step
+        ("s e", 5, "j a"),
+        ("b s s s s", 2, "u w w j j"),  # a setup sync at a kind the loop never passes again
+        ("b s s", 1, "u w j"),
+        ("b s", 1, "w j"),  # a setup step needs two loop steps after it
+        ("b c s s s", 1, "u u w j j"),  # two setup kinds, each once
+        ("s b s s s", 1, "w j j j j"),  # setup only leads the loop
+        ("s s s s", 0, "j j j j"),
+    ],
+)
+def test_phases_by_hand(boundaries, warmup, want):
+    """judge.phases (PodSteps' SQL over a frame) on one process's rows, out of order, and on a
+    second process whose rows are another case's: each process labelled on its own."""
+    kinds = {"s": "sync", "e": "end", "b": "xm.broadcast_master_param", "c": "mark_step"}
+    names = {"w": "warmup", "j": "judged", "a": "after", "u": "setup"}
+    rows = [kinds[b] for b in boundaries.split()]
+    one = pd.DataFrame({"host": "h", "pid": 7, "step": np.arange(len(rows)), "boundary": rows})
+    other = pd.DataFrame({"host": "h", "pid": 8, "step": np.arange(5), "boundary": "sync"})
+    frame = pd.concat([one, other], ignore_index=True).sample(frac=1, random_state=3)
+    got = phases(frame, warmup)
+    assert got.index.equals(frame.index)
+    assert list(got[frame["pid"] == 7].sort_index()) == [names[w] for w in want.split()]
+    expected_other = ["warmup"] * min(warmup, 4) + ["judged"] * (5 - min(warmup, 4))
+    assert list(got[frame["pid"] == 8].sort_index()) == expected_other
 
 
 def test_setup_steps_over_the_parts_are_the_in_memory_ones(tmp_path):
@@ -116,6 +201,9 @@ def test_setup_steps_over_the_parts_are_the_in_memory_ones(tmp_path):
     assert same(found, found_mem)
     assert same(summary, summary_mem)
     assert summary["steps"] == summary_mem["steps"] == 3 * 40 - 1  # host-0's setup is no step
+    run = Run(root)
+    want = hand_figures(run.steps, 2, {"host-0": 1, "host-1": 0, "host-2": 0})
+    assert_hand_figures(summary, run_tables(run).pod_view, want)
 
 
 def _rewrite_steps(root: Path, host: str, edit) -> None:

@@ -69,7 +69,7 @@ def test_buckets_are_a_low_note_that_fail_on_recompile_passes() -> None:
         and note.evidence["verdict"] == "bounded"
         and "{48, 64}" in note.title
     )
-    summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
+    summary = summarize({"warmup": 2}, run.step_sql, run.families, run.fallbacks)
     assert summary["recompiles"] == 0
     assert reasons(summary, [note], Policy(fail_on=("recompile",))) == []
 
@@ -141,7 +141,7 @@ def test_a_recompile_costing_more_than_the_timed_steps_is_still_a_share() -> Non
         compile_row(1, ["s64[4,9]", *PARAMS], "b", ms=50_000),
     ]
     run = tables(steps(3, wall_ms=20), compiles)
-    summary = summarize({"warmup": 2}, run.steps, run.families, run.fallbacks)
+    summary = summarize({"warmup": 2}, run.step_sql, run.families, run.fallbacks)
     assert 0 < summary["recompile_share"] <= 1
     assert all(0 <= f.evidence["share"] <= 1 for f in detect_recompile(run))
 

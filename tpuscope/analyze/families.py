@@ -166,17 +166,6 @@ def process_backends(meta: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def loop_ends(loop_steps: pd.DataFrame) -> dict[str, int]:
-    """'host/pid' -> the last step of that process's loop (the after-the-loop step left out)."""
-    if loop_steps is None or loop_steps.empty:
-        return {}
-    keys = [k for k in ("host", "pid") if k in loop_steps.columns]
-    if len(keys) < 2:
-        return {}
-    last: Any = loop_steps.groupby(keys, dropna=False)["step"].max()  # keyed by (host, pid)
-    return {f"{host}/{pid}": int(step) for (host, pid), step in last.items()}
-
-
 def _boundary_cause(cause: Any) -> bool:
     """A compile torch_xla made at a step boundary (a sync), not at a value read."""
     return isinstance(cause, str) and bool(_BOUNDARY.search(cause)) and _VALUE_READ not in cause
@@ -246,8 +235,8 @@ def graph_families(
     """The compiles in time order, each with its family, its number within the family
     (0 = first compile), its verdict (first, warmup, recompile, bounded) and why, whether it
     is a recompile, and the JAX function / eager flag. `loop_end` ('host/pid' -> last loop
-    step, loop_ends()) lets a set of graphs that stopped growing be seen as one; `unsynced`
-    ('host/pid', step): the steps of a loop with no sync (analyze/step_stream.unsynced_steps)."""
+    step, PodSteps.loop_ends()) lets a set of graphs that stopped growing be seen as one; `unsynced`
+    ('host/pid', step): the steps of a loop with no sync (analyze/pod_sql.PodSteps.unsynced_steps)."""
     columns = {name: pd.Series(dtype=object) for name in FAMILY_COLUMNS}
     if compiles.empty:
         return compiles.assign(**columns)

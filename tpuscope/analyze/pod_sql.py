@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tpuscope.analyze.hosts import COUNTS, MAX_COLUMNS, NS_PER_MS, natural_key
 from tpuscope.analyze.judge import AFTER_LOOP
@@ -29,6 +30,7 @@ from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
 
 NUMERIC = ("compile_ns", "execute_ns", *COUNTS)  # summed per (host, step), nulls as 0
 MAX_STEP_SPAN = 1 << 21  # steps a process's bitmap may span (256 kB), else steps_once says unsure
+PHASES = np.array(["warmup", "judged", "setup", "after"], dtype=object)
 STEP_COLUMNS = ("host", "pid", "step", "wall_ns", "boundary", "executions", *NUMERIC)
 
 
@@ -47,8 +49,11 @@ class PodSteps:
         self.con, self.warmup = con, int(warmup)
         self._figures: PodFigures | None = None  # the pod view's pass, once (pod_view)
         self._step_figures: dict[str, Any] | None = None
+        self._settled = False
         present = {r[0] for r in con.execute("DESCRIBE steps").fetchall()}
+        self.present = present
         cols = ", ".join(c if c in present else f"NULL AS {c}" for c in STEP_COLUMNS)
+        cols += ", _row" if "_row" in present else ""
         after = f"coalesce(boundary = {_q(AFTER_LOOP)}, false)"
         con.execute(f"CREATE TEMP VIEW s AS SELECT {cols}, {after} AS is_after FROM steps")
         con.execute(f"CREATE TEMP TABLE procs AS {_procs_sql(self.warmup)}")
@@ -73,6 +78,31 @@ class PodSteps:
             )
         self.grouped = not self._one_process_per_host()
         self._host_steps()
+
+    @classmethod
+    def over_frame(cls, steps: pd.DataFrame, warmup: int) -> PodSteps:
+        """The same figures of a steps table held in memory (a run of one host, one host of a
+        pod, a live run's rows so far): the frame's columns that are read, scanned by DuckDB
+        where they lie, each row's position kept as `_row` (labels() gives them back in order)."""
+        con = duckdb.connect()
+        cols = [c for c in STEP_COLUMNS if c in steps.columns]
+        if steps.empty:  # no rows to take the types from: the store's schema's
+            from tpuscope.schema import TABLES
+
+            table = TABLES["steps"].empty_table().select(cols)
+            frame = table.append_column("_row", pa.array([], pa.int64()))
+        else:
+            frame = steps[cols].assign(_row=np.arange(len(steps)))  # copy-on-write: no copy
+        con.register("steps", frame)
+        return cls(con, warmup)
+
+    def labels(self) -> np.ndarray:
+        """Each row's phase (analyze/judge.phases), in the rows' order (their `_row`)."""
+        code = "CASE phase WHEN 'warmup' THEN 0 WHEN 'judged' THEN 1 WHEN 'setup' THEN 2 ELSE 3 END"
+        got = self.con.execute(
+            f"SELECT {code}::TINYINT AS c FROM phased ORDER BY _row"
+        ).fetchnumpy()["c"]
+        return PHASES[np.asarray(got, dtype=np.int64)]
 
     def _host_steps(self) -> None:
         """The view `host_steps`: one row per (host, step) of the judged steps, the slowest
@@ -99,6 +129,14 @@ class PodSteps:
             self.grouped = True
             self._host_steps()
             self._figures = self._step_figures = None  # of the rows before grouping
+
+    def settle(self) -> None:
+        """Before the per-(host, step) figures: a step written twice anywhere (steps_once) makes
+        each (host, step) the slowest row and the summed parts (group_steps); asked once."""
+        if not self._settled:
+            self._settled = True
+            if not self.steps_once():
+                self.group_steps()
 
     def steps_once(self) -> bool:
         """Whether every process wrote each of its steps once (a collector's steps only grow),
@@ -180,6 +218,8 @@ class PodSteps:
             "SELECT host, pid, CASE WHEN last_loop IS NOT NULL THEN last_loop "
             "WHEN n = 1 THEN last_step END FROM procs"
         )
+        if not {"host", "pid"} <= self.present:  # no process to name the ends by
+            return {}
         return {f"{h}/{p}": int(s) for h, p, s in rows if s is not None}
 
     def unsynced_steps(self) -> set[tuple[str, int]]:
@@ -196,6 +236,16 @@ class PodSteps:
         )
         return {str(h): int(s) for h, s in rows if s is not None}
 
+    def run_wall_s(self, duration_s: float | None = None) -> float:
+        """The whole run's wall time (analyze/judge.py): every step of every process, warm-up
+        and the after-the-loop phase included, or the program's duration when that is longer
+        and the run is one process."""
+        fig = self.step_figures()
+        total = float(fig["all_wall_ns"]) / 1e9
+        if duration_s and fig["processes"] <= 1:
+            total = max(total, float(duration_s))
+        return total
+
     def judged_wall_s(self) -> float:
         """analyze/judge.wall_s of the judged steps."""
         return float(self.step_figures()["judged_wall_ns"]) / 1e9  # its sum, asked once
@@ -204,13 +254,15 @@ class PodSteps:
         """The after-the-loop steps (one per process at most): few rows, in pandas; with the
         simple phases, those procs listed (every row at the after-the-loop boundary)."""
         if self.simple:
-            return self.frame(
+            rows = self.frame(
                 "SELECT host, pid, unnest(after_rows, recursive := true) FROM procs "
                 "WHERE after_rows IS NOT NULL"
             )
-        return self.frame(
-            "SELECT host, pid, step, wall_ns, executions FROM phased WHERE phase = 'after'"
-        )
+        else:
+            rows = self.frame(
+                "SELECT host, pid, step, wall_ns, executions FROM phased WHERE phase = 'after'"
+            )
+        return rows[[c for c in rows.columns if c in self.present]]  # a table without a host
 
     def step_figures(self) -> dict[str, Any]:
         """Counts and sums of the phases: what analyze/summary.summarize reads of the steps."""
@@ -300,6 +352,7 @@ class PodSteps:
             if len(hosts) < 2:
                 self._figures = PodFigures({})
             else:
+                self.settle()
                 # no judged row with a part not 0 (procs counted them): no rows to read for them
                 zero = self.simple and not self.rows("SELECT sum(j_some) FROM procs")[0][0]
                 self._figures = pod_figures(StepMatrix(self.con, hosts, (lo, hi)), zero)
@@ -314,7 +367,9 @@ class PodSteps:
             procs[str(proc.get("host"))] = procs.get(str(proc.get("host")), 0) + 1
         counts = {
             str(h): int(n)
-            for h, n in self.rows("SELECT CAST(host AS VARCHAR), sum(n) FROM procs GROUP BY 1")
+            for h, n in self.rows(
+                "SELECT CAST(host AS VARCHAR), sum(n) FROM procs WHERE host IS NOT NULL GROUP BY 1"
+            )
         }
         p50 = self._pod_figures().p50_ms  # the pod view's matrix, when it holds every row
         if not p50:
@@ -338,6 +393,7 @@ class PodSteps:
         ms, the median taken as pandas takes it, (lo / 1e6 + hi / 1e6) / 2 of the middle two:
         from the pod view's wall matrix when it holds every row, else by SQL."""
         figures = self._pod_figures()
+        self.settle()
         if figures.record is not None and max_columns == MAX_COLUMNS:
             return figures.record
         lo, hi = self.rows("SELECT min(step), max(step) FROM host_steps")[0]

@@ -9,10 +9,10 @@ says whether the work repeats: an executable run again from the cache (a step's 
 step, and a per-step rate over it still describes recurring work; a step whose every
 executable ran once (executions <= compiles) is one-off work with no steps to judge.
 
-Setup steps (`setup_steps`): a program's setup sync before its loop ends a step too; the loop
-is the boundary that recurs, so the leading steps at a boundary the loop never passes again
-are setup, not iterations: a phase of their own ("setup", analyze/judge.phases), not counted
-as steps.
+Setup steps: a program's setup sync before its loop ends a step too; the loop is the boundary
+that recurs, so the leading steps at a boundary the loop never passes again are setup, not
+iterations: a phase of their own ("setup", analyze/judge.phases: the rule is PodSteps' SQL in
+analyze/pod_sql.py), not counted as steps.
 
 So a process has step structure when its loop (the steps before the after-the-loop phase)
 has two or more steps, or its one step re-ran an executable. Pure: the steps table's
@@ -21,7 +21,6 @@ has two or more steps, or its one step re-ran an executable. Pure: the steps tab
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
@@ -66,31 +65,3 @@ def has_step_structure(loop: pd.DataFrame) -> bool:
             }
         )
     return bool(((per["steps"] >= 2) | (per["executions"] > per["compiles"])).any())
-
-
-def setup_steps(steps: pd.DataFrame, after: pd.Series) -> pd.Series:
-    """Per step row: True for a process's setup steps, which are no iteration of its loop.
-
-    The loop is the boundary that recurs: a collector ends a step at every boundary that
-    launched work, and a program's setup sync before its loop (`xm.broadcast_master_param`,
-    a `torch_xla.sync()` that materialises the data before a `torch.compile`'d loop) ends one
-    too, at a boundary of a kind the loop never passes again. So the leading steps of a
-    process whose boundary kind occurs once in its loop, followed by at least two steps (a
-    loop), are setup; a process whose setup and loop end at the same kind of boundary keeps
-    its setup step (the boundary's kind is all the steps table says of it). `after`: the rows
-    of the after-the-loop phase (never setup)."""
-    out = pd.Series(False, index=steps.index)
-    if steps.empty or "boundary" not in steps:
-        return out
-    loop = steps.loc[~after, [k for k in PROCESS_KEYS if k in steps.columns] + ["step", "boundary"]]
-    keys = [k for k in PROCESS_KEYS if k in loop.columns]
-    groups = loop.groupby(keys, dropna=False, sort=False) if keys else [(None, loop)]
-    for _, rows in groups:
-        ordered = rows.sort_values("step", kind="stable")
-        codes, _ = pd.factorize(ordered["boundary"].astype(str), use_na_sentinel=False)
-        once = np.bincount(codes)[codes] == 1  # per step: its boundary's kind occurs once
-        # the leading run of once-only kinds, leaving at least two steps of loop
-        lead = min(int(np.argmin(once)) if not once.all() else len(once), len(once) - 2)
-        if lead > 0:
-            out.loc[ordered.index[:lead]] = True
-    return out

@@ -7,29 +7,32 @@ imports) shows these figures as written into the run at analysis time
 (analyze/families.py): `recompiles` are the compiles judged recompiles by graph identity and
 recurrence, wherever they happen (a family's warm-up and a bounded set of buckets are not);
 `recompile_share` is their compile time's share of the whole run's wall time (`run_wall_s`,
-analyze/judge.run_wall_s), never above 1; step times and per-step rates are over the judged
+PodSteps.run_wall_s), never above 1; step times and per-step rates are over the judged
 steps (analyze/judge.py); value reads are host reads, not CPU fallbacks.
+
+The step figures (counts, sums and quantiles of the phases) are DuckDB's over the steps table,
+wherever it lies (analyze/pod_sql.PodSteps: a pod's Parquet parts, a run's frame in memory):
+one statement of them for a run of one process and a pod of 512 hosts.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from tpuscope.analyze.contract import AfterLoop, CompileCause, FallbackOp, RunSummary
 from tpuscope.analyze.families import recompiles
 from tpuscope.analyze.frames import records
-from tpuscope.analyze.judge import VALUE_READ_OPS, in_loop, phases, run_wall_s, share, wall_s
+from tpuscope.analyze.judge import VALUE_READ_OPS, share
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.step_runs import step_runs
 
+if TYPE_CHECKING:
+    from tpuscope.analyze.pod_sql import PodSteps
+
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
-
-
-def _percentile_ms(values: pd.Series, q: float) -> float | None:
-    return None if values.empty else float(values.quantile(q) / NS_PER_MS)
 
 
 def _seconds(frame: pd.DataFrame, column: str = "duration_ns") -> float:
@@ -92,23 +95,19 @@ def fallback_ops(fallbacks: pd.DataFrame, loop_steps: int) -> list[FallbackOp]:
     return sorted(out, key=lambda r: (-r.count, r.op))
 
 
-def _value_reads(fallbacks: pd.DataFrame, steps: pd.DataFrame, backend: str | None) -> int:
+def _value_reads(fallbacks: pd.DataFrame, steps: PodSteps, backend: str | None) -> int:
     """torch_xla's `.item()`-style reads (a fallback counter), or a JAX run's value reads
     (`float(x)`, `.item()`, `np.asarray`, `jax.device_get`: its steps' transfers_from_device)."""
     if backend == "jax":
-        return (
-            int(steps["transfers_from_device"].fillna(0).sum())
-            if "transfers_from_device" in steps
-            else 0
-        )
+        return int(steps.step_figures()["transfers"])
     if fallbacks.empty:
         return 0
     return int(fallbacks.loc[fallbacks["op"].isin(VALUE_READ_OPS), "count"].sum())
 
 
-def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -> AfterLoop | None:
-    """The work after the program's last step boundary: its own phase, not a step."""
-    after = steps[phase == "after"]
+def _after_loop(after: pd.DataFrame, families: pd.DataFrame) -> AfterLoop | None:
+    """The work after the program's last step boundary (its rows: PodSteps.after_rows): its own
+    phase, not a step."""
     if after.empty:
         return None
     keys = [k for k in ("host", "pid", "step") if k in after.columns and k in families.columns]
@@ -116,7 +115,7 @@ def _after_loop(steps: pd.DataFrame, phase: pd.Series, families: pd.DataFrame) -
         families.merge(after[keys], on=keys) if not families.empty and keys else families.iloc[0:0]
     )
     return AfterLoop(
-        wall_s=wall_s(after),
+        wall_s=float(after["wall_ns"].sum()) / NS_PER_S,
         compiles=int(len(compiles)),
         compile_s=_seconds(compiles),
         executions=int(after["executions"].fillna(0).sum()) if "executions" in after else 0,
@@ -140,26 +139,24 @@ def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None
 
 def summarize(
     meta: dict[str, Any],
-    steps: pd.DataFrame,
+    steps: PodSteps,
     families: pd.DataFrame,
     fallbacks: pd.DataFrame,
     metrics: pd.DataFrame | None = None,
-    phase: pd.Series | None = None,
 ) -> RunSummary:
-    """The run's headline figures; `families` is analyze.families.graph_families(compiles);
-    `metrics` gives the compile totals of imported evidence that has no compile rows; `phase`
-    is phases(steps, warmup) when the caller has it already."""
+    """The run's headline figures; `steps` is the steps table's figures (PodSteps: a pod's
+    parts or a frame in memory), `families` analyze.families.graph_families(compiles);
+    `metrics` gives the compile totals of imported evidence that has no compile rows."""
     warmup = int(meta.get("warmup", DEFAULT_WARMUP))
-    phase = phases(steps, warmup) if phase is None else phase
-    judged = steps[phase == "judged"] if not steps.empty else steps
-    loop = steps[in_loop(phase)] if not steps.empty else steps
+    fig = steps.step_figures()
+    judged = fig["judged"]
     again = recompiles(families)
-    loop_wall = wall_s(judged)
-    transfers = judged["transfers_from_device"] if not judged.empty else pd.Series(dtype=float)
     start, end = meta.get("start_ns"), meta.get("end_ns")
-    run_wall = run_wall_s(steps, (end - start) / NS_PER_S if start and end else None)
+    duration = (end - start) / NS_PER_S if start and end else None
+    run_wall = steps.run_wall_s(duration)
     totals = _imported_compiles(metrics) if families.empty else None
     n_compiles, compile_s = totals if totals else (int(len(families)), _seconds(families))
+    mean = fig["transfers_mean"]
     return RunSummary(
         run_id=meta.get("run_id"),
         name=meta.get("name"),
@@ -170,12 +167,12 @@ def summarize(
         device_kind=_first_process_value(meta, "device_kind"),
         processes=len(meta.get("processes", [])),
         warmup=warmup,
-        duration_s=(end - start) / NS_PER_S if start and end else None,
-        steps=int(len(loop)),
-        steps_judged=int(len(judged)),
-        step_time_p50_ms=_percentile_ms(judged["wall_ns"], 0.5) if not judged.empty else None,
-        step_time_p90_ms=_percentile_ms(judged["wall_ns"], 0.9) if not judged.empty else None,
-        wall_s_judged=loop_wall,
+        duration_s=duration,
+        steps=fig["loop"],
+        steps_judged=judged,
+        step_time_p50_ms=steps.judged_quantile(0.5, judged) / NS_PER_MS if judged else None,
+        step_time_p90_ms=steps.judged_quantile(0.9, judged) / NS_PER_MS if judged else None,
+        wall_s_judged=float(fig["judged_wall_ns"]) / NS_PER_S,
         compiles=n_compiles,
         compile_s=compile_s,
         graph_families=int(families["family"].nunique()) if not families.empty else 0,
@@ -184,10 +181,10 @@ def summarize(
         run_wall_s=run_wall,
         recompile_share=share(_seconds(again), run_wall),
         compile_causes=compile_causes(families),
-        fallback_ops=fallback_ops(fallbacks, len(loop)),
+        fallback_ops=fallback_ops(fallbacks, fig["loop"]),
         value_reads=_value_reads(fallbacks, steps, _first_process_value(meta, "backend")),
-        transfers_from_device_per_step=float(transfers.mean()) if not transfers.empty else 0.0,
-        after_loop=_after_loop(steps, phase, families),
+        transfers_from_device_per_step=mean if judged and mean is not None else 0.0,
+        after_loop=_after_loop(steps.after_rows(), families),
         profiler_ms_per_step=profiler_ms_per_step(meta),
         profiler_ms_per_compile=profiler_ms_per_compile(meta, n_compiles),
         profiler_trace_s=profiler_trace_s(meta),

@@ -17,12 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.contract import HostSummary, PodSummary, evidence_of
-from tpuscope.analyze.hosts import (
-    host_blocks,
-    host_summary,
-    hosts_of,
-    step_matrix_record,
-)
+from tpuscope.analyze.hosts import host_blocks, hosts_of
 from tpuscope.analyze.judge import in_loop
 from tpuscope.detect.pod_tables import PodTables
 from tpuscope.detect.tables import RunTables
@@ -218,10 +213,7 @@ def detect_per_host(
 def hosts_section(tables: RunTables, findings: list[Finding]) -> list[dict[str, Any]] | None:
     """The summary's `hosts` (runs of two or more hosts only): each host's figures, whether it is
     a straggler and the rules whose findings name it (not every host)."""
-    if hasattr(tables, "pod"):  # a PodTables: the figures from SQL over the parts
-        rows = tables.pod.host_summary(tables.meta)
-    else:
-        rows = host_summary(tables.steps, tables.judged, tables.meta, tables.host_rows)
+    rows = tables.step_sql.host_summary(tables.meta)
     if len(rows) < 2:
         return None
     view = {h["host"]: h for h in tables.pod_view.get("hosts", [])}
@@ -245,8 +237,5 @@ def pod_summary(tables: RunTables, findings: list[Finding]) -> PodSummary | None
     hosts = hosts_section(tables, findings)
     if not hosts:
         return None
-    if hasattr(tables, "pod"):
-        record = tables.pod.step_matrix_record()
-    else:
-        record = step_matrix_record(tables.judged, rows=tables.host_rows)
+    record = tables.step_sql.step_matrix_record()
     return PodSummary([HostSummary(**h) for h in hosts], record)

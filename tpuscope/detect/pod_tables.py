@@ -16,19 +16,14 @@ from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from tpuscope.analyze.contract import RunSummary
-from tpuscope.analyze.families import graph_families, process_backends
 from tpuscope.analyze.hosts import natural_key
-from tpuscope.analyze.judge import AFTER_LOOP
 from tpuscope.analyze.pod_sql import PodSteps
 from tpuscope.detect.tables import UNREAD_STEP_COLUMNS, LazyTables, RunTables
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store.sql import HostReader
 
-PHASES = np.array(["warmup", "judged", "after"], dtype=object)
 MAIN = ("steps", "compiles", "fallbacks", "metrics", "findings")
 
 
@@ -103,6 +98,7 @@ class PodTables(RunTables):
             extra=extra,
         )
         self.run, self.pod, self.hosts, self._floats = run, pod, hosts, floats
+        self.__dict__["step_sql"] = pod  # RunTables' step figures: the same SQL, over the parts
         self.reader = HostReader(run.loc)
 
     @classmethod
@@ -134,66 +130,12 @@ class PodTables(RunTables):
         floats = {name: _null_ints(con, name) for name in ("steps", "metrics")}
         return cls(run, meta, pod, hosts, compiles, fallbacks, whole, extra, floats)
 
-    # -- the whole run's views, from SQL ------------------------------------------------------
-    @cached_property
-    def families(self) -> pd.DataFrame:
-        return graph_families(
-            self.compiles,
-            process_backends(self.meta),
-            self.pod.loop_ends(),
-            self.unsynced,
-        )
-
-    @cached_property
-    def unsynced(self) -> set[tuple[str, int]]:
-        return self.pod.unsynced_steps()
-
     @property
     def phase(self) -> pd.Series:
         raise TypeError("a pod's step rows stay in its parts: ask PodTables.pod")
 
     judged = phase  # type: ignore[assignment]
     loop = phase  # type: ignore[assignment]
-    host_rows = phase  # type: ignore[assignment]
-
-    @cached_property
-    def pod_view(self) -> dict[str, Any]:
-        return self.pod.pod_view()
-
-    def summarize(self) -> RunSummary:
-        """analyze/summary.summarize with its step figures from SQL (the same keys and values)."""
-        from tpuscope.analyze import summary as sm
-        from tpuscope.analyze.families import recompiles
-        from tpuscope.analyze.judge import share
-
-        out = sm.summarize(
-            self.meta, self.steps.iloc[0:0], self.families, self.fallbacks, self.metrics
-        )
-        fig = self.pod.step_figures()
-        start, end = self.meta.get("start_ns"), self.meta.get("end_ns")
-        duration = (end - start) / sm.NS_PER_S if start and end else None
-        run_wall = float(fig["all_wall_ns"]) / 1e9
-        if duration and fig["processes"] <= 1:
-            run_wall = max(run_wall, float(duration))
-        judged = fig["judged"]
-        after = self.pod.after_rows()
-        out.steps, out.steps_judged = fig["loop"], judged
-        out.step_time_p50_ms = (
-            self.pod.judged_quantile(0.5, judged) / sm.NS_PER_MS if judged else None
-        )
-        out.step_time_p90_ms = (
-            self.pod.judged_quantile(0.9, judged) / sm.NS_PER_MS if judged else None
-        )
-        out.wall_s_judged = float(fig["judged_wall_ns"]) / 1e9
-        out.run_wall_s = run_wall
-        out.recompile_share = share(sm._seconds(recompiles(self.families)), run_wall)
-        out.fallback_ops = sm.fallback_ops(self.fallbacks, fig["loop"])
-        mean = fig["transfers_mean"]
-        out.transfers_from_device_per_step = mean if judged and mean is not None else 0.0
-        out.after_loop = sm._after_loop(after, pd.Series("after", index=after.index), self.families)
-        if sm._first_process_value(self.meta, "backend") == "jax":
-            out.value_reads = fig["transfers"]
-        return out
 
     # -- one host ------------------------------------------------------------------------------
     @cached_property
@@ -220,10 +162,7 @@ class PodTables(RunTables):
 
         split = self._split
         facts = host_facts(self.pod.con, self.run, hosts, split["fallbacks"], self.families)
-        todo = plan(facts, hosts, rules)
-        if not self.pod.steps_once():
-            self.pod.group_steps()
-        return todo
+        return plan(facts, hosts, rules)
 
     def each_host(self, hosts: list[str]) -> Iterator[tuple[str, RunTables]]:
         """(host, for_host(host)) in order, the next host's rows read by a second thread (its
@@ -252,8 +191,6 @@ class PodTables(RunTables):
 
     def _host_tables(self, host: str, rows: tuple[pd.DataFrame, pd.DataFrame]) -> RunTables:
         steps, metrics = rows
-        if steps_twice(steps):  # (host, step) rows grouped then, as pandas groups them
-            self.pod.group_steps()
         meta = {
             **self.meta,
             "processes": [p for p in self.meta.get("processes", []) if str(p.get("host")) == host],
@@ -267,56 +204,7 @@ class PodTables(RunTables):
             extra=HostExtra(self.reader, list(self.extra), host),
         )
         one.__dict__["families"] = self._part("families", host)  # families are per process already
-        phase = host_phases(steps, self.warmup)
-        if phase is not None:  # judge.phases' labels, without its groupby on the host's strings
-            one.__dict__["phase"] = phase
         return one
-
-
-def host_phases(steps: pd.DataFrame, warmup: int) -> pd.Series | None:
-    """analyze/judge.phases of one host's steps (every process of one host), by its pids in
-    numpy: the same labels; None (judge.phases decides) for rows it does not expect."""
-    if steps.empty or "boundary" not in steps or steps["pid"].isna().any():
-        return None
-    step = steps["step"].to_numpy()
-    if step.dtype.kind not in "iu":
-        return None
-    boundary = steps["boundary"].to_numpy()
-    after = boundary == AFTER_LOOP
-    _, proc = np.unique(steps["pid"].to_numpy(), return_inverse=True)
-    if _may_have_setup(step, boundary, proc, after):
-        return None
-    last = np.full(proc.max() + 1, np.iinfo(np.int64).min)
-    np.maximum.at(last, proc[~after], step[~after])
-    first = np.full(proc.max() + 1, np.iinfo(np.int64).max)
-    np.minimum.at(first, proc[~after], step[~after])
-    size = np.bincount(proc)
-    limit = np.minimum(first + warmup, last)[proc]
-    code = np.where(after, 2, (step >= limit).astype(np.int64))  # warmup 0, judged 1, after 2
-    code[after & (size[proc] == 1)] = 1
-    return pd.Series(PHASES[code], index=steps.index, dtype=object)
-
-
-def _may_have_setup(
-    step: np.ndarray, boundary: np.ndarray, proc: np.ndarray, after: np.ndarray
-) -> bool:
-    """Whether a process's first loop step ends at a boundary kind it passes only once (then
-    analyze/step_stream.setup_steps, through judge.phases, labels its setup steps)."""
-    for p in np.unique(proc[~after]):
-        mine = (proc == p) & ~after
-        kinds = boundary[mine]
-        first_kind = kinds[np.argmin(step[mine])]
-        if (kinds == first_kind).sum() == 1 and len(kinds) > 2:
-            return True
-    return False
-
-
-def steps_twice(steps: pd.DataFrame) -> bool:
-    """Whether a process wrote a step twice (never from a collector: its steps only grow)."""
-    pid, step = steps["pid"].to_numpy(), steps["step"].to_numpy()
-    if len(step) < 2 or ((pid[1:] == pid[:-1]).all() and (np.diff(step) > 0).all()):
-        return False
-    return bool(steps.duplicated(["pid", "step"]).any())
 
 
 def live_hosts(meta: dict[str, Any]) -> int:

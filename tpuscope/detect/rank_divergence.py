@@ -96,14 +96,7 @@ def _items(tables: RunTables) -> pd.DataFrame:
 
 
 def _last_steps(tables: RunTables) -> dict[str, int]:
-    if hasattr(tables, "pod"):  # a PodTables: its steps stay in the parts
-        return tables.pod.last_steps()
-    steps = tables.steps
-    return (
-        {str(h): int(s) for h, s in steps.groupby(steps["host"].astype(str))["step"].max().items()}
-        if not steps.empty
-        else {}
-    )
+    return tables.step_sql.last_steps()
 
 
 def _what(rows: pd.DataFrame) -> str:
@@ -229,9 +222,7 @@ def detect_rank_divergence(tables: RunTables) -> list[Finding]:
     items = _items(tables)
     if len(hosts) < 2 or items.empty:
         return []
-    judged_s = (
-        tables.pod.judged_wall_s() if hasattr(tables, "pod") else common.judged_wall_s(tables)
-    )
+    judged_s = tables.step_sql.judged_wall_s()
     wall = judged_s / len(hosts)
     found = _divergent(items, hosts, _last_steps(tables))
     findings = [_finding(loc, p, m, rows, len(hosts), wall) for loc, p, m, rows in found]

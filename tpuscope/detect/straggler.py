@@ -2,7 +2,7 @@
 
 In a pod every collective waits for the last host, so one slow host makes every host's
 step as slow as its own. The rule compares each host's judged step times with the
-pod's median step time, step by step (analyze/hosts.pod_view): a host whose median
+pod's median step time, step by step (analyze/pod_view.py): a host whose median
 excess is above the noise between steps (NOISE_FACTOR x the hosts' robust spread, and
 at least MIN_SHARE of the median step and 1 ms) is a straggler, on the steps where its excess
 is. The cause is what its slow steps spent more on than the pod's: its own compiles,

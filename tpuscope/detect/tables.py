@@ -15,10 +15,9 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.contract import RunSummary
-from tpuscope.analyze.families import graph_families, loop_ends, process_backends
-from tpuscope.analyze.hosts import per_host_steps, pod_view
-from tpuscope.analyze.judge import in_loop, phases
-from tpuscope.analyze.step_stream import unsynced_steps
+from tpuscope.analyze.families import graph_families, process_backends
+from tpuscope.analyze.judge import in_loop
+from tpuscope.analyze.pod_sql import PodSteps
 from tpuscope.schema_consts import DEFAULT_WARMUP
 
 # A list of graph hashes per step that no rule reads (compiles has them): on a million steps,
@@ -76,25 +75,34 @@ class RunTables:
         return int(self.meta.get("warmup", DEFAULT_WARMUP))
 
     @cached_property
+    def step_sql(self) -> PodSteps:
+        """The steps table's figures (analyze/pod_sql.PodSteps, DuckDB over this frame): its
+        phases, the summary's step figures, loop ends, and for two or more hosts the pod view.
+        A pod's (detect/pod_tables.PodTables) are the same SQL over its Parquet parts."""
+        return PodSteps.over_frame(self.steps, self.warmup)
+
+    @cached_property
     def families(self) -> pd.DataFrame:
         """The compiles with their graph family and recompile flag (analyze/families.py)."""
         return graph_families(
             self.compiles,
             process_backends(self.meta),
-            loop_ends(self.loop),
+            self.step_sql.loop_ends(),
             self.unsynced,
         )
 
     @cached_property
     def unsynced(self) -> set[tuple[str, int]]:
         """('host/pid', step) of the steps of a loop with no sync (analyze/step_stream)."""
-        return unsynced_steps(self.steps)
+        return self.step_sql.unsynced_steps()
 
     @cached_property
     def phase(self) -> pd.Series:
         """Per step row: warmup, judged or after (analyze/judge.phases), computed once: every
         detector asks, and on a million steps each ask cost 0.4 s."""
-        return phases(self.steps, self.warmup)
+        if self.steps.empty:
+            return pd.Series(dtype=object, index=self.steps.index)
+        return pd.Series(self.step_sql.labels(), index=self.steps.index, dtype=object)
 
     @cached_property
     def judged(self) -> pd.DataFrame:
@@ -107,15 +115,10 @@ class RunTables:
         return self.steps if self.steps.empty else self.steps[in_loop(self.phase).to_numpy()]
 
     @cached_property
-    def host_rows(self) -> pd.DataFrame:
-        """analyze/hosts.per_host_steps of the judged steps (a pod's summary and rules)."""
-        return per_host_steps(self.judged)
-
-    @cached_property
     def pod_view(self) -> dict[str, Any]:
-        """analyze/hosts.pod_view of the judged steps: the straggler rule and the summary's
-        hosts both read it."""
-        return pod_view(self.judged, self.host_rows)
+        """The hosts judged against each other (analyze/pod_view.py; empty below two hosts):
+        the straggler rule and the summary's hosts both read it."""
+        return self.step_sql.pod_view()
 
     @cached_property
     def _metric_index(self) -> dict[Any, Any]:
@@ -146,9 +149,7 @@ class RunTables:
         """analyze/summary.summarize of these tables: the summary's headline figures."""
         from tpuscope.analyze.summary import summarize
 
-        return summarize(
-            self.meta, self.steps, self.families, self.fallbacks, self.metrics, self.phase
-        )
+        return summarize(self.meta, self.step_sql, self.families, self.fallbacks, self.metrics)
 
     @classmethod
     def from_run(cls, run: Any) -> RunTables:

@@ -41,7 +41,7 @@ Which boundary ends an iteration when it passes several:
   goes into the next step ("MpDeviceLoader start"; corpus_xla_mnist.py, corpus_xla_mesh_reduce.py).
 Setup syncs before the loop (moving a model, `xm.broadcast_master_param`) end a step here when
 they launched something (in eager mode `.to(device)` runs ops); the analysis, which sees the
-whole stream, tells them apart from the loop's steps (analyze/step_stream.setup_steps).
+whole stream, tells them apart from the loop's steps (analyze/judge.phases).
 
 Loops that are not the program's own (issue 26: N iterations are N steps whichever idiom
 ends them):
