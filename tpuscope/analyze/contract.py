@@ -120,7 +120,7 @@ class HostSummary(Record):
 @dataclass
 class PodSummary:
     """The summary of a run of many hosts: each host, and step time per host x step (binned:
-    `hosts`, `steps`, `width`, `ms`, as analyze/hosts.step_matrix_record writes it)."""
+    `hosts`, `steps`, `width`, `ms`, as analyze/pod_view.step_matrix_record writes it)."""
 
     hosts: list[HostSummary]
     host_steps: dict[str, Any] | None = None

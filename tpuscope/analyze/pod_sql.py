@@ -1,16 +1,17 @@
-"""A pod's step figures in DuckDB over the steps table's Parquet parts: bounded memory.
+"""The step figures of every run, in DuckDB over its steps table: the one implementation.
 
-A pod of 128 hosts x 100k steps is 12.8M step rows; held as pandas frames (and the frames
-derived from them) they took ~6 GB. Here the rules of analyze/judge.py (phases),
-analyze/hosts.py (per-host steps, the pod view, the host x step matrix) and the step figures
-of analyze/summary.py are SQL over the parts, read column by column with DuckDB (projection
-push-down; a remote run through fsspec), and only their small results come to Python. The
-pod's medians are taken from host x step matrices of one column at a time (analyze/pod_matrix.py:
-DuckDB's grouped median keeps every value per group and was ~7 s a column at 12.8M rows).
-Each figure is the one the pandas rules compute, to the last bit: the medians are taken as
-pandas takes them ((lo + hi) / 2 of the middle two, NaN skipped) and DuckDB's own medians and
-quantiles are only asked of integers (nanosecond counts), where its interpolation gives the
-same; tests/test_pod_sql.py and tests/test_pod.py compare both paths on whole pods.
+The rules of analyze/judge.py (phases), analyze/hosts.py (per-host steps, the pod view, the
+host x step matrix) and the step figures of analyze/summary.py are SQL here, for a pod over the
+steps table's Parquet parts (read column by column with DuckDB, projection push-down; a remote
+run through fsspec; only small results come to Python, so a pod of 128 hosts x 100k steps,
+12.8M rows, needs no frame of them: held as pandas frames they took ~6 GB) and for any other
+run over its frame in memory (PodSteps.over_frame: a run of one host, one host of a pod, the
+rows a live run has so far). Each row's phase comes back in row order (labels) for the rules
+that select rows in pandas. The pod's medians are taken from host x step matrices of one
+column at a time (analyze/pod_matrix.py: DuckDB's grouped median keeps every value per group
+and was ~7 s a column at 12.8M rows), as pandas takes a median ((lo + hi) / 2 of the middle
+two, NaN skipped); DuckDB's own quantiles are only asked of integers (nanosecond counts).
+tests/test_pod_sql.py checks the figures against ones computed by hand.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tpuscope.analyze.hosts import COUNTS, MAX_COLUMNS, NS_PER_MS, natural_key
+from tpuscope.analyze.hosts import COUNTS, natural_key
 from tpuscope.analyze.judge import AFTER_LOOP
 from tpuscope.analyze.pod_matrix import StepMatrix, around
 from tpuscope.analyze.pod_view import PodFigures, pod_figures
@@ -42,7 +43,8 @@ class PodSteps:
     """The step figures of a pod, as SQL on a connection whose view `steps` is the steps table.
 
     Builds temporary views: `phased` (every step row with its phase, analyze/judge.phases),
-    `host_steps` (the judged steps, one row per (host, step): analyze/hosts.per_host_steps)
+    `host_steps` (the judged steps, one row per (host, step): a host's time of a step is its
+    slowest process's, its parts summed)
     and one small table, `procs` (per process: rows, last loop step)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, warmup: int) -> None:
@@ -106,7 +108,7 @@ class PodSteps:
 
     def _host_steps(self) -> None:
         """The view `host_steps`: one row per (host, step) of the judged steps, the slowest
-        process's wall time and the host's summed parts (analyze/hosts.per_host_steps)."""
+        process's wall time and the host's summed parts."""
         sums = ", ".join(f"coalesce({c}, 0) AS {c}" for c in NUMERIC)
         if not self.grouped:  # one process per host, each step once: the judged rows are those
             body = f"SELECT host, step, wall_ns, {sums} FROM phased WHERE phase = 'judged'"
@@ -323,7 +325,7 @@ class PodSteps:
             )[0]
         return float(np.quantile(np.array([a, b], dtype=np.int64), gamma))
 
-    # -- the pod view (analyze/hosts.pod_view) ------------------------------------------------
+    # -- the pod view (analyze/pod_view.py) --------------------------------------------------
     def judged_hosts(self) -> list[str]:
         """The hosts with judged steps, in natural order."""
         return sorted(self._judged_span()[0], key=natural_key)
@@ -341,26 +343,30 @@ class PodSteps:
         return [str(h) for h in hosts or []], lo, hi
 
     def pod_view(self) -> dict[str, Any]:
-        """analyze/hosts.pod_view of the judged steps: the same dict, from host x step matrices
-        (analyze/pod_view.py), computed once."""
+        """The hosts judged against each other (analyze/hosts.py's rule, analyze/pod_view.py's
+        numpy over host x step matrices), computed once; empty below two hosts with judged
+        steps (a run of one host makes no matrix for it)."""
+        if self._figures is None and len(self._judged_span()[0]) < 2:
+            return {}
         return self._pod_figures().view
 
     def _pod_figures(self) -> PodFigures:
         if self._figures is None:
+            self.settle()  # each (host, step) one row: the matrix holds them all
             found, lo, hi = self._judged_span()
             hosts = sorted(found, key=natural_key)
-            if len(hosts) < 2:
-                self._figures = PodFigures({})
-            else:
-                self.settle()
-                # no judged row with a part not 0 (procs counted them): no rows to read for them
-                zero = self.simple and not self.rows("SELECT sum(j_some) FROM procs")[0][0]
-                self._figures = pod_figures(StepMatrix(self.con, hosts, (lo, hi)), zero)
+            if not hosts:
+                return PodFigures({})
+            # no judged row with a part not 0 (procs counted them): no rows to read for them
+            zero = self.simple and not self.rows("SELECT sum(j_some) FROM procs")[0][0]
+            self._figures = pod_figures(StepMatrix(self.con, hosts, (lo, hi)), zero)
+            if len(hosts) < 2:  # its hosts' medians and matrix, but no host to judge against
+                self._figures.view = {}
         return self._figures
 
     # -- the summary's hosts and host_steps ---------------------------------------------------
     def host_summary(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
-        """analyze/hosts.host_summary, its figures from SQL."""
+        """Per host with a step row: its processes, steps, median judged step and how it ended."""
         ended = {str(h.get("host")): h.get("status") for h in meta.get("hosts", [])}
         procs: dict[str, int] = {}
         for proc in meta.get("processes", []):
@@ -371,12 +377,7 @@ class PodSteps:
                 "SELECT CAST(host AS VARCHAR), sum(n) FROM procs WHERE host IS NOT NULL GROUP BY 1"
             )
         }
-        p50 = self._pod_figures().p50_ms  # the pod view's matrix, when it holds every row
-        if not p50:
-            p50 = {
-                str(h): float(m) / NS_PER_MS
-                for h, m in self.rows("SELECT host, median(wall_ns) FROM host_steps GROUP BY host")
-            }
+        p50 = self._pod_figures().p50_ms  # from the wall matrix
         return [
             {
                 "host": host,
@@ -388,42 +389,11 @@ class PodSteps:
             for host in sorted(counts, key=natural_key)
         ]
 
-    def step_matrix_record(self, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
-        """analyze/hosts.step_matrix_record: per host and bin of steps the median wall time in
-        ms, the median taken as pandas takes it, (lo / 1e6 + hi / 1e6) / 2 of the middle two:
-        from the pod view's wall matrix when it holds every row, else by SQL."""
-        figures = self._pod_figures()
-        self.settle()
-        if figures.record is not None and max_columns == MAX_COLUMNS:
-            return figures.record
-        lo, hi = self.rows("SELECT min(step), max(step) FROM host_steps")[0]
-        if lo is None:
-            return None
-        width = max(1, int(np.ceil((int(hi) - int(lo) + 1) / max_columns)))
-        cells = self.frame(
-            f"SELECT host, {int(lo)} + (step - {int(lo)}) // {width} * {width} AS bin, "
-            "quantile_disc(wall_ns, 0.5) AS lo, -quantile_disc(-wall_ns, 0.5) AS hi "
-            "FROM host_steps GROUP BY host, bin"
-        )
-        ms = (
-            cells["lo"].to_numpy(np.float64) / NS_PER_MS
-            + cells["hi"].to_numpy(np.float64) / NS_PER_MS
-        ) / 2
-        matrix = pd.Series(
-            ms,
-            index=pd.MultiIndex.from_arrays(
-                [cells["host"].astype(str), cells["bin"].astype(np.int64)]
-            ),
-        ).unstack()
-        matrix = matrix.loc[sorted(matrix.index, key=natural_key)].sort_index(axis=1)
-        return {
-            "hosts": [str(h) for h in matrix.index],
-            "steps": [int(c) for c in matrix.columns],
-            "width": width,
-            "ms": [
-                [None if v != v else round(float(v), 6) for v in row] for row in matrix.to_numpy()
-            ],
-        }
+    def step_matrix_record(self) -> dict[str, Any] | None:
+        """The summary's `host_steps`: per host and bin of at most MAX_COLUMNS bins of steps,
+        the median judged wall time in ms (analyze/pod_view.step_matrix_record), so the Hosts
+        page draws a pod of millions of steps without reading them."""
+        return self._pod_figures().record
 
 
 def _procs_sql(warmup: int) -> str:

@@ -1,4 +1,4 @@
-"""The pod view (analyze/hosts.pod_view) from host x step matrices, and what the same matrix gives.
+"""The pod view (the rule of analyze/hosts.py) from host x step matrices, and what they give.
 
 One pass over a pod's judged (host, step) rows fills the host x step matrix of their wall time
 (analyze/pod_matrix.StepMatrix); everything the pod's figures take from those rows is taken
@@ -6,7 +6,7 @@ from it while it is in memory, not from another pass over the parts: each host's
 (the pod view's and the summary's `hosts`), the Hosts page's binned medians (the summary's
 `host_steps`), the order statistics of the summary's p50 and p90, and the straggler's slow
 steps. Only the slow steps' parts are read again (their columns only), and their causes are
-taken in numpy. Each figure is the pandas rules' to the last bit (tests/test_pod_sql.py).
+taken in numpy. tests/test_pod_sql.py checks the figures against ones computed by hand.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class PodFigures:
 
 
 def pod_figures(matrices: StepMatrix, sparse_zero: bool = False) -> PodFigures:
-    """analyze/hosts.pod_view of the matrices' rows, and the figures their wall matrix gives
+    """The pod view of the matrices' rows, and the figures their wall matrix gives
     (`sparse_zero`: no judged row has a SPARSE part that is not 0)."""
     hosts = matrices.hosts
     together = len(hosts) * matrices.span * (1 + len(DENSE)) <= FIRST_PASS_CELLS
@@ -113,7 +113,7 @@ def _sum(values: np.ndarray) -> float:
 def step_matrix_record(
     wall: np.ndarray, matrices: StepMatrix, max_columns: int = MAX_COLUMNS
 ) -> dict[str, Any] | None:
-    """analyze/hosts.step_matrix_record from the wall matrix: per host and bin of steps the
+    """The summary's `host_steps` from the wall matrix: per host and bin of steps the
     median in ms as pandas takes it from the ms matrix, (lo / 1e6 + hi / 1e6) / 2 of the middle
     two; the bins some host has a row in, null where a host has none."""
     if not matrices.span:
@@ -139,7 +139,7 @@ def _slow_parts(
     exact: bool,
     sparse_zero: bool,
 ) -> dict[int, dict[str, Any]]:
-    """Per host (its row) with slow steps: the cause of its slow steps (analyze/hosts._cause),
+    """Per host (its row) with slow steps: the cause of its slow steps (cause()),
     from those steps' parts beside the pod's medians of them. The DENSE parts come from the
     wall's pass when it read them; the SPARSE ones from their cells not 0 (when each row is
     one cell and they are few); the others from passes over the rows of as many matrices as
@@ -234,9 +234,9 @@ def sparse_medians(per_step: np.ndarray, step: np.ndarray, values: np.ndarray) -
 
 
 def cause(diff: dict[str, np.ndarray]) -> dict[str, Any]:
-    """analyze/hosts._cause of a host's slow steps, from each part's excess over the pod's
-    median of it at those steps: the same medians (pandas' is numpy's of the values not NaN)
-    and sums."""
+    """Which part of the step a host's slow steps lost their time to (the median of each
+    part's excess over the pod's median of it at those steps, NaN skipped), and the counts
+    it had more of than the pod (their excesses' sums)."""
     excess = {name: _median(diff[col]) for name, (col, _) in COMPONENTS.items() if col in diff}
     name = max(excess, key=excess.__getitem__)
     more = {label: _sum(diff[c]) for c, label in COUNTS.items() if c in diff and _sum(diff[c]) > 0}

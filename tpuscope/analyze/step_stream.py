@@ -23,22 +23,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
-
 PROCESS_KEYS = ["host", "pid"]
-
-
-def unsynced_steps(steps: pd.DataFrame) -> set[tuple[str, int]]:
-    """('host/pid', step) of the steps that an optimizer step ended in a loop that passes no
-    sync (collect/xla/steps.py): there each value read runs a graph holding all the work since
-    the last read, so the graphs a line compiles grow with the loop (analyze/families)."""
-    if steps.empty or "boundary" not in steps:
-        return set()
-    marked = steps[steps["boundary"].isin(NO_SYNC_BOUNDARIES)]
-    return {
-        (f"{row.get('host')}/{row.get('pid')}", int(row["step"]))
-        for row in marked.to_dict("records")
-    }
 
 
 def has_step_structure(loop: pd.DataFrame) -> bool:

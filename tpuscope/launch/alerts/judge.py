@@ -64,7 +64,7 @@ class AlertJudge:
         self._loop_last: dict[
             str, int
         ] = {}  # 'host/pid' -> the loop's last step seen ("end" left out)
-        self._unsynced: set[tuple[str, int]] = set()  # steps of a loop with no sync (step_stream)
+        self._unsynced: set[tuple[str, int]] = set()  # steps of a loop with no sync (PodSteps)
         self._procs: dict[tuple[str, int], dict[str, Any]] = {}
         self._deferred = False  # compile rows of a process whose backend its meta does not say yet
 
@@ -100,9 +100,9 @@ class AlertJudge:
         """The loop's last step per process so far: a bounded set is seen by the steps after it."""
         if steps is None or steps.empty:
             return
-        from tpuscope.analyze.step_stream import unsynced_steps
+        from tpuscope.analyze.pod_sql import PodSteps
 
-        self._unsynced |= unsynced_steps(steps)
+        self._unsynced |= PodSteps.over_frame(steps, 0).unsynced_steps()
         loop = steps[steps["boundary"].astype(str) != AFTER_LOOP] if "boundary" in steps else steps
         for group, step in loop.groupby(["host", "pid"], dropna=False)["step"].max().items():
             host, pid = cast(tuple[Any, Any], group)  # the two group columns
