@@ -7,8 +7,9 @@ its own, then times: reading the run's meta (what `tpuscope ls` does per run), t
 (tables read, every rule per host, the pod rules: `tpuscope show --reanalyze`), and the Hosts
 page (layout built and serialized as a request does). The analysis is the one `tpuscope run`'s
 last host and `show --reanalyze` run: DuckDB over the parts (detect/pod_tables.py, the per-host
-rules only where detect/pod_gate.py finds their inputs); `--in-memory` times the pandas path that
-holds every host's tables at once (RunTables.from_run), for the ratio.
+rules only where detect/pod_gate.py finds their inputs); `--in-memory` times the path that
+holds every host's tables at once (RunTables.from_run: the same SQL over the frames, every rule
+on every host), for the ratio.
 
 The analysis runs in a process of its own, started once the pod is built, so its figures are
 its own (issue 30 measures the analysis, not the building of a synthetic pod): `analyze_s` and
@@ -125,7 +126,7 @@ def make_pod(root: Path, hosts: int, steps: int) -> Path:
 
 
 def _in_memory(run: Run) -> Any:
-    """The analysis with every table of every host in pandas (RunTables.from_run), written."""
+    """The analysis with every table of every host in memory (RunTables.from_run), written."""
     from tpuscope.detect import RunTables, detect
     from tpuscope.detect.run_analysis import RunReport, _summary
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--in-memory",
         action="store_true",
-        help="the pandas path: every host's tables in memory at once",
+        help="every host's tables in memory at once",
     )
     parser.add_argument("--root", help="build the pod here (once; reused when it is there)")
     parser.add_argument("--analyse-only", help=argparse.SUPPRESS)

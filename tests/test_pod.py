@@ -216,9 +216,10 @@ def test_a_bad_run_id_is_one_line_and_runs_nothing(tmp_path):
 
 
 def test_the_analysis_over_the_parts_is_the_in_memory_one(pod):
-    """The fixture's analysis (DuckDB over the parts, host by host: detect/pod_tables.py) states
-    what the pandas rules state with every host's tables in memory, to the last digit: a lost
-    host with fewer steps, hosts with their own compiles and reads (tests/test_pod_sql.py)."""
+    """The fixture's analysis (DuckDB over the parts, host by host: detect/pod_tables.py) is the
+    one made with every host's tables read whole into memory (the same SQL over the frames, every
+    rule on every host), to the last digit: a lost host with fewer steps, hosts with their own
+    compiles and reads (tests/test_pod_sql.py)."""
     from tpuscope.detect import RunTables, detect
     from tpuscope.detect.run_analysis import _summary
 
