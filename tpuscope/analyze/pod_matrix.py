@@ -124,7 +124,8 @@ class StepMatrix:
         # each row's host as its position in `hosts`, from DuckDB's hash of its text mapped in
         # numpy: the hash of a dictionary column costs nothing per row (an ENUM cast cost
         # ~0.6 s CPU a pass at 12.8M rows, a join on the text ~0.5 s); an ENUM when two hosts'
-        # hashes collide
+        # hashes collide. The hash is of the text (a cast to VARCHAR: none on the parts' column,
+        # an ENUM's values for a pandas categorical in a frame), as the hosts' own hashes are
         keys = np.array(
             [h for (h,) in con.execute("SELECT hash(h) FROM unnest(?) t(h)", [hosts]).fetchall()],
             dtype=np.uint64,
@@ -157,7 +158,7 @@ class StepMatrix:
             where = np.full(self.span, -1, dtype=np.int64)
             where[steps] = np.arange(width)
         host = (
-            "hash(h.host)"
+            "hash(CAST(h.host AS VARCHAR))"
             if self._keys is not None
             else "enum_code(CAST(CAST(h.host AS VARCHAR) AS host_enum))::BIGINT"
         )
@@ -196,7 +197,7 @@ class StepMatrix:
         picked = ", ".join(f"CAST(h.{n} AS DOUBLE) AS {n}" for n in names)
         some = " OR ".join(f"h.{n} <> 0" for n in names)
         host = (
-            "hash(h.host)"
+            "hash(CAST(h.host AS VARCHAR))"
             if self._keys is not None
             else ("enum_code(CAST(CAST(h.host AS VARCHAR) AS host_enum))::BIGINT")
         )
