@@ -29,3 +29,5 @@ DEFAULT_WARMUP = 2
 OPTIMIZER_BOUNDARY = "optimizer.step"
 LAST_ITERATION_BOUNDARY = "after the last optimizer.step"
 NO_SYNC_BOUNDARIES = (OPTIMIZER_BOUNDARY, LAST_ITERATION_BOUNDARY)
+# steps.boundary of the work after the program's last step boundary (the after-the-loop phase)
+AFTER_LOOP = "end"

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tpuscope.schema_consts import AFTER_LOOP as AFTER_LOOP  # the rules read it here too
+
 HIGH_SHARE = 0.10
 MEDIUM_SHARE = 0.01
 HIGH_MIN_S = 0.01
 VALUE_READ_OPS = ("aten::_local_scalar_dense",)
-AFTER_LOOP = "end"
 NOT_LOOP = ("setup", "after")  # phases that are no step of the loop
 
 

@@ -24,10 +24,9 @@ import pandas as pd
 import pyarrow as pa
 
 from tpuscope.analyze.hosts import COUNTS, natural_key
-from tpuscope.analyze.judge import AFTER_LOOP
 from tpuscope.analyze.pod_matrix import StepMatrix, around
 from tpuscope.analyze.pod_view import PodFigures, pod_figures
-from tpuscope.schema_consts import NO_SYNC_BOUNDARIES
+from tpuscope.schema_consts import AFTER_LOOP, NO_SYNC_BOUNDARIES
 
 NUMERIC = ("compile_ns", "execute_ns", *COUNTS)  # summed per (host, step), nulls as 0
 MAX_STEP_SPAN = 1 << 21  # steps a process's bitmap may span (256 kB), else steps_once says unsure
