@@ -185,7 +185,7 @@ def test_phases_by_hand(boundaries, warmup, want):
 
 def test_setup_steps_over_the_parts_are_the_in_memory_ones(tmp_path):
     """A host whose first step ends at a boundary its loop never passes again (a setup sync,
-    analyze/step_stream.setup_steps) has it labelled setup both ways: same steps, same figures."""
+    analyze/judge.phases) has it labelled setup both ways: same steps, same figures."""
     import pyarrow.parquet as pq
 
     root = _make_pod()(tmp_path, 3, 40)

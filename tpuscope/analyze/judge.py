@@ -12,7 +12,7 @@ no step boundary at all, whose one "end" step is the whole program, judged as on
 Severity. A finding's cost is measured (or estimated, and it says so) in seconds;
 its severity is that cost's share of the wall time it was taken from: a per-step cost
 (fallbacks, host syncs) over the judged steps' wall time, a compile cost (recompiles,
-wherever they happen) over the whole run's wall time (PodSteps.run_wall_s: every step of
+wherever they happen) over the whole run's wall time (run_wall_s: every step of
 every process, warm-up and the after-the-loop phase included, or the program's duration when
 longer), so no share exceeds 100%: high at >= HIGH_SHARE, medium at >= MEDIUM_SHARE, low
 below; never high below HIGH_MIN_S (a card that reads "0.00 s lost" is not high). Imported
@@ -77,6 +77,16 @@ def severity(cost_s: float, wall_s: float) -> str:
 def wall_s(steps: pd.DataFrame) -> float:
     """Seconds of wall time in these steps."""
     return float(steps["wall_ns"].sum()) / 1e9 if not steps.empty else 0.0
+
+
+def run_wall_s(steps_wall_s: float, processes: int, duration_s: float | None = None) -> float:
+    """The whole run's wall time: every step of every process (warm-up, after the loop: its
+    steps' wall time, from PodSteps.step_figures), or the program's duration when that is
+    longer and the run is one process. One-off costs such as compiles are shares of it: they
+    happen in any step, so their share never exceeds 100%."""
+    if duration_s and processes <= 1:
+        return max(steps_wall_s, float(duration_s))
+    return steps_wall_s
 
 
 def share(cost_s: float, wall: float) -> float:

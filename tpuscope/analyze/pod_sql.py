@@ -230,22 +230,19 @@ class PodSteps:
         )  # listed by the pass that made procs
         return {(f"{h}/{p}", int(step)) for h, p, step in rows}
 
+    def host_walls(self) -> dict[str, int]:
+        """Per host, the wall time of every step row of its processes (ns)."""
+        rows = self.rows(
+            "SELECT CAST(host AS VARCHAR), sum(all_wall) FROM procs WHERE host IS NOT NULL GROUP BY 1"
+        )
+        return {str(h): int(w) for h, w in rows if w is not None}
+
     def last_steps(self) -> dict[str, int]:
         """Per host, its last step (any phase)."""
         rows = self.rows(
             "SELECT host, max(last_step) FROM procs WHERE host IS NOT NULL GROUP BY host"
         )
         return {str(h): int(s) for h, s in rows if s is not None}
-
-    def run_wall_s(self, duration_s: float | None = None) -> float:
-        """The whole run's wall time (analyze/judge.py): every step of every process, warm-up
-        and the after-the-loop phase included, or the program's duration when that is longer
-        and the run is one process."""
-        fig = self.step_figures()
-        total = float(fig["all_wall_ns"]) / 1e9
-        if duration_s and fig["processes"] <= 1:
-            total = max(total, float(duration_s))
-        return total
 
     def judged_wall_s(self) -> float:
         """analyze/judge.wall_s of the judged steps."""

@@ -7,7 +7,7 @@ imports) shows these figures as written into the run at analysis time
 (analyze/families.py): `recompiles` are the compiles judged recompiles by graph identity and
 recurrence, wherever they happen (a family's warm-up and a bounded set of buckets are not);
 `recompile_share` is their compile time's share of the whole run's wall time (`run_wall_s`,
-PodSteps.run_wall_s), never above 1; step times and per-step rates are over the judged
+analyze/judge.run_wall_s), never above 1; step times and per-step rates are over the judged
 steps (analyze/judge.py); value reads are host reads, not CPU fallbacks.
 
 The step figures (counts, sums and quantiles of the phases) are DuckDB's over the steps table,
@@ -24,7 +24,7 @@ import pandas as pd
 from tpuscope.analyze.contract import AfterLoop, CompileCause, FallbackOp, RunSummary
 from tpuscope.analyze.families import recompiles
 from tpuscope.analyze.frames import records
-from tpuscope.analyze.judge import VALUE_READ_OPS, share
+from tpuscope.analyze.judge import VALUE_READ_OPS, run_wall_s, share
 from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.step_runs import step_runs
 
@@ -153,7 +153,7 @@ def summarize(
     again = recompiles(families)
     start, end = meta.get("start_ns"), meta.get("end_ns")
     duration = (end - start) / NS_PER_S if start and end else None
-    run_wall = steps.run_wall_s(duration)
+    run_wall = run_wall_s(fig["all_wall_ns"] / NS_PER_S, fig["processes"], duration)
     totals = _imported_compiles(metrics) if families.empty else None
     n_compiles, compile_s = totals if totals else (int(len(families)), _seconds(families))
     mean = fig["transfers_mean"]

@@ -6,9 +6,9 @@ every host's step rows for this one rule, which the pod gate (detect/pod_gate.py
 at 128 hosts x 100k steps, since every host of a real pod compiles for seconds. So the card is
 made from what the pod analysis holds without reading a host's steps: the compiles and their
 graph families, the processes' meta (JAX's step function: `jax_step_source`), each process's
-loop end (analyze/families.loop_ends, the same on the in-memory and the parts path) and the
-slowest host's wall time (its step rows' sum, from the pod's one pass over the steps, or the
-pod's duration when longer). A compile is the step's when JAX says its function is the one
+loop end and the slowest host's wall time (its step rows' sum, or the pod's duration when
+longer), both from the pod's one pass over the steps (analyze/pod_sql.PodSteps: over the parts,
+or over the frame of a pod read whole). A compile is the step's when JAX says its function is the one
 whose calls are the steps, or (torch_xla) when it was made in a step of the loop (step 0 to the
 loop's end). The earlier runs of a pod are not read (no history).
 """
@@ -21,7 +21,6 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.contract import CompileTimeEvidence
-from tpuscope.analyze.families import loop_ends
 from tpuscope.detect import common
 from tpuscope.detect.compile_time import EAGER, OTHER, STEP, card, first_compiles
 from tpuscope.detect.pod import hosts_text
@@ -41,22 +40,10 @@ def _step_functions(meta: dict[str, Any]) -> set[str]:
     return found
 
 
-def _loop_ends(tables: RunTables) -> dict[str, int]:
-    pod = getattr(tables, "pod", None)  # detect/pod_tables.PodTables: from its SQL aggregates
-    return pod.loop_ends() if pod is not None else loop_ends(tables.loop)
-
-
 def _host_wall_s(tables: RunTables, host: str) -> float:
-    """The host's wall time (every step row of its processes, as analyze/judge.run_wall_s takes
-    a run's), or the pod's duration when longer: what the host's compiles are a share of."""
-    pod = getattr(tables, "pod", None)
-    if pod is not None:  # the per-process sums the pod's one pass over the steps made
-        sums = dict(pod.rows("SELECT CAST(host AS VARCHAR), sum(all_wall) FROM procs GROUP BY 1"))
-        steps_ns = float(sums.get(host) or 0)
-    else:
-        steps = tables.steps
-        mine = steps["host"].astype(str) == host if "host" in steps else steps.index == steps.index
-        steps_ns = float(steps.loc[mine, "wall_ns"].sum()) if not steps.empty else 0.0
+    """The host's wall time (every step row of its processes, as analyze/judge.run_wall_s takes a
+    run's), or the pod's duration when longer: what the host's compiles are a share of."""
+    steps_ns = float(tables.step_sql.host_walls().get(host) or 0)
     start, end = tables.meta.get("start_ns"), tables.meta.get("end_ns")
     duration = (end - start) / common.NS if start and end else 0.0
     return max(steps_ns / common.NS, duration)
@@ -72,7 +59,7 @@ def pod_kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
     if functions and "function" in rows:
         step = rows["function"].isin(functions)
     else:
-        ends = _loop_ends(tables)
+        ends = tables.step_sql.loop_ends()
         process = rows["host"].astype(str) + "/" + rows["pid"].astype(str)
         last = process.map(ends)
         step = (rows["step"] >= 0) & last.notna() & (rows["step"] <= last.fillna(-1))

@@ -161,10 +161,11 @@ def _in_loop_without_sync(tables: RunTables, items: list[dict[str, Any]]) -> boo
 
 
 def whole_wall_s(tables: RunTables) -> float:
-    """The run's wall time that compile costs are shares of (PodSteps.run_wall_s)."""
+    """The run's wall time that compile costs are shares of (analyze/judge.run_wall_s)."""
     start, end = tables.meta.get("start_ns"), tables.meta.get("end_ns")
     duration = (end - start) / common.NS if start and end else None
-    return tables.step_sql.run_wall_s(duration)
+    fig = tables.step_sql.step_figures()
+    return judge.run_wall_s(fig["all_wall_ns"] / common.NS, fig["processes"], duration)
 
 
 def _recurrence(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any]:
