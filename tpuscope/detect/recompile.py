@@ -71,10 +71,12 @@ def _items(tables: RunTables) -> list[dict[str, Any]]:
 
 
 def _facet(tables: RunTables, items: list[dict[str, Any]]) -> ShapeChurnFacet | None:
-    """Shape churn of the site's recompiled family with the most compiles."""
+    """Shape churn of the site's recompiled family with the most compiles (of equals, the first
+    to recompile: the one "what changed" is told of, a forward before its backward)."""
     families = tables.families
     names = sorted(
-        {i["family"] for i in items}, key=lambda f: -int((families["family"] == f).sum())
+        dict.fromkeys(i["family"] for i in items),
+        key=lambda f: -int((families["family"] == f).sum()),
     )
     rows = families[families["family"] == names[0]]
     return churn_facet(rows, _jax_arg_names(rows, items))

@@ -46,10 +46,12 @@ class GraphRecord:
     frames: list[str] = field(default_factory=list)
     sizes: CompileSizes = field(default_factory=lambda: CompileSizes())
     truncated: bool = False
+    # the user's line when the frames hold none: a compiled function's backward (below)
+    site: str | None = None
 
     @property
     def location(self) -> str | None:
-        return user_location(self.frames)
+        return user_location(self.frames) or self.site
 
 
 def user_location(frames: list[str]) -> str | None:
@@ -58,6 +60,27 @@ def user_location(frames: list[str]) -> str | None:
         match = _FRAME.match(frame)
         if match and is_user_file(match["file"]):
             return f"{match['file']}:{match['line']}"
+    return None
+
+
+# torch.compile's AOT autograd: its backward graphs are compiled when autograd's engine first runs
+# them, on the engine's own thread for a device (XLA), whose stack reaches no user frame (it starts
+# at torch/autograd/function.py's `apply`, called from C++).
+_AOT = "/_functorch/_aot_autograd/"
+_AUTOGRAD_FUNCTION = "/torch/autograd/function.py:"
+_MAX_FORWARDS = 64
+
+
+def aot_pass(frames: list[str]) -> str | None:
+    """ "backward" for a compile in AOT autograd's backward (`_backward_impl`), "forward" for one
+    in the forward of a compiled function that records grads (its autograd.Function's `apply`),
+    else None (an inference graph, or no torch.compile)."""
+    if not any(_AOT in frame for frame in frames):
+        return None
+    if any(frame.startswith("_backward_impl (") and _AOT in frame for frame in frames):
+        return "backward"
+    if any(frame.startswith("apply (") and _AUTOGRAD_FUNCTION in frame for frame in frames):
+        return "forward"
     return None
 
 
@@ -91,6 +114,7 @@ class DebugParser:
         self._current: GraphRecord | None = None
         self._last_compile: GraphRecord | None = None
         self._section = ""
+        self._forwards: list[str] = []  # the lines of compiled forwards, newest last
 
     def feed(self, text: str) -> None:
         text = self._partial + text
@@ -124,10 +148,29 @@ class DebugParser:
             return
         record, self._current = self._current, None
         if record.kind == "compile":
+            self._locate_backward(record)
             self.log.compiles.append(record)
             self._last_compile = record
         else:
             self.log.executions.append(record)
+
+    def _locate_backward(self, record: GraphRecord) -> None:
+        """A torch.compile'd function's backward graph is at the line of its forward: its compile's
+        frames reach no user code (autograd's engine thread), and it recompiles when its forward
+        does (a new batch size), so without this one recompile was two cards, one at no line.
+        Autograd runs backwards in reverse order of their forwards: the newest forward not yet
+        matched is the one (kept when it is the only one left: a recompiled forward reuses it)."""
+        where = record.location
+        found = aot_pass(record.frames)
+        if found == "forward" and where:
+            self._forwards.append(where)
+            del self._forwards[:-_MAX_FORWARDS]
+        elif found == "backward" and where is None and self._forwards:
+            record.site = self._forwards[-1]
+            if len(self._forwards) > 1 and any(
+                f.startswith("extract_graph_helper (") for f in record.frames
+            ):
+                self._forwards.pop()  # the backward graph itself (not its inputs' sync) matched it
 
     def _body(self, text: str) -> None:
         record = self._current
