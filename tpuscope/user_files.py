@@ -66,11 +66,19 @@ def is_user_file(filename: str) -> bool:
     return not any(m in filename for m in _FRAMEWORKS)
 
 
+# the standard library's backport: its `@deprecated` wrapper is a frame between torch_xla 2.9's
+# `xm.mark_step` / `xm.xla_device` and their caller (warnings.deprecated, its 3.13 twin, is stdlib)
+_BACKPORTS = (os.sep + "typing_extensions.py",)
+
+
 @functools.lru_cache(maxsize=4096)
 def is_plumbing(filename: str) -> bool:
     """Frames never worth naming as the library call: tpuscope, the standard library
-    (whose folder holds site-packages in most installs: those are libraries)."""
+    (whose folder holds site-packages in most installs: those are libraries) and its
+    backport `typing_extensions` (a deprecation wrapper is no library calling)."""
     if filename.startswith(_TPUSCOPE_DIR) or filename.startswith("<"):
+        return True
+    if filename.endswith(_BACKPORTS):
         return True
     return filename.startswith(_STDLIB) and not any(m in filename for m in _INSTALLED)
 

@@ -58,7 +58,9 @@ ends them):
   first frame outside torch, torch_xla and the standard library is not the user's) ends
   a step only if the optimizer stepped since the last step, once the program has stepped
   an optimizer at all: a training iteration is one optimizer step. Boundaries in the
-  user's own code are never held back (an eval loop has no optimizer step).
+  user's own code are never held back (an eval loop has no optimizer step); torch_xla 2.9's
+  `xm.mark_step` is wrapped by typing_extensions' `@deprecated`, a frame of no library
+  (user_files.is_plumbing), so the user's `xm.mark_step()` is the user's boundary.
 - a library function that runs a device loop itself (transformers' `generate()`: no sync) is
   one iteration per call: its return is a boundary ("generate", library_loops.py); the
   program's first boundary after such a step (a sync after the call, which runs the outputs'
