@@ -32,7 +32,7 @@ def _shapes(row: dict[str, Any], column: str) -> list[str] | None:
     return None if value is None or (isinstance(value, float) and value != value) else list(value)
 
 
-def _closest(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any] | None:
+def closest(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The earlier compile of the same family whose inputs differ least."""
     if not earlier:
         return None
@@ -76,6 +76,19 @@ def xla_changes(row: dict[str, Any], before: dict[str, Any] | None) -> list[str]
     return []
 
 
+def set_changes(members: pd.DataFrame) -> list[str] | None:
+    """What differs between the graphs of one family by their recorded shapes: the first graph's
+    that differs from its closest earlier one (xla_changes); None when a graph's input shapes were
+    not recorded (the evidence is missing, not the difference)."""
+    rows = records(members)
+    if any(_shapes(row, "input_shapes") is None for row in rows):
+        return None
+    for n, row in enumerate(rows[1:], 1):
+        if changes := xla_changes(row, closest(row, rows[:n])):
+            return changes
+    return []
+
+
 def _count_changes(before: dict[str, Any], row: dict[str, Any]) -> list[str]:
     """'162 -> 180 graph inputs' (and outputs) when the two graphs' counts differ: another
     structure, not the same graph at new sizes (the evidence when shapes were not recorded)."""
@@ -101,7 +114,7 @@ def compile_diffs(tables: RunTables) -> pd.DataFrame:
             earlier_here = [last_at[site_of(row)]]
         else:
             earlier_here = earlier
-        before = _closest(row, earlier_here)
+        before = closest(row, earlier_here)
         rows.append(
             {"predecessor": before["_pos"] if before else None, "changes": xla_changes(row, before)}
         )
@@ -132,7 +145,7 @@ def where_text(site: str, location: str | None, function: str | None) -> str:
 def recompile_item(
     row: dict[str, Any], earlier: list[dict[str, Any]], retraces: pd.DataFrame, diff: bool
 ) -> dict[str, Any]:
-    before = _closest(row, earlier) if diff else None
+    before = closest(row, earlier) if diff else None
     diffs = (
         jax_advice.diffs_of(retraces, int(row["index"]), row.get("function"))
         if row.get("backend") == "jax"
