@@ -120,7 +120,7 @@ def test_fallback_counts_agree_and_leave_value_reads_apart(browser, server, stor
         shots,
         "agree-recompiles",
     )
-    assert text(browser, "stat-graphs") == str(summary["graph_families"])
+    assert text(browser, "stat-graphs") == str(summary["graphs"])
 
 
 def test_an_unknown_run_answers_404_and_says_so(browser, server, store, shots) -> None:

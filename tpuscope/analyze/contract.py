@@ -168,6 +168,7 @@ class RunSummary(Record):
     compiles: int = 0
     compile_s: float = 0.0
     graph_families: int = 0
+    graphs: int = 0  # distinct graphs compiled (analyze/summary.distinct_graphs): the cards' count
     recompiles: int = 0
     recompile_s: float = 0.0
     run_wall_s: float | None = None

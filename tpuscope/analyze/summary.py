@@ -137,6 +137,19 @@ def _imported_compiles(metrics: pd.DataFrame | None) -> tuple[int, float] | None
     return None
 
 
+def distinct_graphs(families: pd.DataFrame) -> int:
+    """The graphs compiled, counted as the recompile cards count them ("2 graphs of one family"):
+    one per graph hash, a compile whose hash is unknown one of its own. A graph compiled again
+    (an evicted cache) is one graph; a family is the graphs cut at one place (analyze/families)."""
+    if families.empty:
+        return 0
+    if "graph_hash" not in families:
+        return int(len(families))
+    hashes = families["graph_hash"]
+    known = hashes.notna() & (hashes.astype(str) != "")
+    return int(hashes[known].nunique() + (~known).sum())
+
+
 def summarize(
     meta: dict[str, Any],
     steps: PodSteps,
@@ -176,6 +189,7 @@ def summarize(
         compiles=n_compiles,
         compile_s=compile_s,
         graph_families=int(families["family"].nunique()) if not families.empty else 0,
+        graphs=distinct_graphs(families),
         recompiles=int(len(again)),
         recompile_s=_seconds(again),
         run_wall_s=run_wall,

@@ -55,8 +55,14 @@ def _compiles_text(summary: RunSummary) -> str:
         if summary.run_wall_s
         else ""
     )
+    families = summary.graph_families
+    graphs = (
+        f"{summary.graphs} graph(s) in {families} famil{'y' if families == 1 else 'ies'}"
+        if summary.graphs
+        else f"{families} graph famil{'y' if families == 1 else 'ies'}"  # an analysis before graphs
+    )
     return (
-        f"{total} of {summary.graph_families} graph(s); {summary.recompiles} recompile(s) "
+        f"{total} of {graphs}; {summary.recompiles} recompile(s) "
         f"({_fmt(summary.recompile_s, ' s', 2)}{share})"
     )
 

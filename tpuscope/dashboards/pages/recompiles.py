@@ -184,12 +184,14 @@ def _stats(data: StoreData, run_id: str, summary: dict[str, Any]) -> html.Div:
         [
             stat("compiles", fmt_num(summary["compiles"]), "stat-compiles"),
             stat("recompiles", fmt_num(summary["recompiles"]), "stat-recompiles"),
-            # the graphs the report counts (analyze/families): a recompile is a new hash of one graph
+            # the graphs the report's header and cards count (analyze/summary.distinct_graphs), and
+            # their families (analyze/families: a recompile is a new graph of one family)
             stat(
                 "graphs",
-                fmt_num(summary["graph_families"]),
+                fmt_num(summary.get("graphs") or int(hashes)),
                 "stat-graphs",
-                f"{fmt_num(int(hashes))} distinct graph hashes",
+                f"in {fmt_num(summary['graph_families'])} famil"
+                + ("y" if summary["graph_families"] == 1 else "ies"),
             ),
             stat("compile time", fmt_num(summary["compile_s"], 2, "s"), "stat-compile-s"),
             stat(
