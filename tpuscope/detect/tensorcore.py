@@ -28,7 +28,7 @@ from tpuscope.analyze.tensorcore import (
     waste_by_generation,
 )
 from tpuscope.detect.advice import for_backend
-from tpuscope.detect.common import file_and_line
+from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import (
     RULE,
@@ -46,12 +46,12 @@ MIN_SHARE = (
 )
 
 
-def _severity(share: float, cost_s: float) -> str:
-    """The shared thresholds (analyze/judge) on the share of the estimated device step time,
-    and, as for every rule, never high below judge.HIGH_MIN_S of estimated time over the run:
-    a tiny model's padding is a real share of its step, but not yet time worth a high card."""
-    level = judge.severity(share, 1.0)
-    return "medium" if level == "high" and cost_s < judge.HIGH_MIN_S else level
+def _severity(cost_s: float, tables: RunTables) -> str:
+    """As for every rule (analyze/judge.severity): the cost's share of the judged steps' wall time,
+    here the estimated device time lost over the judged steps. The share of one graph's estimated
+    time decides only whether a problem is reported (MIN_SHARE), never how severe it is: 17% of a
+    0.2 us step graph is 1 us over a 2 s run, a low card."""
+    return judged_severity(cost_s, tables)
 
 
 def _target(tables: RunTables) -> str:
@@ -87,6 +87,7 @@ def _estimated(
     summary: dict[str, Any],
     measured: dict[str, Any],
     backend: str = "torch_xla",
+    wall: float = 0.0,
 ) -> Finding | None:
     spec, info = chip(target), problem.info
     share = problem.cost_s / step_s if step_s > 0 else 0.0
@@ -138,9 +139,7 @@ def _estimated(
     )
     return Finding(
         RULE,
-        _severity(share, problem.cost_s * runs)
-        if problem.kind != "head_dim" or share >= MIN_SHARE
-        else "low",
+        judge.severity(problem.cost_s * runs, wall),
         title,
         detail,
         fix,
@@ -206,7 +205,7 @@ def _trace_modules(meta: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def _one_card(findings: list[Finding], site: str | None) -> Finding:
+def _one_card(findings: list[Finding], site: str | None, tables: RunTables) -> Finding:
     """The estimated problems of one step graph as one card: one root cause, its facets.
     Its line is the first user line a facet's matmuls carry (HLO source metadata), else the
     line where the step graph is cut (graph_site)."""
@@ -248,7 +247,7 @@ def _one_card(findings: list[Finding], site: str | None) -> Finding:
     )
     return Finding(
         RULE,
-        _severity(share, sum(f.cost_s for f in ordered)),
+        _severity(sum(f.cost_s for f in ordered), tables),
         lead.title + (f" (+{len(ordered) - 1} more)" if others else ""),
         detail,
         fix,
@@ -285,6 +284,10 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     estimated = [
         f
         for p in problems
-        if (f := _estimated(p, step_s, runs, target, summary, measured, tables.backend))
+        if (
+            f := _estimated(
+                p, step_s, runs, target, summary, measured, tables.backend, judged_wall_s(tables)
+            )
+        )
     ]
-    return findings + ([_one_card(estimated, graph_site(tables))] if estimated else [])
+    return findings + ([_one_card(estimated, graph_site(tables), tables)] if estimated else [])
