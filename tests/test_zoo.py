@@ -555,3 +555,25 @@ def test_the_dashboard_zoo_page_lists_every_cell_linking_its_run(zoo) -> None:
     )  # RunLink's target
     assert rows["llama/train"]["agrees"] == "yes" and rows["jetmoe/train"]["status"] == "crash"
     assert "0 disagreements" in page.children[0].children[1].children
+
+
+@pytest.mark.parametrize("listing", [True, False], ids=["list", "run"])
+def test_an_only_pattern_that_matches_no_model_type_is_refused(
+    tmp_path: Path, listing: bool
+) -> None:
+    """A typo must not list, or run, nothing with exit 0: exit 2 naming the closest types, and no
+    cell run; a comma-separated list is several patterns."""
+    store = tmp_path / "store"
+    extra = ("--list",) if listing else ()
+    proc = _sweep(store, "--only", "lama", "--only", "nosuchmodel", *extra)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--only 'lama' matches no model type; closest: llama" in proc.stderr
+    assert "--only 'nosuchmodel' matches no model type; `tpuscope sweep --list`" in proc.stderr
+    assert not store.exists()  # refused before anything was made
+    if listing:
+        listed = _sweep(store, "--only", "gpt2,llama", "--scenario", "train", "--list")
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        assert [line.split("\t")[:2] for line in listed.stdout.splitlines()] == [
+            ["gpt2", "train"],
+            ["llama", "train"],
+        ]

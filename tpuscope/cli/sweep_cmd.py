@@ -31,10 +31,17 @@ _TASKS = tuple(TASKS)
     help="Task of transformers' auto mappings (repeatable; default: all, causal LM first).",
 )
 @click.option(
-    "--only", multiple=True, metavar="GLOB", help="Model types to run (glob, repeatable)."
+    "--only",
+    multiple=True,
+    metavar="GLOB",
+    help="Model types to run (globs, comma-separated or repeated); one that matches no model type "
+    "is refused (exit 2) naming the closest.",
 )
 @click.option(
-    "--exclude", multiple=True, metavar="GLOB", help="Model types to leave out (glob, repeatable)."
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Model types to leave out (globs, comma-separated or repeated).",
 )
 @click.option(
     "-j", "--jobs", default=1, show_default=True, help="Cells run at once (each its own process)."
@@ -99,7 +106,7 @@ def sweep(
       tpuscope sweep --store /data/zoo --table --markdown --earlier docs/zoo/cells.csv
       tpuscope sweep --store /data/zoo --scenario tensorcore --target v6e --only llama
     """
-    from tpuscope.zoo import table
+    from tpuscope.zoo import catalog, table
     from tpuscope.zoo.driver import parse_shard, plan, run_sweep
 
     try:
@@ -107,6 +114,9 @@ def sweep(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     chosen = scenarios or ("train", "generate")
+    only, exclude = tuple(catalog.patterns(only)), tuple(catalog.patterns(exclude))
+    if only and not table_only:
+        _refuse_unmatched(only, tasks)
     if list_only:
         for entry, scenario in plan(chosen, tasks or None, only, exclude, cut):
             click.echo(f"{entry.model_type}\t{scenario}\t{entry.task}\t{entry.class_name}")
@@ -137,3 +147,20 @@ def sweep(
     else:
         click.echo(table.markdown_summary(table.summarize(records, earlier)))
     sys.stdout.flush()
+
+
+def _refuse_unmatched(only: tuple[str, ...], tasks: tuple[str, ...]) -> None:
+    """A `--only` glob that matches no model type of the tasks asked for is a usage error
+    (exit 2), naming the closest types: a typo would otherwise run or list nothing, exit 0."""
+    from tpuscope.zoo import catalog
+
+    missing = catalog.unmatched(catalog.entries(tasks or None), only)
+    if not missing:
+        return
+    scope = f" of the task(s) {', '.join(tasks)}" if tasks else ""
+    lines = [
+        f"--only {pattern!r} matches no model type{scope}"
+        + (f"; closest: {', '.join(close)}" if close else "; `tpuscope sweep --list` lists them")
+        for pattern, close in missing.items()
+    ]
+    raise click.UsageError("\n".join(lines))

@@ -8,6 +8,7 @@ for; the scenarios that fit a task are named here too, so `--list` says what a s
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -67,6 +68,24 @@ def select(
         return keep and not any(fnmatch.fnmatchcase(name, p) for p in exclude)
 
     return [e for e in items if wanted(e.model_type)]
+
+
+def patterns(values: Iterable[str]) -> list[str]:
+    """The globs of repeated `--only`/`--exclude` options, each of which may list several
+    separated by commas (`--only gpt2,llama`: model types never hold a comma)."""
+    return [p.strip() for value in values for p in value.split(",") if p.strip()]
+
+
+def unmatched(items: list[Entry], only: Iterable[str]) -> dict[str, list[str]]:
+    """The `only` globs that match no model type of `items`, each with the closest types
+    (difflib, its glob characters left out): a typo must not run, or list, nothing silently."""
+    types = sorted({e.model_type for e in items})
+    out: dict[str, list[str]] = {}
+    for pattern in only:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in types):
+            stem = pattern.translate(str.maketrans("", "", "*?[]!"))
+            out[pattern] = difflib.get_close_matches(stem, types, n=5, cutoff=0.6)
+    return out
 
 
 def cells(items: list[Entry], scenarios: Iterable[str]) -> list[tuple[Entry, str]]:
