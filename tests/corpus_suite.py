@@ -239,6 +239,27 @@ CARDS = {
                 ("recompile", "test-read"),
             ),
         ),
+        # -- issue 42, tried as a new user would ------------------------------------------------------
+        # 4 train + 2 eval iterations per epoch, 2 epochs, each ending in xm.mark_step(): 12 steps, the
+        # eval iterations steps of their own (xm.mark_step's @deprecated wrapper is no library caller)
+        Card("corpus_xla_train_eval.py", "xla", 12, _at("corpus_xla_train_eval.py")),
+        # torch.compile(openxla) and a short last batch: the forward and the backward graph compile
+        # again; one card at the forward's line (the backward's compile names no user frame), which
+        # torch_xla names as the frame dynamo resumes after its graph break at zero_grad
+        Card(
+            "corpus_xla_dynamo_ragged.py",
+            "xla",
+            13,
+            _at("corpus_xla_dynamo_ragged.py", ("recompile", "region")),
+        ),
+        # a batch made on the device whose size grows once: 2 graphs, each compiled once, a bounded
+        # set whose size shows in the graphs' outputs (their inputs have the same shapes)
+        Card(
+            "corpus_xla_device_batch.py",
+            "xla",
+            40,
+            _at("corpus_xla_device_batch.py", ("recompile", "sync")),
+        ),
     ]
 }
 PROGRAMS = list(CARDS)
@@ -264,7 +285,15 @@ FIRST_HALF = [
         "corpus_xla_quickstart_nosync.py",
     }
 ]
-SECOND_HALF = [p for p in PROGRAMS if p not in FIRST_HALF]
+# issue 42's programs: tests/test_corpus_new_users.py
+NEW_USERS = [
+    p
+    for p in PROGRAMS
+    if p.startswith(
+        ("corpus_xla_train_eval", "corpus_xla_dynamo_ragged", "corpus_xla_device_batch")
+    )
+]
+SECOND_HALF = [p for p in PROGRAMS if p not in FIRST_HALF and p not in NEW_USERS]
 JAX_PROGRAMS = [p for p, c in CARDS.items() if c.backend == "jax"]
 TORCH_XLA_WORDS = (
     "torch_xla",
