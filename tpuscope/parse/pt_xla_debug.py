@@ -72,9 +72,9 @@ _MAX_FORWARDS = 64
 
 
 def aot_pass(frames: list[str]) -> str | None:
-    """ "backward" for a compile in AOT autograd's backward (`_backward_impl`), "forward" for one
-    in the forward of a compiled function that records grads (its autograd.Function's `apply`),
-    else None (an inference graph, or no torch.compile)."""
+    """Which pass of AOT autograd a compile is in, by its frames: "backward" (`_backward_impl`),
+    "forward" of a compiled function that records grads (its autograd.Function's `apply`), else
+    None (an inference graph, or no torch.compile)."""
     if not any(_AOT in frame for frame in frames):
         return None
     if any(frame.startswith("_backward_impl (") and _AOT in frame for frame in frames):
