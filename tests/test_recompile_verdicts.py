@@ -169,3 +169,35 @@ def test_a_line_whose_graph_changes_every_step_recompiles_from_the_third_step() 
     # the usual loop: the step's graph, the optimizer's first step, then the cache: no card
     usual = [compile_row(i, None, f"g{i}", num_inputs=n) for i, n in enumerate((68, 162))]
     assert detect_recompile(tables(steps(4), usual)) == []
+
+
+def test_a_size_made_inside_the_graph_is_named_from_its_outputs() -> None:
+    """The default mode records each graph's inputs and outputs: with the inputs the same, the
+    note names the outputs' varying dim and sends nobody to --deep (real program:
+    tests/corpus/corpus_xla_device_batch.py)."""
+    compiles = [
+        compile_row(i, PARAMS, f"g{n}", outputs=[f"f32[{n},32]", "f32[]"], ms=20_000)
+        for i, n in ((0, 16), (3, 24))
+    ]
+    [note] = detect_recompile(tables(steps(40, wall_ms=30), compiles))
+    assert note.evidence["verdict"] == "bounded" and note.severity == "low"
+    assert "output 0 dim 0 in {16, 24}" in note.title and "same input shapes" in note.detail
+    assert "--deep" not in note.detail + note.fix and "shapes unknown" not in note.title
+
+
+def test_graphs_whose_recorded_shapes_are_the_same_say_so_not_run_deep() -> None:
+    compiles = [compile_row(i, PARAMS, f"g{i}", outputs=["f32[]"], ms=20_000) for i in (0, 3)]
+    [note] = detect_recompile(tables(steps(40, wall_ms=30), compiles))
+    assert "same input and output shapes" in note.title and "--deep" not in note.detail + note.fix
+
+
+def test_a_recompile_inside_the_graph_is_not_told_to_fix_its_inputs() -> None:
+    """Sizes that keep changing inside the graph (its inputs the same): a recompile card whose fix
+    is about the size made in the step, not the input shapes."""
+    compiles = [
+        compile_row(i, PARAMS, f"g{i}", outputs=[f"f32[{16 + 8 * i},32]"], ms=900)
+        for i in range(0, 10, 2)
+    ]
+    [card] = detect_recompile(tables(steps(10, wall_ms=1000), compiles))
+    assert card.evidence["verdict"] == "recompile" and "output 0:" in card.detail
+    assert "made inside the step" in card.fix and "Keep input shapes fixed" not in card.fix

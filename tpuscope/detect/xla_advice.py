@@ -49,6 +49,12 @@ ADVICE = {
     "drop_last": "DataLoader(drop_last=True)",
 }
 
+INSIDE_FIX = (
+    "The graph's inputs keep their shapes; a size made inside the step changed (a tensor created on "
+    "the device at a size that varies, `torch.randn(n, ..., device=...)`, `torch.arange(n, "
+    "device=...)`, or a Python number used in a shape): keep that size fixed, or to a few values "
+    "(pad to them and mask)."
+)
 IMPORTED_FIX = (
     "Run it under `tpuscope run` (or with PT_XLA_DEBUG_LEVEL=1) to see which line compiles "
     "and what changed between graphs; usually a shape that varies per step (pad it to a few "
@@ -97,6 +103,8 @@ def recompile_fix(
         )
     if facet:
         return _bucketing(facet, data_dependent)
+    if changes and all(c.startswith("output ") for c in changes):
+        return INSIDE_FIX
     if _shape_change(changes):
         return (
             "Keep input shapes fixed from step to step: pad the varying dim to a few bucket sizes "
