@@ -171,3 +171,26 @@ def test_a_tensorcore_card_costing_microseconds_is_low(device_batch_deep: Corpus
     assert card["cost_s"] < 1e-3 and card["severity"] == "low"
     [note] = [f for f in device_batch_deep.findings if f["rule"] == "recompile"]
     assert "--deep" not in _text(note)
+
+
+def test_each_backward_is_at_its_own_regions_line(tmp_path: Path) -> None:
+    """Two compiled regions (a graph break): autograd runs their backwards in reverse order, and
+    each backward's compiles (first and again at the short batch) are at its own region's line."""
+    program = Path(__file__).parent / "programs" / "dynamo_regions.py"
+    proc = run_tpuscope("run", "--store", str(tmp_path), "--quiet", "python", str(program))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    lines = {
+        tag: f"{program}:{n}"
+        for n, text in enumerate(program.read_text().splitlines(), 1)
+        for tag in ("region A", "region B")
+        if text.endswith(f"# {tag}")
+    }
+    compiles = read_table(run_dir, "compiles").to_pandas().sort_values("index")
+    backward = compiles[compiles["frames"].map(lambda f: any("_backward_impl" in x for x in f))]
+    graphs = backward[backward["cause"] == "dynamo is compiling a FX graph to HLO"]
+    assert list(graphs["location"]) == [lines["region B"], lines["region A"]] * 2
+    report = json.loads(
+        run_tpuscope("show", "--store", str(tmp_path), run_dir.name, "--json").stdout
+    )
+    assert sorted(f["location"] for f in report["findings"]) == sorted(lines.values())
