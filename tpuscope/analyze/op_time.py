@@ -64,7 +64,7 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
     modules = events[(lines == MODULE_LINE) & chosen]
     ops = events[lines == OP_LINE]
     if not modules.empty:  # the ops inside those module runs, wherever the windows put them
-        ops = ops[_inside(ops["start_ns"].to_numpy(), modules)]
+        ops = ops[_inside(ops, modules)]
     elif steps is not None and "step" in ops:
         ops = ops[ops["step"].isin(steps)]
     if ops.empty:
@@ -82,14 +82,26 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
     return per, max(count, 1)
 
 
-def _inside(starts: np.ndarray, modules: pd.DataFrame) -> np.ndarray:
-    """Which of these start times fall inside one of the module runs (runs do not overlap on
-    one TensorCore)."""
-    order = np.argsort(modules["start_ns"].to_numpy())
-    begin = modules["start_ns"].to_numpy()[order]
-    end = begin + modules["dur_ns"].to_numpy()[order]
-    at = np.searchsorted(begin, starts, side="right") - 1
-    return (at >= 0) & (starts <= end[np.clip(at, 0, None)])
+def _inside(ops: pd.DataFrame, modules: pd.DataFrame) -> np.ndarray:
+    """Which ops start inside one of the module runs of their own device (plane): on one
+    TensorCore runs do not overlap; several devices' do."""
+    keep = np.zeros(len(ops), bool)
+    planes = ops["plane"].astype(str).to_numpy() if "plane" in ops else np.zeros(len(ops), str)
+    module_planes = (
+        modules["plane"].astype(str).to_numpy()
+        if "plane" in modules
+        else np.zeros(len(modules), str)
+    )
+    starts = ops["start_ns"].to_numpy()
+    for plane in np.unique(module_planes):
+        runs = modules[module_planes == plane]
+        order = np.argsort(runs["start_ns"].to_numpy())
+        begin = runs["start_ns"].to_numpy()[order]
+        end = begin + runs["dur_ns"].to_numpy()[order]
+        mine = planes == plane
+        at = np.searchsorted(begin, starts[mine], side="right") - 1
+        keep[mine] = (at >= 0) & (starts[mine] <= end[np.clip(at, 0, None)])
+    return keep
 
 
 def _mode(values: pd.Series) -> str | None:
@@ -123,9 +135,7 @@ def _matmuls(hlo_ops: pd.DataFrame) -> pd.DataFrame:
     """The matmuls of the trace's HLO with their parent op (the fusion the trace times)."""
     if hlo_ops.empty:
         return hlo_ops
-    ops = hlo_ops
-    if "stage" in ops and (ops["stage"] == "tpu_trace").any():
-        ops = ops[ops["stage"] == "tpu_trace"]
+    ops = _trace_stage(hlo_ops)
     dots = ops[ops["opcode"].isin(_MATMUL)].copy()
     dots["parent"] = dots["fusion"].where(dots["fusion"].notna(), dots["name"])
     spec = dots["op_name"].astype(str).str.extract(_EINSUM.pattern)
@@ -162,23 +172,27 @@ def f32_waste(per: pd.DataFrame, dots: pd.DataFrame, chip: Chip) -> MeasuredWast
 def head_dim_waste(
     per: pd.DataFrame, dots: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip
 ) -> MeasuredWaste | None:
-    """Attention whose head_dim is narrower than the MXU: see the module doc."""
+    """Attention whose head_dim is narrower than the MXU: see the module doc. Ops are known by
+    (module, op): two modules' ops of one name are not one op."""
     sizes, attention = _narrow_attention(dots, chip.mxu)
     if not sizes:
         return None
     d = min(sizes.values())
     scopes = {s for s in attention["op_name"].map(_scope) if s}
-    batched = set(attention["parent"])
-    projections = set(dots["parent"]) - batched
-    top = hlo_ops.assign(parent=hlo_ops["fusion"].where(hlo_ops["fusion"].notna(), hlo_ops["name"]))
+    batched = set(zip(attention["module"], attention["parent"], strict=True))
+    projections = set(zip(dots["module"], dots["parent"], strict=True)) - batched
+    top = _trace_stage(hlo_ops)
+    parents = top["fusion"].where(top["fusion"].notna(), top["name"])
     prefixes = tuple(f"{s}/" for s in scopes)
+    chosen = top["op_name"].astype(str).map(_path).str.startswith(prefixes) if prefixes else None
     in_scope = (
-        set(top.loc[top["op_name"].astype(str).map(_path).str.startswith(prefixes), "parent"])
-        if prefixes
+        set(zip(top.loc[chosen, "module"], parents[chosen], strict=True))
+        if chosen is not None
         else set()
     )
     touched = (in_scope - projections) | batched
-    ops = per[per["hlo_op"].isin(touched)].copy()
+    keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
+    ops = per[keys.isin(touched)].copy()
     if ops.empty:
         return None
     ops["lost_s"] = ops["time_s"] * (1 - d / chip.mxu)
@@ -189,24 +203,37 @@ def head_dim_waste(
     )
 
 
+def _trace_stage(hlo_ops: pd.DataFrame) -> pd.DataFrame:
+    """The HLO the TPU trace carries (stage tpu_trace), when the run has it."""
+    if "stage" in hlo_ops and (hlo_ops["stage"] == "tpu_trace").any():
+        return hlo_ops[hlo_ops["stage"] == "tpu_trace"]
+    return hlo_ops
+
+
 def _narrow_attention(dots: pd.DataFrame, edge: int) -> tuple[dict[str, int], pd.DataFrame]:
-    """({einsum letter: size} of dims narrower than the edge that batched matmuls contract over
-    or produce, the batched matmuls that do). A produced dim's size is read from the output
-    shape; a contracted one by its letter, from a matmul that produces it."""
+    """({einsum letter: size} of head dims narrower than the edge, the batched matmuls that
+    contract over or produce one). A head dim is produced from the right operand of one batched
+    matmul (weights @ values) and contracted by another (queries @ keys); the scores' key
+    length has the same pattern, so a produced dim as long as the matmul's query length (self
+    attention's square scores) is taken for the keys, not a head."""
     spec = dots.dropna(subset=["out"])
     if spec.empty:
         return {}, spec
-    rows = []
-    sizes: dict[str, int] = {}
+    rows, contracted = [], set()
+    produced: dict[str, int] = {}
     for row in spec.itertuples():
         lhs, rhs, out = _letters(row.lhs), _letters(row.rhs), _letters(row.out)
         if not set(lhs) & set(rhs) & set(out):
             continue  # no batch letter: not attention
         rows.append(row.Index)
+        contracted |= (set(lhs) & set(rhs)) - set(out)
         known = dict(zip(out[::-1], _dims(row.shape)[::-1], strict=False))
+        queries = {known.get(q) for q in (set(lhs) - set(rhs)) & set(out)}
         for letter in (set(rhs) - set(lhs)) & set(out):
-            if known.get(letter, edge) < edge:
-                sizes[letter] = known[letter]
+            size = known.get(letter, edge)
+            if size < edge and size not in queries:
+                produced[letter] = size
+    sizes = {k: v for k, v in produced.items() if k in contracted}
     batched = spec.loc[rows]
     narrow = [
         i

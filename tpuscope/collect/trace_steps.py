@@ -103,8 +103,10 @@ class ProfilerWindow:
         self.spent_ns = 0
 
     def step_opened(self, step: int) -> bool:
-        """True when the profiler started now (the step opens after it)."""
-        if self.active or self.done or step != self.window.start:
+        """True when the profiler started now (the step opens after it): at the window's first
+        step, or the first step inside it that the hooks see open (step 0 opens and closes in
+        one call of a jitted step)."""
+        if self.active or self.done or not self.window.start <= step < self.window.stop:
             return False
         if self.window.auto and not self._auto_applies():
             self.done = True

@@ -120,7 +120,8 @@ def _compile_ns(tables: RunTables, rows: pd.DataFrame) -> float:
     if rows.empty:
         return 0.0
     steps = tables.steps
-    if not steps.empty and "compile_ns" in steps:
+    own_windows = "window" in rows and (rows["window"] == "steps").all()
+    if own_windows and not steps.empty and "compile_ns" in steps:  # the run's step numbers
         traced = steps[steps["step"].isin(rows["step"])]
         return float(traced["compile_ns"].fillna(0).sum())
     events = tables.extra.get("trace_events", pd.DataFrame())

@@ -11,6 +11,7 @@ compile_rows.py.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import time
 import weakref
@@ -51,6 +52,35 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _UsersProfiler:
+    """The program's own `jax.profiler.start_trace` (and `trace()`, which calls it) while
+    tpuscope's window is tracing: the window stops first and stays done, so the program's
+    trace starts as it would without tpuscope (JAX allows one trace at a time)."""
+
+    def __init__(self, module: Any, window: ProfilerWindow) -> None:
+        self.module, self.window = module, window
+        self.original = module.start_trace
+
+    def install(self, jax: Any) -> _UsersProfiler:
+        original, window = self.original, self.window
+
+        @functools.wraps(original)
+        def start_trace(*args: Any, **kwargs: Any) -> Any:
+            if window.active:
+                window.close()
+            window.done = True
+            return original(*args, **kwargs)
+
+        self._jax = jax
+        self.module.start_trace = start_trace
+        jax.profiler.start_trace = start_trace
+        return self
+
+    def uninstall(self) -> None:
+        self.module.start_trace = self.original
+        self._jax.profiler.start_trace = self.original
 
 
 class JaxCollector(StepTracker):
@@ -113,8 +143,15 @@ class JaxCollector(StepTracker):
         if not window.auto:
             self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
 
+        from jax._src import profiler as jax_profiler
+
+        start_trace = jax_profiler.start_trace
+
         def start(path: str) -> None:
-            jax.profiler.start_trace(path)
+            state = getattr(jax_profiler, "_profile_state", None)
+            if getattr(state, "profile_session", None) is not None:
+                raise RuntimeError("the program's own jax.profiler trace is running")
+            start_trace(path)
             if window.auto:
                 self.session.set_meta(
                     trace_steps=[window.start, window.stop], trace_dir=path, trace_auto=True
@@ -123,14 +160,16 @@ class JaxCollector(StepTracker):
         def stop() -> None:
             # Dispatch is asynchronous: wait for every pending computation (their outputs are
             # live arrays) so the window's device work is inside the trace, then stop.
-            jax.block_until_ready(jax.live_arrays())
-            jax.profiler.stop_trace()
+            try:
+                jax.block_until_ready(jax.live_arrays())
+            finally:
+                jax.profiler.stop_trace()
 
         def on_tpu() -> bool:
             self._device_meta()
             return str(self.session.proc_meta.get("platform") or "").lower() == "tpu"
 
-        return ProfilerWindow(
+        profiler = ProfilerWindow(
             window,
             directory,
             start,
@@ -138,6 +177,8 @@ class JaxCollector(StepTracker):
             lambda files: self.session.set_meta(trace_files=files),
             on_tpu,
         )
+        self._hooks.append(_UsersProfiler(jax_profiler, profiler).install(jax))
+        return profiler
 
     def uninstall(self) -> None:
         self.finish()
@@ -165,11 +206,7 @@ class JaxCollector(StepTracker):
                 self._close(now)
             self.clock.finish()
             self.session.set_meta(
-                jax_step_paths={
-                    "lane": self.lane_steps,
-                    "watched": self.clock.watched,
-                    "polled": self.clock.polled,
-                }
+                jax_step_paths={"lane": self.lane_steps, "watched": self.clock.watched}
             )
             if self._profiler is not None:
                 self._profiler.close()

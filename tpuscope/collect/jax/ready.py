@@ -17,21 +17,6 @@ step takes in a device-bound loop (its compute) as well as in a host-bound one (
 host's time between calls, as before). Its counts (compiles, syncs, dispatches) stay
 those of the host interval.
 
-Short steps are polled, not watched. A step whose host interval was under SHORT_STEP_NS (a
-dispatch-bound jitted step: ~180 us on a TPU v5e) keeps one output, which every later close
-asks `is_ready()` (0.24 us on the v5e) until it is; the step then ends at that close (its
-outputs were ready by then: a bound one call interval late, and steps still tile the run).
-No thread is woken and nothing is queued for it: on the v5e (gVisor) waking the helper thread
-cost 15 us a step and the contention for the GIL that followed another ~35 us, 1.4x a 183 us
-step (docs/overhead.md). A step the host ran ahead of by more than MAX_POLLED closes is
-handed to the helper thread, as long steps are, so a loop that never waits still gets its
-steps' real ends. A TPU's completion latency is longer than a dispatch-bound step (on the v5e
-the 180 us step's outputs were still not ready two closes later: with a limit of 2 the
-helper timed 5,915 of 6,000 steps and the hook cost 52 us a step), so only once POLL_AHEAD
-steps are outstanding is the host taken to be ahead of the device, in a device-bound loop: the helper then times every step (its
-wake-ups overlap the device's work there instead of delaying it) until fewer are outstanding;
-and no step is polled while a watched one is outstanding (steps end in order).
-
 Costs: when the step closes, one output (the last leaf, usually the loss) is asked
 `is_ready()` (~1 us). If it already is, the host end is the step's end and the helper's
 answer is not needed: after HOST_BOUND_STREAK such steps in a row, outputs are no longer
@@ -39,7 +24,14 @@ handed over (a host-bound loop pays no thread wake-ups) until a step is found no
 at its close, which turns the helper back on (that one step keeps its host end). While
 on: one queue put per step on the program's thread; the outputs are referenced until
 ready (not longer); an output the next call donated before the helper thread reached it
-is skipped (if all were, the host end is used).
+is skipped (if all were, the host end is used). The helper takes its items from a deque and is
+woken through its queue only when it went idle (ReadyWatcher).
+
+On a TPU v5e a dispatch-bound 180 us step that never blocks ran 1.41x slower under tpuscope
+(docs/tpu.md): its outputs were not ready at the next call, so each step went to the helper,
+and waking a thread there costs 15 us. Polling such steps on the program's thread instead was
+tried and dropped (a polled step ends only at a later close, so a host gap after it, an eval or
+the profiler's own start, was booked to the wrong step); the cost stays open (issue 40).
 """
 
 from __future__ import annotations
@@ -55,9 +47,6 @@ from typing import Any
 from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
-SHORT_STEP_NS = 1_000_000  # host intervals below this are polled on the program's thread
-POLL_AHEAD = 16  # steps outstanding at most while polling: a host further ahead is device-bound
-MAX_POLLED = 32  # steps polled at once; older ones go to the helper thread
 _PROBE_DEPTH = 4
 
 
@@ -87,21 +76,21 @@ class ReadyWatcher:
         self._on_ready = on_ready
         self._items: deque[tuple[OpenStep, Any] | None] = deque()
         self._wake: queue.SimpleQueue = queue.SimpleQueue()
-        self._idle = False
+        self._idle = [False]  # the running thread's flag, made with its deque
         self._pid = 0
 
     def watch(self, record: OpenStep, outputs: Any) -> None:
         if self._pid != os.getpid():  # first use, or a forked child without the thread
             self._pid = os.getpid()
-            self._items, self._wake, self._idle = deque(), queue.SimpleQueue(), False
+            self._items, self._wake, self._idle = deque(), queue.SimpleQueue(), [False]
             threading.Thread(
                 target=self._run,
-                args=(self._items, self._wake),
+                args=(self._items, self._wake, self._idle),
                 name="tpuscope-jax-ready",
                 daemon=True,
             ).start()
         self._items.append((record, outputs))
-        if self._idle:
+        if self._idle[0]:
             self._wake.put(None)
 
     def close(self) -> None:
@@ -110,24 +99,27 @@ class ReadyWatcher:
             self._wake.put(None)
             self._pid = 0
 
-    def _next(self, items: deque, wake: queue.SimpleQueue) -> tuple[OpenStep, Any] | None:
+    @staticmethod
+    def _next(
+        items: deque, wake: queue.SimpleQueue, idle: list[bool]
+    ) -> tuple[OpenStep, Any] | None:
         """The next item, sleeping on the queue only when none is waiting."""
         while True:
             if items:
                 return items.popleft()
-            self._idle = True
+            idle[0] = True
             if items:  # appended before the flag was seen: no wake-up was sent
-                self._idle = False
+                idle[0] = False
                 continue
             wake.get()
-            self._idle = False
+            idle[0] = False
 
-    def _run(self, items: deque, wake: queue.SimpleQueue) -> None:
+    def _run(self, items: deque, wake: queue.SimpleQueue, idle: list[bool]) -> None:
         from jax._src.array import ArrayImpl
         from jax._src.lib import xla_client
         from jax.tree_util import tree_leaves
 
-        while (item := self._next(items, wake)) is not None:
+        while (item := self._next(items, wake, idle)) is not None:
             record, outputs = item
             arrays = [
                 a for a in tree_leaves(outputs) if isinstance(a, ArrayImpl) and not a.is_deleted()
@@ -158,11 +150,7 @@ class StepClock:
         self._last_end = 0
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
-        self._short = False  # the last step's host interval was under SHORT_STEP_NS
-        self._ahead = False  # the host ran POLL_AHEAD steps ahead: no polling until caught up
-        self._polled: deque[OpenStep] = deque()  # closed short steps, outputs not yet ready
         self.watched = 0  # outputs handed to the helper thread (the run's meta says how many)
-        self.polled = 0  # short steps whose readiness was polled at later closes
         self.watcher = ReadyWatcher(self._ready)
 
     def opened(self, record: OpenStep, step: int, boundary: str, start_ns: int) -> None:
@@ -181,15 +169,6 @@ class StepClock:
         if not hasattr(probe, "is_ready"):
             probe = _probe(outputs)
         record.probe = probe
-        if self._short and len(self._polled) >= POLL_AHEAD:
-            self._ahead = True  # device-bound: the helper times steps until all are ready
-        polls = self._short and not self._ahead and self._waiting == len(self._polled)
-        if polls and probe is not None:  # polled (module doc): no watched step outstanding
-            record.polled = probe
-            record.awaiting += 1
-            self._waiting += 1
-            self.polled += 1
-            return True
         if self._streak < HOST_BOUND_STREAK or probe is None:
             record.awaiting += 1
             self._waiting += 1
@@ -221,13 +200,6 @@ class StepClock:
                     ready = False
                 record.ready_at_close = ready
                 self._streak = self._streak + 1 if ready else 0
-            self._short = host_end_ns - record.start_ns < SHORT_STEP_NS
-            if record.polled is not None:
-                self._polled.append(record)
-            if self._polled:
-                self._poll(host_end_ns)
-            if self._ahead and self._waiting < POLL_AHEAD:
-                self._ahead = False
             if not self._closed and (record.awaiting <= 0 or record.ready_at_close):
                 self._finalize(record)  # the common case: nothing waits before it
             else:
@@ -236,30 +208,6 @@ class StepClock:
         if following is not None:  # opened(), inlined
             following.step, following.boundary, following.start_ns = step, boundary, host_end_ns
             self._open = following
-
-    def _poll(self, now_ns: int) -> None:
-        """Short steps whose outputs are ready by now end now; beyond MAX_POLLED waiting, the
-        oldest go to the helper thread, which notes when they are ready."""
-        polled = self._polled
-        while polled:
-            record = polled[0]
-            try:
-                ready = record.ready_at_close or bool(record.polled.is_ready())
-            except Exception:  # donated by a later call, or not an array: ready as far as known
-                ready = True
-            if not ready:
-                break
-            polled.popleft()
-            record.polled = None
-            if not record.ready_at_close:
-                record.ready_ns = max(record.ready_ns, now_ns)
-            record.awaiting -= 1
-            self._waiting -= 1
-        while len(polled) > MAX_POLLED:
-            record = polled.popleft()
-            outputs, record.polled = record.polled, None
-            self.watched += 1
-            self.watcher.watch(record, outputs)  # the helper resolves the awaiting it holds
 
     def settled_at(self, t_ns: int) -> bool:
         """Nothing closed waits for its outputs, the last steps' were ready when they closed
@@ -272,21 +220,13 @@ class StepClock:
         self._last_end = end_ns
 
     def wait_idle(self, timeout_s: float) -> None:
-        """Give outputs still running up to `timeout_s` to be ready (call without the lock):
-        polled steps are handed to the helper thread first, which notes when each is ready."""
-        with self._lock:
-            while self._polled:
-                record = self._polled.popleft()
-                outputs, record.polled = record.polled, None
-                self.watched += 1
-                self.watcher.watch(record, outputs)
+        """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""
         deadline = time.monotonic() + timeout_s
         while self._waiting > 0 and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def finish(self) -> None:
         """Emit every closed step (outputs not ready by now keep their host end)."""
-        self._polled.clear()
         for record in self._closed:
             record.awaiting = 0
         self._drain()

@@ -60,7 +60,6 @@ class OpenStep:
     awaiting = 0
     probe: Any = None  # one output array, asked is_ready() at the close
     ready_at_close = False
-    polled: Any = None  # a short step's probe, asked again at each later close (ready.py)
     # -- counts (what the step did is in EventLog) --
     compiles = 0
     compile_ns = 0
