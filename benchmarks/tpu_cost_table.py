@@ -119,7 +119,9 @@ def main() -> None:
     for i, name in enumerate(names):
         fn, shapes, flops = PROGRAMS[name]
         keys = jax.random.split(jax.random.PRNGKey(i), len(shapes))
-        inputs = [jax.random.normal(k, s, F32).astype(d) for k, (s, d) in zip(keys, shapes, strict=True)]
+        inputs = [
+            jax.random.normal(k, s, F32).astype(d) for k, (s, d) in zip(keys, shapes, strict=True)
+        ]
         fn.__name__ = name  # the module's name in the trace: jit_<name>
         call = jax.jit(fn).lower(*inputs).compile()
         jax.block_until_ready(call(*inputs))
