@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.chips import Chip
+from tpuscope.analyze.shapes import parse_shape
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -111,11 +112,6 @@ def _mode(values: pd.Series) -> str | None:
 
 def _letters(spec: str) -> str:
     return spec.replace("...", "")
-
-
-def _dims(shape: object) -> list[int]:
-    found = re.search(r"\[([\d,]*)\]", str(shape))
-    return [int(x) for x in found.group(1).split(",") if x] if found else []
 
 
 def _path(op_name: object) -> str:
@@ -227,7 +223,9 @@ def _narrow_attention(dots: pd.DataFrame, edge: int) -> tuple[dict[str, int], pd
             continue  # no batch letter: not attention
         rows.append(row.Index)
         contracted |= (set(lhs) & set(rhs)) - set(out)
-        known = dict(zip(out[::-1], _dims(row.shape)[::-1], strict=False))
+        shape = parse_shape(str(row.shape))
+        dims = [d for d in shape.dims if d is not None] if shape else []
+        known = dict(zip(out[::-1], dims[::-1], strict=False))
         queries = {known.get(q) for q in (set(lhs) - set(rhs)) & set(out)}
         for letter in (set(rhs) - set(lhs)) & set(out):
             size = known.get(letter, edge)
