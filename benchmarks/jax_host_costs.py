@@ -3,7 +3,8 @@
 
     python3 benchmarks/jax_host_costs.py [--n 20000]
 
-Prints the median ns of: time.time_ns(), perf_counter_ns(), an array's is_ready() once ready,
+Prints the median ns of: time.time_ns(), perf_counter_ns(), an array's is_ready() once ready
+and while its computation runs,
 one tiny jitted dispatch (no wait), a SimpleQueue put/get within one thread, and a put that
 wakes a waiting thread (round trip through a second thread and back, halved).
 """
@@ -49,6 +50,26 @@ def wake_round_trip(n: int) -> float:
     return statistics.median(times) / 2
 
 
+def not_ready_ns(n: int) -> float:
+    """is_ready() asked of an output whose computation is still running (a chain of 4096^2
+    bf16 matmuls, milliseconds long, dispatched again whenever it finished)."""
+    a = jnp.ones((4096, 4096), jnp.bfloat16) * 0.001
+    chain = jax.jit(lambda m: jnp.tanh(m @ m @ m @ m @ m @ m @ m @ m))
+    jax.block_until_ready(chain(a))
+    times: list[int] = []
+    out = chain(a)
+    while len(times) < n:
+        t = perf_counter_ns()
+        ready = out.is_ready()
+        elapsed = perf_counter_ns() - t
+        if ready:
+            out = chain(a)
+        else:
+            times.append(elapsed)
+    jax.block_until_ready(out)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20000)
@@ -66,6 +87,7 @@ def main() -> None:
         "put waking a thread (half round trip)": wake_round_trip(min(args.n, 5000)),
     }
     jax.block_until_ready(f(x))
+    rows["is_ready() (running)"] = not_ready_ns(min(args.n, 2000))
     print(f"device: {jax.devices()[0].device_kind}")
     for name, ns in rows.items():
         print(f"{name:40s} {ns / 1e3:8.2f} us")

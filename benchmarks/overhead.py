@@ -5,7 +5,9 @@
 
 Programs: `transformer` (benchmarks/timed_steps.py, the README example's model, ~25-80 ms
 steps), `mlp` (timed_mlp.py: torch_xla MLP 256-256-256, batch 32, ~1.5-2 ms steps) and
-`jax` (timed_jax.py: a jitted MLP step blocking on its result, ~0.3 ms). Each repetition
+`jax` (timed_jax.py: a jitted MLP step blocking on its result, ~0.3 ms on the CPU) and
+`jax-async` (the same step never blocking, timed in windows of 20 steps: on a TPU a
+dispatch-bound step; give it --steps 3000 or more). Each repetition
 runs the program bare and under `tpuscope run` (with --deep also under `tpuscope run
 --deep`; with --debug-text also bare with the PT_XLA_DEBUG settings `tpuscope run` makes,
 to measure torch_xla's own cost of writing its analysis), in ABBA order (the order flips every
@@ -43,12 +45,13 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROGRAMS = {
-    "transformer": HERE / "timed_steps.py",
-    "mlp": HERE / "timed_mlp.py",
-    "jax": HERE / "timed_jax.py",
+PROGRAMS = {  # name -> (script, its options)
+    "transformer": (HERE / "timed_steps.py", []),
+    "mlp": (HERE / "timed_mlp.py", []),
+    "jax": (HERE / "timed_jax.py", []),
+    "jax-async": (HERE / "timed_jax.py", ["--async"]),
 }
-PROGRAM = PROGRAMS["transformer"]
+PROGRAM, OPTIONS = PROGRAMS["transformer"]
 SKIP = 10
 LOW: dict[str, list[float]] = {}  # per mode: each run's 10th-percentile step time
 # what `tpuscope run` sets for torch_xla's analysis text (runner.build_env), bare otherwise
@@ -58,7 +61,7 @@ DEBUG_TEXT_ENV = {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_MAX_FRAME": "64"}
 def run_once(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
     """(median step time in s, tpuscope's own cost per step in ms or None) of one run."""
     out = work / f"{mode}-{len(list(work.iterdir()))}.json"
-    program = ["python", str(PROGRAM), str(out), "--steps", str(steps)]
+    program = [sys.executable, str(PROGRAM), str(out), "--steps", str(steps), *OPTIONS]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
     store = work / "store"
     if mode in ("bare", "debug-text"):
@@ -155,11 +158,12 @@ def _profiled(work: Path, store: Path, out: Path, steps: int, deep: bool, *optio
         "--store",
         str(store),
         *(["--deep"] if deep else []),
-        "python",
+        sys.executable,
         str(PROGRAM),
         str(out),
         "--steps",
         str(steps),
+        *OPTIONS,
         *options,
     ]
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
@@ -195,8 +199,8 @@ def main() -> None:
         "--paired-deep", action="store_true", help="the paired run under tpuscope run --deep"
     )
     args = parser.parse_args()
-    global PROGRAM
-    PROGRAM = PROGRAMS[args.program]
+    global PROGRAM, OPTIONS
+    PROGRAM, OPTIONS = PROGRAMS[args.program]
     modes = (
         ["bare", "tpuscope"]
         + (["deep"] if args.deep else [])

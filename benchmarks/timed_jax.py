@@ -1,7 +1,13 @@
 """A short-step JAX program for benchmarks/overhead.py: a jitted MLP training step (256-256-256,
 batch 32) that blocks on its result every step, well under a millisecond on the CPU.
 
-    timed_jax.py OUT.json [--steps N] [--alternate]
+    timed_jax.py OUT.json [--steps N] [--alternate] [--async]
+
+--async: the loop never blocks (`params, loss = step(params, x, y)`), as a training loop that
+logs rarely runs: on a TPU such a step is dispatch-bound (the host's dispatch is the step), so
+the host's per-step work is all there is to measure. One time can then not be taken per step
+without blocking; each entry of OUT.json is the mean step of a window of WINDOW steps (host
+clock), and --alternate switches the hook every two windows.
 
 --alternate (under `tpuscope run` only): after 10 steps, tpuscope's hooks on the program's
 path (the wrapper around the jitted function, which opens and closes steps and hands the
@@ -24,6 +30,7 @@ import jax.numpy as jnp
 from alternate import cost_now
 
 WARM = 10
+WINDOW = 20  # steps per timed window with --async
 
 
 def make_step():
@@ -43,6 +50,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--alternate", action="store_true")
+    parser.add_argument("--async", dest="no_block", action="store_true")
     args = parser.parse_args()
 
     key = jax.random.PRNGKey(0)
@@ -60,7 +68,9 @@ def main() -> None:
     methods = _block_methods()
     times, hook_on = [], []
     before_loop = cost_now() if args.alternate else None
-    for i in range(args.steps):
+    if args.no_block:
+        times, hook_on = _windows(hooked[0], bare[0], params, x, y, args)
+    for i in range(0 if args.no_block else args.steps):
         on = not args.alternate or i < WARM or (i // 2) % 2 == 0
         fn, block = hooked if on else bare
         if args.alternate and i >= WARM and i % 2 == 0:
@@ -78,6 +88,22 @@ def main() -> None:
         times["before_loop"] = before_loop
     with open(args.out, "w") as handle:
         json.dump(times, handle)
+
+
+def _windows(hooked, bare, params, x, y, args):
+    """--async: the mean step time of each window of WINDOW calls that never block, with
+    whether the hook was on (None in the warm-up)."""
+    times, hook_on = [], []
+    for k in range(args.steps // WINDOW):
+        on = not args.alternate or k < WARM or (k // 2) % 2 == 0
+        step = hooked if on else bare
+        hook_on.append(None if k < WARM else on)
+        start = time.perf_counter()
+        for _ in range(WINDOW):
+            params, loss = step(params, x, y)
+        times.append((time.perf_counter() - start) / WINDOW)
+    jax.block_until_ready(params)
+    return times, hook_on
 
 
 def _original(fn):

@@ -64,8 +64,10 @@ for i in range(args.steps):
 
 if switch is not None:
     switch[0]._run_step_closures = switch[1]
-    times = {key: [t for t, on in zip(times, hook_on, strict=True) if on is want]
-             for key, want in (("on", True), ("off", False))}
+    times = {
+        key: [t for t, on in zip(times, hook_on, strict=True) if on is want]
+        for key, want in (("on", True), ("off", False))
+    }
     times["before_loop"] = before_loop
 with open(args.out, "w") as handle:
     json.dump(times, handle)

@@ -1,6 +1,6 @@
-"""The JAX step path's lane (steps.py `_lane_roll`: a plain step's row written at its close
-without a new OpenStep) gives the rows the general path gives, on a real jitted loop that
-goes in and out of it: waits and reads on the loss, calls of another jitted function, an eager
+"""The JAX step path's lane (lane.py: a plain call of the step function stamped in the hook's
+wrapper, the rows written every few calls by steps.py `_lane_flush`) gives the rows the general
+path gives, on a real jitted loop that goes in and out of it: waits and reads on the loss, calls of another jitted function, an eager
 `jax.grad`, a new input shape that compiles, and steps that never wait."""
 
 from __future__ import annotations
@@ -62,23 +62,28 @@ def tables(tmp_path: Path, name: str) -> dict:
 
 
 def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> None:
-    taken: list[bool] = []
-    roll = StepTracker._lane_roll
+    written: list[int] = []  # stamps turned into rows at each of the lane's writes
+    left: list[bool] = []  # each time something took the loop off the lane
+    flush, leave = StepTracker._lane_flush, StepTracker._leave_lane
 
-    def counted(tracker: StepTracker, t_ns: int) -> bool:
-        taken.append(roll(tracker, t_ns))
-        return taken[-1]
+    def counted_flush(tracker: StepTracker) -> None:
+        written.append(len(tracker.lane.stamps))
+        flush(tracker)
+
+    def counted_leave(tracker: StepTracker) -> None:
+        if tracker.lane.target is not None:
+            left.append(True)
+        leave(tracker)
 
     tables(tmp_path, "first")  # JAX's once-a-process metrics (its compilation cache's) go here
-    monkeypatch.setattr(StepTracker, "_lane_roll", counted)
+    monkeypatch.setattr(StepTracker, "_lane_flush", counted_flush)
+    monkeypatch.setattr(StepTracker, "_leave_lane", counted_leave)
     lane = tables(tmp_path, "lane")
-    assert taken.count(True) >= 15 and False in taken, (
-        taken
-    )  # in the lane, and out of it (a step not waited on)
+    assert sum(written) >= 15 and left, (written, left)  # in the lane, and out of it
     monkeypatch.setattr(StepClock, "settled_at", lambda clock, t_ns: False)
-    taken.clear()
+    written.clear()
     general = tables(tmp_path, "general")
-    assert not taken
+    assert not sum(written)
     assert len(lane["steps"]) == 60 and lane["steps"]["compiles"].sum() >= 2
     assert lane["steps"]["transfers_from_device"].sum() == 26  # the float(loss) steps
     for table, rows in lane.items():

@@ -13,6 +13,8 @@ each was captured and what was measured bare).
   decoder at head_dim 64: 26.59 ms a step bare, 22.20 ms at head_dim 128 (4.39 ms lost).
 - cost_table: benchmarks/tpu_cost_table.py's 23 programs, 3 runs each (table.json: their
   bare wall times).
+- tpu/runs/mlp_1000: the default-mode trace of `tpuscope run` of mlp_train.py --widths
+  1000,3000,3000,1000 (1.058 ms a step bare, device-bound) with the run's own step rows.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tpuscope.analyze.cost_compare import compare
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.ingest.run import import_paths
+from tpuscope.ingest.traces import TraceSet, load_file
 from tpuscope.store import Run, RunStore
 
 TRACES = Path(__file__).parent / "tpu" / "traces"
@@ -143,3 +147,22 @@ def test_cost_model_agrees_with_the_v5e_within_1_5x_on_90_percent_of_device_time
     within = measured[(ratio >= 1 / 1.5) & (ratio <= 1.5)].sum() / measured.sum()
     assert within >= 0.90, f"{within:.3f} of the device time within 1.5x"
     assert view["share_within_2x"] >= 0.95
+
+
+def test_a_device_bound_runs_steps_are_the_devices_own_steps(tmp_path: Path) -> None:
+    """The run's host windows of a device-bound JAX loop put two of five 1.0 ms module runs in
+    one traced step and none in two others (busy 76%, a false "host-bound" card on the v5e);
+    the device's Steps line, named with the run's step numbers, holds one run each."""
+    folder = TRACES.parent / "runs" / "mlp_1000"
+    path = tmp_path / "runsc.xplane.pb"
+    with gzip.open(folder / "runsc.xplane.pb.gz") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    steps = pd.DataFrame(json.loads((folder / "steps.json").read_text()))
+    out = TraceSet()
+    assert load_file(path, 0, steps, out)
+    busy = out.tables["device_steps"][0].to_pandas()
+    assert busy["step"].tolist() == [3, 4, 5, 6, 7]
+    assert set(busy["window"]) == {"device steps"}
+    assert busy["ops"].nunique() == 1  # one module run's ops in each
+    share = busy["busy_ns"].sum() / (busy["busy_ns"].sum() + busy["idle_ns"].sum())
+    assert share > 0.99, share

@@ -167,7 +167,10 @@ def _overlap(summary: RunSummary) -> str:
     only where the trace measured the device's busy share."""
     busy = summary.device_busy_share
     if busy is None:
-        return ""
+        return (
+            " (a bound: where the device runs asynchronously, part of this host time overlaps "
+            "its work; benchmarks/overhead.py measures the effect, paired)"
+        )
     if busy >= 0.9:
         return (
             f"; the device was busy {100 * busy:.0f}% of the traced steps, so this host time "

@@ -5,7 +5,7 @@ embedding's `attend`, `dtype=jnp.bfloat16` computation over float32 parameters, 
 `train_step` that returns the new state and the loss). Synthetic tokens, no download.
 
     lm_decoder.py [--d-model 1024] [--heads 16] [--layers 4] [--seq 512] [--batch 16]
-                  [--vocab 8192] [--steps 30]
+                  [--vocab 8192] [--steps 30] [--trace DIR]
 
 head_dim = d_model / heads. Prints `step_ms <mean step time over the timed steps>`.
 """
@@ -26,6 +26,7 @@ parser.add_argument("--seq", type=int, default=512)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--vocab", type=int, default=8192)
 parser.add_argument("--steps", type=int, default=30)
+parser.add_argument("--trace", default="", help="a bare jax.profiler trace of 3 steps after the timed ones")
 args = parser.parse_args()
 DTYPE = jnp.bfloat16
 
@@ -99,4 +100,10 @@ for i in range(args.steps):
     params, opt_state, loss = train_step(params, opt_state, tokens)
 loss = float(loss)
 elapsed = time.perf_counter() - t0
+if args.trace:  # after the timed loop, so its one-off does not enter step_ms
+    jax.profiler.start_trace(args.trace)
+    for _ in range(3):
+        params, opt_state, _ = train_step(params, opt_state, tokens)
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
 print(f"step_ms {1e3 * elapsed / (args.steps - WARM):.4f} head_dim {args.d_model // args.heads} loss {loss:.4f}")

@@ -1,7 +1,7 @@
 """A dispatch-bound jitted step: a 256x256 bf16 layer trained by SGD, the loop never blocking
 (`w = step(w, x)`), as a small model's training loop runs; the result is read once at the end.
 
-    tiny_step.py [--steps 3000] [--block]
+    tiny_step.py [--steps 3000] [--block] [--size 256]
 
 --block waits for every step's loss (`float(loss)` each step, as a loop that logs every step).
 Prints `step_us <mean step time over the timed steps>`.
@@ -16,6 +16,7 @@ import jax.numpy as jnp
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=3000)
 parser.add_argument("--block", action="store_true")
+parser.add_argument("--size", type=int, default=256, help="the layer's width and the batch")
 args = parser.parse_args()
 
 
@@ -28,8 +29,9 @@ def step(w, x):
     return w - 0.01 * g.astype(w.dtype), loss
 
 
-w = (jax.random.normal(jax.random.PRNGKey(0), (256, 256)) * 0.05).astype(jnp.bfloat16)
-x = jax.random.normal(jax.random.PRNGKey(1), (256, 256)).astype(jnp.bfloat16)
+n = args.size
+w = (jax.random.normal(jax.random.PRNGKey(0), (n, n)) * 0.05).astype(jnp.bfloat16)
+x = jax.random.normal(jax.random.PRNGKey(1), (n, n)).astype(jnp.bfloat16)
 WARM = 100
 for i in range(args.steps):
     if i == WARM:

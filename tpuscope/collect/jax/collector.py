@@ -206,7 +206,12 @@ class JaxCollector(StepTracker):
                 self._close(now)
             self.clock.finish()
             self.session.set_meta(
-                jax_step_paths={"lane": self.lane_steps, "watched": self.clock.watched}
+                jax_step_paths={
+                    "lane": self.lane_steps,
+                    "polled": self.clock.polled,
+                    "watched": self.clock.watched,
+                    "poll_depths": self.clock.poll_depths,
+                }
             )
             if self._profiler is not None:
                 self._profiler.close()

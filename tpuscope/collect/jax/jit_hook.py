@@ -17,6 +17,7 @@ from typing import Any
 
 import wrapt
 
+from tpuscope.collect.jax.lane import LANE_BATCH
 from tpuscope.collect.jax.sink import JitTarget, Sink, report
 
 
@@ -120,12 +121,25 @@ class JitHook:
         while XLA's threads start the computation on the same cores (jax_step_path.py)."""
         hook, core, sink = self, self._core, self.sink
         on_call, on_return = sink.on_jit_call, sink.on_jit_return
+        lane, on_batch = sink.lane, sink.on_lane_batch
 
         def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             if not (
                 hook.active and core.trace_ctx.trace is core.eval_trace
             ):  # a call inside a trace
                 return wrapped(*args, **kwargs)
+            if lane.target is target:  # a plain loop's step (lane.py): a stamp
+                stamp = perf_counter_ns()
+                stamps = lane.stamps
+                stamps.append(stamp)
+                lane.ns += perf_counter_ns() - stamp
+                out = wrapped(*args, **kwargs)
+                if not len(stamps) % LANE_BATCH:
+                    try:  # noqa: SIM105
+                        on_batch(out)
+                    except Exception:
+                        pass
+                return out
             start = perf_counter_ns()
             try:  # noqa: SIM105
                 on_call(target)

@@ -5,10 +5,10 @@ never blocks (`state = train_step(state, batch)`) reaches its next call long bef
 the step finished: timing steps from call to call measured dispatch (p50 0.08 ms on a
 jitted step that really takes milliseconds). A profiler must not add the
 `block_until_ready` the program did not do (that would serialize its pipeline), and
-JAX reports no execution events without a profiler trace, so a helper thread waits
-instead: each step's outputs (the step function's, or in a StepTraceAnnotation block
-those of every jitted call inside it) are handed to a daemon thread that blocks on them
-(`batched_block_until_ready`, which releases the GIL) and notes when they were ready.
+JAX reports no execution events without a profiler trace, so the step's outputs (the
+step function's, or in a StepTraceAnnotation block those of the last jitted call inside it)
+are asked whether they are ready, at its close and at later closes, and a helper thread waits
+on the steps the host ran far ahead of (below).
 
 A step then ends at the later of (its outputs ready, the host closing it: the next
 call or the annotation's exit) and starts where the previous step ended (or when it
@@ -18,20 +18,25 @@ host's time between calls, as before). Its counts (compiles, syncs, dispatches) 
 those of the host interval.
 
 Costs: when the step closes, one output (the last leaf, usually the loss) is asked
-`is_ready()` (~1 us). If it already is, the host end is the step's end and the helper's
-answer is not needed: after HOST_BOUND_STREAK such steps in a row, outputs are no longer
-handed over (a host-bound loop pays no thread wake-ups) until a step is found not ready
-at its close, which turns the helper back on (that one step keeps its host end). While
-on: one queue put per step on the program's thread; the outputs are referenced until
-ready (not longer); an output the next call donated before the helper thread reached it
-is skipped (if all were, the host end is used). The helper takes its items from a deque and is
-woken through its queue only when it went idle (ReadyWatcher).
-
-On a TPU v5e a dispatch-bound 180 us step that never blocks ran 1.41x slower under tpuscope
-(docs/tpu.md): its outputs were not ready at the next call, so each step went to the helper,
-and waking a thread there costs 15 us. Polling such steps on the program's thread instead was
-tried and dropped (a polled step ends only at a later close, so a host gap after it, an eval or
-the profiler's own start, was booked to the wrong step); the cost stays open (issue 40).
+`is_ready()` (0.24 us on a TPU v5e). If it already is, the host end is the step's end. If it is
+not, the step is polled: every later close asks the oldest polled step's output again (outputs
+of one device finish in the order they were dispatched), and a step found ready within
+POLL_DEPTH closes ends at its host end: the device keeps pace with the host, so the host's
+intervals are the steps' times (a dispatch-bound loop; each step ends where the next call
+begins, so a host gap, an eval or the profiler's start, stays in the step it follows). Polling
+knows only that a step finished between two closes: ending steps found ready together at that
+bound made steps of no length, where the host's ends keep each step's own interval. No thread
+is woken and nothing is queued for a polled step: on a TPU v5e (under gVisor) handing each step
+to a thread cost 52 us of a 180 us step, 1.41x (a wake-up 15 us, and the contention for the
+GIL that followed). A step the host ran more than POLL_DEPTH closes ahead of is device-bound: it goes to a
+helper thread, which blocks on it (`batched_block_until_ready`, releasing the GIL) and notes
+when it is ready; there the helper's work overlaps the device's instead of delaying the host.
+Before the host waits (a sync the hooks see, the end of the run) the polled steps not ready
+go to the helper too, so a loop that runs ahead and then blocks gets its steps' real ends.
+A step whose outputs hold no array found quickly is handed to the helper when dispatched.
+The helper takes its items from a deque and is woken through its queue only when it went
+idle (ReadyWatcher). After HOST_BOUND_STREAK steps in a row ready at their close, steps.py
+writes steps straight from the host's clock (its lane) until one is not.
 """
 
 from __future__ import annotations
@@ -47,7 +52,15 @@ from typing import Any
 from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
+POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
+PACED_STREAK = 8  # closes in a row with no step handed to the helper: the device keeps pace
 _PROBE_DEPTH = 4
+
+
+def tail_probe(outputs: Any) -> Any:
+    """The output a step's readiness is asked of: the last leaf ((state, loss): the loss)."""
+    probe = outputs[-1] if type(outputs) is tuple and outputs else outputs  # no walk
+    return probe if hasattr(probe, "is_ready") else _probe(outputs)
 
 
 def _probe(outputs: Any) -> Any:
@@ -146,11 +159,15 @@ class StepClock:
         self._log = log  # gets each step with its final start and end (keeps no reference)
         self._lock = lock
         self._closed: deque[OpenStep] = deque()  # closed, waiting for their outputs
+        self._polled: deque[OpenStep] = deque()  # of those, the ones asked at each close
         self._open: OpenStep | None = None
         self._last_end = 0
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
+        self._paced = 0  # closes since a step was last handed to the helper thread
         self.watched = 0  # outputs handed to the helper thread (the run's meta says how many)
+        self.polled = 0  # steps not ready at their close, polled at later closes
+        self.poll_depths = [0] * (POLL_DEPTH + 1)  # polled steps by closes until found ready
         self.watcher = ReadyWatcher(self._ready)
 
     def opened(self, record: OpenStep, step: int, boundary: str, start_ns: int) -> None:
@@ -159,23 +176,22 @@ class StepClock:
 
     def outputs(self, outputs: Any) -> bool:
         """The open step dispatched `outputs`: it is not done before they are ready. True when
-        they were handed to the helper thread."""
+        they were handed to the helper thread (no output to poll was found)."""
         record = self._open
         if record is None:
             return False
-        probe = (
-            outputs[-1] if type(outputs) is tuple and outputs else outputs
-        )  # (state, loss): no walk
-        if not hasattr(probe, "is_ready"):
-            probe = _probe(outputs)
-        record.probe = probe
-        if self._streak < HOST_BOUND_STREAK or probe is None:
-            record.awaiting += 1
-            self._waiting += 1
-            self.watched += 1
-            self.watcher.watch(record, outputs)
+        record.probe = probe = tail_probe(outputs)
+        if probe is None:
+            self._watch(record, outputs)
             return True
         return False
+
+    def _watch(self, record: OpenStep, outputs: Any) -> None:
+        self._paced = 0
+        record.awaiting += 1
+        self._waiting += 1
+        self.watched += 1
+        self.watcher.watch(record, outputs)
 
     def closed(
         self,
@@ -190,16 +206,23 @@ class StepClock:
         function does both in one call, on the program's path."""
         if record is self._open:
             self._open = None
+            self._paced += 1
             record.host_end_ns = host_end_ns
+            if self._polled:
+                self._poll(record.step)
             probe = record.probe
             if probe is not None:
-                record.probe = None
                 try:
                     ready = bool(probe.is_ready())
                 except Exception:  # deleted (donated) or not an array after all
-                    ready = False
+                    ready = True
                 record.ready_at_close = ready
-                self._streak = self._streak + 1 if ready else 0
+                if ready:
+                    record.probe = None
+                    self._streak += 1
+                else:
+                    self._streak = 0
+                    self._enqueue(record)
             if not self._closed and (record.awaiting <= 0 or record.ready_at_close):
                 self._finalize(record)  # the common case: nothing waits before it
             else:
@@ -209,24 +232,83 @@ class StepClock:
             following.step, following.boundary, following.start_ns = step, boundary, host_end_ns
             self._open = following
 
+    def _enqueue(self, record: OpenStep) -> None:
+        """A step not ready at its close is polled; beyond POLL_DEPTH polled steps the oldest
+        (found not ready just now) goes to the helper thread, which notes when it is ready."""
+        record.awaiting += 1
+        self.polled += 1
+        polled = self._polled
+        polled.append(record)
+        if len(polled) > POLL_DEPTH:
+            oldest = polled.popleft()
+            probe, oldest.probe = oldest.probe, None
+            oldest.awaiting -= 1  # the helper holds it now
+            self._watch(oldest, probe)
+
+    def _poll(self, step: int) -> None:
+        """Polled steps ready by the close of `step` end at their host end (module doc)."""
+        polled, depths = self._polled, self.poll_depths
+        while polled:
+            record = polled[0]
+            try:
+                ready = record.probe.is_ready()
+            except Exception:  # donated by a later call, which ran after it
+                ready = True
+            if not ready:
+                return
+            polled.popleft()
+            record.probe = None
+            record.awaiting -= 1
+            depths[min(step - record.step, POLL_DEPTH)] += 1
+
     def settled_at(self, t_ns: int) -> bool:
-        """Nothing closed waits for its outputs, the last steps' were ready when they closed
-        (outputs are no longer handed over) and the last step ended at t_ns, the host's close:
-        the next steps' times can be written from the host's clock alone (steps.py's lane)."""
-        return not self._closed and self._streak >= HOST_BOUND_STREAK and self._last_end == t_ns
+        """The next steps' times can be written from the host's clock alone (lane.py): the last
+        steps' outputs were ready when they closed, or (a dispatch-bound loop) the last
+        PACED_STREAK closes found each polled step ready within POLL_DEPTH closes and handed
+        none to the helper thread. The steps still polled then end at their host ends (the
+        device keeps pace), and the last step ended at t_ns, this close."""
+        paced = self._paced >= PACED_STREAK and self._waiting == 0
+        if paced and self._polled:
+            polled = self._polled
+            for record in polled:
+                record.probe = None
+                record.awaiting -= 1
+            polled.clear()
+            self._drain()
+        elif not paced and self._streak < HOST_BOUND_STREAK:
+            return False
+        return not self._closed and self._last_end == t_ns
 
     def ended_at(self, end_ns: int) -> None:
         """Steps written without this clock (steps.py's lane) ended at end_ns."""
         self._last_end = end_ns
 
+    def hand_over(self) -> None:
+        """The host is about to wait (a sync, the end of the run): polled steps ready by now
+        end as at a close, and the helper thread notes when each of the others is ready while
+        the host waits (polling would only see them ready after the wait). Call under the lock."""
+        polled = self._polled
+        if not polled:
+            return
+        self._poll(polled[-1].step + 1)
+        while polled:
+            record = polled.popleft()
+            probe, record.probe = record.probe, None
+            record.awaiting -= 1
+            self._watch(record, probe)
+        self._drain()
+
     def wait_idle(self, timeout_s: float) -> None:
         """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""
+        with self._lock:
+            self.hand_over()
         deadline = time.monotonic() + timeout_s
         while self._waiting > 0 and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def finish(self) -> None:
         """Emit every closed step (outputs not ready by now keep their host end)."""
+        self._polled.clear()
         for record in self._closed:
             record.awaiting = 0
         self._drain()
@@ -236,8 +318,7 @@ class StepClock:
         with self._lock:
             self._waiting -= 1
             record.awaiting -= 1
-            if not record.ready_at_close:  # else the helper only reached it later
-                record.ready_ns = max(record.ready_ns, ready_ns or 0)
+            record.ready_ns = max(record.ready_ns, ready_ns or 0)
             self._drain()
 
     def _drain(self) -> None:

@@ -124,6 +124,24 @@ class StepLog:
         if r.metrics is not None:
             self.metrics.append((r.step, r.metrics))
 
+    def emit_calls(self, first: OpenStep, start_ns: int, ends_ns: Any, boundary: str) -> None:
+        """Plain steps closed by calls of the step function at `ends_ns` (an int64 array, the
+        lane's stamps on the epoch clock: lane.py), the first one `first` (its step number and
+        counts), each next one a step of one jitted call: one numpy block, no Python int per
+        value (a row at a time cost 0.8 us a step on the CPU VM, more on a TPU VM's host)."""
+        import numpy as np  # JAX itself needs numpy
+
+        count = len(ends_ns)
+        block = np.zeros((count, _WIDTH), np.int64)
+        block[:, 0] = np.arange(first.step, first.step + count)
+        block[0, 1] = start_ns
+        block[1:, 1] = ends_ns[:-1]
+        block[:, 2] = ends_ns
+        block[:, 5] = 1
+        block[0, 5], block[0, 8] = first.jit_calls, first.reads
+        self.ints.frombytes(block.tobytes())
+        self.boundaries.extend([boundary] * count)
+
     def last_step(self) -> int:
         return self.ints[-_WIDTH] if self.ints else -1
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tpuscope.collect.frames import is_user_file
+from tpuscope.collect.jax.lane import Lane
 
 
 def report(call: Any, *args: Any) -> None:
@@ -59,6 +60,10 @@ class JitTarget:
 
 class Sink(Protocol):
     """Where every hook reports what it saw (the JaxCollector)."""
+
+    lane: Lane  # the step path of a plain loop, read by the jit hook's wrapper (lane.py)
+
+    def on_lane_batch(self, outputs: Any) -> None: ...
 
     def on_jit_created(self, target: JitTarget) -> None: ...
     def on_jit_call(self, target: JitTarget) -> None: ...

@@ -13,9 +13,9 @@ becomes a last step with boundary "end". A step ends when its outputs are ready,
 when its asynchronous dispatch returned (collect/jax/ready.py).
 
 This runs on the program's thread at every top-level jitted call, so the common case
-(a call of the step function, the last step plain: `_lane_roll`) is one lock, one clock read,
-one `is_ready()` and one row of integers appended; the step's rows are built later, in the flush
-(rows.py). What a
+(a call of the step function, the last steps plain) takes the lane (lane.py): a clock read and
+an append in the hook's wrapper, the rows written every few calls (`_lane_flush`); the step's
+rows are built later, in the flush (rows.py). What a
 step did (syncs, eager dispatches, other jitted calls) goes to an EventLog as it happens, and
 a closed step stays until the flush as integers in an array (StepLog): nothing per step is left for Python's
 garbage collector to track (rows.py says why that matters).
@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
 
-from tpuscope.collect.jax.ready import StepClock
+from tpuscope.collect.jax.lane import LANE_ROWS, LANE_SPAN_NS, Lane
+from tpuscope.collect.jax.ready import StepClock, tail_probe
 from tpuscope.collect.jax.rows import (
     EAGER,
     HOST_SYNC,
@@ -67,7 +69,7 @@ class StepTracker:
         self.clock = StepClock(self._rows, self._lock)
         self._profiler: ProfilerWindow | None = None
         self._hook_ns = 0  # hook time on the program's path since the last step closed
-        self._lane = False
+        self.lane = Lane()  # the jit hook's wrapper reads it on every call (lane.py)
         self._profiler_due = False  # a step opened or closed with a profiler window: _profile
         self.lane_steps = 0  # steps written in the lane (the run's meta says how many)
         self.user_jits = (
@@ -158,43 +160,70 @@ class StepTracker:
         self._last_end = t_ns
         self.step = step = self.step + 1
         self.clock.closed(record, t_ns, following, step, self._boundary)
-        self._lane = self.clock.settled_at(t_ns) and self._owns_steps()
+        if self.clock.settled_at(t_ns) and self._owns_steps():
+            self.lane.target = self.step_fn  # the next calls take the lane (lane.py)
 
-    def _lane_roll(self, t_ns: int) -> bool:
-        """The call of the step function in the lane: the open step's row goes straight to the
-        StepLog and the same OpenStep counts the next step (its step number and start are set
-        again when the lane is left). The lane is taken while steps are plain: host-bound (their
-        outputs ready when the next call closes them, nothing waiting on the helper thread),
-        without compiles, compile metrics or eager dispatches, no profiler window; any of these
-        leaves it (`_leave_lane`). About 1.5 us less than `_roll` on a cold 0.2 ms step
-        (docs/overhead.md). False, and the lane left, when this step's outputs are not ready."""
+    def on_lane_batch(self, outputs: Any) -> None:
+        """Every LANE_BATCH calls in the lane (the jit hook's wrapper, after the dispatch): the
+        output kept a batch ago is asked whether it is ready; if not, the device fell behind the
+        host and the lane closes (ready.py times the steps' outputs again). The stamps become
+        rows when they are many or old (lane.py), else they wait: no lock, no row, per batch."""
+        start = perf_counter_ns()
+        lane = self.lane
+        if lane.target is None or not lane.stamps:  # left during the dispatch (a compile)
+            return
+        probe, lane.probe = lane.probe, tail_probe(outputs)
+        behind = False
+        if probe is not None:
+            try:
+                behind = not probe.is_ready()
+            except Exception:  # donated by a later call: it ran before that call
+                behind = False
+        stamps = lane.stamps
+        if behind or len(stamps) >= LANE_ROWS or stamps[-1] - stamps[0] > LANE_SPAN_NS:
+            with self._lock:
+                if behind:
+                    self._leave_lane()
+                else:
+                    self._lane_flush()
+        lane.ns += perf_counter_ns() - start
+
+    def _lane_flush(self) -> None:
+        """The lane's stamps become rows: each call closed the open step at its stamp and
+        opened the next (what `_roll` does one call at a time). The open step's counts (a
+        read, another jitted call, since the last stamp) are the first row's."""
+        lane = self.lane
+        stamps = lane.stamps
+        if not stamps:
+            return
+        lane.stamps = array("q")
+        import numpy as np  # JAX itself needs numpy
+
+        ends = np.frombuffer(stamps, dtype=np.int64) + (time_ns() - perf_counter_ns())
         acc = self._acc
-        probe = acc.probe
-        if probe is None or not probe.is_ready():
-            self._leave_lane()
-            return False
-        acc.probe = None
-        rows = self._rows
-        rows.ints.extend((self.step, self._last_end, t_ns, 0, 0, acc.jit_calls, 0, 0, acc.reads))
-        rows.boundaries.append(self._boundary)
+        acc.step = self.step
+        self._rows.emit_calls(acc, self._last_end, ends, self._boundary)
         acc.jit_calls, acc.reads = (
             1,
             0,
         )  # (its `events`, only ever tested for zero, goes on counting)
-        self._last_end = t_ns
-        self.step += 1
-        self.lane_steps += 1
+        calls = len(stamps)
+        self.step += calls
+        self._last_end = int(ends[-1])
+        self._step_calls += calls
+        self.lane_steps += calls
         cost = self.session.cost
-        cost.hook_ns += self._hook_ns
-        cost.hook_calls += 1
-        self._hook_ns = 0
-        return True
+        cost.hook_ns += lane.ns
+        cost.hook_calls += calls
+        lane.ns = 0
 
     def _leave_lane(self) -> None:
-        """Back to the general path: the open OpenStep gets its step number and start again,
-        the clock the last step's end (rows written in the lane set neither)."""
-        if self._lane:
-            self._lane = False
+        """Back to the general path: the lane's rows written, the open OpenStep gets its step
+        number and its start again, the clock the last end (the open step keeps the probe it
+        had when the lane opened: it ends at its host end, as the lane's steps do)."""
+        if self.lane.target is not None:
+            self._lane_flush()
+            self.lane.close()
             acc = self._acc
             acc.step, acc.start_ns = self.step, self._last_end
             self.clock.ended_at(self._last_end)
@@ -233,11 +262,12 @@ class StepTracker:
 
     def _jit_call(self, target: JitTarget) -> None:
         with self._lock:
+            if self.lane.stamps:
+                self._lane_flush()  # the open step is the one this call happens in
             if target is self.step_fn and self.mode == "jit":  # a call of the step function
+                self._leave_lane()
                 self._step_calls += 1
                 now = time_ns()
-                if self._lane and self._lane_roll(now):  # the common case
-                    return
                 if self._open and self._profiler is None:
                     self._roll(now)
                     return
@@ -308,6 +338,9 @@ class StepTracker:
         `read`: the sync copied a value to the host (its kind is one of VALUE_READS). Charges
         the sync hook's time since `start_ns`."""
         with self._lock:
+            if self.lane.stamps:
+                self._lane_flush()  # the read counts in the step it happens in
+            self.clock.hand_over()  # the host waits now: the helper times the steps still running
             acc = self._acc
             acc.events += 1
             if read:

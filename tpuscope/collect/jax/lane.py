@@ -1,0 +1,48 @@
+"""The step path of a plain loop: each call of the step function is a clock read and an append.
+
+A TPU runs a short jitted step faster than Python dispatches it, so the host's work per step is
+the step time there: on a v5e a 180 us dispatch-bound step ran 1.23x slower under the general
+step path (steps.py, ready.py), whose Python ran right after each dispatch on cold caches (about
+25 us there, 3 us on warm caches) and asked an output still in flight whether it was ready (14 us
+there: `benchmarks/jax_host_costs.py`, docs/overhead.md). In the lane, a call of the step
+function only stamps the time (`perf_counter_ns`) into an array; every LANE_BATCH calls the
+output kept at the last check is asked `is_ready()` (by then it has long finished, 0.24 us,
+unless the device fell behind the host) and this call's kept, and the stamps become rows in one
+numpy block (steps.py `_lane_flush`, rows.py `emit_calls`) once LANE_ROWS of them wait or the
+oldest is LANE_SPAN_NS old: writing them a row at a time cost 0.8 us a step on the CPU VM
+(11.5 us a batch of 8 with its lock and check), which on a TPU VM's cold caches was most of
+the lane's remaining 1.10x.
+
+A step in the lane runs from one call to the next: its end is the host's, not its outputs'.
+That is what the step takes while the device keeps pace with the host, which is when the lane
+is open (steps.py enters it once the last steps' outputs were found ready within a few calls,
+ready.py `settled_at`) and stays open (the batch's check). A device more than LANE_BATCH steps
+behind closes the lane, and ready.py times each step's outputs again. Anything that is not a
+plain call of the step function (another jitted call, a sync, an eager op, a compile, a step
+annotation, the end of the run) writes the stamps first (steps.py), so its counts land in the
+step they happened in.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+LANE_BATCH = 16  # calls between the lane's checks that the device keeps pace
+LANE_ROWS = 512  # stamps that become rows at once
+LANE_SPAN_NS = 1_000_000_000  # or once the oldest is a second old (the live view's rows)
+
+
+class Lane:
+    """What the jit hook's wrapper reads and writes on the lane (jit_hook.py `_caller`)."""
+
+    __slots__ = ("target", "stamps", "probe", "ns")
+
+    def __init__(self) -> None:
+        self.target: Any = None  # the step function's JitTarget while the lane is open
+        self.stamps = array("q")  # perf_counter_ns of each call since the last rows were written
+        self.probe: Any = None  # an output kept at the last check, asked at the next
+        self.ns = 0  # the lane's own time on the program's path since the last rows
+
+    def close(self) -> None:
+        self.target = self.probe = None
