@@ -2,16 +2,16 @@
 
 A TPU runs a short jitted step faster than Python dispatches it, so the host's work per step is
 the step time there: on a v5e a 180 us dispatch-bound step ran 1.23x slower under the general
-step path (steps.py, ready.py), whose Python ran right after each dispatch on cold caches (about
-25 us there, 3 us on warm caches) and asked an output still in flight whether it was ready (14 us
-there: `benchmarks/jax_host_costs.py`, docs/overhead.md). In the lane, a call of the step
-function only stamps the time (`perf_counter_ns`) into an array; every LANE_BATCH calls the
-output kept at the last check is asked `is_ready()` (by then it has long finished, 0.24 us,
-unless the device fell behind the host) and this call's kept, and the stamps become rows in one
-numpy block (steps.py `_lane_flush`, rows.py `emit_calls`) once LANE_ROWS of them wait or the
-oldest is LANE_SPAN_NS old: writing them a row at a time cost 0.8 us a step on the CPU VM
-(11.5 us a batch of 8 with its lock and check), which on a TPU VM's cold caches was most of
-the lane's remaining 1.10x.
+step path (steps.py, ready.py), which asked an output still in flight whether it was ready (a
+plain wrapper doing that cost 14-16 us a step there, docs/overhead.md) and ran its Python right
+after each dispatch. In the lane, a call of the step function only stamps the time
+(`perf_counter_ns`) into an array; every LANE_BATCH calls the output kept at the last check is
+asked `is_ready()` (by then it has long finished, 0.24 us, unless the device fell behind the
+host) and this call's is kept; the stamps become rows in one numpy block (steps.py
+`_lane_flush`, rows.py `emit_calls`) once LANE_ROWS of them wait or the oldest is LANE_SPAN_NS
+old. Written a row at a time every 8 calls under the lock, the lane measured 1.10x on that step
+(a row cost 0.8 us on the CPU VM, a batch of 8 with its lock and check 11.5 us); this form is
+measured on the CPU only (docs/overhead.md).
 
 A step in the lane runs from one call to the next: its end is the host's, not its outputs'.
 That is what the step takes while the device keeps pace with the host, which is when the lane
