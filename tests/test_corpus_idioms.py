@@ -68,11 +68,11 @@ def test_truth_dynamo_calls_run_cached_graphs_without_a_step_marker(
     )  # the inputs' lazy graph, every call
     assert t.per_phase("MarkStep", "train:") == [0] * 12  # no step boundary in the loop
     # 4 executions a call (3 cached graphs + the inputs' graph) + the final read's 1; samples of
-    # an asynchronous execution land at the next mark, so only the sum is exact
-    assert (
-        t.total("metric:ExecuteTime", "train:") + t.total("metric:ExecuteTime", "after-loop")
-        == 12 * 4 + 1
-    )
+    # an asynchronous execution land at the next mark, so only the sum is exact, but for the
+    # final read's: nothing marks after it, and torch_xla records it after handing the value
+    # back, so the harness's last read of the metrics misses it now and then (48 seen, twice)
+    executed = t.total("metric:ExecuteTime", "train:") + t.total("metric:ExecuteTime", "after-loop")
+    assert executed in (12 * 4, 12 * 4 + 1)
     assert t.work("after-loop")["UncachedCompile"] == 1
     assert t.extra["dynamo_stats"]["unique_graphs"] >= 1
     assert t.fallback_ops == []

@@ -4,16 +4,9 @@
 # The dispatch-bound step bare vs under `tpuscope run --quiet` (ABAB), the hook's own cost in
 # one process, the programs not yet run on the round's code in the default mode, and
 # benchmarks/overhead.py on the chip. Logs and stores land in $OUT after each program.
-set -u
-export TPU_WITH_FLAX=1
-source .tpu/install.sh >/dev/null 2>&1
-S=/tmp/store; mkdir -p $S
-P=tests/tpu/programs
 LOG=$OUT/log.txt
-say() { echo "== $*" | tee -a $LOG; }
-quiet() { grep -v -i "hugepage\|warnings.warn"; }
+source tests/tpu/chip_lib.sh
 pack() { tar czf $OUT/store.tgz -C /tmp store 2>/dev/null; }
-timed() { /usr/bin/time -f "wall %e s" "$@" 2>&1 | quiet | tee -a $LOG; }
 paths() {  # what the JAX hooks did per step (the run's meta) and the report's cost lines
   python3 - "$S" <<'EOF' 2>&1 | tee -a $LOG
 import json, sys

@@ -3,15 +3,9 @@
 #   timeout 350 bash tests/tpu/chip_final.sh
 # Default-mode runs of the chip corpus, bare-vs-tpuscope pairs of the dispatch-bound step, and
 # the persistent compilation cache benchmark. Runs and logs are re-packed into $OUT after each.
-set -u
-export TPU_WITH_FLAX=1
-source .tpu/install.sh >/dev/null 2>&1
-S=/tmp/store; mkdir -p $S
-P=tests/tpu/programs
 LOG=$OUT/log.txt
-say() { echo "== $*" | tee -a $LOG; }
+source tests/tpu/chip_lib.sh
 pack() { tar czf $OUT/runs.tgz -C /tmp store; }
-quiet() { grep -v -i "hugepage\|warnings.warn"; }
 under() {
   local name=$1; shift
   say "tpuscope $name: $*"

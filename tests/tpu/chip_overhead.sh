@@ -5,17 +5,11 @@
 # dispatch-bound step bare vs under `tpuscope run --quiet` (ABAB, whole-process wall too: the
 # start-up cost), and the host costs. PART 2: benchmarks/overhead.py (jax-async, jax). PART 3:
 # `tpuscope bench`'s JAX modes. Everything lands in $OUT after each program.
-set -u
-export TPU_WITH_FLAX=1
-source .tpu/install.sh >/dev/null 2>&1
-S=/tmp/store; mkdir -p $S /tmp/traces
-P=tests/tpu/programs
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
-say() { echo "== $*" | tee -a $LOG; }
-quiet() { grep -v -i "hugepage\|warnings.warn"; }
+source tests/tpu/chip_lib.sh
+mkdir -p /tmp/traces
 pack() { tar czf $OUT/part$PART.tgz -C /tmp store traces 2>/dev/null; }
-timed() { /usr/bin/time -f "wall %e s" "$@" 2>&1 | quiet | tee -a $LOG; }
 paths() {  # what the JAX hooks did per step (meta) and tpuscope's own cost line
   python3 - "$S" <<'EOF' 2>&1 | tee -a $LOG
 import json, sys

@@ -1,0 +1,10 @@
+# Sourced by the chip scripts (chip_final.sh, chip_check.sh, chip_overhead.sh), after each sets
+# LOG: installs tpuscope on the TPU machine (.tpu/ carried) and gives the helpers they share.
+set -u
+export TPU_WITH_FLAX=1
+source .tpu/install.sh >/dev/null 2>&1
+S=/tmp/store; mkdir -p $S
+P=tests/tpu/programs
+say() { echo "== $*" | tee -a $LOG; }
+quiet() { grep -v -i "hugepage\|warnings.warn"; }
+timed() { /usr/bin/time -f "wall %e s" "$@" 2>&1 | quiet | tee -a $LOG; }
