@@ -7,9 +7,9 @@ plain wrapper doing that cost 14-16 us a step there, docs/overhead.md) and ran i
 after each dispatch. In the lane, a call of the step function only stamps the time
 (`perf_counter_ns`) into an array; every LANE_BATCH calls the output kept at the last check is
 asked `is_ready()` (by then it has long finished, 0.24 us, unless the device fell behind the
-host) and this call's is kept; the stamps become rows in one numpy block (steps.py
-`_lane_flush`, rows.py `emit_calls`) once LANE_ROWS of them wait or the oldest is LANE_SPAN_NS
-old. Written a row at a time every 8 calls under the lock, the lane measured 1.10x on that step
+host) and this call's is kept; the stamps become rows (in one numpy block when there are more
+than a few: steps.py `_lane_flush`, rows.py `emit_calls`) once LANE_ROWS of them wait or the
+oldest is LANE_SPAN_NS old. Written a row at a time every 8 calls under the lock, the lane measured 1.10x on that step
 (a row cost 0.8 us on the CPU VM, a batch of 8 with its lock and check 11.5 us); this form is
 measured on the CPU only (docs/overhead.md).
 

@@ -197,19 +197,17 @@ class StepTracker:
         if not stamps:
             return
         lane.stamps = array("q")
-        import numpy as np  # JAX itself needs numpy
-
-        ends = np.frombuffer(stamps, dtype=np.int64) + (time_ns() - perf_counter_ns())
         acc = self._acc
         acc.step = self.step
-        self._rows.emit_calls(acc, self._last_end, ends, self._boundary)
+        offset = time_ns() - perf_counter_ns()  # the stamps are perf_counter_ns
+        last = self._rows.emit_calls(acc, self._last_end, stamps, offset, self._boundary)
         acc.jit_calls, acc.reads = (
             1,
             0,
         )  # (its `events`, only ever tested for zero, goes on counting)
         calls = len(stamps)
         self.step += calls
-        self._last_end = int(ends[-1])
+        self._last_end = last
         self._step_calls += calls
         self.lane_steps += calls
         cost = self.session.cost
