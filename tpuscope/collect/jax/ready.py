@@ -240,10 +240,14 @@ class StepClock:
         polled = self._polled
         polled.append(record)
         if len(polled) > POLL_DEPTH:
-            oldest = polled.popleft()
-            probe, oldest.probe = oldest.probe, None
-            oldest.awaiting -= 1  # the helper holds it now
-            self._watch(oldest, probe)
+            self._unpoll_to_helper(polled.popleft())
+
+    def _unpoll_to_helper(self, record: OpenStep) -> None:
+        """A polled step (found not ready just now) goes to the helper thread, which holds its
+        `awaiting` from then on and notes when its probe is ready."""
+        probe, record.probe = record.probe, None
+        record.awaiting -= 1
+        self._watch(record, probe)
 
     def _poll(self, step: int) -> None:
         """Polled steps ready by the close of `step` end at their host end (module doc)."""
@@ -292,10 +296,7 @@ class StepClock:
             return
         self._poll(polled[-1].step + 1)
         while polled:
-            record = polled.popleft()
-            probe, record.probe = record.probe, None
-            record.awaiting -= 1
-            self._watch(record, probe)
+            self._unpoll_to_helper(polled.popleft())
         self._drain()
 
     def wait_idle(self, timeout_s: float) -> None:

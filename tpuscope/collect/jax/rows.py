@@ -93,7 +93,6 @@ STEP_INTS = (
     "reads",
 )  # one emitted step's integers, in StepLog.ints
 _WIDTH = len(STEP_INTS)
-_FEW_CALLS = 8  # the lane's calls written row by row (below: StepLog.emit_calls)
 
 
 class StepLog:
@@ -124,39 +123,6 @@ class StepLog:
         self.boundaries.append(r.boundary)
         if r.metrics is not None:
             self.metrics.append((r.step, r.metrics))
-
-    def emit_calls(
-        self, first: OpenStep, start_ns: int, stamps: array, offset_ns: int, boundary: str
-    ) -> int:
-        """Plain steps closed by calls of the step function at `stamps` + `offset_ns` (the
-        lane's perf_counter_ns stamps on the epoch clock: lane.py), the first one `first` (its
-        step number and counts), each next one a step of one jitted call; returns the last end.
-        A few (a loop that reads its loss every step writes one at a time) go row by row, more
-        as one numpy block: on the CPU VM a row costs 0.6-0.9 us, a block 7.5 us plus 0.05 us
-        a row."""
-        count = len(stamps)
-        if count <= _FEW_CALLS:
-            ints, step, last = self.ints, first.step, start_ns
-            jit_calls, reads = first.jit_calls, first.reads
-            for stamp in stamps:
-                end = stamp + offset_ns
-                ints.extend((step, last, end, 0, 0, jit_calls, 0, 0, reads))
-                step, last, jit_calls, reads = step + 1, end, 1, 0
-            self.boundaries.extend([boundary] * count)
-            return last
-        import numpy as np  # JAX itself needs numpy
-
-        ends = np.frombuffer(stamps, dtype=np.int64) + offset_ns
-        block = np.zeros((count, _WIDTH), np.int64)
-        block[:, 0] = np.arange(first.step, first.step + count)
-        block[0, 1] = start_ns
-        block[1:, 1] = ends[:-1]
-        block[:, 2] = ends
-        block[:, 5] = 1
-        block[0, 5], block[0, 8] = first.jit_calls, first.reads
-        self.ints.frombytes(block.tobytes())
-        self.boundaries.extend([boundary] * count)
-        return int(ends[-1])
 
     def last_step(self) -> int:
         return self.ints[-_WIDTH] if self.ints else -1

@@ -30,7 +30,7 @@ from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
 
-from tpuscope.collect.jax.lane import LANE_ROWS, LANE_SPAN_NS, Lane
+from tpuscope.collect.jax.lane import LANE_ROWS, LANE_SPAN_NS, Lane, write_calls
 from tpuscope.collect.jax.ready import StepClock, tail_probe
 from tpuscope.collect.jax.rows import (
     EAGER,
@@ -200,7 +200,7 @@ class StepTracker:
         acc = self._acc
         acc.step = self.step
         offset = time_ns() - perf_counter_ns()  # the stamps are perf_counter_ns
-        last = self._rows.emit_calls(acc, self._last_end, stamps, offset, self._boundary)
+        last = write_calls(self._rows, acc, self._last_end, stamps, offset, self._boundary)
         acc.jit_calls, acc.reads = (
             1,
             0,
