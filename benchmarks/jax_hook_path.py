@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import types
 from time import perf_counter_ns
 
 import jax
@@ -65,15 +66,29 @@ def over_ns(hooked, executable, n: int) -> float:
 
 
 def hook_of(fn):
-    """The hooked jitted function's wrapper, called with `executable` in place of JAX's."""
-    hooked = jax.jit(fn)
-    wrapper = hooked._self_wrapper  # collect/jax/jit_hook.py's `call`
-    return lambda executable, *args: wrapper(executable, None, args, {})
+    """The hooked jitted function's call (jit_hook.py `_lane_call`), made again around
+    `executable` in place of JAX's (one per executable): the same code and cells but that one."""
+    hooked, made = jax.jit(fn), {}
+
+    def call(executable, *args):
+        around = made.get(executable)
+        if around is None:
+            names = hooked.__code__.co_freevars
+            cells = tuple(
+                types.CellType(executable) if name == "jitted" else cell
+                for name, cell in zip(names, hooked.__closure__, strict=True)
+            )
+            around = made[executable] = types.FunctionType(
+                hooked.__code__, hooked.__globals__, "step", None, cells
+            )
+        return around(*args)
+
+    return call
 
 
-def tiny_windows(n: int, hooked: bool = True) -> tuple[float, float]:
+def tiny_windows(n: int, hook: bool = True) -> tuple[float, float]:
     """Mean us per tiny jitted step (never blocking), bare and hooked, alternating windows
-    (hooked=False: a second bare function in place of the hooked one)."""
+    (hook=False: a second bare function in place of the hooked one)."""
 
     def step(w, x):
         loss, g = jax.value_and_grad(lambda w: jnp.mean(jnp.tanh(x @ w).astype(jnp.float32) ** 2))(
@@ -83,7 +98,7 @@ def tiny_windows(n: int, hooked: bool = True) -> tuple[float, float]:
 
     jitted = jax.jit(step)
     bare = getattr(jitted, "__wrapped__", jitted)
-    hooked = jitted if hooked else jax.jit(step)
+    hooked = jitted if hook else jax.jit(step)
     w = jnp.full((256, 256), 0.01, jnp.bfloat16)
     x = jnp.ones((256, 256), jnp.bfloat16)
     for fn in (bare, hooked, bare, hooked):
@@ -104,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20000)
     n = parser.parse_args().n
-    outside = tiny_windows(n // 2, hooked=False)
+    outside = tiny_windows(n // 2, hook=False)
     with tempfile.TemporaryDirectory() as store, tpuscope.profile(store=store, warmup=1):
         noop = lambda *args: None  # noqa: E731
         plain = per_call_ns(lambda: noop(1), n)

@@ -5,6 +5,7 @@ path gives, on a real jitted loop that goes in and out of it: waits and reads on
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,84 @@ def test_a_loop_that_never_waits_takes_the_lane(tmp_path: Path) -> None:
     steady = steps.iloc[calls // 2 :]
     assert (steady["wall_ns"] > 0).mean() > 0.97, steady[steady["wall_ns"] <= 0]
     assert (steps["start_ns"].to_numpy()[1:] == steps["end_ns"].to_numpy()[:-1]).all()
+
+
+def test_the_flush_thread_writes_the_stamps_while_the_loop_appends(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The program's thread appends stamps without the lock while the flush thread turns them
+    into rows (steps.py `lane_rows`): here a thread does that without pause all through a loop
+    that never waits. No stamp is lost or written twice: every call is one step, numbered in
+    order, and the steps tile the run."""
+    trackers: list[StepTracker] = []
+    batch = StepTracker.on_lane_batch
+
+    def noted(tracker: StepTracker, outputs: object) -> None:
+        if not trackers:
+            trackers.append(tracker)
+        batch(tracker, outputs)
+
+    monkeypatch.setattr(StepTracker, "on_lane_batch", noted)
+    done, taken = threading.Event(), [0]
+
+    def take() -> None:
+        while not done.is_set():
+            if trackers:
+                trackers[0].lane_rows()
+                taken[0] += 1
+
+    def train(w: jax.Array, x: jax.Array) -> tuple:
+        return w - 0.01 * jnp.tanh(x @ w), jnp.mean(w)
+
+    calls = 2000
+    with tpuscope.profile(store=tmp_path, name="taken", warmup=1, analyze_at_exit=False) as run:
+        step = jax.jit(train)
+        w, x = jnp.full((16, 16), 0.01), jnp.ones((16, 16))
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        for _ in range(calls):
+            w, _ = step(w, x)
+        w.block_until_ready()
+        done.set()
+        taker.join()
+    steps = tpuscope.load_run(run.path).steps
+    (proc,) = tpuscope.load_run(run.path).meta["processes"]
+    assert proc["jax_step_paths"]["lane"] > 0.5 * calls and taken[0] > 10, (proc, taken)
+    assert len(steps) == calls
+    assert (steps["step"].to_numpy() == range(calls)).all()
+    assert (steps["start_ns"].to_numpy()[1:] == steps["end_ns"].to_numpy()[:-1]).all()
+
+
+def test_a_hooked_jitted_function_is_used_as_the_jitted_one(tmp_path: Path) -> None:
+    """What `jax.jit` returns under tpuscope (a function, jit_hook.py `_lane_call`) answers
+    as the jitted function does: its name, `__wrapped__`, `lower`/`eval_shape`/`_cache_size`,
+    a method of a class, keyword arguments and static arguments, and the same results."""
+    with tpuscope.profile(store=tmp_path, name="face", warmup=1, analyze_at_exit=False):
+
+        def scaled(x: jax.Array, k: int = 2) -> jax.Array:
+            """Scales x."""
+            return x * k
+
+        step = jax.jit(scaled, static_argnames="k")
+
+        class Model:
+            def __init__(self, k: float) -> None:
+                self.k = k
+
+            def __hash__(self) -> int:
+                return hash(self.k)
+
+            def __eq__(self, other: object) -> bool:
+                return isinstance(other, Model) and other.k == self.k
+
+            apply = jax.jit(lambda self, x: x * self.k, static_argnums=0)
+
+        x = jnp.arange(4.0)
+        assert step.__name__ == "scaled" and step.__doc__ == "Scales x."
+        assert type(step.__wrapped__).__name__ == "PjitFunction"
+        assert step.lower(x, k=3).compile()(x).tolist() == [0.0, 3.0, 6.0, 9.0]
+        assert step.eval_shape(x).shape == (4,)
+        for _ in range(40):  # into the lane and on in it
+            assert step(x, k=3).tolist() == [0.0, 3.0, 6.0, 9.0]
+        assert step._cache_size() == 1
+        assert Model(0.5).apply(x).tolist() == [0.0, 0.5, 1.0, 1.5]

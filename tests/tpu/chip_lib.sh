@@ -1,7 +1,7 @@
 # Sourced by the chip scripts (chip_final.sh, chip_check.sh, chip_overhead.sh), after each sets
 # LOG: installs tpuscope on the TPU machine (.tpu/ carried) and gives the helpers they share.
 set -u
-export TPU_WITH_FLAX=1
+export TPU_WITH_FLAX=${TPU_WITH_FLAX-1}  # TPU_WITH_FLAX= (empty): no flax, a minute less
 source .tpu/install.sh >/dev/null 2>&1
 S=/tmp/store; mkdir -p $S
 P=tests/tpu/programs

@@ -260,6 +260,7 @@ class JaxCollector(StepTracker):
     def _write_rows(self) -> None:
         """The rows of the steps done since the last flush, one column chunk per table (runs in
         the flush thread, or at close)."""
+        self.lane_rows()
         with self._lock:  # the steps emitted so far and their events (later steps' stay)
             done = self._rows.take()
             steps, ids = self._events.take(done.last_step())

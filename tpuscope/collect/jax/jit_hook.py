@@ -10,27 +10,14 @@ call's arguments. The other hooks (step annotations, host syncs, op by op) are i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from time import perf_counter_ns
 from typing import Any
 
-import wrapt
-
 from tpuscope.collect.jax.lane import LANE_BATCH
 from tpuscope.collect.jax.sink import JitTarget, Sink, report
-
-
-class _JitWrapper(wrapt.FunctionWrapper):
-    """wrapt's FunctionWrapper (attributes, binding, introspection as wrapt gives them) with
-    its plain call made here: wrapt's own looks up `__self__` on the wrapped function at
-    every call, to pass the wrapper an instance, and a jitted function has none, so each call
-    raised and cleared an AttributeError (measured: wrapt's call of a jitted function 1.1-1.9
-    us over the bare call, warm; this one 0.3-1.1). The wrapper ignores the instance. A bound
-    call (a jitted function as a class attribute) is wrapt's BoundFunctionWrapper, as before."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._self_wrapper(self.__wrapped__, None, args, kwargs)
 
 
 class JitHook:
@@ -44,6 +31,8 @@ class JitHook:
         self._jax: Any = None
         self._original: Any = None
         self._core: Any = None
+        self.trace_state: Any = None  # `.value`: the trace a call runs in (_lane_call)
+        self.top_trace: Any = None  # that of a call at top level, outside any trace
         self._targets: dict[tuple[str, str | None, bool], JitTarget] = {}
         self._local = threading.local()
 
@@ -65,6 +54,9 @@ class JitHook:
         ):  # checked per call below
             raise RuntimeError(f"jax {jax.__version__}: no core.trace_ctx/eval_trace")
         self._jax, self._core, self._original = jax, core, getattr(jax, self.attr)
+        # core.trace_ctx.trace is a Python property over this state: read it directly
+        self.trace_state = getattr(core, "trace_state_strong_ref", None) or _TraceOf(core)
+        self.top_trace = core.eval_trace
 
         @functools.wraps(self._original)
         def transform(*args: Any, **kwargs: Any) -> Any:
@@ -76,6 +68,7 @@ class JitHook:
 
     def uninstall(self) -> None:
         self.active = False
+        self.sink.lane.close()  # the proxies' lane (the collector wrote its stamps at finish)
         if self._jax is not None and self._original is not None:
             setattr(self._jax, self.attr, self._original)
             self._original = None
@@ -88,23 +81,49 @@ class JitHook:
         found = self._target_of(args, kwargs)
         target = self._targets.setdefault((found.name, found.defined_at, found.user), found)
         report(self.sink.on_jit_created, target)
-        caller = self._caller(target)
-        return _JitWrapper(
-            jitted, self._tracked(caller, target) if self._tracks(target) else caller
-        )
+        call = self._lane_call(jitted, target, self._caller(target))
+        if self._tracks(target):
+            call = self._named(call, target)
+        return _dressed(call, jitted)
 
-    def _tracked(self, inner: Any, target: JitTarget) -> Any:
-        """The caller, with the call named on this thread while it runs: 1.4-1.7 us more per
-        call, measured with timeit on this (loaded, 2-core) machine, where a bare Python call
-        took 0.5-0.6 us; a pmapped call is hundreds of us of Python in JAX itself, and a
-        library's step (Keras's) is a framework's loop around it."""
+    def _lane_call(self, jitted: Any, target: JitTarget, general: Any) -> Any:
+        """What `jax.jit` returns under tpuscope: a function calling `jitted`. A plain loop's
+        call of its step function takes the lane (lane.py) here, in this one frame: a clock
+        read, an append, the dispatch, and every LANE_BATCH calls the lane's check; any other
+        call goes through `general` (`_caller`). A closure over its cells, not an object (wrapt's
+        FunctionWrapper, a class with `__call__`): on a TPU v5e's host the Python run between two
+        dispatches costs many times its warm time, so what counts is how little it touches; a
+        class's `__call__` around the jitted function measured 4.4 us a step there, a plain
+        function 2.1 us (benchmarks/jax_lane_parts.py, docs/overhead.md)."""
+        lane, state, top = self.sink.lane, self.trace_state, self.top_trace
+        stamps, clock, batch = lane.stamps, perf_counter_ns, self.sink.on_lane_batch
+        append, mask = stamps.append, LANE_BATCH - 1
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if lane.target is target and state.value is top:
+                append(clock())
+                out = jitted(*args, **kwargs)
+                if not len(stamps) & mask:
+                    try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
+                        batch(out)
+                    except Exception:
+                        pass
+                return out
+            return general(jitted, args, kwargs)
+
+        return call
+
+    def _named(self, inner: Any, target: JitTarget) -> Any:
+        """The call, named on this thread while it runs (`current`): a compile then is that
+        call's. 1.4-1.7 us more per call on the CPU VM: for a library's step (Keras's) and a
+        pmapped call, which are a framework's loop or hundreds of us of JAX's own Python."""
         local = self._local
 
-        def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             outer = getattr(local, "call", None)
             local.call = (target, args, kwargs)
             try:
-                return inner(wrapped, instance, args, kwargs)
+                return inner(*args, **kwargs)
             finally:
                 local.call = outer
 
@@ -114,32 +133,17 @@ class JitHook:
         return JitTarget.of(args[0])
 
     def _caller(self, target: JitTarget) -> Any:
-        """The wrapper of one jitted function: every call of it, the step path. One Python
-        frame (no partial, no bound method in between), the sink's methods looked up once and
-        guarded inline (not through `_report`): a tpuscope bug must never surface in the
-        user's call. Work after the dispatch is not free either: on the CPU backend it runs
-        while XLA's threads start the computation on the same cores (jax_step_path.py)."""
-        hook, core, sink = self, self._core, self.sink
+        """The general path of one jitted function's calls (`_lane_call` takes the lane itself):
+        the sink's methods looked up once and guarded inline (not through `_report`): a
+        tpuscope bug must never surface in the user's call. Work after the dispatch is not
+        free either: on the CPU backend it runs while XLA's threads start the computation on
+        the same cores (jax_step_path.py)."""
+        hook, state, top, sink = self, self.trace_state, self.top_trace, self.sink
         on_call, on_return = sink.on_jit_call, sink.on_jit_return
-        lane, on_batch = sink.lane, sink.on_lane_batch
 
-        def call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if not (
-                hook.active and core.trace_ctx.trace is core.eval_trace
-            ):  # a call inside a trace
+        def call(wrapped: Any, args: Any, kwargs: Any) -> Any:
+            if not (hook.active and state.value is top):  # a call inside a trace
                 return wrapped(*args, **kwargs)
-            if lane.target is target:  # a plain loop's step (lane.py): a stamp
-                stamp = perf_counter_ns()
-                stamps = lane.stamps
-                stamps.append(stamp)
-                lane.ns += perf_counter_ns() - stamp
-                out = wrapped(*args, **kwargs)
-                if not len(stamps) % LANE_BATCH:
-                    try:  # noqa: SIM105
-                        on_batch(out)
-                    except Exception:
-                        pass
-                return out
             start = perf_counter_ns()
             try:  # noqa: SIM105
                 on_call(target)
@@ -170,3 +174,28 @@ class PmapHook(JitHook):
         static = kwargs.get("static_broadcasted_argnums", ())
         static = (static,) if isinstance(static, int) else tuple(static or ())
         return JitTarget.of(args[0], "pmap", static)
+
+
+def _dressed(call: Any, jitted: Any) -> Any:
+    """`call` as the jitted function shows itself: its name, doc and `__wrapped__`, and its
+    attributes (`lower`, `trace`, `eval_shape`, `clear_cache`, ...) as the jitted function's
+    own. A function binds as a method as the jitted function does (`types.MethodType`)."""
+    functools.update_wrapper(call, jitted)
+    for name in dir(jitted):
+        if not name.startswith("__") and not hasattr(call, name):
+            with contextlib.suppress(AttributeError):
+                setattr(call, name, getattr(jitted, name))
+    return call
+
+
+class _TraceOf:
+    """`core.trace_ctx.trace` as `.value`, where JAX has no `trace_state_strong_ref`."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, core: Any) -> None:
+        self._ctx = core.trace_ctx
+
+    @property
+    def value(self) -> Any:
+        return self._ctx.trace

@@ -1,54 +1,66 @@
 """The step path of a plain loop: each call of the step function is a clock read and an append.
 
 A TPU runs a short jitted step faster than Python dispatches it, so the host's work per step is
-the step time there: on a v5e a 180 us dispatch-bound step ran 1.23x slower under the general
-step path (steps.py, ready.py), which asked an output still in flight whether it was ready (a
-plain wrapper doing that cost 14-16 us a step there, docs/overhead.md) and ran its Python right
-after each dispatch. In the lane, a call of the step function only stamps the time
-(`perf_counter_ns`) into an array; every LANE_BATCH calls the output kept at the last check is
-asked `is_ready()` (by then it has long finished, 0.24 us, unless the device fell behind the
-host) and this call's is kept; the stamps become rows (in one numpy block when there are more
-than a few: steps.py `_lane_flush`, `write_calls` below) once LANE_ROWS of them wait or the
-oldest is LANE_SPAN_NS old. Written a row at a time every 8 calls under the lock, the lane measured 1.10x on that step
-(a row cost 0.8 us on the CPU VM, a batch of 8 with its lock and check 11.5 us); this form is
-measured on the CPU only (docs/overhead.md).
+the step time there, and on a v5e's host the Python run between two dispatches costs many
+times its warm time (the dispatch leaves the caches cold; docs/overhead.md). So in the lane a
+call of the step function does only this, inside the function the jit hook returns
+(jit_hook.py `_lane_call`): `perf_counter_ns()` appended to `Lane.stamps`, the dispatch, and
+every LANE_BATCH calls a check (steps.py `on_lane_batch`) that asks the output kept at the last
+check `is_ready()` (by then long finished, 0.24 us, unless the device fell behind the host). No
+lock, no row, no thread: the stamps become rows in the flush thread (steps.py `lane_rows`,
+`write_calls` below: more than a few as one numpy block), or earlier when anything that is not
+a plain call of the step function happens (another jitted call, a sync, an eager op, a compile,
+a step annotation, the end of the run), so its counts land in the step they happened in.
+Measured on the v5e's 180 us dispatch-bound step: 1.04x whole-process (three pairs), from
+1.41x before the lane (docs/overhead.md).
 
 A step in the lane runs from one call to the next: its end is the host's, not its outputs'.
 That is what the step takes while the device keeps pace with the host, which is when the lane
 is open (steps.py enters it once the last steps' outputs were found ready within a few calls,
 ready.py `settled_at`) and stays open (the batch's check). A device more than LANE_BATCH steps
-behind closes the lane, and ready.py times each step's outputs again. Anything that is not a
-plain call of the step function (another jitted call, a sync, an eager op, a compile, a step
-annotation, the end of the run) writes the stamps first (steps.py), so its counts land in the
-step they happened in.
+behind closes the lane, and ready.py times each step's outputs again.
 """
 
 from __future__ import annotations
 
 from array import array
+from time import perf_counter_ns
 from typing import Any
 
 from tpuscope.collect.jax.rows import STEP_INTS, OpenStep, StepLog
 
-LANE_BATCH = 16  # calls between the lane's checks that the device keeps pace
-LANE_ROWS = 512  # stamps that become rows at once
-LANE_SPAN_NS = 1_000_000_000  # or once the oldest is a second old (the live view's rows)
+LANE_BATCH = 16  # calls between the checks that the device keeps pace (a power of two: a mask)
+LANE_HOLD = 1 << 16  # stamps waiting that the program's thread makes rows of (no flush since)
 FEW_CALLS = 8  # stamps written row by row; more as one numpy block (write_calls)
 
 
 class Lane:
-    """What the jit hook's wrapper reads and writes on the lane (jit_hook.py `_caller`)."""
+    """What the jit hook's calls read and write on the lane (jit_hook.py `_lane_call`)."""
 
-    __slots__ = ("target", "stamps", "probe", "ns")
+    __slots__ = ("target", "stamps", "probe", "ns", "stamp_ns")
 
     def __init__(self) -> None:
         self.target: Any = None  # the step function's JitTarget while the lane is open
-        self.stamps = array("q")  # perf_counter_ns of each call since the last rows were written
+        # perf_counter_ns of each call since the last rows: one array for the lane's life (the
+        # hook's calls hold its append; steps.py `_lane_flush` cuts the written ones off)
+        self.stamps = array("q")
         self.probe: Any = None  # an output kept at the last check, asked at the next
-        self.ns = 0  # the lane's own time on the program's path since the last rows
+        self.ns = 0  # the lane's checks' time on the program's path since the last rows
+        self.stamp_ns = stamp_cost_ns()  # a call's stamp, charged per call (not timed per call)
 
     def close(self) -> None:
         self.target = self.probe = None
+
+
+def stamp_cost_ns() -> int:
+    """What one stamp (a clock read and an append) costs, timed once: timing each call's stamp
+    took a second clock read per call, which on a TPU v5e's host cost as much as the stamp
+    itself. A warm loop: between two dispatches the same lines run slower, so this is a floor."""
+    scratch, rounds = array("q"), 64
+    start = perf_counter_ns()
+    for _ in range(rounds):
+        scratch.append(perf_counter_ns())
+    return (perf_counter_ns() - start) // rounds
 
 
 def write_calls(

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import threading
 import time
-from array import array
 from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
 
-from tpuscope.collect.jax.lane import LANE_ROWS, LANE_SPAN_NS, Lane, write_calls
+from tpuscope.collect.jax.lane import LANE_HOLD, Lane, write_calls
 from tpuscope.collect.jax.ready import StepClock, tail_probe
 from tpuscope.collect.jax.rows import (
     EAGER,
@@ -164,10 +163,11 @@ class StepTracker:
             self.lane.target = self.step_fn  # the next calls take the lane (lane.py)
 
     def on_lane_batch(self, outputs: Any) -> None:
-        """Every LANE_BATCH calls in the lane (the jit hook's wrapper, after the dispatch): the
+        """Every LANE_BATCH calls in the lane (the jit hook's call, after the dispatch): the
         output kept a batch ago is asked whether it is ready; if not, the device fell behind the
         host and the lane closes (ready.py times the steps' outputs again). The stamps become
-        rows when they are many or old (lane.py), else they wait: no lock, no row, per batch."""
+        rows in the flush thread (`lane_rows`), off the program's path; only LANE_HOLD of them
+        waiting (no flush for a long while) makes rows here."""
         start = perf_counter_ns()
         lane = self.lane
         if lane.target is None or not lane.stamps:  # left during the dispatch (a compile)
@@ -179,8 +179,7 @@ class StepTracker:
                 behind = not probe.is_ready()
             except Exception:  # donated by a later call: it ran before that call
                 behind = False
-        stamps = lane.stamps
-        if behind or len(stamps) >= LANE_ROWS or stamps[-1] - stamps[0] > LANE_SPAN_NS:
+        if behind or len(lane.stamps) >= LANE_HOLD:
             with self._lock:
                 if behind:
                     self._leave_lane()
@@ -188,32 +187,39 @@ class StepTracker:
                     self._lane_flush()
         lane.ns += perf_counter_ns() - start
 
+    def lane_rows(self) -> None:
+        """The flush thread's share of the lane: the stamps so far become rows (under the lock,
+        as the program's own events write them)."""
+        with self._lock:
+            self._lane_flush()
+
     def _lane_flush(self) -> None:
         """The lane's stamps become rows: each call closed the open step at its stamp and
         opened the next (what `_roll` does one call at a time). The open step's counts (a
-        read, another jitted call, since the last stamp) are the first row's."""
+        read, another jitted call, since the last stamp) are the first row's. Call under the
+        lock. The jit hook's calls append to `lane.stamps` without it (from the program's thread, while
+        the flush thread may be here): the stamps written are copied, then cut from the array's
+        front, each one operation under the GIL, so a stamp appended in between stays."""
         lane = self.lane
         stamps = lane.stamps
-        if not stamps:
+        calls = len(stamps)
+        if not calls:
             return
-        lane.stamps = array("q")
+        taken = stamps[:calls]
+        del stamps[:calls]
         acc = self._acc
         acc.step = self.step
         offset = time_ns() - perf_counter_ns()  # the stamps are perf_counter_ns
-        last = write_calls(self._rows, acc, self._last_end, stamps, offset, self._boundary)
-        acc.jit_calls, acc.reads = (
-            1,
-            0,
-        )  # (its `events`, only ever tested for zero, goes on counting)
-        calls = len(stamps)
+        last = write_calls(self._rows, acc, self._last_end, taken, offset, self._boundary)
+        acc.jit_calls, acc.reads = 1, 0  # (its `events`, only ever tested for zero, counts on)
         self.step += calls
         self._last_end = last
         self._step_calls += calls
         self.lane_steps += calls
         cost = self.session.cost
-        cost.hook_ns += lane.ns
+        spent, lane.ns = lane.ns, 0
+        cost.hook_ns += spent + calls * lane.stamp_ns
         cost.hook_calls += calls
-        lane.ns = 0
 
     def _leave_lane(self) -> None:
         """Back to the general path: the lane's rows written, the open OpenStep gets its step
