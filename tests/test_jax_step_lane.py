@@ -1,5 +1,6 @@
-"""The JAX step path's lane (lane.py: a plain call of the step function stamped in the hook's
-wrapper, the rows written every few calls by steps.py `_lane_flush`) gives the rows the general
+"""The JAX step path's lane (lane.py: a plain call of the step function stamped in the function
+the jit hook returns, the rows written by the flush thread or before the program's next other
+event, steps.py `_lane_flush`) gives the rows the general
 path gives, on a real jitted loop that goes in and out of it: waits and reads on the loss, calls of another jitted function, an eager
 `jax.grad`, a new input shape that compiles, and steps that never wait."""
 

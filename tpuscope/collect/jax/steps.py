@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
@@ -207,11 +208,13 @@ class StepTracker:
             return
         taken = stamps[:calls]
         del stamps[:calls]
+        reads, lane.reads = lane.reads, array("q")  # (noted under the lock, as this runs)
         acc = self._acc
         acc.step = self.step
         offset = time_ns() - perf_counter_ns()  # the stamps are perf_counter_ns
-        last = write_calls(self._rows, acc, self._last_end, taken, offset, self._boundary)
-        acc.jit_calls, acc.reads = 1, 0  # (its `events`, only ever tested for zero, counts on)
+        last = write_calls(self._rows, acc, self._last_end, taken, offset, self._boundary, reads)
+        # the open step: one call, and the reads made since the last stamp
+        acc.jit_calls, acc.reads = 1, reads.count(calls)  # (`events`: only tested for zero)
         self.step += calls
         self._last_end = last
         self._step_calls += calls
@@ -340,16 +343,22 @@ class StepTracker:
     def on_sync(self, event: int, read: bool, start_ns: int) -> None:
         """Once or more per step (a wait on the loss): counted inline, logged as an event.
         `read`: the sync copied a value to the host (its kind is one of VALUE_READS). Charges
-        the sync hook's time since `start_ns`."""
+        the sync hook's time since `start_ns`. In the lane the stamps stay where they are: the
+        sync is in the step the last stamp opened (the `pending`-th from the last rows), whose
+        number is known, and a read is noted for that step's row (`Lane.reads`)."""
         with self._lock:
-            if self.lane.stamps:
-                self._lane_flush()  # the read counts in the step it happens in
             self.clock.hand_over()  # the host waits now: the helper times the steps still running
-            acc = self._acc
-            acc.events += 1
-            if read:
-                acc.reads += 1
-            self._events.add_id(self.step, event)
+            pending = len(self.lane.stamps)
+            if pending:
+                if read:
+                    self.lane.reads.append(pending)
+                self._events.add_id(self.step + pending, event)
+            else:
+                acc = self._acc
+                acc.events += 1
+                if read:
+                    acc.reads += 1
+                self._events.add_id(self.step, event)
             self._hook_ns += perf_counter_ns() - start_ns
 
     def on_eager(
