@@ -68,7 +68,7 @@ class JitHook:
 
     def uninstall(self) -> None:
         self.active = False
-        self.sink.lane.close()  # the proxies' lane (the collector wrote its stamps at finish)
+        self.sink.lane.close()  # the hooked functions stop taking the lane (its rows: finish)
         if self._jax is not None and self._original is not None:
             setattr(self._jax, self.attr, self._original)
             self._original = None
