@@ -48,6 +48,8 @@ def _after_fork_in_child() -> None:
     for collector in list(_LIVE):
         collector._rows.clear()
         collector._events.clear()
+        collector.lane.close()  # the parent's waiting stamps are not the child's steps
+        del collector.lane.stamps[:], collector.lane.reads[:]
 
 
 if hasattr(os, "register_at_fork"):
