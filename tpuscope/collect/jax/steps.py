@@ -198,9 +198,9 @@ class StepTracker:
         """The lane's stamps become rows: each call closed the open step at its stamp and
         opened the next (what `_roll` does one call at a time). The open step's counts (a
         read, another jitted call, since the last stamp) are the first row's. Call under the
-        lock. The jit hook's calls append to `lane.stamps` without it (from the program's thread, while
-        the flush thread may be here): the stamps written are copied, then cut from the array's
-        front, each one operation under the GIL, so a stamp appended in between stays."""
+        lock. The jit hook's calls append to `lane.stamps` without it (on the program's thread,
+        while the flush thread may be here): the stamps written are copied, then cut from the
+        array's front, each one operation under the GIL, so a stamp appended in between stays."""
         lane = self.lane
         stamps = lane.stamps
         calls = len(stamps)
