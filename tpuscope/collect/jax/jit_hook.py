@@ -30,7 +30,6 @@ class JitHook:
         self.active = False
         self._jax: Any = None
         self._original: Any = None
-        self._core: Any = None
         self.trace_state: Any = None  # `.value`: the trace a call runs in (_lane_call)
         self.top_trace: Any = None  # that of a call at top level, outside any trace
         self._targets: dict[tuple[str, str | None, bool], JitTarget] = {}
@@ -53,7 +52,7 @@ class JitHook:
             hasattr(core, "trace_ctx") and hasattr(core, "eval_trace")
         ):  # checked per call below
             raise RuntimeError(f"jax {jax.__version__}: no core.trace_ctx/eval_trace")
-        self._jax, self._core, self._original = jax, core, getattr(jax, self.attr)
+        self._jax, self._original = jax, getattr(jax, self.attr)
         # core.trace_ctx.trace is a Python property over this state: read it directly
         self.trace_state = getattr(core, "trace_state_strong_ref", None) or _TraceOf(core)
         self.top_trace = core.eval_trace
