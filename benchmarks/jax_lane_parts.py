@@ -13,6 +13,17 @@ lane (collect/jax/lane.py) to the one before:
 - `probe1`: the wrapper asking is_ready() of the previous call's output every call (the cost
   the lane avoids);
 - `proxy`: an object whose `__call__` calls it (the least a proxy adds);
+- `kwargs`: the wrapper taking and passing `**kwargs` too (as any hook must);
+- `clock`: the wrapper reading perf_counter_ns() per call, kept nowhere;
+- `append0`: the wrapper appending a constant to an array per call (no clock);
+- `checks`: the wrapper testing the lane's two conditions per call (its target; JAX's trace
+  state at top level), the way the jit hook does;
+- `count`: the wrapper counting its calls in a closure cell, checking a mask per call;
+- `thin`: `checks` and `count` together, no clock read (what a call costs in a lane that
+  stamps only every LANE_BATCH calls);
+- `closure`: the jit hook's own lane closure (jit_hook.py `_lane_call`) around it, on a lane
+  of its own whose check after each marked call does nothing;
+- `closure16`: the same, its check asking is_ready() of the output kept at the last mark;
 - `hooked`: the function tpuscope's jit hook returned (the lane, once it opened).
 `bare` and `wrapper` run once before tpuscope is loaded too (what its global state costs).
 Prints per kind the mean step (us) and the mean time inside the call (us), their ratios to
@@ -82,6 +93,116 @@ def probe_of(fn: Callable, every: int) -> Callable:
     return call
 
 
+def kwargs_of(fn: Callable) -> Callable:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def clock_of(fn: Callable) -> Callable:
+    clock = perf_counter_ns
+
+    def call(*args: Any) -> Any:
+        clock()
+        return fn(*args)
+
+    return call
+
+
+def append0_of(fn: Callable) -> Callable:
+    stamps = array("q")
+    append = stamps.append
+
+    def call(*args: Any) -> Any:
+        append(0)
+        if len(stamps) > 4096:
+            del stamps[:]
+        return fn(*args)
+
+    return call
+
+
+class _Lane:
+    __slots__ = ("target",)
+
+
+def checks_of(fn: Callable) -> Callable:
+    from jax._src import core
+
+    lane, state, top = _Lane(), core.trace_state_strong_ref, core.eval_trace
+    lane.target = target = object()
+
+    def call(*args: Any) -> Any:
+        if lane.target is target and state.value is top:
+            return fn(*args)
+        raise AssertionError("off the lane")
+
+    return call
+
+
+def count_of(fn: Callable) -> Callable:
+    count, mask, seen = 0, 15, [0]
+
+    def call(*args: Any) -> Any:
+        nonlocal count
+        count += 1
+        out = fn(*args)
+        if not count & mask:
+            seen[0] += 1
+        return out
+
+    return call
+
+
+def thin_of(fn: Callable) -> Callable:
+    from jax._src import core
+
+    lane, state, top = _Lane(), core.trace_state_strong_ref, core.eval_trace
+    lane.target = target = object()
+    count, mask, seen = 0, 15, [0]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal count
+        if lane.target is target and state.value is top:
+            count += 1
+            out = fn(*args, **kwargs)
+            if not count & mask:
+                seen[0] += 1
+            return out
+        raise AssertionError("off the lane")
+
+    return call
+
+
+def closure_of(fn: Callable, probe: bool) -> Callable:
+    """The jit hook's lane closure itself, on a Lane of its own (not the session's)."""
+    from types import SimpleNamespace
+
+    from jax._src import core
+
+    from tpuscope.collect.jax.jit_hook import JitHook
+    from tpuscope.collect.jax.lane import Lane
+
+    lane, target = Lane(), object()
+    lane.target = target
+
+    def batch(out: Any) -> None:
+        if len(lane.marks) > 4096:
+            del lane.marks[:]
+        if probe:
+            kept, lane.probe = lane.probe, out[-1]
+            if kept is not None:
+                kept.is_ready()
+
+    hook = SimpleNamespace(
+        sink=SimpleNamespace(lane=lane, on_lane_batch=batch),
+        trace_state=core.trace_state_strong_ref,
+        top_trace=core.eval_trace,
+    )
+    return JitHook._lane_call(hook, fn, target, None)  # type: ignore[arg-type]
+
+
 class Proxy:
     """The least a proxy object adds: a class whose `__call__` calls the jitted function."""
 
@@ -148,6 +269,14 @@ def main() -> None:
                 "probe16": probe_of(bare, 16),
                 "probe1": probe_of(bare, 1),
                 "proxy": Proxy(bare),
+                "kwargs": kwargs_of(bare),
+                "clock": clock_of(bare),
+                "append0": append0_of(bare),
+                "checks": checks_of(bare),
+                "count": count_of(bare),
+                "thin": thin_of(bare),
+                "closure": closure_of(bare, probe=False),
+                "closure16": closure_of(bare, probe=True),
                 "hooked": hooked,
             }
             inside = windows(kinds, rounds, args.size)

@@ -7,14 +7,17 @@ path gives, on a real jitted loop that goes in and out of it: waits and reads on
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import tpuscope  # noqa: E402
+from tpuscope.collect.jax.lane import Lane  # noqa: E402
 from tpuscope.collect.jax.ready import StepClock  # noqa: E402
 from tpuscope.collect.jax.steps import StepTracker  # noqa: E402
 
@@ -68,9 +71,9 @@ def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> No
     left: list[bool] = []  # each time something took the loop off the lane
     flush, leave = StepTracker._lane_flush, StepTracker._leave_lane
 
-    def counted_flush(tracker: StepTracker) -> None:
-        written.append(len(tracker.lane.stamps))
-        flush(tracker)
+    def counted_flush(tracker: StepTracker, now_ns: int | None = None) -> None:
+        written.append(tracker.lane.pending())
+        flush(tracker, now_ns)
 
     def counted_leave(tracker: StepTracker) -> None:
         if tracker.lane.target is not None:
@@ -98,17 +101,19 @@ def test_lane_rows_are_the_general_paths_rows(tmp_path: Path, monkeypatch) -> No
 def test_a_loop_that_never_waits_takes_the_lane(tmp_path: Path) -> None:
     """A dispatch-bound loop (a tiny step that nothing waits on, as on a TPU) has outputs in
     flight at every call: its steps are polled, then taken in the lane (lane.py), with no
-    thread hand-off per step. Every call is a step, and steps tile the run."""
+    thread hand-off per step and a clock read every LANE_BATCH calls. Every call is a step,
+    steps tile the run, and each starts where the program's own clock saw its call."""
 
     def train(w: jax.Array, x: jax.Array) -> tuple:
         loss, g = jax.value_and_grad(lambda v: jnp.mean(jnp.tanh(x @ v) ** 2))(w)
         return w - 0.01 * g, loss
 
-    calls = 3000
+    calls, own = 3000, []
     with tpuscope.profile(store=tmp_path, name="never-waits", warmup=1) as run:
         step = jax.jit(train)
         w, x = jnp.full((16, 16), 0.01), jnp.ones((16, 16))
         for _ in range(calls):
+            own.append(time.time_ns())
             w, loss = step(w, x)
         w.block_until_ready()
     recorded = tpuscope.load_run(run.path)
@@ -125,6 +130,51 @@ def test_a_loop_that_never_waits_takes_the_lane(tmp_path: Path) -> None:
     steady = steps.iloc[calls // 2 :]
     assert (steady["wall_ns"] > 0).mean() > 0.97, steady[steady["wall_ns"] <= 0]
     assert (steps["start_ns"].to_numpy()[1:] == steps["end_ns"].to_numpy()[:-1]).all()
+    # most lane steps spread between clock reads, and still where the calls were made
+    assert paths["batched"] > 0.5 * paths["lane"], paths
+    late = np.abs(steady["start_ns"].to_numpy() - np.asarray(own[calls // 2 :]))
+    assert np.median(late) < 50_000, np.percentile(late, [50, 90, 99])
+
+
+def test_a_loop_that_reads_its_loss_has_each_step_timed_by_its_own_call(tmp_path: Path) -> None:
+    """A read marks the next call (lane.py): a loop that reads its loss every step stays in the
+    lane, and every step starts at its own call's clock read, none spread over a batch."""
+
+    def train(w: jax.Array, x: jax.Array) -> tuple:
+        return w - 0.01 * jnp.tanh(x @ w), jnp.mean(w)
+
+    calls, own = 400, []
+    with tpuscope.profile(store=tmp_path, name="reads", warmup=1, analyze_at_exit=False) as run:
+        step = jax.jit(train)
+        w, x = jnp.full((16, 16), 0.01), jnp.ones((16, 16))
+        for _ in range(calls):
+            own.append(time.time_ns())
+            w, loss = step(w, x)
+            float(loss)
+    recorded = tpuscope.load_run(run.path)
+    (proc,) = recorded.meta["processes"]
+    paths = proc["jax_step_paths"]
+    assert paths["lane"] > 0.5 * calls and paths["batched"] == 0, paths
+    starts = recorded.steps["start_ns"].to_numpy()[1:]
+    late = starts - np.asarray(own[1:])  # the clock read inside the call, after the program's
+    assert len(starts) == calls - 1 and np.median(late) < 20_000, np.percentile(late, [0, 50, 99])
+    assert (late > -20_000).all(), late.min()
+
+
+def test_the_lane_spreads_the_calls_between_its_clock_reads() -> None:
+    """`Lane.take`, as the jit hook's calls leave it: calls 1 and 17 read the clock (marks),
+    the calls between them are spread evenly; the flush thread takes up to the last mark, an
+    event every call so far, the open call's share ending at the event."""
+    lane = Lane()
+    lane.open(object(), ref_ns=1_000)  # the open step (call 0's) started at 1,000
+    lane.calls = 20
+    lane.marks.extend((1_100, 1))
+    lane.marks.extend((2_700, 17))
+    assert list(lane.take()) == list(range(1_100, 2_701, 100))
+    assert (lane.taken, lane.pending(), lane.batched) == (17, 3, 15)
+    assert list(lane.take(now_ns=3_100)) == [2_800, 2_900, 3_000]
+    assert (lane.taken, lane.batched, len(lane.marks)) == (20, 18, 0)
+    assert not lane.take() and not lane.take(now_ns=3_200)
 
 
 def test_the_flush_thread_writes_the_stamps_while_the_loop_appends(

@@ -5,7 +5,9 @@
 # step bare vs under `tpuscope run --quiet` (ABAB), benchmarks/overhead.py --program jax-async.
 # PART 2: the pairs at --size 128 and `tpuscope bench`'s JAX modes. PART 3: the last check:
 # the parts, 3 pairs, the blocking tiny step and the 1.8 ms MLP bare vs under tpuscope, and
-# benchmarks/overhead.py (jax-async, jax). Logs and stores land in $OUT.
+# benchmarks/overhead.py (jax-async, jax). PART 4: the parts twice, more kinds, and the clock's
+# warm cost on the host (round 3). PART 5: the parts, then 4 pairs of the leanest
+# dispatch-bound step (tiny_step.py --lean, the issue's ~120 us). Logs and stores land in $OUT.
 PART=${1:-1}
 LOG=$OUT/lane$PART.txt
 source tests/tpu/chip_lib.sh
@@ -22,9 +24,9 @@ PY
 }
 pairs() {  # REPS pairs (2)
   for rep in $(seq ${REPS:-2}); do
-    say "bare tiny $*"; timed python3 $P/tiny_step.py --steps 6000 "$@"
+    say "bare tiny $*"; timed python3 $P/tiny_step.py --steps ${STEPS:-6000} "$@"
     say "tpuscope tiny $*"
-    timed tpuscope run --quiet --store $S --name tiny-$rep python3 $P/tiny_step.py --steps 6000 "$@"
+    timed tpuscope run --quiet --store $S --name tiny-$rep python3 $P/tiny_step.py --steps ${STEPS:-6000} "$@"
     paths; pack
   done
 }
@@ -59,4 +61,14 @@ if [ "$PART" = 3 ]; then
   say "overhead jax (blocking)"
   timed python3 benchmarks/overhead.py --program jax --reps 2 --steps 1000 --paired-steps 0
   pack
+fi
+if [ "$PART" = 4 ]; then
+  say "clock, warm"
+  python3 -m timeit -s "from time import perf_counter_ns as c" "c()" 2>&1 | tee -a $LOG
+  python3 -m timeit -s "from time import monotonic_ns as c" "c()" 2>&1 | tee -a $LOG
+  for rep in 1 2; do say "lane parts $rep"; timed python3 benchmarks/jax_lane_parts.py --n 16000; done
+fi
+if [ "$PART" = 5 ]; then
+  say "lane parts"; timed python3 benchmarks/jax_lane_parts.py --n 8000
+  REPS=${REPS:-4} STEPS=10000 pairs --lean
 fi

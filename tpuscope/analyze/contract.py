@@ -141,6 +141,7 @@ class RunSummary(Record):
             "parts_digest",
             "profiler_trace_s",
             "device_busy_share",
+            "steps_batched",
         }
     )
     NESTED: ClassVar[dict[str, type[Record]]] = {
@@ -164,6 +165,9 @@ class RunSummary(Record):
     steps_judged: int = 0
     step_time_p50_ms: float | None = None
     step_time_p90_ms: float | None = None
+    # steps of a dispatch-bound loop timed in batches (collect/jax/lane.py): each the mean of its
+    # batch's calls, so the p90 is of those means
+    steps_batched: int | None = None
     wall_s_judged: float = 0.0
     compiles: int = 0
     compile_s: float = 0.0

@@ -185,6 +185,7 @@ def summarize(
         steps_judged=judged,
         step_time_p50_ms=steps.judged_quantile(0.5, judged) / NS_PER_MS if judged else None,
         step_time_p90_ms=steps.judged_quantile(0.9, judged) / NS_PER_MS if judged else None,
+        steps_batched=steps_batched(meta),
         wall_s_judged=float(fig["judged_wall_ns"]) / NS_PER_S,
         compiles=n_compiles,
         compile_s=compile_s,
@@ -203,6 +204,14 @@ def summarize(
         profiler_ms_per_compile=profiler_ms_per_compile(meta, n_compiles),
         profiler_trace_s=profiler_trace_s(meta),
     )
+
+
+def steps_batched(meta: dict[str, Any]) -> int | None:
+    """Steps the JAX lane timed as their batch's mean (collect/jax/lane.py); None when none."""
+    count = sum(
+        (proc.get("jax_step_paths") or {}).get("batched", 0) for proc in meta.get("processes", [])
+    )
+    return count or None
 
 
 def profiler_trace_s(meta: dict[str, Any]) -> float | None:

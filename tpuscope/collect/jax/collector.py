@@ -48,8 +48,9 @@ def _after_fork_in_child() -> None:
     for collector in list(_LIVE):
         collector._rows.clear()
         collector._events.clear()
-        collector.lane.close()  # the parent's waiting stamps are not the child's steps
-        del collector.lane.stamps[:], collector.lane.reads[:]
+        collector.lane.close()  # the parent's waiting calls are not the child's steps
+        collector.lane.calls = collector.lane.taken = 0
+        del collector.lane.marks[:], collector.lane.reads[:]
 
 
 if hasattr(os, "register_at_fork"):
@@ -210,6 +211,7 @@ class JaxCollector(StepTracker):
             self.session.set_meta(
                 jax_step_paths={
                     "lane": self.lane_steps,
+                    "batched": self.lane.batched,  # of them, timed as their batch's mean
                     "polled": self.clock.polled,
                     "watched": self.clock.watched,
                     "poll_depths": self.clock.poll_depths,

@@ -87,26 +87,35 @@ class JitHook:
 
     def _lane_call(self, jitted: Any, target: JitTarget, general: Any) -> Any:
         """What `jax.jit` returns under tpuscope: a function calling `jitted`. A plain loop's
-        call of its step function takes the lane (lane.py) here, in this one frame: a clock
-        read, an append, the dispatch, and every LANE_BATCH calls the lane's check; any other
-        call goes through `general` (`_caller`). A closure over its cells, not an object (wrapt's
-        FunctionWrapper, a class with `__call__`): on a TPU v5e's host the Python run between two
-        dispatches costs many times its warm time, so what counts is how little it touches; a
+        call of its step function takes the lane (lane.py) here, in this one frame: the call
+        counted, the dispatch, and on a marked call (every LANE_BATCH calls, and the one after
+        any event) a clock read before it and, LANE_BATCH calls after the last, the lane's
+        check after it; any other call goes
+        through `general` (`_caller`). A closure over its cells, not an object (wrapt's
+        FunctionWrapper, a class with `__call__`), and no C call on the common path but the
+        trace state's and the dispatch: on a TPU v5e's host the Python run between two
+        dispatches costs many times its warm time, so what counts is how little it touches (a
         class's `__call__` around the jitted function measured 4.4 us a step there, a plain
-        function 2.1 us (benchmarks/jax_lane_parts.py, docs/overhead.md)."""
+        function 2.1 us, a clock read and an append 3-4 us; benchmarks/jax_lane_parts.py,
+        docs/overhead.md)."""
         lane, state, top = self.sink.lane, self.trace_state, self.top_trace
-        stamps, clock, batch = lane.stamps, perf_counter_ns, self.sink.on_lane_batch
-        append, mask = stamps.append, LANE_BATCH - 1
+        mark, clock, batch = lane.marks.extend, perf_counter_ns, self.sink.on_lane_batch
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if lane.target is target and state.value is top:
-                append(clock())
+                n = lane.calls + 1
+                lane.calls = n
+                if n < lane.mark_at:
+                    return jitted(*args, **kwargs)
+                lane.mark_at = n + LANE_BATCH
+                mark((clock(), n))
+                if n < lane.check_at:  # a call marked after an event: no check due yet
+                    return jitted(*args, **kwargs)
                 out = jitted(*args, **kwargs)
-                if not len(stamps) & mask:
-                    try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
-                        batch(out)
-                    except Exception:
-                        pass
+                try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
+                    batch(out)
+                except Exception:
+                    pass
                 return out
             return general(jitted, args, kwargs)
 

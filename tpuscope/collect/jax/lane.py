@@ -1,20 +1,27 @@
-"""The step path of a plain loop: each call of the step function is a clock read and an append.
+"""The step path of a plain loop: a call of the step function is a count, the clock read only
+every LANE_BATCH calls.
 
 A TPU runs a short jitted step faster than Python dispatches it, so the host's work per step is
 the step time there, and on a v5e's host the Python run between two dispatches costs many
-times its warm time (the dispatch leaves the caches cold; docs/overhead.md). So in the lane a
-call of the step function does only this, inside the function the jit hook returns
-(jit_hook.py `_lane_call`): `perf_counter_ns()` appended to `Lane.stamps`, the dispatch, and
-every LANE_BATCH calls a check (steps.py `on_lane_batch`) that asks the output kept at the last
-check `is_ready()` (by then long finished, 0.24 us, unless the device fell behind the host). No
-lock, no row, no thread: the stamps become rows in the flush thread (steps.py `lane_rows`,
-`write_calls` below: more than a few as one numpy block), or earlier when anything that is not
-a plain call of the step function happens (another jitted call, an eager op, a compile, a step
-annotation, the end of the run), so its counts land in the step they happened in. A sync (a
-loop that reads its loss every step) leaves the stamps waiting: it is noted against the step the
-last stamp opened (`Lane.reads`, steps.py `on_sync`).
-Measured on the v5e's 180 us dispatch-bound step: 1.04x whole-process (three pairs), from
-1.41x before the lane (docs/overhead.md).
+times its warm time (the dispatch leaves the caches cold; docs/overhead.md): there each C call
+made between two dispatches (a clock read, an append, a `len`) cost about a microsecond. So in
+the lane a call of the step function does only this, inside the function the jit hook returns
+(jit_hook.py `_lane_call`): its number counted on `Lane.calls`, the dispatch, and on every
+LANE_BATCH-th call (a "marked" call) `perf_counter_ns()` before the dispatch into `Lane.marks`
+and, at most every LANE_BATCH calls, a check after it (steps.py `on_lane_batch`) that asks the
+output kept at the last check `is_ready()` (by then long finished, unless the device fell
+behind the host). No lock, no
+row, no thread: the marks become rows in the flush thread (steps.py `lane_rows`, `Lane.take`,
+`write_calls`), or earlier when anything that is not a plain call of the step function happens
+(another jitted call, an eager op, a compile, a step annotation, the end of the run), so its
+counts land in the step they happened in.
+
+What that costs in what is known: a marked call's step start is its own clock read, as every
+call's was before; the calls between two marks start at times spread evenly between them (each
+step of a batch is the batch's mean). Any event, and any value read (a loop that reads its loss
+every step), marks the next call, so a loop that does anything between its calls has every step
+timed; only a loop of plain calls, the dispatch-bound loop this lane is for, has its steps timed
+in batches. Measured on the v5e's ~125 us dispatch-bound step: docs/overhead.md.
 
 A step in the lane runs from one call to the next: its end is the host's, not its outputs'.
 That is what the step takes while the device keeps pace with the host, which is when the lane
@@ -31,40 +38,119 @@ from typing import Any
 
 from tpuscope.collect.jax.rows import STEP_INTS, OpenStep, StepLog
 
-LANE_BATCH = 16  # calls between the checks that the device keeps pace (a power of two: a mask)
-LANE_HOLD = 1 << 16  # stamps waiting that the program's thread makes rows of (no flush since)
+LANE_BATCH = 16  # calls from one clock read (and device check) to the next in a plain loop
+LANE_HOLD = 1 << 16  # calls waiting that the program's thread makes rows of (no flush since)
 FEW_CALLS = 8  # stamps written row by row; more as one numpy block (write_calls)
 
 
 class Lane:
-    """What the jit hook's calls read and write on the lane (jit_hook.py `_lane_call`)."""
+    """What the jit hook's calls read and write on the lane (jit_hook.py `_lane_call`).
 
-    __slots__ = ("target", "stamps", "reads", "probe", "ns", "stamp_ns")
+    The program's thread counts `calls` and appends `marks` without a lock; rows are taken
+    (`take`) under the collector's lock, by the flush thread up to the last mark, by the
+    program's own events up to its last call."""
+
+    __slots__ = (
+        "target",
+        "calls",
+        "mark_at",
+        "taken",
+        "ref_ns",
+        "marks",
+        "reads",
+        "probe",
+        "check_at",
+        "ns",
+        "call_ns",
+        "batched",
+    )
 
     def __init__(self) -> None:
         self.target: Any = None  # the step function's JitTarget while the lane is open
-        # perf_counter_ns of each call since the last rows: one array for the lane's life (the
-        # hook's calls hold its append; steps.py `_lane_flush` cuts the written ones off)
-        self.stamps = array("q")
-        # a value read while stamps wait: how many waited (the read is in the step the last of
-        # them opened); written with them (steps.py `on_sync`, `_lane_flush`)
+        self.calls = 0  # the step function's calls since the lane opened
+        self.mark_at = 1  # the next call to read the clock
+        self.taken = 0  # calls written as rows: the step of call `taken` is the open one
+        self.ref_ns = 0  # perf_counter_ns at which call `taken` was made (its step's start)
+        # (perf_counter_ns, call) of each marked call, interleaved: one array for the lane's
+        # life (the hook's calls hold its extend; `take` cuts the written ones off)
+        self.marks = array("q")
+        # the call in whose step each value read was made while calls waited (steps.py on_sync)
         self.reads = array("q")
         self.probe: Any = None  # an output kept at the last check, asked at the next
+        self.check_at = 1  # the first call from which a marked call checks (steps.py)
         self.ns = 0  # the lane's checks' time on the program's path since the last rows
-        self.stamp_ns = stamp_cost_ns()  # a call's stamp, charged per call (not timed per call)
+        self.call_ns = call_cost_ns()  # a call's count and share of a mark (not timed per call)
+        self.batched = 0  # calls written with a spread stamp, not their own (the run's meta)
+
+    def open(self, target: Any, ref_ns: int) -> None:
+        """The next calls of `target` take the lane; the open step started at `ref_ns`."""
+        self.calls = self.taken = 0
+        self.mark_at = self.check_at = 1
+        self.ref_ns, self.probe = ref_ns, None
+        self.target = target
 
     def close(self) -> None:
         self.target = self.probe = None
 
+    def pending(self) -> int:
+        """Calls not yet written as rows."""
+        return self.calls - self.taken
 
-def stamp_cost_ns() -> int:
-    """What one stamp (a clock read and an append) costs, timed once: timing each call's stamp
-    took a second clock read per call, which on a TPU v5e's host cost as much as the stamp
-    itself. A warm loop: between two dispatches the same lines run slower, so this is a floor."""
-    scratch, rounds = array("q"), 64
+    def take(self, now_ns: int | None = None) -> array:
+        """The perf_counter_ns at which each call after `taken` was made, up to the last marked
+        one (the flush thread: calls after it have no end yet) or, with `now_ns` (an event on
+        the program's thread, its time), up to the last call, whose step is still open at
+        `now_ns`. A marked call's stamp is its own clock read, the others' are spread evenly
+        between the anchors around them; the next call is marked (`mark_at`) after an event."""
+        got = self.marks[:]  # one operation: a mark appended meanwhile stays for next time
+        anchors_ns, anchors_call = [self.ref_ns, *got[0::2]], [self.taken, *got[1::2]]
+        last = anchors_call[-1]
+        if now_ns is not None and self.calls > last:
+            last = self.calls
+            anchors_ns.append(now_ns)
+            anchors_call.append(self.calls + 1)  # where the next call would have been
+        del self.marks[: len(got)]
+        if last <= self.taken:
+            return array("q")
+        stamps = spread(anchors_ns, anchors_call, self.taken + 1, last)
+        marked = sum(1 for call in anchors_call[1:] if call <= last)
+        self.batched += len(stamps) - marked
+        self.taken, self.ref_ns = last, stamps[-1]
+        return stamps
+
+
+def spread(anchors_ns: list[int], anchors_call: list[int], first: int, last: int) -> array:
+    """Stamps of calls `first`..`last` from anchors (stamp, call), ascending, that enclose them:
+    an anchor's call keeps its stamp, the calls between two anchors are spread evenly."""
+    if last - first < FEW_CALLS:
+        stamps, seg = array("q"), 0
+        for call in range(first, last + 1):
+            while anchors_call[seg + 1] < call:
+                seg += 1
+            a, b, a_ns = anchors_call[seg], anchors_call[seg + 1], anchors_ns[seg]
+            stamps.append(a_ns + (anchors_ns[seg + 1] - a_ns) * (call - a) // (b - a))
+        return stamps
+    import numpy as np  # JAX itself needs numpy
+
+    base = anchors_ns[0]
+    relative = np.asarray(anchors_ns, dtype=np.int64) - base  # exact in float64 (< 2**53 ns)
+    times = np.interp(np.arange(first, last + 1), anchors_call, relative)
+    return array("q", (times.astype(np.int64) + base).tobytes())
+
+
+def call_cost_ns() -> int:
+    """What one call's lane bookkeeping costs (its count, and a sixteenth of a mark's clock
+    read and append), timed once: timing it per call would take the clock reads the lane
+    saves. A warm loop: between two dispatches the same lines run slower, so this is a floor."""
+    lane, rounds = Lane.__new__(Lane), 256
+    lane.calls, lane.mark_at, marks = 0, 1, array("q")
     start = perf_counter_ns()
     for _ in range(rounds):
-        scratch.append(perf_counter_ns())
+        n = lane.calls + 1
+        lane.calls = n
+        if n >= lane.mark_at:
+            lane.mark_at = n + LANE_BATCH
+            marks.extend((perf_counter_ns(), n))
     return (perf_counter_ns() - start) // rounds
 
 

@@ -13,8 +13,8 @@ becomes a last step with boundary "end". A step ends when its outputs are ready,
 when its asynchronous dispatch returned (collect/jax/ready.py).
 
 This runs on the program's thread at every top-level jitted call, so the common case
-(a call of the step function, the last steps plain) takes the lane (lane.py): a clock read and
-an append in the hook's wrapper, the rows written every few calls (`_lane_flush`); the step's
+(a call of the step function, the last steps plain) takes the lane (lane.py): a count in the
+hook's wrapper, a clock read every few calls, the rows written by the flush thread; the step's
 rows are built later, in the flush (rows.py). What a
 step did (syncs, eager dispatches, other jitted calls) goes to an EventLog as it happens, and
 a closed step stays until the flush as integers in an array (StepLog): nothing per step is left for Python's
@@ -30,7 +30,7 @@ from collections import Counter
 from time import perf_counter_ns, time_ns
 from typing import Any
 
-from tpuscope.collect.jax.lane import LANE_HOLD, Lane, write_calls
+from tpuscope.collect.jax.lane import LANE_BATCH, LANE_HOLD, Lane, write_calls
 from tpuscope.collect.jax.ready import StepClock, tail_probe
 from tpuscope.collect.jax.rows import (
     EAGER,
@@ -160,19 +160,21 @@ class StepTracker:
         self._last_end = t_ns
         self.step = step = self.step + 1
         self.clock.closed(record, t_ns, following, step, self._boundary)
-        if self.clock.settled_at(t_ns) and self._owns_steps():
-            self.lane.target = self.step_fn  # the next calls take the lane (lane.py)
+        if self.clock.settled_at(t_ns) and self._owns_steps():  # the next calls take the lane
+            self.lane.open(self.step_fn, perf_counter_ns() - (time_ns() - t_ns))
 
     def on_lane_batch(self, outputs: Any) -> None:
-        """Every LANE_BATCH calls in the lane (the jit hook's call, after the dispatch): the
-        output kept a batch ago is asked whether it is ready; if not, the device fell behind the
-        host and the lane closes (ready.py times the steps' outputs again). The stamps become
-        rows in the flush thread (`lane_rows`), off the program's path; only LANE_HOLD of them
-        waiting (no flush for a long while) makes rows here."""
+        """After a marked call's dispatch (the jit hook's call; lane.py), at most every
+        LANE_BATCH calls: the output kept a batch ago is asked whether it is ready; if not,
+        the device fell behind the host and the lane closes (ready.py times the steps'
+        outputs again). The calls become rows in the flush thread (`lane_rows`), off the
+        program's path; only LANE_HOLD of them waiting (no flush for a long while) makes rows
+        here."""
         start = perf_counter_ns()
         lane = self.lane
-        if lane.target is None or not lane.stamps:  # left during the dispatch (a compile)
+        if lane.target is None:  # left during the dispatch (a compile)
             return
+        lane.check_at = lane.calls + LANE_BATCH
         probe, lane.probe = lane.probe, tail_probe(outputs)
         behind = False
         if probe is not None:
@@ -180,39 +182,44 @@ class StepTracker:
                 behind = not probe.is_ready()
             except Exception:  # donated by a later call: it ran before that call
                 behind = False
-        if behind or len(lane.stamps) >= LANE_HOLD:
+        if behind or lane.pending() >= LANE_HOLD:
             with self._lock:
                 if behind:
                     self._leave_lane()
                 else:
-                    self._lane_flush()
+                    self._lane_flush(perf_counter_ns())
         lane.ns += perf_counter_ns() - start
 
     def lane_rows(self) -> None:
-        """The flush thread's share of the lane: the stamps so far become rows (under the lock,
-        as the program's own events write them)."""
+        """The flush thread's share of the lane: the calls up to the last marked one become
+        rows (under the lock, as the program's own events write them)."""
         with self._lock:
             self._lane_flush()
 
-    def _lane_flush(self) -> None:
-        """The lane's stamps become rows: each call closed the open step at its stamp and
-        opened the next (what `_roll` does one call at a time). The open step's counts (a
-        read, another jitted call, since the last stamp) are the first row's. Call under the
-        lock. The jit hook's calls append to `lane.stamps` without it (on the program's thread,
-        while the flush thread may be here): the stamps written are copied, then cut from the
-        array's front, each one operation under the GIL, so a stamp appended in between stays."""
+    def _lane_flush(self, now_ns: int | None = None) -> None:
+        """The lane's calls become rows (`Lane.take`: up to the last marked call, or with
+        `now_ns`, the time of an event on the program's thread, every call so far): each call
+        closed the open step at its stamp and opened the next (what `_roll` does one call at a
+        time). The open step's counts (a read, another jitted call, since the last call) are
+        the first row's. Call under the lock. After an event the next call is marked: its
+        step's start is then its own clock read."""
         lane = self.lane
-        stamps = lane.stamps
+        before = lane.taken
+        stamps = lane.take(now_ns)
+        if now_ns is not None:
+            lane.mark_at = lane.calls + 1
         calls = len(stamps)
         if not calls:
             return
-        taken = stamps[:calls]
-        del stamps[:calls]
-        reads, lane.reads = lane.reads, array("q")  # (noted under the lock, as this runs)
+        # a read's row: its call's, counted from the open step (row 0); later calls' stay
+        reads, kept = array("q"), array("q")
+        for call in lane.reads:
+            (reads if call - before <= calls else kept).append(call - before)
+        lane.reads = array("q", (k + before for k in kept))
         acc = self._acc
         acc.step = self.step
         offset = time_ns() - perf_counter_ns()  # the stamps are perf_counter_ns
-        last = write_calls(self._rows, acc, self._last_end, taken, offset, self._boundary, reads)
+        last = write_calls(self._rows, acc, self._last_end, stamps, offset, self._boundary, reads)
         # the open step: one call, and the reads made since the last stamp
         acc.jit_calls, acc.reads = 1, reads.count(calls)  # (`events`: only tested for zero)
         self.step += calls
@@ -221,7 +228,7 @@ class StepTracker:
         self.lane_steps += calls
         cost = self.session.cost
         spent, lane.ns = lane.ns, 0
-        cost.hook_ns += spent + calls * lane.stamp_ns
+        cost.hook_ns += spent + calls * lane.call_ns
         cost.hook_calls += calls
 
     def _leave_lane(self) -> None:
@@ -229,7 +236,7 @@ class StepTracker:
         number and its start again, the clock the last end (the open step keeps the probe it
         had when the lane opened: it ends at its host end, as the lane's steps do)."""
         if self.lane.target is not None:
-            self._lane_flush()
+            self._lane_flush(perf_counter_ns())
             self.lane.close()
             acc = self._acc
             acc.step, acc.start_ns = self.step, self._last_end
@@ -269,8 +276,8 @@ class StepTracker:
 
     def _jit_call(self, target: JitTarget) -> None:
         with self._lock:
-            if self.lane.stamps:
-                self._lane_flush()  # the open step is the one this call happens in
+            if self.lane.pending():
+                self._lane_flush(perf_counter_ns())  # the open step: the one this call is in
             if target is self.step_fn and self.mode == "jit":  # a call of the step function
                 self._leave_lane()
                 self._step_calls += 1
@@ -343,15 +350,18 @@ class StepTracker:
     def on_sync(self, event: int, read: bool, start_ns: int) -> None:
         """Once or more per step (a wait on the loss): counted inline, logged as an event.
         `read`: the sync copied a value to the host (its kind is one of VALUE_READS). Charges
-        the sync hook's time since `start_ns`. In the lane the stamps stay where they are: the
-        sync is in the step the last stamp opened (the `pending`-th from the last rows), whose
-        number is known, and a read is noted for that step's row (`Lane.reads`)."""
+        the sync hook's time since `start_ns`. In the lane the calls waiting stay where they are:
+        the sync is in the step the last call opened (the `pending`-th from the last rows), whose
+        number is known, and a read is noted for that call's row (`Lane.reads`); the next call
+        is marked, so the step the sync is in ends at a clock read."""
         with self._lock:
             self.clock.hand_over()  # the host waits now: the helper times the steps still running
-            pending = len(self.lane.stamps)
+            lane = self.lane
+            lane.mark_at = lane.calls + 1
+            pending = lane.pending()
             if pending:
                 if read:
-                    self.lane.reads.append(pending)
+                    lane.reads.append(lane.calls)
                 self._events.add_id(self.step + pending, event)
             else:
                 acc = self._acc
