@@ -90,10 +90,10 @@ class JitHook:
         call of its step function takes the lane (lane.py) here, in this one frame: the call
         counted, the dispatch, and on a marked call (every LANE_BATCH calls, and the one after
         any event) a clock read before it and, LANE_BATCH calls after the last, the lane's
-        check after it; any other call goes
-        through `general` (`_caller`). A closure over its cells, not an object (wrapt's
-        FunctionWrapper, a class with `__call__`), and no C call on the common path but the
-        trace state's and the dispatch: on a TPU v5e's host the Python run between two
+        check after it; any other call goes through `general` (`_caller`). A closure over its
+        cells, not an object (wrapt's FunctionWrapper, a class with `__call__`), and no C call
+        on the common path but the trace state's and the dispatch: on a TPU v5e's host the
+        Python run between two
         dispatches costs many times its warm time, so what counts is how little it touches (a
         class's `__call__` around the jitted function measured 4.4 us a step there, a plain
         function 2.1 us, a clock read and an append 3-4 us; benchmarks/jax_lane_parts.py,

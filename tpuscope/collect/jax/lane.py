@@ -10,11 +10,10 @@ the lane a call of the step function does only this, inside the function the jit
 LANE_BATCH-th call (a "marked" call) `perf_counter_ns()` before the dispatch into `Lane.marks`
 and, at most every LANE_BATCH calls, a check after it (steps.py `on_lane_batch`) that asks the
 output kept at the last check `is_ready()` (by then long finished, unless the device fell
-behind the host). No lock, no
-row, no thread: the marks become rows in the flush thread (steps.py `lane_rows`, `Lane.take`,
-`write_calls`), or earlier when anything that is not a plain call of the step function happens
-(another jitted call, an eager op, a compile, a step annotation, the end of the run), so its
-counts land in the step they happened in.
+behind the host). No lock, no row, no thread: the marks become rows in the flush thread
+(steps.py `lane_rows`, `Lane.take`, `write_calls`), or earlier when anything that is not a
+plain call of the step function happens (another jitted call, an eager op, a compile, a step
+annotation, the end of the run), so its counts land in the step they happened in.
 
 What that costs in what is known: a marked call's step start is its own clock read, as every
 call's was before; the calls between two marks start at times spread evenly between them (each
@@ -110,11 +109,12 @@ class Lane:
             anchors_ns.append(now_ns)
             anchors_call.append(self.calls + 1)  # where the next call would have been
         del self.marks[: len(got)]
+        if now_ns is not None:
+            self.mark_at = self.calls + 1
         if last <= self.taken:
             return array("q")
         stamps = spread(anchors_ns, anchors_call, self.taken + 1, last)
-        marked = sum(1 for call in anchors_call[1:] if call <= last)
-        self.batched += len(stamps) - marked
+        self.batched += len(stamps) - len(got) // 2
         self.taken, self.ref_ns = last, stamps[-1]
         return stamps
 

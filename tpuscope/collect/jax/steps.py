@@ -206,16 +206,13 @@ class StepTracker:
         lane = self.lane
         before = lane.taken
         stamps = lane.take(now_ns)
-        if now_ns is not None:
-            lane.mark_at = lane.calls + 1
         calls = len(stamps)
         if not calls:
             return
         # a read's row: its call's, counted from the open step (row 0); later calls' stay
-        reads, kept = array("q"), array("q")
-        for call in lane.reads:
-            (reads if call - before <= calls else kept).append(call - before)
-        lane.reads = array("q", (k + before for k in kept))
+        done = before + calls
+        reads = array("q", (call - before for call in lane.reads if call <= done))
+        lane.reads = array("q", (call for call in lane.reads if call > done))
         acc = self._acc
         acc.step = self.step
         offset = time_ns() - perf_counter_ns()  # the stamps are perf_counter_ns
