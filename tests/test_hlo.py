@@ -154,6 +154,32 @@ def test_convolution_matmul_view_and_tpu_layouts() -> None:
     )
     depthwise = matmul(grouped)
     assert (depthwise.batch, depthwise.n, depthwise.k) == (32, 1, 9)
+    # XLA's TPU HLO writes a batched dot as a convolution over its batch dims (dilated by their
+    # own size), and a weight's heads dim as a padded, reversed window over a 1-element input
+    tpu = {
+        "0b1f_0o1i->01bf": ("bf16[16,16,511,511]", "bf16[16,511,16,64]", "bf16[16,511,16,64]"),
+        "0bf1_i1o0->0b1f": ("bf16[16,511,16,64]", "bf16[16,511,1024,1]", "bf16[1024,16,64,1]"),
+        "1fb0_1i0o->b0f1": ("bf16[1024,16,64,1]", "bf16[16,511,1024,1]", "bf16[16,511,16,64]"),
+    }
+    windows = {
+        "0b1f_0o1i->01bf": "size=16x16 stride=15x15 lhs_dilate=16x16",
+        "0bf1_i1o0->0b1f": "size=1x16 pad=0_0x15_15 rhs_reversal=0x1",
+        "1fb0_1i0o->b0f1": "size=16x16 pad=15_15x0_0 rhs_reversal=1x0",
+    }
+    views = {
+        labels: matmul(
+            parse_instruction(
+                f"%c = {out} convolution({lhs} %a, {rhs} %b), window={{{windows[labels]}}}, "
+                f"dim_labels={labels}"
+            )
+        )
+        for labels, (out, lhs, rhs) in tpu.items()
+    }
+    assert [(v.batch, v.m, v.n, v.k) for v in views.values()] == [
+        (256, 511, 511, 64),  # q @ k^T: batch x heads, queries, keys, head_dim
+        (1, 16 * 511, 1024, 1024),  # a [1024] -> [16 heads, 64] projection
+        (1, 1024, 1024, 16 * 511),  # its weight gradient
+    ]
     # an op name from a TPU trace's "XLA Ops" line: tiled layouts and memory spaces
     op = parse_instruction(
         "%broadcast.2 = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} "

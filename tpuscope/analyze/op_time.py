@@ -9,16 +9,15 @@ sets the size):
   XLA's FLOP count of the op says how many) and moves twice the bytes; in bf16 the op would take
   max(real FLOPs / peak, bytes / 2 / HBM bandwidth) where it takes max(XLA FLOPs / peak, bytes /
   HBM bandwidth) now. At default precision that is one pass: no waste when FLOPs bound it.
-- head_dim: batched matmuls (an einsum with batch letters: attention) whose contracted or
-  produced dim is narrower than the MXU edge (head_dim 64 on a 128-wide MXU). With head_dim
-  at the edge and as many fewer heads (the same model width) the score tensors shrink by
-  head_dim/edge, and the matmuls' padded passes and the half-empty 128-lane vectors of
-  head_dim-minor arrays go: the attention's ops (its batched matmuls and every other op of its
-  name scope: softmax, masks, the heads' layout copies) are taken to keep head_dim/edge of
-  their time. Its own projections (un-batched matmuls in that scope) do not change. On a v5e
-  (docs/tpu.md) Flax's decoder at head_dim 64 measured 3.85 ms lost this way against 4.39 ms
-  measured bare against its head_dim 128 twin: the attention ops there kept 0.34 of their
-  time, not 0.5, so this is the lower figure.
+- head_dim: attention (analyze/attention: a pair of batched matmuls, scores and values, known
+  by their shapes whatever wrote them) whose head dim is narrower than the MXU edge (head_dim 64
+  on a 128-wide MXU). With head_dim at the edge and as many fewer heads (the same model width)
+  the score tensors shrink by head_dim/edge and the matmuls' padded passes go: the attention's
+  ops (its batched matmuls and every op that makes or reads a score tensor: softmax, masks,
+  dropout) are taken to keep head_dim/edge of their time. Its projections do not change. A
+  floor: on a v5e (docs/tpu.md) Flax's decoder at head_dim 64 measured 3.85 ms lost this way
+  against 4.39 ms measured bare against its head_dim 128 twin, whose halved scores XLA kept in
+  on-chip memory (the trace's HLO: memory space S(1)) where the head_dim 64 ones sat in HBM.
 Dims that are not multiples of the edge are not a measured cost: the MXU pads them as padding
 by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
 """
@@ -31,12 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tpuscope.analyze.attention import narrow_attention
 from tpuscope.analyze.chips import Chip
-from tpuscope.analyze.shapes import parse_shape
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
-_EINSUM = re.compile(r"([\w.]+),([\w.]+)->([\w.]+)/dot_general$")
 _MATMUL = ("dot", "convolution")
 _SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkpoint(")
 
@@ -110,10 +108,6 @@ def _mode(values: pd.Series) -> str | None:
     return str(known.mode().iloc[0]) if not known.empty else None
 
 
-def _letters(spec: str) -> str:
-    return spec.replace("...", "")
-
-
 def _path(op_name: object) -> str:
     """An op's name path without JAX's transforms ('jit(f)/transpose(jvp(M))/Block_0/x/exp'
     -> 'Block_0/x/exp')."""
@@ -134,8 +128,6 @@ def _matmuls(hlo_ops: pd.DataFrame) -> pd.DataFrame:
     ops = _trace_stage(hlo_ops)
     dots = ops[ops["opcode"].isin(_MATMUL)].copy()
     dots["parent"] = dots["fusion"].where(dots["fusion"].notna(), dots["name"])
-    spec = dots["op_name"].astype(str).str.extract(_EINSUM.pattern)
-    dots["lhs"], dots["rhs"], dots["out"] = spec[0], spec[1], spec[2]
     return dots
 
 
@@ -170,33 +162,55 @@ def head_dim_waste(
 ) -> MeasuredWaste | None:
     """Attention whose head_dim is narrower than the MXU: see the module doc. Ops are known by
     (module, op): two modules' ops of one name are not one op."""
-    sizes, attention = _narrow_attention(dots, chip.mxu)
-    if not sizes:
+    found = narrow_attention(dots, chip.mxu)
+    if found is None:
         return None
-    d = min(sizes.values())
-    scopes = {s for s in attention["op_name"].map(_scope) if s}
-    batched = set(zip(attention["module"], attention["parent"], strict=True))
-    projections = set(zip(dots["module"], dots["parent"], strict=True)) - batched
-    top = _trace_stage(hlo_ops)
-    parents = top["fusion"].where(top["fusion"].notna(), top["name"])
-    prefixes = tuple(f"{s}/" for s in scopes)
-    chosen = top["op_name"].astype(str).map(_path).str.startswith(prefixes) if prefixes else None
-    in_scope = (
-        set(zip(top.loc[chosen, "module"], parents[chosen], strict=True))
-        if chosen is not None
-        else set()
-    )
-    touched = (in_scope - projections) | batched
+    touched = set(zip(found.matmuls["module"], found.matmuls["parent"], strict=True))
+    touched |= _holding(_trace_stage(hlo_ops), found.score_elements, found.score_dims)
     keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
     ops = per[keys.isin(touched)].copy()
     if ops.empty:
         return None
+    d = found.head_dim
     ops["lost_s"] = ops["time_s"] * (1 - d / chip.mxu)
+    names = found.matmuls["op_name"].map(_scope)
     return _waste(
         "head_dim",
         ops,
-        {"head_dim": int(d), "count": int(len(attention)), "scopes": sorted(scopes)[:4]},
+        {
+            "head_dim": d,
+            "count": int(len(found.matmuls)),
+            "scopes": sorted({s for s in names if s})[:4],
+            "score_elements": found.score_elements,
+        },
     )
+
+
+def _holding(top: pd.DataFrame, elements: int, dims: tuple[int, int]) -> set[tuple[str, str]]:
+    """(module, top-level op) of every op that makes or reads a score tensor (softmax, masks,
+    dropout over them), its fused instructions included: an array of the scores' element count
+    whose dims hold their two lengths."""
+    shapes = top["shape"].astype(str)
+    hits = {shape: _is_scores(shape, elements, dims) for shape in shapes.unique()}
+    holds = top[shapes.map(hits).astype(bool)]
+    parents = holds["fusion"].where(holds["fusion"].notna(), holds["name"])
+    return set(zip(holds["module"], parents, strict=True))
+
+
+def _is_scores(shape: str, elements: int, dims: tuple[int, int]) -> bool:
+    """Whether one array of `shape` (a tuple's too) has `elements` elements and both `dims`."""
+    for text in re.findall(r"\[([\d,]*)\]", shape):
+        sizes = [int(d) for d in text.split(",") if d]
+        rest = list(sizes)
+        if int(np.prod(sizes or [1])) != elements:
+            continue
+        for d in dims:
+            if d not in rest:
+                break
+            rest.remove(d)
+        else:
+            return True
+    return False
 
 
 def _trace_stage(hlo_ops: pd.DataFrame) -> pd.DataFrame:
@@ -204,41 +218,6 @@ def _trace_stage(hlo_ops: pd.DataFrame) -> pd.DataFrame:
     if "stage" in hlo_ops and (hlo_ops["stage"] == "tpu_trace").any():
         return hlo_ops[hlo_ops["stage"] == "tpu_trace"]
     return hlo_ops
-
-
-def _narrow_attention(dots: pd.DataFrame, edge: int) -> tuple[dict[str, int], pd.DataFrame]:
-    """({einsum letter: size} of head dims narrower than the edge, the batched matmuls that
-    contract over or produce one). A head dim is produced from the right operand of one batched
-    matmul (weights @ values) and contracted by another (queries @ keys); the scores' key
-    length has the same pattern, so a produced dim as long as the matmul's query length (self
-    attention's square scores) is taken for the keys, not a head."""
-    spec = dots.dropna(subset=["out"])
-    if spec.empty:
-        return {}, spec
-    rows, contracted = [], set()
-    produced: dict[str, int] = {}
-    for row in spec.itertuples():
-        lhs, rhs, out = _letters(row.lhs), _letters(row.rhs), _letters(row.out)
-        if not set(lhs) & set(rhs) & set(out):
-            continue  # no batch letter: not attention
-        rows.append(row.Index)
-        contracted |= (set(lhs) & set(rhs)) - set(out)
-        shape = parse_shape(str(row.shape))
-        dims = [d for d in shape.dims if d is not None] if shape else []
-        known = dict(zip(out[::-1], dims[::-1], strict=False))
-        queries = {known.get(q) for q in (set(lhs) - set(rhs)) & set(out)}
-        for letter in (set(rhs) - set(lhs)) & set(out):
-            size = known.get(letter, edge)
-            if size < edge and size not in queries:
-                produced[letter] = size
-    sizes = {k: v for k, v in produced.items() if k in contracted}
-    batched = spec.loc[rows]
-    narrow = [
-        i
-        for i, row in zip(batched.index, batched.itertuples(), strict=True)
-        if ({*_letters(row.lhs)} | {*_letters(row.rhs)}) & set(sizes)
-    ]
-    return sizes, batched.loc[narrow]
 
 
 def _waste(kind: str, ops: pd.DataFrame, info: dict) -> MeasuredWaste | None:

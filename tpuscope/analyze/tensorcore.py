@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tpuscope.analyze.attention import attention_mask, head_dims
 from tpuscope.analyze.mxu import chip, matmuls, mxu_costs, roofline
 from tpuscope.user_files import is_user_file
 
@@ -80,33 +81,6 @@ def tensorcore_problems(
     for problem in problems:
         problem.info = _describe(problem, edge)
     return [p for p in problems if not p.ops.empty], summary
-
-
-def head_dims(costs: pd.DataFrame, edge: int) -> set[int]:
-    """Attention head dims below the MXU edge. Attention is a pair of batched matmuls with the
-    same batch (batch x heads) and rows: scores [S,D]@[D,T] and values [S,T]@[T,D], i.e. one's
-    (N, K) is the other's (K, N). D is the K of the scores, the one whose output is square
-    (self attention, S == T); without a square one, the smaller of the two."""
-    batched = costs[costs["batch"] > 1]
-    keys = set(zip(batched["batch"], batched["m"], batched["n"], batched["k"], strict=True))
-    dims = set()
-    for b, m, n, k in keys:
-        if (b, m, k, n) not in keys or (
-            n == k and m != n
-        ):  # a square-weight matmul pairs with itself
-            continue
-        d = k if m == n else n if m == k else min(n, k)
-        if d < edge:
-            dims.add(int(d))
-    return dims
-
-
-def attention_mask(costs: pd.DataFrame, edge: int) -> np.ndarray:
-    """The batched matmuls that contract over, or produce, a too-narrow head dim."""
-    dims = list(head_dims(costs, edge))
-    if not dims:
-        return np.zeros(len(costs), bool)
-    return (costs["batch"].to_numpy() > 1) & (np.isin(costs["k"], dims) | np.isin(costs["n"], dims))
 
 
 def _problem(kind: str, ops: pd.DataFrame, cost_col: str) -> MatmulProblem:

@@ -139,9 +139,10 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
     return (
         f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
         f"tensors shrink {chip.mxu // d}x and the matmuls lose their padding, so the attention's "
-        f"ops keep {d}/{chip.mxu} of their time. A lower bound: XLA may also fuse the wider "
-        "heads' attention better, which no trace of this run shows (a Flax decoder on a v5e "
-        "kept 0.34 of it, not 0.5)"
+        f"ops (the batched matmuls and every op that makes or reads a score tensor) keep "
+        f"{d}/{chip.mxu} of their time. A floor: XLA may also keep the smaller score tensors "
+        "in on-chip memory, which no trace of this run can show (it did for a Flax decoder on "
+        "a v5e, whose attention then kept 0.34 of its time, not 0.5)"
     )
 
 

@@ -5,7 +5,13 @@ i.e. the sizes of each of the `batch` independent matrix products. For a dot, K 
 the product of the contracting dims, batch the product of the batch dims, M and N the
 remaining lhs and rhs dims. A convolution is the matmul of its im2col form:
 M = batch x output spatial positions, K = input features per group x kernel window,
-N = output features per group, batch = feature groups.
+N = output features per group, batch = feature groups. Two spatial dims are not image
+dims: XLA's TPU compiler writes a batched dot as a convolution whose batch dims are
+spatial dims dilated by their own size (`window={size=16x16 stride=15x15
+lhs_dilate=16x16}`: output i meets input i and kernel i only), and a weight's extra dim
+(attention heads) as a spatial dim over a one-element input padded to the kernel's size
+(output i meets kernel i only). Counting which input and kernel positions each output
+position meets tells them apart: the first is a batch dim, the second an output (N) dim.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tpuscope.parse.hlo import HloModule, HloParseError, HloShape, Instruction, read_dump
 from tpuscope.parse.hlo_frames import dump_user_lines
@@ -88,26 +96,59 @@ def _convolution(inst: Instruction, lhs: HloShape, rhs: HloShape) -> Matmul | No
         or out.is_tuple
         or len(match[1]) != len(lhs.dims)
         or len(match[2]) != len(rhs.dims)
+        or len(match[3]) != len(out.dims)
     ):
         return None
-    rhs_l, out_l = match[2], match[3]
+    lhs_l, rhs_l, out_l = match[1], match[2], match[3]
     groups = int(inst.attrs.get("feature_group_count", "1") or 1)
     batch_groups = int(inst.attrs.get("batch_group_count", "1") or 1)
-    window = _product(d for label, d in zip(rhs_l, rhs.dims, strict=True) if label.isdigit())
-    in_per_group = rhs.dims[rhs_l.index("i")]
-    out_features = rhs.dims[rhs_l.index("o")]
-    spatial_out = _product(d for label, d in zip(out_l, out.dims, strict=False) if label.isdigit())
-    m = out.dims[out_l.index("b")] * spatial_out if "b" in out_l else spatial_out
-    group_count = groups * batch_groups
-    return Matmul(
-        group_count,
-        m,
-        max(out_features // group_count, 1),
-        in_per_group * window,
-        lhs.dtype,
-        rhs.dtype,
-        _precision(inst),
-    )
+    window = _window(inst.attrs.get("window", ""))
+    batch, m, n, k = groups * batch_groups, 1, 1, 1
+    for index, label in enumerate(sorted(c for c in lhs_l if c.isdigit())):  # window order
+        sizes = (lhs.dims[lhs_l.index(label)], rhs.dims[rhs_l.index(label)])
+        outputs = out.dims[out_l.index(label)]
+        role = _spatial_role(*sizes, outputs, {key: v[index] for key, v in window.items()})
+        batch *= outputs if role == "batch" else 1
+        n *= outputs if role == "n" else 1
+        m *= outputs if role == "m" else 1
+        k *= sizes[1] if role == "m" else 1
+    m *= out.dims[out_l.index("b")] if "b" in out_l else 1
+    n *= max(rhs.dims[rhs_l.index("o")] // (groups * batch_groups), 1)
+    k *= rhs.dims[rhs_l.index("i")]
+    return Matmul(batch, m, n, k, lhs.dtype, rhs.dtype, _precision(inst))
+
+
+def _window(text: str) -> dict[str, list[int]]:
+    """`size=16x16 stride=15x15 pad=0_0x15_15 lhs_dilate=16x16` -> {key: one int per spatial
+    dim} (a pad's low side only: the high side follows from the output's size)."""
+    fields = {}
+    for item in text.strip("{}").split():
+        key, _, value = item.partition("=")
+        fields[key] = [int(v.split("_")[0]) for v in value.split("x") if v.split("_")[0].isdigit()]
+    return fields
+
+
+def _spatial_role(inputs: int, kernel: int, outputs: int, window: dict[str, int]) -> str:
+    """'batch', 'n' or 'm' (an image dim: M gets its outputs, K its kernel): which input and
+    kernel positions each output position meets through the pads, strides and dilations."""
+    if outputs <= 1 or kernel <= 1:
+        return "m"
+    stride, low = window.get("stride", 1), window.get("pad", 0)
+    lhs_dilate, rhs_dilate = window.get("lhs_dilate", 1), window.get("rhs_dilate", 1)
+    if outputs * kernel > 1 << 20:
+        return "m"
+    o, w = np.meshgrid(np.arange(outputs), np.arange(kernel), indexing="ij")
+    at = o * stride + w * rhs_dilate - low
+    real = (at >= 0) & (at % lhs_dilate == 0) & (at // lhs_dilate < inputs)
+    if not (real.sum(axis=1) == 1).all():
+        return "m"
+    met_kernel = w[real]
+    if len(set(met_kernel.tolist())) != outputs:
+        return "m"
+    met_input = (at[real] // lhs_dilate).tolist()
+    if inputs == 1:
+        return "n"
+    return "batch" if len(set(met_input)) == outputs else "m"
 
 
 def _traffic(inst: Instruction) -> float:
