@@ -18,6 +18,9 @@ sets the size):
   floor: on a v5e (docs/tpu.md) Flax's decoder at head_dim 64 measured 3.85 ms lost this way
   against 4.39 ms measured bare against its head_dim 128 twin, whose halved scores XLA kept in
   on-chip memory (the trace's HLO: memory space S(1)) where the head_dim 64 ones sat in HBM.
+  The attention's ops are its card's alone: f32 matmuls among them (`jax.nn.dot_product_attention`
+  takes its scores' gradient in f32) are not counted again as f32 waste, and the fix that
+  removes the narrow head's cost (a Pallas attention kernel) removes theirs.
 Dims that are not multiples of the edge are not a measured cost: the MXU pads them as padding
 by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
 """
@@ -244,5 +247,11 @@ def measured_waste(
     dots = _matmuls(hlo_ops)
     if dots.empty:
         return [], figures
-    found = [f32_waste(per, dots, chip), head_dim_waste(per, dots, hlo_ops, chip)]
+    heads = head_dim_waste(per, dots, hlo_ops, chip)
+    if heads is not None:  # an op's time is claimed once: its f32 matmuls are the attention's
+        claimed = set(zip(heads.ops["hlo_module"], heads.ops["hlo_op"], strict=True))
+        dots = dots[
+            [key not in claimed for key in zip(dots["module"], dots["parent"], strict=True)]
+        ]
+    found = [f32_waste(per, dots, chip), heads]
     return [w for w in found if w is not None], figures
