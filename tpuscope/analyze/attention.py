@@ -2,14 +2,22 @@
 with the same batch (batch x heads) and rows, scores [S,D]@[D,T] and values [S,T]@[T,D], i.e.
 one's (N, K) is the other's (K, N). Flax's einsum, `jax.nn.dot_product_attention`, Keras's
 MultiHeadAttention and a hand-written `q @ k.T` all lower to it, on the CPU as dots and on a TPU
-as convolutions (hlo_rows reads both into batch, M, N, K)."""
+as convolutions (hlo_rows reads both into batch, M, N, K). An attention kernel (a Pallas
+splash or flash attention, which Keras's MultiHeadAttention takes on a TPU) is one custom call
+named so, its queries its first array operand."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from tpuscope.analyze.shapes import parse_shape
+
+KERNEL_NAME = re.compile(r"(?:mha|flash|attention)", re.I)
+_FLOATS = ("bf16", "f16", "f32", "f8e4m3fn", "f8e5m2")
 
 
 def head_dims(costs: pd.DataFrame, edge: int) -> set[int]:
@@ -62,3 +70,21 @@ def narrow_attention(dots: pd.DataFrame, edge: int) -> NarrowAttention | None:
     first = scores.iloc[0]
     elements = int(first["batch"] * first["m"] * first["n"])
     return NarrowAttention(int(d), batched[carries], elements, (int(first["m"]), int(first["n"])))
+
+
+def narrow_kernels(top: pd.DataFrame, edge: int) -> dict[tuple[str, str], int]:
+    """{(module, op): head_dim} of the attention kernels (top-level custom calls named as one)
+    whose queries' last dim is narrower than the edge: a kernel pads each head to the MXU."""
+    calls = top[top["opcode"] == "custom-call"]
+    calls = calls[calls["name"].astype(str).str.contains(KERNEL_NAME)]
+    if calls.empty:
+        return {}
+    shapes = dict(zip(zip(top["module"], top["name"], strict=True), top["shape"], strict=True))
+    found = {}
+    for row in calls.itertuples():
+        arrays = [parse_shape(str(shapes.get((row.module, name), ""))) for name in row.operands]
+        queries = [a for a in arrays if a and a.dtype in _FLOATS and len(a.dims) >= 3]
+        d = queries[0].dims[-1] if queries else None
+        if d is not None and d < edge:
+            found[(row.module, row.name)] = int(d)
+    return found

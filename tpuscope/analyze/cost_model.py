@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpuscope.analyze.attention import KERNEL_NAME
+
 if TYPE_CHECKING:  # the HLO text parser loads on first use: dashboards import no collect module
     from tpuscope.parse.hlo import HloShape, Instruction
 
@@ -87,7 +89,6 @@ class OpCost:
 
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-_ATTENTION = re.compile(r"(mha|flash|attention)", re.I)
 _PASS = re.compile(r"(?:^|_)(fwd|dkv|dq|bwd)(?:_|$)")  # the kernel's own pass, first in its name
 _PASS_FACTOR = {"fwd": 4, "dq": 6, "dkv": 8, "bwd": 10}
 _GROUPS_IOTA = re.compile(r"^\[(\d+),(\d+)\]")
@@ -223,7 +224,7 @@ def attention_flops(inst: Instruction) -> float | None:
     """Dense FLOPs of a fused attention kernel from its q/k shapes: fwd 4*H*S*T*D (QK^T, PV),
     dq 6 (QK^T, dO V^T, dS K), dkv 8 (QK^T, dO V^T, P^T dO, dS^T Q), fused backward 10."""
     name = inst.name.lower()
-    if inst.opcode != "custom-call" or not _ATTENTION.search(name):
+    if inst.opcode != "custom-call" or not KERNEL_NAME.search(name):
         return None
     floats = [
         s

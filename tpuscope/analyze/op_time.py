@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tpuscope.analyze.attention import narrow_attention
+from tpuscope.analyze.attention import narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
 
 OP_LINE = "XLA Ops"
@@ -165,26 +165,32 @@ def head_dim_waste(
 ) -> MeasuredWaste | None:
     """Attention whose head_dim is narrower than the MXU: see the module doc. Ops are known by
     (module, op): two modules' ops of one name are not one op."""
-    found = narrow_attention(dots, chip.mxu)
-    if found is None:
+    if hlo_ops.empty:
         return None
-    touched = set(zip(found.matmuls["module"], found.matmuls["parent"], strict=True))
-    touched |= _holding(_trace_stage(hlo_ops), found.score_elements, found.score_dims)
+    top = _trace_stage(hlo_ops)
+    heads = narrow_kernels(top[top["fusion"].isna()], chip.mxu)  # {op: its head_dim}
+    kernels = set(heads)
+    found = narrow_attention(dots, chip.mxu) if not dots.empty else None
+    if found is not None:
+        ops = set(zip(found.matmuls["module"], found.matmuls["parent"], strict=True))
+        ops |= _holding(top, found.score_elements, found.score_dims)
+        heads.update(dict.fromkeys(ops, found.head_dim))
     keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
-    ops = per[keys.isin(touched)].copy()
+    ops = per[keys.isin(heads)].copy()
     if ops.empty:
         return None
-    d = found.head_dim
+    d = keys[ops.index].map(heads)
     ops["lost_s"] = ops["time_s"] * (1 - d / chip.mxu)
-    names = found.matmuls["op_name"].map(_scope)
+    names = found.matmuls["op_name"].map(_scope) if found is not None else pd.Series(dtype=str)
     return _waste(
         "head_dim",
         ops,
         {
-            "head_dim": d,
-            "count": int(len(found.matmuls)),
+            "head_dim": int(d.min()),
+            "count": int(len(found.matmuls)) if found is not None else 0,
+            "kernels": int(keys[ops.index].isin(kernels).sum()),
             "scopes": sorted({s for s in names if s})[:4],
-            "score_elements": found.score_elements,
+            "score_elements": found.score_elements if found is not None else 0,
         },
     )
 
@@ -245,13 +251,11 @@ def measured_waste(
         "ops": len(per),
     }
     dots = _matmuls(hlo_ops)
-    if dots.empty:
-        return [], figures
     heads = head_dim_waste(per, dots, hlo_ops, chip)
     if heads is not None:  # an op's time is claimed once: its f32 matmuls are the attention's
         claimed = set(zip(heads.ops["hlo_module"], heads.ops["hlo_op"], strict=True))
         dots = dots[
             [key not in claimed for key in zip(dots["module"], dots["parent"], strict=True)]
         ]
-    found = [f32_waste(per, dots, chip), heads]
+    found = [f32_waste(per, dots, chip) if not dots.empty else None, heads]
     return [w for w in found if w is not None], figures

@@ -136,13 +136,14 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
             f"{chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / 2 / {chip.hbm_bandwidth / 1e9:.0f} GB/s)"
         )
     d = waste.info["head_dim"]
+    kernel = " and an attention kernel runs half as many heads" if waste.info.get("kernels") else ""
     return (
         f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
-        f"tensors shrink {chip.mxu // d}x and the matmuls lose their padding, so the attention's "
-        f"ops (the batched matmuls and every op that makes or reads a score tensor) keep "
-        f"{d}/{chip.mxu} of their time. A floor: XLA may also keep the smaller score tensors "
-        "in on-chip memory, which no trace of this run can show (it did for a Flax decoder on "
-        "a v5e, whose attention then kept 0.34 of its time, not 0.5)"
+        f"tensors shrink {chip.mxu // d}x, the matmuls lose their padding{kernel}, so the "
+        f"attention's ops (its batched matmuls and kernels, and every op that makes or reads a "
+        f"score tensor) keep {d}/{chip.mxu} of their time. A floor: on a v5e four training "
+        "programs' attention kept 0.34-0.42 of its time at head_dim 128, not 0.5 (docs/tpu.md); "
+        "what makes the rest is not in a trace of this run"
     )
 
 
@@ -169,9 +170,16 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         if backend == "jax"
         else "torch_xla's flash_attention"
     )
-    return (
-        f"attention head_dim {d} on a {chip.mxu}-wide MXU: at least {lost} lost per step "
-        "(measured)",
+    title = (
+        f"attention head_dim {d} on a {chip.mxu}-wide MXU: at least {lost} lost per step (measured)"
+    )
+    if waste.info.get("kernels"):
+        return title, (
+            f"Use head_dim {chip.mxu} (keep the model width: width/{chip.mxu} heads, e.g. "
+            f"`key_dim={chip.mxu}` in Keras's MultiHeadAttention): the attention kernel pads "
+            f"each head of {d} to the MXU's {chip.mxu}."
+        )
+    return title, (
         f"Use head_dim {chip.mxu} (keep the model width: width/{chip.mxu} heads), or {kernel}, "
-        "which packs heads onto the MXU.",
+        "which packs heads onto the MXU."
     )

@@ -290,6 +290,7 @@ def parse_modules(text: str, source: str = "", stage: str = "") -> list[HloModul
     """Every module in the text; instructions get resolved operand shapes and fusion membership."""
     modules: list[HloModule] = []
     current: Computation | None = None
+    pending, start = "", 0  # an instruction whose attributes run on over lines, its first line
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("//"):
@@ -307,16 +308,36 @@ def parse_modules(text: str, source: str = "", stage: str = "") -> list[HloModul
                 current = Computation(match[2], bool(match[1]))
                 modules[-1].computations.append(current)
             continue
-        if stripped == "}":
+        if stripped == "}" and not pending:
             current = None
             continue
+        pending = f"{pending}\n{stripped}" if pending else stripped
+        start = start or number
+        if _open_braces(pending) > 0:  # an attribute spans lines (a kernel's JSON metadata)
+            continue
         try:
-            current.instructions.append(parse_instruction(stripped, current.name))
+            current.instructions.append(parse_instruction(pending, current.name))
         except HloParseError as exc:
-            raise HloParseError(f"{source or 'text'}:{number}: {exc}") from None
+            raise HloParseError(f"{source or 'text'}:{start}: {exc}") from None
+        pending, start = "", 0
     for module in modules:
         _resolve(module)
     return modules
+
+
+def _open_braces(text: str) -> int:
+    """Braces opened and not closed in `text`, outside its quoted strings."""
+    depth, quoted, escaped = 0, False, False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = quoted
+        elif char == '"':
+            quoted = not quoted
+        elif not quoted:
+            depth += (char == "{") - (char == "}")
+    return depth
 
 
 def _resolve(module: HloModule) -> None:
