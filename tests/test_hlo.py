@@ -195,6 +195,24 @@ def test_convolution_matmul_view_and_tpu_layouts() -> None:
     assert matmul(precise).precision == "highest"
 
 
+def test_an_attribute_over_several_lines_is_one_instruction() -> None:
+    """A Pallas kernel's HLO (splash attention, as Keras runs it on a TPU) carries JSON
+    metadata whose text breaks the line inside its braces."""
+    (module,) = parse_modules(
+        "HloModule m\n\nENTRY %main (q: bf16[2,4,8,64]) -> bf16[2,4,8,64] {\n"
+        "  %q = bf16[2,4,8,64]{3,2,1,0} parameter(0)\n"
+        "  ROOT %splash.1 = bf16[2,4,8,64]{3,2,1,0} custom-call(bf16[2,4,8,64]{3,2,1,0} %q), "
+        'custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={\n'
+        '"xprof_metadata":"{\\"block_q\\": 128, \\"q_layout\\": 1}"\n'
+        '}}, metadata={op_name="jit(f)/splash_mha_fwd/pallas_call"}\n'
+        "}\n",
+        source="splash.txt",
+    )
+    root = module.entry.instructions[-1]
+    assert root.opcode == "custom-call" and root.name == "splash.1"
+    assert root.metadata["op_name"] == "jit(f)/splash_mha_fwd/pallas_call"
+
+
 def test_not_hlo_names_the_line() -> None:
     with pytest.raises(HloParseError, match=r"bad\.txt:4: not an HLO instruction"):
         parse_modules(

@@ -54,7 +54,7 @@ from tpuscope.collect.jax.rows import OpenStep, StepLog
 HOST_BOUND_STREAK = 4
 POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
 PACED_STREAK = 8  # closes in a row with no step handed to the helper: the device keeps pace
-_PROBE_DEPTH = 4
+_PROBE_NODES = 32  # nodes of the outputs a probe is looked for in (not per call: see tail_probe)
 
 
 def tail_probe(outputs: Any) -> Any:
@@ -64,17 +64,25 @@ def tail_probe(outputs: Any) -> Any:
 
 
 def _probe(outputs: Any) -> Any:
-    """The last array leaf of a small walk into the outputs (None if not found quickly)."""
-    for _ in range(_PROBE_DEPTH):
-        if hasattr(outputs, "is_ready"):
-            return outputs
-        if isinstance(outputs, dict):
-            outputs = next(reversed(outputs.values()), None)
-        elif isinstance(outputs, (tuple, list)):
-            outputs = outputs[-1] if outputs else None
-        else:
-            return None
-    return None
+    """A scalar array among the first _PROBE_NODES nodes of the outputs, breadth first, else
+    the last array met (None if none). A scalar (a loss, a metric) is never fed back into the
+    next call; the state is, and a framework that donates it (Keras's `fit` returns (logs,
+    state) and donates the state to its next step) deletes it before anyone asks whether it
+    is ready, which says nothing about when the device computed it."""
+    queue, last = [outputs], None
+    for index in range(_PROBE_NODES):
+        if index >= len(queue):
+            break
+        node = queue[index]
+        if hasattr(node, "is_ready"):
+            if getattr(node, "ndim", None) == 0:
+                return node
+            last = node
+        elif isinstance(node, dict):
+            queue.extend(node.values())
+        elif isinstance(node, (tuple, list)):
+            queue.extend(node)
+    return last
 
 
 class ReadyWatcher:
