@@ -176,7 +176,7 @@ def head_dim_waste(
         ops |= _holding(top, found.score_elements, found.score_dims)
         heads.update(dict.fromkeys(ops, found.head_dim))
     keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
-    ops = per[keys.isin(heads)].copy()
+    ops = per[keys.isin(set(heads))].copy()
     if ops.empty:
         return None
     d = keys[ops.index].map(heads)
@@ -199,8 +199,8 @@ def _holding(top: pd.DataFrame, elements: int, dims: tuple[int, int]) -> set[tup
     """(module, top-level op) of every op that makes or reads a score tensor (softmax, masks,
     dropout over them), its fused instructions included: an array of the scores' element count
     whose dims hold their two lengths."""
-    shapes = top["shape"].astype(str)
-    hits = {shape: _is_scores(shape, elements, dims) for shape in shapes.unique()}
+    shapes = top["shape"].fillna("").astype(str)
+    hits = {shape: _is_scores(str(shape), elements, dims) for shape in shapes.unique()}
     holds = top[shapes.map(hits).astype(bool)]
     parents = holds["fusion"].where(holds["fusion"].notna(), holds["name"])
     return set(zip(holds["module"], parents, strict=True))

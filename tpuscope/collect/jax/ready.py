@@ -47,6 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from tpuscope.collect.jax.rows import OpenStep, StepLog
@@ -54,7 +55,7 @@ from tpuscope.collect.jax.rows import OpenStep, StepLog
 HOST_BOUND_STREAK = 4
 POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
 PACED_STREAK = 8  # closes in a row with no step handed to the helper: the device keeps pace
-_PROBE_NODES = 32  # nodes of the outputs a probe is looked for in (not per call: see tail_probe)
+_PROBE_NODES = 32  # nodes walked for a probe when the outputs' last element is no array
 
 
 def tail_probe(outputs: Any) -> Any:
@@ -79,9 +80,9 @@ def _probe(outputs: Any) -> Any:
                 return node
             last = node
         elif isinstance(node, dict):
-            queue.extend(node.values())
+            queue.extend(islice(node.values(), _PROBE_NODES - len(queue)))
         elif isinstance(node, (tuple, list)):
-            queue.extend(node)
+            queue.extend(islice(node, _PROBE_NODES - len(queue)))
     return last
 
 
