@@ -12,13 +12,6 @@ PART=${1:-1}
 LOG=$OUT/log.txt
 source tests/tpu/chip_lib.sh
 pack() { tar czf $OUT/runs.tgz -C /tmp store; }
-under() {
-  local name=$1; shift
-  say "tpuscope $name: $*"
-  /usr/bin/time -f "wall %e s" tpuscope run --store $S --name $name "$@" 2>&1 | quiet | tee -a $LOG
-  tpuscope show latest --store $S --json > $S/$name.show.json 2>>$LOG
-  pack
-}
 bare() { say "bare: $*"; timed "$@"; }
 if [ "$PART" = 1 ]; then
   bare python3 $P/gpt_attention.py --heads 16

@@ -6,13 +6,6 @@
 LOG=$OUT/log.txt
 source tests/tpu/chip_lib.sh
 pack() { tar czf $OUT/runs.tgz -C /tmp store; }
-under() {
-  local name=$1; shift
-  say "tpuscope $name: $*"
-  /usr/bin/time -f "wall %e s" tpuscope run --store $S --name $name "$@" 2>&1 | quiet | tee -a $LOG
-  tpuscope show latest --store $S --json > $S/$name.show.json 2>>$LOG
-  pack
-}
 bare() { say "bare: $*"; "$@" 2>&1 | quiet | tee -a $LOG; }
 under lm_hd64 python3 $P/lm_decoder.py --heads 16
 under mlp_f32_highest python3 $P/mlp_train.py --dtype f32 --precision highest

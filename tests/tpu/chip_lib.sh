@@ -8,3 +8,12 @@ P=tests/tpu/programs
 say() { echo "== $*" | tee -a $LOG; }
 quiet() { grep -v -i "hugepage\|warnings.warn"; }
 timed() { /usr/bin/time -f "wall %e s" "$@" 2>&1 | quiet | tee -a $LOG; }
+# `tpuscope run` of one program into the store, its report as JSON beside it, then the sourcing
+# script's own `pack` (what it brings back through $OUT)
+under() {
+  local name=$1; shift
+  say "tpuscope $name: $*"
+  /usr/bin/time -f "wall %e s" tpuscope run --store $S --name $name "$@" 2>&1 | quiet | tee -a $LOG
+  tpuscope show latest --store $S --json > $S/$name.show.json 2>>$LOG
+  pack
+}
