@@ -150,12 +150,16 @@ def test_the_runs_table_fills_the_window_and_shows_every_id_whole(
     assert grid_height > 600 and grid_height >= window - 300, (grid_height, window)
     rows = browser.find_elements(By.CSS_SELECTOR, ".ag-center-cols-container .ag-row")
     assert len(rows) > 12
-    links = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.run-link")]
-    assert store.tpu in links and store.gpu in links
-    for link in browser.find_elements(
-        By.CSS_SELECTOR, "a.run-link"
-    ):  # whole: no cell cuts its link
-        assert browser.execute_script(
-            "const c = arguments[0].closest('.ag-cell');return c.scrollWidth <= c.clientWidth;",
-            link,
-        ), link.text
+    # One script reads every link and whether its cell shows it whole: the grid re-renders
+    # its rows while it settles, so an element found in one call may be stale in the next.
+    read_links = """return [...document.querySelectorAll('a.run-link')].map(a => {
+        const cell = a.closest('.ag-cell');
+        return [a.textContent, !!cell && cell.scrollWidth <= cell.clientWidth];});"""
+    links = wait(
+        browser,
+        lambda d: (found := d.execute_script(read_links))
+        and {store.tpu, store.gpu} <= {name for name, _ in found}
+        and found,
+    )
+    cut = [name for name, whole in links if not whole]
+    assert not cut, cut

@@ -16,7 +16,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import tpuscope  # noqa: E402
-from tests.conftest import run_tpuscope  # noqa: E402
+from tests.conftest import ROOT, run_tpuscope  # noqa: E402
 from tpuscope.collect.jax.explain import (  # noqa: E402
     FIRST,
     INPUT_TYPES,
@@ -234,6 +234,35 @@ def test_step_function_is_the_most_called_jitted_function(tmp_path: Path) -> Non
     assert list(steps["boundary"]) == ["jit:eval_step"] * 2 + ["jit:train_step"] * 2
     assert list(steps["executions"]) == [2, 3, 1, 1]
     assert session.proc_meta["jax_step_source"] == "calls of jitted train_step (/w/t.py:5)"
+
+
+def test_an_unjitted_optax_loop_has_one_step_an_update(tmp_path: Path) -> None:
+    """The chip corpus's Adam MLP left un-jitted (`mlp_train.py --eager`, a user who forgot
+    `jax.jit`): the only jitted calls are optax's `tree_bias_correction`, twice an update from
+    two lines of optax. Its steps are the calls from one of them: one step an update, not two
+    (on the v5e: 80 half steps of 40, a p50 of 5.7 ms where the step took 43 ms)."""
+    program = ROOT / "tests" / "tpu" / "programs" / "mlp_train.py"
+    args = ("--eager", "--widths", "32,64,8", "--batch", "16", "--steps", "14")
+    done = run_tpuscope(
+        "run",
+        "--store",
+        str(tmp_path),
+        "--name",
+        "eager",
+        "python3",
+        str(program),
+        *args,
+        env={"JAX_PLATFORMS": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [path] = [p for p in tmp_path.iterdir() if p.name.startswith("eager-")]
+    run = tpuscope.load_run(path)
+    source = run.meta["processes"][0]["jax_step_source"]
+    assert source.startswith("calls of jitted tree_bias_correction"), source
+    assert len(run.steps) == 14  # from the first update's call to the end: one step an update
+    [finding] = detect_op_by_op(RunTables.from_run(run))
+    assert finding.evidence["jit_calls_per_step"] == pytest.approx(2.0, abs=0.2)
+    assert finding.evidence["cost_basis"] == "host dispatch time"  # no device trace on the CPU
 
 
 def test_a_jitted_loop_leaves_nothing_per_step_for_the_garbage_collector(tmp_path: Path) -> None:

@@ -239,6 +239,8 @@ class OpByOpEvidence(Evidence):
         "dispatches_per_step",
         "jit_calls_per_step",
         "eager_dispatch_s",
+        "device_idle_s_per_step",
+        "cost_basis",
         "wall_s",
         "eager_time_share",
         "top_lines",
@@ -251,6 +253,8 @@ class OpByOpEvidence(Evidence):
     dispatches_per_step: float | None = None
     jit_calls_per_step: float | None = None
     eager_dispatch_s: float | None = None
+    device_idle_s_per_step: float | None = None  # the device idle while the host dispatched
+    cost_basis: str | None = None  # "device idle (trace)" or "host dispatch time"
     wall_s: float | None = None
     eager_time_share: float | None = None
     top_lines: list[dict[str, Any]] | None = None
@@ -308,6 +312,7 @@ class TensorCoreEvidence(Evidence):
     device_s_per_step: float | None = None
     traced_steps: int | None = None
     scopes: list[str] | None = None
+    ops_around: int | None = None  # f32: the ops that move the f32 matmuls' activations
     idle_compile_s: float | None = None
 
 

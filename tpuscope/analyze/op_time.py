@@ -35,6 +35,7 @@ import pandas as pd
 
 from tpuscope.analyze.attention import narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
+from tpuscope.analyze.f32_traffic import f32_activation_shares
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -134,8 +135,11 @@ def _matmuls(hlo_ops: pd.DataFrame) -> pd.DataFrame:
     return dots
 
 
-def f32_waste(per: pd.DataFrame, dots: pd.DataFrame, chip: Chip) -> MeasuredWaste | None:
-    """Matmul ops with f32 operands: measured time x (1 - their bf16 time / their time now)."""
+def f32_waste(
+    per: pd.DataFrame, dots: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip
+) -> MeasuredWaste | None:
+    """Matmul ops with f32 operands: measured time x (1 - their bf16 time / their time now);
+    the ops around them that move their f32 activations: time x the bytes bf16 would save."""
     f32 = dots[(dots["lhs_dtype"] == "f32") | (dots["rhs_dtype"] == "f32")]
     if f32.empty:
         return None
@@ -156,8 +160,24 @@ def f32_waste(per: pd.DataFrame, dots: pd.DataFrame, chip: Chip) -> MeasuredWast
     )
     share = np.where(now > 0, np.clip(1 - fixed / np.where(now > 0, now, 1), 0, 1), 0.0)
     ops["lost_s"] = ops["time_s"] * share
+    around = _around(per, hlo_ops, set(zip(ops["hlo_module"], ops["hlo_op"], strict=True)))
     precisions = sorted({p for values in passes for p in values})
-    return _waste("f32", ops, {"precision": precisions, "count": int(len(f32))})
+    info = {"precision": precisions, "count": int(len(f32)), "ops_around": len(around)}
+    if not around.empty:
+        info["around_lost_s"] = float(around["lost_s"].sum())
+    return _waste("f32", pd.concat([ops, around], ignore_index=True), info)
+
+
+def _around(
+    per: pd.DataFrame, hlo_ops: pd.DataFrame, matmuls: set[tuple[str, str]]
+) -> pd.DataFrame:
+    """The ops that move the f32 matmuls' f32 activations (analyze/f32_traffic): HBM-bound, in
+    bf16 they would move half those bytes, so each loses its time x their share / 2."""
+    shares = f32_activation_shares(_trace_stage(hlo_ops), matmuls)
+    keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
+    ops = per[keys.isin(set(shares))].copy()
+    ops["lost_s"] = ops["time_s"] * keys[ops.index].map(shares).astype(float) / 2
+    return ops
 
 
 def head_dim_waste(
@@ -252,10 +272,14 @@ def measured_waste(
     }
     dots = _matmuls(hlo_ops)
     heads = head_dim_waste(per, dots, hlo_ops, chip)
+    free = per
     if heads is not None:  # an op's time is claimed once: its f32 matmuls are the attention's
         claimed = set(zip(heads.ops["hlo_module"], heads.ops["hlo_op"], strict=True))
         dots = dots[
             [key not in claimed for key in zip(dots["module"], dots["parent"], strict=True)]
         ]
-    found = [f32_waste(per, dots, chip) if not dots.empty else None, heads]
+        free = per[
+            [key not in claimed for key in zip(per["hlo_module"], per["hlo_op"], strict=True)]
+        ]
+    found = [f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None, heads]
     return [w for w in found if w is not None], figures

@@ -10,6 +10,7 @@ The estimated evidence (from the HLO, on the --target chip) is tensorcore.py's."
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.detect.advice import for_backend
+from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -49,9 +51,24 @@ def evidence_keys(*parts: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(key for part in parts for key in part))
 
 
-def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
-    """The device idle for IDLE_SHARE or more of the judged traced steps (xprof's duty cycle,
-    else the trace's XLA ops): the step is host-bound."""
+@dataclass
+class TracedIdle:
+    """The device's idle share of the judged traced steps, and how it was measured."""
+
+    share: float
+    total_ns: float  # the traced steps' time
+    rows: pd.DataFrame  # device_steps rows of those steps
+    basis: str
+
+    @property
+    def idle_s_per_step(self) -> float:
+        steps = self.rows["step"].nunique() if not self.rows.empty else 0
+        return self.share * self.total_ns / 1e9 / steps if steps else 0.0
+
+
+def traced_idle(tables: RunTables, measured: dict[str, Any]) -> TracedIdle | None:
+    """The device idle share of the judged traced steps (xprof's duty cycle, else the trace's
+    XLA ops), less the time spent compiling (the device idles then, waiting for no host)."""
     device_steps = tables.extra.get("device_steps", pd.DataFrame())
     judged = tables.judged
     rows = device_steps
@@ -59,25 +76,33 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         rows = device_steps[device_steps["step"].isin(judged["step"])]
     total = float((rows["busy_ns"] + rows["idle_ns"]).sum()) if not rows.empty else 0.0
     if "device_duty_cycle_percent" in measured:
-        idle_share, basis = (
+        return TracedIdle(
             1 - measured["device_duty_cycle_percent"] / 100,
+            total,
+            rows,
             "measured by xprof (duty cycle)",
         )
-    elif total > 0:
-        compiling = _compile_ns(tables, rows)
-        idle_share, basis = (
-            max(float(rows["idle_ns"].sum()) - compiling, 0.0) / total,
-            "measured from the trace's XLA ops"
-            + (
-                f"; {compiling / 1e9:.2f} s of the idle time was compiling, not waiting"
-                if compiling
-                else ""
-            ),
-        )
-    else:
+    if total <= 0:
         return None
-    if idle_share < IDLE_SHARE:
+    compiling = _compile_ns(tables, rows)
+    basis = "measured from the trace's XLA ops" + (
+        f"; {compiling / 1e9:.2f} s of the idle time was compiling, not waiting"
+        if compiling
+        else ""
+    )
+    return TracedIdle(
+        max(float(rows["idle_ns"].sum()) - compiling, 0.0) / total, total, rows, basis
+    )
+
+
+def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
+    """The device idle for IDLE_SHARE or more of the judged traced steps: the step is
+    host-bound. Not a card where the steps dispatch their ops one by one: rule op_by_op's card
+    names that cause and takes this idle time as its cost."""
+    idle = traced_idle(tables, measured)
+    if idle is None or idle.share < IDLE_SHARE or runs_op_by_op(tables):
         return None
+    idle_share, total, rows, basis = idle.share, idle.total_ns, idle.rows, idle.basis
     idle_s = idle_share * total / 1e9
     devices = sorted({str(d) for d in rows["device"]}) if not rows.empty else []
     runs, count = Finding.of_steps(

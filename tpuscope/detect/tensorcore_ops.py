@@ -117,7 +117,9 @@ def _card(
         location=location,
         library_lines=library,
         **{
-            k: v for k, v in waste.info.items() if k in ("head_dim", "precision", "count", "scopes")
+            k: v
+            for k, v in waste.info.items()
+            if k in ("head_dim", "precision", "count", "scopes", "ops_around")
         },
     )
     cost = waste.lost_s * runs
@@ -131,9 +133,18 @@ def _card(
 
 def _why(waste: MeasuredWaste, chip: Chip) -> str:
     if waste.kind == "f32":
+        around = waste.info.get("ops_around", 0)
         return (
             "the f32 passes and traffic: in bf16 the same matmuls would take max(FLOPs / "
             f"{chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / 2 / {chip.hbm_bandwidth / 1e9:.0f} GB/s)"
+            + (
+                f", and the {around} ops around them that move their f32 activations (batch "
+                "norm, activations, pooling, their gradients, copies; not the step's state) "
+                "would move half those bytes, "
+                f"{fmt_time(waste.info.get('around_lost_s', 0.0))} of the loss"
+                if around
+                else ""
+            )
         )
     d = waste.info["head_dim"]
     kernel = " and an attention kernel runs half as many heads" if waste.info.get("kernels") else ""

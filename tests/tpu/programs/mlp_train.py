@@ -3,11 +3,12 @@
 optax's Adam, as Flax and optax's own examples train. Synthetic data, no download.
 
     mlp_train.py [--widths 1024,4096,4096,1024] [--batch 2048] [--dtype bf16|f32]
-                 [--precision default|highest] [--steps 40] [--annotate]
+                 [--precision default|highest] [--steps 40] [--annotate] [--eager]
 
 Prints `step_ms <mean step time over the timed steps>` (steps after the first 10, timed from
 the first call to the last result ready, as a user times a loop) and the step's FLOPs.
 --annotate wraps each step in `jax.profiler.StepTraceAnnotation` (xprof's step markers).
+--eager leaves `update` un-jitted (the step runs op by op, as when a user forgets `jax.jit`).
 """
 
 import argparse
@@ -24,6 +25,7 @@ parser.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
 parser.add_argument("--precision", default="default", choices=["default", "highest"])
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--annotate", action="store_true")
+parser.add_argument("--eager", action="store_true", help="no jax.jit on the step")
 parser.add_argument("--trace", default="", help="a jax.profiler trace into this folder")
 parser.add_argument("--trace-from", type=int, default=10, help="first traced step (0: from start-up, compiles included)")
 parser.add_argument("--trace-count", type=int, default=5)
@@ -60,11 +62,14 @@ def loss_fn(params, x, y):
 optimizer = optax.adam(1e-3)
 
 
-@jax.jit
 def update(params, opt_state, x, y):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
+
+
+if not args.eager:
+    update = jax.jit(update)
 
 
 params = init_params(jax.random.PRNGKey(0), widths)

@@ -6,11 +6,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tpuscope.collect.frames import is_user_file
 from tpuscope.collect.jax.lane import Lane
+
+Site = tuple[str, int]  # (file, line) of a call
+_OWN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def caller_site() -> Site | None:
+    """The first frame outside tpuscope's own hooks: the place that called a jitted function."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 def report(call: Any, *args: Any) -> None:

@@ -40,7 +40,7 @@ from tpuscope.collect.jax.rows import (
     OpenStep,
     StepLog,
 )
-from tpuscope.collect.jax.sink import JitTarget
+from tpuscope.collect.jax.sink import JitTarget, Site, caller_site
 from tpuscope.collect.session import ProfilerCost, Session
 from tpuscope.collect.trace_steps import ProfilerWindow
 
@@ -55,13 +55,15 @@ class StepTracker:
         self.step = 0
         self.mode: str | None = None  # ANNOTATION or "jit" once a step source is seen
         self.step_fn: JitTarget | None = None
+        self.step_site: Site | None = None  # a library's step function: the place it is called
+        self._shared_fn = False  # the library's step function is called from other places too
         self._open = False
         self._boundary = ""
         self._depth = 0
         self._last_end = 0
-        self._calls: Counter = Counter()  # calls of jitted functions other than step_fn
+        self._calls: Counter = Counter()  # calls of (jitted function, site) but the step's
         self._step_calls = 0  # of step_fn
-        self._first_call_ns: dict[JitTarget, int] = {}
+        self._first_call_ns: dict[tuple[JitTarget, Site | None], int] = {}
         self._acc = OpenStep()  # the open step (or the work before the first one)
         self._lock = threading.RLock()
         self._rows = StepLog()  # steps done, whose rows wait for the flush
@@ -160,7 +162,8 @@ class StepTracker:
         self._last_end = t_ns
         self.step = step = self.step + 1
         self.clock.closed(record, t_ns, following, step, self._boundary)
-        if self.clock.settled_at(t_ns) and self._owns_steps():  # the next calls take the lane
+        if self.clock.settled_at(t_ns) and self._owns_steps() and not self._shared_fn:
+            # the next calls take the lane (which counts every call of the step function)
             self.lane.open(self.step_fn, perf_counter_ns() - (time_ns() - t_ns))
 
     def on_lane_batch(self, outputs: Any) -> None:
@@ -275,7 +278,7 @@ class StepTracker:
         with self._lock:
             if self.lane.pending():
                 self._lane_flush(perf_counter_ns())  # the open step: the one this call is in
-            if target is self.step_fn and self.mode == "jit":  # a call of the step function
+            if target is self.step_fn and self.mode == "jit" and self._at_step_site():
                 self._leave_lane()
                 self._step_calls += 1
                 now = time_ns()
@@ -296,24 +299,38 @@ class StepTracker:
                 acc.events += 1
                 self._events.add(self.step, (JIT_CALL, target.name, None, None))
 
+    def _at_step_site(self) -> bool:
+        """Whether this call of the step function is the step's: a library's step function
+        counts only from the place it was chosen at (optax's `tree_bias_correction` is called
+        twice an update, from two lines: each line's calls recur once a step)."""
+        if self.step_site is None:
+            return True
+        if caller_site() == self.step_site:
+            return True
+        self._shared_fn = True
+        return False
+
     def _choose_step(self, target: JitTarget, now: int) -> None:
-        calls = self._calls[target] = self._calls[target] + 1
-        self._first_call_ns.setdefault(target, now)
+        key = (target, None if target.user else caller_site())
+        calls = self._calls[key] = self._calls[key] + 1
+        self._first_call_ns.setdefault(key, now)
         boundary = f"{target.transform}:{target.name}"
         if self.step_fn is None:
             if calls < 2:
                 return
-            self._make_step_fn(target)
-            self._open_at(self._first_call_ns[target], boundary)
-        elif target is not self.step_fn:
+            self._make_step_fn(key)
+            self._open_at(self._first_call_ns[key], boundary)
+        elif key != (self.step_fn, self.step_site):
             if calls <= self._step_calls:
                 return
-            self._calls[self.step_fn] = self._step_calls
-            self._make_step_fn(target)
+            self._calls[(self.step_fn, self.step_site)] = self._step_calls
+            self._make_step_fn(key)
         self._open_at(now, boundary)
 
-    def _make_step_fn(self, target: JitTarget) -> None:
-        self.step_fn, self.mode, self._step_calls = target, "jit", self._calls.pop(target)
+    def _make_step_fn(self, key: tuple[JitTarget, Site | None]) -> None:
+        target, self.step_site = key
+        self.step_fn, self.mode, self._step_calls = target, "jit", self._calls.pop(key)
+        self._shared_fn = False
         how = "jitted" if target.transform == "jit" else "pmapped"
         self.session.set_meta(jax_step_source=f"calls of {how} {target.name} ({target.defined_at})")
 

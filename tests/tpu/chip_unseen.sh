@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Programs of kinds the chip corpus had not held, bare and under `tpuscope run` in the default
+# mode (device tool, repo root, .tpu/ carried after prepare.sh):
+#   TPU_WITH_FLAX= timeout 540 bash tests/tpu/chip_unseen.sh PART
+# 1: cnn_train.py (a ResNet-18 in flax's imagenet idiom) in bf16 and f32 (its f32 cost: the f32
+#    step less the bf16 step), and mlp_train.py --eager (the step not jitted) with its jitted twin.
+# The store and the log are re-packed into $OUT after each run, so a run cut short keeps what
+# finished.
+PART=${1:-1}
+LOG=$OUT/log.txt
+source tests/tpu/chip_lib.sh
+pack() { tar czf $OUT/runs.tgz -C /tmp store; }
+bare() { say "bare: $*"; timed "$@"; }
+if [ "$PART" = 1 ]; then
+  bare python3 $P/mlp_train.py --eager
+  bare python3 $P/mlp_train.py
+  under mlp_eager python3 $P/mlp_train.py --eager
+  bare python3 $P/cnn_train.py --dtype bf16
+  bare python3 $P/cnn_train.py --dtype f32
+  under cnn_bf16 python3 $P/cnn_train.py --dtype bf16
+  under cnn_f32 python3 $P/cnn_train.py --dtype f32
+fi
+pack
