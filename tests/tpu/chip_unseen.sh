@@ -4,6 +4,9 @@
 #   TPU_WITH_FLAX= timeout 540 bash tests/tpu/chip_unseen.sh PART
 # 1: cnn_train.py (a ResNet-18 in flax's imagenet idiom) in bf16 and f32 (its f32 cost: the f32
 #    step less the bf16 step), and mlp_train.py --eager (the step not jitted) with its jitted twin.
+# 2: the round's check on the code that read part 1: the eager MLP and the f32 ResNet under
+#    tpuscope again, the f32 MLP at default precision against its mixed-precision twin (f32
+#    parameters, bf16 compute), bare and under tpuscope, and Keras's fit at key_dim 64 under it.
 # The store and the log are re-packed into $OUT after each run, so a run cut short keeps what
 # finished.
 PART=${1:-1}
@@ -19,5 +22,13 @@ if [ "$PART" = 1 ]; then
   bare python3 $P/cnn_train.py --dtype f32
   under cnn_bf16 python3 $P/cnn_train.py --dtype bf16
   under cnn_f32 python3 $P/cnn_train.py --dtype f32
+fi
+if [ "$PART" = 2 ]; then
+  under mlp_eager python3 $P/mlp_train.py --eager
+  bare python3 $P/mlp_train.py --dtype f32
+  bare python3 $P/mlp_train.py --master-f32
+  under mlp_f32 python3 $P/mlp_train.py --dtype f32
+  under cnn_f32 python3 $P/cnn_train.py --dtype f32
+  under keras_hd64 python3 $P/keras_transformer.py --heads 16
 fi
 pack

@@ -54,8 +54,8 @@ def arrays(shape: object) -> list[tuple[str, int]]:
 def f32_activation_shares(
     hlo_ops: pd.DataFrame, matmuls: set[tuple[str, str]]
 ) -> dict[tuple[str, str], float]:
-    """{(module, top-level op): the share of its bytes in f32 activations} for every op other
-    than `matmuls` (the f32 matmuls' top-level ops) that the f32 activations reach from them."""
+    """{(module, top-level op): the share of its bytes in f32 activations} for `matmuls` (the
+    f32 matmuls' top-level ops) and every op the f32 activations reach from them."""
     shares: dict[tuple[str, str], float] = {}
     if hlo_ops.empty or not matmuls:
         return shares
@@ -64,9 +64,7 @@ def f32_activation_shares(
         starts = {name for m, name in matmuls if m == module} & set(ops["name"])
         if starts:
             shares.update(
-                ((str(module), op), share)
-                for op, share in _component(ops, starts).items()
-                if op not in starts
+                ((str(module), op), share) for op, share in _component(ops, starts).items()
             )
     return shares
 

@@ -152,15 +152,22 @@ def f32_waste(
     )
     if ops.empty:
         return None
+    shares = f32_activation_shares(
+        _trace_stage(hlo_ops), set(zip(ops["hlo_module"], ops["hlo_op"], strict=True))
+    )
+    keys = pd.Series(list(zip(ops["hlo_module"], ops["hlo_op"], strict=True)), index=ops.index)
+    # of its bytes, halved in bf16: its f32 activations' share (all, where no dataflow is known)
+    halved = keys.map(shares).fillna(0.0 if shares else 1.0).to_numpy(float) / 2
     flops = np.maximum(ops["flops"].fillna(0).to_numpy(float), ops["real_flops"].to_numpy(float))
     bytes_ = ops["bytes"].fillna(0).to_numpy(float)
     now = np.maximum(flops / chip.peak_flops, bytes_ / chip.hbm_bandwidth)
     fixed = np.maximum(
-        ops["real_flops"].to_numpy(float) / chip.peak_flops, bytes_ / 2 / chip.hbm_bandwidth
+        ops["real_flops"].to_numpy(float) / chip.peak_flops,
+        bytes_ * (1 - halved) / chip.hbm_bandwidth,
     )
     share = np.where(now > 0, np.clip(1 - fixed / np.where(now > 0, now, 1), 0, 1), 0.0)
     ops["lost_s"] = ops["time_s"] * share
-    around = _around(per, hlo_ops, set(zip(ops["hlo_module"], ops["hlo_op"], strict=True)))
+    around = _around(per, shares, set(keys))
     precisions = sorted({p for values in passes for p in values})
     info = {"precision": precisions, "count": int(len(f32)), "ops_around": len(around)}
     if not around.empty:
@@ -169,13 +176,12 @@ def f32_waste(
 
 
 def _around(
-    per: pd.DataFrame, hlo_ops: pd.DataFrame, matmuls: set[tuple[str, str]]
+    per: pd.DataFrame, shares: dict[tuple[str, str], float], matmuls: set[tuple[str, str]]
 ) -> pd.DataFrame:
     """The ops that move the f32 matmuls' f32 activations (analyze/f32_traffic): HBM-bound, in
     bf16 they would move half those bytes, so each loses its time x their share / 2."""
-    shares = f32_activation_shares(_trace_stage(hlo_ops), matmuls)
     keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
-    ops = per[keys.isin(set(shares))].copy()
+    ops = per[keys.isin(set(shares) - matmuls)].copy()
     ops["lost_s"] = ops["time_s"] * keys[ops.index].map(shares).astype(float) / 2
     return ops
 

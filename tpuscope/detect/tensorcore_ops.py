@@ -138,9 +138,9 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
             "the f32 passes and traffic: in bf16 the same matmuls would take max(FLOPs / "
             f"{chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / 2 / {chip.hbm_bandwidth / 1e9:.0f} GB/s)"
             + (
-                f", and the {around} ops around them that move their f32 activations (batch "
-                "norm, activations, pooling, their gradients, copies; not the step's state) "
-                "would move half those bytes, "
+                f", and the {around} ops around them that move their f32 activations and "
+                "gradients (normalization, activations, pooling, copies; not the step's "
+                "parameters and optimizer state, which stay f32) would move half those bytes, "
                 f"{fmt_time(waste.info.get('around_lost_s', 0.0))} of the loss"
                 if around
                 else ""

@@ -4,11 +4,14 @@ optax's Adam, as Flax and optax's own examples train. Synthetic data, no downloa
 
     mlp_train.py [--widths 1024,4096,4096,1024] [--batch 2048] [--dtype bf16|f32]
                  [--precision default|highest] [--steps 40] [--annotate] [--eager]
+                 [--master-f32]
 
 Prints `step_ms <mean step time over the timed steps>` (steps after the first 10, timed from
 the first call to the last result ready, as a user times a loop) and the step's FLOPs.
 --annotate wraps each step in `jax.profiler.StepTraceAnnotation` (xprof's step markers).
 --eager leaves `update` un-jitted (the step runs op by op, as when a user forgets `jax.jit`).
+--master-f32 keeps the parameters (and Adam's state) in f32 and computes in --dtype, as Flax's
+`dtype=` over `param_dtype=float32` does: the mixed-precision twin of an f32 program.
 """
 
 import argparse
@@ -26,6 +29,7 @@ parser.add_argument("--precision", default="default", choices=["default", "highe
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--annotate", action="store_true")
 parser.add_argument("--eager", action="store_true", help="no jax.jit on the step")
+parser.add_argument("--master-f32", action="store_true", help="f32 parameters, compute in --dtype")
 parser.add_argument("--trace", default="", help="a jax.profiler trace into this folder")
 parser.add_argument("--trace-from", type=int, default=10, help="first traced step (0: from start-up, compiles included)")
 parser.add_argument("--trace-count", type=int, default=5)
@@ -37,18 +41,20 @@ if args.precision == "highest":
     jax.config.update("jax_default_matmul_precision", "highest")
 dtype = jnp.bfloat16 if args.dtype == "bf16" else jnp.float32
 widths = [int(w) for w in args.widths.split(",")]
+param_dtype = jnp.float32 if args.master_f32 else dtype
 
 
 def init_params(key, sizes):
     params = []
     for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
         key, wkey = jax.random.split(key)
-        params.append((jax.random.normal(wkey, (n_in, n_out)).astype(dtype) / n_in**0.5,
-                       jnp.zeros(n_out, dtype)))
+        params.append((jax.random.normal(wkey, (n_in, n_out)).astype(param_dtype) / n_in**0.5,
+                       jnp.zeros(n_out, param_dtype)))
     return params
 
 
 def predict(params, x):
+    params = jax.tree.map(lambda p: p.astype(dtype), params)
     for w, b in params[:-1]:
         x = jax.nn.relu(x @ w + b)
     w, b = params[-1]
