@@ -8,6 +8,9 @@ P=tests/tpu/programs
 say() { echo "== $*" | tee -a $LOG; }
 quiet() { grep -v -i "hugepage\|warnings.warn"; }
 timed() { /usr/bin/time -f "wall %e s" "$@" 2>&1 | quiet | tee -a $LOG; }
+# what a script brings back through $OUT (the store; a script may define its own after this)
+pack() { tar czf $OUT/runs.tgz -C /tmp store; }
+bare() { say "bare: $*"; timed "$@"; }
 # `tpuscope run` of one program into the store, its report as JSON beside it, then the sourcing
 # script's own `pack` (what it brings back through $OUT)
 under() {

@@ -12,8 +12,6 @@
 PART=${1:-1}
 LOG=$OUT/log.txt
 source tests/tpu/chip_lib.sh
-pack() { tar czf $OUT/runs.tgz -C /tmp store; }
-bare() { say "bare: $*"; timed "$@"; }
 if [ "$PART" = 1 ]; then
   bare python3 $P/mlp_train.py --eager
   bare python3 $P/mlp_train.py

@@ -16,39 +16,25 @@ is not reached: its matmuls are not f32.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 
 import pandas as pd
 
-_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
-_BYTES = {
-    "f64": 8,
-    "s64": 8,
-    "u64": 8,
-    "c64": 8,
-    "f32": 4,
-    "s32": 4,
-    "u32": 4,
-    "bf16": 2,
-    "f16": 2,
-    "s16": 2,
-    "u16": 2,
-    "s8": 1,
-    "u8": 1,
-    "pred": 1,
-}
+from tpuscope.parse.hlo import read_shape
 
 
-def arrays(shape: object) -> list[tuple[str, int]]:
-    """The arrays of an HLO shape ('(f32[64], bf16[8,128])'): (dtype[dims] as written, bytes)."""
-    found = []
-    for dtype, dims in _ARRAY.findall(str(shape)):
-        elements = 1
-        for d in dims.split(","):
-            elements *= int(d) if d else 1
-        found.append((f"{dtype}[{dims}]", elements * _BYTES.get(dtype, 4)))
-    return found
+def arrays(shape: object) -> list[tuple[str, float]]:
+    """The arrays of an HLO shape ('(f32[64], bf16[8,128])'): (dtype[dims] as written, bytes);
+    read by the HLO parser's own shape reader."""
+    found, _ = read_shape(str(shape))
+    leaves, todo = [], [found] if found is not None else []
+    while todo:
+        leaf = todo.pop()
+        if leaf.is_tuple:
+            todo.extend(reversed(leaf.elements))
+        else:
+            leaves.append((str(leaf), leaf.bytes))
+    return leaves
 
 
 def f32_activation_shares(

@@ -60,11 +60,6 @@ class TracedIdle:
     rows: pd.DataFrame  # device_steps rows of those steps
     basis: str
 
-    @property
-    def idle_s_per_step(self) -> float:
-        steps = self.rows["step"].nunique() if not self.rows.empty else 0
-        return self.share * self.total_ns / 1e9 / steps if steps else 0.0
-
 
 def traced_idle(tables: RunTables, measured: dict[str, Any]) -> TracedIdle | None:
     """The device idle share of the judged traced steps (xprof's duty cycle, else the trace's
