@@ -157,9 +157,11 @@ def test_the_runs_table_fills_the_window_and_shows_every_id_whole(
         return [a.textContent, !!cell && cell.scrollWidth <= cell.clientWidth];});"""
     links = wait(
         browser,
-        lambda d: (found := d.execute_script(read_links))
-        and {store.tpu, store.gpu} <= {name for name, _ in found}
-        and found,
+        lambda d: (
+            (found := d.execute_script(read_links))
+            and {store.tpu, store.gpu} <= {name for name, _ in found}
+            and found
+        ),
     )
     cut = [name for name, whole in links if not whole]
     assert not cut, cut

@@ -189,7 +189,7 @@ def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> f
 def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
     """How the cost was measured: the device's idle time while the host dispatched (a trace),
     else the host's time inside the dispatches (a lower bound)."""
-    if seen.idle is not None:
+    if seen.idle is not None and seen.waited_s is not None:
         return (
             f"Cost: {cost_s:.3f} s = {seen.waited_s * 1e3:.2f} ms a step: the device's idle "
             f"share of the traced steps, {seen.idle.share:.0%} ({seen.idle.basis}), of the "

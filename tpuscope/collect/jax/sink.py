@@ -9,6 +9,7 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Protocol
 
 from tpuscope.collect.frames import is_user_file
@@ -20,7 +21,7 @@ _OWN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def caller_site() -> Site | None:
     """The first frame outside tpuscope's own hooks: the place that called a jitted function."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_OWN):
         frame = frame.f_back
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
