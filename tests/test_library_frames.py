@@ -196,6 +196,7 @@ def fresh_rules() -> Iterator[None]:
             user_files.is_user_file,
             user_files.library_root,
             user_files._installed_tops,
+            user_files.frame_kind,
         ):
             cached.cache_clear()
 
@@ -252,8 +253,10 @@ def test_a_program_folder_named_by_its_host(
     monkeypatch.setattr(user_files, "_ADDED", [])
     user_files._own_folders.cache_clear()
     assert not user_files.is_user_file(f"{suite}/tests/test_x.py")
+    assert user_files.frame_kind(f"{suite}/tests/test_x.py") == user_files.LIBRARY
     user_files.add_program_folder(str(suite))
     assert user_files.is_user_file(f"{suite}/tests/test_x.py")
+    assert user_files.frame_kind(f"{suite}/tests/test_x.py") == user_files.USER  # cache cleared
     monkeypatch.undo()
     user_files._own_folders.cache_clear()
 

@@ -183,13 +183,13 @@ def test_head_dim_64_written_four_ways_is_measured_as_a_floor(
 ) -> None:
     """Attention at head_dim 64 from nanoGPT's `q @ k.T`, jax.nn.dot_product_attention,
     Keras's splash kernels and Flax's einsum: one card each, whose measured loss is a floor of
-    what the head_dim 128 twin saved bare on the v5e (71-89% of it: the attention kept
+    what the head_dim 128 twin saved bare on the v5e (76-89% of it: the attention kept
     0.34-0.42 of its time there, the rule takes 0.5), at the attention's line. The f32 scores
     gradient inside jax.nn.dot_product_attention is the attention's, not a second card."""
     (card,) = [f for f in _findings(imported[trace]) if f.rule == "tensorcore_underuse"]
     evidence = card.evidence.to_dict()
     assert evidence["kind"] == "head_dim" and evidence["head_dim"] == 64
-    assert 0.7 * truth_s <= evidence["lost_s_per_step"] <= truth_s
+    assert 0.75 * truth_s <= evidence["lost_s_per_step"] <= truth_s
     assert line in " ".join([card.location or "", *evidence["library_lines"]])
 
 

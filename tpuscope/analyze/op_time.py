@@ -14,7 +14,7 @@ sets the size):
   on a 128-wide MXU). With head_dim at the edge and as many fewer heads (the same model width)
   the score tensors shrink by head_dim/edge and the matmuls' padded passes go: the attention's
   ops (its batched matmuls and every op that makes or reads a score tensor: softmax, masks,
-  dropout) are taken to keep head_dim/edge of their time. Its projections do not change. A
+  dropout, XLA's online-softmax custom call) are taken to keep head_dim/edge of their time. Its projections do not change. A
   floor: on a v5e (docs/tpu.md) Flax's decoder at head_dim 64 measured 3.85 ms lost this way
   against 4.39 ms measured bare against its head_dim 128 twin, whose halved scores XLA kept in
   on-chip memory (the trace's HLO: memory space S(1)) where the head_dim 64 ones sat in HBM.
@@ -229,7 +229,25 @@ def _holding(top: pd.DataFrame, elements: int, dims: tuple[int, int]) -> set[tup
     hits = {shape: _is_scores(str(shape), elements, dims) for shape in shapes.unique()}
     holds = top[shapes.map(hits).astype(bool)]
     parents = holds["fusion"].where(holds["fusion"].notna(), holds["name"])
-    return set(zip(holds["module"], parents, strict=True))
+    return set(zip(holds["module"], parents, strict=True)) | _reading(top, holds)
+
+
+def _reading(top: pd.DataFrame, holds: pd.DataFrame) -> set[tuple[str, str]]:
+    """(module, op) of the top-level ops that read a top-level score tensor without making one:
+    a custom call has no fused parameters to show its operands' shapes (XLA's `online-softmax`
+    on a TPU reads the scores and writes the attention's output)."""
+    unfused = holds[holds["fusion"].isna()]
+    made = set(zip(unfused["module"], unfused["name"], strict=True))
+    if not made or "operands" not in top:
+        return set()
+    outer = top[top["fusion"].isna()]
+    return {
+        (module, name)
+        for module, name, operands in zip(
+            outer["module"], outer["name"], outer["operands"], strict=True
+        )
+        if operands is not None and any((module, o) in made for o in operands)
+    }
 
 
 def _is_scores(shape: str, elements: int, dims: tuple[int, int]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import FrameType
 
-from tpuscope.user_files import import_path, is_plumbing, is_user_file
+from tpuscope.user_files import LIBRARY, USER, frame_kind, import_path, is_user_file
 
 __all__ = ["import_path", "is_user_file", "user_and_library", "user_frames", "frame_location"]
 
@@ -37,9 +37,10 @@ def user_and_library(
     library = None
     while frame is not None:
         filename = frame.f_code.co_filename
-        if is_user_file(filename):
+        kind = frame_kind(filename, skip)
+        if kind == USER:
             return f"{filename}:{frame.f_lineno}", library
-        if library is None and not is_plumbing(filename) and not any(s in filename for s in skip):
+        if library is None and kind == LIBRARY:
             library = f"{import_path(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, library

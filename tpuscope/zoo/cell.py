@@ -266,8 +266,11 @@ def _judged(
 def _finding(f: dict[str, Any]) -> dict[str, Any]:
     ev = f.get("evidence") or {}
     sites = [s.get("location") for s in ev.get("sites") or [] if isinstance(s, dict)]
+    compiles = ev.get("compiles")  # a list of compiles, or a count (the compile_time card)
     causes = [
-        c.get("cause") for c in ev.get("compiles") or [] if isinstance(c, dict) and c.get("cause")
+        c.get("cause")
+        for c in (compiles if isinstance(compiles, list) else [])
+        if isinstance(c, dict) and c.get("cause")
     ]
     return {
         "rule": f.get("rule"),
