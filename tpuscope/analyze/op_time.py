@@ -14,10 +14,13 @@ sets the size):
   on a 128-wide MXU). With head_dim at the edge and as many fewer heads (the same model width)
   the score tensors shrink by head_dim/edge and the matmuls' padded passes go: the attention's
   ops (its batched matmuls and every op that makes or reads a score tensor: softmax, masks,
-  dropout, XLA's online-softmax custom call) are taken to keep head_dim/edge of their time. Its projections do not change. A
-  floor: on a v5e (docs/tpu.md) Flax's decoder at head_dim 64 measured 3.85 ms lost this way
-  against 4.39 ms measured bare against its head_dim 128 twin, whose halved scores XLA kept in
-  on-chip memory (the trace's HLO: memory space S(1)) where the head_dim 64 ones sat in HBM.
+  dropout, XLA's online-softmax custom call) are taken to keep head_dim/edge of their time. Its
+  projections do not change. An estimate: what the attention keeps at head_dim 128 is not in a
+  trace at 64. On a v5e (docs/tpu.md) four training programs' attention kept 0.34-0.42 (the
+  card 76-89% of the truth: XLA kept the halved scores in on-chip memory, the trace's memory
+  space S(1), where the head_dim 64 ones sat in HBM), and attention timed alone
+  (benchmarks/tpu_attention_kept.py) kept 0.2-0.8 in training across shapes and
+  implementations, more than 1 in jax.nn.dot_product_attention's forward at seq 511 and below.
   The attention's ops are its card's alone: f32 matmuls among them (`jax.nn.dot_product_attention`
   takes its scores' gradient in f32) are not counted again as f32 waste, and the fix that
   removes the narrow head's cost (a Pallas attention kernel) removes theirs.

@@ -106,7 +106,11 @@ def _card(
     )
     evidence = TensorCoreEvidence(
         basis=f"measured (op times of the TPU trace, peaks of the {chip.name})",
-        cost_figure="measured",
+        cost_figure=(
+            "measured"
+            if waste.kind == "f32"
+            else "estimated (the attention ops' measured time x the narrow head's share)"
+        ),
         target=next(k for k, v in GENERATIONS.items() if v is chip),
         kind=waste.kind,
         share_of_step=round(share, 4),
@@ -152,9 +156,11 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
         f"tensors shrink {chip.mxu // d}x, the matmuls lose their padding{kernel}, so the "
         f"attention's ops (its batched matmuls and kernels, and every op that makes or reads a "
-        f"score tensor) keep {d}/{chip.mxu} of their time. A floor: on a v5e four training "
-        "programs' attention kept 0.34-0.42 of its time at head_dim 128, not 0.5 (docs/tpu.md); "
-        "what makes the rest is not in a trace of this run"
+        f"score tensor) would keep about {d}/{chip.mxu} of their time. An estimate, not a "
+        "measurement: on a v5e four training programs' attention kept 0.34-0.42 of its time at "
+        "head_dim 128, while attention timed alone kept 0.2-0.8 in training across shapes and "
+        "implementations, and jax.nn.dot_product_attention's forward at seq 511 and below ran "
+        "slower at head_dim 128 (docs/tpu.md); only a run at head_dim 128 measures it"
     )
 
 
@@ -182,7 +188,8 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         else "torch_xla's flash_attention"
     )
     title = (
-        f"attention head_dim {d} on a {chip.mxu}-wide MXU: at least {lost} lost per step (measured)"
+        f"attention head_dim {d} on a {chip.mxu}-wide MXU: about {lost} lost per step "
+        f"(estimated from its ops' measured {fmt_time(waste.op_time_s)})"
     )
     if waste.info.get("kernels"):
         return title, (
