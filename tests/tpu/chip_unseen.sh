@@ -7,6 +7,8 @@
 # 2: the round's check on the code that read part 1: the eager MLP and the f32 ResNet under
 #    tpuscope again, the f32 MLP at default precision against its mixed-precision twin (f32
 #    parameters, bf16 compute), bare and under tpuscope, and Keras's fit at key_dim 64 under it.
+# 3: part 2 with the eager MLP bare first (tpuscope's cost on an un-jitted loop, paired) and the
+#    GPT at head_dim 64 under tpuscope (the card's wording).
 # The store and the log are re-packed into $OUT after each run, so a run cut short keeps what
 # finished.
 PART=${1:-1}
@@ -21,7 +23,11 @@ if [ "$PART" = 1 ]; then
   under cnn_bf16 python3 $P/cnn_train.py --dtype bf16
   under cnn_f32 python3 $P/cnn_train.py --dtype f32
 fi
-if [ "$PART" = 2 ]; then
+if [ "$PART" = 3 ]; then
+  bare python3 $P/mlp_train.py --eager
+  under gpt_hd64 python3 $P/gpt_attention.py --heads 16
+fi
+if [ "$PART" = 2 ] || [ "$PART" = 3 ]; then
   under mlp_eager python3 $P/mlp_train.py --eager
   bare python3 $P/mlp_train.py --dtype f32
   bare python3 $P/mlp_train.py --master-f32
