@@ -271,9 +271,10 @@ def test_an_unjitted_step_costs_what_the_device_waited_for_its_dispatching(
 ) -> None:
     """The Adam MLP left un-jitted, under `tpuscope run` on the v5e: 40 steps (optax's jitted
     bias correction, called twice an update, counted from one line), the device idle 93% of
-    the traced steps. One card, op_by_op, whose cost is that wait less tpuscope's own time a
-    step: within 10% of the 38.06 ms a step that `jax.jit` saved bare (39.79 against 1.73
-    ms); the device-idle card yields to it (its cause is this dispatching)."""
+    the traced steps. One card, op_by_op, whose cost is that wait less tpuscope's hooks a
+    step (2.83 ms): within 10% of the 38.06 ms a step that `jax.jit` saved bare (39.79 against
+    1.73 ms; bare runs of this program ranged 39.8-49.3 ms on the chip, docs/tpu.md); the
+    device-idle card yields to it (its cause is this dispatching)."""
     run_dir = tmp_path / "mlp_eager-20261205-091429-27d0"
     shutil.copytree(TRACES.parent / "runs" / "mlp_eager", run_dir)
     run = Run(run_dir)

@@ -237,6 +237,15 @@ def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:
     return (hook + flush) / NS_PER_MS
 
 
+def hook_ms_per_step(meta: dict[str, Any]) -> float | None:
+    """The part of profiler_ms_per_step spent on the program's own thread (its step hooks, the
+    eager-dispatch hook's walk): what a step that waits on the program's thread pays. The
+    flush thread runs beside it (None when no such step was timed)."""
+    costs = _costs(meta)
+    calls = sum(c.get("hook_calls", 0) for c in costs)
+    return sum(c.get("hook_ns", 0) for c in costs) / calls / NS_PER_MS if calls else None
+
+
 def profiler_ms_per_compile(meta: dict[str, Any], compiles: int) -> float | None:
     """What collection costs per compile, apart from the steps: the hooks of the steps that
     compiled (reading their compile reports) and the flush thread's per-compile work (the HLO

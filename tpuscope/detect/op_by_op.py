@@ -17,7 +17,7 @@ fusion between them; `jax.jit` turns the step into one compiled program.
 Triggers when the judged steps dispatch at least MIN_DISPATCHES_PER_STEP primitives
 eagerly on average; a run with no step source (one whole-run step) is judged as a
 whole. Cost, where a device trace covers judged steps (the default on a TPU): the device's
-idle share of the traced steps times the median step, less tpuscope's own time a step,
+idle share of the traced steps times the median step, less tpuscope's hooks a step,
 times the judged steps. The device waits while Python dispatches
 op after op; on a v5e an un-jitted Adam MLP step took 39.8 ms against 1.73 ms jitted, the
 device idle for 92% of it (docs/tpu.md). Without a trace: the measured host time inside the
@@ -37,7 +37,7 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.contract import OpByOpEvidence
 from tpuscope.analyze.step_stream import has_step_structure
-from tpuscope.analyze.summary import profiler_ms_per_step
+from tpuscope.analyze.summary import hook_ms_per_step
 from tpuscope.detect import common
 from tpuscope.detect.eager_counts import DISPATCH_METRIC, MIN_EAGER, eager_per_step, runs_op_by_op
 from tpuscope.detect.tables import RunTables
@@ -178,11 +178,12 @@ class Dispatched:
 def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> float:
     """Per step, what the device waited for the program's dispatching: its idle share of the
     traced steps times the median judged step (the traced steps, slowed by the profiler, are
-    not the median), less what tpuscope's hooks and flushes cost a step, which a bare run does
-    not pay. On the v5e: 0.93 x 47.4 ms - 5.1 ms = 39.0 ms against 38.1 ms measured bare
-    (39.8 ms un-jitted, 1.7 ms jitted)."""
+    not the median), less tpuscope's hooks on the program's thread a step, which a bare run
+    does not pay; the flush thread runs beside the dispatching. On the v5e, three pairs of the
+    un-jitted Adam MLP bare and under tpuscope differed by 2.1 ms a step, its hooks' 2.07 ms
+    (the flush thread's 2.75 ms overlapped): docs/tpu.md."""
     median_s = float(judged["wall_ns"].median()) / common.NS
-    own_s = (profiler_ms_per_step(meta) or 0.0) / 1e3
+    own_s = (hook_ms_per_step(meta) or 0.0) / 1e3
     return max(idle.share * median_s - own_s, 0.0)
 
 
@@ -193,7 +194,8 @@ def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
         return (
             f"Cost: {cost_s:.3f} s = {seen.waited_s * 1e3:.2f} ms a step: the device's idle "
             f"share of the traced steps, {seen.idle.share:.0%} ({seen.idle.basis}), of the "
-            "median step, less tpuscope's own time a step (the device waited for that too), "
+            "median step, less tpuscope's hooks on the program's thread a step (the device "
+            "waited for those too), "
             f"times the judged steps: the device waits while Python dispatches the ops one at "
             f"a time ({seen.host_s:.3f} s inside the dispatches). Under jit the step is one "
             "dispatch and its ops fuse, so the device also runs them faster."
