@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tpuscope.analyze.summary import profiler_ms_per_compile, profiler_ms_per_step
+from tpuscope.analyze.summary import (
+    hook_ms_per_step,
+    profiler_ms_per_compile,
+    profiler_ms_per_step,
+)
 from tpuscope.collect.session import Session
 
 
@@ -64,6 +68,7 @@ def test_the_report_says_per_step_and_per_compile_apart() -> None:
     assert profiler_ms_per_step(meta) == pytest.approx(
         0.1 + 1.0
     )  # hooks 0.1 ms, flushes 12 ms / 12 steps
+    assert hook_ms_per_step(meta) == pytest.approx(0.1)  # the program's thread's part
     assert profiler_ms_per_compile(meta, compiles=2) == pytest.approx(30.0)
     old = {
         "processes": [

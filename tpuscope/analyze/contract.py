@@ -183,6 +183,7 @@ class RunSummary(Record):
     transfers_from_device_per_step: float = 0.0
     after_loop: AfterLoop | None = None
     profiler_ms_per_step: float | None = None
+    profiler_hook_ms_per_step: float | None = None  # its part on the program's own thread
     profiler_ms_per_compile: float | None = None
     findings_by_severity: dict[str, int] = field(default_factory=dict)
     findings_by_rule: dict[str, int] = field(default_factory=dict)

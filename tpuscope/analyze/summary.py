@@ -201,6 +201,7 @@ def summarize(
         transfers_from_device_per_step=mean if judged and mean is not None else 0.0,
         after_loop=_after_loop(steps.after_rows(), families),
         profiler_ms_per_step=profiler_ms_per_step(meta),
+        profiler_hook_ms_per_step=hook_ms_per_step(meta),
         profiler_ms_per_compile=profiler_ms_per_compile(meta, n_compiles),
         profiler_trace_s=profiler_trace_s(meta),
     )

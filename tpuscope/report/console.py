@@ -187,9 +187,16 @@ def _overlap(summary: RunSummary) -> str:
             "overlaps its work and is not added to the step (benchmarks/overhead.py measures it)"
         )
     if busy < 0.5:
+        hooks = summary.profiler_hook_ms_per_step
+        paid = (
+            f"its {hooks:.2f} ms of hooks on the program's thread in full (the flushes run "
+            "beside it)"
+            if hooks is not None
+            else "this in full"
+        )
         return (
             f"; the device was busy only {100 * busy:.0f}% of the traced steps: the step waits "
-            "on the host, which pays this in full"
+            f"on the host, which pays {paid}"
         )
     return (
         f"; the device was busy {100 * busy:.0f}% of the traced steps: part of this host time "
