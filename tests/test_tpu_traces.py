@@ -48,6 +48,7 @@ from tpuscope.analyze.op_time import measured_waste
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.ingest.run import import_paths
 from tpuscope.ingest.traces import TraceSet, load_file
+from tpuscope.report.console import headline_rows
 from tpuscope.store import Run, RunStore
 
 TRACES = Path(__file__).parent / "tpu" / "traces"
@@ -284,5 +285,9 @@ def test_an_unjitted_step_costs_what_the_device_waited_for_its_dispatching(
     evidence = card.evidence.to_dict()
     assert evidence["cost_basis"] == "device idle (trace)"
     assert evidence["device_idle_s_per_step"] == pytest.approx(38.06e-3, rel=0.10)
+    # the report's cost line: the hooks (2.83 ms a step) are what the waiting step pays
+    cost = dict(headline_rows(analyze(run).summary))["tpuscope cost"]
+    assert "2.83 ms in its step hooks on the program's thread" in cost
+    assert "the step waits on the host, which pays the hooks' time in full" in cost
     assert card.location.endswith("mlp_train.py:72")
     assert [f for f in findings if f.rule == "tensorcore_underuse"] == []
