@@ -59,18 +59,27 @@ _PROBE_NODES = 32  # nodes walked for a probe when the outputs' last element is 
 
 
 def tail_probe(outputs: Any) -> Any:
-    """The output a step's readiness is asked of: the last leaf ((state, loss): the loss)."""
-    probe = outputs[-1] if type(outputs) is tuple and outputs else outputs  # no walk
-    return probe if hasattr(probe, "is_ready") else _probe(outputs)
+    """The output a step's readiness is asked of: a scalar last element with no walk ((state,
+    loss): the loss), a lone array itself, else the first scalar or the smallest array
+    (_probe): a (token, cache) step's last element is the cache it donates to its next call."""
+    if type(outputs) is tuple and outputs:
+        last = outputs[-1]
+        if getattr(last, "ndim", None) == 0 and hasattr(last, "is_ready"):
+            return last
+    elif hasattr(outputs, "is_ready"):
+        return outputs
+    return _probe(outputs)
 
 
 def _probe(outputs: Any) -> Any:
     """A scalar array among the first _PROBE_NODES nodes of the outputs, breadth first, else
-    the last array met (None if none). A scalar (a loss, a metric) is never fed back into the
-    next call; the state is, and a framework that donates it (Keras's `fit` returns (logs,
-    state) and donates the state to its next step) deletes it before anyone asks whether it
-    is ready, which says nothing about when the device computed it."""
-    queue, last = [outputs], None
+    the smallest array met (None if none). What a loop feeds back into its next call is its
+    state, and a framework that donates the state (Keras's `fit` returns (logs, state); a
+    cached sampler returns (next token, KV cache) and donates the cache) deletes it before
+    anyone asks whether it is ready, which says nothing about when the device computed it.
+    A loss, a metric or a token is small; a state is the parameters or a cache. All the
+    outputs of one call are ready together, so any of them times the step."""
+    queue, smallest = [outputs], None
     for index in range(_PROBE_NODES):
         if index >= len(queue):
             break
@@ -78,12 +87,13 @@ def _probe(outputs: Any) -> Any:
         if hasattr(node, "is_ready"):
             if getattr(node, "ndim", None) == 0:
                 return node
-            last = node
+            if smallest is None or getattr(node, "size", 0) < getattr(smallest, "size", 0):
+                smallest = node
         elif isinstance(node, dict):
             queue.extend(islice(node.values(), _PROBE_NODES - len(queue)))
         elif isinstance(node, (tuple, list)):
             queue.extend(islice(node, _PROBE_NODES - len(queue)))
-    return last
+    return smallest
 
 
 class ReadyWatcher:
