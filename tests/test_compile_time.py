@@ -98,6 +98,7 @@ def test_the_second_run_says_it_compiled_in_each_of_the_last_two_runs(runs: dict
     assert all("jax_mlp.py:" in line["location"] for line in kinds["eager"]["lines"])
     # the cache was off: turn it on, jit the init, compile the step ahead of the loop
     assert TURN_ON in found.fix and "jax.jit(init)" in found.fix
+    assert "nnx.jit(lambda: Model(" in found.fix  # Flax NNX builds its model eagerly
     assert "train_step.lower(" in found.fix and ".compile()" in found.fix
     assert "off (jax_compilation_cache_dir not set)" in found.detail
 

@@ -124,8 +124,9 @@ def _jax_fix(
         out.append(
             f"Jit the setup that runs op by op at {lines}: outside `jit` each op compiles on its "
             f"own ({group['compiles']} compiles, {group['seconds']:.1f} s here); "
-            "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`) compiles it "
-            "once, as one executable (and one cache entry)."
+            "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`; for Flax "
+            "NNX, the model built inside `nnx.jit`: `model = nnx.jit(lambda: Model(..., "
+            "rngs=nnx.Rngs(0)))()`) compiles it once, as one executable (and one cache entry)."
         )
     step = next((g for g in parts if g["kind"] == "step"), None)
     if step is not None and not step_recompiled:
