@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -273,14 +275,13 @@ def test_a_framework_that_donates_its_state_has_the_device_s_steps(tmp_path: Pat
 
     step = jax.jit(train, donate_argnums=0)
     state, big = (jnp.ones(8), jnp.full((384, 384), 0.001)), jnp.full((384, 384), 0.001)
-    for _ in range(6):
+
+    def one_step() -> Any:
+        nonlocal state
         logs, state = step(state, big)
-    jax.block_until_ready(logs)
-    start = time.perf_counter()
-    for _ in range(5):
-        logs, state = step(state, big)
-        jax.block_until_ready(logs)
-    device_s = (time.perf_counter() - start) / 5
+        return logs
+
+    device_s = _seconds_waited_on(one_step)
     with tpuscope.profile(store=tmp_path, name="donates", warmup=1) as run:
         step = jax.jit(train, donate_argnums=0)
         for _epoch in range(4):
@@ -307,14 +308,13 @@ def test_a_sampler_that_donates_its_cache_has_the_device_s_steps(tmp_path: Path)
 
     step = jax.jit(decode, donate_argnums=1)
     token, cache = jnp.zeros(1, jnp.int32), jnp.full((768, 768), 0.001)
-    for _ in range(6):
+
+    def one_step() -> Any:
+        nonlocal token, cache
         token, cache = step(token, cache)
-    jax.block_until_ready(token)
-    start = time.perf_counter()
-    for _ in range(5):
-        token, cache = step(token, cache)
-        jax.block_until_ready(token)
-    device_s = (time.perf_counter() - start) / 5
+        return token
+
+    device_s = _seconds_waited_on(one_step)
     with tpuscope.profile(store=tmp_path, name="sampler", warmup=1) as run:
         step = jax.jit(decode, donate_argnums=1)
         for _ in range(40):  # more calls than a lane batch, never waiting
@@ -323,3 +323,14 @@ def test_a_sampler_that_donates_its_cache_has_the_device_s_steps(tmp_path: Path)
     steps = tpuscope.load_run(run.path).steps.iloc[5:]
     p50 = float(np.median(steps["wall_ns"])) / 1e9
     assert 0.5 * device_s < p50 < 2 * device_s, (p50, device_s)
+
+
+def _seconds_waited_on(one_step: Callable[[], Any]) -> float:
+    """A step's time bare, each call waited on (after 6 warm calls): what the device takes."""
+    for _ in range(6):
+        out = one_step()
+    jax.block_until_ready(out)
+    start = time.perf_counter()
+    for _ in range(5):
+        jax.block_until_ready(one_step())
+    return (time.perf_counter() - start) / 5
