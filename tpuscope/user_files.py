@@ -89,9 +89,9 @@ USER, PASSED, LIBRARY = 0, 1, 2  # frame_kind's answers
 @functools.lru_cache(maxsize=8192)
 def frame_kind(filename: str, skip: tuple[str, ...] = ()) -> int:
     """USER (the user's file), PASSED (plumbing, or in a package named in `skip`) or LIBRARY:
-    the three questions a frame walk asks of each frame, answered once per (file, skip). An
-    eager step walks a dozen frames per primitive (docs/tpu.md), so the walk pays one cache
-    lookup a frame, not three."""
+    the three questions a frame walk asks of each frame, answered once per (file, skip). The
+    eager-dispatch hook walks a dozen frames for each primitive of an un-jitted step, so the
+    walk pays one cache lookup a frame, not three."""
     if is_user_file(filename):
         return USER
     if is_plumbing(filename) or any(s in filename for s in skip):

@@ -228,14 +228,12 @@ def profiler_ms_per_step(meta: dict[str, Any]) -> float | None:
     thread's CPU time spread over every step (None when no such step was timed). The flush
     thread's per-compile work (`compile_flush_cpu_ns`: an HLO dump's files deleted) is not a
     step's: profiler_ms_per_compile says it."""
-    costs = _costs(meta)
-    calls = sum(c.get("hook_calls", 0) for c in costs)
-    if not calls:
+    hook_ms = hook_ms_per_step(meta)
+    if hook_ms is None:
         return None
-    all_calls = calls + sum(c.get("compile_hook_calls", 0) for c in costs)
-    hook = sum(c.get("hook_ns", 0) for c in costs) / calls
-    flush = sum(c.get("flush_cpu_ns", 0) for c in costs) / all_calls
-    return (hook + flush) / NS_PER_MS
+    costs = _costs(meta)
+    all_calls = sum(c.get("hook_calls", 0) + c.get("compile_hook_calls", 0) for c in costs)
+    return hook_ms + sum(c.get("flush_cpu_ns", 0) for c in costs) / all_calls / NS_PER_MS
 
 
 def hook_ms_per_step(meta: dict[str, Any]) -> float | None:
