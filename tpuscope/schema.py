@@ -217,6 +217,7 @@ TABLES: dict[str, pa.Schema] = {
             pa.field("name", pa.string()),
             pa.field("opcode", _dict_str),
             pa.field("shape", pa.string()),
+            pa.field("layout", pa.string()),  # minor-to-major ("2,3,1,0"); lanes first on a TPU
             pa.field("dtype", _dict_str),
             pa.field("operands", pa.list_(pa.string())),
             pa.field("fusion", pa.string()),

@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 HOST_XLA_DEVICE = "/host:CPU (XLA ops)"
+DEVICE_STEP_LINES = ["Steps", "XLA Modules"]  # a device plane's lines that span its step work
+STEP_WINDOWS = ["steps", "device steps", "device module runs"]  # windows that are the run's steps
 _NOT_WORK = {
     "XLA Modules",
     "Steps",
@@ -190,6 +192,8 @@ def step_windows(
     device_steps = _device_step_line(events) if not ops.empty else None
     if steps is not None and not steps.empty:
         overlap = steps[(steps["end_ns"] > lo) & (steps["start_ns"] < hi)]
+        if device_steps is None or len(device_steps) != len(overlap):
+            device_steps = _module_runs(events, len(overlap)) if not ops.empty else None
         if device_steps is not None and len(device_steps) == len(overlap):
             # the device's own steps, named as the run's: a JAX step ends when its outputs are
             # ready as the host saw them, and the device line is when the device ran it
@@ -255,17 +259,42 @@ def _device_step_line(events: pd.DataFrame) -> pd.DataFrame | None:
             numbers = pd.Series(marked, index=first.index)
     if numbers.isna().any():
         return None
-    starts = first["start_ns"].astype("int64").to_numpy()
-    ends = (first["start_ns"] + first["dur_ns"]).astype("int64").to_numpy().copy()
-    ends[:-1] = np.maximum(ends[:-1], starts[1:])  # a step lasts until the next one starts:
-    return pd.DataFrame(  # the device's wait for the host between them is that step's idle
-        {
-            "step": numbers.astype("int64").to_numpy(),
-            "start_ns": starts,
-            "end_ns": ends,
-            "window": "device steps",
-        }
-    )
+    return _back_to_back(first, numbers.astype("int64").to_numpy(), "device steps")
+
+
+def _back_to_back(runs: pd.DataFrame, numbers: np.ndarray, window: str) -> pd.DataFrame:
+    """Windows from a device line's events, sorted: each lasts until the next one starts, so
+    the device's wait for the host between them is that step's idle."""
+    starts = runs["start_ns"].astype("int64").to_numpy()
+    ends = (runs["start_ns"] + runs["dur_ns"]).astype("int64").to_numpy().copy()
+    ends[:-1] = np.maximum(ends[:-1], starts[1:])
+    return pd.DataFrame({"step": numbers, "start_ns": starts, "end_ns": ends, "window": window})
+
+
+def _module_runs(events: pd.DataFrame, steps: int) -> pd.DataFrame | None:
+    """The traced steps' windows from the runs of the step's executable, where the device has
+    no Steps line: the first device's "XLA Modules" line, the module that ran exactly once a
+    step (the longest in all, where several did). A JAX loop of plain calls has its host
+    windows timed in batches (collect/jax/lane.py), which put a decoder's five 1.2 ms runs,
+    back to back on a v5e, two and three to a step and none in two others (busy 78%: a false
+    "host-bound" card); one run a step is the device's own step."""
+    if steps < 2 or "line" not in events or "plane" not in events:
+        return None
+    modules = events[
+        (events["line"].astype(str) == "XLA Modules")
+        & events["plane"].astype(str).str.startswith("/device:")
+    ]
+    if modules.empty:
+        return None
+    modules = modules[modules["plane"] == modules["plane"].iloc[0]]
+    names = modules["name"].astype(str)
+    counts = names.value_counts()
+    once = counts[counts == steps].index
+    if once.empty:
+        return None
+    step_module = max(once, key=lambda n: float(modules["dur_ns"][names == n].sum()))
+    runs = modules[names == step_module].sort_values("start_ns")
+    return _back_to_back(runs, np.arange(steps, dtype="int64"), "device module runs")
 
 
 StepLookup = tuple[np.ndarray, np.ndarray, np.ndarray]

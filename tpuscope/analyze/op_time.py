@@ -24,6 +24,8 @@ sets the size):
   The attention's ops are its card's alone: f32 matmuls among them (`jax.nn.dot_product_attention`
   takes its scores' gradient in f32) are not counted again as f32 waste, and the fix that
   removes the narrow head's cost (a Pallas attention kernel) removes theirs.
+- lane_writes: in-place writes one element wide along their array's lane axis (a KV cache
+  written a position a token where XLA put its time axis in the lanes: analyze/lane_writes).
 Dims that are not multiples of the edge are not a measured cost: the MXU pads them as padding
 by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
 """
@@ -39,6 +41,7 @@ import pandas as pd
 from tpuscope.analyze.attention import narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
+from tpuscope.analyze.lane_writes import lane_write_cost, lane_writes
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -224,6 +227,31 @@ def head_dim_waste(
     )
 
 
+def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> MeasuredWaste | None:
+    """In-place writes across the lanes: their measured time less their bytes at HBM speed."""
+    writes = lane_writes(_trace_stage(hlo_ops)) if not hlo_ops.empty else pd.DataFrame()
+    if writes.empty:
+        return None
+    ops = lane_write_cost(per, writes, chip)
+    if ops.empty:
+        return None
+    first = writes.iloc[0]
+    dims = [int(d) for d in re.findall(r"\d+", str(first["shape"]).split("[", 1)[1])]
+    return _waste(
+        "lane_writes",
+        ops,
+        {
+            "count": int(len(ops)),
+            "shape": str(first["shape"]),
+            "shapes": sorted(set(map(str, writes["shape"]))),
+            "update": str(first["update"]),
+            "lane_dim": int(first["lane"]),
+            "lane_size": dims[int(first["lane"])],
+            "bytes": float(ops["bytes"].fillna(0).sum()),
+        },
+    )
+
+
 def _holding(top: pd.DataFrame, elements: int, dims: tuple[int, int]) -> set[tuple[str, str]]:
     """(module, top-level op) of every op that makes or reads a score tensor (softmax, masks,
     dropout over them), its fused instructions included: an array of the scores' element count
@@ -308,5 +336,9 @@ def measured_waste(
         free = per[
             [key not in claimed for key in zip(per["hlo_module"], per["hlo_op"], strict=True)]
         ]
-    found = [f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None, heads]
+    found = [
+        f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None,
+        heads,
+        lane_write_waste(free, hlo_ops, chip),
+    ]
     return [w for w in found if w is not None], figures

@@ -22,7 +22,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from tpuscope.analyze.device_time import HOST_XLA_DEVICE, StepLookup, steps_at, work_pairs
+from tpuscope.analyze.device_time import (
+    DEVICE_STEP_LINES,
+    HOST_XLA_DEVICE,
+    StepLookup,
+    steps_at,
+    work_pairs,
+)
 from tpuscope.parse.xplane_wire import member
 from tpuscope.schema import TABLES
 
@@ -152,8 +158,9 @@ def work_ops(table: pa.Table, offset: int) -> pd.DataFrame:
 
 def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
     """The events that mark steps, start_ns in epoch ns: those with a step_num stat
-    (xp.StepTrace, StepTraceAnnotation) and a TPU device's own "Steps" line (plane, line,
-    name: device_time.step_windows prefers it, as it spans the device's work)."""
+    (xp.StepTrace, StepTraceAnnotation), a TPU device's own "Steps" line and its "XLA Modules"
+    line (plane, line, name: device_time.step_windows prefers them, as they span the device's
+    work)."""
     frames = []
     if "step_num" in table.column_names:
         frames.append(
@@ -165,7 +172,8 @@ def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
         line = pa.compute.cast(table["line"], pa.string())
         plane = pa.compute.cast(table["plane"], pa.string())
         on_device = pa.compute.and_(
-            pa.compute.equal(line, pa.scalar("Steps")), pa.compute.starts_with(plane, "/device:")
+            pa.compute.is_in(line, pa.array(DEVICE_STEP_LINES)),
+            pa.compute.starts_with(plane, "/device:"),
         )
         if pa.compute.any(on_device).as_py():
             device = table.filter(on_device).select(["plane", "line", "name", "start_ns", "dur_ns"])

@@ -85,11 +85,14 @@ class HloParseError(ValueError):
 @dataclass
 class HloShape:
     """An HLO instruction's shape ('f32[16,128,64]'); tuples keep their elements. Stored
-    argument shapes, whose dims may be unknown, are analyze.shapes.Shape."""
+    argument shapes, whose dims may be unknown, are analyze.shapes.Shape. `layout`: its
+    minor-to-major dims where the text gives them ('{2,3,1,0:T(8,128)}' -> (2, 3, 1, 0)): on a
+    TPU the first is the lane axis of its tiles."""
 
     dtype: str
     dims: tuple[int, ...] = ()
     elements: list[HloShape] = field(default_factory=list)
+    layout: tuple[int, ...] = ()
 
     @property
     def is_tuple(self) -> bool:
@@ -174,10 +177,20 @@ def read_shape(text: str) -> tuple[HloShape | None, int]:
     if match is None:
         return None, 0
     dims = tuple(int(d) for d in match[2].replace(" ", "").split(",") if d)
-    end = match.end()
+    end, layout = match.end(), ()
     if end < text_len and text[end] == "{":
-        end = _matching(text, end) + 1
-    return HloShape(match[1], dims), end
+        close = _matching(text, end)
+        layout = _minor_to_major(text[end + 1 : close], len(dims))
+        end = close + 1
+    return HloShape(match[1], dims, layout=layout), end
+
+
+def _minor_to_major(text: str, rank: int) -> tuple[int, ...]:
+    """A layout's dim order ('2,3,1,0:T(8,128)(2,1)S(1)' -> (2, 3, 1, 0)); () when it is not a
+    permutation of the shape's dims."""
+    order = text.split(":", 1)[0].replace(" ", "")
+    dims = tuple(int(d) for d in order.split(",") if d.isdigit())
+    return dims if sorted(dims) == list(range(rank)) and rank else ()
 
 
 def _unquoted(text: str, start: int = 0):

@@ -199,6 +199,7 @@ def _op_row(module: HloModule, inst: Instruction) -> dict[str, Any]:
         "name": inst.name,
         "opcode": inst.opcode,
         "shape": str(inst.shape),
+        "layout": ",".join(map(str, inst.shape.layout)) or None,
         "dtype": inst.shape.dtype,
         "operands": inst.operands,
         "fusion": inst.fusion,

@@ -5,7 +5,12 @@ position with `jax.lax.dynamic_update_slice`, attention over the whole cache mas
 position, the cache donated to the next step). Random bf16 weights; the prompt is one token.
 
     gpt_decode.py [--d-model 1024] [--heads 16] [--layers 4] [--cache 2048] [--batch 16]
-                  [--vocab 8192] [--tokens 200]
+                  [--vocab 8192] [--tokens 200] [--layout bhtd|bthd] [--trace DIR]
+
+--layout: the cache's axes. bhtd (batch, heads, time, head_dim) is nanoGPT's `q @ k.T` layout;
+bthd (batch, time, heads, head_dim) is flax's `decode=True` cache and gemma's, attended with
+their einsums; btf (batch, time, heads x head_dim) keeps the heads merged in the cache, its
+last axis the model width, and splits them for the same einsums. --trace: a bare jax.profiler trace of 3 tokens after the timed ones.
 
 head_dim = d_model / heads. Prints `step_ms <mean time per generated token over the timed ones>`.
 """
@@ -25,6 +30,8 @@ parser.add_argument("--cache", type=int, default=2048)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--vocab", type=int, default=8192)
 parser.add_argument("--tokens", type=int, default=200)
+parser.add_argument("--layout", default="bhtd", choices=["bhtd", "bthd", "btf"])
+parser.add_argument("--trace", default="", help="a bare jax.profiler trace of 3 tokens after the timed ones")
 args = parser.parse_args()
 DTYPE = jnp.bfloat16
 WARM = 10
@@ -63,7 +70,19 @@ def cached_attention(p, x, cache, pos):
     """One new token's attention over the cache: (B, 1, C) in, its layer's cache updated."""
     B, _, C = x.shape
     nh, hs = args.heads, C // args.heads
-    q, k, v = (t.reshape(B, 1, nh, hs).transpose(0, 2, 1, 3) for t in jnp.split(x @ p["c_attn"], 3, -1))
+    q, k, v = (t.reshape(B, 1, nh, hs) for t in jnp.split(x @ p["c_attn"], 3, -1))
+    if args.layout != "bhtd":  # flax's and gemma's cache: (batch, time, heads, head_dim)
+        start = (0, pos, 0, 0) if args.layout == "bthd" else (0, pos, 0)
+        shape = (B, 1, nh, hs) if args.layout == "bthd" else (B, 1, C)
+        k_cache = jax.lax.dynamic_update_slice(cache["k"], k.reshape(shape), start)
+        v_cache = jax.lax.dynamic_update_slice(cache["v"], v.reshape(shape), start)
+        keys, values = (c.reshape(B, args.cache, nh, hs) for c in (k_cache, v_cache))
+        att = jnp.einsum("bqhd,bkhd->bhqk", q, keys) * (1.0 / hs**0.5)
+        att = jnp.where(jnp.arange(args.cache) <= pos, att, jnp.finfo(att.dtype).min)
+        att = jax.nn.softmax(att.astype(jnp.float32), axis=-1).astype(DTYPE)
+        y = jnp.einsum("bhqk,bkhd->bqhd", att, values).reshape(B, 1, C)
+        return y @ p["c_proj"], {"k": k_cache, "v": v_cache}
+    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
     k_cache = jax.lax.dynamic_update_slice(cache["k"], k, (0, 0, pos, 0))
     v_cache = jax.lax.dynamic_update_slice(cache["v"], v, (0, 0, pos, 0))
     att = (q @ k_cache.transpose(0, 1, 3, 2)) * (1.0 / hs**0.5)  # (B, nh, 1, cache)
@@ -89,7 +108,12 @@ def decode_step(params, caches, token, pos):
 
 def main():
     params = init_params(jax.random.PRNGKey(0))
-    shape = (args.batch, args.heads, args.cache, args.d_model // args.heads)
+    head_dim = args.d_model // args.heads
+    shape = (args.batch, args.heads, args.cache, head_dim)
+    if args.layout == "bthd":
+        shape = (args.batch, args.cache, args.heads, head_dim)
+    elif args.layout == "btf":
+        shape = (args.batch, args.cache, args.d_model)
     caches = [{"k": jnp.zeros(shape, DTYPE), "v": jnp.zeros(shape, DTYPE)} for _ in range(args.layers)]
     token = jnp.zeros((args.batch, 1), jnp.int32)
     for pos in range(args.tokens):
@@ -99,7 +123,12 @@ def main():
         token, caches = decode_step(params, caches, token, pos)
     jax.block_until_ready(token)
     elapsed = time.perf_counter() - start
-    head_dim = args.d_model // args.heads
+    if args.trace:  # after the timed tokens, so the profiler's start and stop are not timed
+        jax.profiler.start_trace(args.trace)
+        for pos in range(args.tokens, args.tokens + 3):
+            token, caches = decode_step(params, caches, token, pos)
+        jax.block_until_ready(token)
+        jax.profiler.stop_trace()
     print(f"step_ms {1e3 * elapsed / (args.tokens - WARM):.4f} head_dim {head_dim} last {int(token[0, 0])}")
 
 

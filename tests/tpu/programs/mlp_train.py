@@ -4,7 +4,7 @@ optax's Adam, as Flax and optax's own examples train. Synthetic data, no downloa
 
     mlp_train.py [--widths 1024,4096,4096,1024] [--batch 2048] [--dtype bf16|f32]
                  [--precision default|highest] [--steps 40] [--annotate] [--eager]
-                 [--master-f32]
+                 [--master-f32] [--host-data]
 
 Prints `step_ms <mean step time over the timed steps>` (steps after the first 10, timed from
 the first call to the last result ready, as a user times a loop) and the step's FLOPs.
@@ -12,6 +12,10 @@ the first call to the last result ready, as a user times a loop) and the step's 
 --eager leaves `update` un-jitted (the step runs op by op, as when a user forgets `jax.jit`).
 --master-f32 keeps the parameters (and Adam's state) in f32 and computes in --dtype, as Flax's
 `dtype=` over `param_dtype=float32` does: the mixed-precision twin of an f32 program.
+--host-data feeds each step a batch drawn on the host, as mnist_classifier.py's `data_stream`
+does (a numpy permutation of a numpy training set, each batch indexed out of it and handed to
+the jitted step as numpy arrays): the input-bound twin of the default, whose batch stays on
+the device.
 """
 
 import argparse
@@ -19,6 +23,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 parser = argparse.ArgumentParser()
@@ -30,6 +35,7 @@ parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--annotate", action="store_true")
 parser.add_argument("--eager", action="store_true", help="no jax.jit on the step")
 parser.add_argument("--master-f32", action="store_true", help="f32 parameters, compute in --dtype")
+parser.add_argument("--host-data", action="store_true", help="numpy batches drawn each step")
 parser.add_argument("--trace", default="", help="a jax.profiler trace into this folder")
 parser.add_argument("--trace-from", type=int, default=10, help="first traced step (0: from start-up, compiles included)")
 parser.add_argument("--trace-count", type=int, default=5)
@@ -55,6 +61,7 @@ def init_params(key, sizes):
 
 def predict(params, x):
     params = jax.tree.map(lambda p: p.astype(dtype), params)
+    x = x.astype(dtype)
     for w, b in params[:-1]:
         x = jax.nn.relu(x @ w + b)
     w, b = params[-1]
@@ -83,8 +90,24 @@ opt_state = optimizer.init(params)
 x = jax.random.normal(jax.random.PRNGKey(1), (args.batch, widths[0])).astype(dtype)
 y = jax.random.normal(jax.random.PRNGKey(2), (args.batch, widths[-1]))
 
+
+def data_stream(num_train=8 * args.batch):
+    """Batches drawn on the host from a numpy training set, epoch after epoch."""
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((num_train, widths[0]), dtype=np.float32)
+    labels = rng.standard_normal((num_train, widths[-1]), dtype=np.float32)
+    while True:
+        perm = rng.permutation(num_train)
+        for i in range(num_train // args.batch):
+            batch_idx = perm[i * args.batch : (i + 1) * args.batch]
+            yield images[batch_idx], labels[batch_idx]
+
+
+batches = data_stream() if args.host_data else None
 WARM = 10
 for i in range(args.steps):
+    if batches is not None:
+        x, y = next(batches)
     if i == WARM:
         jax.block_until_ready(params)
         t0 = time.perf_counter()

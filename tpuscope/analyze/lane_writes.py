@@ -1,0 +1,72 @@
+"""Writes across a TPU's lanes, measured: an in-place update one element wide along the lane axis
+of the array it writes. Pure pandas over the trace's HLO (stage `tpu_trace`, with layouts).
+
+A TPU keeps an array in tiles whose minor axis is 128 lanes wide; the layout's first
+minor-to-major dim is the one in the lanes. A `dynamic-update-slice` whose update spans one
+element of that dim writes one lane of every tile it touches, so it moves whole tiles to change
+a sliver of them. A KV cache is the common case: a decoder writes one position of the time
+axis each token. On a v5e (docs/tpu.md, gpt_decode.py) XLA put a head_dim 64 cache's time axis
+in the lanes, and each write of 64 KB into a bf16[16,16,2048,64] cache took 54 us, 1.2 GB/s;
+at head_dim 128 XLA kept head_dim in the lanes, the same write took 2.8 us, and the token
+0.42-0.44 ms less, about the writes' 0.43 ms. Why XLA picks a layout is not in the trace (a
+cache merged to (batch, time, 1024) still had its time axis in the lanes). The cost is the
+writes' measured time less their bytes at the HBM's speed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tpuscope.analyze.chips import Chip
+
+LANES = 128  # the minor edge of a TPU tile (every generation)
+
+
+def _dims(shape: object) -> tuple[int, ...]:
+    found = re.search(r"\[([\d,]*)\]", str(shape))
+    return tuple(int(d) for d in found[1].split(",") if d) if found else ()
+
+
+def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
+    """The dynamic-update-slice instructions of the trace's HLO that write one element along
+    their array's lane axis of LANES or more: module, parent (the op the trace times), shape,
+    lane (that axis), update (its shape)."""
+    if "layout" not in top or top.empty:
+        return pd.DataFrame()
+    writes = top[(top["opcode"] == "dynamic-update-slice") & top["layout"].notna()]
+    if writes.empty:
+        return pd.DataFrame()
+    shapes = dict(zip(zip(top["module"], top["name"], strict=True), top["shape"], strict=True))
+    rows = []
+    for row in writes.itertuples():
+        dims = _dims(row.shape)
+        lane = int(str(row.layout).split(",")[0])
+        operands = list(row.operands) if row.operands is not None else []
+        update = _dims(shapes.get((row.module, operands[1]))) if len(operands) > 1 else ()
+        if len(update) == len(dims) and update[lane] == 1 and dims[lane] >= LANES:
+            rows.append(
+                {
+                    "module": row.module,
+                    "parent": row.fusion if isinstance(row.fusion, str) else row.name,
+                    "shape": row.shape,
+                    "lane": lane,
+                    "update": shapes.get((row.module, operands[1])),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def lane_write_cost(per: pd.DataFrame, writes: pd.DataFrame, chip: Chip) -> pd.DataFrame:
+    """The measured ops (measured_ops rows) that hold those writes, each with lost_s: its time
+    less its bytes at the HBM's bandwidth."""
+    ops = per.merge(
+        writes.drop_duplicates("parent"),
+        left_on=["hlo_module", "hlo_op"],
+        right_on=["module", "parent"],
+    )
+    ideal = ops["bytes"].fillna(0).to_numpy(float) / chip.hbm_bandwidth
+    ops["lost_s"] = np.clip(ops["time_s"].to_numpy(float) - ideal, 0, None)
+    return ops
