@@ -327,7 +327,8 @@ def test_an_input_bound_loop_is_judged_against_its_untraced_steps(tmp_path: Path
     """The MLP fed numpy batches each step: its traced steps idled 66% (a trace slows the
     host), the bare loop lost 51%. The card judges the device's busy time a traced step (1.82
     ms) against the median judged step, timed outside the trace: within 10% of the 1.78 ms a
-    step that keeping the batch on the device saved bare."""
+    step that keeping the batch on the device saved bare. It stands at the program's function
+    where the traced host time went (`data_stream`, which draws the batches)."""
     run_dir = tmp_path / "mlp_host-20261205-230151-e758"
     shutil.copytree(TRACES.parent / "runs" / "mlp_host", run_dir)
     findings = _findings(Run(run_dir))
@@ -336,6 +337,10 @@ def test_an_input_bound_loop_is_judged_against_its_untraced_steps(tmp_path: Path
     judged = 38
     assert card.cost_s / judged == pytest.approx(3.5165e-3 - 1.7380e-3, rel=0.10)
     assert "in the traced steps themselves the device idled 66%" in card.detail
+    # where the host's time went, from JAX's Python tracer: the program's numpy batches
+    assert "data_stream (mlp_train.py:94) 4.65 ms a step" in card.detail
+    assert "the dispatch of the jitted update" in card.detail
+    assert card.location.endswith("mlp_train.py:94")
 
 
 def test_an_unjitted_step_costs_what_the_device_waited_for_its_dispatching(

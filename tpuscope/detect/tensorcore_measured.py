@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
+from tpuscope.analyze.host_time import HostPart, host_parts
 from tpuscope.analyze.mxu import fmt_time
+from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.tables import RunTables
@@ -127,6 +129,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
             f"{100 * (1 - share):.0f}% of {traced} ({basis})"
         )
         cost_text = "Cost = idle time in those steps."
+    parts = host_parts(events_of(tables), program_files(tables), count)
     return Finding(
         RULE,
         "high" if share >= 0.5 else "medium",
@@ -137,9 +140,9 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
             else "traced time: the device waits for the host"
         ),
         f"{busy}; the rest the device waited for the host (Python, graph tracing, input, host "
-        f"syncs). {cost_text}",
+        f"syncs). {_where_host(parts)}{cost_text}",
         for_backend(tables.backend, "host_bound"),
-        None,
+        next((p.location for p in parts if p.location), None),
         cost,
         runs,
         TensorCoreEvidence(
@@ -152,6 +155,30 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         ),
         count,
     )
+
+
+def _where_host(parts: list[HostPart]) -> str:
+    if not parts:
+        return "Where the host's time went is not in the trace (no Python calls of the program in it). "
+    return (
+        "Where the host's time went in the traced steps, as JAX's Python tracer recorded it (it "
+        "slows what it traces: shares, not the untraced step's times): "
+        + "; ".join(f"{p.label} {fmt_time(p.s_per_step)} a step" for p in parts[:4])
+        + ". "
+    )
+
+
+def events_of(tables: RunTables) -> pd.DataFrame:
+    return tables.extra.get("trace_events", pd.DataFrame())
+
+
+def program_files(tables: RunTables) -> list[str]:
+    """The program's own files tpuscope saw: its call sites' and compiles' user lines."""
+    paths: set[str] = set()
+    for frame in (tables.extra.get("call_sites", pd.DataFrame()), tables.compiles):
+        if "location" in frame:
+            paths |= {str(v).rsplit(":", 1)[0] for v in frame["location"].dropna().unique()}
+    return sorted(p for p in paths if p and not is_library_path(p))
 
 
 def _against_step_time(

@@ -177,7 +177,8 @@ def read_shape(text: str) -> tuple[HloShape | None, int]:
     if match is None:
         return None, 0
     dims = tuple(int(d) for d in match[2].replace(" ", "").split(",") if d)
-    end, layout = match.end(), ()
+    end = match.end()
+    layout: tuple[int, ...] = ()
     if end < text_len and text[end] == "{":
         close = _matching(text, end)
         layout = _minor_to_major(text[end + 1 : close], len(dims))

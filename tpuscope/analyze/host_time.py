@@ -1,0 +1,87 @@
+"""Where the host's time went in a traced window: the program's own Python functions and its
+jitted calls' dispatch, as JAX's profiler recorded them. Pure pandas over trace_events.
+
+JAX's profiler traces Python calls by default (its Python tracer): each is an event named
+"$<file name>:<first line> <function>" on the host plane, and each jitted call's dispatch (its
+arguments handed to the device, numpy ones transferred) is a "PjitFunction(<name>)" event. The
+tracer names files by their base name only, so a function is the program's when its file name
+is one of the program's files that tpuscope saw (call sites, compiles): a library module of the
+same name would be taken for it. The tracer slows the Python it traces, so these are shares of
+the traced steps' host time, not the untraced step's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePath
+
+import numpy as np
+import pandas as pd
+
+_PYTHON_CALL = re.compile(r"^\$(?P<file>[^:]+):(?P<line>\d+) (?P<function>.+)$")
+_DISPATCH = re.compile(r"^PjitFunction\((?P<name>.+)\)$")
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """One place the host spent its traced time: `label`, the program's `location`
+    (path:line, or None for a dispatch), seconds a traced step."""
+
+    label: str
+    location: str | None
+    s_per_step: float
+
+
+def host_parts(events: pd.DataFrame, program_files: list[str], steps: int) -> list[HostPart]:
+    """The program's outermost Python functions and its jitted calls' dispatch in the trace,
+    longest first, each its time a step over `steps` traced steps."""
+    if events.empty or "plane" not in events or steps <= 0:
+        return []
+    host = events[events["plane"].astype(str).str.startswith("/host:")]
+    names = host["name"].astype(str)
+    paths = {PurePath(p).name: p for p in program_files}
+    calls = names.str.extract(_PYTHON_CALL)
+    mine = calls["file"].isin(set(paths)).to_numpy()
+    parts: dict[tuple[str, str | None], float] = {}
+    for rows, label_of in (
+        (host[mine], lambda n: _function_label(n, paths)),
+        (host[names.str.match(_DISPATCH).to_numpy()], _dispatch_label),
+    ):
+        outer = _outermost(rows)
+        for name, dur_ns in zip(
+            outer["name"].astype(str), outer["dur_ns"].to_numpy(float), strict=True
+        ):
+            key = label_of(name)
+            parts[key] = parts.get(key, 0.0) + dur_ns / 1e9
+    found = [HostPart(label, where, total / steps) for (label, where), total in parts.items()]
+    return sorted(found, key=lambda p: -p.s_per_step)
+
+
+def _function_label(name: str, paths: dict[str, str]) -> tuple[str, str | None]:
+    match = _PYTHON_CALL.match(name)
+    assert match is not None  # selected by the same pattern
+    path = paths[match["file"]]
+    return f"{match['function']} ({PurePath(path).name}:{match['line']})", f"{path}:{match['line']}"
+
+
+def _dispatch_label(name: str) -> tuple[str, str | None]:
+    match = _DISPATCH.match(name)
+    assert match is not None
+    return f"the dispatch of the jitted {match['name']} (its arguments' transfer included)", None
+
+
+def _outermost(rows: pd.DataFrame) -> pd.DataFrame:
+    """The events not inside another of the same rows on their line (a call's nested calls,
+    a generator's own calls, a dispatch inside a dispatch)."""
+    if rows.empty:
+        return rows
+    keep = []
+    for _, line in rows.sort_values("start_ns").groupby("line", observed=True, sort=False):
+        starts = line["start_ns"].to_numpy()
+        ends = starts + line["dur_ns"].to_numpy()
+        reach = np.maximum.accumulate(ends)
+        inside = np.zeros(len(line), bool)
+        inside[1:] = starts[1:] < reach[:-1]
+        keep.append(line[~inside])
+    return pd.concat(keep)
