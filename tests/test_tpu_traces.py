@@ -316,7 +316,7 @@ def test_a_kv_cache_written_across_its_lanes_costs_what_its_writes_took(
     assert evidence["shapes"] == ["bf16[16,2048,16,64]"]
     assert evidence["lost_s_per_step"] == pytest.approx(1.6376e-3 - 1.2223e-3, rel=0.10)
     assert evidence["cost_figure"].startswith("measured")
-    assert card.location.endswith("gpt_decode.py:77")
+    assert card.location.endswith("gpt_decode.py:80")
     assert "head_dim 128" in card.fix and "not measured here" in card.fix
     assert [
         f for f in _findings(imported["decode_bthd128"]) if f.rule == "tensorcore_underuse"

@@ -41,3 +41,12 @@ if [ "$PART" = 2 ]; then
   under mlp_host python3 $P/mlp_train.py --host-data
 fi
 pack
+# 3: the caches kept in the compiler's layout (--auto-layout) at head_dim 64, bare in both
+#    layouts and under `tpuscope run`; the bthd decoder under it again (the fixture).
+if [ "$PART" = 3 ]; then
+  bare python3 $P/gpt_decode.py --layout bthd --heads 16 --auto-layout
+  bare python3 $P/gpt_decode.py --heads 16 --auto-layout
+  under decode_auto64 python3 $P/gpt_decode.py --layout bthd --heads 16 --auto-layout
+  under decode_bthd64 python3 $P/gpt_decode.py --layout bthd --heads 16
+  pack
+fi

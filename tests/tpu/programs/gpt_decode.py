@@ -5,22 +5,24 @@ position with `jax.lax.dynamic_update_slice`, attention over the whole cache mas
 position, the cache donated to the next step). Random bf16 weights; the prompt is one token.
 
     gpt_decode.py [--d-model 1024] [--heads 16] [--layers 4] [--cache 2048] [--batch 16]
-                  [--vocab 8192] [--tokens 200] [--layout bhtd|bthd] [--trace DIR]
+                  [--vocab 8192] [--tokens 200] [--layout bhtd|bthd|btf] [--auto-layout]
+                  [--trace DIR]
 
 --layout: the cache's axes. bhtd (batch, heads, time, head_dim) is nanoGPT's `q @ k.T` layout;
 bthd (batch, time, heads, head_dim) is flax's `decode=True` cache and gemma's, attended with
 their einsums; btf (batch, time, heads x head_dim) keeps the heads merged in the cache, its
-last axis the model width, and splits them for the same einsums. --trace: a bare jax.profiler trace of 3 tokens after the timed ones.
+last axis the model width, and splits them for the same einsums. --auto-layout: the caches kept in the layout the compiler picks for them (Layout.AUTO).
+--trace: a bare jax.profiler trace of 3 tokens after the timed ones.
 
 head_dim = d_model / heads. Prints `step_ms <mean time per generated token over the timed ones>`.
 """
 
 import argparse
-import functools
 import time
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.layout import Format, Layout
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--d-model", type=int, default=1024)
@@ -31,6 +33,7 @@ parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--vocab", type=int, default=8192)
 parser.add_argument("--tokens", type=int, default=200)
 parser.add_argument("--layout", default="bhtd", choices=["bhtd", "bthd", "btf"])
+parser.add_argument("--auto-layout", action="store_true", help="the caches in the compiler's layout")
 parser.add_argument("--trace", default="", help="a bare jax.profiler trace of 3 tokens after the timed ones")
 args = parser.parse_args()
 DTYPE = jnp.bfloat16
@@ -92,7 +95,6 @@ def cached_attention(p, x, cache, pos):
     return y @ p["c_proj"], {"k": k_cache, "v": v_cache}
 
 
-@functools.partial(jax.jit, donate_argnums=(1,))
 def decode_step(params, caches, token, pos):
     x = params["wte"][token] + params["wpe"][pos][None, None]
     new_caches = []
@@ -106,6 +108,19 @@ def decode_step(params, caches, token, pos):
     return jnp.argmax(logits[:, -1], axis=-1)[:, None], new_caches
 
 
+def compiled_step(params, caches, token):
+    """The step and the caches to call it with. --auto-layout: the compiler picks the caches'
+    layout (jax.experimental.layout's Layout.AUTO, compiled ahead of the loop), and the caches
+    are put in it once, so no call converts them (JAX's "Device-local array layout control")."""
+    if not args.auto_layout:
+        return jax.jit(decode_step, donate_argnums=(1,)), caches
+    auto = Format(Layout.AUTO)
+    step = jax.jit(
+        decode_step, donate_argnums=(1,), in_shardings=(None, auto, None, None), out_shardings=(None, auto)
+    ).lower(params, caches, token, 0).compile()
+    return step, jax.device_put(caches, step.input_formats[0][1])
+
+
 def main():
     params = init_params(jax.random.PRNGKey(0))
     head_dim = args.d_model // args.heads
@@ -116,17 +131,18 @@ def main():
         shape = (args.batch, args.cache, args.d_model)
     caches = [{"k": jnp.zeros(shape, DTYPE), "v": jnp.zeros(shape, DTYPE)} for _ in range(args.layers)]
     token = jnp.zeros((args.batch, 1), jnp.int32)
+    step, caches = compiled_step(params, caches, token)
     for pos in range(args.tokens):
         if pos == WARM:
             jax.block_until_ready(token)
             start = time.perf_counter()
-        token, caches = decode_step(params, caches, token, pos)
+        token, caches = step(params, caches, token, pos)
     jax.block_until_ready(token)
     elapsed = time.perf_counter() - start
     if args.trace:  # after the timed tokens, so the profiler's start and stop are not timed
         jax.profiler.start_trace(args.trace)
         for pos in range(args.tokens, args.tokens + 3):
-            token, caches = decode_step(params, caches, token, pos)
+            token, caches = step(params, caches, token, pos)
         jax.block_until_ready(token)
         jax.profiler.stop_trace()
     print(f"step_ms {1e3 * elapsed / (args.tokens - WARM):.4f} head_dim {head_dim} last {int(token[0, 0])}")
