@@ -33,7 +33,8 @@ each was captured and what was measured bare).
 - decode_bthd64, decode_bthd128: default-mode traces of `tpuscope run` of gpt_decode.py
   --layout bthd (a KV-cached decoder, flax's and gemma's cache layout) at head_dim 64 and 128:
   1.6376 ms a token bare against 1.2223 (0.415 ms lost); no Steps line in their traces.
-  tpu/runs/decode_bthd128/steps.json: the head_dim 128 run's own step rows.
+  tpu/runs/decode_bthd128/steps.json: the head_dim 128 run's own step rows. decode_btf64:
+  the same with the heads merged in the cache, (batch, time, 1024): 4.0736 ms a token bare.
 - tpu/runs/mlp_host: a default-mode `tpuscope run` of mlp_train.py --host-data (batches drawn
   with numpy each step, as mnist_classifier.py's data_stream): 3.5165 ms a step bare against
   1.7380 ms with the batch on the device (1.78 ms lost), its store's tables without the trace.
@@ -321,6 +322,17 @@ def test_a_kv_cache_written_across_its_lanes_costs_what_its_writes_took(
     assert [
         f for f in _findings(imported["decode_bthd128"]) if f.rule == "tensorcore_underuse"
     ] == []
+
+
+def test_a_cache_with_its_heads_merged_is_told_to_split_them(imported: dict[str, Run]) -> None:
+    """The same decoder with its caches merged as (batch, time, 1024): XLA still put the time
+    axis in the lanes (the writes 0.38 ms a token) and copied each cache to another layout
+    every token; it took 4.07 ms a token against 1.64 split. The card's fix leads with that
+    measurement, not with a merge it already made."""
+    (card,) = [f for f in _findings(imported["decode_btf64"]) if f.rule == "tensorcore_underuse"]
+    assert card.evidence.to_dict()["shapes"] == ["bf16[16,2048,1024]"]
+    assert card.fix.startswith("If this is a KV cache with its heads merged into the last axis")
+    assert "Merging the heads" not in card.fix
 
 
 def test_an_input_bound_loop_is_judged_against_its_untraced_steps(tmp_path: Path) -> None:

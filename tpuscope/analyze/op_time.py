@@ -247,6 +247,7 @@ def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> Me
             "update": str(first["update"]),
             "lane_dim": int(first["lane"]),
             "lane_size": dims[int(first["lane"])],
+            "last_size": dims[-1],
             "bytes": float(ops["bytes"].fillna(0).sum()),
         },
     )

@@ -182,29 +182,45 @@ def _lane_why(info: dict, op_time_s: float, chip: Chip) -> str:
     )
 
 
+def _lane_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
+    paged = (
+        "jax.experimental.pallas.ops.tpu.paged_attention"
+        if backend == "jax"
+        else "torch_xla.experimental.custom_kernel.paged_attention"
+    )
+    head_dim = (
+        f"Where the model allows, use head_dim {LANES} (the same width in half the heads): on a "
+        "v5e a KV-cached decoder's token took 1.19-1.22 ms at head_dim 128 against 1.64 ms at "
+        "64, XLA keeping head_dim in the lanes and each write whole rows of tiles. "
+    )
+    if info["last_size"] >= LANES:  # heads merged into the last axis: split them first
+        advice = (
+            "If this is a KV cache with its heads merged into the last axis, split them, "
+            "(batch, time, heads, head_dim): on a v5e the same "
+            "cache merged as (batch, time, heads x head_dim) took 4.07 ms a token against 1.64 "
+            "ms split (XLA copied the merged cache to another layout each token). " + head_dim
+        )
+    else:
+        advice = head_dim + (
+            "Merging the heads into the cache's last axis (batch, time, heads x head_dim) made "
+            "it worse there (4.07 ms: XLA kept the time axis in the lanes and copied the cache "
+            "each token). "
+        )
+    return (
+        f"{info['count']} one-position write(s) across the lanes of a {info['shape']} array "
+        f"(dynamic_update_slice, as a KV cache's per-token write): {lost} lost per step "
+        "(measured)",
+        advice
+        + "Keeping the caches in the layout the compiler picks across calls (Layout.AUTO) did "
+        "not help (1.68 ms). With a fixed head_dim, a decode-attention kernel that owns the "
+        f"cache's layout ({paged}) is the other way; not measured here.",
+    )
+
+
 def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
     lost = fmt_time(waste.lost_s)
     if waste.kind == "lane_writes":
-        info = waste.info
-        paged = (
-            "jax.experimental.pallas.ops.tpu.paged_attention"
-            if backend == "jax"
-            else "torch_xla.experimental.custom_kernel.paged_attention"
-        )
-        return (
-            f"{info['count']} one-position write(s) across the lanes of a {info['shape']} "
-            f"array (dynamic_update_slice, as a KV cache's per-token write): {lost} lost per "
-            "step (measured)",
-            f"Where the model allows, use head_dim {LANES} (the same width in half the heads): "
-            "on a v5e a KV-cached decoder's token took 1.19-1.22 ms at head_dim 128 against "
-            "1.64 ms at 64, XLA keeping head_dim in the lanes and each write whole rows of "
-            "tiles. Merging the heads into the cache's last axis (batch, time, heads x "
-            "head_dim) made it worse there (4.07 ms: XLA kept the time axis in the lanes and "
-            "copied the cache each token); keeping the caches in the layout the compiler "
-            "picks across calls (Layout.AUTO) did not help (1.68 ms). With a fixed head_dim, a "
-            f"decode-attention kernel that owns the cache's layout ({paged}) is the other way; "
-            "not measured here.",
-        )
+        return _lane_wording(waste.info, lost, backend)
     if waste.kind == "f32":
         prec = "/".join(waste.info.get("precision") or ["default"])
         fix = (
