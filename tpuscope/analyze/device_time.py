@@ -23,7 +23,8 @@ import pandas as pd
 
 HOST_XLA_DEVICE = "/host:CPU (XLA ops)"
 DEVICE_STEP_LINES = ["Steps", "XLA Modules"]  # a device plane's lines that span its step work
-STEP_WINDOWS = ["steps", "device steps", "device module runs"]  # windows that are the run's steps
+DEVICE_WINDOWS = ["device steps", "device module runs"]  # the device's own step windows
+STEP_WINDOWS = ["steps", *DEVICE_WINDOWS]  # windows that are the run's steps
 _NOT_WORK = {
     "XLA Modules",
     "Steps",
@@ -192,12 +193,13 @@ def step_windows(
     device_steps = _device_step_line(events) if not ops.empty else None
     if steps is not None and not steps.empty:
         overlap = steps[(steps["end_ns"] > lo) & (steps["start_ns"] < hi)]
-        if device_steps is None or len(device_steps) != len(overlap):
-            device_steps = _module_runs(events, len(overlap)) if not ops.empty else None
-        if device_steps is not None and len(device_steps) == len(overlap):
+        own = device_steps
+        if own is None or len(own) != len(overlap):
+            own = _module_runs(events, len(overlap)) if not ops.empty else None
+        if own is not None and len(own) == len(overlap):
             # the device's own steps, named as the run's: a JAX step ends when its outputs are
             # ready as the host saw them, and the device line is when the device ran it
-            return device_steps.assign(step=overlap["step"].sort_values().to_numpy("int64"))
+            return own.assign(step=overlap["step"].sort_values().to_numpy("int64"))
         if not overlap.empty:
             return pd.DataFrame(
                 {

@@ -6,7 +6,10 @@ JAX's profiler traces Python calls by default (its Python tracer): each is an ev
 arguments handed to the device, numpy ones transferred) is a "PjitFunction(<name>)" event. The
 tracer names files by their base name only, so a function is the program's when its file name
 is one of the program's files that tpuscope saw (call sites, compiles): a library module of the
-same name would be taken for it. The tracer slows the Python it traces, so these are shares of
+same name would be taken for it. The whole trace counts, not the device's step windows: the host
+runs ahead of the device, so a step's Python precedes its device window (kept to the device's
+windows, the input-bound MLP's `data_stream` lost half its calls); tpuscope's own window spans
+the traced steps only. The tracer slows the Python it traces, so these are shares of
 the traced steps' host time, not the untraced step's.
 """
 
@@ -39,6 +42,8 @@ def host_parts(events: pd.DataFrame, program_files: list[str], steps: int) -> li
     if events.empty or "plane" not in events or steps <= 0:
         return []
     host = events[events["plane"].astype(str).str.startswith("/host:")]
+    if "host" in host and not host.empty:  # one machine's: a pod's hosts run the same steps
+        host = host[host["host"] == host["host"].iloc[0]]
     names = host["name"].astype(str)
     paths = {PurePath(p).name: p for p in program_files}
     calls = names.str.extract(_PYTHON_CALL)
@@ -77,7 +82,8 @@ def _outermost(rows: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return rows
     keep = []
-    for _, line in rows.sort_values("start_ns").groupby("line", observed=True, sort=False):
+    ordered = rows.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable")
+    for _, line in ordered.groupby("line", observed=True, sort=False):
         starts = line["start_ns"].to_numpy()
         ends = starts + line["dur_ns"].to_numpy()
         reach = np.maximum.accumulate(ends)

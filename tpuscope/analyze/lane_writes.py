@@ -39,6 +39,8 @@ def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
     writes = top[(top["opcode"] == "dynamic-update-slice") & top["layout"].notna()]
     if writes.empty:
         return pd.DataFrame()
+    matmuls = top[top["opcode"].isin(("dot", "convolution")) & top["fusion"].notna()]
+    with_matmul = set(zip(matmuls["module"], matmuls["fusion"], strict=True))
     shapes = dict(zip(zip(top["module"], top["name"], strict=True), top["shape"], strict=True))
     rows = []
     for row in writes.itertuples():
@@ -46,11 +48,14 @@ def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
         lane = int(str(row.layout).split(",")[0])
         operands = list(row.operands) if row.operands is not None else []
         update = _dims(shapes.get((row.module, operands[1]))) if len(operands) > 1 else ()
+        parent = row.fusion if isinstance(row.fusion, str) else row.name
+        if (row.module, parent) in with_matmul:  # a matmul's fusion: its time is not the write's
+            continue
         if len(update) == len(dims) and update[lane] == 1 and dims[lane] >= LANES:
             rows.append(
                 {
                     "module": row.module,
-                    "parent": row.fusion if isinstance(row.fusion, str) else row.name,
+                    "parent": parent,
                     "shape": row.shape,
                     "lane": lane,
                     "update": shapes.get((row.module, operands[1])),
@@ -60,13 +65,18 @@ def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
 
 
 def lane_write_cost(per: pd.DataFrame, writes: pd.DataFrame, chip: Chip) -> pd.DataFrame:
-    """The measured ops (measured_ops rows) that hold those writes, each with lost_s: its time
-    less its bytes at the HBM's bandwidth."""
+    """The measured ops (measured_ops rows) that hold those writes, each with its bytes a step
+    (an op may run several times a step: a scan over layers) and lost_s: its time less those
+    bytes at the HBM's bandwidth. Costliest first."""
     ops = per.merge(
-        writes.drop_duplicates("parent"),
+        writes.drop_duplicates(["module", "parent"]),
         left_on=["hlo_module", "hlo_op"],
         right_on=["module", "parent"],
     )
-    ideal = ops["bytes"].fillna(0).to_numpy(float) / chip.hbm_bandwidth
+    if ops.empty:
+        return ops
+    runs_a_step = ops["runs"] * ops["time_s"] * 1e9 / ops["time_ns"].where(ops["time_ns"] > 0, 1)
+    ops["bytes_a_step"] = ops["bytes"].fillna(0) * runs_a_step
+    ideal = ops["bytes_a_step"].to_numpy(float) / chip.hbm_bandwidth
     ops["lost_s"] = np.clip(ops["time_s"].to_numpy(float) - ideal, 0, None)
-    return ops
+    return ops.sort_values("lost_s", ascending=False)

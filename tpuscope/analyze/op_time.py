@@ -235,7 +235,7 @@ def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> Me
     ops = lane_write_cost(per, writes, chip)
     if ops.empty:
         return None
-    first = writes.iloc[0]
+    first = ops.iloc[0]  # the costliest write names the card
     dims = [int(d) for d in re.findall(r"\d+", str(first["shape"]).split("[", 1)[1])]
     return _waste(
         "lane_writes",
@@ -243,12 +243,13 @@ def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> Me
         {
             "count": int(len(ops)),
             "shape": str(first["shape"]),
-            "shapes": sorted(set(map(str, writes["shape"]))),
+            "shapes": sorted(set(map(str, ops["shape"]))),
             "update": str(first["update"]),
             "lane_dim": int(first["lane"]),
             "lane_size": dims[int(first["lane"])],
             "last_size": dims[-1],
-            "bytes": float(ops["bytes"].fillna(0).sum()),
+            "lane_is_last": int(first["lane"]) == len(dims) - 1,
+            "bytes": float(ops["bytes_a_step"].sum()),
         },
     )
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
+from tpuscope.analyze.device_time import DEVICE_WINDOWS
 from tpuscope.analyze.host_time import HostPart, host_parts
 from tpuscope.analyze.mxu import fmt_time
 from tpuscope.analyze.tensorcore import is_library_path
@@ -117,7 +118,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         cost, runs = per_step * judged, []
         busy = (
             f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {fmt_time(busy_s)} a "
-            f"step ({traced}, {basis}) of the {fmt_time(step_s)} median step of the run's "
+            f"step ({traced}, from the trace's XLA ops) of the {fmt_time(step_s)} median step of the run's "
             f"{judged} judged steps, timed outside the trace (a trace slows the host: in the "
             f"traced steps themselves the device idled {100 * idle.share:.0f}%)"
         )
@@ -159,10 +160,14 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
 
 def _where_host(parts: list[HostPart]) -> str:
     if not parts:
-        return "Where the host's time went is not in the trace (no Python calls of the program in it). "
+        return (
+            "Where the host's time went is not known: the trace's traced steps hold no Python "
+            "call in the program's files tpuscope saw. "
+        )
     return (
         "Where the host's time went in the traced steps, as JAX's Python tracer recorded it (it "
-        "slows what it traces: shares, not the untraced step's times): "
+        "slows what it traces: shares, not the untraced step's times; a function's time holds "
+        "the dispatches it makes): "
         + "; ".join(f"{p.label} {fmt_time(p.s_per_step)} a step" for p in parts[:4])
         + ". "
     )
@@ -187,13 +192,16 @@ def _against_step_time(
     """(idle share, idle s a step, step s, busy s a step): the device's busy time a traced step
     against the median judged step, which the trace did not slow. A trace slows the host (an
     input-bound MLP's traced steps idled 64% on a v5e where it lost 51% bare, 1.78 of 3.52 ms:
-    its median step 3.60 ms against 1.82 ms busy). None without step times or step windows."""
+    its median step 3.60 ms against 1.82 ms busy). The device's own windows only: the host's
+    are clipped to the trace's span, and a clipped step's busy time is part of one. None
+    without step times or the device's windows."""
     judged = tables.judged
     if not count or judged.empty or "wall_ns" not in judged or idle.rows.empty:
         return None
-    windows = idle.rows[idle.rows["step"] >= 0]
+    rows = idle.rows
+    windows = rows[(rows["step"] >= 0) & rows["window"].isin(DEVICE_WINDOWS)]
     step_s = float(judged["wall_ns"].median()) / 1e9
-    if windows.empty or step_s <= 0:
+    if windows.empty or not np.isfinite(step_s) or step_s <= 0:
         return None
     busy_s = float(windows["busy_ns"].sum()) / len(windows) / 1e9  # a (device, step) a row
     per_step = max(step_s - busy_s, 0.0)

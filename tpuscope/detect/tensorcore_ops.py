@@ -193,7 +193,7 @@ def _lane_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
         "v5e a KV-cached decoder's token took 1.19-1.22 ms at head_dim 128 against 1.64 ms at "
         "64, XLA keeping head_dim in the lanes and each write whole rows of tiles. "
     )
-    if info["last_size"] >= LANES:  # heads merged into the last axis: split them first
+    if info["last_size"] >= LANES and not info.get("lane_is_last"):  # heads merged: split
         advice = (
             "If this is a KV cache with its heads merged into the last axis, split them, "
             "(batch, time, heads, head_dim): on a v5e the same "

@@ -221,7 +221,7 @@ def _dressed(call: Any, jitted: Any) -> Any:
     functools.update_wrapper(call, jitted)
     for name in dir(jitted):
         if not name.startswith("__") and not hasattr(call, name):
-            with contextlib.suppress(AttributeError):
+            with contextlib.suppress(Exception):  # a property that raises stays the callee's
                 setattr(call, name, getattr(jitted, name))
     return call
 
