@@ -351,7 +351,10 @@ def test_a_step_compiled_ahead_of_the_loop_has_its_steps(tmp_path: Path) -> None
         assert step.input_formats[0][0] is not None
         for _ in range(30):
             w = step(w, x)
+        traced_step = jax.jit(update).trace(w, x).lower().compile()  # the same through `trace`
+        for _ in range(10):
+            w = traced_step(w, x)
         float(w[0, 0])
     loaded = tpuscope.load_run(run.path)
-    assert len(loaded.steps) == 30
+    assert len(loaded.steps) == 40
     assert set(loaded.steps["boundary"].astype(str)) == {"jit:update"}

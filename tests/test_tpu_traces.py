@@ -275,6 +275,20 @@ def test_a_device_bound_runs_steps_are_the_devices_own_steps(tmp_path: Path) -> 
     assert share > 0.99, share
 
 
+def test_a_trace_no_run_step_overlaps_keeps_the_device_s_steps_line(tmp_path: Path) -> None:
+    """Host step rows that miss the trace's span (another process's steps, a clock apart)
+    leave the windows to the chip's own Steps line, as when a trace has no steps beside it."""
+    path = tmp_path / "runsc.xplane.pb"
+    with gzip.open(TRACES / "mlp_steady" / "runsc.xplane.pb.gz") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    elsewhere = pd.DataFrame({"step": [0, 1], "start_ns": [0, 10], "end_ns": [10, 20]})
+    out = TraceSet()
+    assert load_file(path, 0, elsewhere, out)
+    busy = out.tables["device_steps"][0].to_pandas()
+    assert busy["step"].tolist() == [10, 11, 12, 13, 14]
+    assert set(busy["window"]) == {"device steps"}
+
+
 def test_a_device_without_a_steps_line_has_its_step_executable_s_runs_as_windows(
     tmp_path: Path,
 ) -> None:

@@ -83,6 +83,8 @@ class JitHook:
         dressed = self._hooked(jitted, target)
         if hasattr(jitted, "lower"):
             dressed.lower = self._lowering(jitted.lower, target)
+        if hasattr(jitted, "trace"):
+            dressed.trace = self._tracing(jitted.trace, target)
         return dressed
 
     def _hooked(self, callable_: Any, target: JitTarget) -> Any:
@@ -114,6 +116,20 @@ class JitHook:
             return out
 
         return lowered
+
+    def _tracing(self, trace: Any, target: JitTarget) -> Any:
+        """The jitted function's `trace`, whose `.lower()` is `_lowering`'s: the executable of
+        `step.trace(...).lower().compile()` is called through the same hooks too."""
+        lowering = self._lowering
+
+        @functools.wraps(trace)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            out = trace(*args, **kwargs)
+            with contextlib.suppress(AttributeError):
+                out.lower = lowering(out.lower, target)
+            return out
+
+        return traced
 
     def _lane_call(self, jitted: Any, target: JitTarget, general: Any) -> Any:
         """What `jax.jit` returns under tpuscope: a function calling `jitted`. A plain loop's
