@@ -245,15 +245,9 @@ def _device_step_line(events: pd.DataFrame) -> pd.DataFrame | None:
     dispatch, not the device's work; the device's line spans the work. The steps are numbered
     as the host markers are when there are as many, else as the device numbered them. Each
     window runs until the next step starts, so the device's waits between steps are idle."""
-    if "line" not in events or "plane" not in events:
+    first = _first_device_line(events, "Steps")
+    if first is None:
         return None
-    lines = events[
-        (events["line"].astype(str) == "Steps")
-        & events["plane"].astype(str).str.startswith("/device:")
-    ]
-    if lines.empty:
-        return None
-    first = lines[lines["plane"] == lines["plane"].iloc[0]].sort_values("start_ns")
     numbers = pd.to_numeric(first["name"], errors="coerce")
     if "step_num" in events:
         marked = sorted(int(n) for n in events["step_num"].dropna().unique())
@@ -262,6 +256,19 @@ def _device_step_line(events: pd.DataFrame) -> pd.DataFrame | None:
     if numbers.isna().any():
         return None
     return _back_to_back(first, numbers.astype("int64").to_numpy(), "device steps")
+
+
+def _first_device_line(events: pd.DataFrame, line: str) -> pd.DataFrame | None:
+    """The events of one line of the trace's first device plane, by start; None without."""
+    if "line" not in events or "plane" not in events:
+        return None
+    rows = events[
+        (events["line"].astype(str) == line)
+        & events["plane"].astype(str).str.startswith("/device:")
+    ]
+    if rows.empty:
+        return None
+    return rows[rows["plane"] == rows["plane"].iloc[0]].sort_values("start_ns")
 
 
 def _back_to_back(runs: pd.DataFrame, numbers: np.ndarray, window: str) -> pd.DataFrame:
@@ -280,22 +287,16 @@ def _module_runs(events: pd.DataFrame, steps: int) -> pd.DataFrame | None:
     windows timed in batches (collect/jax/lane.py), which put a decoder's five 1.2 ms runs,
     back to back on a v5e, two and three to a step and none in two others (busy 78%: a false
     "host-bound" card); one run a step is the device's own step."""
-    if steps < 2 or "line" not in events or "plane" not in events:
+    modules = _first_device_line(events, "XLA Modules") if steps >= 2 else None
+    if modules is None:
         return None
-    modules = events[
-        (events["line"].astype(str) == "XLA Modules")
-        & events["plane"].astype(str).str.startswith("/device:")
-    ]
-    if modules.empty:
-        return None
-    modules = modules[modules["plane"] == modules["plane"].iloc[0]]
     names = modules["name"].astype(str)
     counts = names.value_counts()
     once = counts[counts == steps].index
     if once.empty:
         return None
     step_module = max(once, key=lambda n: float(modules["dur_ns"][names == n].sum()))
-    runs = modules[names == step_module].sort_values("start_ns")
+    runs = modules[names == step_module]
     return _back_to_back(runs, np.arange(steps, dtype="int64"), "device module runs")
 
 

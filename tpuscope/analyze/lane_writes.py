@@ -15,19 +15,22 @@ writes' measured time less their bytes at the HBM's speed.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.chips import Chip
+from tpuscope.analyze.shapes import parse_shape
 
 LANES = 128  # the minor edge of a TPU tile (every generation)
 
 
-def _dims(shape: object) -> tuple[int, ...]:
-    found = re.search(r"\[([\d,]*)\]", str(shape))
-    return tuple(int(d) for d in found[1].split(",") if d) if found else ()
+def array_dims(shape: object) -> tuple[int, ...]:
+    """An array shape's dims ('bf16[16,2048,64]' -> (16, 2048, 64)); () for a tuple or text
+    with unknown dims."""
+    parsed = parse_shape(str(shape)) if isinstance(shape, str) else None
+    if parsed is None or any(d is None for d in parsed.dims):
+        return ()
+    return tuple(int(d) for d in parsed.dims if d is not None)
 
 
 def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
@@ -44,10 +47,10 @@ def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
     shapes = dict(zip(zip(top["module"], top["name"], strict=True), top["shape"], strict=True))
     rows = []
     for row in writes.itertuples():
-        dims = _dims(row.shape)
+        dims = array_dims(row.shape)
         lane = int(str(row.layout).split(",")[0])
         operands = list(row.operands) if row.operands is not None else []
-        update = _dims(shapes.get((row.module, operands[1]))) if len(operands) > 1 else ()
+        update = array_dims(shapes.get((row.module, operands[1]))) if len(operands) > 1 else ()
         parent = row.fusion if isinstance(row.fusion, str) else row.name
         if (row.module, parent) in with_matmul:  # a matmul's fusion: its time is not the write's
             continue

@@ -41,7 +41,7 @@ import pandas as pd
 from tpuscope.analyze.attention import narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
-from tpuscope.analyze.lane_writes import lane_write_cost, lane_writes
+from tpuscope.analyze.lane_writes import array_dims, lane_write_cost, lane_writes
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -236,7 +236,7 @@ def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> Me
     if ops.empty:
         return None
     first = ops.iloc[0]  # the costliest write names the card
-    dims = [int(d) for d in re.findall(r"\d+", str(first["shape"]).split("[", 1)[1])]
+    dims = array_dims(first["shape"])
     return _waste(
         "lane_writes",
         ops,

@@ -113,7 +113,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         f"{count} traced step(s)" if count else "the traced time (no step markers in the trace)"
     )
     if untraced:
-        share, per_step, step_s, busy_s = untraced
+        _, per_step, step_s, busy_s = untraced
         judged = len(tables.judged)
         cost, runs = per_step * judged, []
         busy = (
@@ -130,7 +130,8 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
             f"{100 * (1 - share):.0f}% of {traced} ({basis})"
         )
         cost_text = "Cost = idle time in those steps."
-    parts = host_parts(events_of(tables), program_files(tables), count)
+    events = tables.extra.get("trace_events", pd.DataFrame())
+    parts = host_parts(events, program_files(tables), count)
     return Finding(
         RULE,
         "high" if share >= 0.5 else "medium",
@@ -171,10 +172,6 @@ def _where_host(parts: list[HostPart]) -> str:
         + "; ".join(f"{p.label} {fmt_time(p.s_per_step)} a step" for p in parts[:4])
         + ". "
     )
-
-
-def events_of(tables: RunTables) -> pd.DataFrame:
-    return tables.extra.get("trace_events", pd.DataFrame())
 
 
 def program_files(tables: RunTables) -> list[str]:
