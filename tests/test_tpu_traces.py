@@ -52,8 +52,10 @@ import pytest
 
 from tpuscope.analyze.chips import GENERATIONS
 from tpuscope.analyze.cost_compare import compare
+from tpuscope.analyze.families import backend_of_modules
 from tpuscope.analyze.op_time import measured_waste
 from tpuscope.detect.run_analysis import analyze
+from tpuscope.detect.tables import RunTables
 from tpuscope.ingest.run import import_paths
 from tpuscope.ingest.traces import TraceSet, load_file
 from tpuscope.report.console import headline_rows
@@ -343,10 +345,52 @@ def test_a_cache_with_its_heads_merged_is_told_to_split_them(imported: dict[str,
     axis in the lanes (the writes 0.38 ms a token) and copied each cache to another layout
     every token; it took 4.07 ms a token against 1.64 split. The card's fix leads with that
     measurement, not with a merge it already made."""
-    (card,) = [f for f in _findings(imported["decode_btf64"]) if f.rule == "tensorcore_underuse"]
+    cards = [f for f in _findings(imported["decode_btf64"]) if f.rule == "tensorcore_underuse"]
+    (card,) = [f for f in cards if f.evidence.to_dict()["kind"] == "lane_writes"]
     assert card.evidence.to_dict()["shapes"] == ["bf16[16,2048,1024]"]
     assert card.fix.startswith("If this is a KV cache with its heads merged into the last axis")
     assert "Merging the heads" not in card.fix
+
+
+def test_arrays_copied_between_layouts_at_the_steps_boundary_cost_the_copies(
+    imported: dict[str, Run],
+) -> None:
+    """The merged-heads decoder: each token XLA copied its 8 bf16[16,2048,1024] caches from
+    the layout they are passed in, {2,1,0}, to {1,2,0} and the 8 updated ones back (16 copies
+    of 64 MiB, near the HBM's speed). The card costs the copies' measured time, 2.76 ms of the
+    4.06 ms device token; splitting the heads, which removes them, saved 2.44 ms bare (4.0736
+    against 1.6376 ms), so the card is 1.13 of what that fix saved (the fix also changes the
+    attention's ops). Named by the arguments as JAX names them; JAX's advice, as the trace's
+    modules are JAX's. Only one other trace gets the card: the cost table's, whose one-module
+    programs (a 7x7 convolution's NHWC input and output, a 64-channel convolution's output,
+    an attention's values and output) are passed or given in another layout than their ops
+    use, 1.3% of that trace's device time. The ResNet's boundary copies
+    (a 7x7 kernel's) took under 1 us, and copies inside a step (up to 2.5%) are not the
+    card's."""
+    cards = [f for f in _findings(imported["decode_btf64"]) if f.rule == "tensorcore_underuse"]
+    (card,) = [f for f in cards if f.evidence.to_dict()["kind"] == "relayouts"]
+    evidence = card.evidence.to_dict()
+    assert evidence["count"] == 16 and evidence["shapes"] == ["bf16[16,2048,1024]"]
+    assert evidence["lost_s_per_step"] == pytest.approx(2.764e-3, rel=0.01)
+    saved = 4.0736e-3 - 1.6376e-3
+    assert saved < evidence["lost_s_per_step"] < 1.15 * saved
+    assert evidence["cost_figure"] == "measured (the copies' device time)"
+    assert card.title.startswith(
+        "arrays copied to another layout at the step's boundary, 8 argument(s) "
+        "(caches[0]['k'], caches[2]['k'] ...) on the way in and 8 result(s) on the way out"
+    )
+    assert "{2,1,0} -> {1,2,0}" in card.detail and "at 777 GB/s" in card.detail
+    assert card.fix.startswith("Keep these arrays in the layout the step uses between calls")
+    assert "Format(Layout.AUTO)" in card.fix and "torch" not in card.fix
+    carded = {}
+    for name, run in imported.items():
+        for finding in _findings(run):
+            if finding.evidence.to_dict().get("kind") == "relayouts":
+                carded[name] = finding.evidence.to_dict()
+    assert sorted(carded) == ["cost_table", "decode_btf64"]
+    convs = carded["cost_table"]
+    assert {"bf16[32,112,112,3]", "bf16[32,112,112,64]"} <= set(convs["shapes"])
+    assert convs["share_of_step"] == pytest.approx(0.013, abs=0.001)
 
 
 def test_an_input_bound_loop_is_judged_against_its_untraced_steps(tmp_path: Path) -> None:
@@ -406,3 +450,19 @@ def test_a_sampler_that_donates_its_cache_is_timed_by_the_device(tmp_path: Path)
     steps = Run(run_dir).steps
     assert len(steps) == 200
     assert steps["wall_ns"].iloc[10:].median() / 1e6 == pytest.approx(1.637, rel=0.03)
+
+
+def test_an_imported_trace_gets_the_advice_of_the_framework_that_named_its_modules(
+    imported: dict[str, Run],
+) -> None:
+    """An imported trace has no process to say its backend: its HLO modules' names do (JAX's
+    `jit_<function>`, torch_xla's `SyncTensorsGraph.N`). Every capture here is JAX's, so no
+    card's fix names torch_xla's APIs (before, an import was taken as torch_xla's: the decoder's
+    lane card named torch_xla's paged_attention)."""
+    assert backend_of_modules(["SyncTensorsGraph.21"]) == "torch_xla"
+    assert backend_of_modules(["main", "jit_train_step"]) == "jax"
+    assert backend_of_modules(["main"]) is None
+    for name, run in imported.items():
+        assert RunTables.from_run(run).backend == "jax", name
+        for finding in _findings(run):
+            assert "torch" not in finding.fix, (name, finding.fix)

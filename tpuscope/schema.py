@@ -207,6 +207,8 @@ TABLES: dict[str, pa.Schema] = {
             pa.field(c, pa.float64())
             for c in ("matmul_flops", "param_bytes", "output_bytes", "top_level_bytes")
         ]
+        # the entry computation and its ROOT instruction: what the module takes and gives
+        + [pa.field("entry", pa.string()), pa.field("root", pa.string())]
     ),
     # One row per HLO instruction; dots and convolutions carry their matmul view
     # (batch x [M,K] @ [K,N]) and flops = 2*batch*M*N*K.

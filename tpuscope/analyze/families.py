@@ -50,6 +50,7 @@ family columns out.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, TypeGuard, cast
 
 import pandas as pd
@@ -164,6 +165,22 @@ def process_backends(meta: dict[str, Any]) -> dict[str, str]:
         for p in meta.get("processes", [])
         if p.get("backend")
     }
+
+
+_JAX_MODULE = re.compile(r"^(jit|pjit|pmap|xmap|shard_map)_")
+_TORCH_XLA_MODULE = re.compile(r"^(SyncTensorsGraph|IrToHlo)")
+
+
+def backend_of_modules(modules: Iterable[str]) -> str | None:
+    """The framework that named a trace's HLO modules, where the run has no process to say:
+    JAX names each module after its jitted function (`jit_train_step`), torch_xla its graphs
+    `SyncTensorsGraph.N`; None when neither."""
+    names = [str(m) for m in modules]
+    if any(_JAX_MODULE.match(m) for m in names):
+        return "jax"
+    if any(_TORCH_XLA_MODULE.match(m) for m in names):
+        return "torch_xla"
+    return None
 
 
 def _boundary_cause(cause: Any) -> bool:

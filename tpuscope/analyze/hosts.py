@@ -6,7 +6,9 @@ the pod's time of a step is the median over hosts. The noise between steps is th
 median over hosts of each host's robust spread of its own step times (1.4826 x MAD);
 a host is a straggler when its median excess over the pod's step times is above
 NOISE_FACTOR x that noise, above MIN_SHARE of the pod's median step and above 1 ms, and
-its slow steps are those where its excess is. The rule's constants live here; its one
+its slow steps are those where its excess is. A host with fewer than MIN_JUDGED_STEPS judged
+steps (one lost early) is never flagged (its steps still count in the pod's medians): the median of two or three steps is one burst of the OS's
+scheduling as often as a slow host (a loaded CI machine made such a host 3 ms slow on 2 steps). The rule's constants live here; its one
 implementation is DuckDB and numpy over the judged (host, step) rows (analyze/pod_sql.PodSteps
 and analyze/pod_view.py), for a pod in its parts and a run's frame in memory alike.
 """
@@ -25,6 +27,7 @@ MIN_SHARE = 0.05
 MIN_EXCESS_NS = (
     1_000_000  # 1 ms: below it, the OS's scheduling of a host's threads, not the program
 )
+MIN_JUDGED_STEPS = 5
 MAD_TO_SIGMA = 1.4826
 MAX_COLUMNS = 200  # steps binned to at most this many columns in the summary's host_steps
 NS_PER_MS = 1e6

@@ -67,9 +67,16 @@ def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def bytes_a_step(ops: pd.DataFrame) -> pd.Series:
+    """Each measured op's bytes a step (measured_ops rows): XLA's bytes of one run times its
+    runs a step (an op may run several times a step: a scan over layers)."""
+    runs_a_step = ops["runs"] * ops["time_s"] * 1e9 / ops["time_ns"].where(ops["time_ns"] > 0, 1)
+    return ops["bytes"].fillna(0) * runs_a_step
+
+
 def lane_write_cost(per: pd.DataFrame, writes: pd.DataFrame, chip: Chip) -> pd.DataFrame:
     """The measured ops (measured_ops rows) that hold those writes, each with its bytes a step
-    (an op may run several times a step: a scan over layers) and lost_s: its time less those
+    and lost_s: its time less those
     bytes at the HBM's bandwidth. Costliest first."""
     ops = per.merge(
         writes.drop_duplicates(["module", "parent"]),
@@ -78,8 +85,7 @@ def lane_write_cost(per: pd.DataFrame, writes: pd.DataFrame, chip: Chip) -> pd.D
     )
     if ops.empty:
         return ops
-    runs_a_step = ops["runs"] * ops["time_s"] * 1e9 / ops["time_ns"].where(ops["time_ns"] > 0, 1)
-    ops["bytes_a_step"] = ops["bytes"].fillna(0) * runs_a_step
+    ops["bytes_a_step"] = bytes_a_step(ops)
     ideal = ops["bytes_a_step"].to_numpy(float) / chip.hbm_bandwidth
     ops["lost_s"] = np.clip(ops["time_s"].to_numpy(float) - ideal, 0, None)
     return ops.sort_values("lost_s", ascending=False)

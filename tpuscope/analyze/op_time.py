@@ -26,6 +26,8 @@ sets the size):
   removes the narrow head's cost (a Pallas attention kernel) removes theirs.
 - lane_writes: in-place writes one element wide along their array's lane axis (a KV cache
   written a position a token where XLA put its time axis in the lanes: analyze/lane_writes).
+- relayouts: the step's arguments copied to another layout on their way in and its results
+  on their way out (analyze/relayouts): the copies' whole measured time.
 Dims that are not multiples of the edge are not a measured cost: the MXU pads them as padding
 by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
 """
@@ -41,7 +43,8 @@ import pandas as pd
 from tpuscope.analyze.attention import narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
-from tpuscope.analyze.lane_writes import array_dims, lane_write_cost, lane_writes
+from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_cost, lane_writes
+from tpuscope.analyze.relayouts import boundary_relayouts
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -254,6 +257,39 @@ def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> Me
     )
 
 
+def relayout_waste(
+    per: pd.DataFrame, hlo_ops: pd.DataFrame, hlo_modules: pd.DataFrame
+) -> MeasuredWaste | None:
+    """The step's arrays copied between layouts at its boundary: the copies' measured time."""
+    copies = (
+        boundary_relayouts(_trace_stage(hlo_ops), _trace_stage(hlo_modules))
+        if not hlo_ops.empty
+        else pd.DataFrame()
+    )
+    if copies.empty:
+        return None
+    ops = per.merge(copies, left_on=["hlo_module", "hlo_op"], right_on=["module", "parent"])
+    if ops.empty:
+        return None
+    ops["lost_s"] = ops["time_s"]
+    ops = ops.sort_values("lost_s", ascending=False)
+    arguments = ops[ops["side"] == "argument"]
+    return _waste(
+        "relayouts",
+        ops,
+        {
+            "count": int(len(ops)),
+            "arguments": int(len(arguments)),
+            "results": int((ops["side"] == "result").sum()),
+            "names": list(arguments["array"])[:4],
+            "shape": str(ops["shape"].iloc[0]),
+            "shapes": sorted(set(map(str, ops["shape"]))),
+            "layouts": str(ops["layouts"].iloc[0]),
+            "bytes": float(bytes_a_step(ops).sum()),
+        },
+    )
+
+
 def _holding(top: pd.DataFrame, elements: int, dims: tuple[int, int]) -> set[tuple[str, str]]:
     """(module, top-level op) of every op that makes or reads a score tensor (softmax, masks,
     dropout over them), its fused instructions included: an array of the scores' element count
@@ -315,10 +351,16 @@ def _waste(kind: str, ops: pd.DataFrame, info: dict) -> MeasuredWaste | None:
 
 
 def measured_waste(
-    events: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip, steps: list[int] | None = None
+    events: pd.DataFrame,
+    hlo_ops: pd.DataFrame,
+    chip: Chip,
+    steps: list[int] | None = None,
+    hlo_modules: pd.DataFrame | None = None,
 ) -> tuple[list[MeasuredWaste], dict]:
     """(each cause's measured waste per traced step, what was measured: device time per step,
-    steps, ops); empty without device ops or without the trace's HLO."""
+    steps, ops); empty without device ops or without the trace's HLO. An op's time is one
+    cause's: the attention's ops (their f32 matmuls too) and the boundary's copies (which
+    move f32 arrays too) are not counted again by the other causes."""
     per, count = measured_ops(events, steps)
     if per.empty:
         return [], {}
@@ -329,18 +371,26 @@ def measured_waste(
     }
     dots = _matmuls(hlo_ops)
     heads = head_dim_waste(per, dots, hlo_ops, chip)
-    free = per
-    if heads is not None:  # an op's time is claimed once: its f32 matmuls are the attention's
-        claimed = set(zip(heads.ops["hlo_module"], heads.ops["hlo_op"], strict=True))
-        dots = dots[
-            [key not in claimed for key in zip(dots["module"], dots["parent"], strict=True)]
-        ]
-        free = per[
-            [key not in claimed for key in zip(per["hlo_module"], per["hlo_op"], strict=True)]
-        ]
+    free = _unclaimed(per, heads, "hlo_module", "hlo_op")
+    dots = _unclaimed(dots, heads, "module", "parent")
+    relayouts = relayout_waste(
+        free, hlo_ops, pd.DataFrame() if hlo_modules is None else hlo_modules
+    )
+    free = _unclaimed(free, relayouts, "hlo_module", "hlo_op")
     found = [
         f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None,
         heads,
         lane_write_waste(free, hlo_ops, chip),
+        relayouts,
     ]
     return [w for w in found if w is not None], figures
+
+
+def _unclaimed(
+    frame: pd.DataFrame, waste: MeasuredWaste | None, module: str, op: str
+) -> pd.DataFrame:
+    """The rows of `frame` whose (module, op) is not one of the waste's ops."""
+    if waste is None or frame.empty:
+        return frame
+    claimed = set(zip(waste.ops["hlo_module"], waste.ops["hlo_op"], strict=True))
+    return frame[[key not in claimed for key in zip(frame[module], frame[op], strict=True)]]

@@ -22,6 +22,7 @@ from tpuscope.analyze.hosts import (
     MAD_TO_SIGMA,
     MAX_COLUMNS,
     MIN_EXCESS_NS,
+    MIN_JUDGED_STEPS,
     MIN_SHARE,
     NOISE_FACTOR,
     NS_PER_MS,
@@ -84,7 +85,7 @@ def pod_figures(matrices: StepMatrix, sparse_zero: bool = False) -> PodFigures:
                 "p50_ms": float(p50[i]) / NS_PER_MS,
                 "excess_ms": float(median_excess[i]) / NS_PER_MS,
                 "slow_steps": steps.tolist(),
-                "straggler": bool(median_excess[i] > threshold),
+                "straggler": bool(median_excess[i] > threshold and counts[i] >= MIN_JUDGED_STEPS),
                 "cause": causes.get(i),
             }
         )

@@ -5,7 +5,8 @@ step as slow as its own. The rule compares each host's judged step times with th
 pod's median step time, step by step (analyze/pod_view.py): a host whose median
 excess is above the noise between steps (NOISE_FACTOR x the hosts' robust spread, and
 at least MIN_SHARE of the median step and 1 ms) is a straggler, on the steps where its excess
-is. The cause is what its slow steps spent more on than the pod's: its own compiles,
+is, if it has MIN_JUDGED_STEPS judged steps (a host lost early has too few to tell from the
+OS's scheduling). The cause is what its slow steps spent more on than the pod's: its own compiles,
 device execution, or time outside both (input pipeline, Python work, host syncs), with
 the compiles, CPU fallbacks and host syncs it had more of. Cost: its excess summed over
 its slow steps (what the other hosts wait); severity its share of the pod's judged time.

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.contract import RunSummary
-from tpuscope.analyze.families import graph_families, process_backends
+from tpuscope.analyze.families import backend_of_modules, graph_families, process_backends
 from tpuscope.analyze.judge import in_loop
 from tpuscope.analyze.pod_sql import PodSteps
 from tpuscope.schema_consts import DEFAULT_WARMUP
@@ -23,6 +23,8 @@ from tpuscope.schema_consts import DEFAULT_WARMUP
 # A list of graph hashes per step that no rule reads (compiles has them): on a million steps,
 # a million Python lists to build and to carry through every selection.
 UNREAD_STEP_COLUMNS = ("graph_hashes",)
+FRAMEWORKS = ("torch_xla", "jax", "torch_tpu")  # what a process may report; importers write
+# what they read ("trace", "xprof", "hlo"), which says nothing of the framework
 
 
 class LazyTables(Mapping[str, pd.DataFrame]):
@@ -138,12 +140,17 @@ class RunTables:
 
     @property
     def backend(self) -> str:
-        """The run's backend: "torch_xla", "jax" or "torch_tpu" (torch_xla when unknown)."""
-        found = [b for b in process_backends(self.meta).values()]
+        """The run's backend: "torch_xla", "jax" or "torch_tpu": as its processes reported it, its
+        compiles, or (an imported trace) its HLO modules' names; torch_xla when unknown."""
+        found = [b for b in process_backends(self.meta).values() if b in FRAMEWORKS]
         if found:
             return found[0]
         families = self.families
-        return str(families["backend"].iloc[0]) if not families.empty else "torch_xla"
+        if not families.empty:
+            return str(families["backend"].iloc[0])
+        hlo_ops = self.extra.get("hlo_ops", pd.DataFrame())  # an imported trace: its modules
+        modules = hlo_ops["module"].unique() if "module" in hlo_ops else []
+        return backend_of_modules(modules) or "torch_xla"
 
     def summarize(self) -> RunSummary:
         """analyze/summary.summarize of these tables: the summary's headline figures."""

@@ -185,6 +185,8 @@ def module_rows(module: HloModule) -> tuple[dict[str, Any], list[dict[str, Any]]
         "param_bytes": float(sum(p.shape.bytes for p in params)),
         "output_bytes": float(root.shape.bytes) if root is not None else 0.0,
         "top_level_bytes": top_bytes,
+        "entry": entry.name if entry is not None else None,
+        "root": root.name if root is not None else None,
     }
     return module_row, ops
 

@@ -4,7 +4,7 @@ optax's Adam, as Flax and optax's own examples train. Synthetic data, no downloa
 
     mlp_train.py [--widths 1024,4096,4096,1024] [--batch 2048] [--dtype bf16|f32]
                  [--precision default|highest] [--steps 40] [--annotate] [--eager]
-                 [--master-f32] [--host-data]
+                 [--master-f32] [--host-data] [--callback print|pure|io]
 
 Prints `step_ms <mean step time over the timed steps>` (steps after the first 10, timed from
 the first call to the last result ready, as a user times a loop) and the step's FLOPs.
@@ -16,6 +16,10 @@ the first call to the last result ready, as a user times a loop) and the step's 
 does (a numpy permutation of a numpy training set, each batch indexed out of it and handed to
 the jitted step as numpy arrays): the input-bound twin of the default, whose batch stays on
 the device.
+--callback calls the host from inside the jitted step, as JAX's external-callbacks guide shows:
+`print` a `jax.debug.print` of the loss (left in a step after debugging), `pure` a numpy
+function of the loss whose result scales the update (`jax.pure_callback`), `io` an ordered
+`jax.experimental.io_callback` that logs the loss on the host.
 """
 
 import argparse
@@ -25,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import io_callback
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--widths", default="1024,4096,4096,1024")
@@ -36,6 +41,7 @@ parser.add_argument("--annotate", action="store_true")
 parser.add_argument("--eager", action="store_true", help="no jax.jit on the step")
 parser.add_argument("--master-f32", action="store_true", help="f32 parameters, compute in --dtype")
 parser.add_argument("--host-data", action="store_true", help="numpy batches drawn each step")
+parser.add_argument("--callback", default="", choices=["", "print", "pure", "io"])
 parser.add_argument("--trace", default="", help="a jax.profiler trace into this folder")
 parser.add_argument("--trace-from", type=int, default=10, help="first traced step (0: from start-up, compiles included)")
 parser.add_argument("--trace-count", type=int, default=5)
@@ -75,8 +81,23 @@ def loss_fn(params, x, y):
 optimizer = optax.adam(1e-3)
 
 
+def host_loss_scale(loss):
+    """A numpy function of the loss (a host-side schedule): 1 / (1 + loss / 1000)."""
+    return np.float32(1.0 / (1.0 + float(loss) / 1000.0))
+
+
+losses = []
+
+
 def update(params, opt_state, x, y):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    if args.callback == "print":
+        jax.debug.print("loss {loss}", loss=loss)
+    elif args.callback == "pure":
+        scale = jax.pure_callback(host_loss_scale, jax.ShapeDtypeStruct((), jnp.float32), loss)
+        grads = jax.tree.map(lambda g: g * scale.astype(g.dtype), grads)
+    elif args.callback == "io":
+        io_callback(losses.append, None, loss, ordered=True)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
