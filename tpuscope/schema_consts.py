@@ -12,6 +12,7 @@ HOST_RULES = (
     "recompile",
     "cpu_fallback",
     "host_sync",
+    "host_callback",
     "op_by_op",
     "tensorcore_underuse",
     "compile_time",

@@ -372,6 +372,21 @@ class CompileTimeEvidence(Evidence):
     history: dict[str, Any] | None = None
 
 
+@dataclass
+class HostCallbackEvidence(Evidence):
+    """Rule `host_callback`: one callback compiled into the step, its runs on the host."""
+
+    RULE: ClassVar[str] = "host_callback"
+
+    api: str = ""
+    function: str = ""
+    runs_per_step: float = 0.0
+    host_s_per_step: float = 0.0
+    waited: bool = True  # the device waits for it (results, an ordered effect, the CPU backend)
+    judged_steps: int = 0
+    platform: str | None = None
+
+
 EVIDENCE: dict[str, type[Evidence]] = {
     cls.RULE: cls
     for cls in (
@@ -383,6 +398,7 @@ EVIDENCE: dict[str, type[Evidence]] = {
         TensorCoreEvidence,
         StragglerEvidence,
         RankDivergenceEvidence,
+        HostCallbackEvidence,
     )
 }
 

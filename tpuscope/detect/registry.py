@@ -36,6 +36,7 @@ def register_defaults() -> None:
         return
     from tpuscope.detect.compile_time import detect_compile_time
     from tpuscope.detect.cpu_fallback import detect_cpu_fallback
+    from tpuscope.detect.host_callback import detect_host_callback
     from tpuscope.detect.host_sync import detect_host_sync
     from tpuscope.detect.op_by_op import detect_op_by_op
     from tpuscope.detect.rank_divergence import detect_rank_divergence
@@ -47,6 +48,7 @@ def register_defaults() -> None:
         detect_recompile,
         detect_cpu_fallback,
         detect_host_sync,
+        detect_host_callback,
         detect_op_by_op,
         detect_tensorcore_underuse,
         detect_compile_time,

@@ -17,11 +17,12 @@ import time
 import weakref
 from typing import Any, Protocol
 
+from tpuscope.collect.jax.callbacks import CallbackHook, callback_rows
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
-from tpuscope.collect.jax.rows import StepColumns
+from tpuscope.collect.jax.rows import StepColumns, StepLog
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.session import Session
@@ -99,6 +100,10 @@ class JaxCollector(StepTracker):
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
         self._hooks: list[_Hook] = []
         self._tracking: list[JitHook] = []  # the hooks that name the call a compile belongs to
+        self._syncs = SyncHook(self)
+        # host callbacks in compiled code, timed on the host; the reads they make are theirs
+        self._callbacks = CallbackHook(quiet=self._syncs.local)
+        self._callback_runs: list[tuple[int, int, int]] = []  # runs after the last step written
         session.before_flush.append(self._write_rows)
         _LIVE.add(self)  # a forked child must not write its parent's steps
 
@@ -116,8 +121,9 @@ class JaxCollector(StepTracker):
             hooks: list[_Hook] = [
                 *self._tracking,
                 AnnotationHook(self),
-                SyncHook(self),
+                self._syncs,
                 EagerHook(self),
+                self._callbacks,
             ]
             for hook in hooks:
                 self._hooks.append(hook.install(jax))
@@ -274,6 +280,19 @@ class JaxCollector(StepTracker):
             return
         for table, columns in StepColumns(done, steps, ids, self._events.keys).tables().items():
             self.session.add_columns(table, columns)
+        self._write_callback_rows(done)
+
+    def _write_callback_rows(self, done: StepLog) -> None:
+        """Each host callback run in the step it ran in (by its start, against the steps just
+        written); a run after the last of them waits for the next flush."""
+        runs = self._callback_runs + self._callbacks.take()
+        if not runs:
+            return
+        calls, metrics, self._callback_runs = callback_rows(
+            runs, done.windows(), self._callbacks.sites
+        )
+        self.session.add_many("call_sites", calls)
+        self.session.add_many("metrics", metrics)
 
     def _device_meta(self) -> None:
         """Device kind and count, once the program's backend exists (never initialise it)."""

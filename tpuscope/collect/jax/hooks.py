@@ -101,7 +101,7 @@ class SyncHook:
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
-        self._local = threading.local()
+        self.local = threading.local()  # `inside`: a sync inside another (or a host callback)
         self._cls: Any = None
         self._jax: Any = None
         self._saved_methods: dict[str, Any] = {}
@@ -134,7 +134,7 @@ class SyncHook:
         """The wrapper of one sync entry point. A call from a line of the user's seen before
         is one dict look-up (its code object and instruction) and one call of the sink with
         the event id it got the first time: a sync per step costs no frame walk, no key."""
-        local, sink, read = self._local, self.sink, kind in VALUE_READS
+        local, sink, read = self.local, self.sink, kind in VALUE_READS
         sites: dict[
             tuple[int, int], tuple[Any, int]
         ] = {}  # (id(code), f_lasti) -> (code, event id)
