@@ -32,3 +32,7 @@ LAST_ITERATION_BOUNDARY = "after the last optimizer.step"
 NO_SYNC_BOUNDARIES = (OPTIMIZER_BOUNDARY, LAST_ITERATION_BOUNDARY)
 # steps.boundary of the work after the program's last step boundary (the after-the-loop phase)
 AFTER_LOOP = "end"
+# a JAX host callback's rows (collect/jax/callbacks.py, rule host_callback): its call_sites kind,
+# and the prefix of its metrics rows `jax.host_callbacks/waited|unwaited/<api>(<fn>) @ <line>`
+HOST_CALLBACK_KIND = "host_callback"
+HOST_CALLBACK_METRICS = "jax.host_callbacks/"

@@ -9,12 +9,12 @@ the host (collect/jax/callbacks.py: `call_sites` kind `host_callback`, its time 
 `metrics` rows `jax.host_callbacks/...`). One card per callback that ran in the judged steps,
 at the line that wrote it.
 
-Cost: the callback's measured host time in the judged steps, where the step waits for it: a
-callback with results or an ordered one, and every callback on the CPU backend, where XLA runs
-it inside the step. On an accelerator that is a lower bound (the transfers to and from the
-host come on top; not measured on a TPU). A callback the device does not wait for (an
-unordered debug print or callback) costs no device time there: its card says so, cost 0, and
-gives its host time, Python that competes with the program's own dispatching.
+Cost: the callback's measured host time in the judged steps (runs at once, a pmapped
+callback's, counted once), where the step waits for it: a callback with results or an ordered
+one, and every callback on the CPU and GPU backends, where XLA runs it inside the step's
+stream. On a TPU that is a lower bound (the transfers to and from the host come on top; not
+measured on a TPU). An unordered print or debug callback on a TPU, which the device does not
+wait for, is no card: what it costs there is not measured.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.contract import HostCallbackEvidence
-from tpuscope.collect.jax.callbacks import HOST_CALLBACK, METRIC_PREFIX
-from tpuscope.detect.common import file_and_line, judged_severity
+from tpuscope.detect.common import file_and_line, judged_rows, judged_severity
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import HOST_CALLBACK_KIND, HOST_CALLBACK_METRICS
 
 RULE = "host_callback"
 FIXES = {
@@ -49,28 +49,35 @@ FIXES = {
         "Return the values from the step and log them from the loop every N steps; an ordered "
         "io_callback also makes each step wait for the host."
     ),
+    "jax.experimental.checkify": (
+        "checkify's checks hand their errors to the host in every step: check in debugging "
+        "runs only, or with fewer error kinds (`errors=checkify.user_checks`)."
+    ),
 }
+INLINE = ("cpu", "gpu", "cuda", "rocm")  # backends whose XLA runs a callback inside the step
 
 
 def detect_host_callback(tables: RunTables) -> list[Finding]:
     """One finding per host callback that ran on the host in the judged steps."""
     calls = tables.extra.get("call_sites", pd.DataFrame())
-    if calls.empty or not (calls["kind"] == HOST_CALLBACK).any():
+    if calls.empty or not (calls["kind"] == HOST_CALLBACK_KIND).any():
         return []
     judged = tables.judged
-    if judged.empty:
+    calls = judged_rows(calls[calls["kind"] == HOST_CALLBACK_KIND], judged)
+    if calls.empty:
         return []
-    steps = set(judged["step"].astype(int))
-    calls = calls[(calls["kind"] == HOST_CALLBACK) & calls["step"].isin(steps)]
     times = _host_times(tables, calls)
     platform = str(tables.meta.get("platform") or _process_platform(tables.meta) or "")
     findings = []
     for (name, location), rows in calls.groupby(["name", "location"], dropna=False, sort=False):
-        waited, host_ns = times.get((str(name), _text(location)), (True, 0.0))
+        found = times.get((str(name), _text(location)))
+        if found is None:  # its runs' host time was not written: nothing measured to say
+            continue
+        waited, host_ns = found
+        if not waited and platform not in INLINE:
+            continue  # the device does not wait for it; what it costs there is not measured
         findings.append(
-            _finding(
-                str(name), _text(location), rows, host_ns, waited, len(steps), platform, tables
-            )
+            _finding(str(name), _text(location), rows, host_ns, len(judged), platform, tables)
         )
     return sorted(findings, key=lambda f: -f.cost_s)
 
@@ -78,21 +85,21 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
 def _host_times(
     tables: RunTables, calls: pd.DataFrame
 ) -> dict[tuple[str, str], tuple[bool, float]]:
-    """(name, location) -> (the device waits for it, host ns in the judged steps)."""
+    """(name, location) -> (the device waits for it, its host ns in the judged steps)."""
     names = {}
     for name, location in set(zip(calls["name"], calls["location"], strict=True)):
         for waited in (True, False):
             label = "waited" if waited else "unwaited"
-            key = f"{METRIC_PREFIX}{label}/{name} @ {_text(location) or '?'}"
+            key = f"{HOST_CALLBACK_METRICS}{label}/{name} @ {_text(location) or '?'}"
             names[key] = (str(name), _text(location), waited)
-    metrics = tables.metric_rows(list(names))
-    if metrics.empty:
-        return {}
-    metrics = metrics[metrics["step"].isin(set(calls["step"]))]
+    metrics = judged_rows(tables.metric_rows(list(names)), tables.judged)
     out: dict[tuple[str, str], tuple[bool, float]] = {}
-    for key, total in metrics.groupby("name")["total"].sum().items():
-        name, location, waited = names[str(key)]
-        out[(name, location)] = (waited, float(total))
+    if metrics.empty:
+        return out
+    for metric, total in metrics.groupby("name")["total"].sum().items():
+        site, line, waited = names[str(metric)]
+        before = out.get((site, line), (False, 0.0))
+        out[(site, line)] = (waited or before[0], before[1] + float(total))
     return out
 
 
@@ -101,7 +108,6 @@ def _finding(
     location: str,
     rows: pd.DataFrame,
     host_ns: float,
-    waited: bool,
     judged: int,
     platform: str,
     tables: RunTables,
@@ -109,21 +115,12 @@ def _finding(
     api = name.split("(", 1)[0]
     runs = int(rows["count"].sum())
     per_step_s = host_ns / 1e9 / judged
-    on_cpu = platform == "cpu"
-    counted = waited or on_cpu
-    cost = host_ns / 1e9 if counted else 0.0
+    inline = platform in INLINE
+    cost = host_ns / 1e9
     ran_in = sorted(set(rows["step"].astype(int)))
-    every = (
-        "every judged step" if len(ran_in) == judged else f"{len(ran_in)} of {judged} judged steps"
-    )
-    wait_text = (
-        "which the step waits for"
-        if counted
-        else "which the device does not wait for (no result, unordered)"
-    )
     title = (
-        f"{name} runs on the host inside the compiled step ({every}): "
-        f"{_ms(per_step_s)} of Python a step, {wait_text}"
+        f"{name} runs on the host inside the compiled step ({runs / judged:.2f} a judged step): "
+        f"{_ms(per_step_s)} of Python a step, which the step waits for"
     )
     detail = (
         f"At {file_and_line(location)}, {name} ran {runs} time(s) in the judged steps "
@@ -131,31 +128,27 @@ def _finding(
         "(timed by tpuscope around the Python the runtime calls). The compiled step hands its "
         "operands to the host for it"
         + (
-            "; on the CPU backend XLA runs it inside the step, so the step takes that time too"
-            if on_cpu
-            else (
-                " and waits for its results (or its ordered effect) before it goes on: the "
-                "transfers to and from the host come on top (not measured on a TPU)"
-                if waited
-                else "; the device does not wait for it, so it costs the host's time only, "
-                "Python that competes with the program's own dispatching (not measured on a TPU)"
-            )
+            f"; on the {platform.upper()} backend XLA runs it inside the step, so the step takes "
+            "that time too"
+            if inline
+            else " and waits for its results (or its ordered effect) before it goes on: the "
+            "transfers to and from the host come on top (not measured on a TPU)"
         )
-        + f". Cost = that host time in the judged steps{'' if counted else ': none counted'}."
+        + ". Cost = that host time in the judged steps (runs at once counted once)."
     )
     evidence = HostCallbackEvidence(
         api=api,
         function=name[len(api) + 1 : -1] if name.endswith(")") else "",
         runs_per_step=runs / judged,
         host_s_per_step=per_step_s,
-        waited=counted,
+        waited=True,
         judged_steps=judged,
         platform=platform or None,
     )
     step_runs, count = Finding.of_steps(ran_in)
     return Finding(
         RULE,
-        judged_severity(cost, tables) if counted else "low",
+        judged_severity(cost, tables),
         title,
         detail,
         FIXES.get(api, FIXES["jax.debug.callback"]),

@@ -17,6 +17,7 @@ What each rule needs (if a rule starts reading another input, add it here):
 - host_sync: a fallback row, or a step with transfers_from_device > 0 (else every loop step
   reads 0 per step, under READS_PER_STEP); a host without steps: always run;
 - op_by_op: steps, and a metrics row named jax.eager_dispatch_time or EagerOpExecuteTime;
+- host_callback: steps, and a metrics row of a host callback (jax.host_callbacks/...);
 - tensorcore_underuse: a row of xprof_overview, device_steps or hlo_ops for the host;
 - compile_time: never on one host: a pod is judged once, on its slowest host to compile, from
   what the pod analysis holds without reading steps (detect/compile_time_pod.py).
@@ -32,8 +33,11 @@ from typing import Any
 
 import pandas as pd
 
+from tpuscope.schema_consts import HOST_CALLBACK_METRICS
+
 DEVICE_TABLES = ("xprof_overview", "device_steps", "hlo_ops")
 DISPATCH_METRICS = ("jax.eager_dispatch_time", "EagerOpExecuteTime")
+CALLBACKS = HOST_CALLBACK_METRICS
 
 
 @dataclass
@@ -43,6 +47,7 @@ class HostFacts:
     steps: int = 0
     transfers: bool = False
     dispatch_metrics: bool = False
+    callback_metrics: bool = False
     device_rows: bool = False
     fallbacks: bool = False
     recompiles: bool = False
@@ -51,6 +56,7 @@ class HostFacts:
 def _needs() -> dict[Callable[..., Any], Callable[[HostFacts], bool]]:
     from tpuscope.detect.compile_time import detect_compile_time
     from tpuscope.detect.cpu_fallback import detect_cpu_fallback
+    from tpuscope.detect.host_callback import detect_host_callback
     from tpuscope.detect.host_sync import detect_host_sync
     from tpuscope.detect.op_by_op import detect_op_by_op
     from tpuscope.detect.recompile import detect_recompile
@@ -61,6 +67,7 @@ def _needs() -> dict[Callable[..., Any], Callable[[HostFacts], bool]]:
         detect_cpu_fallback: lambda f: f.fallbacks,
         detect_host_sync: lambda f: not f.steps or f.fallbacks or f.transfers,
         detect_op_by_op: lambda f: bool(f.steps) and f.dispatch_metrics,
+        detect_host_callback: lambda f: bool(f.steps) and f.callback_metrics,
         detect_tensorcore_underuse: lambda f: f.device_rows,
         detect_compile_time: lambda f: False,  # judged once on the pod (compile_time_pod.py)
     }
@@ -100,6 +107,11 @@ def host_facts(
     ).fetchall():
         if host in facts:
             facts[host].dispatch_metrics = True
+    for (host,) in con.execute(
+        f"SELECT DISTINCT CAST(host AS VARCHAR) FROM metrics WHERE name LIKE '{CALLBACKS}%'"
+    ).fetchall():
+        if host in facts:
+            facts[host].callback_metrics = True
     for host in _device_hosts(con, run, set(hosts)):
         facts[host].device_rows = True
     again = pd.concat([recompiles(families), bounded(families)])  # row filters: the pod's at once

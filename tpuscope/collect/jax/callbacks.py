@@ -1,33 +1,44 @@
 """Host callbacks inside compiled JAX code: `jax.debug.print` / `jax.debug.callback`,
-`jax.pure_callback` and `jax.experimental.io_callback`, each run of one timed on the host.
+`jax.pure_callback`, `jax.experimental.io_callback` (and checkify's checks), each run of one
+timed on the host.
 
 A callback is JAX's own way onto the host from inside a jitted step (torch_xla's CPU fallback
 is the other framework's): the compiled program hands its operands to the host, Python runs,
 and a callback with results (pure, io) or an ordered one hands them back while the device
-waits. Why this hook point (jax 0.10): every one of them is lowered through
-`jax._src.callback.emit_python_callback` (looked up at lowering time by the three lowering
-rules), with the rule's context, whose traceback holds the user's line, and the Python
-function the runtime will call on the host; the hook hands the lowering a timed wrapper of
-that function instead. A run happens on a runtime thread, never the program's: it only
-appends (start, duration, site) to a list (one atomic append, no lock that the program's
-thread may hold while it waits on the device) that the flush thread drains.
+waits. Why this hook point (jax 0.10): JAX's callback lowering rules call
+`jax._src.callback.emit_python_callback` (looked up at lowering time; its public alias
+`jax.interpreters.mlir.emit_python_callback` is patched too) with the rule's context, whose
+traceback holds the user's line, and the Python function the runtime will call on the host;
+the hook hands the lowering a timed wrapper of that function instead. The executable keeps the
+wrapper, so its runs are timed for as long as the program lives; once the hook is uninstalled
+the wrapper only calls through.
+
+A run happens on whichever thread the runtime chooses (the program's own on the CPU backend,
+where XLA runs the callback inside the dispatch; a runtime thread on a TPU). It appends one
+tuple (the step the program is in then, start, duration, site): one atomic append, no lock
+that the program's thread may hold while it waits on the device, drained by the flush thread.
+A few such objects a step, next to the host Python each callback runs anyway.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tpuscope.collect.frames import USER, frame_kind, import_path
+from tpuscope.schema_consts import HOST_CALLBACK_KIND, HOST_CALLBACK_METRICS
 
 _APIS = {  # the lowered primitive -> the API a user writes
     "pure_callback": "jax.pure_callback",
     "io_callback": "jax.experimental.io_callback",
     "debug_callback": "jax.debug.callback",
     "debug_print": "jax.debug.print",
+    "check": "jax.experimental.checkify",
 }
+Run = tuple[int, int, int, int]  # (step, start time_ns, duration ns, site index)
 
 
 @dataclass(frozen=True)
@@ -50,30 +61,43 @@ class CallbackSite:
 class CallbackHook:
     """Times each host run of every callback compiled while it is installed."""
 
-    def __init__(self, quiet: Any = None) -> None:
-        """quiet: the sync hook's thread-local (SyncHook.local): its `inside` set while a
-        callback runs, the reads the callback makes (jax.debug.print formats host copies)
-        are not the step's host syncs."""
+    def __init__(self, step_now: Callable[[], int] | None = None, quiet: Any = None) -> None:
+        """step_now: the step the program is in (the collector's); quiet: the sync hook's
+        thread-local (SyncHook.local), its `inside` set while a callback runs, so the reads a
+        callback makes (jax.debug.print formats host copies) are not the step's host syncs."""
+        self._step_now = step_now or (lambda: -1)
         self._quiet = quiet if quiet is not None else threading.local()
+        self._lock = threading.Lock()  # two compiles at once intern sites one at a time
         self.sites: list[CallbackSite] = []
         self._index: dict[CallbackSite, int] = {}
-        self.runs: list[tuple[int, int, int]] = []  # (start time_ns, duration ns, site index)
-        self._module: Any = None
-        self._original: Any = None
+        self.runs: list[Run] = []
+        self.active = False
+        self._saved: list[tuple[Any, Any]] = []
 
     def install(self, jax: Any = None) -> CallbackHook:
         from jax._src import callback
+        from jax.interpreters import mlir
 
-        self._module, self._original = callback, callback.emit_python_callback
-        callback.emit_python_callback = self._emitting(self._original)
+        original = callback.emit_python_callback
+        hooked = self._emitting(original)
+        for module in (callback, mlir):
+            if getattr(module, "emit_python_callback", None) is original:
+                self._saved.append((module, original))
+                module.emit_python_callback = hooked
+        self.active = True
         return self
 
     def uninstall(self) -> None:
-        if self._module is not None:
-            self._module.emit_python_callback = self._original
-            self._module = None
+        self.active = False
+        for module, original in self._saved:
+            module.emit_python_callback = original
+        self._saved.clear()
 
-    def take(self) -> list[tuple[int, int, int]]:
+    def clear(self) -> None:
+        """Forget the runs so far (a forked child: they are its parent's)."""
+        del self.runs[:]
+
+    def take(self) -> list[Run]:
         """The runs recorded so far (the flush thread); later appends stay for the next take."""
         runs = self.runs
         taken = runs[: len(runs)]
@@ -95,37 +119,51 @@ class CallbackHook:
         return emit_python_callback
 
     def _intern(self, site: CallbackSite) -> int:
-        index = self._index.get(site)
-        if index is None:
-            index = self._index[site] = len(self.sites)
-            self.sites.append(site)
-        return index
+        with self._lock:
+            index = self._index.get(site)
+            if index is None:
+                index = self._index[site] = len(self.sites)
+                self.sites.append(site)
+            return index
 
     def _timed(self, run: Any, site: int) -> Any:
-        runs, clock, quiet = self.runs, time.time_ns, self._quiet
+        hook, runs, clock, quiet, step_now = (
+            self,
+            self.runs,
+            time.time_ns,
+            self._quiet,
+            self._step_now,
+        )
 
         def timed(*args: Any) -> Any:
+            if not hook.active:
+                return run(*args)
             start, outer = clock(), getattr(quiet, "inside", False)
             quiet.inside = True
             try:
                 return run(*args)
             finally:
                 quiet.inside = outer
-                runs.append((start, clock() - start, site))
+                try:  # noqa: SIM105  (a tpuscope bug must never surface in the callback)
+                    runs.append((step_now(), start, clock() - start, site))
+                except Exception:
+                    pass
 
         return timed
 
 
 def _site(ctx: Any, callback: Any, waits: bool) -> CallbackSite:
-    """The site of a callback being lowered: the user's line from the rule's traceback."""
+    """The site of a callback being lowered: the user's line from the rule's traceback, else
+    (a batched callback, lowered inside JAX's own map) where its Python function is defined."""
     primitive = getattr(getattr(ctx, "primitive", None), "name", "")
+    function = _function(callback)
     location, library = _lines(getattr(ctx, "traceback", None))
+    code = getattr(function, "__code__", None)
+    if location is None and code is not None and frame_kind(code.co_filename) == USER:
+        location = f"{code.co_filename}:{code.co_firstlineno}"
+    name = str(getattr(function, "__name__", None) or type(function).__name__) if function else ""
     return CallbackSite(
-        _APIS.get(primitive, primitive or "callback"),
-        _function_name(callback),
-        location,
-        library,
-        waits,
+        _APIS.get(primitive, primitive or "callback"), name, location, library, waits
     )
 
 
@@ -136,69 +174,55 @@ def _lines(traceback: Any) -> tuple[str | None, str | None]:
 
     library = None
     for frame in source_info_util.user_frames(traceback):
-        kind = frame_kind(frame.file_name)
-        if kind == USER:
+        if frame_kind(frame.file_name) == USER:
             return f"{frame.file_name}:{frame.start_line}", library
         if library is None:
             library = f"{import_path(frame.file_name)}:{frame.start_line}"
     return None, library
 
 
-def _function_name(callback: Any) -> str:
+def _function(callback: Any) -> Any:
     """The user's Python function inside the lowering's closure (JAX's _FlatCallback holds it
-    as `callback_func`), else the closure's own name."""
+    as `callback_func`); None for jax.debug.print's formatting or a callback JAX wrapped
+    further (the API names it)."""
     for cell in getattr(callback, "__closure__", None) or ():
         try:
             inner = getattr(cell.cell_contents, "callback_func", None)
         except ValueError:  # an empty cell
             continue
         if inner is not None:
-            return str(getattr(inner, "__name__", None) or type(inner).__name__)
-    return ""  # jax.debug.print's formatting, or a debug callback JAX wrapped: the API says it
-
-
-HOST_CALLBACK = "host_callback"  # the call_sites kind
-METRIC_PREFIX = "jax.host_callbacks/"  # + waited|unwaited/<site name> @ <location>
+            return inner
+    return None
 
 
 def metric_name(site: CallbackSite) -> str:
     """The metrics row name of one callback site's host time a step (count, ns): whether the
     device waits for it, its name, its line."""
     waited = "waited" if site.waits else "unwaited"
-    return f"{METRIC_PREFIX}{waited}/{site.name} @ {site.location or '?'}"
+    return f"{HOST_CALLBACK_METRICS}{waited}/{site.name} @ {site.location or '?'}"
 
 
 def callback_rows(
-    runs: list[tuple[int, int, int]], steps: list[tuple[int, int, int]], sites: list[CallbackSite]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, int, int]]]:
-    """(call_sites rows, metrics rows, the runs after the last step's end: a later step's) of
-    the runs, each in the step whose window (step, start_ns, end_ns) it starts in, or the next
-    one (a run between two steps, or before the first, is the next step's work)."""
-    from bisect import bisect_left
-
-    ends = [end for _, _, end in steps]
-    counts: dict[tuple[int, int], list[int]] = {}
-    later = []
-    for start, duration, index in runs:
-        at = bisect_left(ends, start)
-        if at == len(steps):
-            later.append((start, duration, index))
-            continue
-        entry = counts.setdefault((steps[at][0], index), [0, 0])
-        entry[0] += 1
-        entry[1] += duration
+    runs: list[Run], sites: list[CallbackSite]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(call_sites rows, metrics rows) of the runs, per (step, site): the runs counted, their
+    host time the union of their intervals (runs at once, a pmapped callback's per device,
+    are one wait, not their sum)."""
+    spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for step, start, duration, index in runs:
+        spans.setdefault((step, index), []).append((start, start + duration))
     calls: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
-    for (step, index), (count, total) in sorted(counts.items()):
+    for (step, index), intervals in sorted(spans.items()):
         site = sites[index]
         calls.append(
             {
                 "step": step,
-                "kind": HOST_CALLBACK,
+                "kind": HOST_CALLBACK_KIND,
                 "name": site.name,
                 "location": site.location,
                 "library_frame": site.library,
-                "count": count,
+                "count": len(intervals),
             }
         )
         metrics.append(
@@ -206,8 +230,20 @@ def callback_rows(
                 "step": step,
                 "name": metric_name(site),
                 "kind": "metric",
-                "count": count,
-                "total": float(total),
+                "count": len(intervals),
+                "total": float(_union_ns(intervals)),
             }
         )
-    return calls, metrics, later
+    return calls, metrics
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total

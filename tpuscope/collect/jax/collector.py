@@ -22,7 +22,7 @@ from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
-from tpuscope.collect.jax.rows import StepColumns, StepLog
+from tpuscope.collect.jax.rows import StepColumns
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.session import Session
@@ -49,6 +49,7 @@ def _after_fork_in_child() -> None:
     for collector in list(_LIVE):
         collector._rows.clear()
         collector._events.clear()
+        collector._callbacks.clear()
         collector.lane.close()  # the parent's waiting calls are not the child's steps
         collector.lane.calls = collector.lane.taken = 0
         del collector.lane.marks[:], collector.lane.reads[:]
@@ -102,8 +103,7 @@ class JaxCollector(StepTracker):
         self._tracking: list[JitHook] = []  # the hooks that name the call a compile belongs to
         self._syncs = SyncHook(self)
         # host callbacks in compiled code, timed on the host; the reads they make are theirs
-        self._callbacks = CallbackHook(quiet=self._syncs.local)
-        self._callback_runs: list[tuple[int, int, int]] = []  # runs after the last step written
+        self._callbacks = CallbackHook(self._callback_step, quiet=self._syncs.local)
         session.before_flush.append(self._write_rows)
         _LIVE.add(self)  # a forked child must not write its parent's steps
 
@@ -271,6 +271,7 @@ class JaxCollector(StepTracker):
         """The rows of the steps done since the last flush, one column chunk per table (runs in
         the flush thread, or at close)."""
         self.lane_rows()
+        self._write_callback_rows()
         with self._lock:  # the steps emitted so far and their events (later steps' stay)
             done = self._rows.take()
             steps, ids = self._events.take(done.last_step())
@@ -280,19 +281,19 @@ class JaxCollector(StepTracker):
             return
         for table, columns in StepColumns(done, steps, ids, self._events.keys).tables().items():
             self.session.add_columns(table, columns)
-        self._write_callback_rows(done)
 
-    def _write_callback_rows(self, done: StepLog) -> None:
-        """Each host callback run in the step it ran in (by its start, against the steps just
-        written); a run after the last of them waits for the next flush."""
-        runs = self._callback_runs + self._callbacks.take()
-        if not runs:
-            return
-        calls, metrics, self._callback_runs = callback_rows(
-            runs, done.windows(), self._callbacks.sites
-        )
-        self.session.add_many("call_sites", calls)
-        self.session.add_many("metrics", metrics)
+    def _callback_step(self) -> int:
+        """The step the program is in as a host callback runs (read without the lock, from the
+        runtime's thread: the step of the last call made, as a sync after it counts)."""
+        return self.step + self.lane.pending()
+
+    def _write_callback_rows(self) -> None:
+        """The host callbacks' runs since the last flush, per step they ran in."""
+        runs = self._callbacks.take()
+        if runs:
+            calls, metrics = callback_rows(runs, self._callbacks.sites)
+            self.session.add_many("call_sites", calls)
+            self.session.add_many("metrics", metrics)
 
     def _device_meta(self) -> None:
         """Device kind and count, once the program's backend exists (never initialise it)."""

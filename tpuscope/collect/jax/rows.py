@@ -137,11 +137,6 @@ class StepLog:
     def clear(self) -> None:
         self.take()
 
-    def windows(self) -> list[tuple[int, int, int]]:
-        """(step, start_ns, end_ns) of each emitted step, in order."""
-        ints = self.ints
-        return [(ints[i], ints[i + 1], ints[i + 2]) for i in range(0, len(ints), _WIDTH)]
-
     def columns(self) -> Any:
         """Every STEP_INTS column at once, as the rows of a (column, step) numpy int64 view of
         the log (no Python int per value: pyarrow converts them as one buffer each)."""
