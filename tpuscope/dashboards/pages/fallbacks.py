@@ -1,4 +1,5 @@
-"""CPU fallbacks and host syncs: op x step heatmap, call sites, counts, transfers per step."""
+"""CPU fallbacks, host syncs and JAX host callbacks: op x step heatmap, call sites, counts,
+transfers per step."""
 
 from __future__ import annotations
 
@@ -146,7 +147,9 @@ def layout(data: StoreData, run_id: str) -> html.Div:
     steps = data.columns(run_id, "steps", ["step", "transfers_from_device"])  # 2 of its 15 columns
     call_sites = data.table(run_id, "call_sites")
     transfers = int(steps["transfers_from_device"].sum()) if not steps.empty else 0
-    findings = [f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync")]
+    findings = [
+        f for f in data.findings(run_id) if f.rule in ("cpu_fallback", "host_sync", "host_callback")
+    ]
     per_step = summary["fallback_count"] / summary["steps"] if summary["steps"] else None
     return run_page(
         "fallbacks",
