@@ -328,7 +328,8 @@ def lead_line(findings: list[Finding]) -> Text:
     clean bill."""
     if not findings:
         return Text(
-            "tpuscope: no findings: no recompile, CPU fallback, host sync or op-by-op loop.",
+            "tpuscope: no findings: no recompile, CPU fallback, host sync, host callback or op-by-op "
+            "loop.",
             style="green",
         )
     top = findings[0]
