@@ -36,3 +36,8 @@ AFTER_LOOP = "end"
 # and the prefix of its metrics rows `jax.host_callbacks/waited|unwaited/<api>(<fn>) @ <line>`
 HOST_CALLBACK_KIND = "host_callback"
 HOST_CALLBACK_METRICS = "jax.host_callbacks/"
+
+
+def host_callback_metric(waited: bool, name: str, location: str | None) -> str:
+    """The metrics row name of one host callback's runs a step (count, host ns)."""
+    return f"{HOST_CALLBACK_METRICS}{'waited' if waited else 'unwaited'}/{name} @ {location or '?'}"

@@ -27,7 +27,7 @@ from tpuscope.analyze.contract import HostCallbackEvidence
 from tpuscope.detect.common import file_and_line, judged_rows, judged_severity
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
-from tpuscope.schema_consts import HOST_CALLBACK_KIND, HOST_CALLBACK_METRICS
+from tpuscope.schema_consts import HOST_CALLBACK_KIND, host_callback_metric
 
 RULE = "host_callback"
 FIXES = {
@@ -89,8 +89,7 @@ def _host_times(
     names = {}
     for name, location in set(zip(calls["name"], calls["location"], strict=True)):
         for waited in (True, False):
-            label = "waited" if waited else "unwaited"
-            key = f"{HOST_CALLBACK_METRICS}{label}/{name} @ {_text(location) or '?'}"
+            key = host_callback_metric(waited, str(name), _text(location) or None)
             names[key] = (str(name), _text(location), waited)
     metrics = judged_rows(tables.metric_rows(list(names)), tables.judged)
     out: dict[tuple[str, str], tuple[bool, float]] = {}

@@ -37,7 +37,6 @@ from tpuscope.schema_consts import HOST_CALLBACK_METRICS
 
 DEVICE_TABLES = ("xprof_overview", "device_steps", "hlo_ops")
 DISPATCH_METRICS = ("jax.eager_dispatch_time", "EagerOpExecuteTime")
-CALLBACKS = HOST_CALLBACK_METRICS
 
 
 @dataclass
@@ -108,7 +107,7 @@ def host_facts(
         if host in facts:
             facts[host].dispatch_metrics = True
     for (host,) in con.execute(
-        f"SELECT DISTINCT CAST(host AS VARCHAR) FROM metrics WHERE name LIKE '{CALLBACKS}%'"
+        f"SELECT DISTINCT CAST(host AS VARCHAR) FROM metrics WHERE name LIKE '{HOST_CALLBACK_METRICS}%'"
     ).fetchall():
         if host in facts:
             facts[host].callback_metrics = True

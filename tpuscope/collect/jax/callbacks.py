@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuscope.collect.frames import USER, frame_kind, import_path
-from tpuscope.schema_consts import HOST_CALLBACK_KIND, HOST_CALLBACK_METRICS
+from tpuscope.schema_consts import HOST_CALLBACK_KIND, host_callback_metric
 
 _APIS = {  # the lowered primitive -> the API a user writes
     "pure_callback": "jax.pure_callback",
@@ -195,13 +195,6 @@ def _function(callback: Any) -> Any:
     return None
 
 
-def metric_name(site: CallbackSite) -> str:
-    """The metrics row name of one callback site's host time a step (count, ns): whether the
-    device waits for it, its name, its line."""
-    waited = "waited" if site.waits else "unwaited"
-    return f"{HOST_CALLBACK_METRICS}{waited}/{site.name} @ {site.location or '?'}"
-
-
 def callback_rows(
     runs: list[Run], sites: list[CallbackSite]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -228,7 +221,7 @@ def callback_rows(
         metrics.append(
             {
                 "step": step,
-                "name": metric_name(site),
+                "name": host_callback_metric(site.waits, site.name, site.location),
                 "kind": "metric",
                 "count": len(intervals),
                 "total": float(_union_ns(intervals)),
