@@ -38,6 +38,8 @@ HOST_CALLBACK_KIND = "host_callback"
 HOST_CALLBACK_METRICS = "jax.host_callbacks/"
 
 
-def host_callback_metric(waited: bool, name: str, location: str | None) -> str:
-    """The metrics row name of one host callback's runs a step (count, host ns)."""
-    return f"{HOST_CALLBACK_METRICS}{'waited' if waited else 'unwaited'}/{name} @ {location or '?'}"
+def host_callback_metric(waited: bool, name: str, location: str | None, cpu: bool = False) -> str:
+    """The metrics row name of one host callback's runs a step (count, host ns: their wall
+    time, or with `cpu` the CPU time of the threads that ran them)."""
+    kind = ("waited" if waited else "unwaited") + ("-cpu" if cpu else "")
+    return f"{HOST_CALLBACK_METRICS}{kind}/{name} @ {location or '?'}"

@@ -1,10 +1,10 @@
 """A jitted JAX training step that calls the host from inside, as JAX's external-callbacks
 guide shows: a `jax.debug.print` of the loss (left in after debugging) and a numpy function of
-the loss whose result scales the update (`jax.pure_callback`, sleeping SLEEP_MS as a slow
-host function would). Prints each loss (the debug print), then `step_ms <mean>` over the steps
-after the warm-up.
+the loss whose result scales the update (`jax.pure_callback`, computing with numpy for HOST_MS
+of its thread's CPU, as a slow host function would). Prints each loss (the debug print), then
+`step_ms <mean>` over the steps after the warm-up.
 
-usage: host_callbacks.py [STEPS] [print|pure|both|none] [SLEEP_MS]
+usage: host_callbacks.py [STEPS] [print|pure|both|none] [HOST_MS]
 """
 
 import sys
@@ -16,13 +16,16 @@ import numpy as np
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 which = sys.argv[2] if len(sys.argv) > 2 else "both"
-sleep_s = float(sys.argv[3]) / 1e3 if len(sys.argv) > 3 else 0.003
+host_s = float(sys.argv[3]) / 1e3 if len(sys.argv) > 3 else 0.003
+table = np.random.default_rng(0).standard_normal((64, 64))
 
 
 def host_scale(loss):
-    """A host-side schedule of the loss, in numpy."""
-    time.sleep(sleep_s)
-    return np.float32(1.0 / (1.0 + float(loss)))
+    """A host-side schedule of the loss, in numpy (busy for host_s of this thread's CPU)."""
+    began, acc = time.thread_time(), table
+    while time.thread_time() - began < host_s:
+        acc = np.tanh(acc @ table) / 8
+    return np.float32(1.0 / (1.0 + float(loss) + 0.0 * float(acc[0, 0])))
 
 
 @jax.jit

@@ -38,7 +38,7 @@ _APIS = {  # the lowered primitive -> the API a user writes
     "debug_print": "jax.debug.print",
     "check": "jax.experimental.checkify",
 }
-Run = tuple[int, int, int, int]  # (step, start time_ns, duration ns, site index)
+Run = tuple[int, int, int, int, int]  # (step, start time_ns, wall ns, CPU ns, site index)
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,11 @@ class CallbackHook:
             return index
 
     def _timed(self, run: Any, site: int) -> Any:
-        hook, runs, clock, quiet, step_now = (
+        hook, runs, clock, cpu, quiet, step_now = (
             self,
             self.runs,
             time.time_ns,
+            time.thread_time_ns,
             self._quiet,
             self._step_now,
         )
@@ -138,14 +139,14 @@ class CallbackHook:
         def timed(*args: Any) -> Any:
             if not hook.active:
                 return run(*args)
-            start, outer = clock(), getattr(quiet, "inside", False)
+            start, used, outer = clock(), cpu(), getattr(quiet, "inside", False)
             quiet.inside = True
             try:
                 return run(*args)
             finally:
                 quiet.inside = outer
                 try:  # noqa: SIM105  (a tpuscope bug must never surface in the callback)
-                    runs.append((step_now(), start, clock() - start, site))
+                    runs.append((step_now(), start, clock() - start, cpu() - used, site))
                 except Exception:
                     pass
 
@@ -199,15 +200,18 @@ def callback_rows(
     runs: list[Run], sites: list[CallbackSite]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(call_sites rows, metrics rows) of the runs, per (step, site): the runs counted, their
-    host time the union of their intervals (runs at once, a pmapped callback's per device,
-    are one wait, not their sum)."""
+    wall time the union of their intervals (runs at once, a pmapped callback's per device,
+    are one wait, not their sum), their CPU time the sum over the threads, at most that."""
     spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for step, start, duration, index in runs:
+    used: dict[tuple[int, int], int] = {}
+    for step, start, duration, cpu_ns, index in runs:
         spans.setdefault((step, index), []).append((start, start + duration))
+        used[(step, index)] = used.get((step, index), 0) + cpu_ns
     calls: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
     for (step, index), intervals in sorted(spans.items()):
         site = sites[index]
+        wall = _union_ns(intervals)
         calls.append(
             {
                 "step": step,
@@ -218,15 +222,16 @@ def callback_rows(
                 "count": len(intervals),
             }
         )
-        metrics.append(
-            {
-                "step": step,
-                "name": host_callback_metric(site.waits, site.name, site.location),
-                "kind": "metric",
-                "count": len(intervals),
-                "total": float(_union_ns(intervals)),
-            }
-        )
+        for cpu, total in ((False, wall), (True, min(used[(step, index)], wall))):
+            metrics.append(
+                {
+                    "step": step,
+                    "name": host_callback_metric(site.waits, site.name, site.location, cpu),
+                    "kind": "metric",
+                    "count": len(intervals),
+                    "total": float(total),
+                }
+            )
     return calls, metrics
 
 
