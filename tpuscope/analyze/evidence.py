@@ -386,6 +386,8 @@ class HostCallbackEvidence(Evidence):
     waited: bool = True  # the device waits for it (results, an ordered effect, the CPU backend)
     judged_steps: int = 0
     platform: str | None = None
+    # what a TPU waited for it a step, measured (its host transfers in the trace): the cost
+    device_wait_s_per_step: float | None = None
 
 
 EVIDENCE: dict[str, type[Evidence]] = {

@@ -9,13 +9,17 @@ the host (collect/jax/callbacks.py: `call_sites` kind `host_callback`, its time 
 `metrics` rows `jax.host_callbacks/...`). One card per callback that ran in the judged steps,
 at the line that wrote it.
 
-Cost: the CPU time of the callback's runs on the host in the judged steps (its wall time,
-on the card too, also holds sleeps, I/O and waits for Python's lock while the program's thread
-works, which may overlap the program's work), where the step waits for it: a callback with results or an ordered
-one, and every callback on the CPU and GPU backends, where XLA runs it inside the step's
-stream. On a TPU that is a lower bound (the transfers to and from the host come on top; not
-measured on a TPU). An unordered print or debug callback on a TPU, which the device does not
-wait for, is no card: what it costs there is not measured.
+Cost, on a TPU with a trace of the steps (tpuscope takes one by default there): what the device
+waited for the callback a step, measured, its host transfers' time in the trace at the
+callback's line (analyze/host_waits.py); on a v5e that was 0.98 of what the callback cost a
+step bare for a `jax.debug.print`, which the device waits for there too. Without such a trace:
+the CPU time of the callback's runs on the host in the judged steps (its wall time, on the
+card too, also holds sleeps, I/O and waits for Python's lock while the program's thread works,
+which may overlap the program's work), where the step waits for it: a callback with results or
+an ordered one, and every callback on the CPU and GPU backends, where XLA runs it inside the
+step's stream. On a TPU that is a lower bound (a pure_callback whose Python took 11 us a step
+held the device 1.8 ms a step). An unordered print on a TPU with no trace is no card: its cost
+is not measured.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Any
 import pandas as pd
 
 from tpuscope.analyze.contract import HostCallbackEvidence
+from tpuscope.analyze.host_waits import host_waits
 from tpuscope.detect.common import file_and_line, judged_rows, judged_severity
 from tpuscope.detect.tables import RunTables
+from tpuscope.detect.tensorcore_ops import traced_judged
 from tpuscope.schema import Finding
 from tpuscope.schema_consts import HOST_CALLBACK_KIND, host_callback_metric
 
@@ -69,20 +75,49 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
         return []
     times = _host_times(tables, calls)
     platform = str(tables.meta.get("platform") or _process_platform(tables.meta) or "")
+    waits = _device_waits(tables)
     findings = []
     for (name, location), rows in calls.groupby(["name", "location"], dropna=False, sort=False):
         found = times.get((str(name), _text(location)))
         if found is None:  # its runs' host time was not written: nothing measured to say
             continue
         waited, wall_ns, cpu_ns = found
-        if not waited and platform not in INLINE:
+        device_wait = _wait_at(waits, _text(location))
+        if not waited and platform not in INLINE and device_wait is None:
             continue  # the device does not wait for it; what it costs there is not measured
         findings.append(
             _finding(
-                str(name), _text(location), rows, (wall_ns, cpu_ns), len(judged), platform, tables
+                str(name),
+                _text(location),
+                rows,
+                (wall_ns, cpu_ns, device_wait),
+                len(judged),
+                platform,
+                tables,
             )
         )
     return sorted(findings, key=lambda f: -f.cost_s)
+
+
+def _device_waits(tables: RunTables) -> pd.Series:
+    """Source line -> seconds a traced judged step the device spent in host transfers there."""
+    events = tables.extra.get("trace_events", pd.DataFrame())
+    if events.empty:
+        return pd.Series(dtype=float)
+    hlo_ops = tables.extra.get("hlo_ops", pd.DataFrame())
+    return host_waits(events, hlo_ops, traced_judged(tables))
+
+
+def _wait_at(waits: pd.Series, location: str) -> float | None:
+    """The device's wait a step at the callback's line: the same path, else the same file name
+    and line (the trace's metadata and the collector may spell the folder differently)."""
+    if waits.empty or not location:
+        return None
+    if location in waits.index:
+        return float(waits[location])
+    tail = location.rsplit("/", 1)[-1]
+    same = [float(t) for line, t in waits.items() if str(line).rsplit("/", 1)[-1] == tail]
+    return sum(same) if same else None
 
 
 def _host_times(
@@ -115,39 +150,32 @@ def _finding(
     name: str,
     location: str,
     rows: pd.DataFrame,
-    host_ns: tuple[float, float],
+    host_ns: tuple[float, float, float | None],
     judged: int,
     platform: str,
     tables: RunTables,
 ) -> Finding:
     api = name.split("(", 1)[0]
     runs = int(rows["count"].sum())
-    wall_ns, cpu_ns = host_ns
+    wall_ns, cpu_ns, device_wait = host_ns
     per_step_s = cpu_ns / 1e9 / judged
-    inline = platform in INLINE
-    cost = cpu_ns / 1e9
+    cost = cpu_ns / 1e9 if device_wait is None else device_wait * judged
     ran_in = sorted(set(rows["step"].astype(int)))
     title = (
         f"{name} runs on the host inside the compiled step ({runs / judged:.2f} a judged step): "
-        f"at least {_ms(per_step_s)} of Python a step, which the step waits for"
+        + (
+            f"at least {_ms(per_step_s)} of Python a step, which the step waits for"
+            if device_wait is None
+            else f"the device waits {_ms(device_wait)} a step for it (measured)"
+        )
     )
     detail = (
         f"At {file_and_line(location)}, {name} ran {runs} time(s) in the judged steps "
         f"({runs / judged:.2f} a step): {_ms(per_step_s)} of CPU a step on the host, "
         f"{_ms(wall_ns / 1e9 / judged)} of wall time (timed by tpuscope around the Python the "
         "runtime calls; the wall time also holds its sleeps, I/O and waits for Python's lock "
-        "while the program's own thread runs, which may overlap the program's work). The "
-        "compiled step hands its operands to the host for it"
-        + (
-            f"; on the {platform.upper()} backend XLA runs it inside the step, so the step takes "
-            "that time too"
-            if inline
-            else " and waits for its results (or its ordered effect) before it goes on: the "
-            "transfers to and from the host come on top (not measured on a TPU)"
-        )
-        + ". Cost = its CPU time in the judged steps, a lower bound (its blocked time is not "
-        "counted: on an upstream MNIST loop a jax.debug.print took 1.24 ms of wall time, 0.54 ms "
-        "of CPU, and 0.45 ms a step bare)."
+        "while the program's own thread runs, which may overlap the program's work). "
+        + _how_it_waits(platform, device_wait)
     )
     evidence = HostCallbackEvidence(
         api=api,
@@ -158,6 +186,7 @@ def _finding(
         waited=True,
         judged_steps=judged,
         platform=platform or None,
+        device_wait_s_per_step=device_wait,
     )
     step_runs, count = Finding.of_steps(ran_in)
     return Finding(
@@ -171,6 +200,37 @@ def _finding(
         step_runs,
         evidence,
         count,
+    )
+
+
+def _how_it_waits(platform: str, device_wait: float | None) -> str:
+    """The detail's account of the device's wait and of the cost's basis."""
+    if device_wait is not None:
+        return (
+            "The compiled step sends its operands to the host for it and waits for the host "
+            "to answer: in the TPU trace the step's host transfers at this line (its send and "
+            f"recv, `send-done` and `recv-done`) held the device {_ms(device_wait)} a traced "
+            "step, far more than the Python itself (the transfers, the runtime's hand-over to "
+            "Python and back). Cost = that wait a step x the judged steps (on a v5e a "
+            "jax.debug.print's measured wait was 0.98 of what the print cost a step bare)."
+        )
+    if platform in INLINE:
+        how = (
+            f"The compiled step hands its operands to the host for it; on the "
+            f"{platform.upper()} backend XLA runs it inside the step, so the step takes that "
+            "time too"
+        )
+    else:
+        how = (
+            "The compiled step hands its operands to the host for it and waits for its results "
+            "(or its ordered effect) before it goes on: the transfers to and from the host "
+            "come on top (no trace of the steps measured them: on a v5e they held the device "
+            "1.8-2.4 ms a step)"
+        )
+    return how + (
+        ". Cost = its CPU time in the judged steps, a lower bound (its blocked time is not "
+        "counted: on an upstream MNIST loop a jax.debug.print took 1.24 ms of wall time, 0.54 ms "
+        "of CPU, and 0.45 ms a step bare)."
     )
 
 

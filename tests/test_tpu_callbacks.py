@@ -1,0 +1,72 @@
+"""Host callbacks in a jitted step on a real TPU v5e (JAX 0.10.2), read from the default-mode
+`tpuscope run`s that tests/tpu/chip_callbacks.sh 2 made (tests/tpu/runs/cb_*): what a callback
+costs there is what the device waited for the host, measured in the trace.
+
+tests/tpu/programs/mlp_train.py (the bf16 Adam MLP, 1.7092 ms a step bare without a callback,
+60 steps) with `--callback print` (a `jax.debug.print` of the loss), `pure` (a numpy function
+of the loss through `jax.pure_callback`) or `io` (an ordered `io_callback` that logs the loss)
+took, bare on the same chip (`chip_callbacks.sh 1`): 4.1629, 3.9281 and 5.6865 ms a step.
+Python's own time in them was 11-134 us a step (CPU): the device's waits in the callbacks' `send-done`
+and `recv-done` (the trace's host transfers at the callback's line) are the cost.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tpuscope.detect.run_analysis import analyze
+from tpuscope.store import Run
+
+RUNS = Path(__file__).parent / "tpu" / "runs"
+BARE_S = 1.7092e-3  # the step without a callback
+TRUTH_S = {"print": 4.1629e-3 - BARE_S, "pure": 3.9281e-3 - BARE_S, "io": 5.6865e-3 - BARE_S}
+NAMES = {
+    "print": "cb_print-20261206-032215-2093",
+    "pure": "cb_pure-20261206-032247-f980",
+    "io": "cb_io-20261206-032320-bf19",
+}
+
+
+def _cards(kind: str, tmp_path: Path) -> dict[str, list]:
+    run_dir = tmp_path / NAMES[kind]
+    shutil.copytree(RUNS / f"cb_{kind}", run_dir)
+    found: dict[str, list] = {}
+    for finding in analyze(Run(run_dir)).findings:
+        found.setdefault(finding.rule, []).append(finding)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["print", "pure"])
+def test_a_callback_costs_what_the_device_waited_for_it(kind: str, tmp_path: Path) -> None:
+    """The print (which the device waits for on a TPU too) and the pure callback: one card at
+    the callback's line, its cost the device's measured wait, within 10% of what the callback
+    cost a step bare (before: the print no card, the pure callback 11 us)."""
+    cards = _cards(kind, tmp_path)
+    (card,) = cards["host_callback"]
+    evidence = card.evidence.to_dict()
+    judged = evidence["judged_steps"]
+    assert card.cost_s / judged == pytest.approx(TRUTH_S[kind], rel=0.10)
+    assert evidence["device_wait_s_per_step"] == pytest.approx(card.cost_s / judged)
+    assert evidence["cpu_s_per_step"] < 0.1 * evidence["device_wait_s_per_step"]
+    assert "a step for it (measured)" in card.title
+    assert "`send-done` and `recv-done`" in card.detail
+    assert card.severity == "high"
+    assert card.location.endswith(f"mlp_train.py:{95 if kind == 'print' else 97}")
+
+
+def test_an_ordered_callback_also_idles_the_device_between_steps(tmp_path: Path) -> None:
+    """The ordered io_callback: the device waits 2.14 ms a step inside the step, and idles
+    about as long between steps (its bare trace: 3.51 ms module runs 5.69 ms apart). The
+    callback's card costs the first, the device-idle card the second; together 1.14 of what
+    the callback cost bare. Which host work the idle waits on is not in the trace."""
+    cards = _cards("io", tmp_path)
+    (card,) = cards["host_callback"]
+    (idle,) = cards["tensorcore_underuse"]
+    judged = card.evidence.to_dict()["judged_steps"]
+    assert card.cost_s / judged == pytest.approx(2.14e-3, rel=0.02)
+    assert idle.title.startswith("device idle 39% of the step")
+    both = (card.cost_s + idle.cost_s) / judged
+    assert TRUTH_S["io"] < both < 1.2 * TRUTH_S["io"]
