@@ -63,6 +63,7 @@ from tpuscope.store import Run, RunStore
 
 TRACES = Path(__file__).parent / "tpu" / "traces"
 V5E_PEAK = 197e12
+OWN_TESTS = {"vit_f32_64", "vit_bf16_64", "vit_bf16_128"}  # test_tpu_vit.py imports these
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     root = tmp_path_factory.mktemp("tpu")
     store = RunStore(root / "store")
     runs = {}
-    for folder in sorted(p for p in TRACES.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in TRACES.iterdir() if p.is_dir() and p.name not in OWN_TESTS):
         logdir = root / folder.name / "plugins" / "profile" / "2026_12_04"
         logdir.mkdir(parents=True)
         with (
@@ -358,9 +359,11 @@ def test_arrays_copied_between_layouts_at_the_steps_boundary_cost_the_copies(
     """The merged-heads decoder: each token XLA copied its 8 bf16[16,2048,1024] caches from
     the layout they are passed in, {2,1,0}, to {1,2,0} and the 8 updated ones back (16 copies
     of 64 MiB, near the HBM's speed). The card costs the copies' measured time, 2.76 ms of the
-    4.06 ms device token; splitting the heads, which removes them, saved 2.44 ms bare (4.0736
-    against 1.6376 ms), so the card is 1.13 of what that fix saved (the fix also changes the
-    attention's ops). Named by the arguments as JAX names them; JAX's advice, as the trace's
+    4.06 ms device token. Its first fix, the caches kept in the compiler's layout across calls
+    (`Format(Layout.AUTO)`, `gpt_decode.py --auto-layout`, chip_callbacks.sh 2), saved 2.61 ms
+    bare (4.0731 against 1.4615 ms): the card is 1.06 of it. Splitting the heads, which also
+    removes the copies, saved 2.44 ms (4.0736 against 1.6376 ms: 1.13; that fix also changes
+    the attention's ops). Named by the arguments as JAX names them; JAX's advice, as the trace's
     modules are JAX's. Only one other trace gets the card: the cost table's, whose one-module
     programs (a 7x7 convolution's NHWC input and output, a 64-channel convolution's output,
     an attention's values and output) are passed or given in another layout than their ops
@@ -372,8 +375,8 @@ def test_arrays_copied_between_layouts_at_the_steps_boundary_cost_the_copies(
     evidence = card.evidence.to_dict()
     assert evidence["count"] == 16 and evidence["shapes"] == ["bf16[16,2048,1024]"]
     assert evidence["lost_s_per_step"] == pytest.approx(2.764e-3, rel=0.01)
-    saved = 4.0736e-3 - 1.6376e-3
-    assert saved < evidence["lost_s_per_step"] < 1.15 * saved
+    saved = 4.0731e-3 - 1.4615e-3  # the caches kept in the compiler's layout
+    assert evidence["lost_s_per_step"] == pytest.approx(saved, rel=0.10)
     assert evidence["cost_figure"] == "measured (the copies' device time)"
     assert card.title.startswith(
         "arrays copied to another layout at the step's boundary, 8 argument(s) "
@@ -382,6 +385,7 @@ def test_arrays_copied_between_layouts_at_the_steps_boundary_cost_the_copies(
     assert "{2,1,0} -> {1,2,0}" in card.detail and "at 777 GB/s" in card.detail
     assert card.fix.startswith("Keep these arrays in the layout the step uses between calls")
     assert "Format(Layout.AUTO)" in card.fix and "torch" not in card.fix
+    assert "1.46 ms a token against 4.07 ms" in card.fix
     carded = {}
     for name, run in imported.items():
         for finding in _findings(run):

@@ -88,3 +88,12 @@ def narrow_kernels(top: pd.DataFrame, edge: int) -> dict[tuple[str, str], int]:
         if d is not None and d < edge:
             found[(row.module, row.name)] = int(d)
     return found
+
+
+def computed_in_f32(matmuls: pd.DataFrame) -> bool:
+    """Whether the attention computes in f32, the model's choice (most of its matmul FLOPs
+    take f32 operands), not a library's f32 inside a bf16 attention
+    (`jax.nn.dot_product_attention` takes its scores' gradient in f32)."""
+    f32 = (matmuls["lhs_dtype"] == "f32") | (matmuls["rhs_dtype"] == "f32")
+    flops = matmuls["flops"].fillna(0).astype(float)
+    return bool(flops.sum() > 0 and flops[f32].sum() >= flops.sum() / 2)

@@ -21,9 +21,12 @@ sets the size):
   space S(1), where the head_dim 64 ones sat in HBM), and attention timed alone
   (benchmarks/tpu_attention_kept.py) kept 0.2-0.8 in training across shapes and
   implementations, more than 1 in jax.nn.dot_product_attention's forward at seq 511 and below.
-  The attention's ops are its card's alone: f32 matmuls among them (`jax.nn.dot_product_attention`
-  takes its scores' gradient in f32) are not counted again as f32 waste, and the fix that
-  removes the narrow head's cost (a Pallas attention kernel) removes theirs.
+  The attention's ops are its card's alone when it computes in bf16: f32 matmuls among them
+  (`jax.nn.dot_product_attention` takes its scores' gradient in f32) are not counted again as
+  f32 waste, and the fix that removes the narrow head's cost (a Pallas attention kernel)
+  removes theirs. An attention computed in f32 (most of its matmul FLOPs on f32 operands: the
+  model's dtype) loses to both: its ops' f32 share is the f32 card's, and the narrow head
+  keeps its share of what is left (a ViT in f32 on a v5e: docs/tpu.md).
 - lane_writes: in-place writes one element wide along their array's lane axis (a KV cache
   written a position a token where XLA put its time axis in the lanes: analyze/lane_writes).
 - relayouts: the step's arguments copied to another layout on their way in and its results
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tpuscope.analyze.attention import narrow_attention, narrow_kernels
+from tpuscope.analyze.attention import computed_in_f32, narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
 from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_cost, lane_writes
@@ -226,6 +229,7 @@ def head_dim_waste(
             "kernels": int(keys[ops.index].isin(kernels).sum()),
             "scopes": sorted({s for s in names if s})[:4],
             "score_elements": found.score_elements if found is not None else 0,
+            "f32": found is not None and computed_in_f32(found.matmuls),
         },
     )
 
@@ -371,19 +375,36 @@ def measured_waste(
     }
     dots = _matmuls(hlo_ops)
     heads = head_dim_waste(per, dots, hlo_ops, chip)
-    free = _unclaimed(per, heads, "hlo_module", "hlo_op")
-    dots = _unclaimed(dots, heads, "module", "parent")
+    shared = heads is not None and heads.info.get("f32")
+    free = per if shared else _unclaimed(per, heads, "hlo_module", "hlo_op")
+    dots = dots if shared else _unclaimed(dots, heads, "module", "parent")
     relayouts = relayout_waste(
-        free, hlo_ops, pd.DataFrame() if hlo_modules is None else hlo_modules
+        _unclaimed(free, heads, "hlo_module", "hlo_op"),
+        hlo_ops,
+        pd.DataFrame() if hlo_modules is None else hlo_modules,
     )
     free = _unclaimed(free, relayouts, "hlo_module", "hlo_op")
-    found = [
-        f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None,
-        heads,
-        lane_write_waste(free, hlo_ops, chip),
-        relayouts,
-    ]
+    f32 = f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None
+    if shared and heads is not None and f32 is not None:
+        heads = _after_f32(heads, f32)
+    found = [f32, heads, lane_write_waste(free, hlo_ops, chip), relayouts]
     return [w for w in found if w is not None], figures
+
+
+def _after_f32(heads: MeasuredWaste, f32: MeasuredWaste) -> MeasuredWaste | None:
+    """An attention computed in f32 loses to both causes: its ops' f32 share is the f32 card's
+    (what bf16 saves), and the narrow head keeps its share of what is left (what head_dim 128
+    saves after that), so the two cards add up to no more than the ops' time. On a v5e a ViT
+    computed in f32 lost 4.96 ms a step in its attention's ops to f32 (8.43 against 3.47 ms in
+    its bf16 twin, docs/tpu.md); with the attention's ops the head_dim card's alone, the f32
+    card had said 1.66 ms of the 7.57 ms that bf16 saved."""
+    ops = heads.ops.copy()
+    taken = f32.ops.groupby(["hlo_module", "hlo_op"])["lost_s"].sum()
+    keys = pd.MultiIndex.from_frame(ops[["hlo_module", "hlo_op"]])
+    before = taken.reindex(keys).fillna(0.0).to_numpy(float)
+    kept = (ops["lost_s"] / ops["time_s"].where(ops["time_s"] > 0)).fillna(0.0)
+    ops["lost_s"] = (ops["time_s"] - before).clip(lower=0) * kept
+    return _waste(heads.kind, ops, {**heads.info, "after_f32_s": float(before.sum())})
 
 
 def _unclaimed(

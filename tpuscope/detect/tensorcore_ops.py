@@ -161,11 +161,18 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         )
     d = waste.info["head_dim"]
     kernel = " and an attention kernel runs half as many heads" if waste.info.get("kernels") else ""
+    f32 = waste.info.get("after_f32_s", 0.0)
+    shared = (
+        f" of what is left once their f32 share ({fmt_time(f32)}, the f32 card's: this "
+        "attention computes in f32) goes"
+        if f32 > 0
+        else ""
+    )
     return (
         f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
         f"tensors shrink {chip.mxu // d}x, the matmuls lose their padding{kernel}, so the "
         f"attention's ops (its batched matmuls and kernels, and every op that makes or reads a "
-        f"score tensor) would keep about {d}/{chip.mxu} of their time. An estimate, not a "
+        f"score tensor) would keep about {d}/{chip.mxu}{shared} of their time. An estimate, not a "
         "measurement: on a v5e four training programs' attention kept 0.34-0.42 of its time at "
         "head_dim 128, while attention timed alone kept 0.2-0.8 in training across shapes and "
         "implementations, and jax.nn.dot_product_attention's forward at seq 511 and below ran "
@@ -199,10 +206,12 @@ def _lane_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
     )
     if info["last_size"] >= LANES and not info.get("lane_is_last"):  # heads merged: split
         advice = (
-            "If this is a KV cache with its heads merged into the last axis, split them, "
-            "(batch, time, heads, head_dim): on a v5e the same "
-            "cache merged as (batch, time, heads x head_dim) took 4.07 ms a token against 1.64 "
-            "ms split (XLA copied the merged cache to another layout each token). " + head_dim
+            "If this is a KV cache with its heads merged into the last axis (batch, time, heads "
+            "x head_dim): on a v5e such a cache took 4.07 ms a token passed in its default "
+            "layout (XLA copied it to another layout each token), 1.64 ms split as (batch, "
+            "time, heads, head_dim), and 1.46 ms kept merged in the layout the compiler picks "
+            "(`Format(Layout.AUTO)`, the step compiled ahead of the loop), whose writes still "
+            "crossed the lanes (0.33 ms of the token). " + head_dim
         )
     else:
         advice = head_dim + (
@@ -253,8 +262,9 @@ def _relayout_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
         "Keep these arrays in the layout the step uses between calls: compile the step ahead "
         "of the loop (`jax.jit(step, in_shardings=..., out_shardings=...).lower(...).compile()`) "
         "with `Format(Layout.AUTO)` (jax.experimental.layout) for them, and `jax.device_put` "
-        "them once into the compiled step's `input_formats`, so no call converts them; not "
-        "measured here. "
+        "them once into the compiled step's `input_formats`, so no call converts them: on a "
+        "v5e a decoder's KV caches merged as (batch, time, heads x head_dim) so kept took "
+        "1.46 ms a token against 4.07 ms (gpt_decode.py --auto-layout, docs/tpu.md). "
         if backend == "jax"
         else ""
     )
