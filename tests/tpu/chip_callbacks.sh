@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 27, which had no chip time left: not yet run on the chip.
+# Run on 6 December (docs/tpu.md, "Host callbacks in a jitted step"; the runs: tests/tpu/runs/cb_*).
 # Host callbacks inside a jitted training step, and the relayout card's first fix, on the chip
 # (device tool, repo root, .tpu/ carried after prepare.sh):
 #   TPU_WITH_FLAX= timeout 560 bash tests/tpu/chip_callbacks.sh PART
