@@ -24,6 +24,10 @@ import pandas as pd
 
 _PYTHON_CALL = re.compile(r"^\$(?P<file>[^:]+):(?P<line>\d+) (?P<function>.+)$")
 _DISPATCH = re.compile(r"^PjitFunction\((?P<name>.+)\)$")
+# Flax NNX's graph traversal (flax/nnx/graphlib.py): `nnx.jit` flattens the Modules it is given
+# into a graph definition and state at each call, and unflattens them after
+NNX_GRAPH = "flax.nnx's graph flatten and unflatten (nnx.jit splitting and merging the Modules)"
+_NNX_GRAPH_CALL = re.compile(r"^\$graphlib\.py:\d+ _graph_(un)?flatten$")
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,9 @@ class HostPart:
 
 
 def host_parts(events: pd.DataFrame, program_files: list[str], steps: int) -> list[HostPart]:
-    """The program's outermost Python functions and its jitted calls' dispatch in the trace,
-    longest first, each its time a step over `steps` traced steps."""
+    """The program's outermost Python functions, its jitted calls' dispatch and Flax NNX's
+    graph traversal in the trace, longest first, each its time a step over `steps` traced
+    steps."""
     if events.empty or "plane" not in events or steps <= 0:
         return []
     host = events[events["plane"].astype(str).str.startswith("/host:")]
@@ -52,6 +57,7 @@ def host_parts(events: pd.DataFrame, program_files: list[str], steps: int) -> li
     for rows, label_of in (
         (host[mine], lambda n: _function_label(n, paths)),
         (host[names.str.match(_DISPATCH).to_numpy()], _dispatch_label),
+        (host[names.str.match(_NNX_GRAPH_CALL).to_numpy()], lambda n: (NNX_GRAPH, None)),
     ):
         outer = _outermost(rows)
         for name, dur_ns in zip(

@@ -140,6 +140,17 @@ def sharding_fix(function: str, arg: str | None, before: str | None, after: str 
     )
 
 
+# Flax NNX only (no torch_xla twin): the host's traced time went into nnx.jit's graph traversal
+# (analyze/host_time.NNX_GRAPH)
+NNX_GRAPH_FIX = (
+    "Flax NNX: `nnx.jit` flattens and unflattens the Modules' graph at every call. Call the "
+    "step through `nnx.cached_partial(train_step, model, optimizer, ...)`, which does that "
+    "once and passes only the batch at each call (on a v5e the NNX MNIST tutorial's step "
+    "took 1.24 ms a step so, against 2.24 ms through `nnx.jit`), or jit a function of "
+    "`nnx.split`'s state with `jax.jit`."
+)
+
+
 # The words other rules need, for a JAX run (detect/advice.py picks by the run's backend;
 # xla_advice.ADVICE holds the same topics in torch_xla's words).
 ADVICE = {

@@ -18,11 +18,12 @@ import pandas as pd
 
 from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.device_time import DEVICE_WINDOWS
-from tpuscope.analyze.host_time import HostPart, host_parts
+from tpuscope.analyze.host_time import NNX_GRAPH, HostPart, host_parts
 from tpuscope.analyze.mxu import fmt_time
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.eager_counts import runs_op_by_op
+from tpuscope.detect.jax_advice import NNX_GRAPH_FIX
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -143,8 +144,8 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         ),
         f"{busy}; the rest the device waited for the host (Python, graph tracing, input, host "
         f"syncs). {_where_host(parts)}{cost_text}",
-        for_backend(tables.backend, "host_bound"),
-        next((p.location for p in parts if p.location), None),
+        _host_bound_fix(tables.backend, parts),
+        next((p.location for p in parts if p.location), None) or graph_site(tables),
         cost,
         runs,
         TensorCoreEvidence(
@@ -157,6 +158,15 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         ),
         count,
     )
+
+
+def _host_bound_fix(backend: str, parts: list[HostPart]) -> str:
+    """The host-bound advice, led by Flax NNX's own fix where the traced host time went into
+    nnx.jit's graph traversal."""
+    fix = for_backend(backend, "host_bound")
+    if backend == "jax" and any(p.label == NNX_GRAPH for p in parts[:4]):
+        return f"{NNX_GRAPH_FIX} {fix}"
+    return fix
 
 
 def _where_host(parts: list[HostPart]) -> str:
