@@ -70,3 +70,27 @@ def test_an_ordered_callback_also_idles_the_device_between_steps(tmp_path: Path)
     assert idle.title.startswith("device idle 39% of the step")
     both = (card.cost_s + idle.cost_s) / judged
     assert TRUTH_S["io"] < both < 1.2 * TRUTH_S["io"]
+
+
+def test_a_callback_s_wait_is_its_own_line_s_and_kind_s() -> None:
+    """Two callbacks written on one line each take their own kind's transfers (the HLO's
+    op_type); a file name that two folders hold at the same line matches neither; no wait, or a
+    zero one, is no measurement."""
+    import pandas as pd
+
+    from tpuscope.detect.host_callback import _wait_at
+
+    waits = pd.DataFrame(
+        {
+            "source": ["/p/train.py:9", "/p/train.py:9", "/a/model.py:4", "/b/model.py:4"],
+            "kind": ["debug_print", "pure_callback", "io_callback", "io_callback"],
+            "time_s": [2e-3, 1e-3, 5e-4, 5e-4],
+        }
+    )
+    assert _wait_at(waits, "/p/train.py:9", "jax.debug.print") == 2e-3
+    assert _wait_at(waits, "/p/train.py:9", "jax.pure_callback") == 1e-3
+    assert _wait_at(waits, "/elsewhere/train.py:9", "jax.pure_callback") == 1e-3
+    assert _wait_at(waits, "/c/model.py:4", "jax.experimental.io_callback") is None
+    assert _wait_at(waits, "/p/train.py:10", "jax.debug.print") is None
+    zero = waits.assign(time_s=0.0)
+    assert _wait_at(zero, "/p/train.py:9", "jax.debug.print") is None

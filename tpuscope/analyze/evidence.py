@@ -382,7 +382,7 @@ class HostCallbackEvidence(Evidence):
     function: str = ""
     runs_per_step: float = 0.0
     host_s_per_step: float = 0.0  # wall time of its runs (sleeps, I/O, lock waits included)
-    cpu_s_per_step: float = 0.0  # CPU time of its runs: the cost
+    cpu_s_per_step: float = 0.0  # CPU time of its runs: the cost where no trace timed the wait
     waited: bool = True  # the device waits for it (results, an ordered effect, the CPU backend)
     judged_steps: int = 0
     platform: str | None = None

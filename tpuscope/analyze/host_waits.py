@@ -19,22 +19,42 @@ from tpuscope.analyze.op_time import MODULE_LINE, OP_LINE, measured_ops
 HOST_OPCODES = ("send", "send-done", "recv", "recv-done")
 
 
+NEEDED = ("line", "source", "hlo_module", "hlo_op", "dur_ns", "flops", "bytes_accessed")
+COLUMNS = ["source", "kind", "time_s"]
+
+
 def host_waits(
     events: pd.DataFrame, hlo_ops: pd.DataFrame, steps: list[int] | None = None
-) -> pd.Series:
-    """Source line -> device seconds a traced step spent in host transfers written there
-    (empty without a device trace that has them). `steps`: the traced steps judged."""
-    if events.empty or "line" not in events:
-        return pd.Series(dtype=float)
+) -> pd.DataFrame:
+    """Per source line and kind of callback (the HLO op's `op_type`: `debug_print`,
+    `pure_callback`, `io_callback`; "" where the HLO does not say): device seconds a traced
+    step spent in host transfers written there. Empty without a device trace that has them.
+    `steps`: the traced steps judged."""
+    if events.empty or any(column not in events for column in NEEDED):
+        return pd.DataFrame(columns=COLUMNS)
     lines = events["line"].astype(str)
     ops = events[lines == OP_LINE]
     transfers = ops[_is_host_transfer(ops, hlo_ops)]
     if transfers.empty:
-        return pd.Series(dtype=float)
+        return pd.DataFrame(columns=COLUMNS)
     per, _ = measured_ops(pd.concat([events[lines == MODULE_LINE], transfers]), steps)
     if per.empty:
-        return pd.Series(dtype=float)
-    return per.dropna(subset=["source"]).groupby("source")["time_s"].sum()
+        return pd.DataFrame(columns=COLUMNS)
+    per = per.dropna(subset=["source"])
+    per["kind"] = _kinds(per, hlo_ops)
+    return per.groupby(["source", "kind"], as_index=False)["time_s"].sum()[COLUMNS]
+
+
+def _kinds(per: pd.DataFrame, hlo_ops: pd.DataFrame) -> list[str]:
+    """Each op's `op_type` in the trace's HLO ("" where unknown)."""
+    if hlo_ops.empty or "op_type" not in hlo_ops:
+        return [""] * len(per)
+    known = hlo_ops.dropna(subset=["op_type"]).drop_duplicates(["module", "name"])
+    types = dict(
+        zip(zip(known["module"], known["name"], strict=True), known["op_type"], strict=True)
+    )
+    keys = zip(per["hlo_module"], per["hlo_op"], strict=True)
+    return [str(types.get(key, "")) for key in keys]
 
 
 def _is_host_transfer(ops: pd.DataFrame, hlo_ops: pd.DataFrame) -> pd.Series:
@@ -48,6 +68,8 @@ def _is_host_transfer(ops: pd.DataFrame, hlo_ops: pd.DataFrame) -> pd.Series:
     if hlo_ops.empty or "opcode" not in hlo_ops:
         return by_category
     top = hlo_ops[hlo_ops["opcode"].isin(HOST_OPCODES)]
+    if "stage" in top and (top["stage"] == "tpu_trace").any():  # the trace's own HLO
+        top = top[top["stage"] == "tpu_trace"]
     host = top[
         top.get("op_type", pd.Series("", index=top.index))
         .astype(str)

@@ -50,6 +50,7 @@ from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_co
 from tpuscope.analyze.relayouts import boundary_relayouts
 
 OP_LINE = "XLA Ops"
+MIN_SHARE = 0.01  # of the measured device time per step: a cause under it is no card
 MODULE_LINE = "XLA Modules"
 _MATMUL = ("dot", "convolution")
 _SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkpoint(")
@@ -385,9 +386,15 @@ def measured_waste(
     )
     free = _unclaimed(free, relayouts, "hlo_module", "hlo_op")
     f32 = f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None
-    if shared and heads is not None and f32 is not None:
+    if (
+        shared
+        and heads is not None
+        and f32 is not None
+        and f32.lost_s >= MIN_SHARE * (figures["device_s_per_step"])
+    ):  # an f32 share too small to be a card stays the attention's
         heads = _after_f32(heads, f32)
-    found = [f32, heads, lane_write_waste(free, hlo_ops, chip), relayouts]
+    lanes = lane_write_waste(_unclaimed(free, heads, "hlo_module", "hlo_op"), hlo_ops, chip)
+    found = [f32, heads, lanes, relayouts]
     return [w for w in found if w is not None], figures
 
 

@@ -63,6 +63,13 @@ FIXES = {
     ),
 }
 INLINE = ("cpu", "gpu", "cuda", "rocm")  # backends whose XLA runs a callback inside the step
+# each API's HLO `op_type` (the callback's host transfers in a TPU trace)
+OP_TYPES = {
+    "jax.debug.print": "debug_print",
+    "jax.debug.callback": "debug_callback",
+    "jax.pure_callback": "pure_callback",
+    "jax.experimental.io_callback": "io_callback",
+}
 
 
 def detect_host_callback(tables: RunTables) -> list[Finding]:
@@ -83,7 +90,7 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
         if found is None:  # its runs' host time was not written: nothing measured to say
             continue
         waited, wall_ns, cpu_ns = found
-        device_wait = _wait_at(waits, _text(location))
+        device_wait = _wait_at(waits, _text(location), str(name).split("(", 1)[0])
         if not waited and platform not in INLINE and device_wait is None:
             continue  # the device does not wait for it; what it costs there is not measured
         findings.append(
@@ -100,25 +107,30 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
     return sorted(findings, key=lambda f: -f.cost_s)
 
 
-def _device_waits(tables: RunTables) -> pd.Series:
-    """Source line -> seconds a traced judged step the device spent in host transfers there."""
+def _device_waits(tables: RunTables) -> pd.DataFrame:
+    """(source, kind, seconds a traced judged step the device spent in host transfers)."""
     events = tables.extra.get("trace_events", pd.DataFrame())
-    if events.empty:
-        return pd.Series(dtype=float)
     hlo_ops = tables.extra.get("hlo_ops", pd.DataFrame())
     return host_waits(events, hlo_ops, traced_judged(tables))
 
 
-def _wait_at(waits: pd.Series, location: str) -> float | None:
-    """The device's wait a step at the callback's line: the same path, else the same file name
-    and line (the trace's metadata and the collector may spell the folder differently)."""
+def _wait_at(waits: pd.DataFrame, location: str, api: str) -> float | None:
+    """The device's wait a step for this callback: its line's host transfers (the same path,
+    else the one file of that name and line: the trace's metadata and the collector may spell
+    the folder differently), those of its kind where the line holds several."""
     if waits.empty or not location:
         return None
-    if location in waits.index:
-        return float(waits[location])
-    tail = location.rsplit("/", 1)[-1]
-    same = [float(t) for line, t in waits.items() if str(line).rsplit("/", 1)[-1] == tail]
-    return sum(same) if same else None
+    here = waits[waits["source"] == location]
+    if here.empty:
+        tail = location.rsplit("/", 1)[-1]
+        here = waits[waits["source"].astype(str).str.rsplit("/", n=1).str[-1] == tail]
+        if here["source"].nunique() != 1:  # none, or files of one name in several folders
+            return None
+    mine = here[here["kind"] == OP_TYPES.get(api, "")]
+    if mine.empty and here["kind"].nunique() == 1:  # one kind on the line, unnamed or other
+        mine = here
+    wait = float(mine["time_s"].sum())
+    return wait if wait > 0 else None
 
 
 def _host_times(
@@ -211,8 +223,8 @@ def _how_it_waits(platform: str, device_wait: float | None) -> str:
             "The compiled step sends its operands to the host for it and waits for the host "
             "to answer: in the TPU trace the step's host transfers at this line (its send and "
             f"recv, `send-done` and `recv-done`) held the device {_ms(device_wait)} a traced "
-            "step, far more than the Python itself (the transfers, the runtime's hand-over to "
-            "Python and back). Cost = that wait a step x the judged steps (on a v5e a "
+            "step (the transfers, the runtime's hand-over to Python and back, and the Python "
+            "itself). Cost = that wait a step x the judged steps (on a v5e a "
             "jax.debug.print held the device 2.39 ms a step in a bare trace, and cost 2.45 ms a "
             "step bare)."
         )

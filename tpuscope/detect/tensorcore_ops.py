@@ -15,14 +15,12 @@ from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.device_time import STEP_WINDOWS
 from tpuscope.analyze.lane_writes import LANES
 from tpuscope.analyze.mxu import fmt_time, generation_of
-from tpuscope.analyze.op_time import MeasuredWaste, measured_waste
+from tpuscope.analyze.op_time import MIN_SHARE, MeasuredWaste, measured_waste
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
-
-MIN_SHARE = 0.01  # of the measured device time per step
 
 
 def chip_of(tables: RunTables) -> Chip | None:
@@ -163,8 +161,8 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
     kernel = " and an attention kernel runs half as many heads" if waste.info.get("kernels") else ""
     f32 = waste.info.get("after_f32_s", 0.0)
     shared = (
-        f" of what is left once their f32 share ({fmt_time(f32)}, the f32 card's: this "
-        "attention computes in f32) goes"
+        f", of what is left after their f32 share ({fmt_time(f32)}, on the f32 card: this "
+        "attention computes in f32)"
         if f32 > 0
         else ""
     )
@@ -172,7 +170,7 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
         f"tensors shrink {chip.mxu // d}x, the matmuls lose their padding{kernel}, so the "
         f"attention's ops (its batched matmuls and kernels, and every op that makes or reads a "
-        f"score tensor) would keep about {d}/{chip.mxu}{shared} of their time. An estimate, not a "
+        f"score tensor) would keep about {d}/{chip.mxu} of their time{shared}. An estimate, not a "
         "measurement: on a v5e four training programs' attention kept 0.34-0.42 of its time at "
         "head_dim 128, while attention timed alone kept 0.2-0.8 in training across shapes and "
         "implementations, and jax.nn.dot_product_attention's forward at seq 511 and below ran "
@@ -207,7 +205,8 @@ def _lane_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
     if info["last_size"] >= LANES and not info.get("lane_is_last"):  # heads merged: split
         advice = (
             "If this is a KV cache with its heads merged into the last axis (batch, time, heads "
-            "x head_dim): on a v5e such a cache took 4.07 ms a token passed in its default "
+            "x head_dim), keep it in the layout the compiler picks or split its heads: on a v5e "
+            "such a cache took 4.07 ms a token passed in its default "
             "layout (XLA copied it to another layout each token), 1.64 ms split as (batch, "
             "time, heads, head_dim), and 1.46 ms kept merged in the layout the compiler picks "
             "(`Format(Layout.AUTO)`, the step compiled ahead of the loop), whose writes still "

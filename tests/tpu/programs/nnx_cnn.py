@@ -15,7 +15,6 @@ import time
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 import optax
 from flax import nnx
 

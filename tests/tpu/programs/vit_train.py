@@ -31,7 +31,9 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--classes", type=int, default=1000)
 parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
 parser.add_argument("--steps", type=int, default=30)
-parser.add_argument("--trace", default="", help="a bare jax.profiler trace of 3 steps after the timed ones")
+parser.add_argument(
+    "--trace", default="", help="a bare jax.profiler trace of 3 steps after the timed ones"
+)
 args = parser.parse_args()
 DTYPE = jnp.bfloat16 if args.dtype == "bf16" else jnp.float32
 
@@ -69,7 +71,9 @@ class VisionTransformer(nn.Module):
     @nn.compact
     def __call__(self, images):
         p = self.patch
-        x = nn.Conv(self.hidden, (p, p), strides=(p, p), padding="VALID", dtype=DTYPE, name="embedding")(images)
+        x = nn.Conv(
+            self.hidden, (p, p), strides=(p, p), padding="VALID", dtype=DTYPE, name="embedding"
+        )(images)
         n, h, w, c = x.shape
         x = x.reshape(n, h * w, c)
         cls = self.param("cls", nn.initializers.zeros, (1, 1, c))
@@ -116,4 +120,6 @@ if args.trace:  # after the timed loop, so its one-off does not enter step_ms
     jax.block_until_ready(params)
     jax.profiler.stop_trace()
 head_dim = args.hidden // args.heads
-print(f"step_ms {1e3 * elapsed / (args.steps - WARM):.4f} head_dim {head_dim} dtype {args.dtype} loss {loss:.4f}")
+print(
+    f"step_ms {1e3 * elapsed / (args.steps - WARM):.4f} head_dim {head_dim} dtype {args.dtype} loss {loss:.4f}"
+)
