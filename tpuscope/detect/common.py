@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpuscope.analyze import judge
+from tpuscope.analyze.device_time import STEP_WINDOWS
 from tpuscope.detect.tables import RunTables
 
 NS = 1e9
@@ -156,3 +157,17 @@ def line_inside(location: str | None, library_frame: str | None) -> str:
     user's line itself."""
     where = file_and_line(location)
     return f"{where}, inside {library_frame}" if library_frame else where
+
+
+def traced_judged(tables: RunTables) -> list[int] | None:
+    """The judged steps the trace's windows hold: the run's own steps, or the chip's (an
+    imported TPU trace); a module run the trace's start cut short is in none of them. None:
+    the trace has no step windows."""
+    device_steps = tables.extra.get("device_steps", pd.DataFrame())
+    windows = device_steps["window"].isin(STEP_WINDOWS) if not device_steps.empty else None
+    if windows is None or not windows.any():
+        return None
+    traced = set(device_steps.loc[windows, "step"])
+    judged = tables.judged
+    steps = sorted(int(s) for s in traced & set(judged["step"])) if not judged.empty else []
+    return steps or sorted(int(s) for s in traced)

@@ -31,9 +31,8 @@ import pandas as pd
 
 from tpuscope.analyze.contract import HostCallbackEvidence
 from tpuscope.analyze.host_waits import host_waits
-from tpuscope.detect.common import file_and_line, judged_rows, judged_severity
+from tpuscope.detect.common import file_and_line, judged_rows, judged_severity, traced_judged
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.tensorcore_ops import traced_judged
 from tpuscope.schema import Finding
 from tpuscope.schema_consts import HOST_CALLBACK_KIND, host_callback_metric
 

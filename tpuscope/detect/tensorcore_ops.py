@@ -12,12 +12,11 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.chips import GENERATIONS, Chip
 from tpuscope.analyze.contract import TensorCoreEvidence
-from tpuscope.analyze.device_time import STEP_WINDOWS
 from tpuscope.analyze.lane_writes import LANES
 from tpuscope.analyze.mxu import fmt_time, generation_of
 from tpuscope.analyze.op_time import MIN_SHARE, MeasuredWaste, measured_waste
 from tpuscope.analyze.tensorcore import is_library_path
-from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s
+from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s, traced_judged
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
@@ -33,20 +32,6 @@ def chip_of(tables: RunTables) -> Chip | None:
         if gen:
             return GENERATIONS[gen]
     return None
-
-
-def traced_judged(tables: RunTables) -> list[int] | None:
-    """The judged steps the trace's windows hold: the run's own steps, or the chip's (an
-    imported TPU trace); a module run the trace's start cut short is in none of them. None:
-    the trace has no step windows."""
-    device_steps = tables.extra.get("device_steps", pd.DataFrame())
-    windows = device_steps["window"].isin(STEP_WINDOWS) if not device_steps.empty else None
-    if windows is None or not windows.any():
-        return None
-    traced = set(device_steps.loc[windows, "step"])
-    judged = tables.judged
-    steps = sorted(int(s) for s in traced & set(judged["step"])) if not judged.empty else []
-    return steps or sorted(int(s) for s in traced)
 
 
 def op_time_findings(tables: RunTables, backend: str) -> list[Finding] | None:
