@@ -376,25 +376,19 @@ def measured_waste(
     }
     dots = _matmuls(hlo_ops)
     heads = head_dim_waste(per, dots, hlo_ops, chip)
-    shared = heads is not None and heads.info.get("f32")
-    free = per if shared else _unclaimed(per, heads, "hlo_module", "hlo_op")
-    dots = dots if shared else _unclaimed(dots, heads, "module", "parent")
+    shared = heads is not None and heads.info.get("f32")  # an f32 attention: both causes
+    outside = _unclaimed(per, heads, "hlo_module", "hlo_op")  # ops not the attention's
     relayouts = relayout_waste(
-        _unclaimed(free, heads, "hlo_module", "hlo_op"),
-        hlo_ops,
-        pd.DataFrame() if hlo_modules is None else hlo_modules,
+        outside, hlo_ops, pd.DataFrame() if hlo_modules is None else hlo_modules
     )
-    free = _unclaimed(free, relayouts, "hlo_module", "hlo_op")
+    outside = _unclaimed(outside, relayouts, "hlo_module", "hlo_op")
+    free = _unclaimed(per, relayouts, "hlo_module", "hlo_op") if shared else outside
+    dots = dots if shared else _unclaimed(dots, heads, "module", "parent")
     f32 = f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None
-    if (
-        shared
-        and heads is not None
-        and f32 is not None
-        and f32.lost_s >= MIN_SHARE * (figures["device_s_per_step"])
-    ):  # an f32 share too small to be a card stays the attention's
-        heads = _after_f32(heads, f32)
-    lanes = lane_write_waste(_unclaimed(free, heads, "hlo_module", "hlo_op"), hlo_ops, chip)
-    found = [f32, heads, lanes, relayouts]
+    device_s = figures["device_s_per_step"]
+    if shared and heads is not None and f32 is not None and f32.lost_s >= MIN_SHARE * device_s:
+        heads = _after_f32(heads, f32)  # an f32 share too small to be a card stays the attention's
+    found = [f32, heads, lane_write_waste(outside, hlo_ops, chip), relayouts]
     return [w for w in found if w is not None], figures
 
 
