@@ -179,6 +179,23 @@ def test_the_lane_spreads_the_calls_between_its_clock_reads() -> None:
     assert not lane.take() and not lane.take(now_ns=3_200)
 
 
+def test_a_mark_the_device_had_not_caught_up_with_is_no_anchor() -> None:
+    """A device a little slower than the host (lane.py PACE_DEPTH): the mark at call 17 found
+    call 15 not done (its call stored negated), so its clock read, the host's pace, is not a
+    step's end: the flush thread writes up to the last anchor only, and a value read (which
+    waits for the device) spreads the calls between it and the last anchor evenly."""
+    lane = Lane()
+    lane.open(object(), ref_ns=1_000)
+    lane.calls = 20
+    lane.marks.extend((1_100, 1))
+    lane.marks.extend((2_000, -17))  # the host's clock ran ahead of the device
+    assert list(lane.take()) == [1_100]  # call 1's stamp; call 17 waits for an anchor
+    assert (lane.taken, len(lane.marks)) == (1, 2)
+    stamps = lane.take(now_ns=3_100)  # the read after call 20 returned at 3,100
+    assert list(stamps) == list(range(1_200, 3_001, 100))  # 2..20: even, not 2,000 at 17
+    assert (lane.taken, lane.batched, len(lane.marks)) == (20, 19, 0)
+
+
 def test_the_flush_thread_writes_the_stamps_while_the_loop_appends(
     tmp_path: Path, monkeypatch
 ) -> None:

@@ -279,3 +279,31 @@ def test_the_program_folders_a_run_names(
     assert not user_files.is_user_file(f"{tmp_path}/libs/lib/x.py")  # an install folder
     monkeypatch.undo()
     user_files._own_folders.cache_clear()
+
+
+def test_a_runs_install_folders_read_on_another_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_rules: None
+) -> None:
+    """A run made on a TPU VM with flax under `pip --target /tmp/site`, analysed here: its
+    meta's `library_folders` (that process's sys.path apart from its folders) say the folder
+    is an install one; an older run's meta lacks them, and a path this machine lacks whose tail
+    is a file of a library installed here (flax's, in this suite's environment) is that
+    library's. The program's own lines stay the user's."""
+    pytest.importorskip("flax")
+    monkeypatch.setattr(user_files, "_ADDED", [])
+    monkeypatch.setattr(user_files, "_RUN_LIBRARIES", [])
+    monkeypatch.setattr(user_files, "_ENTRIES", ((), ()))
+    user_files._own_folders.cache_clear()
+    foreign = "/nonexistent-vm/site"
+    assert user_files.is_user_file(f"{foreign}/mylib/layers.py")  # nothing says otherwise
+    assert not user_files.is_user_file(f"{foreign}/flax/linen/attention.py")  # flax's tail
+    user_files.add_program_folders(
+        {"cwd": "/nonexistent-vm/work", "library_folders": [f"{foreign}/"]}
+    )
+    assert not user_files.is_user_file(f"{foreign}/mylib/layers.py")  # the run's install folder
+    assert user_files.is_user_file("/nonexistent-vm/work/train.py")
+    here = user_files.library_folders()
+    assert f"{foreign}/" not in here and any("site-packages" in f for f in here)
+    monkeypatch.undo()
+    user_files._own_folders.cache_clear()
+    user_files._ENTRIES = ((), ())

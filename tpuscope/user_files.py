@@ -9,6 +9,11 @@ library's (not the user's) when it is
 - a file of a distribution installed inside the program's own folder (`pip install --target .`:
   its `*.dist-info` names its top-level packages);
 - in a package imported from outside every `sys.path` entry (an editable install's finder);
+- for a process that reads a run it did not run (an analysis, on another machine too): under
+  an install folder the run's own process named (its meta's `library_folders`, the sys.path
+  entries apart from its folders: `add_program_folders`), or, on a path this machine lacks,
+  whose tail is a file of a distribution installed here (`/tmp/site/flax/linen/attention.py`
+  read where flax is installed elsewhere);
 - spelled as an install folder (site-packages, dist-packages, `lib/pythonX.Y`) or a framework
   checkout (`/torch/`, `/jax/`, ...) when nothing above decides: a path from another machine
   (an imported trace's HLO metadata, a PT_XLA_DEBUG log).
@@ -46,6 +51,7 @@ _FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
 _START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
 _USER_PSEUDO = ("<string>", "<stdin>")
 _ADDED: list[str] = []  # program folders a host names (pytest's rootdir): add_program_folder
+_RUN_LIBRARIES: list[str] = []  # install folders a read run's meta names: add_program_folders
 
 
 @functools.lru_cache(maxsize=4096)
@@ -63,7 +69,20 @@ def is_user_file(filename: str) -> bool:
         return False
     if _nearest(filename, _own_folders()) is not None:
         return True
+    if not os.path.exists(filename) and _installed_tail(filename):
+        return False
     return not any(m in filename for m in _FRAMEWORKS)
+
+
+def _installed_tail(filename: str) -> bool:
+    """A path this machine lacks ending in a file of a library installed here (a run made
+    where the library was installed elsewhere, read here)."""
+    cut = filename.find(os.sep, 1)
+    while cut > 0:
+        if _installed_relative(filename[cut + 1 :]):
+            return True
+        cut = filename.find(os.sep, cut + 1)
+    return False
 
 
 # the standard library's backport: its `@deprecated` wrapper is a frame between torch_xla 2.9's
@@ -179,11 +198,27 @@ def add_program_folder(folder: str) -> None:
             cached.cache_clear()
 
 
+def library_folders() -> list[str]:
+    """This process's install folders: its sys.path entries apart from its own folders (what
+    a run's meta keeps, so that a reader elsewhere knows its libraries)."""
+    own = _own_folders()
+    return [
+        entry
+        for entry in _path_entries()
+        if entry not in _RUN_LIBRARIES
+        and not entry.startswith(_TPUSCOPE_DIR)
+        and not any(o.startswith(entry) or entry.startswith(o) for o in own)
+    ]
+
+
 def add_program_folders(meta: Mapping[str, Any]) -> None:
     """The folders of the program a run's meta names (the folder it started in, its script's
-    folder), for a process that reads the run but did not run it: the launcher ingesting the
-    HLO dumps' stacks, an analysis. Its own sys.path (PYTHONPATH) still tells the libraries."""
+    folder) and its install folders, for a process that reads the run but did not run it: the
+    launcher ingesting the HLO dumps' stacks, an analysis. Its own sys.path (PYTHONPATH) still
+    tells the libraries too."""
     for source in [meta, *(meta.get("processes") or [])]:
+        for folder in source.get("library_folders") or []:
+            _add_run_library(folder)
         cwd = source.get("cwd")
         if not isinstance(cwd, str) or not os.path.isabs(cwd):
             continue
@@ -196,6 +231,19 @@ def add_program_folders(meta: Mapping[str, Any]) -> None:
                 break
 
 
+def _add_run_library(folder: Any) -> None:
+    """A read run's install folder counts as one here (not a folder of this machine's own)."""
+    global _ENTRIES
+    if not isinstance(folder, str) or not os.path.isabs(folder) or len(_RUN_LIBRARIES) >= 64:
+        return
+    path = os.path.join(os.path.abspath(folder), "")
+    if path not in _RUN_LIBRARIES and path != os.sep:
+        _RUN_LIBRARIES.append(path)
+        _ENTRIES = ((), ())
+        for cached in (is_user_file, library_root, frame_kind):
+            cached.cache_clear()
+
+
 _ENTRIES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
@@ -206,7 +254,8 @@ def _path_entries() -> tuple[str, ...]:
     now = tuple(sys.path)
     if now != _ENTRIES[0]:
         folders = (os.path.abspath(p or os.curdir) + os.sep for p in now if isinstance(p, str))
-        _ENTRIES = (now, tuple(dict.fromkeys(f for f in folders if f != os.sep)))
+        entries = [f for f in folders if f != os.sep] + _RUN_LIBRARIES
+        _ENTRIES = (now, tuple(dict.fromkeys(entries)))
     return _ENTRIES[1]
 
 

@@ -214,6 +214,7 @@ class HostSyncEvidence(Evidence):
         "step_markers",
         "files",
         "unmarked_runs",
+        "device_idle_s_per_step",
     }
 
     reads_per_step: float = 0.0
@@ -226,6 +227,8 @@ class HostSyncEvidence(Evidence):
     files: list[str] | None = None
     # a loop with no step marker: graph runs in the one stretch the reads came in (no per-step rate)
     unmarked_runs: int | None = None
+    # JAX on a traced chip: the device's idle time a traced step that read, its cost's measure
+    device_idle_s_per_step: float | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ from tpuscope.schema_consts import DEFAULT_WARMUP
 from tpuscope.store.columns import Repeat
 from tpuscope.store.hosts import file_host
 from tpuscope.store.run import Run  # light: no pyarrow until rows are written
+from tpuscope.user_files import library_folders
 
 FLUSH_INTERVAL_S = 2.0
 
@@ -168,6 +169,7 @@ class Session:
             "rank": self.rank,
             "argv": list(sys.argv),
             "cwd": os.getcwd(),
+            "library_folders": library_folders(),  # a reader elsewhere knows its libraries
             "start_ns": time.time_ns(),
             "status": "running",
         }

@@ -9,6 +9,10 @@ JAX), minus the reads that CPU fallbacks cause (reported by `cpu_fallback`);
 or more per step of the loop (warm-up included; the after-the-loop phase is not a
 step). Cost: the measured device-to-host wait of those steps, in the share that these
 reads make of all host reads; severity its share of the wall time (analyze/judge).
+
+JAX has no such counter, and what a read costs there is not its wait (detect/read_idle): on a
+traced chip the cost is the device's idle time in the traced steps that read, at most their
+busy time; without a trace it is not measured.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import pandas as pd
 from tpuscope.analyze import judge
 from tpuscope.analyze.contract import HostSyncEvidence
 from tpuscope.analyze.frames import records
+from tpuscope.analyze.mxu import fmt_time
 from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.detect import common
 from tpuscope.detect.cpu_fallback import HOST_SYNC_OPS, TRANSFER_METRICS
+from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -160,6 +166,7 @@ def _finding(
     sites: list[dict[str, Any]],
     evidence: HostSyncEvidence,
     fix: str = FIX,
+    backend: str = "",
 ) -> Finding:
     """The card; `evidence` holds what this kind of reading adds (the reads' share of the host
     reads, or what imported totals count), the reads and their sites are set here."""
@@ -178,11 +185,7 @@ def _finding(
         or "call sites not traced"
     )
     at = f" ({_first_read(sites[0])})" if location else ""
-    wait = (
-        " Each read waits for the device to finish the graph cut at that point, so the host "
-        f"stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s of measured "
-        "device-to-host wait (TransferFromDeviceTime) in these reads' share."
-    )
+    wait = _cost_text(cost, evidence, backend)
     if evidence.unmarked_runs is not None:
         title = f"{per_step:.0f} device-to-host reads in a loop with no step marker{at}"
         detail = (
@@ -204,6 +207,29 @@ def _finding(
     severity = judge.severity(cost, wall)
     evidence.reads_per_step, evidence.sites = per_step, sites
     return Finding(RULE, severity, title, detail, fix, location, cost, runs, evidence, count)
+
+
+def _cost_text(cost: float, evidence: HostSyncEvidence, backend: str) -> str:
+    """What a read does and what it cost, in the terms of the backend that ran."""
+    if backend != "jax":
+        return (
+            " Each read waits for the device to finish the graph cut at that point, so the host "
+            f"stalls and the step runs as several smaller graphs. Cost: {cost:.3f} s of measured "
+            "device-to-host wait (TransferFromDeviceTime) in these reads' share."
+        )
+    what = (
+        " Each read blocks the host until the device has computed the value, and the host "
+        "dispatches the next step only after it, so the device idles while the host runs the "
+        "rest of the iteration."
+    )
+    idle = evidence.device_idle_s_per_step
+    if idle is None:
+        return f"{what} Cost: not measured (no device trace of a step that read)."
+    return (
+        f"{what} Cost: the device idled {fmt_time(idle)} a traced step that read (measured; at "
+        f"most its busy time, which the host's work could have overlapped), {cost:.3f} s over "
+        "the steps that read."
+    )
 
 
 def _first_read(site: dict[str, Any]) -> str:
@@ -284,10 +310,15 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     per_step, share, steps = _live_reads(tables, judged)
     if per_step < READS_PER_STEP:
         return []
-    wait = common.metric_per_step(
-        common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS
-    )
-    cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
+    measured = read_idle(tables)
+    if measured is not None:
+        cost, idle = measured.lost_s * measured.reading_steps, round(measured.lost_s, 9)
+    else:
+        wait = common.metric_per_step(
+            common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS
+        )
+        cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
+        idle = None
     sites = _sites(tables) or _untraced_site(tables, steps)
     return [
         _finding(
@@ -297,8 +328,11 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
             steps,
             sites,
             HostSyncEvidence(
-                share_of_host_reads=round(share, 3), unmarked_runs=_unmarked_runs(judged)
+                share_of_host_reads=round(share, 3),
+                unmarked_runs=_unmarked_runs(judged),
+                device_idle_s_per_step=idle,
             ),
             JAX_FIX if tables.backend == "jax" else FIX,
+            tables.backend,
         )
     ]

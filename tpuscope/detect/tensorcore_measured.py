@@ -24,6 +24,7 @@ from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX
+from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
@@ -98,9 +99,13 @@ def traced_idle(tables: RunTables, measured: dict[str, Any]) -> TracedIdle | Non
 def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     """The device idle for IDLE_SHARE or more of the step: the step is host-bound. Not a card
     where the steps dispatch their ops one by one: rule op_by_op's card names that cause and
-    takes this idle time as its cost."""
+    takes this idle time as its cost, nor where a value read in every traced step is the whole
+    idle time: rule host_sync's card measures it (detect/read_idle)."""
     idle = traced_idle(tables, measured)
     if idle is None or runs_op_by_op(tables):
+        return None
+    reads = read_idle(tables)
+    if reads is not None and reads.explains_idle:  # rule host_sync's card, measured the same
         return None
     rows, basis = idle.rows, idle.basis
     steps = rows["step"][rows["step"] >= 0] if not rows.empty else pd.Series(dtype="int64")

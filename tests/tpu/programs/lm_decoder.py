@@ -5,9 +5,12 @@ embedding's `attend`, `dtype=jnp.bfloat16` computation over float32 parameters, 
 `train_step` that returns the new state and the loss). Synthetic tokens, no download.
 
     lm_decoder.py [--d-model 1024] [--heads 16] [--layers 4] [--seq 512] [--batch 16]
-                  [--vocab 8192] [--steps 30] [--trace DIR]
+                  [--vocab 8192] [--steps 30] [--trace DIR] [--scan] [--remat]
 
-head_dim = d_model / heads. Prints `step_ms <mean step time over the timed steps>`.
+head_dim = d_model / heads. --scan stacks the blocks with `nn.scan` (one block's parameters
+with a leading layer axis, the loop over layers an XLA while loop: MaxText's and t5x's
+`scan_layers`); --remat wraps each block in `nn.remat` (its activations recomputed in the
+backward pass, as those codebases do to fit long sequences). Prints `step_ms <mean step time over the timed steps>`.
 """
 
 import argparse
@@ -26,6 +29,8 @@ parser.add_argument("--seq", type=int, default=512)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--vocab", type=int, default=8192)
 parser.add_argument("--steps", type=int, default=30)
+parser.add_argument("--scan", action="store_true", help="the layers as one nn.scan")
+parser.add_argument("--remat", action="store_true", help="each block under nn.remat")
 parser.add_argument("--trace", default="", help="a bare jax.profiler trace of 3 steps after the timed ones")
 args = parser.parse_args()
 DTYPE = jnp.bfloat16
@@ -54,6 +59,20 @@ class DecoderBlock(nn.Module):
         return x + MlpBlock(self.mlp_dim)(y)
 
 
+Block = nn.remat(DecoderBlock) if args.remat else DecoderBlock
+
+
+class ScannedBlock(nn.Module):
+    """One block as nn.scan's body: (carry, mask) -> (carry, nothing)."""
+
+    heads: int
+    mlp_dim: int
+
+    @nn.compact
+    def __call__(self, x, mask):
+        return Block(self.heads, self.mlp_dim)(x, mask), None
+
+
 class TransformerLM(nn.Module):
     vocab: int
     d_model: int
@@ -68,8 +87,18 @@ class TransformerLM(nn.Module):
         pos = self.param("pos_embedding", nn.initializers.normal(0.02), (1, self.max_len, self.d_model))
         x = x + pos[:, : tokens.shape[1]].astype(DTYPE)
         mask = nn.make_causal_mask(tokens)
-        for _ in range(self.layers):
-            x = DecoderBlock(self.heads, 4 * self.d_model)(x, mask)
+        if args.scan:
+            stack = nn.scan(
+                ScannedBlock,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                in_axes=nn.broadcast,
+                length=self.layers,
+            )
+            x, _ = stack(self.heads, 4 * self.d_model)(x, mask)
+        else:
+            for _ in range(self.layers):
+                x = Block(self.heads, 4 * self.d_model)(x, mask)
         x = nn.LayerNorm(dtype=DTYPE)(x)
         return embed.attend(x.astype(jnp.float32))
 

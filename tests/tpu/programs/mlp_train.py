@@ -4,7 +4,7 @@ optax's Adam, as Flax and optax's own examples train. Synthetic data, no downloa
 
     mlp_train.py [--widths 1024,4096,4096,1024] [--batch 2048] [--dtype bf16|f32]
                  [--precision default|highest] [--steps 40] [--annotate] [--eager]
-                 [--master-f32] [--host-data] [--callback print|pure|io]
+                 [--master-f32] [--host-data] [--callback print|pure|io] [--log-every N]
 
 Prints `step_ms <mean step time over the timed steps>` (steps after the first 10, timed from
 the first call to the last result ready, as a user times a loop) and the step's FLOPs.
@@ -20,6 +20,8 @@ the device.
 `print` a `jax.debug.print` of the loss (left in a step after debugging), `pure` a numpy
 function of the loss whose result scales the update (`jax.pure_callback`), `io` an ordered
 `jax.experimental.io_callback` that logs the loss on the host.
+--log-every N reads the loss on the host every N steps (`history.append(float(loss))`, as a
+training loop keeps a loss curve; 1: every step, the host waiting for each step's result).
 """
 
 import argparse
@@ -42,6 +44,7 @@ parser.add_argument("--eager", action="store_true", help="no jax.jit on the step
 parser.add_argument("--master-f32", action="store_true", help="f32 parameters, compute in --dtype")
 parser.add_argument("--host-data", action="store_true", help="numpy batches drawn each step")
 parser.add_argument("--callback", default="", choices=["", "print", "pure", "io"])
+parser.add_argument("--log-every", type=int, default=0, help="float(loss) every N steps (0: never)")
 parser.add_argument("--trace", default="", help="a jax.profiler trace into this folder")
 parser.add_argument("--trace-from", type=int, default=10, help="first traced step (0: from start-up, compiles included)")
 parser.add_argument("--trace-count", type=int, default=5)
@@ -125,6 +128,7 @@ def data_stream(num_train=8 * args.batch):
 
 
 batches = data_stream() if args.host_data else None
+history = []
 WARM = 10
 for i in range(args.steps):
     if batches is not None:
@@ -139,6 +143,8 @@ for i in range(args.steps):
             params, opt_state, loss = update(params, opt_state, x, y)
     else:
         params, opt_state, loss = update(params, opt_state, x, y)
+    if args.log_every and i % args.log_every == 0:
+        history.append(float(loss))
     if args.trace and i == args.trace_from + args.trace_count - 1:
         jax.block_until_ready(params)
         jax.profiler.stop_trace()

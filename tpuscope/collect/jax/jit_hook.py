@@ -16,7 +16,8 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
-from tpuscope.collect.jax.lane import LANE_BATCH
+from tpuscope.collect.jax.lane import LANE_BATCH, PACE_DEPTH, caught_up
+from tpuscope.collect.jax.ready import tail_probe
 from tpuscope.collect.jax.sink import JitTarget, Sink, report
 
 
@@ -135,8 +136,8 @@ class JitHook:
         """What `jax.jit` returns under tpuscope: a function calling `jitted`. A plain loop's
         call of its step function takes the lane (lane.py) here, in this one frame: the call
         counted, the dispatch, and on a marked call (every LANE_BATCH calls, and the one after
-        any event) a clock read before it and, LANE_BATCH calls after the last, the lane's
-        check after it; any other call goes through `general` (`_caller`). A closure over its
+        any event) a clock read before it, whether the call PACE_DEPTH before it is done (its
+        output kept then) and, LANE_BATCH calls after the last, the lane's check after it; any other call goes through `general` (`_caller`). A closure over its
         cells, not an object (wrapt's FunctionWrapper, a class with `__call__`), and no C call
         on the common path but the trace state's and the dispatch: on a TPU v5e's host the
         Python run between two
@@ -146,6 +147,7 @@ class JitHook:
         docs/overhead.md)."""
         lane, state, top = self.sink.lane, self.trace_state, self.top_trace
         mark, clock, batch = lane.marks.extend, perf_counter_ns, self.sink.on_lane_batch
+        keep, done = tail_probe, caught_up
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if lane.target is target and state.value is top:
@@ -153,8 +155,17 @@ class JitHook:
                 lane.calls = n
                 if n < lane.mark_at:
                     return jitted(*args, **kwargs)
-                lane.mark_at = n + LANE_BATCH
-                mark((clock(), n))
+                if n == lane.keep_at:  # PACE_DEPTH calls before the mark: its output kept
+                    lane.mark_at = n + PACE_DEPTH
+                    out = jitted(*args, **kwargs)
+                    try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
+                        lane.kept = keep(out)
+                    except Exception:
+                        pass
+                    return out
+                lane.mark_at = lane.keep_at = n + LANE_BATCH - PACE_DEPTH
+                kept, lane.kept = lane.kept, None
+                mark((clock(), n if kept is None or done(kept) else -n))
                 if n < lane.check_at:  # a call marked after an event: no check due yet
                     return jitted(*args, **kwargs)
                 out = jitted(*args, **kwargs)

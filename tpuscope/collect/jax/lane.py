@@ -27,6 +27,16 @@ That is what the step takes while the device keeps pace with the host, which is 
 is open (steps.py enters it once the last steps' outputs were found ready within a few calls,
 ready.py `settled_at`) and stays open (the batch's check). A device more than LANE_BATCH steps
 behind closes the lane, and ready.py times each step's outputs again.
+
+A device a little slower than the host falls behind slowly, and until it is LANE_BATCH steps
+behind the host's marks would time its steps at the host's pace, the backlog landing on the
+steps before the program's next wait (a v5e step with a `jax.debug.print`: p50 2.98 ms against
+the 4.16 ms the program timed itself). So each mark also asks whether the call PACE_DEPTH
+calls before it is done (its output kept then: `Lane.kept`, one `is_ready()` a batch): a mark
+the device had not caught up with is no anchor (its call is stored negated), and the calls
+around it are spread between the marks the device had caught up with, or the event that ends
+the lane's stretch (a value read, which waits for the device). The total time of a stretch is
+the host's clock's either way; what moves is which steps it goes to.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from typing import Any
 from tpuscope.collect.jax.rows import STEP_INTS, OpenStep, StepLog
 
 LANE_BATCH = 16  # calls from one clock read (and device check) to the next in a plain loop
+PACE_DEPTH = 2  # a mark is an anchor when the call this many calls before it is done
 LANE_HOLD = 1 << 16  # calls waiting that the program's thread makes rows of (no flush since)
 FEW_CALLS = 8  # stamps written row by row; more as one numpy block (write_calls)
 
@@ -58,6 +69,8 @@ class Lane:
         "marks",
         "reads",
         "probe",
+        "kept",
+        "keep_at",
         "check_at",
         "ns",
         "call_ns",
@@ -71,11 +84,14 @@ class Lane:
         self.taken = 0  # calls written as rows: the step of call `taken` is the open one
         self.ref_ns = 0  # perf_counter_ns at which call `taken` was made (its step's start)
         # (perf_counter_ns, call) of each marked call, interleaved: one array for the lane's
-        # life (the hook's calls hold its extend; `take` cuts the written ones off)
+        # life (the hook's calls hold its extend; `take` cuts the written ones off); the call
+        # negated where the device had not caught up with the mark (no anchor)
         self.marks = array("q")
         # the call in whose step each value read was made while calls waited (steps.py on_sync)
         self.reads = array("q")
         self.probe: Any = None  # an output kept at the last check, asked at the next
+        self.kept: Any = None  # an output of the call PACE_DEPTH before the next mark
+        self.keep_at = 0  # the call whose output is kept for the next mark (0: none)
         self.check_at = 1  # the first call from which a marked call checks (steps.py)
         self.ns = 0  # the lane's checks' time on the program's path since the last rows
         self.call_ns = call_cost_ns()  # a call's count and share of a mark (not timed per call)
@@ -83,13 +99,19 @@ class Lane:
 
     def open(self, target: Any, ref_ns: int) -> None:
         """The next calls of `target` take the lane; the open step started at `ref_ns`."""
-        self.calls = self.taken = 0
+        self.calls = self.taken = self.keep_at = 0
         self.mark_at = self.check_at = 1
-        self.ref_ns, self.probe = ref_ns, None
+        self.ref_ns = ref_ns
+        self.probe = self.kept = None
         self.target = target
 
     def close(self) -> None:
-        self.target = self.probe = None
+        self.target = self.probe = self.kept = None
+
+    def mark_next(self) -> None:
+        """After an event the next call is marked (its step starts at its own clock read), with
+        no output kept for it: an anchor."""
+        self.mark_at, self.keep_at, self.kept = self.calls + 1, 0, None
 
     def pending(self) -> int:
         """Calls not yet written as rows."""
@@ -97,12 +119,20 @@ class Lane:
 
     def take(self, now_ns: int | None = None) -> array:
         """The perf_counter_ns at which each call after `taken` was made, up to the last marked
-        one (the flush thread: calls after it have no end yet) or, with `now_ns` (an event on
-        the program's thread, its time), up to the last call, whose step is still open at
-        `now_ns`. A marked call's stamp is its own clock read, the others' are spread evenly
-        between the anchors around them; the next call is marked (`mark_at`) after an event."""
+        one the device had caught up with (the flush thread: calls after it have no end yet)
+        or, with `now_ns` (an event on the program's thread, its time), up to the last call,
+        whose step is still open at `now_ns`. An anchor's stamp is its own clock read, the
+        others' are spread evenly between the anchors around them (a mark the device had not
+        caught up with is none); the next call is marked (`mark_at`) after an event."""
         got = self.marks[:]  # one operation: a mark appended meanwhile stays for next time
-        anchors_ns, anchors_call = [self.ref_ns, *got[0::2]], [self.taken, *got[1::2]]
+        if now_ns is None:
+            got = got[: _through_last_anchor(got)]
+        anchors_ns, anchors_call = [self.ref_ns], [self.taken]
+        for index in range(1, len(got), 2):
+            if got[index] > 0:
+                anchors_ns.append(got[index - 1])
+                anchors_call.append(got[index])
+        marked = len(anchors_call) - 1  # calls whose stamp is their own clock read
         last = anchors_call[-1]
         if now_ns is not None and self.calls > last:
             last = self.calls
@@ -110,13 +140,29 @@ class Lane:
             anchors_call.append(self.calls + 1)  # where the next call would have been
         del self.marks[: len(got)]
         if now_ns is not None:
-            self.mark_at = self.calls + 1
+            self.mark_next()
         if last <= self.taken:
             return array("q")
         stamps = spread(anchors_ns, anchors_call, self.taken + 1, last)
-        self.batched += len(stamps) - len(got) // 2
+        self.batched += len(stamps) - marked
         self.taken, self.ref_ns = last, stamps[-1]
         return stamps
+
+
+def caught_up(probe: Any) -> bool:
+    """Whether the device finished the call `probe` (an output of it) came from."""
+    try:
+        return bool(probe.is_ready())
+    except Exception:  # donated by a later call: it ran before that call
+        return True
+
+
+def _through_last_anchor(marks: array) -> int:
+    """How many of the interleaved (ns, call) marks end with the last anchor (call > 0)."""
+    for index in range(len(marks) - 1, 0, -2):
+        if marks[index] > 0:
+            return index + 1
+    return 0
 
 
 def spread(anchors_ns: list[int], anchors_call: list[int], first: int, last: int) -> array:

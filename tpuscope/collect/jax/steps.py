@@ -189,6 +189,7 @@ class StepTracker:
             with self._lock:
                 if behind:
                     self._leave_lane()
+                    self.clock.fell_behind()
                 else:
                     self._lane_flush(perf_counter_ns())
         lane.ns += perf_counter_ns() - start
@@ -371,7 +372,7 @@ class StepTracker:
         with self._lock:
             self.clock.hand_over()  # the host waits now: the helper times the steps still running
             lane = self.lane
-            lane.mark_at = lane.calls + 1
+            lane.mark_next()
             pending = lane.pending()
             if pending:
                 if read:
