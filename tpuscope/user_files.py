@@ -27,8 +27,9 @@ folder is the program's project (`PYTHONPATH=~/proj python ~/proj/scripts/train.
 Cost: the collectors ask at call sites, on the program's thread, so every answer is cached
 per file name; a new file costs a scan of `sys.path` (a few microseconds, string prefixes
 only) and, only for a `sys.path` entry inside the program's own folder that holds
-`*.dist-info` folders, one read of their top-level names per entry. Nothing is computed at
-import (a profiled process's start-up).
+`*.dist-info` folders, one read of their top-level names per entry; a path that does not
+exist (a run from another machine) costs a stat and a look for its tail under each entry.
+Nothing is computed at import (a profiled process's start-up).
 
 Path rules over this process's `sys.path`, so the file readers (parse/) and the live
 collectors (collect/frames.py, which walks the frames) share them without parse/ importing
@@ -51,7 +52,9 @@ _FRAMEWORKS = ("/torch/", "/torch_xla/", "/torch_tpu/", "/jax/", "/jaxlib/")
 _START_DIR = os.getcwd() + os.sep  # where the program started (tpuscope loads before it runs)
 _USER_PSEUDO = ("<string>", "<stdin>")
 _ADDED: list[str] = []  # program folders a host names (pytest's rootdir): add_program_folder
-_RUN_LIBRARIES: list[str] = []  # install folders a read run's meta names: add_program_folders
+_RUN_LIBRARIES: list[
+    str
+] = []  # the install folders the read run's meta names (add_program_folders)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -75,12 +78,19 @@ def is_user_file(filename: str) -> bool:
 
 
 def _installed_tail(filename: str) -> bool:
-    """A path this machine lacks ending in a file of a library installed here (a run made
-    where the library was installed elsewhere, read here)."""
+    """A path this machine lacks ending in a file of a distribution installed here, inside one
+    of its declared top-level packages ('.../flax/linen/attention.py', not '.../utils.py' or a
+    top-level folder a wheel ships undeclared): a run made where the library was installed
+    elsewhere, read here."""
     cut = filename.find(os.sep, 1)
     while cut > 0:
-        if _installed_relative(filename[cut + 1 :]):
-            return True
+        tail = filename[cut + 1 :]
+        if os.sep not in tail:
+            return False
+        top = tail.split(os.sep, 1)[0]
+        for entry in _path_entries():
+            if top in _installed_tops(entry) and os.path.isfile(entry + tail):
+                return True
         cut = filename.find(os.sep, cut + 1)
     return False
 
@@ -199,15 +209,22 @@ def add_program_folder(folder: str) -> None:
 
 
 def library_folders() -> list[str]:
-    """This process's install folders: its sys.path entries apart from its own folders (what
-    a run's meta keeps, so that a reader elsewhere knows its libraries)."""
+    """This process's install folders (what a run's meta keeps, so that a reader elsewhere
+    knows its libraries): its sys.path entries but the standard library's, tpuscope's, and
+    those that are, hold or sit in its own folders, unless distributions are installed there
+    (`pip install --target ./libs` on PYTHONPATH)."""
     own = _own_folders()
     return [
         entry
         for entry in _path_entries()
         if entry not in _RUN_LIBRARIES
         and not entry.startswith(_TPUSCOPE_DIR)
-        and not any(o.startswith(entry) or entry.startswith(o) for o in own)
+        and not (entry.startswith(_STDLIB) and not any(m in entry for m in _INSTALLED))
+        and os.path.isdir(entry)
+        and (
+            not any(o.startswith(entry) or entry.startswith(o) for o in own)
+            or bool(_installed_tops(entry))
+        )
     ]
 
 
@@ -216,9 +233,9 @@ def add_program_folders(meta: Mapping[str, Any]) -> None:
     folder) and its install folders, for a process that reads the run but did not run it: the
     launcher ingesting the HLO dumps' stacks, an analysis. Its own sys.path (PYTHONPATH) still
     tells the libraries too."""
-    for source in [meta, *(meta.get("processes") or [])]:
-        for folder in source.get("library_folders") or []:
-            _add_run_library(folder)
+    sources = [meta, *(meta.get("processes") or [])]
+    _set_run_libraries([f for source in sources for f in source.get("library_folders") or []])
+    for source in sources:
         cwd = source.get("cwd")
         if not isinstance(cwd, str) or not os.path.isabs(cwd):
             continue
@@ -231,14 +248,18 @@ def add_program_folders(meta: Mapping[str, Any]) -> None:
                 break
 
 
-def _add_run_library(folder: Any) -> None:
-    """A read run's install folder counts as one here (not a folder of this machine's own)."""
+def _set_run_libraries(folders: list[Any]) -> None:
+    """The read run's install folders count as install folders here (those of a run read
+    before do not: a dashboard reads many runs)."""
     global _ENTRIES
-    if not isinstance(folder, str) or not os.path.isabs(folder) or len(_RUN_LIBRARIES) >= 64:
-        return
-    path = os.path.join(os.path.abspath(folder), "")
-    if path not in _RUN_LIBRARIES and path != os.sep:
-        _RUN_LIBRARIES.append(path)
+    paths = [
+        os.path.join(os.path.abspath(f), "")
+        for f in folders
+        if isinstance(f, str) and os.path.isabs(f) and os.path.abspath(f) != os.sep
+    ]
+    paths = list(dict.fromkeys(paths))[:64]
+    if paths != _RUN_LIBRARIES:
+        _RUN_LIBRARIES[:] = paths
         _ENTRIES = ((), ())
         for cached in (is_user_file, library_root, frame_kind):
             cached.cache_clear()

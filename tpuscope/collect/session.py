@@ -265,6 +265,7 @@ class Session:
         self.proc_meta["end_ns"] = time.time_ns()
         self.proc_meta["versions"] = dict(package_versions())
         self.proc_meta["argv"] = list(sys.argv)
+        self.proc_meta["library_folders"] = library_folders()  # with what the program added
         for last_rows in self.before_close:
             try:
                 last_rows()

@@ -222,13 +222,13 @@ def _cost_text(cost: float, evidence: HostSyncEvidence, backend: str) -> str:
         "dispatches the next step only after it, so the device idles while the host runs the "
         "rest of the iteration."
     )
-    idle = evidence.device_idle_s_per_step
-    if idle is None:
+    idle, lost = evidence.device_idle_s_per_step, evidence.read_lost_s_per_step
+    if idle is None or lost is None:
         return f"{what} Cost: not measured (no device trace of a step that read)."
     return (
-        f"{what} Cost: the device idled {fmt_time(idle)} a traced step that read (measured; at "
-        f"most its busy time, which the host's work could have overlapped), {cost:.3f} s over "
-        "the steps that read."
+        f"{what} Cost: the device idled {fmt_time(idle)} a traced step that read (measured), "
+        f"{fmt_time(lost)} of it the reads' (in each step at most the device's busy time, which "
+        f"the host's work could have overlapped): {cost:.3f} s over the steps that read."
     )
 
 
@@ -312,13 +312,12 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
         return []
     measured = read_idle(tables)
     if measured is not None:
-        cost, idle = measured.lost_s * measured.reading_steps, round(measured.lost_s, 9)
+        cost = measured.lost_s * measured.reading_steps
     else:
         wait = common.metric_per_step(
             common.judged_rows(tables.metric_rows(TRANSFER_METRICS), judged), TRANSFER_METRICS
         )
         cost = float(wait["total"].sum()) * share / common.NS if not wait.empty else 0.0
-        idle = None
     sites = _sites(tables) or _untraced_site(tables, steps)
     return [
         _finding(
@@ -330,7 +329,8 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
             HostSyncEvidence(
                 share_of_host_reads=round(share, 3),
                 unmarked_runs=_unmarked_runs(judged),
-                device_idle_s_per_step=idle,
+                device_idle_s_per_step=None if measured is None else round(measured.idle_s, 9),
+                read_lost_s_per_step=None if measured is None else round(measured.lost_s, 9),
             ),
             JAX_FIX if tables.backend == "jax" else FIX,
             tables.backend,

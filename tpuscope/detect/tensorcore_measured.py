@@ -23,6 +23,7 @@ from tpuscope.analyze.mxu import fmt_time
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.eager_counts import runs_op_by_op
+from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
@@ -105,8 +106,8 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     if idle is None or runs_op_by_op(tables):
         return None
     reads = read_idle(tables)
-    if reads is not None and reads.explains_idle:  # rule host_sync's card, measured the same
-        return None
+    if reads is not None and reads.explains_idle and detect_host_sync(tables):
+        return None  # rule host_sync's card stands, its cost this idle time
     rows, basis = idle.rows, idle.basis
     steps = rows["step"][rows["step"] >= 0] if not rows.empty else pd.Series(dtype="int64")
     runs, count = Finding.of_steps(steps)  # -1: whole trace

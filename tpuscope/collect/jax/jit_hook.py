@@ -137,10 +137,10 @@ class JitHook:
         call of its step function takes the lane (lane.py) here, in this one frame: the call
         counted, the dispatch, and on a marked call (every LANE_BATCH calls, and the one after
         any event) a clock read before it, whether the call PACE_DEPTH before it is done (its
-        output kept then) and, LANE_BATCH calls after the last, the lane's check after it; any other call goes through `general` (`_caller`). A closure over its
-        cells, not an object (wrapt's FunctionWrapper, a class with `__call__`), and no C call
-        on the common path but the trace state's and the dispatch: on a TPU v5e's host the
-        Python run between two
+        output kept then) and, LANE_BATCH calls after the last, the lane's check after it; any
+        other call goes through `general` (`_caller`). A closure over its cells, not an object
+        (wrapt's FunctionWrapper, a class with `__call__`), and no C call on the common path
+        but the trace state's and the dispatch: on a TPU v5e's host the Python run between two
         dispatches costs many times its warm time, so what counts is how little it touches (a
         class's `__call__` around the jitted function measured 4.4 us a step there, a plain
         function 2.1 us, a clock read and an append 3-4 us; benchmarks/jax_lane_parts.py,
@@ -159,7 +159,9 @@ class JitHook:
                     lane.mark_at = n + PACE_DEPTH
                     out = jitted(*args, **kwargs)
                     try:  # noqa: SIM105  (a tpuscope bug must never surface in the user's call)
-                        lane.kept = keep(out)
+                        kept = keep(out)
+                        if lane.keep_at == n:  # no event during the dispatch (mark_next)
+                            lane.kept = kept
                     except Exception:
                         pass
                     return out

@@ -36,7 +36,9 @@ calls before it is done (its output kept then: `Lane.kept`, one `is_ready()` a b
 the device had not caught up with is no anchor (its call is stored negated), and the calls
 around it are spread between the marks the device had caught up with, or the event that ends
 the lane's stretch (a value read, which waits for the device). The total time of a stretch is
-the host's clock's either way; what moves is which steps it goes to.
+the host's clock's either way; what moves is which steps it goes to. A device that stays a few
+steps behind makes no anchor, so its calls become rows at the next event (or LANE_HOLD calls),
+not at the flush thread's next turn.
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def caught_up(probe: Any) -> bool:
     """Whether the device finished the call `probe` (an output of it) came from."""
     try:
         return bool(probe.is_ready())
-    except Exception:  # donated by a later call: it ran before that call
+    except Exception:  # deleted: donated to a later call, which the device runs after it
         return True
 
 
