@@ -181,9 +181,10 @@ def test_the_lane_spreads_the_calls_between_its_clock_reads() -> None:
 
 def test_a_mark_the_device_had_not_caught_up_with_is_no_anchor() -> None:
     """A device a little slower than the host (lane.py PACE_DEPTH): the mark at call 17 found
-    call 15 not done (its call stored negated), so its clock read, the host's pace, is not a
-    step's end: the flush thread writes up to the last anchor only, and a value read (which
-    waits for the device) spreads the calls between it and the last anchor evenly."""
+    call 13 not done (its call stored negated): the flush thread writes up to the last anchor
+    only, and the value read that ends the stretch shows a backlog (its 4 calls took 275 ns
+    each against the stretch's 56, lane.py BACKLOG), so call 17's clock read, the host's pace,
+    is no step's end: the calls between the last anchor and the read share the time evenly."""
     lane = Lane()
     lane.open(object(), ref_ns=1_000)
     lane.calls = 20
@@ -194,6 +195,20 @@ def test_a_mark_the_device_had_not_caught_up_with_is_no_anchor() -> None:
     stamps = lane.take(now_ns=3_100)  # the read after call 20 returned at 3,100
     assert list(stamps) == list(range(1_200, 3_001, 100))  # 2..20: even, not 2,000 at 17
     assert (lane.taken, lane.batched, len(lane.marks)) == (20, 19, 0)
+
+
+def test_a_device_a_few_calls_behind_that_keeps_pace_leaves_the_marks() -> None:
+    """Late at marks 17 and 33, but the calls after them up to the next caught-up mark (49)
+    ran at the host's pace: a latency, not a backlog (lane.py BACKLOG), so the host's clock
+    reads stay the anchors, uneven as they are."""
+    lane = Lane()
+    lane.open(object(), ref_ns=0)
+    lane.calls = 49
+    for ns, call in ((100, 1), (1_000, -17), (3_400, -33), (5_000, 49)):
+        lane.marks.extend((ns, call))
+    stamps = lane.take()
+    assert (stamps[16], stamps[32], stamps[48]) == (1_000, 3_400, 5_000)
+    assert lane.batched == 45
 
 
 def test_the_flush_thread_writes_the_stamps_while_the_loop_appends(

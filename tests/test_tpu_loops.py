@@ -9,7 +9,8 @@ same chip the same hour (`chip_loops.sh 1`, each program's own mean step time).
   blocks in one `nn.scan`, MaxText's scan_layers: the layers an XLA while loop) at head_dim
   64 (16 heads): 35.4044 ms; at head_dim 128 (8 heads) 28.5653 ms, with `nn.remat` 28.1038 ms.
 - cb_print2: `mlp_train.py --callback print` again, under the lane that anchors its batches
-  only where the device had caught up (collect/jax/lane.py PACE_DEPTH): 4.1519 ms a step bare,
+  only where the device had caught up (collect/jax/lane.py PACE_DEPTH, BACKLOG; the run: this
+  round's first form, the same anchors for this run, docs/tpu.md): 4.1519 ms a step bare,
   4.3878 ms by its own timing under tpuscope.
 """
 

@@ -33,9 +33,12 @@ behind the host's marks would time its steps at the host's pace, the backlog lan
 steps before the program's next wait (a v5e step with a `jax.debug.print`: p50 2.98 ms against
 the 4.16 ms the program timed itself). So each mark also asks whether the call PACE_DEPTH
 calls before it is done (its output kept then: `Lane.kept`, one `is_ready()` a batch): a mark
-the device had not caught up with is no anchor (its call is stored negated), and the calls
-around it are spread between the marks the device had caught up with, or the event that ends
-the lane's stretch (a value read, which waits for the device). The total time of a stretch is
+the device had not caught up with is stored with its call negated, and a run of such marks is
+no anchor when the calls after it, up to the next anchor (a mark the device had caught up
+with, or the event that ends the lane's stretch, a value read that waits for the device), took
+BACKLOG times the run's pace or more: the device was falling behind, and its backlog is shared
+by the run's calls (`_anchors`). A device that is a few calls behind and keeps pace (a latency:
+the CPU backend's device thread under load) leaves the host's marks as they are. The total time of a stretch is
 the host's clock's either way; what moves is which steps it goes to. A device that stays a few
 steps behind makes no anchor, so its calls become rows at the next event (or LANE_HOLD calls),
 not at the flush thread's next turn.
@@ -50,7 +53,7 @@ from typing import Any
 from tpuscope.collect.jax.rows import STEP_INTS, OpenStep, StepLog
 
 LANE_BATCH = 16  # calls from one clock read (and device check) to the next in a plain loop
-PACE_DEPTH = 2  # a mark is an anchor when the call this many calls before it is done
+PACE_DEPTH = 4  # a mark asks whether the call this many calls before it is done
 LANE_HOLD = 1 << 16  # calls waiting that the program's thread makes rows of (no flush since)
 FEW_CALLS = 8  # stamps written row by row; more as one numpy block (write_calls)
 
@@ -124,16 +127,14 @@ class Lane:
         one the device had caught up with (the flush thread: calls after it have no end yet)
         or, with `now_ns` (an event on the program's thread, its time), up to the last call,
         whose step is still open at `now_ns`. An anchor's stamp is its own clock read, the
-        others' are spread evenly between the anchors around them (a mark the device had not
-        caught up with is none); the next call is marked (`mark_at`) after an event."""
+        others' are spread evenly between the anchors around them (`_anchors`: marks the
+        device had not caught up with, before a backlog, are none); the next call is marked
+        (`mark_at`) after an event."""
         got = self.marks[:]  # one operation: a mark appended meanwhile stays for next time
         if now_ns is None:
             got = got[: _through_last_anchor(got)]
-        anchors_ns, anchors_call = [self.ref_ns], [self.taken]
-        for index in range(1, len(got), 2):
-            if got[index] > 0:
-                anchors_ns.append(got[index - 1])
-                anchors_call.append(got[index])
+        end = (now_ns, self.calls + 1) if now_ns is not None and self.calls > 0 else None
+        anchors_ns, anchors_call = _anchors(got, (self.ref_ns, self.taken), end)
         marked = len(anchors_call) - 1  # calls whose stamp is their own clock read
         last = anchors_call[-1]
         if now_ns is not None and self.calls > last:
@@ -149,6 +150,44 @@ class Lane:
         self.batched += len(stamps) - marked
         self.taken, self.ref_ns = last, stamps[-1]
         return stamps
+
+
+BACKLOG = 1.5  # a stretch's calls after its last late mark this much slower: a backlog
+
+
+def _anchors(
+    marks: array, start: tuple[int, int], end: tuple[int, int] | None
+) -> tuple[list[int], list[int]]:
+    """The (ns, call) anchors of interleaved marks after `start`: every mark, but a run of
+    marks the device had not caught up with (negated calls) whose calls after them, up to the
+    next anchor (a mark, or `end`: an event's time and the call after the last), took BACKLOG
+    times the run's own pace or more: the device was falling behind, and the wait that ends
+    the run is the backlog its calls share. A run with no anchor after it (the flush thread's
+    marks end with the last caught-up one) stays as it is."""
+    points = [start] + [(marks[i - 1], marks[i]) for i in range(1, len(marks), 2)]
+    if end is not None:
+        points.append(end)
+    keep = [True] * len(points)
+    index = 1
+    while index < len(points):
+        if points[index][1] > 0:
+            index += 1
+            continue
+        first = index
+        while index < len(points) and points[index][1] < 0:
+            index += 1
+        if index == len(points):
+            break  # no anchor after the run
+        (p_ns, p_call), (l_ns, l_call) = points[first - 1], points[index - 1]
+        e_ns, e_call = points[index]
+        own = (l_ns - p_ns) / max(abs(l_call) - abs(p_call), 1)
+        after = (e_ns - l_ns) / max(e_call - abs(l_call), 1)
+        if after >= BACKLOG * own:
+            keep[first:index] = [False] * (index - first)
+    if end is not None:
+        points, keep = points[:-1], keep[:-1]
+    chosen = [point for point, kept in zip(points, keep, strict=True) if kept]
+    return [ns for ns, _ in chosen], [abs(call) for _, call in chosen]
 
 
 def caught_up(probe: Any) -> bool:

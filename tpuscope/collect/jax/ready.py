@@ -302,11 +302,6 @@ class StepClock:
             return False
         return not self._closed and self._last_end == t_ns
 
-    def fell_behind(self) -> None:
-        """The lane found the device LANE_BATCH steps behind the host: its steps are not paced
-        until PACED_STREAK closes show it again (else the lane would open at the next close)."""
-        self._paced = self._streak = 0
-
     def ended_at(self, end_ns: int) -> None:
         """Steps written without this clock (steps.py's lane) ended at end_ns."""
         self._last_end = end_ns

@@ -189,7 +189,6 @@ class StepTracker:
             with self._lock:
                 if behind:
                     self._leave_lane()
-                    self.clock.fell_behind()
                 else:
                     self._lane_flush(perf_counter_ns())
         lane.ns += perf_counter_ns() - start
