@@ -26,7 +26,7 @@ from tpuscope.detect import common
 from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.tables import RunTables
 
-EXPLAINS = 0.9  # of the traced steps' idle time the reads' cost is that makes it all theirs
+EXPLAINS = 0.9  # the reads' cost as a share of the traced steps' idle time: all of it theirs
 
 
 @dataclass(frozen=True)

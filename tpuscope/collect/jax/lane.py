@@ -37,11 +37,12 @@ the device had not caught up with is stored with its call negated, and a run of 
 no anchor when the calls after it, up to the next anchor (a mark the device had caught up
 with, or the event that ends the lane's stretch, a value read that waits for the device), took
 BACKLOG times the run's pace or more: the device was falling behind, and its backlog is shared
-by the run's calls (`_anchors`). A device that is a few calls behind and keeps pace (a latency:
-the CPU backend's device thread under load) leaves the host's marks as they are. The total time of a stretch is
-the host's clock's either way; what moves is which steps it goes to. A device that stays a few
-steps behind makes no anchor, so its calls become rows at the next event (or LANE_HOLD calls),
-not at the flush thread's next turn.
+by the run's calls (`_anchors`). A device that is a few calls behind and keeps pace (a
+latency: the CPU backend's device thread under load) leaves the host's marks as they are. The
+total time of a stretch is the host's clock's either way; what moves is which steps it goes
+to. The flush thread writes rows up to the last caught-up mark only, so a device that stays
+behind has its calls written at the next event (or LANE_HOLD calls), not at the flush thread's
+next turn.
 """
 
 from __future__ import annotations
