@@ -7,7 +7,9 @@ Programs: `transformer` (benchmarks/timed_steps.py, the README example's model, 
 steps), `mlp` (timed_mlp.py: torch_xla MLP 256-256-256, batch 32, ~1.5-2 ms steps) and
 `jax` (timed_jax.py: a jitted MLP step blocking on its result, ~0.3 ms on the CPU) and
 `jax-async` (the same step never blocking, timed in windows of 20 steps: on a TPU a
-dispatch-bound step; give it --steps 3000 or more). Each repetition
+dispatch-bound step; give it --steps 3000 or more), `jax-state` and `jax-state-async` (the
+same with a step that returns only a flax TrainState, as flax's mnist example's `update_model`
+does). Each repetition
 runs the program bare and under `tpuscope run` (with --deep also under `tpuscope run
 --deep`; with --debug-text also bare with the PT_XLA_DEBUG settings `tpuscope run` makes,
 to measure torch_xla's own cost of writing its analysis), in ABBA order (the order flips every
@@ -50,6 +52,8 @@ PROGRAMS = {  # name -> (script, its options)
     "mlp": (HERE / "timed_mlp.py", []),
     "jax": (HERE / "timed_jax.py", []),
     "jax-async": (HERE / "timed_jax.py", ["--async"]),
+    "jax-state": (HERE / "timed_jax.py", ["--state"]),
+    "jax-state-async": (HERE / "timed_jax.py", ["--state", "--async"]),
 }
 PROGRAM, OPTIONS = PROGRAMS["transformer"]
 SKIP = 10

@@ -1,13 +1,18 @@
 """A short-step JAX program for benchmarks/overhead.py: a jitted MLP training step (256-256-256,
 batch 32) that blocks on its result every step, well under a millisecond on the CPU.
 
-    timed_jax.py OUT.json [--steps N] [--alternate] [--async]
+    timed_jax.py OUT.json [--steps N] [--alternate] [--async] [--state]
 
 --async: the loop never blocks (`params, loss = step(params, x, y)`), as a training loop that
 logs rarely runs: on a TPU such a step is dispatch-bound (the host's dispatch is the step), so
 the host's per-step work is all there is to measure. One time can then not be taken per step
 without blocking; each entry of OUT.json is the mean step of a window of WINDOW steps (host
 clock), and --alternate switches the hook every two windows.
+
+--state: the step returns only its state, a flax `TrainState` (`state.apply_gradients(...)`, as
+flax's examples/mnist `update_model` and the NNX toy examples' train steps do): no loss, no tuple,
+so the array whose readiness times the step is found through JAX's pytree registry
+(collect/jax/probe.py), not handed to a thread each step.
 
 --alternate (under `tpuscope run` only): after 10 steps, tpuscope's hooks on the program's
 path (the wrapper around the jitted function, which opens and closes steps and hands the
@@ -42,7 +47,28 @@ def make_step():
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * g, params, grads), loss
 
-    return jax.jit(train_step)
+    def state_step(state, x, y):
+        grads = jax.grad(loss_fn)(state.params, x, y)
+        return state.apply_gradients(grads=grads)
+
+    return jax.jit(train_step), jax.jit(state_step)
+
+
+def first_state(params):
+    """The parameters as a flax TrainState under SGD (flax and optax: the test extras)."""
+    import optax
+    from flax.training import train_state
+
+    return train_state.TrainState.create(apply_fn=None, params=params, tx=optax.sgd(1e-3))
+
+
+def call(step, carry, x, y, state):
+    """One step: (the carry for the next, what a blocking loop waits on)."""
+    if state:
+        carry = step(carry, x, y)
+        return carry, carry
+    params, loss = step(carry, x, y)
+    return params, loss
 
 
 def main() -> None:
@@ -51,6 +77,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--alternate", action="store_true")
     parser.add_argument("--async", dest="no_block", action="store_true")
+    parser.add_argument("--state", action="store_true")
     args = parser.parse_args()
 
     key = jax.random.PRNGKey(0)
@@ -62,14 +89,15 @@ def main() -> None:
         "b2": jnp.zeros(256),
     }
     x, y = jax.random.normal(k3, (32, 256)), jax.random.normal(k4, (32, 256))
-    step = make_step()
+    step = make_step()[1 if args.state else 0]
+    carry = first_state(params) if args.state else params
     hooked = (step, jax.block_until_ready)
     bare = (getattr(step, "__wrapped__", step), _original(jax.block_until_ready))
     methods = _block_methods()
     times, hook_on = [], []
     before_loop = cost_now() if args.alternate else None
     if args.no_block:
-        times, hook_on = _windows(hooked[0], bare[0], params, x, y, args)
+        times, hook_on = _windows(hooked[0], bare[0], carry, x, y, args)
     for i in range(0 if args.no_block else args.steps):
         on = not args.alternate or i < WARM or (i // 2) % 2 == 0
         fn, block = hooked if on else bare
@@ -77,8 +105,8 @@ def main() -> None:
             methods(on)
         hook_on.append(None if i < WARM else on)
         start = time.perf_counter()
-        params, loss = fn(params, x, y)
-        block(loss)
+        carry, wait = call(fn, carry, x, y, args.state)
+        block(wait)
         times.append(time.perf_counter() - start)
     if args.alternate:
         times = {
@@ -90,7 +118,7 @@ def main() -> None:
         json.dump(times, handle)
 
 
-def _windows(hooked, bare, params, x, y, args):
+def _windows(hooked, bare, carry, x, y, args):
     """--async: the mean step time of each window of WINDOW calls that never block, with
     whether the hook was on (None in the warm-up)."""
     times, hook_on = [], []
@@ -100,9 +128,9 @@ def _windows(hooked, bare, params, x, y, args):
         hook_on.append(None if k < WARM else on)
         start = time.perf_counter()
         for _ in range(WINDOW):
-            params, loss = step(params, x, y)
+            carry, _ = call(step, carry, x, y, args.state)
         times.append((time.perf_counter() - start) / WINDOW)
-    jax.block_until_ready(params)
+    jax.block_until_ready(carry)
     return times, hook_on
 
 

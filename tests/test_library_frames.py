@@ -196,9 +196,9 @@ def fresh_rules() -> Iterator[None]:
             user_files.is_user_file,
             user_files.library_root,
             user_files._installed_tops,
-            user_files.frame_kind,
         ):
             cached.cache_clear()
+        user_files._forget_kinds()
 
     clear()
     yield

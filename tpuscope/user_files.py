@@ -128,6 +128,26 @@ def frame_kind(filename: str, skip: tuple[str, ...] = ()) -> int:
     return LIBRARY
 
 
+_KIND_TABLES: dict[tuple[str, ...], dict[str, int]] = {}
+
+
+def kind_table(skip: tuple[str, ...] = ()) -> dict[str, int]:
+    """frame_kind's answers for `skip` as a plain dict (file name -> kind) that a frame walk
+    fills as it goes: one dict lookup a frame, where frame_kind's cache builds and hashes a key
+    (the eager hook walks about ten frames for each primitive). Emptied whenever the answers
+    may change: a program folder added, a run's install folders read."""
+    table = _KIND_TABLES.get(skip)
+    if table is None:
+        table = _KIND_TABLES[skip] = {}
+    return table
+
+
+def _forget_kinds() -> None:
+    frame_kind.cache_clear()
+    for table in _KIND_TABLES.values():
+        table.clear()
+
+
 def import_path(filename: str) -> str:
     """A library file as its import path: '.../site-packages/transformers/x.py' ->
     'transformers/x.py', '/opt/keras-target/keras/src/x.py' -> 'keras/src/x.py'."""
@@ -204,8 +224,9 @@ def add_program_folder(folder: str) -> None:
     path = os.path.abspath(folder) + os.sep
     if path not in _ADDED and len(path) > 1 and len(_ADDED) < 64:
         _ADDED.append(path)
-        for cached in (_own_folders, is_user_file, library_root, frame_kind):
+        for cached in (_own_folders, is_user_file, library_root):
             cached.cache_clear()
+        _forget_kinds()
 
 
 def library_folders() -> list[str]:
@@ -261,8 +282,9 @@ def _set_run_libraries(folders: list[Any]) -> None:
     if paths != _RUN_LIBRARIES:
         _RUN_LIBRARIES[:] = paths
         _ENTRIES = ((), ())
-        for cached in (is_user_file, library_root, frame_kind):
+        for cached in (is_user_file, library_root):
             cached.cache_clear()
+        _forget_kinds()
 
 
 _ENTRIES: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from types import FrameType
 
-from tpuscope.user_files import LIBRARY, USER, frame_kind, import_path, is_user_file
+from tpuscope.user_files import (
+    LIBRARY,
+    USER,
+    frame_kind,
+    import_path,
+    is_user_file,
+    kind_table,
+)
 
 __all__ = ["import_path", "is_user_file", "user_and_library", "user_frames", "frame_location"]
 
@@ -34,10 +41,12 @@ def user_and_library(
     (tpuscope, stdlib) nor in a package named in `skip` (e.g. jax's own internals,
     for an eager primitive whose caller is always jax); None when the user called
     the framework directly."""
-    library = None
+    library, kinds = None, kind_table(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        kind = frame_kind(filename, skip)
+        kind = kinds.get(filename)
+        if kind is None:
+            kind = kinds[filename] = frame_kind(filename, skip)
         if kind == USER:
             return f"{filename}:{frame.f_lineno}", library
         if library is None and kind == LIBRARY:

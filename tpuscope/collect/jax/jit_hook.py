@@ -17,7 +17,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from tpuscope.collect.jax.lane import LANE_BATCH, PACE_DEPTH, caught_up
-from tpuscope.collect.jax.ready import tail_probe
+from tpuscope.collect.jax.probe import tail_probe
 from tpuscope.collect.jax.sink import JitTarget, Sink, report
 
 

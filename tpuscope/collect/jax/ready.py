@@ -33,7 +33,8 @@ helper thread, which blocks on it (`batched_block_until_ready`, releasing the GI
 when it is ready; there the helper's work overlaps the device's instead of delaying the host.
 Before the host waits (a sync the hooks see, the end of the run) the polled steps not ready
 go to the helper too, so a loop that runs ahead and then blocks gets its steps' real ends.
-A step whose outputs hold no array found quickly is handed to the helper when dispatched.
+Which output is asked is probe.py's; a step whose outputs hold no array it can find is handed
+to the helper when dispatched.
 The helper takes its items from a deque and is woken through its queue only when it went
 idle (ReadyWatcher). After HOST_BOUND_STREAK steps in a row ready at their close, steps.py
 writes steps straight from the host's clock (its lane) until one is not.
@@ -47,53 +48,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import islice
 from typing import Any
 
+from tpuscope.collect.jax.probe import tail_probe
 from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
 POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
 PACED_STREAK = 8  # closes in a row with no step handed to the helper: the device keeps pace
-_PROBE_NODES = 32  # nodes walked for a probe when the outputs' last element is no array
-
-
-def tail_probe(outputs: Any) -> Any:
-    """The output a step's readiness is asked of: a scalar last element with no walk ((state,
-    loss): the loss), a lone array itself, else the first scalar or the smallest array
-    (_probe): a (token, cache) step's last element is the cache it donates to its next call."""
-    if type(outputs) is tuple and outputs:
-        last = outputs[-1]
-        if getattr(last, "ndim", None) == 0 and hasattr(last, "is_ready"):
-            return last
-    elif hasattr(outputs, "is_ready"):
-        return outputs
-    return _probe(outputs)
-
-
-def _probe(outputs: Any) -> Any:
-    """A scalar array among the first _PROBE_NODES nodes of the outputs, breadth first, else
-    the smallest array met (None if none). What a loop feeds back into its next call is its
-    state, and a framework that donates the state (Keras's `fit` returns (logs, state); a
-    cached sampler returns (next token, KV cache) and donates the cache) deletes it before
-    anyone asks whether it is ready, which says nothing about when the device computed it.
-    A loss, a metric or a token is small; a state is the parameters or a cache. All the
-    outputs of one call are ready together, so any of them times the step."""
-    queue, smallest = [outputs], None
-    for index in range(_PROBE_NODES):
-        if index >= len(queue):
-            break
-        node = queue[index]
-        if hasattr(node, "is_ready"):
-            if getattr(node, "ndim", None) == 0:
-                return node
-            if smallest is None or getattr(node, "size", 0) < getattr(smallest, "size", 0):
-                smallest = node
-        elif isinstance(node, dict):
-            queue.extend(islice(node.values(), _PROBE_NODES - len(queue)))
-        elif isinstance(node, (tuple, list)):
-            queue.extend(islice(node, _PROBE_NODES - len(queue)))
-    return smallest
 
 
 class ReadyWatcher:

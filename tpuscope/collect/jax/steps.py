@@ -31,7 +31,8 @@ from time import perf_counter_ns, time_ns
 from typing import Any
 
 from tpuscope.collect.jax.lane import LANE_BATCH, LANE_HOLD, Lane, write_calls
-from tpuscope.collect.jax.ready import StepClock, tail_probe
+from tpuscope.collect.jax.probe import tail_probe
+from tpuscope.collect.jax.ready import StepClock
 from tpuscope.collect.jax.rows import (
     EAGER,
     HOST_SYNC,
@@ -162,8 +163,10 @@ class StepTracker:
         self._last_end = t_ns
         self.step = step = self.step + 1
         self.clock.closed(record, t_ns, following, step, self._boundary)
-        if self.clock.settled_at(t_ns) and self._owns_steps() and not self._shared_fn:
-            # the next calls take the lane (which counts every call of the step function)
+        settled = self.clock.settled_at(t_ns)
+        if settled and not record.eager_count and self._owns_steps() and not self._shared_fn:
+            # the next calls take the lane (which counts every call of the step function); not
+            # after a step that ran an eager op: its next one would leave the lane at once
             self.lane.open(self.step_fn, perf_counter_ns() - (time_ns() - t_ns))
 
     def on_lane_batch(self, outputs: Any) -> None:
