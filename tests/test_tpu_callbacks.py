@@ -61,13 +61,22 @@ def test_an_ordered_callback_also_idles_the_device_between_steps(tmp_path: Path)
     """The ordered io_callback: the device waits 2.14 ms a step inside the step, and idles
     about as long between steps (its bare trace: 3.51 ms module runs 5.69 ms apart). The
     callback's card costs the first, the device-idle card the second; together 1.14 of what
-    the callback cost bare. Which host work the idle waits on is not in the trace."""
+    the callback cost bare. The idle card names the callback: between module runs the device
+    idled 3.69 ms a traced step, 3.60 ms of it while the host was inside the step's call (the
+    runtime held it), and the step holds the callback whose wait the trace measured. Which of
+    the runtime's waits holds the call is not in the trace, and the card says so."""
     cards = _cards("io", tmp_path)
     (card,) = cards["host_callback"]
     (idle,) = cards["tensorcore_underuse"]
     judged = card.evidence.to_dict()["judged_steps"]
     assert card.cost_s / judged == pytest.approx(2.14e-3, rel=0.02)
     assert idle.title.startswith("device idle 39% of the step")
+    assert idle.location == card.location and idle.location.endswith("mlp_train.py:100")
+    assert idle.evidence.to_dict()["idle_in_calls_s_per_step"] == pytest.approx(3.60e-3, rel=0.01)
+    assert "3.60 ms of it while the host was inside a jitted call" in idle.detail
+    assert "io_callback(append) at mlp_train.py:100" in idle.detail
+    assert "not in the trace" in idle.detail
+    assert idle.fix.startswith("Take the host callback out of the step")
     both = (card.cost_s + idle.cost_s) / judged
     assert TRUTH_S["io"] < both < 1.2 * TRUTH_S["io"]
 

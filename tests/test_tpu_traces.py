@@ -415,6 +415,9 @@ def test_an_input_bound_loop_is_judged_against_its_untraced_steps(tmp_path: Path
     assert "data_stream (mlp_train.py:94) 4.65 ms a step" in card.detail
     assert "the dispatch of the jitted update" in card.detail
     assert card.location.endswith("mlp_train.py:94")
+    # its host spent 0.68 of the 4.39 ms idle a gap inside calls: no call held it
+    assert "inside a jitted call" not in card.detail
+    assert card.evidence.to_dict().get("idle_in_calls_s_per_step") is None
 
 
 def test_an_unjitted_step_costs_what_the_device_waited_for_its_dispatching(

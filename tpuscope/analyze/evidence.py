@@ -309,6 +309,7 @@ class TensorCoreEvidence(Evidence):
     top_ops: list[dict[str, Any]] | None = None
     idle_share: float | None = None
     devices: list[str] | None = None
+    idle_in_calls_s_per_step: float | None = None  # of the idle, the host inside jitted calls
     mxu_utilization_percent: float | None = None
     device_duty_cycle_percent: float | None = None
     device_idle_time_percent: float | None = None

@@ -97,3 +97,53 @@ def _outermost(rows: pd.DataFrame) -> pd.DataFrame:
         inside[1:] = starts[1:] < reach[:-1]
         keep.append(line[~inside])
     return pd.concat(keep)
+
+
+MODULE_LINE = "XLA Modules"
+
+
+@dataclass(frozen=True)
+class HeldIdle:
+    """The device's idle time between its module runs in a trace, and the part of it the host
+    spent inside a jitted call (JAX's dispatch, the runtime under it), seconds a gap."""
+
+    idle_s: float
+    inside_s: float
+    gaps: int
+
+
+def idle_inside_calls(events: pd.DataFrame) -> HeldIdle | None:
+    """How much of the device's idle time between module runs the host spent inside a jitted
+    call. A call returns once the step is enqueued, so a host that is ahead leaves no idle
+    time there; a call the runtime holds (a step with a host callback on a TPU returned only
+    once the device ran it, docs/tpu.md) keeps the host from dispatching the next step while the
+    device waits. One device's runs (the first plane's); None without two runs or a call."""
+    if events.empty or "line" not in events:
+        return None
+    modules = events[events["line"].astype(str) == MODULE_LINE]
+    if "plane" in modules and not modules.empty:
+        modules = modules[modules["plane"] == modules["plane"].iloc[0]]
+    names = events["name"].astype(str)
+    host = events["plane"].astype(str).str.startswith("/host:") if "plane" in events else False
+    calls = events[host & names.str.match(_DISPATCH).to_numpy()]
+    if len(modules) < 2 or calls.empty:
+        return None
+    starts = np.sort(modules["start_ns"].to_numpy())
+    ends = np.sort((modules["start_ns"] + modules["dur_ns"]).to_numpy())
+    gaps = [(ends[i], starts[i + 1]) for i in range(len(starts) - 1) if starts[i + 1] > ends[i]]
+    held = _merged(calls["start_ns"].to_numpy(), (calls["start_ns"] + calls["dur_ns"]).to_numpy())
+    idle = sum(b - a for a, b in gaps)
+    inside = sum(max(0, min(b, e) - max(a, s)) for a, b in gaps for s, e in held)
+    count = len(starts) - 1
+    return HeldIdle(float(idle) / count / 1e9, float(inside) / count / 1e9, count)
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """The union of intervals, as disjoint (start, end) pairs in order."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(zip(starts.tolist(), ends.tolist(), strict=True)):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out

@@ -23,6 +23,7 @@ from tpuscope.analyze.mxu import fmt_time
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.eager_counts import runs_op_by_op
+from tpuscope.detect.held_idle import callback_hold, hold_text
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX
 from tpuscope.detect.read_idle import read_idle
@@ -139,6 +140,14 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         cost_text = "Cost = idle time in those steps."
     events = tables.extra.get("trace_events", pd.DataFrame())
     parts = host_parts(events, program_files(tables), count)
+    hold = callback_hold(tables)
+    fix = _host_bound_fix(tables.backend, parts)
+    where = next((p.location for p in parts if p.location), None) or graph_site(tables)
+    held: dict[str, Any] = {}
+    if hold is not None:  # the host waited inside the calls of a step with a host callback
+        fix = f"Take the host callback out of the step (rule host_callback's card). {fix}"
+        where = hold.callback.location or where
+        held = {"idle_in_calls_s_per_step": round(float(hold.held.inside_s), 9)}
     return Finding(
         RULE,
         "high" if share >= 0.5 else "medium",
@@ -149,9 +158,9 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
             else "traced time: the device waits for the host"
         ),
         f"{busy}; the rest the device waited for the host (Python, graph tracing, input, host "
-        f"syncs). {_where_host(parts)}{cost_text}",
-        _host_bound_fix(tables.backend, parts),
-        next((p.location for p in parts if p.location), None) or graph_site(tables),
+        f"syncs). {hold_text(hold) if hold else ''}{_where_host(parts)}{cost_text}",
+        fix,
+        where,
         cost,
         runs,
         TensorCoreEvidence(
@@ -159,8 +168,11 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
             cost_figure="measured",
             idle_share=round(share, 4),
             devices=devices,
+            **held,
             **measured,
-            key_order=evidence_keys(["basis", "cost_figure", "idle_share", "devices"], measured),
+            key_order=evidence_keys(
+                ["basis", "cost_figure", "idle_share", "devices"], held, measured
+            ),
         ),
         count,
     )
