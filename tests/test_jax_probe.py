@@ -94,3 +94,18 @@ def test_a_loop_that_returns_its_train_state_is_no_thread_hand_off(tmp_path: Pat
     assert paths["watched"] < 0.1 * calls, paths  # before: every step (400)
     assert (recorded.steps.wall_ns >= 0).all()
     assert recorded.steps.end_ns.iloc[-1] <= time.time_ns() and probed_ns > 0
+
+
+def test_outputs_of_one_type_and_two_structures_are_each_probed_in_their_own_leaves() -> None:
+    """Two NNX States of different structure, one after the other (an annotated block's two
+    calls): each is followed to one of its own leaves, never through an array of the other's
+    position (indexing an array would run an op in the program)."""
+    small = jax.jit(lambda s: s)(nnx.state(nnx.Linear(4, 4, rngs=nnx.Rngs(0))))
+    layers = [nnx.Linear(8, 8, rngs=nnx.Rngs(0)) for _ in range(3)]
+    deep = jax.jit(lambda s: s)(nnx.state(nnx.Sequential(*layers)))
+    for _ in range(3):
+        for outputs in (small, deep, small):
+            probe = tail_probe(outputs)
+            leaves = jax.tree_util.tree_leaves(outputs)
+            (array,) = jax.tree_util.tree_leaves(probe)  # an array, or the Variable holding it
+            assert any(array is leaf for leaf in leaves)

@@ -137,14 +137,17 @@ def kind_table(skip: tuple[str, ...] = ()) -> dict[str, int]:
     (the eager hook walks about ten frames for each primitive). Emptied whenever the answers
     may change: a program folder added, a run's install folders read."""
     table = _KIND_TABLES.get(skip)
-    if table is None:
+    if table is None or len(table) > _KINDS_KEPT:  # a bound, as frame_kind's cache has
         table = _KIND_TABLES[skip] = {}
     return table
 
 
+_KINDS_KEPT = 8192
+
+
 def _forget_kinds() -> None:
     frame_kind.cache_clear()
-    for table in _KIND_TABLES.values():
+    for table in list(_KIND_TABLES.values()):  # a hook thread may add a table meanwhile
         table.clear()
 
 

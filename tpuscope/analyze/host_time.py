@@ -105,37 +105,39 @@ MODULE_LINE = "XLA Modules"
 @dataclass(frozen=True)
 class HeldIdle:
     """The device's idle time between its module runs in a trace, and the part of it the host
-    spent inside a jitted call (JAX's dispatch, the runtime under it), seconds a gap."""
+    spent inside a jitted call (JAX's dispatch, the runtime under it), seconds a traced step;
+    `gaps`: the idle stretches they came from."""
 
     idle_s: float
     inside_s: float
     gaps: int
 
 
-def idle_inside_calls(events: pd.DataFrame) -> HeldIdle | None:
+def idle_inside_calls(events: pd.DataFrame, steps: int) -> HeldIdle | None:
     """How much of the device's idle time between module runs the host spent inside a jitted
-    call. A call returns once the step is enqueued, so a host that is ahead leaves no idle
-    time there; a call the runtime holds (a step with a host callback on a TPU returned only
-    once the device ran it, docs/tpu.md) keeps the host from dispatching the next step while the
-    device waits. One device's runs (the first plane's); None without two runs or a call."""
-    if events.empty or "line" not in events:
+    call, a step over `steps` traced steps. A call returns once the step is enqueued, so a host
+    that is ahead leaves no idle time there; a call the runtime holds (a step with a host
+    callback on a TPU returned only once the device ran it, docs/tpu.md) keeps the host from
+    dispatching the next step while the device waits. One device's runs (the first plane's) and
+    its machine's calls; None without two runs or a call."""
+    if events.empty or "line" not in events or "plane" not in events or steps <= 0:
         return None
     modules = events[events["line"].astype(str) == MODULE_LINE]
-    if "plane" in modules and not modules.empty:
-        modules = modules[modules["plane"] == modules["plane"].iloc[0]]
-    names = events["name"].astype(str)
-    host = events["plane"].astype(str).str.startswith("/host:") if "plane" in events else False
-    calls = events[host & names.str.match(_DISPATCH).to_numpy()]
+    if modules.empty:
+        return None
+    modules = modules[modules["plane"] == modules["plane"].iloc[0]]
+    host = events["plane"].astype(str).str.startswith("/host:").to_numpy()
+    if "host" in events:  # a pod's trace: the calls of the module plane's machine
+        host = host & (events["host"] == modules["host"].iloc[0]).to_numpy()
+    calls = events[host & events["name"].astype(str).str.match(_DISPATCH).to_numpy()]
     if len(modules) < 2 or calls.empty:
         return None
     starts = np.sort(modules["start_ns"].to_numpy())
     ends = np.sort((modules["start_ns"] + modules["dur_ns"]).to_numpy())
     gaps = [(ends[i], starts[i + 1]) for i in range(len(starts) - 1) if starts[i + 1] > ends[i]]
     held = _merged(calls["start_ns"].to_numpy(), (calls["start_ns"] + calls["dur_ns"]).to_numpy())
-    idle = sum(b - a for a, b in gaps)
-    inside = sum(max(0, min(b, e) - max(a, s)) for a, b in gaps for s, e in held)
-    count = len(starts) - 1
-    return HeldIdle(float(idle) / count / 1e9, float(inside) / count / 1e9, count)
+    idle = float(sum(b - a for a, b in gaps))
+    return HeldIdle(idle / steps / 1e9, float(_overlap(gaps, held)) / steps / 1e9, len(gaps))
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
@@ -147,3 +149,16 @@ def _merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
         else:
             out.append((s, e))
     return out
+
+
+def _overlap(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> float:
+    """The time two lists of disjoint, ordered intervals share (one sweep over both)."""
+    total, i, j = 0.0, 0, 0
+    while i < len(first) and j < len(second):
+        (a, b), (c, d) = first[i], second[j]
+        total += max(0, min(b, d) - max(a, c))
+        if b < d:
+            i += 1
+        else:
+            j += 1
+    return total

@@ -38,10 +38,11 @@ class CallbackHold:
     held: HeldIdle
 
 
-def callback_hold(tables: RunTables) -> CallbackHold | None:
+def callback_hold(tables: RunTables, steps: int) -> CallbackHold | None:
     """The callback holding the calls, or None where the idle time is not spent inside calls
-    or no host callback of the step held the device (its wait measured in the trace)."""
-    held = idle_inside_calls(tables.extra.get("trace_events", pd.DataFrame()))
+    or no host callback of the step held the device (its wait measured in the trace). `steps`:
+    the traced steps the trace holds."""
+    held = idle_inside_calls(tables.extra.get("trace_events", pd.DataFrame()), steps)
     if held is None or held.idle_s <= 0 or held.inside_s < HELD * held.idle_s:
         return None
     cards = [
@@ -58,7 +59,8 @@ def hold_text(hold: CallbackHold) -> str:
     name = card.title.split(" runs on the host", 1)[0]
     where = f" at {file_and_line(card.location)}" if card.location else ""
     return (
-        f"Between its module runs the device idled {fmt_time(held.idle_s)} a traced step, "
+        f"Between its module runs the device idled {fmt_time(held.idle_s)} a traced step (the "
+        "trace slows the host: more than the untraced step's idle time), "
         f"{fmt_time(held.inside_s)} of it while the host was inside a jitted call (JAX's "
         "dispatch and the runtime under it), not in the program's Python: the step holds "
         f"{name}{where}, and on a TPU a call of a step with a host callback returns only once "

@@ -140,7 +140,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         cost_text = "Cost = idle time in those steps."
     events = tables.extra.get("trace_events", pd.DataFrame())
     parts = host_parts(events, program_files(tables), count)
-    hold = callback_hold(tables)
+    hold = callback_hold(tables, count) if count else None
     fix = _host_bound_fix(tables.backend, parts)
     where = next((p.location for p in parts if p.location), None) or graph_site(tables)
     held: dict[str, Any] = {}

@@ -5,16 +5,24 @@ Any output times the step (all the outputs of one call are ready together), but 
 feeds back into its next call is its state, and a framework that donates the state (Keras's
 `fit` returns (logs, state); a cached sampler returns (next token, KV cache) and donates the
 cache) deletes it before anyone asks whether it is ready, which says nothing about when the
-device computed it. A loss, a metric, a step counter or a token is small; a state is the
-parameters or a cache. So the probe is a scalar array where there is one, else the smallest.
+device computed it. A loss, a metric or a token is small; a state is the parameters or a
+cache. So the probe is a scalar array where there is one, else the smallest. A step that
+returns its state alone has nothing else to offer: its probe (a `TrainState`'s step counter)
+is donated with the state where the loop donates it (`donate_argnums=0`), and a donated probe
+counts as ready once the next call took it (ready.py), so such a device-bound loop's steps end
+at the host's pace. Before, the helper thread met the same deleted arrays: on the CPU VM a
+donated TrainState step of 42-44 ms that never blocked had a p50 of 0.03 ms on main and 0.14
+ms with this module (the means right, 45.0 and 42.7 ms: the program's last wait holds the
+backlog); not donated, 43.86 and 41.98 ms against its own 44.3 and 42.3 ms. Still open.
 
 Most steps return a tuple, a dict or a list of arrays, walked breadth first. A step that returns
 a pytree of its own classes (flax's `TrainState`, a Flax NNX `State`, an equinox Module) is
 walked through JAX's pytree registry, one level at a time, once per type of output: the
 probe's position (the index of each child on its way down) is kept, and later outputs of that
-type are followed to it: an attribute or an item a level where JAX's key says which (flax's
-`TrainState.step`: one dict lookup), one flatten a level where it does not (3 us for flax's
-TrainState on the CPU VM, where flattening all its leaves took 20 us). Without a probe the step's outputs go to ready.py's
+type are followed to it: an attribute or an item at each level where JAX's key leads to the
+child itself (flax's `TrainState.step`: one dict lookup), one flatten at a level where it does
+not (3 us for flax's TrainState on the CPU VM, where flattening all its leaves took 20 us). An
+NNX `Param` is reached as the Variable, whose `is_ready` reads through to its array. Without a probe the step's outputs go to ready.py's
 helper thread, which flattens them all each step and wakes for it: 52 us of a 180 us step on a
 TPU v5e (ready.py), and Flax NNX's `TrainState` example loop ran 1.5-2x slower on the CPU VM.
 """
@@ -26,7 +34,10 @@ from typing import Any
 
 _PROBE_NODES = 32  # nodes walked for a probe when the outputs' last element is no array
 _PATH_NODES = 512  # pytree nodes walked, once per type of output, for its probe's position
-_PATHS: dict[type, Any] = {}  # a type of output -> its probe's position (None: none)
+_PATHS: dict[type, list[Any]] = {}  # a type of output -> its probes' positions, newest first
+_WALKED: dict[type, int] = {}  # a type of output -> the walks made for its probe
+_KEEP = 4  # positions kept a type
+_WALKS = 8  # walks a type: outputs whose probe moves more often go to the helper thread
 _TYPES = 64  # types of output remembered (a step's outputs are of one type)
 
 
@@ -64,22 +75,32 @@ def _probe(outputs: Any) -> Any:
     return smallest if smallest is not None else _pytree_probe(outputs)
 
 
-Step = tuple[Any, int]  # one level down a pytree: the child's key (JAX's key path entry), index
+Step = tuple[Any, int]  # one level down a pytree: the child's key (None: flatten), its index
 
 
 def _pytree_probe(outputs: Any) -> Any:
-    """The probe of outputs that are a pytree of other classes: followed to where the last
-    outputs of their type had it, found again where that is no array (another structure)."""
+    """The probe of outputs that are a pytree of other classes: followed to where earlier
+    outputs of their type had it (up to _KEEP positions a type: a step's outputs are of one
+    structure, an annotated block's calls of a few), found again by a walk where none leads to
+    an array, at most _WALKS walks a type (then the helper thread takes them, as before)."""
     kind = type(outputs)
-    if kind in _PATHS:
-        path = _PATHS[kind]
-        found = _follow(outputs, path) if path is not None else None
-        if found is not None or path is None:
+    for path in _PATHS.get(kind, ()):  # .get: another thread may clear it meanwhile
+        found = _follow(outputs, path)
+        if found is not None:
             return found
-    if len(_PATHS) >= _TYPES:
+    walks = _WALKED.get(kind, 0)
+    if walks >= _WALKS:
+        return None
+    if len(_WALKED) >= _TYPES:  # many types: start again (a step's outputs are of one)
         _PATHS.clear()
-    path = _PATHS[kind] = _probe_path(outputs)
-    return _follow(outputs, path) if path is not None else None
+        _WALKED.clear()
+    _WALKED[kind] = walks + 1
+    path = _probe_path(outputs)
+    if path is None:
+        return None
+    kept = _PATHS.get(kind) or []
+    _PATHS[kind] = [path, *kept[: _KEEP - 1]]
+    return _follow(outputs, path)
 
 
 def _children(node: Any) -> list[tuple[Any, Any]]:
@@ -92,32 +113,41 @@ def _children(node: Any) -> list[tuple[Any, Any]]:
     return [(path[0] if path else None, child) for path, child in kids]
 
 
-def _step_into(node: Any, key: Any, index: int) -> Any:
-    """The child of `node` at `key`: a plain attribute read from the instance's own dict (no
-    property runs: a deprecated `.value` would warn in the program), an item of a mapping or a
-    sequence, else (no key: one that does not lead to the child itself) one level flattened."""
-    if key is not None:
-        name = getattr(key, "name", None)
-        if name is not None:
-            return vars(node)[name]
-        return node[key.key if hasattr(key, "key") else key.idx]
-    return _children(node)[index][1]
+def _by_key(node: Any, key: Any) -> Any:
+    """The child JAX's key names: a plain attribute read from the instance's own dict (no
+    property runs: a deprecated `.value` would warn in the program), else an item of a
+    mapping or a sequence."""
+    name = getattr(key, "name", None)
+    if name is not None:
+        return vars(node)[name]
+    return node[key.key if hasattr(key, "key") else key.idx]
 
 
 def _follow(node: Any, path: tuple[Step, ...]) -> Any:
     """The array at `path` in `node`, or None where the structure differs."""
     try:
         for key, index in path:
-            node = _step_into(node, key, index)
+            if hasattr(node, "is_ready"):  # an array before the path's end: never index it
+                return None  # (that would run an op in the program)
+            node = _by_key(node, key) if key is not None else _children(node)[index][1]
     except Exception:  # another structure, or a flatten that fails
         return None
     return node if hasattr(node, "is_ready") else None
 
 
+def _step(node: Any, key: Any, index: int, child: Any) -> Step:
+    """One level of a probe's position: by key where the key leads to this very child."""
+    try:
+        if key is not None and _by_key(node, key) is child:
+            return (key, index)
+    except Exception:  # the key names no attribute or item of the node
+        pass
+    return (None, index)
+
+
 def _probe_path(outputs: Any) -> tuple[Step, ...] | None:
     """The position of the first scalar array among the outputs' first _PATH_NODES pytree
-    nodes, breadth first, else of the smallest array met; None if none, or if following the
-    keys does not lead to the array itself (a pytree whose keys name no attribute or item)."""
+    nodes, breadth first, else of the smallest array met; None if none."""
     queue: list[tuple[Any, tuple[Step, ...]]] = [(outputs, ())]
     best: tuple[Any, tuple[Step, ...]] | None = None
     for index in range(_PATH_NODES):
@@ -135,11 +165,7 @@ def _probe_path(outputs: Any) -> tuple[Step, ...] | None:
             kids = _children(node)
         except Exception:  # a flatten that fails: no children here
             continue
-        queue.extend((kid, (*path, (key, i))) for i, (key, kid) in enumerate(kids))
-    if best is None:
+        queue.extend((kid, (*path, _step(node, key, i, kid))) for i, (key, kid) in enumerate(kids))
+    if best is None or _follow(outputs, best[1]) is not best[0]:
         return None
-    found, path = best
-    if _follow(outputs, path) is found:
-        return path
-    flattened = tuple((None, index) for _, index in path)  # the keys lead elsewhere
-    return flattened if _follow(outputs, flattened) is found else None
+    return best[1]
