@@ -8,12 +8,11 @@ cache) deletes it before anyone asks whether it is ready, which says nothing abo
 device computed it. A loss, a metric or a token is small; a state is the parameters or a
 cache. So the probe is a scalar array where there is one, else the smallest. A step that
 returns its state alone has nothing else to offer: its probe (a `TrainState`'s step counter)
-is donated with the state where the loop donates it (`donate_argnums=0`), and a donated probe
-counts as ready once the next call took it (ready.py), so such a device-bound loop's steps end
-at the host's pace. Before, the helper thread met the same deleted arrays: on the CPU VM a
-donated TrainState step of 42-44 ms that never blocked had a p50 of 0.03 ms on main and 0.14
-ms with this module (the means right, 45.0 and 42.7 ms: the program's last wait holds the
-backlog); not donated, 43.86 and 41.98 ms against its own 44.3 and 42.3 ms. Still open.
+is donated with the state where the loop donates it (`donate_argnums=0`); the lane then takes a
+deleted probe's mark as late (lane.py `caught_up`), so a device-bound loop's backlog is spread
+over its steps at its next wait. On the CPU VM a donated TrainState step of 42-44 ms that never
+blocked had a p50 of 0.03 ms on main (the helper thread met the deleted arrays) and 0.14 ms
+with this module before that (the means right: the program's last wait held the backlog).
 
 Most steps return a tuple, a dict or a list of arrays, walked breadth first. A step that returns
 a pytree of its own classes (flax's `TrainState`, a Flax NNX `State`, an equinox Module) is
