@@ -245,7 +245,7 @@ def _device_step_line(events: pd.DataFrame) -> pd.DataFrame | None:
     dispatch, not the device's work; the device's line spans the work. The steps are numbered
     as the host markers are when there are as many, else as the device numbered them. Each
     window runs until the next step starts, so the device's waits between steps are idle."""
-    first = _first_device_line(events, "Steps")
+    first = first_device_line(events, "Steps")
     if first is None:
         return None
     numbers = pd.to_numeric(first["name"], errors="coerce")
@@ -258,7 +258,7 @@ def _device_step_line(events: pd.DataFrame) -> pd.DataFrame | None:
     return _back_to_back(first, numbers.astype("int64").to_numpy(), "device steps")
 
 
-def _first_device_line(events: pd.DataFrame, line: str) -> pd.DataFrame | None:
+def first_device_line(events: pd.DataFrame, line: str) -> pd.DataFrame | None:
     """The events of one line of the trace's first device plane, by start; None without."""
     if "line" not in events or "plane" not in events:
         return None
@@ -287,7 +287,7 @@ def _module_runs(events: pd.DataFrame, steps: int) -> pd.DataFrame | None:
     windows timed in batches (collect/jax/lane.py), which put a decoder's five 1.2 ms runs,
     back to back on a v5e, two and three to a step and none in two others (busy 78%: a false
     "host-bound" card); one run a step is the device's own step."""
-    modules = _first_device_line(events, "XLA Modules") if steps >= 2 else None
+    modules = first_device_line(events, "XLA Modules") if steps >= 2 else None
     if modules is None:
         return None
     names = modules["name"].astype(str)

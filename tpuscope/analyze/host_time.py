@@ -22,6 +22,9 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
+from tpuscope.analyze.device_time import first_device_line
+from tpuscope.parse.xplane_meta import MODULE_LINE
+
 _PYTHON_CALL = re.compile(r"^\$(?P<file>[^:]+):(?P<line>\d+) (?P<function>.+)$")
 _DISPATCH = re.compile(r"^PjitFunction\((?P<name>.+)\)$")
 # Flax NNX's graph traversal (flax/nnx/graphlib.py): `nnx.jit` flattens the Modules it is given
@@ -99,9 +102,6 @@ def _outermost(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep)
 
 
-MODULE_LINE = "XLA Modules"
-
-
 @dataclass(frozen=True)
 class HeldIdle:
     """The device's idle time between its module runs in a trace, and the part of it the host
@@ -122,10 +122,9 @@ def idle_inside_calls(events: pd.DataFrame, steps: int) -> HeldIdle | None:
     its machine's calls; None without two runs or a call."""
     if events.empty or "line" not in events or "plane" not in events or steps <= 0:
         return None
-    modules = events[events["line"].astype(str) == MODULE_LINE]
-    if modules.empty:
+    modules = first_device_line(events, MODULE_LINE)
+    if modules is None:
         return None
-    modules = modules[modules["plane"] == modules["plane"].iloc[0]]
     host = events["plane"].astype(str).str.startswith("/host:").to_numpy()
     if "host" in events:  # a pod's trace: the calls of the module plane's machine
         host = host & (events["host"] == modules["host"].iloc[0]).to_numpy()

@@ -56,7 +56,8 @@ def callback_hold(tables: RunTables, steps: int) -> CallbackHold | None:
 def hold_text(hold: CallbackHold) -> str:
     """The sentence the idle card says of it."""
     card, held = hold.callback, hold.held
-    name = card.title.split(" runs on the host", 1)[0]
+    api, function = getattr(card.evidence, "api", ""), getattr(card.evidence, "function", "")
+    name = f"{api}({function})" if function else api
     where = f" at {file_and_line(card.location)}" if card.location else ""
     return (
         f"Between its module runs the device idled {fmt_time(held.idle_s)} a traced step (the "
