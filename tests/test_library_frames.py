@@ -214,7 +214,11 @@ def test_path_rules(
     target, _ = steplib_install
     here = Path.cwd()  # the program's own folder (where it started)
     library = f"{target}/steplib/__init__.py"
-    assert user_files.is_user_file(library)  # not on sys.path: nothing says it is installed
+    # not on sys.path, but its dist-info beside it says it is installed (a run made with
+    # PYTHONPATH=DIR, read without it); a file of that folder no distribution declares is not
+    assert not user_files.is_user_file(library)
+    (target / "loose.py").write_text("x = 1\n")
+    assert user_files.is_user_file(f"{target}/loose.py")
     monkeypatch.setattr(sys, "path", [*sys.path, str(target), str(here / "src")])
     user_files.is_user_file.cache_clear()
     user_files.library_root.cache_clear()

@@ -72,7 +72,10 @@ def is_user_file(filename: str) -> bool:
         return False
     if _nearest(filename, _own_folders()) is not None:
         return True
-    if not os.path.exists(filename) and _installed_tail(filename):
+    if os.path.exists(filename):
+        if _in_installed_package(filename):
+            return False
+    elif _installed_tail(filename):
         return False
     return not any(m in filename for m in _FRAMEWORKS)
 
@@ -91,6 +94,23 @@ def _installed_tail(filename: str) -> bool:
         for entry in _path_entries():
             if top in _installed_tops(entry) and os.path.isfile(entry + tail):
                 return True
+        cut = filename.find(os.sep, cut + 1)
+    return False
+
+
+def _in_installed_package(filename: str) -> bool:
+    """A file of this machine inside a top-level package that a distribution installed in one
+    of its ancestor folders declares ('/tmp/site/flax/linen/attention.py' beside
+    '/tmp/site/flax-0.12.8.dist-info'): a library this process does not import, such as a run
+    made with PYTHONPATH=/tmp/site read without it. Asked only outside the program's folders,
+    where an editable install's egg-info sits beside the user's own package."""
+    cut = filename.find(os.sep, 1)
+    while cut > 0:
+        rest = filename[cut + 1 :]
+        if os.sep not in rest:
+            return False
+        if rest.split(os.sep, 1)[0] in _installed_tops(filename[: cut + 1]):
+            return True
         cut = filename.find(os.sep, cut + 1)
     return False
 

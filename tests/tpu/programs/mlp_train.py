@@ -5,6 +5,7 @@ optax's Adam, as Flax and optax's own examples train. Synthetic data, no downloa
     mlp_train.py [--widths 1024,4096,4096,1024] [--batch 2048] [--dtype bf16|f32]
                  [--precision default|highest] [--steps 40] [--annotate] [--eager]
                  [--master-f32] [--host-data] [--callback print|pure|io] [--log-every N]
+                 [--state]
 
 Prints `step_ms <mean step time over the timed steps>` (steps after the first 10, timed from
 the first call to the last result ready, as a user times a loop) and the step's FLOPs.
@@ -22,6 +23,9 @@ function of the loss whose result scales the update (`jax.pure_callback`), `io` 
 `jax.experimental.io_callback` that logs the loss on the host.
 --log-every N reads the loss on the host every N steps (`history.append(float(loss))`, as a
 training loop keeps a loss curve; 1: every step, the host waiting for each step's result).
+--state keeps the parameters and Adam's state in a flax `TrainState` and jits a step that
+returns that state alone, donated (`donate_argnums=0`), as flax's examples/mnist `update_model`
+and the NNX toy examples' `train_step` return theirs: no loss comes out of the step.
 """
 
 import argparse
@@ -45,6 +49,7 @@ parser.add_argument("--master-f32", action="store_true", help="f32 parameters, c
 parser.add_argument("--host-data", action="store_true", help="numpy batches drawn each step")
 parser.add_argument("--callback", default="", choices=["", "print", "pure", "io"])
 parser.add_argument("--log-every", type=int, default=0, help="float(loss) every N steps (0: never)")
+parser.add_argument("--state", action="store_true", help="a donated flax TrainState, returned alone")
 parser.add_argument("--trace", default="", help="a jax.profiler trace into this folder")
 parser.add_argument("--trace-from", type=int, default=10, help="first traced step (0: from start-up, compiles included)")
 parser.add_argument("--trace-count", type=int, default=5)
@@ -105,8 +110,13 @@ def update(params, opt_state, x, y):
     return optax.apply_updates(params, updates), opt_state, loss
 
 
+def update_state(state, x, y):
+    return state.apply_gradients(grads=jax.grad(loss_fn)(state.params, x, y))
+
+
 if not args.eager:
     update = jax.jit(update)
+    update_state = jax.jit(update_state, donate_argnums=0)
 
 
 params = init_params(jax.random.PRNGKey(0), widths)
@@ -128,17 +138,23 @@ def data_stream(num_train=8 * args.batch):
 
 
 batches = data_stream() if args.host_data else None
+if args.state:
+    from flax.training import train_state
+
+    state = train_state.TrainState.create(apply_fn=predict, params=params, tx=optimizer)
 history = []
 WARM = 10
 for i in range(args.steps):
     if batches is not None:
         x, y = next(batches)
     if i == WARM:
-        jax.block_until_ready(params)
+        jax.block_until_ready(state if args.state else params)
         t0 = time.perf_counter()
     if args.trace and i == args.trace_from and i > 0:
         jax.profiler.start_trace(args.trace)
-    if args.annotate:
+    if args.state:
+        state = update_state(state, x, y)
+    elif args.annotate:
         with jax.profiler.StepTraceAnnotation("train", step_num=i):
             params, opt_state, loss = update(params, opt_state, x, y)
     else:
@@ -148,7 +164,12 @@ for i in range(args.steps):
     if args.trace and i == args.trace_from + args.trace_count - 1:
         jax.block_until_ready(params)
         jax.profiler.stop_trace()
-loss = float(loss)
-elapsed = time.perf_counter() - t0
+if args.state:
+    jax.block_until_ready(state)
+    elapsed = time.perf_counter() - t0
+    loss = float(jax.jit(loss_fn)(state.params, x, y))
+else:
+    loss = float(loss)
+    elapsed = time.perf_counter() - t0
 flops = 6 * args.batch * sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
 print(f"step_ms {1e3 * elapsed / (args.steps - WARM):.4f} flops_per_step {flops} loss {loss:.4f}")
