@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 31 (7 December): session 30's changes on the chip, and Flax's NNX toy examples as a new
+# Session 31 (6 December): session 30's changes on the chip, and Flax's NNX toy examples as a new
 # user runs them (device tool, repo root, .tpu/ carried after prepare.sh):
 #   timeout 570 bash tests/tpu/chip_verify.sh PART
 # 1: nnx_cnn.py bare and under `tpuscope run` (its steps' probe: session 30's probe.py), the
@@ -12,6 +12,9 @@
 # 3: Flax's Gemma example model (gemma_train.py over $UP/gemma, a flax snapshot's
 #    examples/gemma; jaxtyping's wheels in .tpu/whl) bare and under `tpuscope run`, in the
 #    example's bf16 activations and in f32 (the bf16 run is the f32 one's truth).
+# 4: the round's last check: the bf16 Gemma under `tpuscope run` again (the device's backlog at
+#    the trace's start), Flax's 03_train_state bare and under tpuscope, its loop timed after its
+#    first 10 steps. Packs the store without the raw traces (Gemma's is 47 MB).
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -52,5 +55,11 @@ if [ "$PART" = 3 ]; then
   under gemma_bf16 python3 $G; paths
   bare python3 $G --dtype f32
   under gemma_f32 python3 $G --dtype f32; paths
+fi
+if [ "$PART" = 4 ]; then
+  pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/trace' --exclude='*/debug' store 2>/dev/null; }
+  under gemma_bf16 python3 $P/gemma_train.py --gemma $UP/gemma --batch 8; paths
+  bare python3 $UP/03_train_state.py | grep -v "^step"
+  under nnx_03_train_state python3 $UP/03_train_state.py; paths
 fi
 pack
