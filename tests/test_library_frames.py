@@ -196,6 +196,7 @@ def fresh_rules() -> Iterator[None]:
             user_files.is_user_file,
             user_files.library_root,
             user_files._installed_tops,
+            user_files._folder_tops,
         ):
             cached.cache_clear()
         user_files._forget_kinds()
@@ -217,8 +218,9 @@ def test_path_rules(
     # not on sys.path, but its dist-info beside it says it is installed (a run made with
     # PYTHONPATH=DIR, read without it); a file of that folder no distribution declares is not
     assert not user_files.is_user_file(library)
-    (target / "loose.py").write_text("x = 1\n")
-    assert user_files.is_user_file(f"{target}/loose.py")
+    (target / "undeclared").mkdir(exist_ok=True)
+    (target / "undeclared" / "x.py").write_text("x = 1\n")
+    assert user_files.is_user_file(f"{target}/undeclared/x.py")
     monkeypatch.setattr(sys, "path", [*sys.path, str(target), str(here / "src")])
     user_files.is_user_file.cache_clear()
     user_files.library_root.cache_clear()
@@ -234,6 +236,20 @@ def test_path_rules(
     assert not user_files.is_user_file(library)
     assert not user_files.is_user_file("steplib/__init__.py")  # a shortened HLO file name
     assert user_files.is_user_file("train.py")
+
+
+def test_a_single_module_distribution_off_sys_path(tmp_path: Path, fresh_rules: None) -> None:
+    """A distribution of one top-level module (six's form: `six.py` beside its dist-info),
+    installed with `pip install --target` and not on sys.path, is a library; a module beside it
+    that no distribution declares is not."""
+    target = tmp_path / "site"
+    proc = _pip_target(
+        target, "--no-index", str(_wheel(tmp_path, "onemod", {"onemod.py": "x = 1\n"}))
+    )
+    assert proc.returncode == 0, proc.stderr
+    (target / "mine.py").write_text("y = 2\n")
+    assert not user_files.is_user_file(f"{target}/onemod.py")
+    assert user_files.is_user_file(f"{target}/mine.py")
 
 
 def test_a_distribution_installed_in_the_programs_folder(

@@ -14,19 +14,39 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from tpuscope.analyze.device_time import device_ops, step_windows
+from tpuscope.analyze.device_time import _dispatches, busy_per_window, device_ops, step_windows
 from tpuscope.detect.run_analysis import analyze
+from tpuscope.schema import TABLES
 from tpuscope.store import Run
 
 RUNS = Path(__file__).parent / "tpu" / "runs"
 BF16_MS, F32_MS = 68.8883, 115.4194  # bare on the v5e, each program's own loop timing
 
 
+def _windows(run: Path) -> pd.DataFrame:
+    """The traced steps' windows, read by this code from the run's events as ingest reads them."""
+    events = pd.read_parquet(run / "trace_events")
+    steps = pd.read_parquet(run / "steps")
+    span = (int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max()))
+    return step_windows(events, device_ops(events), steps, span)
+
+
 def _findings(name: str, tmp_path: Path) -> list:
+    """The run's cards, its device_steps read again from its events by this code."""
     run_dir = tmp_path / name
     shutil.copytree(RUNS / name, run_dir)
+    events = pd.read_parquet(run_dir / "trace_events")
+    stored = pd.read_parquet(run_dir / "device_steps")
+    busy = busy_per_window(device_ops(events), _windows(run_dir))
+    busy = busy.assign(host=stored["host"].iloc[0], pid=stored["pid"].iloc[0], rank=0)
+    shutil.rmtree(run_dir / "device_steps")
+    (run_dir / "device_steps").mkdir()
+    table = pa.Table.from_pandas(busy, schema=TABLES["device_steps"], preserve_index=False)
+    pq.write_table(table, run_dir / "device_steps" / "part-0.parquet")
     return list(analyze(Run(run_dir)).findings)
 
 
@@ -35,16 +55,16 @@ def test_the_device_s_backlog_at_the_trace_s_start_is_not_a_step(name: str, busy
     """The trace began while the device still ran two steps the host had dispatched before
     it: 7 runs of the step's module for 5 traced host steps. The windows are the last 5 runs,
     one a step, each as busy as the step's module (the host's windows put 132 and 108 ms of
-    work in the first two and read the device as 48% idle: a false host-bound card)."""
+    work in the first two and read the device as 48% idle: a false host-bound card). The
+    host's dispatches of the module in the trace, 5, say the first two runs are no step's."""
     run = RUNS / name
     events = pd.read_parquet(run / "trace_events")
-    steps = pd.read_parquet(run / "steps")
-    span = (int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max()))
-    windows = step_windows(events, device_ops(events), steps, span)
+    windows = _windows(run)
     assert list(windows["window"].unique()) == ["device module runs"]
     assert windows["step"].tolist() == [3, 4, 5, 6, 7]
     runs = events[events["line"].astype(str) == "XLA Modules"].sort_values("start_ns")
     assert len(runs) == 7
+    assert _dispatches(events) == {"jit_train_step": 5}
     assert windows["start_ns"].tolist() == runs["start_ns"].tail(5).tolist()
     busy = runs["dur_ns"].tail(5) / 1e6
     assert busy.to_numpy() == pytest.approx(busy_ms, rel=0.01)
@@ -75,3 +95,15 @@ def test_f32_gemma_s_cost_is_what_bf16_saved(tmp_path: Path) -> None:
     truth = (F32_MS - BF16_MS) / 1e3
     assert 0.9 * truth < lost < 1.1 * truth
     assert card.location is not None and card.location.endswith("gemma/modules.py:236")
+
+
+def test_a_surplus_the_host_did_not_dispatch_in_the_trace_is_no_backlog() -> None:
+    """Without the host's dispatches (a trace whose host plane was not kept) the surplus runs
+    are not known to be backlog: no device windows from them, as before."""
+    run = RUNS / "gemma_bf16"
+    events = pd.read_parquet(run / "trace_events")
+    device = events[events["plane"].astype(str).str.startswith("/device:")]
+    steps = pd.read_parquet(run / "steps")
+    span = (int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max()))
+    windows = step_windows(device, device_ops(device), steps, span)
+    assert list(windows["window"].unique()) == ["steps"]

@@ -99,17 +99,15 @@ def _installed_tail(filename: str) -> bool:
 
 
 def _in_installed_package(filename: str) -> bool:
-    """A file of this machine inside a top-level package that a distribution installed in one
-    of its ancestor folders declares ('/tmp/site/flax/linen/attention.py' beside
-    '/tmp/site/flax-0.12.8.dist-info'): a library this process does not import, such as a run
-    made with PYTHONPATH=/tmp/site read without it. Asked only outside the program's folders,
-    where an editable install's egg-info sits beside the user's own package."""
+    """A file of this machine inside a top-level package or module that a distribution
+    installed in one of its ancestor folders declares ('/tmp/site/flax/linen/attention.py'
+    beside '/tmp/site/flax-0.12.8.dist-info'): a library this process does not import, such as
+    a run made with PYTHONPATH=/tmp/site read without it. Asked only outside the program's
+    folders, where an editable install's egg-info sits beside the user's own package."""
     cut = filename.find(os.sep, 1)
     while cut > 0:
-        rest = filename[cut + 1 :]
-        if os.sep not in rest:
-            return False
-        if rest.split(os.sep, 1)[0] in _installed_tops(filename[: cut + 1]):
+        folder = filename[: cut + 1]
+        if _top_name(filename, folder) in _folder_tops(folder):
             return True
         cut = filename.find(os.sep, cut + 1)
     return False
@@ -335,6 +333,18 @@ def _top_name(filename: str, entry: str) -> str:
 def _installed_tops(entry: str) -> frozenset[str]:
     """Top-level names of the distributions installed in `entry` (their *.dist-info):
     top_level.txt where the wheel has one, else the first folders of its RECORD."""
+    return _distribution_tops(entry)
+
+
+@functools.lru_cache(maxsize=256)
+def _folder_tops(folder: str) -> frozenset[str]:
+    """_installed_tops of a file's ancestor folder (_in_installed_package), cached apart: a
+    walk up many folders must not push sys.path's entries out of their cache (listing a
+    site-packages' distributions takes a few hundred ms)."""
+    return _distribution_tops(folder)
+
+
+def _distribution_tops(entry: str) -> frozenset[str]:
     try:
         if not any(n.endswith((".dist-info", ".egg-info")) for n in os.listdir(entry)):
             return frozenset()

@@ -286,22 +286,45 @@ def _module_runs(events: pd.DataFrame, steps: int) -> pd.DataFrame | None:
     ran once a step (the longest in all, where several did). A JAX loop of plain calls has its
     host windows timed in batches (collect/jax/lane.py), which put a decoder's five 1.2 ms runs,
     back to back on a v5e, two and three to a step and none in two others (busy 78%: a false
-    "host-bound" card); one run a step is the device's own step. A device-bound loop is still
-    running earlier steps when the trace starts: Flax's Gemma (67 ms a step on a v5e) ran 7
-    runs of its step in a trace of 5 host steps, the first two its backlog, so a module that
-    ran from `steps` to fewer than twice `steps` times gives its last `steps` runs (the device
-    runs a program's calls in order; the window stops after its last step's outputs)."""
+    "host-bound" card); one run a step is the device's own step.
+
+    A device-bound loop is still running earlier steps when the trace starts: Flax's Gemma (67
+    ms a step on a v5e) ran 7 runs of its step in a trace of 5 host steps. Where the host's
+    dispatches of that module in the trace (PJRT's `Execute (jit_train_step)`) number the
+    steps, the runs before them are that backlog, and the last `steps` runs are the steps (the
+    device runs a program's calls in order; the window stops after its last step's outputs).
+    A surplus the dispatches do not account for (the same executable called again inside the
+    window) leaves the module out, as before."""
     modules = first_device_line(events, "XLA Modules") if steps >= 2 else None
     if modules is None:
         return None
     names = modules["name"].astype(str)
     counts = names.value_counts()
-    once = counts[(counts >= steps) & (counts < 2 * steps)].index
-    if once.empty:
+    dispatched = _dispatches(events)
+    once = [
+        name
+        for name, count in counts.items()
+        if count == steps
+        or (steps < count < 2 * steps and dispatched.get(str(name).split("(")[0]) == steps)
+    ]
+    if not once:
         return None
     step_module = max(once, key=lambda n: float(modules["dur_ns"][names == n].sum()))
     runs = modules[names == step_module].sort_values("start_ns").tail(steps)
     return _back_to_back(runs, np.arange(steps, dtype="int64"), "device module runs")
+
+
+DISPATCH_EVENT = r"Execute \((?P<module>[^()]+)\)$"  # PJRT's "...Executable::Execute (jit_f)"
+
+
+def _dispatches(events: pd.DataFrame) -> dict[str, int]:
+    """How many times the host dispatched each module in the trace, by PJRT's per-executable
+    event on a host plane (step_markers keeps them); empty where the trace has none."""
+    if "plane" not in events or "name" not in events:
+        return {}
+    host = events[events["plane"].astype(str).str.startswith("/host:")]
+    found = host["name"].astype(str).str.extract(DISPATCH_EVENT)["module"].dropna()
+    return {str(k): int(v) for k, v in found.value_counts().items()}
 
 
 StepLookup = tuple[np.ndarray, np.ndarray, np.ndarray]

@@ -145,7 +145,11 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     # the line of the part that held the most host time; the dispatch and NNX's traversal
     # have none of their own: they are the step's call (Flax's toy examples spent 47 of 1,660
     # us a step in their `dataset` generator, the rest in those two)
-    where = (parts[0].location if parts else None) or graph_site(tables)
+    where = (
+        (parts[0].location if parts else None)
+        or graph_site(tables)
+        or next((p.location for p in parts if p.location), None)
+    )
     held: dict[str, Any] = {}
     if hold is not None:  # the host waited inside the calls of a step with a host callback
         fix = f"Take the host callback out of the step (rule host_callback's card). {fix}"

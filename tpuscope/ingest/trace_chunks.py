@@ -24,6 +24,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from tpuscope.analyze.device_time import (
     DEVICE_STEP_LINES,
+    DISPATCH_EVENT,
     HOST_XLA_DEVICE,
     StepLookup,
     steps_at,
@@ -160,7 +161,8 @@ def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
     """The events that mark steps, start_ns in epoch ns: those with a step_num stat
     (xp.StepTrace, StepTraceAnnotation), a TPU device's own "Steps" line and its "XLA Modules"
     line (plane, line, name: device_time.step_windows prefers them, as they span the device's
-    work)."""
+    work), and the host's dispatch of each module (which tell a device's backlog from its
+    steps)."""
     frames = []
     if "step_num" in table.column_names:
         frames.append(
@@ -171,12 +173,19 @@ def step_markers(table: pa.Table, offset: int) -> pd.DataFrame:
     if {"plane", "line", "name"} <= set(table.column_names):
         line = pa.compute.cast(table["line"], pa.string())
         plane = pa.compute.cast(table["plane"], pa.string())
-        on_device = pa.compute.and_(
-            pa.compute.is_in(line, pa.array(DEVICE_STEP_LINES)),
-            pa.compute.starts_with(plane, "/device:"),
+        name = pa.compute.cast(table["name"], pa.string())
+        kept = pa.compute.or_(
+            pa.compute.and_(
+                pa.compute.is_in(line, pa.array(DEVICE_STEP_LINES)),
+                pa.compute.starts_with(plane, "/device:"),
+            ),
+            pa.compute.and_(  # the host's dispatch of each module (device_time._dispatches)
+                pa.compute.starts_with(plane, "/host:"),
+                pa.compute.match_substring_regex(name, DISPATCH_EVENT),
+            ),
         )
-        if pa.compute.any(on_device).as_py():
-            device = table.filter(on_device).select(["plane", "line", "name", "start_ns", "dur_ns"])
+        if pa.compute.any(kept).as_py():
+            device = table.filter(kept).select(["plane", "line", "name", "start_ns", "dur_ns"])
             frames.append(
                 pa.Table.from_arrays(
                     [pa.compute.cast(device[c], pa.string()) for c in ("plane", "line", "name")]
