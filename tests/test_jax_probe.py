@@ -149,4 +149,7 @@ def test_a_state_alone_step_that_donates_its_state_has_the_device_s_steps(
             int(state.step)  # the epoch's end
     steps = tpuscope.load_run(run.path).steps.iloc[22:]
     p50 = float(np.median(steps["wall_ns"])) / 1e9
-    assert 0.5 * device_s < p50 < 2 * device_s, (p50, device_s)
+    # the miss this guards against was 300-1500x; the bound leaves room for the CPU backend,
+    # which may overlap a loop's executions that nothing waits on, and for the other test
+    # worker beside five blocking reference steps (0.44x seen once in a full suite)
+    assert 0.25 * device_s < p50 < 2 * device_s, (p50, device_s)
