@@ -345,6 +345,7 @@ def _folder_tops(folder: str) -> frozenset[str]:
 
 
 def _distribution_tops(entry: str) -> frozenset[str]:
+    """The top-level names the distributions installed in `entry` declare (uncached)."""
     try:
         if not any(n.endswith((".dist-info", ".egg-info")) for n in os.listdir(entry)):
             return frozenset()
