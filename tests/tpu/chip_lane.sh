@@ -12,16 +12,6 @@ PART=${1:-1}
 LOG=$OUT/lane$PART.txt
 source tests/tpu/chip_lib.sh
 pack() { tar czf $OUT/lane$PART.tgz -C /tmp store 2>/dev/null; }
-paths() {  # what the JAX hooks did per step (the run's meta) and the report's cost line
-  python3 - "$S" <<'PY' 2>&1 | tee -a $LOG
-import json, sys
-import tpuscope
-run = tpuscope.load_run("latest", store=sys.argv[1])
-proc = run.meta["processes"][0]
-print(json.dumps({"paths": proc.get("jax_step_paths"), "cost": proc.get("profiler_cost")}))
-PY
-  tpuscope show latest --store $S 2>&1 | grep -i "tpuscope cost\|step time" | tee -a $LOG
-}
 pairs() {  # REPS pairs (2)
   for rep in $(seq ${REPS:-2}); do
     say "bare tiny $*"; timed python3 $P/tiny_step.py --steps ${STEPS:-6000} "$@"

@@ -20,3 +20,16 @@ under() {
   tpuscope show latest --store $S --json > $S/$name.show.json 2>>$LOG
   pack
 }
+# what the JAX hooks did per step in the latest run (its process meta) and the report's summary
+# and verdict lines, into the log
+paths() {
+  python3 - "$S" <<'PY' 2>&1 | tee -a $LOG
+import json, sys
+import tpuscope
+run = tpuscope.load_run("latest", store=sys.argv[1])
+proc = run.meta["processes"][0]
+print(json.dumps({"paths": proc.get("jax_step_paths"), "cost": proc.get("profiler_cost")}))
+PY
+  tpuscope show latest --store $S 2>&1 \
+    | grep -i "^steps\|step time\|tpuscope cost\|^[0-9]\. \[\|^cost:\|^where:" | tee -a $LOG
+}

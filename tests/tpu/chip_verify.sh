@@ -20,16 +20,6 @@ LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
 UP=${UP:-upstream}
 pack() { tar czf $OUT/runs$PART.tgz -C /tmp store 2>/dev/null; }
-paths() {  # what the JAX hooks did per step (the run's meta) and the report's verdicts
-  python3 - "$S" <<'PY' 2>&1 | tee -a $LOG
-import json, sys
-import tpuscope
-run = tpuscope.load_run("latest", store=sys.argv[1])
-proc = run.meta["processes"][0]
-print(json.dumps({"paths": proc.get("jax_step_paths")}))
-PY
-  tpuscope show latest --store $S 2>&1 | grep -i "^steps\|step time\|tpuscope cost\|^[0-9]\. \[\|^cost:\|^where:" | tee -a $LOG
-}
 if [ "$PART" = 1 ]; then
   bare python3 $P/nnx_cnn.py
   under nnx_cnn python3 $P/nnx_cnn.py; paths
