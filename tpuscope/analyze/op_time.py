@@ -9,6 +9,7 @@ sets the size):
   XLA's FLOP count of the op says how many) and moves twice the bytes; in bf16 the op would take
   max(real FLOPs / peak, bytes / 2 / HBM bandwidth) where it takes max(XLA FLOPs / peak, bytes /
   HBM bandwidth) now. At default precision that is one pass: no waste when FLOPs bound it.
+  An op whose time shows its ideal does not bound it saves less (analyze/f32_waste).
 - head_dim: attention (analyze/attention: a pair of batched matmuls, scores and values, known
   by their shapes whatever wrote them) whose head dim is narrower than the MXU edge (head_dim 64
   on a 128-wide MXU). With head_dim at the edge and as many fewer heads (the same model width)
@@ -31,6 +32,9 @@ sets the size):
   written a position a token where XLA put its time axis in the lanes: analyze/lane_writes).
 - relayouts: the step's arguments copied to another layout on their way in and its results
   on their way out (analyze/relayouts): the copies' whole measured time.
+- off_peak: ops that run many times their ideal for no cause the HLO names (analyze/slow_ops):
+  their time less their ideal, the most they could gain.
+An op's time is its own: a loop's event less the body's ops nested in it (analyze/nested_ops).
 Dims that are not multiples of the edge are not a measured cost: the MXU pads them as padding
 by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
 """
@@ -38,34 +42,25 @@ by hand would (a 1000/3000 MLP ran faster than its 1024/3072 twin on the v5e).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from tpuscope.analyze.attention import computed_in_f32, narrow_attention, narrow_kernels
 from tpuscope.analyze.chips import Chip
-from tpuscope.analyze.f32_traffic import f32_activation_shares
+from tpuscope.analyze.f32_waste import f32_waste
 from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_cost, lane_writes
+from tpuscope.analyze.nested_ops import self_times
 from tpuscope.analyze.relayouts import boundary_relayouts
+from tpuscope.analyze.slow_ops import slow_ops
+from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
 
 OP_LINE = "XLA Ops"
 MIN_SHARE = 0.01  # of the measured device time per step: a cause under it is no card
+SLOW_MIN_SHARE = 0.05  # ops far off the peak whose cause the HLO does not name
 MODULE_LINE = "XLA Modules"
 _MATMUL = ("dot", "convolution")
 _SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkpoint(")
-
-
-@dataclass
-class MeasuredWaste:
-    """One cause's measured cost in the traced steps: `lost_s` per step, over `op_time_s` of
-    the ops it touches per step."""
-
-    kind: str
-    lost_s: float
-    op_time_s: float
-    ops: pd.DataFrame  # the ops: module, hlo_op, time_s (per step), lost_s (per step), source
-    info: dict = field(default_factory=dict)
 
 
 def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[pd.DataFrame, int]:
@@ -86,15 +81,17 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
     if ops.empty:
         return pd.DataFrame(), 0
     count = int(modules.groupby("name").size().max()) if not modules.empty else len(steps or [1])
+    ops = ops.assign(self_ns=self_times(ops))
     grouped = ops.groupby(["hlo_module", "hlo_op"], sort=False, dropna=False)
     per = grouped.agg(
-        time_ns=("dur_ns", "sum"),
+        time_ns=("self_ns", "sum"),
         flops=("flops", "max"),
         bytes=("bytes_accessed", "max"),
         runs=("dur_ns", "size"),
     ).reset_index()
     per["source"] = grouped["source"].agg(_mode).to_numpy()
     per["time_s"] = per["time_ns"] / 1e9 / max(count, 1)
+    per["runs_per_step"] = per["runs"] / max(count, 1)
     return per, max(count, 1)
 
 
@@ -142,61 +139,10 @@ def _matmuls(hlo_ops: pd.DataFrame) -> pd.DataFrame:
     """The matmuls of the trace's HLO with their parent op (the fusion the trace times)."""
     if hlo_ops.empty:
         return hlo_ops
-    ops = _trace_stage(hlo_ops)
+    ops = trace_stage(hlo_ops)
     dots = ops[ops["opcode"].isin(_MATMUL)].copy()
     dots["parent"] = dots["fusion"].where(dots["fusion"].notna(), dots["name"])
     return dots
-
-
-def f32_waste(
-    per: pd.DataFrame, dots: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip
-) -> MeasuredWaste | None:
-    """Matmul ops with f32 operands: measured time x (1 - their bf16 time / their time now);
-    the ops around them that move their f32 activations: time x the bytes bf16 would save."""
-    f32 = dots[(dots["lhs_dtype"] == "f32") | (dots["rhs_dtype"] == "f32")]
-    if f32.empty:
-        return None
-    real = f32.groupby(["module", "parent"])["flops"].sum()
-    passes = f32.groupby(["module", "parent"])["precision"].agg(lambda p: sorted(set(map(str, p))))
-    ops = per.merge(
-        real.rename("real_flops").reset_index(),
-        left_on=["hlo_module", "hlo_op"],
-        right_on=["module", "parent"],
-    )
-    if ops.empty:
-        return None
-    shares = f32_activation_shares(
-        _trace_stage(hlo_ops), set(zip(ops["hlo_module"], ops["hlo_op"], strict=True))
-    )
-    keys = pd.Series(list(zip(ops["hlo_module"], ops["hlo_op"], strict=True)), index=ops.index)
-    # of its bytes, halved in bf16: its f32 activations' share (all, where no dataflow is known)
-    halved = keys.map(shares).fillna(0.0 if shares else 1.0).to_numpy(float) / 2
-    flops = np.maximum(ops["flops"].fillna(0).to_numpy(float), ops["real_flops"].to_numpy(float))
-    bytes_ = ops["bytes"].fillna(0).to_numpy(float)
-    now = np.maximum(flops / chip.peak_flops, bytes_ / chip.hbm_bandwidth)
-    fixed = np.maximum(
-        ops["real_flops"].to_numpy(float) / chip.peak_flops,
-        bytes_ * (1 - halved) / chip.hbm_bandwidth,
-    )
-    share = np.where(now > 0, np.clip(1 - fixed / np.where(now > 0, now, 1), 0, 1), 0.0)
-    ops["lost_s"] = ops["time_s"] * share
-    around = _around(per, shares, set(keys))
-    precisions = sorted({p for values in passes for p in values})
-    info = {"precision": precisions, "count": int(len(f32)), "ops_around": len(around)}
-    if not around.empty:
-        info["around_lost_s"] = float(around["lost_s"].sum())
-    return _waste("f32", pd.concat([ops, around], ignore_index=True), info)
-
-
-def _around(
-    per: pd.DataFrame, shares: dict[tuple[str, str], float], matmuls: set[tuple[str, str]]
-) -> pd.DataFrame:
-    """The ops that move the f32 matmuls' f32 activations (analyze/f32_traffic): HBM-bound, in
-    bf16 they would move half those bytes, so each loses its time x their share / 2."""
-    keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
-    ops = per[keys.isin(set(shares) - matmuls)].copy()
-    ops["lost_s"] = ops["time_s"] * keys[ops.index].map(shares).astype(float) / 2
-    return ops
 
 
 def head_dim_waste(
@@ -206,7 +152,7 @@ def head_dim_waste(
     (module, op): two modules' ops of one name are not one op."""
     if hlo_ops.empty:
         return None
-    top = _trace_stage(hlo_ops)
+    top = trace_stage(hlo_ops)
     heads = narrow_kernels(top[top["fusion"].isna()], chip.mxu)  # {op: its head_dim}
     kernels = set(heads)
     found = narrow_attention(dots, chip.mxu) if not dots.empty else None
@@ -221,7 +167,7 @@ def head_dim_waste(
     d = keys[ops.index].map(heads)
     ops["lost_s"] = ops["time_s"] * (1 - d / chip.mxu)
     names = found.matmuls["op_name"].map(_scope) if found is not None else pd.Series(dtype=str)
-    return _waste(
+    return waste(
         "head_dim",
         ops,
         {
@@ -235,9 +181,33 @@ def head_dim_waste(
     )
 
 
+def slow_waste(
+    per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip, device_s: float
+) -> MeasuredWaste | None:
+    """Ops far off the chip's peak (analyze/slow_ops): their time less their ideal, where it
+    is SLOW_MIN_SHARE of the device step or more (a cause the HLO does not name must be large
+    to be a card)."""
+    ops = slow_ops(per, trace_stage(hlo_ops), chip) if not hlo_ops.empty else pd.DataFrame()
+    if ops.empty or ops["lost_s"].sum() < SLOW_MIN_SHARE * device_s:
+        return None
+    first = ops.iloc[0]
+    return waste(
+        "off_peak",
+        ops,
+        {
+            "count": int(len(ops)),
+            "what": str(first["what"]),
+            "ratio": float(first["ratio"]),
+            "run_s": float(first["time_s"] / first["runs_per_step"]),
+            "ideal_run_s": float(first["ideal_s"] / first["runs_per_step"]),
+            "first_lost_s": float(first["lost_s"]),
+        },
+    )
+
+
 def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> MeasuredWaste | None:
     """In-place writes across the lanes: their measured time less their bytes at HBM speed."""
-    writes = lane_writes(_trace_stage(hlo_ops)) if not hlo_ops.empty else pd.DataFrame()
+    writes = lane_writes(trace_stage(hlo_ops)) if not hlo_ops.empty else pd.DataFrame()
     if writes.empty:
         return None
     ops = lane_write_cost(per, writes, chip)
@@ -245,7 +215,7 @@ def lane_write_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> Me
         return None
     first = ops.iloc[0]  # the costliest write names the card
     dims = array_dims(first["shape"])
-    return _waste(
+    return waste(
         "lane_writes",
         ops,
         {
@@ -267,7 +237,7 @@ def relayout_waste(
 ) -> MeasuredWaste | None:
     """The step's arrays copied between layouts at its boundary: the copies' measured time."""
     copies = (
-        boundary_relayouts(_trace_stage(hlo_ops), _trace_stage(hlo_modules))
+        boundary_relayouts(trace_stage(hlo_ops), trace_stage(hlo_modules))
         if not hlo_ops.empty
         else pd.DataFrame()
     )
@@ -279,7 +249,7 @@ def relayout_waste(
     ops["lost_s"] = ops["time_s"]
     ops = ops.sort_values("lost_s", ascending=False)
     arguments = ops[ops["side"] == "argument"]
-    return _waste(
+    return waste(
         "relayouts",
         ops,
         {
@@ -340,21 +310,6 @@ def _is_scores(shape: str, elements: int, dims: tuple[int, int]) -> bool:
     return False
 
 
-def _trace_stage(hlo_ops: pd.DataFrame) -> pd.DataFrame:
-    """The HLO the TPU trace carries (stage tpu_trace), when the run has it."""
-    if "stage" in hlo_ops and (hlo_ops["stage"] == "tpu_trace").any():
-        return hlo_ops[hlo_ops["stage"] == "tpu_trace"]
-    return hlo_ops
-
-
-def _waste(kind: str, ops: pd.DataFrame, info: dict) -> MeasuredWaste | None:
-    lost = float(ops["lost_s"].sum())
-    if lost <= 0:
-        return None
-    columns = ["hlo_module", "hlo_op", "time_s", "lost_s", "source"]
-    return MeasuredWaste(kind, lost, float(ops["time_s"].sum()), ops[columns], info)
-
-
 def measured_waste(
     events: pd.DataFrame,
     hlo_ops: pd.DataFrame,
@@ -382,13 +337,22 @@ def measured_waste(
         outside, hlo_ops, pd.DataFrame() if hlo_modules is None else hlo_modules
     )
     outside = _unclaimed(outside, relayouts, "hlo_module", "hlo_op")
-    free = _unclaimed(per, relayouts, "hlo_module", "hlo_op") if shared else outside
+    lanes = lane_write_waste(outside, hlo_ops, chip)
+    outside = _unclaimed(outside, lanes, "hlo_module", "hlo_op")
+    device_s = figures["device_s_per_step"]
+    slow = slow_waste(outside, hlo_ops, chip, device_s)
+    outside = _unclaimed(outside, slow, "hlo_module", "hlo_op")
+    if shared:  # the attention's ops are the f32 card's too
+        free = _unclaimed(
+            _unclaimed(per, relayouts, "hlo_module", "hlo_op"), slow, "hlo_module", "hlo_op"
+        )
+    else:
+        free = outside
     dots = dots if shared else _unclaimed(dots, heads, "module", "parent")
     f32 = f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None
-    device_s = figures["device_s_per_step"]
     if shared and heads is not None and f32 is not None and f32.lost_s >= MIN_SHARE * device_s:
         heads = _after_f32(heads, f32)  # an f32 share too small to be a card stays the attention's
-    found = [f32, heads, lane_write_waste(outside, hlo_ops, chip), relayouts]
+    found = [f32, heads, lanes, relayouts, slow]
     return [w for w in found if w is not None], figures
 
 
@@ -405,7 +369,7 @@ def _after_f32(heads: MeasuredWaste, f32: MeasuredWaste) -> MeasuredWaste | None
     before = taken.reindex(keys).fillna(0.0).to_numpy(float)
     kept = (ops["lost_s"] / ops["time_s"].where(ops["time_s"] > 0)).fillna(0.0)
     ops["lost_s"] = (ops["time_s"] - before).clip(lower=0) * kept
-    return _waste(heads.kind, ops, {**heads.info, "after_f32_s": float(before.sum())})
+    return waste(heads.kind, ops, {**heads.info, "after_f32_s": float(before.sum())})
 
 
 def _unclaimed(

@@ -120,6 +120,8 @@ _COST_FIGURES = {
     "head_dim": "estimated (the attention ops' measured time x the narrow head's share)",
     "lane_writes": "measured (the writes' device time less their bytes at HBM speed)",
     "relayouts": "measured (the copies' device time)",
+    "off_peak": "measured (the ops' device time less their FLOPs and bytes at the chip's peak: "
+    "the most they could gain)",
 }
 
 
@@ -128,6 +130,8 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         return _lane_why(waste.info, waste.op_time_s, chip)
     if waste.kind == "relayouts":
         return _relayout_why(waste.info, waste.op_time_s, chip)
+    if waste.kind == "off_peak":
+        return _off_peak_why(waste.info, chip)
     if waste.kind == "f32":
         around = waste.info.get("ops_around", 0)
         return (
@@ -160,6 +164,19 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         "head_dim 128, while attention timed alone kept 0.2-0.8 in training across shapes and "
         "implementations, and jax.nn.dot_product_attention's forward at seq 511 and below ran "
         "slower at head_dim 128 (docs/tpu.md); only a run at head_dim 128 measures it"
+    )
+
+
+def _off_peak_why(info: dict, chip: Chip) -> str:
+    return (
+        f"their time beyond their ideal at the chip's peak (FLOPs / "
+        f"{chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / {chip.hbm_bandwidth / 1e9:.0f} GB/s): "
+        f"the costliest, a {info['what']}, took {fmt_time(info['run_s'])} a run against an "
+        f"ideal of {fmt_time(info['ideal_run_s'])} ({info['ratio']:.0f}x). What makes XLA's "
+        "code for it that slow is not in the trace, and not its FLOPs or its bytes; on a v5e "
+        "JAX's differentially_private_sgd example's per-example weight gradient (vmap of grad "
+        "over a convolution), computed with an f32 result, ran 3.24 ms a step at 262x its "
+        "ideal, and with bf16 operands and result 28 us (docs/tpu.md)"
     )
 
 
@@ -270,6 +287,17 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         return _lane_wording(waste.info, lost, backend)
     if waste.kind == "relayouts":
         return _relayout_wording(waste.info, lost, backend)
+    if waste.kind == "off_peak":
+        return (
+            f"{waste.info['count']} op(s) far off the chip's peak ({waste.info['ratio']:.0f}x "
+            f"the costliest's ideal): up to {lost} lost per step (measured)",
+            "Compute the op at its line in a form XLA's TPU code runs near the chip's peak, and "
+            "measure: bf16 operands and result where f32 is not needed (on a v5e the DP-SGD "
+            "example's per-example convolution gradient ran 116x faster so, the step 3.39 to "
+            "0.16 ms), a batched matmul (`jnp.einsum`) for a convolution or reduction XLA "
+            "computes element by element, or a Pallas kernel. The figure is the most it gains: "
+            "the op at its ideal.",
+        )
     if waste.kind == "f32":
         prec = "/".join(waste.info.get("precision") or ["default"])
         fix = (

@@ -23,6 +23,9 @@ _HEADER = re.compile(r"^HloModule\s+([^\s,]+)")
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(\(.*\)\s*->.*)?\{\s*$")
 _SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
 _METADATA = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|([^\s}]+))')
+_COMMENT = re.compile(
+    r"/\*.*?\*/"
+)  # /*index=5*/: HLO text numbers every fifth tuple element and operand
 _OPERAND_NAME = re.compile(r"%?([\w.\-]+)$")
 _DTYPE_BYTES = {
     "pred": 1,
@@ -170,8 +173,8 @@ def read_shape(text: str) -> tuple[HloShape | None, int]:
     text_len = len(text)
     if text.startswith("("):
         close = _matching(text, 0)
-        parts = [p for p in split_top(text[1:close]) if p]
-        elements = [s for s in (read_shape(p)[0] for p in parts) if s is not None]
+        parts = [_COMMENT.sub("", p).strip() for p in split_top(text[1:close])]
+        elements = [s for s in (read_shape(p)[0] for p in parts if p) if s is not None]
         return HloShape("tuple", elements=elements), close + 1
     match = _SHAPE.match(text)
     if match is None:
@@ -283,7 +286,7 @@ def _operands(text: str, opcode: str) -> tuple[list[str], list[HloShape | None]]
         return [], []
     names, shapes = [], []
     for part in split_top(text):
-        part = re.sub(r"/\*.*?\*/", "", part).strip()  # /*index=5*/ comments
+        part = _COMMENT.sub("", part).strip()
         shape, used = read_shape(part)
         match = _OPERAND_NAME.search(part[used:].strip())
         if match:

@@ -1,0 +1,78 @@
+"""Run a program as `python3 PROGRAM ARGS` runs it, bare, with a JAX profiler trace of one span
+of it chosen by what it prints: the truth about an upstream program's device time, taken
+without tpuscope and without editing the program.
+
+    python3 bare_trace.py --mark "Epoch" --after 1 --out DIR PROGRAM [ARGS...]
+
+starts the trace when the program has printed `--after` lines holding `--mark` and stops it at
+the next such line: with an epoch loop that prints each epoch's time, the trace holds exactly
+one whole epoch after the first (whose time holds the compiles). Why a print and not a timer:
+compile times on the chip vary by seconds, and the print comes between epochs on the program's
+own thread, so the profiler starts and stops outside the steps it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from typing import Any, TextIO
+
+
+class _Marks:
+    """The program's stdout, counting the lines that hold the mark; starts and stops the
+    trace at the chosen counts."""
+
+    def __init__(self, stream: TextIO, mark: str, after: int, out: str) -> None:
+        self.stream, self.mark, self.after, self.out = stream, mark, after, out
+        self.seen = 0
+        self.tracing = False
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        for line in text.splitlines():
+            if self.mark in line:
+                self.seen += 1
+                self._window()
+        return written
+
+    def _window(self) -> None:
+        import jax
+
+        if self.seen == self.after and not self.tracing:
+            self.stream.flush()
+            jax.profiler.start_trace(self.out)
+            self.tracing = True
+        elif self.seen == self.after + 1 and self.tracing:
+            jax.profiler.stop_trace()
+            self.tracing = False
+            print(f"bare_trace: one span traced into {self.out}", file=sys.stderr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mark", required=True, help="text of the line that ends a span")
+    parser.add_argument("--after", type=int, default=1, help="spans to let pass first")
+    parser.add_argument("--out", required=True, help="the trace's log directory")
+    parser.add_argument("program")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    options = parser.parse_args()
+    marks = _Marks(sys.stdout, options.mark, options.after, options.out)
+    sys.stdout = marks  # type: ignore[assignment]
+    sys.argv = [options.program, *options.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(options.program)))
+    try:
+        runpy.run_path(options.program, run_name="__main__")
+    finally:
+        if marks.tracing:  # the program ended inside the span: keep what was traced
+            import jax
+
+            jax.profiler.stop_trace()
+
+
+if __name__ == "__main__":
+    main()
