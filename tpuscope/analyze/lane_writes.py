@@ -70,8 +70,7 @@ def lane_writes(top: pd.DataFrame) -> pd.DataFrame:
 def bytes_a_step(ops: pd.DataFrame) -> pd.Series:
     """Each measured op's bytes a step (measured_ops rows): XLA's bytes of one run times its
     runs a step (an op may run several times a step: a scan over layers)."""
-    runs_a_step = ops["runs"] * ops["time_s"] * 1e9 / ops["time_ns"].where(ops["time_ns"] > 0, 1)
-    return ops["bytes"].fillna(0) * runs_a_step
+    return ops["bytes"].fillna(0) * ops["runs_per_step"]
 
 
 def lane_write_cost(per: pd.DataFrame, writes: pd.DataFrame, chip: Chip) -> pd.DataFrame:

@@ -13,13 +13,14 @@ def self_times(ops: pd.DataFrame) -> np.ndarray:
     come, a loop's ops count twice (on a v5e, JAX's mnist_vae example, whose epoch is one
     fori_loop: 80.1 ms of ops in a 44.5 ms module run). What is left of a loop's own event is
     its control: the condition and the iterations' turnaround."""
-    own = ops["dur_ns"].to_numpy(np.int64).copy()
+    durations = ops["dur_ns"].to_numpy(np.int64)
+    own = durations.copy()
     planes = ops["plane"].astype(str).to_numpy() if "plane" in ops else np.zeros(len(ops), str)
     starts = ops["start_ns"].to_numpy(np.int64)
     for plane in np.unique(planes):
         at = np.flatnonzero(planes == plane)
-        order = at[np.lexsort((-own[at], starts[at]))]
-        begin, end = starts[order], starts[order] + ops["dur_ns"].to_numpy(np.int64)[order]
+        order = at[np.lexsort((-durations[at], starts[at]))]  # by start, the longer first
+        begin, end = starts[order], starts[order] + durations[order]
         if len(order) < 2 or not (np.maximum.accumulate(end)[:-1] >= end[1:]).any():
             continue  # no event holds another: the common case, without a Python loop
         _subtract_nested(order, begin, end, own)

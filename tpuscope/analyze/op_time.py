@@ -319,8 +319,9 @@ def measured_waste(
 ) -> tuple[list[MeasuredWaste], dict]:
     """(each cause's measured waste per traced step, what was measured: device time per step,
     steps, ops); empty without device ops or without the trace's HLO. An op's time is one
-    cause's: the attention's ops (their f32 matmuls too) and the boundary's copies (which
-    move f32 arrays too) are not counted again by the other causes."""
+    cause's, claimed in this order: the attention's ops (their f32 matmuls too), the
+    boundary's copies and the writes across the lanes (each where it is a card), the ops far
+    off the peak; f32 takes what is left (an attention computed in f32 shares its ops)."""
     per, count = measured_ops(events, steps)
     if per.empty:
         return [], {}
@@ -333,21 +334,19 @@ def measured_waste(
     heads = head_dim_waste(per, dots, hlo_ops, chip)
     shared = heads is not None and heads.info.get("f32")  # an f32 attention: both causes
     outside = _unclaimed(per, heads, "hlo_module", "hlo_op")  # ops not the attention's
-    relayouts = relayout_waste(
-        outside, hlo_ops, pd.DataFrame() if hlo_modules is None else hlo_modules
-    )
-    outside = _unclaimed(outside, relayouts, "hlo_module", "hlo_op")
-    lanes = lane_write_waste(outside, hlo_ops, chip)
-    outside = _unclaimed(outside, lanes, "hlo_module", "hlo_op")
     device_s = figures["device_s_per_step"]
+    modules = pd.DataFrame() if hlo_modules is None else hlo_modules
+    relayouts = _shown(relayout_waste(outside, hlo_ops, modules), device_s)
+    outside = _unclaimed(outside, relayouts, "hlo_module", "hlo_op")
+    lanes = _shown(lane_write_waste(outside, hlo_ops, chip), device_s)
+    outside = _unclaimed(outside, lanes, "hlo_module", "hlo_op")
     slow = slow_waste(outside, hlo_ops, chip, device_s)
     outside = _unclaimed(outside, slow, "hlo_module", "hlo_op")
+    free = outside
     if shared:  # the attention's ops are the f32 card's too
-        free = _unclaimed(
-            _unclaimed(per, relayouts, "hlo_module", "hlo_op"), slow, "hlo_module", "hlo_op"
-        )
-    else:
-        free = outside
+        free = per
+        for other in (relayouts, lanes, slow):
+            free = _unclaimed(free, other, "hlo_module", "hlo_op")
     dots = dots if shared else _unclaimed(dots, heads, "module", "parent")
     f32 = f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None
     if shared and heads is not None and f32 is not None and f32.lost_s >= MIN_SHARE * device_s:
@@ -370,6 +369,11 @@ def _after_f32(heads: MeasuredWaste, f32: MeasuredWaste) -> MeasuredWaste | None
     kept = (ops["lost_s"] / ops["time_s"].where(ops["time_s"] > 0)).fillna(0.0)
     ops["lost_s"] = (ops["time_s"] - before).clip(lower=0) * kept
     return waste(heads.kind, ops, {**heads.info, "after_f32_s": float(before.sum())})
+
+
+def _shown(waste: MeasuredWaste | None, device_s: float) -> MeasuredWaste | None:
+    """The waste where it is a card (MIN_SHARE of the device step): only a card claims ops."""
+    return waste if waste is not None and waste.lost_s >= MIN_SHARE * device_s else None
 
 
 def _unclaimed(

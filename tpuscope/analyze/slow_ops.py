@@ -7,7 +7,7 @@ such an op's time, and a model that scales its measured time by a cause's share 
 ways. On a v5e, JAX's differentially_private_sgd example (per-example gradients by `vmap` of
 `grad` over a stax conv net) spent 3.24 ms of its 3.39 ms step in one fusion, a convolution
 computing per-example weight gradients with an f32 result (its operands bf16, as XLA converts
-f32 operands at default precision), at 261x its ideal; its bf16 twin ran the same convolution
+f32 operands at default precision), at 262x its ideal; its bf16 twin ran the same convolution
 with a bf16 result in 28 us, the step in 0.164 ms (docs/tpu.md). What the op loses is measured
 against its ideal: the most it could gain, not what a given fix gains.
 """
@@ -38,6 +38,7 @@ def slow_ops(per: pd.DataFrame, top: pd.DataFrame, chip: Chip) -> pd.DataFrame:
     if per.empty or top.empty:
         return per.iloc[0:0]
     runs = per["runs_per_step"].to_numpy(float)
+    counted = per["flops"].notna().to_numpy()  # an op without XLA's FLOPs has no ideal here
     ideal = np.maximum(
         per["flops"].fillna(0).to_numpy(float) / chip.peak_flops,
         per["bytes"].fillna(0).to_numpy(float) / chip.hbm_bandwidth,
@@ -48,8 +49,8 @@ def slow_ops(per: pd.DataFrame, top: pd.DataFrame, chip: Chip) -> pd.DataFrame:
         zip(zip(outer["module"], outer["name"], strict=True), outer["opcode"], strict=True)
     )
     keys = list(zip(per["hlo_module"], per["hlo_op"], strict=True))
-    computes = np.array([_computes(str(opcode.get(k, ""))) for k in keys], dtype=bool)
-    far = computes & (ideal > 0) & (time >= LONG_OP_S) & (time >= FAR * ideal)
+    computes = np.array([k in opcode and _computes(str(opcode[k])) for k in keys], dtype=bool)
+    far = computes & counted & (ideal > 0) & (time >= LONG_OP_S) & (time >= FAR * ideal)
     found = per[far].copy()
     found["ideal_s"] = ideal[far] * runs[far]
     found["lost_s"] = found["time_s"] - found["ideal_s"]
@@ -72,14 +73,15 @@ def _what(top: pd.DataFrame, module: str, op: str) -> str:
     """'convolution f32[256,4,4,16,32] (operands bf16) in a fusion with multiply, reduce': the
     op's costliest kind of instruction, its result and operand types, what is fused with it."""
     mine = top[(top["module"] == module) & ((top["name"] == op) | (top["fusion"] == op))]
+    if mine.empty:
+        return "op"
     inner = mine[mine["fusion"] == op] if (mine["fusion"] == op).any() else mine
     codes = [str(c) for c in inner["opcode"] if str(c) not in ("parameter", "constant", "tuple")]
     main = next((c for c in ("convolution", "dot", "reduce-window", "scatter", "gather", "sort")
                  if c in codes), codes[0] if codes else "op")  # fmt: skip
     row = inner[inner["opcode"].astype(str) == main].iloc[0] if main in codes else mine.iloc[0]
-    operands = sorted(
-        {str(t) for t in (row.get("lhs_dtype"), row.get("rhs_dtype")) if t and str(t) != "nan"}
-    )
+    dtypes = (row.get("lhs_dtype"), row.get("rhs_dtype"))
+    operands = sorted({str(t) for t in dtypes if t is not None and not pd.isna(t)})
     others = sorted(set(codes) - {main, "bitcast", "copy", "convert", "get-tuple-element"})
     return (
         f"{main} {row['shape']}"
