@@ -118,3 +118,47 @@ def test_a_library_jit_is_the_step_only_when_the_program_jits_nothing_of_its_own
     keras = JitTarget("train_step", "/site-packages/keras/src/backend/jax/trainer.py:123", False)
     assert steps_of([keras] * 5, False, "fit") == ["jit:train_step"] * 5
     assert steps_of([keras] * 5, True, "own") == ["end"]
+
+
+def test_jax_s_spmd_example_retraces_get_their_own_fixes(tmp_path: Path) -> None:
+    """jax-ml/jax examples/spmd_mnist_classifier_fromscratch.py's idiom, on the host's device:
+    the step (`@jax.jit(donate_argnums=0)`) called inside `jax.set_mesh(mesh)` in its loop and
+    once outside it after the epoch, and one jitted `accuracy` over the train set and the test
+    set, both sharded over the mesh's batch axis. The mesh context gets a mesh fix; the
+    sharded sizes (`f32[60@batch,8] -> f32[10@batch,8]`) a shape fix, not "the same dtype"."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from tpuscope.detect.run_analysis import analyze
+    from tpuscope.store import Run
+
+    mesh = jax.make_mesh((1,), ("batch",), axis_types=(AxisType.Explicit,))
+    data = NamedSharding(mesh, P("batch"))
+
+    @jax.jit(donate_argnums=0)
+    def train_step(w: jax.Array, x: jax.Array) -> jax.Array:
+        return w - 0.1 * jnp.mean(x @ w)
+
+    @jax.jit
+    def accuracy(w: jax.Array, x: jax.Array) -> jax.Array:
+        return jnp.mean(x @ w)
+
+    train = jax.device_put(np.ones((60, 8), np.float32), data)
+    test = jax.device_put(np.ones((10, 8), np.float32), data)
+    with tpuscope.profile(store=tmp_path, name="spmd", warmup=1, analyze_at_exit=False) as run:
+        w = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P()))
+        for _ in range(6):
+            with jax.set_mesh(mesh):
+                w = train_step(w, train[:8])
+        float(accuracy(w, train)), float(accuracy(w, test))
+        w = train_step(w, train[:8])
+        float(w[0, 0])
+    fixes = {
+        f.location.rsplit(":", 1)[-1]: f.fix
+        for f in analyze(Run(run.path)).findings
+        if f.rule == "recompile"
+    }
+    mesh_fix = next(fix for fix in fixes.values() if "train_step" in fix)
+    assert "jax.set_mesh(mesh)" in mesh_fix and "AbstractMesh" in mesh_fix
+    shape_fix = next(fix for fix in fixes.values() if "accuracy" in fix)
+    assert shape_fix.startswith("Give ") and "same dtype" not in shape_fix

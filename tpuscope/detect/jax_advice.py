@@ -77,7 +77,8 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
     if kind == "input_sharding" or (kind == "input_types" and _sharding_only(found)):
         return sharding_fix(function, arg, found.get("before"), found.get("after"))
     if kind == "input_types":
-        old, new = parse_shape(found.get("before") or ""), parse_shape(found.get("after") or "")
+        old = parse_shape(_plain(found.get("before") or ""))  # 'f32[60000@batch,784]': its dims
+        new = parse_shape(_plain(found.get("after") or ""))
         if old and new and old.dims == new.dims:
             return (
                 f"Pass {arg} with the same dtype on every call of {function} (cast it, e.g. "
@@ -98,7 +99,7 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
             f"lengths, None in the same places)."
         )
     if kind == "tracing_context":
-        return f"A JAX setting or context differed between calls of {function}: set it once, before the first call."
+        return _context_fix(function, arg, found)
     if kind == "redefined":
         return (
             f"{function} is jitted anew on every call (jax.jit inside a loop or a function, or a new "
@@ -109,6 +110,23 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
     return (
         f"Keep the arguments of {function} the same from call to call: shapes, dtypes, pytree "
         "structure, static values."
+    )
+
+
+def _context_fix(function: str, setting: str | None, diff: dict[str, Any]) -> str:
+    """A JAX setting or context that differed between two calls; a mesh context by name: JAX's
+    spmd_mnist_classifier_fromscratch example calls its step inside `jax.set_mesh(mesh)` in its
+    loop and once outside it after each epoch, compiling it twice."""
+    before, after = diff.get("before"), diff.get("after")
+    if "mesh" in f"{setting} {before} {after}".lower():
+        return (
+            f"{function} was called under one mesh context and then under another or none "
+            f"({before} -> {after}): call it under the same `jax.set_mesh(mesh)` every time (or "
+            "outside it every time); each context compiles it again."
+        )
+    return (
+        f"A JAX setting or context differed between calls of {function} ({setting}: {before} -> "
+        f"{after}): set it once, before the first call."
     )
 
 
