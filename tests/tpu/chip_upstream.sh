@@ -13,6 +13,9 @@
 #    examples bare again beside them.
 # 3: the three examples under `tpuscope run` again, with this round's analysis (a loop's ops
 #    counted once, the f32 saving bounded, ops far off the peak); the stores without traces.
+# 4: examples/spmd_mnist_classifier_fromscratch.py (explicit sharding over a one-chip mesh, the
+#    step under `jax.set_mesh` in the loop and once outside it, a print each step) bare and
+#    under tpuscope.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -48,5 +51,11 @@ if [ "$PART" = 3 ]; then
   under vae python3 $UP/examples/mnist_vae.py; paths
   under dpsgd python3 $UP/examples/differentially_private_sgd.py --epochs 4; paths
   under mnist python3 $UP/examples/mnist_classifier.py; paths
+fi
+if [ "$PART" = 4 ]; then
+  pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null; }
+  export SPMD_EPOCHS=4
+  bare python3 $UP/examples/spmd_mnist_classifier_fromscratch.py | grep -v "^Batch no"
+  under spmd python3 $UP/examples/spmd_mnist_classifier_fromscratch.py | grep -v "^Batch no"; paths
 fi
 pack

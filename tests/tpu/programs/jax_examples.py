@@ -5,7 +5,8 @@ chip_upstream.sh runs them (the snapshot is fetched, never committed):
 
 - `datasets.mnist_raw` returns synthetic arrays of MNIST's shapes and dtypes (the chip has no
   network); everything after it is upstream's own code.
-- mnist_classifier.py and mnist_vae.py read their epoch count from MNIST_EPOCHS / VAE_EPOCHS.
+- mnist_classifier.py, mnist_vae.py and spmd_mnist_classifier_fromscratch.py read their
+  epoch count from MNIST_EPOCHS / VAE_EPOCHS / SPMD_EPOCHS.
 - `OUT/stubs`: stand-ins for matplotlib (the VAE saves a picture each epoch) and dp_accounting
   (the DP-SGD example's privacy accountant, run on the host after each epoch).
 - `*_bf16.py`: each f32 example's twin as the f32 card's fix writes it, bf16 compute over f32
@@ -20,13 +21,21 @@ import sys
 from pathlib import Path
 
 FILES = ["__init__.py", "datasets.py", "mnist_classifier.py", "mnist_vae.py"]
-FILES += ["differentially_private_sgd.py"]
+FILES += ["differentially_private_sgd.py", "spmd_mnist_classifier_fromscratch.py"]
 CAST = "jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)"
 EDITS = {  # file: [(upstream text, replacement)], each found exactly once
     "mnist_classifier.py": [
-        ("num_epochs = 10\n", 'num_epochs = int(__import__("os").environ.get("MNIST_EPOCHS", 10))\n')
+        (
+            "num_epochs = 10\n",
+            'num_epochs = int(__import__("os").environ.get("MNIST_EPOCHS", 10))\n',
+        )
     ],
-    "mnist_vae.py": [("num_epochs = 100\n", 'num_epochs = int(os.environ.get("VAE_EPOCHS", 100))\n')],
+    "mnist_vae.py": [
+        ("num_epochs = 100\n", 'num_epochs = int(os.environ.get("VAE_EPOCHS", 100))\n')
+    ],
+    "spmd_mnist_classifier_fromscratch.py": [
+        ("num_epochs = 10\n", 'num_epochs = int(__import__("os").environ.get("SPMD_EPOCHS", 10))\n')
+    ],
 }
 TWINS = {
     "mnist_vae.py": [
@@ -85,7 +94,9 @@ def main() -> None:
     for name in FILES:
         text = subprocess.run(
             ["git", f"--git-dir={git_dir}", "show", f"HEAD:examples/{name}"],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         if name == "datasets.py":
             start, end = text.index("def mnist_raw():"), text.index("def mnist(permute_train")
