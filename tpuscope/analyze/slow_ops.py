@@ -19,10 +19,10 @@ import pandas as pd
 
 from tpuscope.analyze.chips import Chip
 
-LONG_OP_S = (
-    20e-6  # a run shorter than this is bound by fixed costs: the cost table's ops under ~20 us
-)
-FAR = 10.0  # measured time over ideal: the cost table's ops of 20 us and more ran within 2.2x
+# the cost table's (docs/tpu.md) ops under ~20 us a run are bound by their fixed costs; those
+# of 20 us and more ran within 2.2x their ideal
+LONG_OP_S = 20e-6
+FAR = 10.0  # measured time over ideal
 _NOT_COMPUTE = {  # ops whose time is not their own FLOPs and bytes: control, transfers, kernels
     "while", "conditional", "call", "custom-call", "send", "recv", "send-done", "recv-done",
     "infeed", "outfeed", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
