@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tpuscope.analyze.op_time import MODULE_LINE, OP_LINE, measured_ops
+from tpuscope.analyze.waste import trace_stage
 
 HOST_OPCODES = ("send", "send-done", "recv", "recv-done")
 
@@ -41,7 +42,7 @@ def host_waits(
     if per.empty:
         return pd.DataFrame(columns=COLUMNS)
     per = per.dropna(subset=["source"])
-    per["kind"] = _kinds(per, _trace_hlo(hlo_ops))
+    per["kind"] = _kinds(per, trace_stage(hlo_ops))
     return per.groupby(["source", "kind"], as_index=False)["time_s"].sum()[COLUMNS]
 
 
@@ -67,7 +68,7 @@ def _is_host_transfer(ops: pd.DataFrame, hlo_ops: pd.DataFrame) -> pd.Series:
     )
     if hlo_ops.empty or "opcode" not in hlo_ops:
         return by_category
-    top = _trace_hlo(hlo_ops)
+    top = trace_stage(hlo_ops)
     top = top[top["opcode"].isin(HOST_OPCODES)]
     host = top[
         top.get("op_type", pd.Series("", index=top.index))
@@ -77,10 +78,3 @@ def _is_host_transfer(ops: pd.DataFrame, hlo_ops: pd.DataFrame) -> pd.Series:
     named = set(zip(host["module"], host["name"], strict=True))
     keys = zip(ops["hlo_module"], ops["hlo_op"], strict=True)
     return by_category | pd.Series([key in named for key in keys], index=ops.index)
-
-
-def _trace_hlo(hlo_ops: pd.DataFrame) -> pd.DataFrame:
-    """The HLO the TPU trace carries (stage tpu_trace), when the run has it."""
-    if "stage" in hlo_ops and (hlo_ops["stage"] == "tpu_trace").any():
-        return hlo_ops[hlo_ops["stage"] == "tpu_trace"]
-    return hlo_ops

@@ -200,7 +200,6 @@ def slow_waste(
             "ratio": float(first["ratio"]),
             "run_s": float(first["time_s"] / first["runs_per_step"]),
             "ideal_run_s": float(first["ideal_s"] / first["runs_per_step"]),
-            "first_lost_s": float(first["lost_s"]),
         },
     )
 

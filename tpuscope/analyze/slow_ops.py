@@ -55,7 +55,10 @@ def slow_ops(per: pd.DataFrame, top: pd.DataFrame, chip: Chip) -> pd.DataFrame:
     found["ideal_s"] = ideal[far] * runs[far]
     found["lost_s"] = found["time_s"] - found["ideal_s"]
     found["ratio"] = time[far] / ideal[far]
-    found["what"] = [_what(top, module, op) for module, op in keys_of(found)]
+    found["what"] = [
+        _what(top, module, op)
+        for module, op in zip(found["hlo_module"], found["hlo_op"], strict=True)
+    ]
     return found.sort_values("lost_s", ascending=False)
 
 
@@ -63,10 +66,6 @@ def _computes(opcode: str) -> bool:
     """Whether an op's time is its own work: not control, a transfer, a kernel, or the start
     or wait of an asynchronous op (`slice-done` waits for a copy that ran beside others)."""
     return opcode not in _NOT_COMPUTE and not opcode.endswith(("-start", "-done"))
-
-
-def keys_of(frame: pd.DataFrame) -> list[tuple[str, str]]:
-    return list(zip(frame["hlo_module"], frame["hlo_op"], strict=True))
 
 
 def _what(top: pd.DataFrame, module: str, op: str) -> str:

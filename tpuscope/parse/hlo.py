@@ -23,9 +23,8 @@ _HEADER = re.compile(r"^HloModule\s+([^\s,]+)")
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(\(.*\)\s*->.*)?\{\s*$")
 _SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
 _METADATA = re.compile(r'(\w+)=(?:"((?:[^"\\]|\\.)*)"|([^\s}]+))')
-_COMMENT = re.compile(
-    r"/\*.*?\*/"
-)  # /*index=5*/: HLO text numbers every fifth tuple element and operand
+# /*index=5*/: HLO text numbers every fifth tuple element and operand
+_COMMENT = re.compile(r"/\*.*?\*/")
 _OPERAND_NAME = re.compile(r"%?([\w.\-]+)$")
 _DTYPE_BYTES = {
     "pred": 1,
