@@ -215,6 +215,7 @@ class HostSyncEvidence(Evidence):
         "files",
         "unmarked_runs",
         "device_idle_s_per_step",
+        "read_wait_s_per_step",
         "read_lost_s_per_step",
     }
 
@@ -228,9 +229,11 @@ class HostSyncEvidence(Evidence):
     files: list[str] | None = None
     # a loop with no step marker: graph runs in the one stretch the reads came in (no per-step rate)
     unmarked_runs: int | None = None
-    # JAX on a traced chip, per traced step that read: the device's idle time, and the part of
-    # it the reads cost (at most the device's busy time: detect/read_idle)
+    # JAX on a traced chip, per traced step that read: the device's idle time, the host's wait
+    # in the reads, and the part of the idle time the reads cost (at most the longer of that
+    # wait and the device's busy time: detect/read_idle)
     device_idle_s_per_step: float | None = None
+    read_wait_s_per_step: float | None = None
     read_lost_s_per_step: float | None = None
 
 

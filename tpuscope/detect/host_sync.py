@@ -10,9 +10,9 @@ or more per step of the loop (warm-up included; the after-the-loop phase is not 
 step). Cost: the measured device-to-host wait of those steps, in the share that these
 reads make of all host reads; severity its share of the wall time (analyze/judge).
 
-JAX has no such counter, and what a read costs there is not its wait (detect/read_idle): on a
-traced chip the cost is the device's idle time in the traced steps that read, at most their
-busy time; without a trace it is not measured.
+JAX has no such counter (detect/read_idle): on a traced chip the cost is the device's idle
+time in the traced steps that read, at most the longer of the host's wait in the reads and
+the device's busy time; without a trace it is not measured.
 """
 
 from __future__ import annotations
@@ -225,10 +225,17 @@ def _cost_text(cost: float, evidence: HostSyncEvidence, backend: str) -> str:
     idle, lost = evidence.device_idle_s_per_step, evidence.read_lost_s_per_step
     if idle is None or lost is None:
         return f"{what} Cost: not measured (no device trace of a step that read)."
+    wait = evidence.read_wait_s_per_step
+    held = (
+        f"the host waited {fmt_time(wait)} a traced step in them (JAX's trace marks each read), "
+        if wait
+        else ""
+    )
     return (
-        f"{what} Cost: the device idled {fmt_time(idle)} a traced step that read (measured), "
-        f"{fmt_time(lost)} of it the reads' (in each step at most the device's busy time, which "
-        f"the host's work could have overlapped): {cost:.3f} s over the steps that read."
+        f"{what} Cost: the device idled {fmt_time(idle)} a traced step that read (measured); "
+        f"{held}and a read loses at most that wait, which a host-bound step adds to its time, "
+        "or the device's busy time, which the host's work could have overlapped: "
+        f"{fmt_time(lost)} a step, {cost:.3f} s over the steps that read."
     )
 
 
@@ -330,6 +337,7 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
                 share_of_host_reads=round(share, 3),
                 unmarked_runs=_unmarked_runs(judged),
                 device_idle_s_per_step=None if measured is None else round(measured.idle_s, 9),
+                read_wait_s_per_step=None if measured is None else round(measured.wait_s, 9),
                 read_lost_s_per_step=None if measured is None else round(measured.lost_s, 9),
             ),
             JAX_FIX if tables.backend == "jax" else FIX,

@@ -1,13 +1,20 @@
 """What a JAX loop's value reads cost on a traced chip: the device's idle time in the traced
-steps that read, at most their busy time.
+steps that read, at most what the reads held the host or the device's busy time.
 
 A read (`float(loss)`, `np.asarray(x)`, `jax.device_get`) in a JAX loop does not cut the
-jitted step, and the host's wait in it is the device's work, which would be done anyway. What
-it costs is the overlap: the host runs the rest of its iteration and dispatches the next step
-only after the value came back, while the device idles. A TPU trace times that idle time (the
-device_steps rows of the traced steps that read). Without the read, the host's work would
-overlap the device's: a step loses at most its busy time, so min(idle, busy). Where the idle
-time is (within EXPLAINS) within the busy time, the reads are all of it, and rule
+jitted step. It blocks the host until the value is on the host: the device finishing the step
+and the value's trip back. What that costs depends on which side bounds the step:
+- The device (its busy time over the host's work): the host's wait is device work done anyway;
+  the cost is the overlap lost, the device idling while the host runs the rest of its
+  iteration and dispatches the next step. A TPU trace times that idle time (the device_steps
+  rows of the traced steps that read), at most the step's busy time.
+- The host: the wait itself adds to every step. JAX marks each read in the trace (its
+  `np.asarray(jax.Array)` annotation, which every read of a value goes through), so the wait
+  is measured too: on a v5e an NNX VAE (flax's nnx_toy_examples/05_vae.py) reading its scalar
+  loss every step waited 0.50-0.61 ms in each read for 26 us of device work, and the step
+  took 0.67 ms more than its twin that reads the losses once an epoch (docs/tpu.md).
+Either way a read loses at most the device's idle time: the traced steps that read lose
+min(idle, max(busy, wait)), each the mean over them. Where that is (within EXPLAINS) all of the idle time, rule
 tensorcore_underuse's idle card, whose cost is the same time, defers to rule host_sync's card
 (a v5e MLP reading its loss every step: its traced steps idled 0.003-1.86 ms against 1.67 ms
 busy, the tracer slowing the host; the reads cost 0.97 of that idle time).
@@ -27,6 +34,7 @@ from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.tables import RunTables
 
 EXPLAINS = 0.9  # the reads' cost as a share of the traced steps' idle time: all of it theirs
+READ_EVENT = "np.asarray(jax.Array)"  # JAX's trace annotation of ArrayImpl._value: every read
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class ReadIdle:
 
     idle_s: float
     busy_s: float
+    wait_s: float  # the host's time in the reads (0 where the trace does not mark them)
     lost_s: float
     reading_steps: int  # judged steps that read (traced or not)
     explains_idle: bool  # every traced judged step read, and the reads cost EXPLAINS of its idle
@@ -58,11 +67,27 @@ def read_idle(tables: RunTables) -> ReadIdle | None:
     if rows.empty:
         return None
     per_step = rows.groupby("step")[["busy_ns", "idle_ns"]].mean() / common.NS  # over devices
-    idle, lost = per_step["idle_ns"], float(per_step.min(axis=1).mean())
+    idle, busy = float(per_step["idle_ns"].mean()), float(per_step["busy_ns"].mean())
+    wait = _read_wait_s(tables.extra.get("trace_events", pd.DataFrame()))
+    lost = min(idle, max(busy, wait))
     return ReadIdle(
-        idle_s=float(idle.mean()),
-        busy_s=float(per_step["busy_ns"].mean()),
+        idle_s=idle,
+        busy_s=busy,
+        wait_s=wait,
         lost_s=lost,
         reading_steps=len(reading),
-        explains_idle=set(traced) <= reading and lost >= EXPLAINS * float(idle.mean()),
+        explains_idle=set(traced) <= reading and lost >= EXPLAINS * idle,
     )
+
+
+def _read_wait_s(events: pd.DataFrame) -> float:
+    """The host's time in value reads per traced step that read (s): JAX's READ_EVENT
+    annotations, summed by the step the trace's host windows put them in, their mean. (A
+    mean, not step by step: the host's windows and the device's are one step apart at the
+    trace's edges.) 0 where the trace marks no read."""
+    if events.empty or not {"name", "step", "dur_ns"} <= set(events.columns):
+        return 0.0
+    reads = events[(events["name"] == READ_EVENT) & events["step"].notna()]
+    if reads.empty:
+        return 0.0
+    return float(reads.groupby("step")["dur_ns"].sum().mean()) / common.NS

@@ -168,10 +168,14 @@ class JaxCollector(StepTracker):
 
         def stop() -> None:
             # Dispatch is asynchronous: wait for every pending computation (their outputs are
-            # live arrays) so the window's device work is inside the trace, then stop.
+            # live arrays) so the window's device work is inside the trace, then stop. The wait
+            # is tpuscope's, not a read of the program's: the sync hook lets it pass uncounted.
+            syncs = self._syncs.local
+            syncs.inside = True
             try:
                 jax.block_until_ready(jax.live_arrays())
             finally:
+                syncs.inside = False
                 jax.profiler.stop_trace()
 
         def on_tpu() -> bool:

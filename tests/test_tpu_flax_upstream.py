@@ -1,0 +1,74 @@
+"""Two of google/flax's own examples on a real TPU v5e (JAX 0.10.2, flax 0.12.8), run from a
+snapshot as a new user runs them (`tests/tpu/chip_flax.sh`, 6 December; the snapshot made
+runnable by tests/tpu/programs/flax_examples.py, not committed) under `tpuscope run` in the
+default mode, with their truths measured bare on the same chip:
+
+- flax_seq2seq: `examples/seq2seq/train.py` (a linen LSTM encoder-decoder learning addition,
+  batch 128, its batches made in Python each step by `CharacterTable.get_batch`; 1201 steps,
+  decoding every 200; `chip_flax.sh 1`). Bare, its timed copy ran 7.857 ms a step, and the
+  twin fed 16 batches made before the loop 1.694 ms: making the batches cost 6.16 ms a step.
+- flax_nnx_vae: `examples/nnx_toy_examples/05_vae.py` (an NNX VAE, `nnx.jit`, reading its loss
+  back with `np.asarray` every step; 5 epochs of 200 steps; `chip_flax.sh 2`, this code). Bare,
+  3.18 ms a step (3.36 in round 1); its twin reading the losses once an epoch 2.69 ms (round 1
+  2.69): the read cost 0.50 ms a step (0.67 in round 1), and timed by itself in an untraced
+  copy it took 0.47-0.49 ms a step.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tpuscope.detect.run_analysis import analyze
+from tpuscope.schema import Finding
+from tpuscope.store import Run
+
+RUNS = Path(__file__).parent / "tpu" / "runs"
+SEQ2SEQ_BARE_S = 7.857e-3  # a step of the timed copy, bare
+VAE_BARE_S = 3.18e-3  # the same hour as the committed run
+READ_LOST_S = (0.50e-3, 0.67e-3)  # the read's cost bare, two rounds: its twin's step against it
+
+
+def _analyzed(name: str, tmp_path: Path) -> tuple[Run, list[Finding]]:
+    run_dir = tmp_path / name
+    shutil.copytree(RUNS / name, run_dir)
+    run = Run(run_dir)
+    return run, analyze(run).findings
+
+
+def test_seq2seq_is_host_bound_at_the_batch_it_makes_in_python(tmp_path: Path) -> None:
+    """The LSTM's 280 us of device work a step waits on `get_batch` (Python string work for 128
+    examples, 6.16 ms of the 7.86 ms step bare): the idle card stands at get_batch and names it
+    first among the host's parts; no other step card (decoding every 200 steps reads 0.04 values
+    a step). Its cost is the device's idle time, 7.92 ms a step, of which the batches are 6.16:
+    the rest is the host's dispatch and Python, which the twin fed premade batches still paid."""
+    run, findings = _analyzed("flax_seq2seq", tmp_path)
+    assert run.steps["wall_ns"].iloc[10:].median() / 1e9 == pytest.approx(SEQ2SEQ_BARE_S, rel=0.06)
+    (idle,) = [f for f in findings if f.rule == "tensorcore_underuse"]
+    assert idle.title == "device idle 97% of the step: the step is host-bound"
+    assert idle.location is not None and idle.location.endswith("seq2seq/input_pipeline.py:130")
+    assert "get_batch (input_pipeline.py:130)" in idle.detail.split("the dispatch of")[0]
+    assert {f.rule for f in findings} == {"compile_time", "tensorcore_underuse"}
+
+
+def test_an_nnx_vae_reading_its_loss_every_step_pays_the_read_s_wait(tmp_path: Path) -> None:
+    """A host-bound step (26 us of device work under nnx.jit's graph traversal) adds each read's
+    whole wait to its time, not the device's busy time: the host waited 0.56 ms a traced step in
+    the read (JAX's `np.asarray(jax.Array)` marks), within the two rounds' bare costs (0.50-0.67
+    ms; the read timed by itself 0.47-0.49 ms). Before, the card held the cost to the device's
+    busy time: [low] 23 us. The trace's end, where tpuscope waits for the device, is no read of
+    the program's (before: a `block_until_ready` site at the step's line)."""
+    run, findings = _analyzed("flax_nnx_vae", tmp_path)
+    assert run.steps["wall_ns"].iloc[10:].median() / 1e9 == pytest.approx(VAE_BARE_S, rel=0.05)
+    (sync,) = [f for f in findings if f.rule == "host_sync"]
+    evidence = sync.evidence.to_dict()
+    assert 0.9 * READ_LOST_S[0] <= evidence["read_lost_s_per_step"] <= 1.1 * READ_LOST_S[1]
+    assert evidence["read_lost_s_per_step"] == evidence["read_wait_s_per_step"]
+    assert sync.severity == "high"
+    assert sync.location is not None and sync.location.endswith("nnx_vae/05_vae.py:166")
+    assert [site["calls"] for site in evidence["sites"]] == [["np.asarray"]]
+    idle = next(f for f in findings if f.title.startswith("device idle"))
+    assert idle.location is not None and idle.location.endswith("nnx_vae/05_vae.py:165")
+    assert "nnx.cached_partial" in idle.fix

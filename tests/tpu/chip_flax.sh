@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 33 (6 December): two of google/flax's examples on the chip as a new user runs them
+# (device tool, repo root, .tpu/ carried; $UP is what tests/tpu/programs/flax_examples.py makes
+# of a snapshot: the examples, timed copies and twins, stand-ins for clu, datasets, pyplot):
+#   timeout 580 bash tests/tpu/chip_flax.sh PART
+# 1: examples/seq2seq/train.py (linen LSTM addition, batches made in Python each step): its
+#    timed copy bare, the twin fed batches made before the loop, then upstream's file under
+#    `tpuscope run` in the default mode; nnx_toy_examples/05_vae.py (an NNX VAE reading its
+#    loss back each step): timed copy bare, the twin that reads the losses once an epoch, then
+#    upstream's file under `tpuscope run`.
+# 2: the NNX VAE again with this round's code (a read's cost is at most the longer of the
+#    host's wait in it and the device's busy time; tpuscope's own wait at the trace's end is
+#    not a read of the program's): bare, its twin, a copy timing the read itself, then
+#    upstream's file under `tpuscope run`.
+PART=${1:-1}
+LOG=$OUT/log$PART.txt
+source tests/tpu/chip_lib.sh
+UP=${UP:-upstream_flax}
+export PYTHONPATH=$PYTHONPATH:$PWD/$UP/stubs
+pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' store 2>/dev/null; }
+if [ "$PART" = 1 ]; then
+  SEQ="--num_train_steps=1201 --decode_frequency=200"
+  bare python3 $UP/seq2seq/train_timed.py $SEQ
+  bare python3 $UP/seq2seq/train_fixed.py $SEQ
+  under seq2seq python3 $UP/seq2seq/train.py $SEQ; paths
+  export VAE_EPOCHS=5
+  bare python3 $UP/nnx_vae/05_vae_timed.py
+  bare python3 $UP/nnx_vae/05_vae_nosync.py
+  under nnx_vae python3 $UP/nnx_vae/05_vae.py; paths
+fi
+if [ "$PART" = 2 ]; then
+  export VAE_EPOCHS=5
+  bare python3 $UP/nnx_vae/05_vae_timed.py
+  bare python3 $UP/nnx_vae/05_vae_nosync.py
+  bare python3 $UP/nnx_vae/05_vae_reads.py
+  under nnx_vae python3 $UP/nnx_vae/05_vae.py; paths
+fi
