@@ -38,7 +38,7 @@ from tpuscope.detect.tensorcore_measured import (
     xprof_figures,
     xprof_mxu_finding,
 )
-from tpuscope.detect.tensorcore_ops import op_time_findings
+from tpuscope.detect.tensorcore_ops import op_time_findings, while_host_bound
 from tpuscope.schema import Finding
 
 MIN_SHARE = (
@@ -263,7 +263,9 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     on_chip = op_time_findings(tables, tables.backend)
     if on_chip is not None:  # a TPU trace with its HLO: each op's time was measured, and wins
         idle = idle_finding(tables, {})
-        return ([idle] if idle is not None else []) + on_chip
+        if idle is None:
+            return on_chip
+        return [idle] + [while_host_bound(card) for card in on_chip]
     findings = [
         f
         for f in (xprof_mxu_finding(tables, measured), idle_finding(tables, measured))
