@@ -226,16 +226,18 @@ def _cost_text(cost: float, evidence: HostSyncEvidence, backend: str) -> str:
     if idle is None or lost is None:
         return f"{what} Cost: not measured (no device trace of a step that read)."
     wait = evidence.read_wait_s_per_step
-    held = (
-        f"the host waited {fmt_time(wait)} a traced step in them (JAX's trace marks each read), "
+    bound = (
+        f"the host waited {fmt_time(wait)} a traced step in them (JAX's trace marks each "
+        "read): a read loses at most the idle time, and of it at most that wait, which a "
+        "host-bound step adds to its time, or the device's busy time, which the host's work "
+        "could have overlapped, whichever is longer"
         if wait
-        else ""
+        else "a read loses at most the idle time, and of it at most the device's busy time, "
+        "which the host's work could have overlapped (the trace marks no read's wait)"
     )
     return (
         f"{what} Cost: the device idled {fmt_time(idle)} a traced step that read (measured); "
-        f"{held}and a read loses at most that wait, which a host-bound step adds to its time, "
-        "or the device's busy time, which the host's work could have overlapped: "
-        f"{fmt_time(lost)} a step, {cost:.3f} s over the steps that read."
+        f"{bound}: {fmt_time(lost)} a step, {cost:.3f} s over the steps that read."
     )
 
 

@@ -11,15 +11,17 @@ and the value's trip back. What that costs depends on which side bounds the step
 - The host: the wait itself adds to every step. JAX marks each read in the trace (its
   `np.asarray(jax.Array)` annotation, which every read of a value goes through), so the wait
   is measured too: on a v5e an NNX VAE (flax's nnx_toy_examples/05_vae.py) reading its scalar
-  loss every step waited 0.50-0.61 ms in each read for 26 us of device work, and the step
-  took 0.67 ms more than its twin that reads the losses once an epoch (docs/tpu.md).
+  loss every step waited 0.50-0.61 ms in each read for 26 us of device work, and its step took
+  0.50-0.67 ms more (two rounds) than its twin that reads the losses once an epoch.
 Either way a read loses at most the device's idle time: the traced steps that read lose
-min(idle, max(busy, wait)), each the mean over them. Where that is (within EXPLAINS) all of the idle time, rule
-tensorcore_underuse's idle card, whose cost is the same time, defers to rule host_sync's card
-(a v5e MLP reading its loss every step: its traced steps idled 0.003-1.86 ms against 1.67 ms
-busy, the tracer slowing the host; the reads cost 0.97 of that idle time).
-A trace of several devices: each step's times are the mean over them. Steps that run op by op
-are rule op_by_op's, which takes their idle time as its cost.
+min(idle, max(busy, wait)), of the means over them. Means, not step by step: the first traced
+step's window holds no idle time before it (a v5e MLP reading its loss every step: 3.5 us
+idle in its first traced step, 1.49-1.86 ms in the others against 1.67 ms busy; step by step
+the reads cost 1.30 ms, of the means 1.34, against 1.40 ms lost bare). Where the reads'
+cost is (within EXPLAINS) all of the idle time, rule tensorcore_underuse's idle card, whose
+cost is the same time, defers to rule host_sync's card. A trace of several devices: each
+step's times are the mean over them. Steps that run op by op are rule op_by_op's, which takes
+their idle time as its cost.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tpuscope.detect.tables import RunTables
 
 EXPLAINS = 0.9  # the reads' cost as a share of the traced steps' idle time: all of it theirs
 READ_EVENT = "np.asarray(jax.Array)"  # JAX's trace annotation of ArrayImpl._value: every read
+DISPATCH = "PjitFunction("  # a jitted call's dispatch on the host: the program's thread
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class ReadIdle:
     wait_s: float  # the host's time in the reads (0 where the trace does not mark them)
     lost_s: float
     reading_steps: int  # judged steps that read (traced or not)
-    explains_idle: bool  # every traced judged step read, and the reads cost EXPLAINS of its idle
+    every_traced_step: bool  # every traced judged step read: host and device take turns
+    explains_idle: bool  # every traced step read, and the reads cost EXPLAINS of its idle
 
 
 def read_idle(tables: RunTables) -> ReadIdle | None:
@@ -68,26 +72,40 @@ def read_idle(tables: RunTables) -> ReadIdle | None:
         return None
     per_step = rows.groupby("step")[["busy_ns", "idle_ns"]].mean() / common.NS  # over devices
     idle, busy = float(per_step["idle_ns"].mean()), float(per_step["busy_ns"].mean())
-    wait = _read_wait_s(tables.extra.get("trace_events", pd.DataFrame()))
+    events = tables.extra.get("trace_events", pd.DataFrame())
+    wait = _read_wait_s(events, set(traced) & reading)
     lost = min(idle, max(busy, wait))
+    every = set(traced) <= reading
     return ReadIdle(
         idle_s=idle,
         busy_s=busy,
         wait_s=wait,
         lost_s=lost,
         reading_steps=len(reading),
-        explains_idle=set(traced) <= reading and lost >= EXPLAINS * idle,
+        every_traced_step=every,
+        explains_idle=every and lost >= EXPLAINS * idle,
     )
 
 
-def _read_wait_s(events: pd.DataFrame) -> float:
-    """The host's time in value reads per traced step that read (s): JAX's READ_EVENT
-    annotations, summed by the step the trace's host windows put them in, their mean. (A
-    mean, not step by step: the host's windows and the device's are one step apart at the
-    trace's edges.) 0 where the trace marks no read."""
-    if events.empty or not {"name", "step", "dur_ns"} <= set(events.columns):
+def _read_wait_s(events: pd.DataFrame, steps: set[int]) -> float:
+    """The host's time in value reads a traced step that read (s): JAX's READ_EVENT annotations
+    on the program's thread (the one that dispatched the most jitted calls: a host callback's
+    reads run on the runtime's threads), summed by process and step, the mean over the steps
+    and then over the processes. 0 where the trace marks no read."""
+    needed = {"name", "step", "dur_ns", "line"}
+    if events.empty or not needed <= set(events.columns):
         return 0.0
-    reads = events[(events["name"] == READ_EVENT) & events["step"].notna()]
+    keys = [k for k in ("host", "pid") if k in events.columns]
+    names = events["name"].astype(str)
+    dispatches = events[names.str.startswith(DISPATCH)]
+    if dispatches.empty:
+        return 0.0
+    counts = dispatches.groupby([*keys, "line"], observed=True).size().reset_index(name="n")
+    program = counts.sort_values("n").drop_duplicates(keys, keep="last")[[*keys, "line"]]
+    reads = events[(names == READ_EVENT) & events["step"].isin(steps)]
+    reads = reads.astype({"line": str}).merge(program.astype({"line": str}), on=[*keys, "line"])
     if reads.empty:
         return 0.0
-    return float(reads.groupby("step")["dur_ns"].sum().mean()) / common.NS
+    per_step = reads.groupby([*keys, "step"], observed=True)["dur_ns"].sum()
+    per_process = per_step.groupby(level=keys).mean() if keys else per_step.mean()
+    return float(pd.Series(per_process).mean()) / common.NS

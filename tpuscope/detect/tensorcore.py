@@ -29,6 +29,7 @@ from tpuscope.analyze.tensorcore import (
 )
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s
+from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import (
     RULE,
@@ -258,6 +259,15 @@ def _one_card(findings: list[Finding], site: str | None, tables: RunTables) -> F
     )
 
 
+def _takes_turns(tables: RunTables, idle: Finding) -> bool:
+    """Whether host and device take turns in the idle steps, so a shorter device step shortens
+    them: the host waits in a read every traced step, or inside the calls of a step a host
+    callback holds (the idle card's measure of it)."""
+    reads = read_idle(tables)
+    held = getattr(idle.evidence, "idle_in_calls_s_per_step", None)
+    return bool(held) or (reads is not None and reads.every_traced_step)
+
+
 def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
     measured = xprof_figures(tables)
     on_chip = op_time_findings(tables, tables.backend)
@@ -265,6 +275,8 @@ def detect_tensorcore_underuse(tables: RunTables) -> list[Finding]:
         idle = idle_finding(tables, {})
         if idle is None:
             return on_chip
+        if _takes_turns(tables, idle):  # the device's time is on the step's path
+            return [idle, *on_chip]
         return [idle] + [while_host_bound(card) for card in on_chip]
     findings = [
         f

@@ -23,6 +23,8 @@ from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
 
+LOST = " lost per step"  # every measured card's title says its figure so (_wording)
+
 
 def chip_of(tables: RunTables) -> Chip | None:
     """The TPU the run's trace was taken on (its device kind), None off a TPU."""
@@ -57,20 +59,21 @@ def op_time_findings(tables: RunTables, backend: str) -> list[Finding] | None:
 
 
 def while_host_bound(card: Finding) -> Finding:
-    """A measured card on a step the host bounds (the device-idle card stands): the device would
-    finish its part sooner and the step would wait on the host as before, so the waste costs
-    no step time until the host keeps up. The card stays, as the next fix then, with no cost
-    and saying so (jax-ml/jax's MNIST classifier on a v5e: 57.9 us of device work in a 0.6 ms
-    host-bound step, whose f32 card said 2 us "lost per step")."""
-    title = card.title.replace(" lost per step", " of device time per step")
+    """A measured card on a step the host bounds (the device-idle card stands, and host and
+    device do not take turns in it): the device would finish its part sooner and the step would
+    wait on the host as before, so the waste costs no step time until the host keeps up. The
+    card stays, as the next fix then, with no cost and saying so (jax-ml/jax's MNIST classifier
+    on a v5e: 57.9 us of device work in a 0.6 ms host-bound step, whose f32 card said 2 us
+    "lost per step")."""
+    title = card.title.replace(LOST, " of device time per step")
+    detail = card.detail.rsplit(" Cost = ", 1)[0]
     return dataclasses.replace(
         card,
         severity="low",
         title=f"{title}: none of the host-bound step's time",
-        detail=card.detail
-        + " The step is host-bound (the device-idle card): with this fixed the device would "
-        "wait longer for the host, and the step would take as long, so it costs no step time "
-        "until the host keeps up; the figure is what the device gains then.",
+        detail=f"{detail} The step is host-bound (the device-idle card): with this fixed the "
+        "device would wait longer for the host, and the step would take as long, so it costs "
+        "no step time until the host keeps up; the figure is what the device gains then.",
         cost_s=0.0,
     )
 
@@ -243,7 +246,7 @@ def _lane_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
         )
     return (
         f"{info['count']} one-position write(s) across the lanes of a {info['shape']} array "
-        f"(dynamic_update_slice, as a KV cache's per-token write): {lost} lost per step "
+        f"(dynamic_update_slice, as a KV cache's per-token write): {lost}{LOST} "
         "(measured)",
         advice
         + "Keeping the split caches in the layout the compiler picks across calls (Layout.AUTO) "
@@ -292,7 +295,7 @@ def _relayout_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
     )
     return (
         f"arrays copied to another layout at the step's boundary, "
-        f"{_relayout_sides(info, 2)}, each step ({shapes}): {lost} lost per step (measured)",
+        f"{_relayout_sides(info, 2)}, each step ({shapes}): {lost}{LOST} (measured)",
         keep
         + ("Or give" if keep else "Give")
         + " the arrays a shape whose default layout is the one the step uses: on a v5e "
@@ -311,7 +314,7 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
     if waste.kind == "off_peak":
         return (
             f"{waste.info['count']} op(s) far off the chip's peak ({waste.info['ratio']:.0f}x "
-            f"the costliest's ideal): up to {lost} lost per step (measured)",
+            f"the costliest's ideal): up to {lost}{LOST} (measured)",
             "Compute the op at its line in a form XLA's TPU code runs near the chip's peak, and "
             "measure: bf16 operands and result where f32 is not needed (on a v5e the DP-SGD "
             "example's per-example convolution gradient ran 116x faster so: its device step "
@@ -332,7 +335,7 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         )
         return (
             f"{waste.info.get('count', 0)} matmul(s) run in f32 (precision {prec}): "
-            f"{lost} lost per step (measured)",
+            f"{lost}{LOST} (measured)",
             fix,
         )
     d = waste.info["head_dim"]
@@ -342,7 +345,7 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         else "torch_xla's flash_attention"
     )
     title = (
-        f"attention head_dim {d} on a {chip.mxu}-wide MXU: about {lost} lost per step "
+        f"attention head_dim {d} on a {chip.mxu}-wide MXU: about {lost}{LOST} "
         f"(estimated from its ops' measured {fmt_time(waste.op_time_s)})"
     )
     if waste.info.get("kernels"):

@@ -171,11 +171,11 @@ class JaxCollector(StepTracker):
             # live arrays) so the window's device work is inside the trace, then stop. The wait
             # is tpuscope's, not a read of the program's: the sync hook lets it pass uncounted.
             syncs = self._syncs.local
-            syncs.inside = True
+            outer, syncs.inside = getattr(syncs, "inside", False), True
             try:
                 jax.block_until_ready(jax.live_arrays())
             finally:
-                syncs.inside = False
+                syncs.inside = outer
                 jax.profiler.stop_trace()
 
         def on_tpu() -> bool:
