@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jax_examples import edit_once  # beside this file: its folder is on the path
+
 SEQ2SEQ = ["train.py", "models.py", "input_pipeline.py"]
 LOOP = """  for step in range(FLAGS.num_train_steps):
     batch = ctable.get_batch(FLAGS.batch_size)
@@ -43,9 +45,14 @@ DECODED = "      decode_batch(state, batch, rng, ctable)\n"
 TIMED_DECODED = """      decode_batch(state, batch, rng, ctable)
       print(f"steps {step}: {time.perf_counter() - began:.4f} s", flush=True)
 """
-VAE_EDITS = [("epochs: int = 20\n", 'epochs: int = int(__import__("os").environ.get("VAE_EPOCHS", 20))\n')]
+VAE_EDITS = [
+    ("epochs: int = 20\n", 'epochs: int = int(__import__("os").environ.get("VAE_EPOCHS", 20))\n')
+]
 VAE_TIMED = [
-    ("for epoch in range(epochs):\n", "import time\nfor epoch in range(epochs):\n  began = time.perf_counter()\n"),
+    (
+        "for epoch in range(epochs):\n",
+        "import time\nfor epoch in range(epochs):\n  began = time.perf_counter()\n",
+    ),
     (
         "  print(f'Epoch {epoch} loss: {np.mean(losses)}')\n",
         "  print(f'Epoch {epoch} loss: {np.mean(losses)} ({time.perf_counter() - began:.4f} s)')\n",
@@ -101,14 +108,6 @@ def _show(git_dir: str, path: str) -> str:
     ).stdout
 
 
-def _edit(text: str, edits: list[tuple[str, str]], name: str) -> str:
-    for old, new in edits:
-        if text.count(old) != 1:
-            raise SystemExit(f"{name}: {old!r} found {text.count(old)} times in this snapshot")
-        text = text.replace(old, new)
-    return text
-
-
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
     seq = out / "seq2seq"
@@ -116,17 +115,17 @@ def main() -> None:
     for name in SEQ2SEQ:
         (seq / name).write_text(_show(git_dir, f"examples/seq2seq/{name}"))
     train = (seq / "train.py").read_text()
-    timed = _edit(train, [(LOOP, TIMED_LOOP), (DECODED, TIMED_DECODED)], "train.py")
+    timed = edit_once(train, [(LOOP, TIMED_LOOP), (DECODED, TIMED_DECODED)], "train.py")
     (seq / "train_timed.py").write_text(timed)
-    (seq / "train_fixed.py").write_text(_edit(timed, [(TIMED_LOOP, FIXED_LOOP)], "train.py"))
+    (seq / "train_fixed.py").write_text(edit_once(timed, [(TIMED_LOOP, FIXED_LOOP)], "train.py"))
     vae_dir = out / "nnx_vae"
     vae_dir.mkdir(parents=True, exist_ok=True)
-    vae = _edit(_show(git_dir, "examples/nnx_toy_examples/05_vae.py"), VAE_EDITS, "05_vae.py")
+    vae = edit_once(_show(git_dir, "examples/nnx_toy_examples/05_vae.py"), VAE_EDITS, "05_vae.py")
     (vae_dir / "05_vae.py").write_text(vae)
-    vae_timed = _edit(vae, VAE_TIMED, "05_vae.py")
+    vae_timed = edit_once(vae, VAE_TIMED, "05_vae.py")
     (vae_dir / "05_vae_timed.py").write_text(vae_timed)
-    (vae_dir / "05_vae_nosync.py").write_text(_edit(vae_timed, VAE_NOSYNC, "05_vae.py"))
-    (vae_dir / "05_vae_reads.py").write_text(_edit(vae_timed, VAE_READTIME, "05_vae.py"))
+    (vae_dir / "05_vae_nosync.py").write_text(edit_once(vae_timed, VAE_NOSYNC, "05_vae.py"))
+    (vae_dir / "05_vae_reads.py").write_text(edit_once(vae_timed, VAE_READTIME, "05_vae.py"))
     for path, text in STUBS.items():
         (out / "stubs" / path).parent.mkdir(parents=True, exist_ok=True)
         (out / "stubs" / path).write_text(text)

@@ -80,7 +80,9 @@ STUBS = {
 }
 
 
-def _edit(text: str, edits: list[tuple[str, str]], name: str) -> str:
+def edit_once(text: str, edits: list[tuple[str, str]], name: str) -> str:
+    """`text` with each (upstream text, replacement) made, each found exactly once (a snapshot
+    that no longer holds it stops here, not with a silently different program)."""
     for old, new in edits:
         if text.count(old) != 1:
             raise SystemExit(f"{name}: {old!r} found {text.count(old)} times in this snapshot")
@@ -101,10 +103,10 @@ def main() -> None:
         if name == "datasets.py":
             start, end = text.index("def mnist_raw():"), text.index("def mnist(permute_train")
             text = text[:start] + SYNTHETIC + text[end:]
-        text = _edit(text, EDITS.get(name, []), name)
+        text = edit_once(text, EDITS.get(name, []), name)
         (out / "examples" / name).write_text(text)
         if name in TWINS:
-            twin = _edit(text, TWINS[name], name)
+            twin = edit_once(text, TWINS[name], name)
             (out / "examples" / name.replace(".py", "_bf16.py")).write_text(twin)
     for path, text in STUBS.items():
         (out / "stubs" / path).parent.mkdir(parents=True, exist_ok=True)
