@@ -96,8 +96,8 @@ def _read_wait_s(events: pd.DataFrame, steps: set[int]) -> float:
     if events.empty or not needed <= set(events.columns):
         return 0.0
     keys = [k for k in ("host", "pid") if k in events.columns]
-    names = events["name"].astype(str)
-    dispatches = events[names.str.startswith(DISPATCH)]
+    names = events["name"]  # categorical in a run's table: compared by its categories
+    dispatches = events[names.str.startswith(DISPATCH).fillna(False).astype(bool)]
     if dispatches.empty:
         return 0.0
     counts = dispatches.groupby([*keys, "line"], observed=True).size().reset_index(name="n")

@@ -24,6 +24,7 @@ from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
 
 LOST = " lost per step"  # every measured card's title says its figure so (_wording)
+COST_LINE = "Cost = that time per step"  # the detail's last sentence (_card)
 
 
 def chip_of(tables: RunTables) -> Chip | None:
@@ -66,7 +67,7 @@ def while_host_bound(card: Finding) -> Finding:
     on a v5e: 57.9 us of device work in a 0.6 ms host-bound step, whose f32 card said 2 us
     "lost per step")."""
     title = card.title.replace(LOST, " of device time per step")
-    detail = card.detail.rsplit(" Cost = ", 1)[0]
+    detail = card.detail.rsplit(f" {COST_LINE}", 1)[0]
     return dataclasses.replace(
         card,
         severity="low",
@@ -110,7 +111,7 @@ def _card(
             if library
             else ""
         )
-        + f"Cost = that time per step x {runs} judged step(s)."
+        + f"{COST_LINE} x {runs} judged step(s)."
     )
     evidence = TensorCoreEvidence(
         basis=f"measured (op times of the TPU trace, peaks of the {chip.name})",
