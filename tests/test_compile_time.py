@@ -99,7 +99,8 @@ def test_the_second_run_says_it_compiled_in_each_of_the_last_two_runs(runs: dict
     # the cache was off: turn it on, jit the init, compile the step ahead of the loop
     assert TURN_ON in found.fix and "jax.jit(init)" in found.fix
     assert "nnx.jit(lambda: Model(" in found.fix  # Flax NNX builds its model eagerly
-    assert "train_step.lower(" in found.fix and ".compile()" in found.fix
+    assert "the jitted `train_step` (called at jax_mlp.py:" in found.fix
+    assert ".lower(*example_args).compile()" in found.fix
     assert "off (jax_compilation_cache_dir not set)" in found.detail
 
 
@@ -180,3 +181,24 @@ def test_torch_xla_cache_folder_and_counters_are_read(tmp_path: Path) -> None:
     assert summaries[0]["misses"] > 0 and not summaries[0].get("hits")
     second = summaries[1]
     assert second.get("hits", 0) + second.get("load_failures", 0) > 0, second
+
+
+def test_the_ahead_of_time_advice_names_the_costliest_step_function() -> None:
+    """flax's lm1b loop also calls clu's tiny jitted `_squareit` (a timing barrier): the advice
+    names the step's costliest compile (`train_step`, called at train.py:543), not the first
+    name in alphabetical order."""
+    from tpuscope.detect.compile_advice import fix_text
+
+    lines = [
+        {
+            "location": "/w/train.py:543",
+            "compiles": 1,
+            "seconds": 12.9,
+            "functions": ["train_step"],
+        },
+        {"location": "/w/train.py:555", "compiles": 1, "seconds": 0.1, "functions": ["_squareit"]},
+    ]
+    parts = [{"kind": "step", "compiles": 2, "seconds": 13.0, "lines": lines}]
+    fix = fix_text(parts, {"on": False}, "jax", None, step_recompiled=False)
+    assert "the jitted `train_step` (called at train.py:543) ahead of the loop" in fix
+    assert "_squareit" not in fix

@@ -12,6 +12,12 @@ default mode, with their truths measured bare on the same chip:
   3.18 ms a step (3.36 in round 1); its twin reading the losses once an epoch 2.69 ms (round 1
   2.69): the read cost 0.50 ms a step (0.67 in round 1), and timed by itself in an untraced
   copy it took 0.47-0.49 ms a step.
+- flax_lm1b, flax_lm1b_hd128 (session 34): `examples/lm1b` (a Transformer LM, 6 layers, width
+  512, packed sequences of 128, bf16, `jax.jit` over a mesh; made runnable by
+  tests/tpu/programs/flax_lm1b.py: synthetic packed batches for its tf.data pipeline, clu's
+  writer logging only) at its default 8 heads of 64 and with `--config.num_heads=4` (head_dim
+  128, the width held); 800 steps, clu's own profile of steps 10-; `chip_flax.sh 3b`, `3u`.
+  Bare, its timed copy ran 15.1526 ms a step at head_dim 64 and 14.4602 ms at 128.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tpuscope.analyze.op_time import measured_ops
 from tpuscope.detect.run_analysis import analyze
 from tpuscope.schema import Finding
 from tpuscope.store import Run
@@ -29,6 +36,7 @@ RUNS = Path(__file__).parent / "tpu" / "runs"
 SEQ2SEQ_BARE_S = 7.857e-3  # a step of the timed copy, bare
 VAE_BARE_S = 3.18e-3  # the same hour as the committed run
 READ_LOST_S = (0.50e-3, 0.67e-3)  # the read's cost bare, two rounds: its twin's step against it
+LM1B_BARE_S = {"flax_lm1b": 15.1526e-3, "flax_lm1b_hd128": 14.4602e-3}  # timed copy, bare
 
 
 def _analyzed(name: str, tmp_path: Path) -> tuple[Run, list[Finding]]:
@@ -72,3 +80,65 @@ def test_an_nnx_vae_reading_its_loss_every_step_pays_the_read_s_wait(tmp_path: P
     idle = next(f for f in findings if f.title.startswith("device idle"))
     assert idle.location is not None and idle.location.endswith("nnx_vae/05_vae.py:165")
     assert "nnx.cached_partial" in idle.fix
+
+
+def _attention_core_s(run: Run) -> float:
+    """Device time a traced step in the attention's own ops (its name scope's, less the q/k/v
+    and output projections, which head_dim does not change), read from the trace."""
+    per, _ = measured_ops(run.trace_events, [3, 4, 5, 6])
+    ops = run.hlo_ops
+    top = ops[ops["fusion"].isna()].drop_duplicates(["module", "name"])
+    named = per.merge(top, left_on=["hlo_module", "hlo_op"], right_on=["module", "name"])
+    scope = named["op_name"].astype(str)
+    core = scope.str.contains("MultiHeadDotProductAttention") & ~scope.str.contains(
+        r"/(?:query|key|value|out)/"
+    )
+    return float(named.loc[core, "time_s"].sum())
+
+
+def test_lm1b_s_head_dim_card_measures_per_step_not_per_staged_leaf(tmp_path: Path) -> None:
+    """flax's lm1b stages each batch leaf with `jnp.array` every step: six tiny `jit_stage`
+    module runs beside each `jit_train_step` run. The op times were divided by the most runs of
+    one module (6 a step), so every measured figure was a sixth of its size ("197 us of each
+    3.14 ms device step"). Per step of the step's own graph, the module that holds the device
+    time: the attention's ops take 1.89 ms of the 15.08 ms device step, and the card's half of
+    them (0.94 ms) is within 10% of what the head_dim 128 twin's attention ops saved (0.90 ms,
+    both traces). The twin's whole step saved less, 0.69 ms bare: it pays 0.2 ms copying its
+    f32[512,4,128] q/k/v kernels and their Adam moments to another layout at each step's end,
+    which its own run's card names (the next test)."""
+    run, findings = _analyzed("flax_lm1b", tmp_path)
+    twin, _ = _analyzed("flax_lm1b_hd128", tmp_path)
+    assert run.steps["wall_ns"].iloc[10:].median() / 1e9 == pytest.approx(
+        LM1B_BARE_S["flax_lm1b"], rel=0.02
+    )
+    (card,) = [f for f in findings if f.rule == "tensorcore_underuse"]
+    evidence = card.evidence.to_dict()
+    assert evidence["kind"] == "head_dim" and evidence["traced_steps"] == 5
+    device_step_s = run.device_steps["busy_ns"].mean() / 1e9
+    assert evidence["device_s_per_step"] == pytest.approx(device_step_s, rel=0.01)
+    saved = _attention_core_s(run) - _attention_core_s(twin)
+    assert evidence["lost_s_per_step"] == pytest.approx(saved, rel=0.1)
+    truth = LM1B_BARE_S["flax_lm1b"] - LM1B_BARE_S["flax_lm1b_hd128"]
+    assert 1.2 * truth < evidence["lost_s_per_step"] < 1.5 * truth  # the twin's copies, above
+    (compile_card,) = [f for f in findings if f.rule == "compile_time"]
+    assert "the jitted `train_step` (called at train.py:543)" in compile_card.fix
+
+
+def test_lm1b_at_head_dim_128_copies_its_kernels_at_the_step_s_boundary(tmp_path: Path) -> None:
+    """At head_dim 128 XLA keeps the q/k/v kernels (f32[512,4,128]) and their Adam moments in
+    another layout inside the step and copies 54 of them back at its end: 205 us of its 14.39
+    ms device step, measured. The two twins' device steps differ by the bare truth (0.69 ms),
+    and this run has no head_dim card."""
+    run, findings = _analyzed("flax_lm1b_hd128", tmp_path)
+    other, _ = _analyzed("flax_lm1b", tmp_path)
+    assert run.steps["wall_ns"].iloc[10:].median() / 1e9 == pytest.approx(
+        LM1B_BARE_S["flax_lm1b_hd128"], rel=0.02
+    )
+    (card,) = [f for f in findings if f.rule == "tensorcore_underuse"]
+    evidence = card.evidence.to_dict()
+    assert evidence["kind"] == "relayouts"
+    assert evidence["lost_s_per_step"] == pytest.approx(205e-6, rel=0.05)
+    assert "54 result(s) on the way out" in card.title and "f32[512,4,128]" in card.title
+    device_gap = (other.device_steps["busy_ns"].mean() - run.device_steps["busy_ns"].mean()) / 1e9
+    truth = LM1B_BARE_S["flax_lm1b"] - LM1B_BARE_S["flax_lm1b_hd128"]
+    assert device_gap == pytest.approx(truth, rel=0.05)

@@ -12,6 +12,10 @@
 #    host's wait in it and the device's busy time; tpuscope's own wait at the trace's end is
 #    not a read of the program's): bare, its twin, a copy timing the read itself, then
 #    upstream's file under `tpuscope run`.
+# 3 (session 34): examples/lm1b (flax's Transformer LM: 6 layers, width 512, 8 heads of 64,
+#    packed sequences of 128, bf16, jit over a mesh, clu's hooks and profile; prepared by
+#    flax_lm1b.py with UP=upstream_lm1b): its timed copy bare at head_dim 64 and at 128 (4
+#    heads of 128, the width held), then upstream's main.py under `tpuscope run` at both.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -34,4 +38,18 @@ if [ "$PART" = 2 ]; then
   bare python3 $UP/nnx_vae/05_vae_nosync.py
   bare python3 $UP/nnx_vae/05_vae_reads.py
   under nnx_vae python3 $UP/nnx_vae/05_vae.py; paths
+fi
+# Each run takes about 160 s (its step's compile about 50 s): on the chip it ran as `3b` (the
+# bare half) and `3u` (the tpuscope half) on one warm machine.
+LM="--config=configs/default.py --config.num_train_steps=800 --config.num_eval_steps=8"
+LM="$LM --config.eval_every_steps=1000 --config.save_checkpoints=False"
+LM="$LM --config.restore_checkpoints=False"
+if [ "$PART" = 3 ] || [ "$PART" = 3b ]; then
+  (cd $UP/lm1b && bare python3 main_timed.py --workdir=/tmp/lm1b_a $LM)
+  (cd $UP/lm1b && bare python3 main_timed.py --workdir=/tmp/lm1b_b $LM --config.num_heads=4)
+fi
+if [ "$PART" = 3 ] || [ "$PART" = 3u ]; then
+  (cd $UP/lm1b && under lm1b python3 main.py --workdir=/tmp/lm1b_c $LM); paths
+  (cd $UP/lm1b && under lm1b_hd128 python3 main.py --workdir=/tmp/lm1b_d $LM --config.num_heads=4)
+  paths
 fi

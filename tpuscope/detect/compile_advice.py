@@ -130,11 +130,14 @@ def _jax_fix(
         )
     step = next((g for g in parts if g["kind"] == "step"), None)
     if step is not None and not step_recompiled:
-        fns = sorted({f for line in step["lines"] for f in line["functions"]})
-        name = fns[0] if fns else "the step function"
+        from tpuscope.detect.common import file_and_line
+
+        costliest = next((line for line in step["lines"] if line["functions"]), None)
+        name = costliest["functions"][0] if costliest else "step"
+        called = f" (called at {file_and_line(costliest['location'])})" if costliest else ""
         out.append(
-            f"Where the step's shapes are fixed, compile it ahead of the loop with "
-            f"`{name}.lower(*example_args).compile()` and call the result: the compile happens once, "
+            f"Where the step's shapes are fixed, compile the jitted `{name}`{called} ahead of the "
+            f"loop with `.lower(*example_args).compile()` and call the result: the compile happens once, "
             "where you choose (before the data pipeline starts, or in a job that fills the cache), "
             "and a call with other shapes is an error instead of a silent compile."
         )
