@@ -120,7 +120,12 @@ def test_lm1b_s_head_dim_card_measures_per_step_not_per_staged_leaf(tmp_path: Pa
     assert evidence["lost_s_per_step"] == pytest.approx(saved, rel=0.1)
     truth = LM1B_BARE_S["flax_lm1b"] - LM1B_BARE_S["flax_lm1b_hd128"]
     assert 1.2 * truth < evidence["lost_s_per_step"] < 1.5 * truth  # the twin's copies, above
+    # its steps are its own `StepTraceAnnotation`s: the step's graph is the module that ran in
+    # every traced step (before: every jit compiled in the annotated loop's first steps, its
+    # init, eval and decoding too, was "the step 105.4 s")
     (compile_card,) = [f for f in findings if f.rule == "compile_time"]
+    assert "the step 73.5 s, setup and other 31.8 s, 23 ops outside jit 5.5 s" in compile_card.title
+    assert "(init_train_state); train.py:338 1x 10.63 s (predict_step)" in compile_card.detail
     assert "the jitted `train_step` (called at train.py:543)" in compile_card.fix
 
 

@@ -28,12 +28,14 @@ Severity by share of the whole run's wall time, as for `recompile` (analyze/judg
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
 
 from tpuscope.analyze import judge
 from tpuscope.analyze.contract import CompileTimeEvidence
+from tpuscope.analyze.op_time import MODULE_LINE
 from tpuscope.detect import common
 from tpuscope.detect.compile_advice import JAX_MIN_S, cache_text, fix_text, history_text
 from tpuscope.detect.recompile import whole_wall_s
@@ -82,17 +84,35 @@ def _status(rows: pd.DataFrame) -> pd.Series:
 
 
 def _step_functions(tables: RunTables) -> set[str]:
-    """JAX: the jitted functions whose calls are the loop's steps (boundary `jit:<name>`)."""
+    """JAX: the jitted functions whose calls are the loop's steps: the boundary `jit:<name>`
+    that marks them, else (steps marked by the program's own `StepTraceAnnotation`) the
+    modules that ran in every traced step of the device's trace."""
     loop = common.loop_steps(tables)
-    if loop.empty or "boundary" not in loop:
+    if not loop.empty and "boundary" in loop:
+        names = loop["boundary"].astype(str)
+        # a boundary names the function as jax.jit saw it (maybe qualified), a compile by its name
+        marked = {
+            n.split(":", 1)[1].rsplit(".", 1)[-1]
+            for n in names.unique()
+            if n.startswith(("jit:", "pmap:"))
+        }
+        if marked:
+            return marked
+    return _run_every_traced_step(tables.extra.get("trace_events", pd.DataFrame()))
+
+
+def _run_every_traced_step(events: pd.DataFrame) -> set[str]:
+    """The functions of the modules (`jit_<name>`) that ran in every traced step: the step's
+    own graphs, where the program's annotations, not a jitted call, mark its steps (flax's
+    lm1b: its init, eval and decoding jits compile inside the annotated loop too)."""
+    if events.empty or not {"line", "step", "hlo_module"} <= set(events.columns):
         return set()
-    names = loop["boundary"].astype(str)
-    # a boundary names the function as jax.jit saw it (maybe qualified), a compile by its name
-    return {
-        n.split(":", 1)[1].rsplit(".", 1)[-1]
-        for n in names.unique()
-        if n.startswith(("jit:", "pmap:"))
-    }
+    runs = events[(events["line"].astype(str) == MODULE_LINE) & events["step"].notna()]
+    if runs.empty:
+        return set()
+    steps = runs.groupby(runs["hlo_module"].astype(str))["step"].nunique()
+    every = steps[steps == runs["step"].nunique()].index
+    return {re.sub(r"^(?:jit|pmap)_", "", str(name)) for name in every}
 
 
 def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
