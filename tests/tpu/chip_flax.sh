@@ -16,6 +16,10 @@
 #    packed sequences of 128, bf16, jit over a mesh, clu's hooks and profile; prepared by
 #    flax_lm1b.py with UP=upstream_lm1b): its timed copy bare at head_dim 64 and at 128 (4
 #    heads of 128, the width held), then upstream's main.py under `tpuscope run` at both.
+# 4 (session 34): examples/imagenet (ResNet-50 under `jax.pmap`, upstream's default config:
+#    f32, batch 128; prepared by flax_imagenet.py into the same UP as part 3's): under
+#    `tpuscope run`, then bare with `--config.half_precision=True` (its bf16 twin) and bare as
+#    configured; upstream logs its steps per second every 100 steps.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -52,4 +56,10 @@ if [ "$PART" = 3 ] || [ "$PART" = 3u ]; then
   (cd $UP/lm1b && under lm1b python3 main.py --workdir=/tmp/lm1b_c $LM); paths
   (cd $UP/lm1b && under lm1b_hd128 python3 main.py --workdir=/tmp/lm1b_d $LM --config.num_heads=4)
   paths
+fi
+if [ "$PART" = 4 ]; then
+  IN="--config=configs/default.py --config.num_train_steps=300"
+  (cd $UP/imagenet && under imagenet python3 main.py --workdir=/tmp/imagenet_a $IN); paths
+  (cd $UP/imagenet && bare python3 main.py --workdir=/tmp/imagenet_b $IN --config.half_precision=True)
+  (cd $UP/imagenet && bare python3 main.py --workdir=/tmp/imagenet_c $IN)
 fi

@@ -53,6 +53,7 @@ from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_co
 from tpuscope.analyze.nested_ops import self_times
 from tpuscope.analyze.relayouts import boundary_relayouts
 from tpuscope.analyze.slow_ops import slow_ops
+from tpuscope.analyze.step_graph import step_graph_runs
 from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
 
 OP_LINE = "XLA Ops"
@@ -66,9 +67,7 @@ _SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkp
 def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[pd.DataFrame, int]:
     """(per (module, op): device time per step, XLA's FLOPs and bytes, its source line; the
     number of steps that is). `steps`: the traced steps judged (None: the whole trace). The
-    count is the runs of the step's graph in them, the module that holds the most device time
-    (an op that the host's step windows put one step off still counts once; a small module
-    run several times a step, as `jnp.array` of each batch leaf is, is not the step)."""
+    count is the steps the runs of the step's own graph make (analyze/step_graph.py)."""
     if events.empty or "line" not in events:
         return pd.DataFrame(), 0
     lines = events["line"].astype(str)
@@ -81,7 +80,7 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
         ops = ops[ops["step"].isin(steps)]
     if ops.empty:
         return pd.DataFrame(), 0
-    count = _step_graph_runs(modules) if not modules.empty else len(steps or [1])
+    count = step_graph_runs(modules) if not modules.empty else len(steps or [1])
     ops = ops.assign(self_ns=self_times(ops))
     grouped = ops.groupby(["hlo_module", "hlo_op"], sort=False, dropna=False)
     per = grouped.agg(
@@ -94,12 +93,6 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
     per["time_s"] = per["time_ns"] / 1e9 / max(count, 1)
     per["runs_per_step"] = per["runs"] / max(count, 1)
     return per, max(count, 1)
-
-
-def _step_graph_runs(modules: pd.DataFrame) -> int:
-    """Runs of the module that holds the most device time: the step's own graph."""
-    by_module = modules.groupby("name", observed=True)["dur_ns"].agg(["sum", "size"])
-    return int(by_module.sort_values("sum")["size"].iloc[-1])
 
 
 def _inside(ops: pd.DataFrame, modules: pd.DataFrame) -> np.ndarray:

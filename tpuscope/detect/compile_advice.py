@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpuscope.detect.common import UNKNOWN_LINE, file_and_line
+
 EAGER_SHARE = 0.1  # eager compiles worth "jit the setup": this share of the first compiles
 JAX_MIN_S = 1.0  # jax_persistent_cache_min_compile_time_secs's default
 JAX_CACHE = (
@@ -86,8 +88,6 @@ def _eager_lines(parts: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, st
     group = next((g for g in parts if g["kind"] == "eager"), None)
     if group is None:
         return None, ""
-    from tpuscope.detect.common import file_and_line
-
     return group, ", ".join(file_and_line(line["location"]) for line in group["lines"][:3])
 
 
@@ -130,18 +130,24 @@ def _jax_fix(
         )
     step = next((g for g in parts if g["kind"] == "step"), None)
     if step is not None and not step_recompiled:
-        from tpuscope.detect.common import file_and_line
-
-        costliest = next((line for line in step["lines"] if line["functions"]), None)
-        name = costliest["functions"][0] if costliest else "step"
-        called = f" (called at {file_and_line(costliest['location'])})" if costliest else ""
         out.append(
-            f"Where the step's shapes are fixed, compile the jitted `{name}`{called} ahead of the "
-            f"loop with `.lower(*example_args).compile()` and call the result: the compile happens once, "
+            f"Where the step's shapes are fixed, compile {_step_named(step)} ahead of the loop "
+            "with `.lower(*example_args).compile()` and call the result: the compile happens once, "
             "where you choose (before the data pipeline starts, or in a job that fills the cache), "
             "and a call with other shapes is an error instead of a silent compile."
         )
     return out
+
+
+def _step_named(step: dict[str, Any]) -> str:
+    """The step's costliest jitted function and the line calling it (its lines are costliest
+    first, each line's functions too)."""
+    costliest = next((line for line in step["lines"] if line["functions"]), None)
+    if costliest is None:
+        return "the step function"
+    where = costliest["location"]
+    called = f" (called at {file_and_line(where)})" if where != UNKNOWN_LINE else ""
+    return f"the jitted `{costliest['functions'][0]}`{called}"
 
 
 def _xla_fix(cache: dict[str, Any]) -> list[str]:

@@ -10,7 +10,8 @@ compilation cache (JAX's `jax_compilation_cache_dir`, torch_xla's
 What the card weighs: the first compiles (analyze/families.py; the recompiles are rule
 `recompile`'s, whose card carries its own compile time, and a bounded set's later graphs its
 note's), split at the user's lines into the step's own compiles (JAX: the function whose calls
-are the steps; torch_xla: compiles inside the loop's steps), ops compiled one by one outside
+are the steps, or where the program's own annotations mark them, the step's graphs in the
+device trace; torch_xla: compiles inside the loop's steps), ops compiled one by one outside
 `jit` (JAX's eager ops: an init outside jit), and the rest (setup, eval, library jits).
 
 Whether the persistent cache was on and whether it hit is what the runtime said (the process
@@ -28,15 +29,15 @@ Severity by share of the whole run's wall time, as for `recompile` (analyze/judg
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pandas as pd
 
 from tpuscope.analyze import judge
 from tpuscope.analyze.contract import CompileTimeEvidence
-from tpuscope.analyze.op_time import MODULE_LINE
+from tpuscope.analyze.step_graph import jax_module_name, module_runs, step_graphs
 from tpuscope.detect import common
+from tpuscope.detect.common import UNKNOWN_LINE
 from tpuscope.detect.compile_advice import JAX_MIN_S, cache_text, fix_text, history_text
 from tpuscope.detect.recompile import whole_wall_s
 from tpuscope.detect.tables import RunTables
@@ -84,35 +85,37 @@ def _status(rows: pd.DataFrame) -> pd.Series:
 
 
 def _step_functions(tables: RunTables) -> set[str]:
-    """JAX: the jitted functions whose calls are the loop's steps: the boundary `jit:<name>`
-    that marks them, else (steps marked by the program's own `StepTraceAnnotation`) the
-    modules that ran in every traced step of the device's trace."""
+    """JAX: the jitted functions whose calls are the loop's steps (boundary `jit:<name>`)."""
     loop = common.loop_steps(tables)
-    if not loop.empty and "boundary" in loop:
-        names = loop["boundary"].astype(str)
-        # a boundary names the function as jax.jit saw it (maybe qualified), a compile by its name
-        marked = {
-            n.split(":", 1)[1].rsplit(".", 1)[-1]
-            for n in names.unique()
-            if n.startswith(("jit:", "pmap:"))
-        }
-        if marked:
-            return marked
-    return _run_every_traced_step(tables.extra.get("trace_events", pd.DataFrame()))
+    if loop.empty or "boundary" not in loop:
+        return set()
+    names = loop["boundary"].astype(str)
+    # a boundary names the function as jax.jit saw it (maybe qualified), a compile by its name
+    return {
+        n.split(":", 1)[1].rsplit(".", 1)[-1]
+        for n in names.unique()
+        if n.startswith(("jit:", "pmap:"))
+    }
 
 
-def _run_every_traced_step(events: pd.DataFrame) -> set[str]:
-    """The functions of the modules (`jit_<name>`) that ran in every traced step: the step's
-    own graphs, where the program's annotations, not a jitted call, mark its steps (flax's
-    lm1b: its init, eval and decoding jits compile inside the annotated loop too)."""
-    if events.empty or not {"line", "step", "hlo_module"} <= set(events.columns):
-        return set()
-    runs = events[(events["line"].astype(str) == MODULE_LINE) & events["step"].notna()]
-    if runs.empty:
-        return set()
-    steps = runs.groupby(runs["hlo_module"].astype(str))["step"].nunique()
-    every = steps[steps == runs["step"].nunique()].index
-    return {re.sub(r"^(?:jit|pmap)_", "", str(name)) for name in every}
+def _traced_step_compiles(tables: RunTables, rows: pd.DataFrame) -> pd.Series | None:
+    """JAX steps marked by the program's own `StepTraceAnnotation`s, with a device trace: the
+    compiles of the step's own graphs (analyze/step_graph.py), by the module name JAX gives
+    each function's program. Flax's lm1b compiles its init, eval and decoding jits inside its
+    annotated loop's first steps too; they are not the step. None where this cannot say."""
+    if tables.backend != "jax" or "function" not in rows:
+        return None
+    runs = module_runs(tables.extra.get("trace_events", pd.DataFrame()))
+    graphs = set(step_graphs(runs))
+    if not graphs:
+        return None
+    functions = rows["function"].astype(object)
+    step = functions.map(
+        lambda f: (
+            isinstance(f, str) and bool({jax_module_name(f), jax_module_name(f, "pmap")} & graphs)
+        )
+    ).astype(bool)
+    return step if step.any() else None
 
 
 def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
@@ -122,8 +125,11 @@ def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
         return out
     eager = rows["eager"].fillna(False).astype(bool) if "eager" in rows else out.eq("")
     functions = _step_functions(tables)
+    traced = None if functions else _traced_step_compiles(tables, rows)
     if functions and "function" in rows:
         step = rows["function"].isin(functions)
+    elif traced is not None:
+        step = traced
     else:  # torch_xla, or JAX steps not marked by a jitted call: compiled inside a loop step
         loop = common.loop_steps(tables)
         keys = [k for k in ("host", "pid") if k in rows and k in loop]
@@ -140,10 +146,11 @@ def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
 
 
 def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    """The user's lines of these compiles, costliest first: compiles, seconds, functions."""
+    """The user's lines of these compiles, costliest first: compiles, seconds, functions (the
+    costliest first: the ahead-of-time advice names a line's first)."""
     if rows.empty:
         return []
-    where = rows["location"].astype(object).where(rows["location"].notna(), "unknown line")
+    where = rows["location"].astype(object).where(rows["location"].notna(), UNKNOWN_LINE)
     frame = pd.DataFrame(
         {
             "location": where,
@@ -153,7 +160,9 @@ def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
     )
     out: list[dict[str, Any]] = []
     for location, group in frame.groupby("location", sort=False):
-        functions = sorted({str(f) for f in group["function"] if isinstance(f, str)})
+        named = group[group["function"].map(lambda f: isinstance(f, str))]
+        seconds = named.groupby(named["function"].astype(str), sort=True)["seconds"].sum()
+        functions = [str(f) for f in seconds.sort_values(ascending=False, kind="stable").index]
         out.append(
             {
                 "location": str(location),
@@ -373,7 +382,7 @@ def _location(parts: list[dict[str, Any]]) -> str | None:
     """The costliest line of the costliest kind: where the change (cache, jit) is made."""
     for group in sorted(parts, key=lambda g: -g["seconds"]):
         for line in group["lines"]:
-            if line["location"] != "unknown line":
+            if line["location"] != UNKNOWN_LINE:
                 return str(line["location"])
     return None
 

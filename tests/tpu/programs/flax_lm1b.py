@@ -54,14 +54,7 @@ TIMED = [
 ]
 MAIN_TIMED = [("import train\n", "import train_timed as train\n")]
 
-PIPELINE = '''"""Stand-in for lm1b's tf.data pipeline: synthetic token batches of its shapes and dtypes."""
-import itertools
-
-import numpy as np
-
-EOS_ID = 2
-
-
+TENSOR_CLASS = '''
 class Tensor(np.ndarray):
     """A numpy array answering TensorFlow's `numpy()` and `_numpy()`."""
 
@@ -69,7 +62,16 @@ class Tensor(np.ndarray):
         return self.view(np.ndarray)
 
     _numpy = numpy
+'''
 
+PIPELINE = f'''"""Stand-in for lm1b's tf.data pipeline: synthetic token batches of its shapes and dtypes."""
+import itertools
+
+import numpy as np
+
+EOS_ID = 2
+
+{TENSOR_CLASS}
 
 def _tensor(values, dtype=np.int32):
     return np.asarray(values, dtype).view(Tensor)
@@ -103,7 +105,7 @@ class _Text:
 
 def _packed(rng, batch, length, vocab):
     """One packed batch: segments of 8-60 tokens laid end to end, zeros after the last."""
-    arrays = {k: np.zeros((batch, length), np.int32) for k in ("inputs", "position", "segment")}
+    arrays = {{k: np.zeros((batch, length), np.int32) for k in ("inputs", "position", "segment")}}
     for row in range(batch):
         at, segment = 0, 1
         while True:
@@ -114,11 +116,11 @@ def _packed(rng, batch, length, vocab):
             arrays["position"][row, at : at + size] = np.arange(size)
             arrays["segment"][row, at : at + size] = segment
             at, segment = at + size, segment + 1
-    out = {"inputs": arrays["inputs"], "targets": arrays["inputs"].copy()}
+    out = {{"inputs": arrays["inputs"], "targets": arrays["inputs"].copy()}}
     for key in ("inputs", "targets"):
         out[key + "_position"] = arrays["position"]
         out[key + "_segmentation"] = arrays["segment"]
-    return {k: v.view(Tensor) for k, v in out.items()}
+    return {{k: v.view(Tensor) for k, v in out.items()}}
 
 
 def _padded(rng, batch, length, vocab):
@@ -126,7 +128,7 @@ def _padded(rng, batch, length, vocab):
     for row in range(batch):
         size = int(rng.integers(8, 61))
         tokens[row, :size] = rng.integers(3, vocab, size)
-    return {"inputs": tokens.view(Tensor), "targets": tokens.copy().view(Tensor)}
+    return {{"inputs": tokens.view(Tensor), "targets": tokens.copy().view(Tensor)}}
 
 
 class _Cycle:
@@ -152,6 +154,8 @@ TENSORFLOW = {
         '"""Stand-in for what lm1b, clu and flax.io use of TensorFlow (not on the chip)."""\n'
         "import types\n\n"
         "from . import errors, io\n\n"
+        "import ml_dtypes\nimport numpy as np\n\n"
+        "bfloat16, float16, float32 = ml_dtypes.bfloat16, np.float16, np.float32\n"
         "config = types.SimpleNamespace(\n"
         "    experimental=types.SimpleNamespace(set_visible_devices=lambda *a, **k: None)\n"
         ")\n"
