@@ -9,6 +9,7 @@ sharding change, parsed; the advice it gets; and the step rule for a loop a libr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -162,3 +163,47 @@ def test_jax_s_spmd_example_retraces_get_their_own_fixes(tmp_path: Path) -> None
     assert "jax.set_mesh(mesh)" in mesh_fix and "AbstractMesh" in mesh_fix
     shape_fix = next(fix for fix in fixes.values() if "accuracy" in fix)
     assert shape_fix.startswith("Give ") and "same dtype" not in shape_fix
+
+
+def _unreplicated_step(state: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    grad = jax.lax.pmean(jnp.mean(x) * state, axis_name="batch")
+    return state - 0.1 * grad, jnp.sum(x)
+
+
+def test_flax_imagenet_s_unreplicated_state_recompiles_until_placed(tmp_path: Path) -> None:
+    """google/flax examples/imagenet's idiom (on the v5e: a 31.8 s recompile of ResNet-50's
+    step at step 1): the state comes from a jitted init on one device and goes through
+    `jax.pmap(..., in_axes=(None, 0), out_axes=(None, 0))`, which returns it on a mesh of its
+    own, so step 1 compiles the step again. The card's fix, placing the state once with that
+    sharding before the loop, is what removes it. Each run pmaps a function of its own, or the
+    second would find the first's executables in JAX's cache."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from tpuscope.detect.run_analysis import analyze
+
+    def train(name: str, placed: bool) -> Any:
+        with tpuscope.profile(store=tmp_path, name=name, warmup=1, analyze_at_exit=False) as run:
+
+            def body(state: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+                return _unreplicated_step(
+                    state, x
+                )  # a function of its own: JAX's cache is not shared
+
+            step = jax.pmap(body, in_axes=(None, 0), out_axes=(None, 0), axis_name="batch")
+            state = jax.jit(lambda: jnp.ones(4))()
+            if placed:
+                mesh = Mesh(jax.local_devices(), ("batch",))
+                state = jax.device_put(state, NamedSharding(mesh, P()))
+            batch = np.ones((jax.local_device_count(), 8), np.float32)
+            for _ in range(4):
+                state, _ = step(state, batch)
+            float(state[0])
+        return tpuscope.load_run(run.path)
+
+    (card,) = [f for f in analyze(train("as_upstream", False)).findings if f.rule == "recompile"]
+    assert "sharding" in card.fix and "jax.device_put(x, sharding)" in card.fix
+    assert "SingleDeviceSharding" in card.detail and "NamedSharding(mesh {'batch'" in card.detail
+    placed = train("placed", True)
+    assert len(placed.compiles[placed.compiles["function"] == "body"]) == 1
+    assert not [f for f in analyze(placed).findings if f.rule == "recompile"]
