@@ -82,6 +82,15 @@ def test_an_nnx_vae_reading_its_loss_every_step_pays_the_read_s_wait(tmp_path: P
     assert "nnx.cached_partial" in idle.fix
 
 
+def _lm1b(name: str, tmp_path: Path) -> tuple[Run, list[Finding], Finding]:
+    """The run, its findings and its one TensorCore card; its p50 step as its bare twin's."""
+    run, findings = _analyzed(name, tmp_path)
+    p50_s = run.steps["wall_ns"].iloc[10:].median() / 1e9
+    assert p50_s == pytest.approx(LM1B_BARE_S[name], rel=0.02)
+    (card,) = [f for f in findings if f.rule == "tensorcore_underuse"]
+    return run, findings, card
+
+
 def _attention_core_s(run: Run) -> float:
     """Device time a traced step in the attention's own ops (its name scope's, less the q/k/v
     and output projections, which head_dim does not change), read from the trace."""
@@ -106,12 +115,8 @@ def test_lm1b_s_head_dim_card_measures_per_step_not_per_staged_leaf(tmp_path: Pa
     both traces). The twin's whole step saved less, 0.69 ms bare: it pays 0.2 ms copying its
     f32[512,4,128] q/k/v kernels and their Adam moments to another layout at each step's end,
     which its own run's card names (the next test)."""
-    run, findings = _analyzed("flax_lm1b", tmp_path)
+    run, findings, card = _lm1b("flax_lm1b", tmp_path)
     twin, _ = _analyzed("flax_lm1b_hd128", tmp_path)
-    assert run.steps["wall_ns"].iloc[10:].median() / 1e9 == pytest.approx(
-        LM1B_BARE_S["flax_lm1b"], rel=0.02
-    )
-    (card,) = [f for f in findings if f.rule == "tensorcore_underuse"]
     evidence = card.evidence.to_dict()
     assert evidence["kind"] == "head_dim" and evidence["traced_steps"] == 5
     device_step_s = run.device_steps["busy_ns"].mean() / 1e9
@@ -134,12 +139,8 @@ def test_lm1b_at_head_dim_128_copies_its_kernels_at_the_step_s_boundary(tmp_path
     another layout inside the step and copies 54 of them back at its end: 205 us of its 14.39
     ms device step, measured. The two twins' device steps differ by the bare truth (0.69 ms),
     and this run has no head_dim card."""
-    run, findings = _analyzed("flax_lm1b_hd128", tmp_path)
+    run, _, card = _lm1b("flax_lm1b_hd128", tmp_path)
     other, _ = _analyzed("flax_lm1b", tmp_path)
-    assert run.steps["wall_ns"].iloc[10:].median() / 1e9 == pytest.approx(
-        LM1B_BARE_S["flax_lm1b_hd128"], rel=0.02
-    )
-    (card,) = [f for f in findings if f.rule == "tensorcore_underuse"]
     evidence = card.evidence.to_dict()
     assert evidence["kind"] == "relayouts"
     assert evidence["lost_s_per_step"] == pytest.approx(205e-6, rel=0.05)

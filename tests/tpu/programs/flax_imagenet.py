@@ -20,12 +20,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from flax_examples import show
-from flax_lm1b import TENSOR_CLASS, TENSORBOARD, TENSORFLOW
-from jax_examples import edit_once
+from flax_lm1b import TENSOR_CLASS, TENSORBOARD, TENSORFLOW, copy_example, write_stubs
 
 FILES = ["main.py", "models.py", "configs/default.py"]
-WRITER = [("just_logging=jax.process_index() != 0", "just_logging=True")]
+WRITER = "just_logging=jax.process_index() != 0"  # upstream's spelling in imagenet's train.py
 
 PIPELINE = f'''"""Stand-in for imagenet's tf.data pipeline: random images of its shapes and dtypes."""
 import itertools
@@ -59,16 +57,9 @@ DATASETS = {
 
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
-    imagenet = out / "imagenet"
-    (imagenet / "configs").mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        (imagenet / name).write_text(show(git_dir, f"examples/imagenet/{name}"))
-    train = edit_once(show(git_dir, "examples/imagenet/train.py"), WRITER, "train.py")
-    (imagenet / "train.py").write_text(train)
+    imagenet, _ = copy_example(git_dir, out, "imagenet", FILES, WRITER)
     (imagenet / "input_pipeline.py").write_text(PIPELINE)
-    for path, text in {**TENSORFLOW, **TENSORBOARD, **DATASETS}.items():
-        (out / "stubs" / path).parent.mkdir(parents=True, exist_ok=True)
-        (out / "stubs" / path).write_text(text)
+    write_stubs(out, {**TENSORFLOW, **TENSORBOARD, **DATASETS})
 
 
 if __name__ == "__main__":

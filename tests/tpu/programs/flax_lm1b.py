@@ -32,7 +32,7 @@ from flax_examples import show
 from jax_examples import edit_once  # beside this file: its folder is on the path
 
 FILES = ["main.py", "models.py", "temperature_sampler.py", "utils.py", "configs/default.py"]
-WRITER = [("just_logging=jax.process_index() > 0", "just_logging=True")]
+WRITER = "just_logging=jax.process_index() > 0"  # upstream's spelling in lm1b's train.py
 TIMED = [
     (
         "        train_metrics.append(metrics)\n",
@@ -183,22 +183,36 @@ TENSORBOARD = {
 }
 
 
+def copy_example(
+    git_dir: str, out: Path, example: str, files: list[str], writer: str
+) -> tuple[Path, str]:
+    """Upstream's files of `examples/<example>` into OUT/<example>, its train.py with clu's
+    writer logging only (its `writer` text made `just_logging=True`: clu's TensorBoard writer
+    needs TensorFlow; the logging one reads the same scalars); (the folder, that train.py)."""
+    folder = out / example
+    (folder / "configs").mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (folder / name).write_text(show(git_dir, f"examples/{example}/{name}"))
+    edits = [(writer, "just_logging=True")]
+    train = edit_once(show(git_dir, f"examples/{example}/train.py"), edits, "train.py")
+    (folder / "train.py").write_text(train)
+    return folder, train
+
+
+def write_stubs(out: Path, stubs: dict[str, str]) -> None:
+    for path, text in stubs.items():
+        (out / "stubs" / path).parent.mkdir(parents=True, exist_ok=True)
+        (out / "stubs" / path).write_text(text)
+
+
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
-    lm1b = out / "lm1b"
-    (lm1b / "configs").mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        (lm1b / name).write_text(show(git_dir, f"examples/lm1b/{name}"))
-    train = edit_once(show(git_dir, "examples/lm1b/train.py"), WRITER, "train.py")
-    (lm1b / "train.py").write_text(train)
+    lm1b, train = copy_example(git_dir, out, "lm1b", FILES, WRITER)
     (lm1b / "train_timed.py").write_text(edit_once(train, TIMED, "train.py"))
     main_py = (lm1b / "main.py").read_text()
     (lm1b / "main_timed.py").write_text(edit_once(main_py, MAIN_TIMED, "main.py"))
     (lm1b / "input_pipeline.py").write_text(PIPELINE)
-    stubs = {**TENSORFLOW, **TENSORBOARD}
-    for path, text in stubs.items():
-        (out / "stubs" / path).parent.mkdir(parents=True, exist_ok=True)
-        (out / "stubs" / path).write_text(text)
+    write_stubs(out, {**TENSORFLOW, **TENSORBOARD})
 
 
 if __name__ == "__main__":
