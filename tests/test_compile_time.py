@@ -202,3 +202,26 @@ def test_the_ahead_of_time_advice_names_the_costliest_step_function() -> None:
     fix = fix_text(parts, {"on": False}, "jax", None, step_recompiled=False)
     assert "the jitted `train_step` (called at train.py:543) ahead of the loop" in fix
     assert "_squareit" not in fix
+
+
+def test_a_line_s_functions_are_named_costliest_first() -> None:
+    """One line that compiled a tiny barrier jit and the step: the step first, so the advice,
+    which names a line's first function, names the step; a step with no user's line gets no
+    'called at'."""
+    import pandas as pd
+
+    from tpuscope.detect.compile_advice import fix_text
+    from tpuscope.detect.compile_time import _lines
+
+    rows = pd.DataFrame(
+        {
+            "location": ["/w/train.py:9", "/w/train.py:9"],
+            "duration_ns": [7e7, 7.3e10],
+            "function": ["_squareit", "train_step"],
+        }
+    )
+    assert _lines(rows)[0]["functions"] == ["train_step", "_squareit"]
+    lines = [{"location": "", "compiles": 1, "seconds": 73.0, "functions": ["train_step"]}]
+    parts = [{"kind": "step", "compiles": 1, "seconds": 73.0, "lines": lines}]
+    fix = fix_text(parts, {"on": False}, "jax", None, step_recompiled=False)
+    assert "compile the jitted `train_step` ahead of the loop" in fix and "called at" not in fix

@@ -28,6 +28,8 @@ DEFAULT_WARMUP = 2
 # steps.boundary of a torch_xla loop that passes no sync, whose optimizer steps mark its
 # iterations (collect/xla/steps.py): each optimizer step, and the last iteration after the last one
 OPTIMIZER_BOUNDARY = "optimizer.step"
+# steps.boundary of a JAX loop whose steps the program's own jax.profiler.StepTraceAnnotation marks
+ANNOTATION_BOUNDARY = "StepTraceAnnotation"
 LAST_ITERATION_BOUNDARY = "after the last optimizer.step"
 NO_SYNC_BOUNDARIES = (OPTIMIZER_BOUNDARY, LAST_ITERATION_BOUNDARY)
 # steps.boundary of the work after the program's last step boundary (the after-the-loop phase)

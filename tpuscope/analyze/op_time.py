@@ -55,11 +55,11 @@ from tpuscope.analyze.relayouts import boundary_relayouts
 from tpuscope.analyze.slow_ops import slow_ops
 from tpuscope.analyze.step_graph import step_graph_runs
 from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
+from tpuscope.parse.xplane_meta import MODULE_LINE
 
 OP_LINE = "XLA Ops"
 MIN_SHARE = 0.01  # of the measured device time per step: a cause under it is no card
 SLOW_MIN_SHARE = 0.05  # ops far off the peak whose cause the HLO does not name
-MODULE_LINE = "XLA Modules"
 _MATMUL = ("dot", "convolution")
 _SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkpoint(")
 
@@ -67,7 +67,8 @@ _SCOPE_SKIP = ("jit(", "pjit(", "transpose(", "jvp(", "vmap(", "remat(", "checkp
 def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[pd.DataFrame, int]:
     """(per (module, op): device time per step, XLA's FLOPs and bytes, its source line; the
     number of steps that is). `steps`: the traced steps judged (None: the whole trace). The
-    count is the steps the runs of the step's own graph make (analyze/step_graph.py)."""
+    count is the steps times the devices that ran them, counted by the step's own graph
+    (analyze/step_graph.py): divided by it, a time summed over the devices is one device's."""
     if events.empty or "line" not in events:
         return pd.DataFrame(), 0
     lines = events["line"].astype(str)

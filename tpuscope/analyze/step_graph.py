@@ -2,11 +2,14 @@
 
 A traced step runs more than its graph: flax's lm1b stages each of its batch's 6 leaves with
 `jnp.array` every step, 6 tiny `jit_stage` runs beside each `jit_train_step` run on a v5e. So
-the step's graph is known by its device time, not by its run count: the module that holds the
-most of it, and any module that ran in as many traced steps and holds at least a tenth of that
-(a step split into two jits, a gradient and an update). Its runs count the steps, each step
-counted by the runs it makes (once, or K times under gradient accumulation), so that a run the
-host's step windows put one step off still counts once.
+the step's graph is known by its device time, not by its run count: the program that holds the
+most of it (a program is a module run's name with its program id: two functions JAX names
+alike, `jit__fun` for every pmapped function on JAX 0.10, stay apart), and any program that
+ran as often as the steps and holds at least a tenth of that (a step split into two jits, a
+gradient and an update). Its runs count the steps: each run a step, unless the step's graph
+ran K times in most of the traced step windows, empty ones included (gradient accumulation's
+micro-steps); the host's windows spread a dispatch-bound step's runs unevenly (2, 0, 4, 1 and
+0 runs in five windows on the v5e, `cb_print2`), so an uneven spread is one run a step.
 """
 
 from __future__ import annotations
@@ -27,50 +30,62 @@ def module_runs(events: pd.DataFrame) -> pd.DataFrame:
     return events[events["line"] == MODULE_LINE]
 
 
-def _names(runs: pd.DataFrame) -> pd.Series:
-    """Each run's module name without its program id (a recompiled step is the same graph)."""
-    column = "hlo_module" if "hlo_module" in runs else "name"
-    return runs[column].astype(str).str.replace(r"\(\d+\)$", "", regex=True)
-
-
 def step_graphs(runs: pd.DataFrame) -> list[str]:
-    """The step's own modules, costliest first: the module with the most device time, then
-    those that ran in as many of the traced steps and hold PARTNER_SHARE of its time."""
-    if runs.empty or "dur_ns" not in runs:
+    """The step's own programs (module run names, program id included), costliest first: the
+    one with the most device time, then those that ran as often as the steps and hold
+    PARTNER_SHARE of its time."""
+    if runs.empty or not {"name", "dur_ns"} <= set(runs.columns):
         return []
-    names = _names(runs)
+    names = runs["name"].astype(str)
     time = runs["dur_ns"].groupby(names).sum().sort_values(ascending=False, kind="stable")
     ranked = [(str(name), float(ns)) for name, ns in time.items()]
+    if not ranked:
+        return []
     top, top_ns = ranked[0]
-    stepped = runs["step"].where(runs["step"] >= 0) if "step" in runs else None
-    if stepped is None or stepped.isna().all():  # no step windows (-1: the whole run)
-        return [top]
-    steps = {str(k): int(v) for k, v in stepped.groupby(names).nunique().items()}
+    count = _steps(runs, top)
+    made = {str(k): int(v) for k, v in names.value_counts().items()}
     return [top] + [
-        name
-        for name, ns in ranked[1:]
-        if steps[name] >= steps[top] and ns >= PARTNER_SHARE * top_ns
+        name for name, ns in ranked[1:] if made[name] >= count and ns >= PARTNER_SHARE * top_ns
     ]
 
 
 def step_graph_runs(runs: pd.DataFrame) -> int:
-    """The steps the module runs hold, counted by the step's own graph: its runs (on every
-    device, so that a time summed over devices divides into a per-device mean) over its runs
-    a step on one device, the most common count (the smallest of equals): the host's windows
-    of a dispatch-bound step put 2, 1, 3 and 1 runs in four steps on the v5e (cb_print)."""
+    """The traced steps times the devices that ran them (a time summed over the devices
+    divides by it into one device's time a step), counted by the step's own graph."""
     graphs = step_graphs(runs)
-    if not graphs:
-        return 0
-    mine = runs[_names(runs) == graphs[0]]
-    stepped = mine[mine["step"] >= 0] if "step" in mine else mine.iloc[0:0]
-    if stepped.empty:  # no step windows (-1: the whole run), each run a step
-        return len(mine)
-    keys = [k for k in ("host", "pid", "plane") if k in mine] + ["step"]
-    per_step = float(stepped.groupby(keys, observed=True).size().mode().iloc[0])
-    return max(1, round(len(mine) / max(per_step, 1.0)))
+    return _steps(runs, graphs[0]) if graphs else 0
 
 
-def jax_module_name(function: str, transform: str = "jit") -> str:
-    """The module name JAX gives a jitted (or pmapped) function's program: `jit(<lambda>)` ->
-    `jit__lambda` (jax._src.interpreters.mlir: sanitize_name, then trailing '_' stripped)."""
-    return re.sub(r"[^\w.-]", "_", f"{transform}({function})").rstrip("_")
+def _steps(runs: pd.DataFrame, program: str) -> int:
+    """Runs of `program` (on every device) over its runs a step: K where it ran K times in
+    most step windows on each device (every window a module ran in, empty ones counted) and
+    K agrees with its mean; else 1."""
+    mine = runs[runs["name"].astype(str) == program]
+    if "step" not in runs or not (runs["step"] >= 0).any():
+        return len(mine)  # no step windows (-1: the whole run): each run a step
+    windows = sorted(runs.loc[runs["step"] >= 0, "step"].unique())
+    devices = [k for k in ("host", "pid", "plane") if k in mine]
+    stepped = mine[mine["step"] >= 0]
+    counts = stepped.groupby([*devices, "step"], observed=True).size()
+    if devices:
+        grid = counts.unstack("step", fill_value=0).reindex(columns=windows, fill_value=0)
+    else:
+        grid = counts.reindex(windows, fill_value=0).to_frame().T
+    cells = pd.Series(grid.to_numpy().ravel())
+    k = int(cells.mode().min()) if len(cells) else 1
+    mean = len(stepped) / max(len(cells), 1)
+    if k > 1 and k == int(mean + 0.5):
+        return max(1, int(len(mine) / k + 0.5))
+    return len(mine)
+
+
+def program_module(program: str) -> str:
+    """A module run's name without its program id: `jit_train_step(1106...)` -> `jit_train_step`."""
+    return re.sub(r"\(-?\d+\)$", "", program)
+
+
+def jax_module_name(function: str) -> str:
+    """The module name JAX gives a jitted function's program, trailing '_' stripped (JAX 0.10
+    strips them, 0.4.30 did not): `jit(<lambda>)` -> `jit__lambda` (jax._src.interpreters.mlir
+    `sanitize_name`). A pmapped function's is `jit__fun` on JAX 0.10: no name to match."""
+    return re.sub(r"[^\w.-]", "_", f"jit({function})").rstrip("_")

@@ -142,13 +142,13 @@ def rate_per_step(
     return sum(counts[k] for k in known) / total_steps if total_steps else None
 
 
-UNKNOWN_LINE = "unknown line"  # where a compile or an op has no user's line
+UNKNOWN_LOCATION = "unknown line"  # where a compile or an op has no user's line
 
 
 def file_and_line(location: str | None) -> str:
     """'/work/main/examples/train.py:67' -> 'train.py:67' (titles stay short; `location` keeps all)."""
     if not isinstance(location, str) or not location:  # None, or NaN from a pandas column
-        return UNKNOWN_LINE
+        return UNKNOWN_LOCATION
     path, _, line = location.rpartition(":")
     name = path.rsplit("/", 1)[-1] if path else location
     return f"{name}:{line}" if path else name

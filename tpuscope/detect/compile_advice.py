@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuscope.detect.common import UNKNOWN_LINE, file_and_line
+from tpuscope.detect.common import UNKNOWN_LOCATION, file_and_line
 
 EAGER_SHARE = 0.1  # eager compiles worth "jit the setup": this share of the first compiles
 JAX_MIN_S = 1.0  # jax_persistent_cache_min_compile_time_secs's default
@@ -145,8 +145,8 @@ def _step_named(step: dict[str, Any]) -> str:
     costliest = next((line for line in step["lines"] if line["functions"]), None)
     if costliest is None:
         return "the step function"
-    where = costliest["location"]
-    called = f" (called at {file_and_line(where)})" if where != UNKNOWN_LINE else ""
+    where = file_and_line(costliest["location"])
+    called = f" (called at {where})" if where != UNKNOWN_LOCATION else ""
     return f"the jitted `{costliest['functions'][0]}`{called}"
 
 

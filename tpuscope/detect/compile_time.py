@@ -35,13 +35,14 @@ import pandas as pd
 
 from tpuscope.analyze import judge
 from tpuscope.analyze.contract import CompileTimeEvidence
-from tpuscope.analyze.step_graph import jax_module_name, module_runs, step_graphs
+from tpuscope.analyze.step_graph import jax_module_name, module_runs, program_module, step_graphs
 from tpuscope.detect import common
-from tpuscope.detect.common import UNKNOWN_LINE
+from tpuscope.detect.common import UNKNOWN_LOCATION
 from tpuscope.detect.compile_advice import JAX_MIN_S, cache_text, fix_text, history_text
 from tpuscope.detect.recompile import whole_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
+from tpuscope.schema_consts import ANNOTATION_BOUNDARY
 
 RULE = "compile_time"
 # A run's first compiles are a card by themselves from this many seconds: a TPU training step
@@ -102,19 +103,20 @@ def _traced_step_compiles(tables: RunTables, rows: pd.DataFrame) -> pd.Series | 
     """JAX steps marked by the program's own `StepTraceAnnotation`s, with a device trace: the
     compiles of the step's own graphs (analyze/step_graph.py), by the module name JAX gives
     each function's program. Flax's lm1b compiles its init, eval and decoding jits inside its
-    annotated loop's first steps too; they are not the step. None where this cannot say."""
-    if tables.backend != "jax" or "function" not in rows:
+    annotated loop's first steps too; they are not the step. None where this cannot say (no
+    trace, another backend or step marker, a graph no compile names: a pmapped step)."""
+    loop = common.loop_steps(tables)
+    annotated = "boundary" in loop and (loop["boundary"] == ANNOTATION_BOUNDARY).any()
+    if tables.backend != "jax" or "function" not in rows or not annotated:
         return None
     runs = module_runs(tables.extra.get("trace_events", pd.DataFrame()))
-    graphs = set(step_graphs(runs))
-    if not graphs:
-        return None
-    functions = rows["function"].astype(object)
-    step = functions.map(
-        lambda f: (
-            isinstance(f, str) and bool({jax_module_name(f), jax_module_name(f, "pmap")} & graphs)
-        )
-    ).astype(bool)
+    modules = {program_module(p).rstrip("_") for p in step_graphs(runs)}
+    step = (
+        rows["function"]
+        .astype(object)
+        .map(lambda f: isinstance(f, str) and jax_module_name(f) in modules)
+        .astype(bool)
+    )
     return step if step.any() else None
 
 
@@ -150,7 +152,7 @@ def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
     costliest first: the ahead-of-time advice names a line's first)."""
     if rows.empty:
         return []
-    where = rows["location"].astype(object).where(rows["location"].notna(), UNKNOWN_LINE)
+    where = rows["location"].astype(object).where(rows["location"].notna(), UNKNOWN_LOCATION)
     frame = pd.DataFrame(
         {
             "location": where,
@@ -382,7 +384,7 @@ def _location(parts: list[dict[str, Any]]) -> str | None:
     """The costliest line of the costliest kind: where the change (cache, jit) is made."""
     for group in sorted(parts, key=lambda g: -g["seconds"]):
         for line in group["lines"]:
-            if line["location"] != UNKNOWN_LINE:
+            if line["location"] != UNKNOWN_LOCATION:
                 return str(line["location"])
     return None
 
