@@ -28,10 +28,10 @@ DEFAULT_WARMUP = 2
 # steps.boundary of a torch_xla loop that passes no sync, whose optimizer steps mark its
 # iterations (collect/xla/steps.py): each optimizer step, and the last iteration after the last one
 OPTIMIZER_BOUNDARY = "optimizer.step"
-# steps.boundary of a JAX loop whose steps the program's own jax.profiler.StepTraceAnnotation marks
-ANNOTATION_BOUNDARY = "StepTraceAnnotation"
 LAST_ITERATION_BOUNDARY = "after the last optimizer.step"
 NO_SYNC_BOUNDARIES = (OPTIMIZER_BOUNDARY, LAST_ITERATION_BOUNDARY)
+# steps.boundary of a JAX loop whose steps the program's own jax.profiler.StepTraceAnnotation marks
+ANNOTATION_BOUNDARY = "StepTraceAnnotation"
 # steps.boundary of the work after the program's last step boundary (the after-the-loop phase)
 AFTER_LOOP = "end"
 # a JAX host callback's rows (collect/jax/callbacks.py, rule host_callback): its call_sites kind,

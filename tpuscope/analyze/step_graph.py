@@ -34,16 +34,12 @@ def step_graphs(runs: pd.DataFrame) -> list[str]:
     """The step's own programs (module run names, program id included), costliest first: the
     one with the most device time, then those that ran as often as the steps and hold
     PARTNER_SHARE of its time."""
-    if runs.empty or not {"name", "dur_ns"} <= set(runs.columns):
-        return []
-    names = runs["name"].astype(str)
-    time = runs["dur_ns"].groupby(names).sum().sort_values(ascending=False, kind="stable")
-    ranked = [(str(name), float(ns)) for name, ns in time.items()]
+    ranked = _by_time(runs)
     if not ranked:
         return []
     top, top_ns = ranked[0]
     count = _steps(runs, top)
-    made = {str(k): int(v) for k, v in names.value_counts().items()}
+    made = {str(k): int(v) for k, v in runs["name"].astype(str).value_counts().items()}
     return [top] + [
         name for name, ns in ranked[1:] if made[name] >= count and ns >= PARTNER_SHARE * top_ns
     ]
@@ -52,8 +48,18 @@ def step_graphs(runs: pd.DataFrame) -> list[str]:
 def step_graph_runs(runs: pd.DataFrame) -> int:
     """The traced steps times the devices that ran them (a time summed over the devices
     divides by it into one device's time a step), counted by the step's own graph."""
-    graphs = step_graphs(runs)
-    return _steps(runs, graphs[0]) if graphs else 0
+    ranked = _by_time(runs)
+    return _steps(runs, ranked[0][0]) if ranked else 0
+
+
+def _by_time(runs: pd.DataFrame) -> list[tuple[str, float]]:
+    """(program, its device time), the most first."""
+    if runs.empty or not {"name", "dur_ns"} <= set(runs.columns):
+        return []
+    time = runs["dur_ns"].groupby(runs["name"].astype(str)).sum()
+    return [
+        (str(n), float(ns)) for n, ns in time.sort_values(ascending=False, kind="stable").items()
+    ]
 
 
 def _steps(runs: pd.DataFrame, program: str) -> int:
