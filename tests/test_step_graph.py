@@ -14,7 +14,7 @@ from tpuscope.analyze.step_graph import (
     step_graph_runs,
     step_graphs,
 )
-from tpuscope.detect.compile_time import kinds
+from tpuscope.detect.compile_kinds import kinds
 from tpuscope.detect.tables import RunTables
 
 US = 1_000

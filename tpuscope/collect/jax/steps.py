@@ -44,9 +44,7 @@ from tpuscope.collect.jax.rows import (
 from tpuscope.collect.jax.sink import JitTarget, Site, caller_site
 from tpuscope.collect.session import ProfilerCost, Session
 from tpuscope.collect.trace_steps import ProfilerWindow
-from tpuscope.schema_consts import ANNOTATION_BOUNDARY
-
-ANNOTATION = ANNOTATION_BOUNDARY
+from tpuscope.schema_consts import ANNOTATION_BOUNDARY as ANNOTATION
 
 
 class StepTracker:
