@@ -20,6 +20,13 @@
 #    f32, batch 128; prepared by flax_imagenet.py into the same UP as part 3's): under
 #    `tpuscope run`, then bare with `--config.half_precision=True` (its bf16 twin) and bare as
 #    configured; upstream logs its steps per second every 100 steps.
+# 5 (session 35): imagenet's truth, 200 steps bare (upstream's steps per second over steps
+#    100-199): bf16 twin, then f32 as configured.
+# 6 (session 35): imagenet under `tpuscope run`, f32 then its bf16 twin, 200 steps; the
+#    stores come back without their traces (a ResNet-50 window's is over what a call brings
+#    back), with a census of each trace's events by plane, line and Python file.
+# 7 (session 35): imagenet with the fix of tpuscope's recompile card applied (main_placed.py:
+#    its state placed once with the sharding its pmapped step returns), under tpuscope.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -62,4 +69,46 @@ if [ "$PART" = 4 ]; then
   (cd $UP/imagenet && under imagenet python3 main.py --workdir=/tmp/imagenet_a $IN); paths
   (cd $UP/imagenet && bare python3 main.py --workdir=/tmp/imagenet_b $IN --config.half_precision=True)
   (cd $UP/imagenet && bare python3 main.py --workdir=/tmp/imagenet_c $IN)
+fi
+IN5="--config=configs/default.py --config.num_train_steps=200"
+if [ "$PART" = 5 ]; then
+  (cd $UP/imagenet && bare python3 main.py --workdir=/tmp/imagenet_b $IN5 --config.half_precision=True)
+  (cd $UP/imagenet && bare python3 main.py --workdir=/tmp/imagenet_c $IN5)
+fi
+# events of the latest run's trace by plane and line, and the Python tracer's by file
+census() {
+  python3 - "$S" "$1" <<'PY' 2>&1 | tee -a $LOG
+import collections, glob, json, sys
+from jax.profiler import ProfileData
+import tpuscope
+run = tpuscope.load_run("latest", store=sys.argv[1])
+out = {}
+for path in glob.glob(f"{run.path}/trace/**/*.xplane.pb", recursive=True):
+    data = ProfileData.from_file(path)
+    lines, files = collections.Counter(), collections.Counter()
+    for plane in data.planes:
+        for line in plane.lines:
+            n = 0
+            for event in line.events:
+                n += 1
+                if event.name.startswith("$"):
+                    files[event.name[1:].split(":")[0]] += 1
+            lines[f"{plane.name} | {line.name}"] = n
+    out[path.rsplit("/", 1)[-1]] = {"lines": dict(lines.most_common(20)),
+                                    "python_files": dict(files.most_common(30))}
+json.dump(out, open(f"{sys.argv[1]}/{sys.argv[2]}.census.json", "w"), indent=1)
+print(json.dumps({k: v["lines"] for k, v in out.items()})[:3000])
+PY
+}
+pack6() { tar czf $OUT/runs6.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null; }
+if [ "$PART" = 6 ]; then
+  pack() { :; }
+  (cd $UP/imagenet && under imagenet python3 main.py --workdir=/tmp/imagenet_a $IN5); census imagenet; paths; pack6
+  (cd $UP/imagenet && under imagenet_bf16 python3 main.py --workdir=/tmp/imagenet_d $IN5 --config.half_precision=True)
+  census imagenet_bf16; paths; pack6
+fi
+if [ "$PART" = 7 ]; then
+  pack() { :; }
+  (cd $UP/imagenet && under imagenet_placed python3 main_placed.py --workdir=/tmp/imagenet_e $IN5)
+  paths; tar czf $OUT/runs7.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store
 fi

@@ -142,6 +142,8 @@ class RunSummary(Record):
             "analysed_now",
             "parts_digest",
             "profiler_trace_s",
+            "profiler_trace_stop_s",
+            "profiler_trace_wait_s",
             "device_busy_share",
             "steps_batched",
         }
@@ -197,6 +199,8 @@ class RunSummary(Record):
     compile_cache: dict[str, Any] | None = None
     target: str | None = None  # the chip the estimates are for (detect/tensorcore.chip_target)
     profiler_trace_s: float | None = None  # a profiler window's start and stop, once (no step's)
+    profiler_trace_stop_s: float | None = None  # of it, the stop (where the collector timed it)
+    profiler_trace_wait_s: float | None = None  # of the stop, the wait for the device
     device_busy_share: float | None = None  # XLA ops' share of the traced steps' time
     analysis_version: int | None = None
     hosts: list[HostSummary] | None = None  # a pod (two or more hosts) only

@@ -7,9 +7,9 @@ time times the share of it the cause takes on the chip (the model apportions, th
 sets the size):
 - f32: a matmul with f32 operands runs 1, 3 or 6 bf16 passes (precision default/high/highest:
   XLA's FLOP count of the op says how many) and moves twice the bytes; in bf16 the op would take
-  max(real FLOPs / peak, bytes / 2 / HBM bandwidth) where it takes max(XLA FLOPs / peak, bytes /
-  HBM bandwidth) now. At default precision that is one pass: no waste when FLOPs bound it.
-  An op whose time shows its ideal does not bound it saves less (analyze/f32_waste).
+  its ideal, max(real FLOPs / peak, bytes / 2 / HBM bandwidth): it saves its measured time less
+  that, no more than 2.5x what its ideal loses (analyze/f32_waste). At default precision that
+  is one pass: little waste when FLOPs alone bound it.
 - head_dim: attention (analyze/attention: a pair of batched matmuls, scores and values, known
   by their shapes whatever wrote them) whose head dim is narrower than the MXU edge (head_dim 64
   on a 128-wide MXU). With head_dim at the edge and as many fewer heads (the same model width)

@@ -204,6 +204,8 @@ def summarize(
         profiler_hook_ms_per_step=hook_ms_per_step(meta),
         profiler_ms_per_compile=profiler_ms_per_compile(meta, n_compiles),
         profiler_trace_s=profiler_trace_s(meta),
+        profiler_trace_stop_s=profiler_trace_s(meta, "trace_stop_ns"),
+        profiler_trace_wait_s=profiler_trace_s(meta, "trace_wait_ns"),
     )
 
 
@@ -215,10 +217,12 @@ def steps_batched(meta: dict[str, Any]) -> int | None:
     return count or None
 
 
-def profiler_trace_s(meta: dict[str, Any]) -> float | None:
+def profiler_trace_s(meta: dict[str, Any], part: str = "trace_ns") -> float | None:
     """Seconds the processes' profiler windows took to start and stop (collect/trace_steps.py:
-    outside every step's time, so the step figures do not hold them); None without a window."""
-    spent = sum(c.get("trace_ns", 0) for c in _costs(meta))
+    outside every step's time, so the step figures do not hold them); None without a window.
+    `part`: "trace_stop_ns", the stops' share, or "trace_wait_ns", the stops' wait for the
+    device to finish the traced steps (the rest of a stop is the profiler's own work)."""
+    spent = sum(c.get(part, 0) for c in _costs(meta))
     return spent / NS_PER_S if spent else None
 
 

@@ -88,6 +88,8 @@ class ProfilerCost:
         0  # one-off: pyarrow, imported by the first flush with rows (not in flush_cpu_ns)
     )
     trace_ns: int = 0  # one-off: a profiler window's start and stop, kept out of every step
+    trace_stop_ns: int = 0  # of trace_ns, the stop's
+    trace_wait_ns: int = 0  # of trace_stop_ns, the wait for the device's last traced steps
 
     def hooked(self, start_ns: int, compiled: bool = False) -> None:
         """Count one step hook that started at perf_counter_ns() == start_ns."""

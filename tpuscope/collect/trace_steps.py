@@ -83,7 +83,10 @@ class ProfilerWindow:
     disables tracing with one message; it never stops the program. An automatic window
     traces only where `on_tpu()` says the program's device is a TPU (asked when the window
     opens, once the program has started its runtime). `spent_ns`: the profiler's own start
-    and stop time, which the collector keeps out of every step."""
+    and stop time, which the collector keeps out of every step; `stop_ns`, the stop's part of
+    it, and `waited_ns`, the part of the stop a collector spent waiting for the device to
+    finish the window's steps before stopping (the rest is the profiler collecting and
+    writing its events: 13 s for a ResNet-50's 5 steps on a v5e, with 2 million events)."""
 
     def __init__(
         self,
@@ -101,6 +104,8 @@ class ProfilerWindow:
         self.failed = False
         self.done = False  # started and stopped, or never will start
         self.spent_ns = 0
+        self.stop_ns = 0
+        self.waited_ns = 0  # set by a `stop` that waits for the device first
 
     def step_opened(self, step: int) -> bool:
         """True when the profiler started now (the step opens after it): at the window's first
@@ -144,7 +149,8 @@ class ProfilerWindow:
             self._stop()
         except Exception as exc:
             self._fail(exc)
-        self.spent_ns += time.perf_counter_ns() - began
+        self.stop_ns = time.perf_counter_ns() - began
+        self.spent_ns += self.stop_ns
         self._on_files([str(path) for path in layout.xplane_files(self.directory)])  # run meta
 
     def _fail(self, exc: Exception) -> None:

@@ -165,10 +165,20 @@ def headline_rows(summary: RunSummary) -> list[tuple[str, str]]:
             (
                 "device trace",
                 f"{summary.profiler_trace_s:.2f} s once, to start and stop the profiler "
-                "(between steps: no step time holds it)",
+                f"(between steps: no step time holds it){_trace_parts(summary)}",
             )
         )
     return rows
+
+
+def _trace_parts(summary: RunSummary) -> str:
+    """Where a profiler window's time went, where the collector timed its stop: the wait for
+    the device to finish the traced steps, and the profiler's own collecting and writing."""
+    stop, wait = summary.profiler_trace_stop_s, summary.profiler_trace_wait_s
+    if not stop:
+        return ""
+    waited = f"{wait:.2f} s waiting for the device to finish the traced steps, " if wait else ""
+    return f"; {waited}{stop - (wait or 0):.2f} s in the profiler's stop (collecting its events)"
 
 
 def _parts(summary: RunSummary, cost: float) -> str:

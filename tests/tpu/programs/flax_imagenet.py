@@ -11,6 +11,9 @@ chip_flax.sh part 4 runs it (the snapshot is fetched, never committed):
 - `OUT/imagenet/input_pipeline.py`: a stand-in for upstream's tf.data pipeline (ImageNet cannot
   be fetched on the chip): 8 batches of random images of its shape and dtype, made ahead and
   cycled, as its fake-data benchmark feeds mock data; each array answers `_numpy()`.
+- `OUT/imagenet/main_placed.py` + `train_placed.py` (session 35): the program with the fix of
+  tpuscope's recompile card applied: the state placed once, before the loop, with the
+  sharding the pmapped step returns it in (`NamedSharding` over a one-device mesh, `P()`).
 - `OUT/stubs/tensorflow_datasets`: `builder(name).info.splits[...]` with ImageNet's split sizes.
   The TensorFlow stand-in is flax_lm1b.py's (make both into one OUT), with its dtypes.
 """
@@ -20,10 +23,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from flax_lm1b import TENSOR_CLASS, TENSORBOARD, TENSORFLOW, copy_example, write_stubs
+from flax_lm1b import MAIN_TIMED, TENSOR_CLASS, TENSORBOARD, TENSORFLOW, copy_example, write_stubs
+from jax_examples import edit_once
 
 FILES = ["main.py", "models.py", "configs/default.py"]
 WRITER = "just_logging=jax.process_index() != 0"  # upstream's spelling in imagenet's train.py
+STEP_OFFSET = "  step_offset = int(state.step)\n"
+PLACED = [
+    (
+        STEP_OFFSET,
+        STEP_OFFSET + "  state = jax.device_put(state, jax.sharding.NamedSharding(\n"
+        "      jax.sharding.Mesh(jax.local_devices(), ('batch',)), jax.sharding.PartitionSpec()))\n",
+    )
+]
+MAIN_PLACED = [(old, new.replace("train_timed", "train_placed")) for old, new in MAIN_TIMED]
 
 PIPELINE = f'''"""Stand-in for imagenet's tf.data pipeline: random images of its shapes and dtypes."""
 import itertools
@@ -57,7 +70,10 @@ DATASETS = {
 
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
-    imagenet, _ = copy_example(git_dir, out, "imagenet", FILES, WRITER)
+    imagenet, train = copy_example(git_dir, out, "imagenet", FILES, WRITER)
+    (imagenet / "train_placed.py").write_text(edit_once(train, PLACED, "train.py"))
+    main_py = (imagenet / "main.py").read_text()
+    (imagenet / "main_placed.py").write_text(edit_once(main_py, MAIN_PLACED, "main.py"))
     (imagenet / "input_pipeline.py").write_text(PIPELINE)
     write_stubs(out, {**TENSORFLOW, **TENSORBOARD, **DATASETS})
 

@@ -172,10 +172,12 @@ class JaxCollector(StepTracker):
             # is tpuscope's, not a read of the program's: the sync hook lets it pass uncounted.
             syncs = self._syncs.local
             outer, syncs.inside = getattr(syncs, "inside", False), True
+            began = time.perf_counter_ns()
             try:
                 jax.block_until_ready(jax.live_arrays())
             finally:
                 syncs.inside = outer
+                profiler.waited_ns = time.perf_counter_ns() - began
                 jax.profiler.stop_trace()
 
         def on_tpu() -> bool:

@@ -116,7 +116,10 @@ class StepTracker:
         the session's cost, and steps take the fast paths again (`_roll`, the lane)."""
         profiler = self._profiler
         if profiler is not None and profiler.done:
-            self.session.cost.trace_ns += profiler.spent_ns
+            cost = self.session.cost
+            cost.trace_ns += profiler.spent_ns
+            cost.trace_stop_ns += profiler.stop_ns
+            cost.trace_wait_ns += profiler.waited_ns
             self._profiler = None
 
     def charge(self, ns: int) -> None:
