@@ -477,6 +477,27 @@ def test_a_read_every_few_steps_is_fine() -> None:
     assert detect_host_sync(tables(frame_)) == []
 
 
+def test_many_reads_in_a_few_steps_are_reads_every_n_steps() -> None:
+    """Two metrics reads every 100 steps and a checkpoint's 430 reads after the last step (flax's
+    imagenet example): 2.2 reads a step on the mean, in 2 of 200 steps: what the fix asks for,
+    no card. The same reads spread over most steps are one."""
+    frame_ = steps(200)
+    frame_.loc[frame_["step"] == 99, "transfers_from_device"] = 2
+    frame_.loc[frame_["step"] == 199, "transfers_from_device"] = 432
+    assert detect_host_sync(tables(frame_)) == []
+    frame_["transfers_from_device"] = (frame_["step"] % 2 == 0).astype(int) * 3
+    [finding] = detect_host_sync(tables(frame_))
+    assert finding.evidence["reads_per_step"] == 1.5
+
+
+def test_one_rank_reading_every_step_of_a_pod_reads_in_every_step() -> None:
+    """Four processes, rank 0 alone reading its loss 4 times a step (the master logs): a read
+    in every step, though in a quarter of the (process, step) rows."""
+    ranks = [steps(10, reads=4 if pid == 0 else 0).assign(host="h", pid=pid) for pid in range(4)]
+    [finding] = detect_host_sync(tables(pd.concat(ranks, ignore_index=True)))
+    assert finding.evidence["reads_per_step"] == 1.0
+
+
 def test_reads_in_a_loop_with_no_step_marker_get_no_rate_per_iteration() -> None:
     """No sync, no optimizer step (an inference loop of `.item()` reads): the whole program is
     one step, so the card counts the reads and the graph runs, never a rate per step."""

@@ -12,7 +12,7 @@ from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
 from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
 
-NEAR_ROOFLINE = 2.5  # an op slower than this x its ideal is bound by something else
+NEAR_ROOFLINE = 2.5  # an op saves at most this x what its ideal loses (bounded_saving)
 SHORTEST_OP_S = 1e-6  # a run shorter than this is its fixed cost
 RIDGE_P = 6  # FLOPs and bytes combined as a 6-norm (bounded_saving)
 
@@ -78,29 +78,32 @@ def bounded_saving(
 ) -> np.ndarray:
     """Per step, what each op saves when its FLOPs at peak and its bytes at HBM speed, per run
     in seconds, go from their first to their second value: its measured time less its ideal
-    then (the larger of the two), no more than NEAR_ROOFLINE x what its ideal loses, and
-    nothing for a run shorter than SHORTEST_OP_S (its fixed cost).
+    then, at most NEAR_ROOFLINE x what its ideal loses, and nothing for a run shorter than
+    SHORTEST_OP_S (its fixed cost). An ideal is the smooth maximum of the two times (_ideal).
 
     Why its time less the new ideal, not its time x the share its ideal loses: on a v5e the
     bf16 twins' ops ran at their ideal where the f32 ones did not. A ViT's f32 softmax over
     f32[64,12,197,197] scores took 513 us for a 340 us byte ideal, its bf16 twin 197 us for
-    194 us: the proportional share said 220 us saved, the twin saved 316. Why the cap: an op
-    far off its ideal is bound by something the dtype does not change (JAX's mnist_vae
-    example, a fori_loop of 0.1-4 us ops, ran 44.53 ms an epoch in f32 and in bf16).
-    What its ideal loses takes FLOPs and bytes together (RIDGE_P): an op whose FLOPs and bytes
-    both nearly bound it takes longer than either, and halving its bytes shortens it (the
-    ViT's MLP matmuls, 304 us of FLOPs and 248 us of f32 bytes: 526 us in f32, 350 us in
-    bf16, where the larger of the two saw no loss). Against the bare twins of six committed
-    f32 programs (two MLPs, a ResNet-18, flax's ResNet-50, a ViT, Gemma; tests/tpu/) the
-    figures are 0.93-1.08 of what bf16 saved; with the proportional share they were 0.66-1.01."""
+    194 us: the proportional share said 220 us saved, the twin saved 316. Why the bound: an
+    op far off its ideal is bound by something the dtype does not change (JAX's mnist_vae
+    example, a fori_loop of 0.1-4 us ops, ran 44.53 ms an epoch in f32 and in bf16); it caps
+    an op whose bytes halve from 1.75x its f32 ideal on. An op faster than its f32 ideal (XLA's
+    byte count over what it moves) saves less than its share would say, nothing at or under
+    its bf16 ideal: in Gemma's step such ops hold 36 of 103 ms. Against the bare twins of six
+    committed f32 programs (two MLPs, a ResNet-18, flax's ResNet-50, a ViT, Gemma; tests/tpu/)
+    the cards are 0.92-1.06 of what bf16 saved, the small MLP's 70 us against 50 (1.4x); with
+    the proportional share they were 0.66-1.01 (that MLP 1.1x)."""
     runs = ops["runs_per_step"].to_numpy(float) if "runs_per_step" in ops else 1.0
     time = ops["time_s"].to_numpy(float) / runs
-    loses = np.clip(_ideal(flops[0], bytes_[0]) - _ideal(flops[1], bytes_[1]), 0, None)
-    saved = np.minimum(time - np.maximum(flops[1], bytes_[1]), NEAR_ROOFLINE * loses)
+    now, then = _ideal(flops[0], bytes_[0]), _ideal(flops[1], bytes_[1])
+    saved = np.minimum(time - then, NEAR_ROOFLINE * np.clip(now - then, 0, None))
     return np.where(time >= SHORTEST_OP_S, np.clip(saved, 0, None), 0.0) * runs
 
 
 def _ideal(flops_s: np.ndarray, bytes_s: np.ndarray) -> np.ndarray:
     """An op's ideal time from its FLOPs' and its bytes' times: their smooth maximum (RIDGE_P),
-    which at the ridge (the two equal) is 12% over either."""
+    at the ridge (the two equal) 12% over either, as an op that both nearly bound takes longer
+    than either alone (a ViT's MLP matmuls, 304 us of FLOPs and 248 us of f32 bytes, took 526
+    us in f32 and 350 us in bf16). Computed in float64 (float32 loses times under 1e-6 s)."""
+    flops_s, bytes_s = np.asarray(flops_s, np.float64), np.asarray(bytes_s, np.float64)
     return (flops_s**RIDGE_P + bytes_s**RIDGE_P) ** (1 / RIDGE_P)

@@ -10,7 +10,8 @@ or more per step of the loop (warm-up included; the after-the-loop phase is not 
 step), read in at least READS_PER_STEP of its steps: reads every N steps are what the fix
 asks for, however many values they read at once (flax's imagenet example reads 2 metrics
 every 100 steps and its checkpoint's 430 arrays after its last step: "2.2 reads per step"
-on the mean of 198 steps, 2 of which read). Cost: the measured device-to-host wait of those steps, in the share that these
+on the mean of its 200 loop steps, 2 of which read). Imported totals (a metrics report) have
+no steps to tell apart: their rate alone decides. Cost: the measured device-to-host wait of those steps, in the share that these
 reads make of all host reads; severity its share of the wall time (analyze/judge).
 
 JAX has no such counter (detect/read_idle): on a traced chip the cost is the device's idle
@@ -299,6 +300,13 @@ def _imported(tables: RunTables) -> list[Finding]:
     return [_finding(per_step, cost, 0.0, [], [], totals)]
 
 
+def _few_steps_read(reading: pd.Series, judged: pd.DataFrame) -> bool:
+    """Fewer than READS_PER_STEP of the loop's steps read (a read every N steps). Steps are
+    counted by number, not per process: a pod where rank 0 alone reads every step reads in
+    every step."""
+    return reading.nunique() < READS_PER_STEP * judged["step"].nunique()
+
+
 def _unmarked_runs(judged: pd.DataFrame) -> int | None:
     """Graph runs of a loop with no step marker (its one step is the whole program, ended by
     the end of the run, analyze/judge): the only count of its work there is; None for a loop
@@ -320,7 +328,7 @@ def detect_host_sync(tables: RunTables) -> list[Finding]:
     if not has_step_structure(judged):  # issue 26 (xsteps): no steps to judge, no per-step rule
         return []
     per_step, share, steps = _live_reads(tables, judged)
-    if per_step < READS_PER_STEP or len(steps) < READS_PER_STEP * len(judged):
+    if per_step < READS_PER_STEP or _few_steps_read(steps, judged):
         return []
     measured = read_idle(tables)
     if measured is not None:

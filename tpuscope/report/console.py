@@ -177,7 +177,7 @@ def _trace_parts(summary: RunSummary) -> str:
     stop, wait = summary.profiler_trace_stop_s, summary.profiler_trace_wait_s
     if not stop:
         return ""
-    waited = f"{wait:.2f} s waiting for the device to finish the traced steps, " if wait else ""
+    waited = f"{wait:.2f} s waiting for the device's pending work, " if wait else ""
     return f"; {waited}{stop - (wait or 0):.2f} s in the profiler's stop (collecting its events)"
 
 

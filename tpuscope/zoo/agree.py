@@ -3,8 +3,8 @@
 Judged facts: a `recompile` finding iff a judged step compiled (UncachedCompile > 0 after
 warm-up), where a bounded set's low note (`verdict` "bounded": a few graphs of one family,
 each compiled once, that stopped growing) says "not a recompile" and counts as none; the `cpu_fallback` findings' ops equal executed_fallback_ops() less value reads; a
-`host_sync` finding iff the judged steps read values (>= 1 per step on average); tpuscope's step
-count equals the program's iterations. Every mismatch is one disagreement, said in words.
+`host_sync` finding iff the judged steps read values (>= 1 per step on average, in at least half
+of them); tpuscope's step count equals the program's iterations. Every mismatch is one disagreement, said in words.
 """
 
 from __future__ import annotations
