@@ -11,11 +11,13 @@ import pandas as pd
 from tpuscope.analyze.step_graph import (
     jax_module_name,
     program_module,
+    step_graph_devices,
     step_graph_runs,
     step_graphs,
 )
 from tpuscope.detect.compile_kinds import kinds
 from tpuscope.detect.tables import RunTables
+from tpuscope.detect.tensorcore_ops import traced_text
 
 US = 1_000
 
@@ -53,7 +55,12 @@ def test_gradient_accumulation_counts_steps_not_micro_steps() -> None:
 def test_runs_on_every_device_make_a_per_device_mean() -> None:
     """Four TensorCores each run the step once a step: the count is runs on all of them, so
     that op time summed over the devices divides into one device's time a step."""
-    assert step_graph_runs(_runs({"jit_train_step": (1, 9_000)}, planes=4)) == 20
+    runs = _runs({"jit_train_step": (1, 9_000)}, planes=4)
+    assert step_graph_runs(runs) == 20
+    # a card says the steps, not the (step, device) runs
+    assert step_graph_devices(runs) == 4 and step_graph_devices(runs.iloc[:0]) == 1
+    assert traced_text(20, 4) == "5 traced step(s) on each of 4 devices"
+    assert traced_text(5, 1) == "5 traced step(s)"
 
 
 def test_a_step_split_into_two_jits_has_two_graphs() -> None:

@@ -53,7 +53,7 @@ from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_co
 from tpuscope.analyze.nested_ops import self_times
 from tpuscope.analyze.relayouts import boundary_relayouts
 from tpuscope.analyze.slow_ops import slow_ops
-from tpuscope.analyze.step_graph import step_graph_runs
+from tpuscope.analyze.step_graph import step_graph_devices, step_graph_runs
 from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
 from tpuscope.parse.xplane_meta import MODULE_LINE
 
@@ -325,9 +325,11 @@ def measured_waste(
     per, count = measured_ops(events, steps)
     if per.empty:
         return [], {}
+    modules = events[events["line"].astype(str) == MODULE_LINE]
     figures = {
         "device_s_per_step": float(per["time_s"].sum()),
-        "traced_steps": count,
+        "traced_steps": count,  # steps x devices: the divisor of a time summed over devices
+        "devices": step_graph_devices(modules),
         "ops": len(per),
     }
     dots = _matmuls(hlo_ops)

@@ -52,6 +52,17 @@ def step_graph_runs(runs: pd.DataFrame) -> int:
     return _steps(runs, ranked[0][0]) if ranked else 0
 
 
+def step_graph_devices(runs: pd.DataFrame) -> int:
+    """The devices that ran the step's graph (at least 1): step_graph_runs over it is the
+    traced steps, as a report says them (a v5e-8 host's 5 steps are 40 step graph runs)."""
+    ranked = _by_time(runs)
+    if not ranked:
+        return 1
+    mine = runs[runs["name"].astype(str) == ranked[0][0]]
+    devices = [k for k in ("host", "pid", "plane") if k in mine]
+    return max(1, len(mine[devices].drop_duplicates())) if devices else 1
+
+
 def _by_time(runs: pd.DataFrame) -> list[tuple[str, float]]:
     """(program, its device time), the most first."""
     if runs.empty or not {"name", "dur_ns"} <= set(runs.columns):

@@ -103,7 +103,7 @@ def _card(
     title, fix = _wording(waste, chip, backend)
     share = waste.lost_s / device_s
     detail = (
-        f"Measured on the {chip.name} ({steps} traced step(s)): these ops took "
+        f"Measured on the {chip.name} ({traced_text(steps, figures.get('devices', 1))}): these ops took "
         f"{fmt_time(waste.op_time_s)} of each {fmt_time(device_s)} device step, of which "
         f"{fmt_time(waste.lost_s)} ({100 * share:.0f}% of the device step) is {_why(waste, chip)}. "
         + (
@@ -359,3 +359,11 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         f"Use head_dim {chip.mxu} (keep the model width: width/{chip.mxu} heads), or {kernel}, "
         "which packs heads onto the MXU."
     )
+
+
+def traced_text(runs: int, devices: int) -> str:
+    """The traced steps as the card says them: `runs` counts each step once on every device
+    that ran it (the divisor of a time summed over the devices)."""
+    if devices <= 1:
+        return f"{runs} traced step(s)"
+    return f"{round(runs / devices)} traced step(s) on each of {devices} devices"
