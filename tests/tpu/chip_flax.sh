@@ -27,6 +27,8 @@
 #    back), with a census of each trace's events by plane, line and Python file.
 # 7 (session 35): imagenet with the fix of tpuscope's recompile card applied (main_placed.py:
 #    its state placed once with the sharding its pmapped step returns), under tpuscope.
+# 8 (session 35): what JAX's profiler records at host tracer levels 1-3 and what its stop costs
+#    (programs/tracer_levels.py; TPU_WITH_FLAX= needs no flax): data for bounding the window.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -111,4 +113,7 @@ if [ "$PART" = 7 ]; then
   pack() { :; }
   (cd $UP/imagenet && under imagenet_placed python3 main_placed.py --workdir=/tmp/imagenet_e $IN5)
   paths; tar czf $OUT/runs7.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store
+fi
+if [ "$PART" = 8 ]; then
+  python3 $P/tracer_levels.py $OUT/tracer_levels.json 2>&1 | quiet | tee -a $LOG
 fi
