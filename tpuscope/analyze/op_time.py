@@ -68,7 +68,8 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
     """(per (module, op): device time per step, XLA's FLOPs and bytes, its source line; the
     number of steps that is). `steps`: the traced steps judged (None: the whole trace). The
     count is the steps times the devices that ran them, counted by the step's own graph
-    (analyze/step_graph.py): divided by it, a time summed over the devices is one device's."""
+    (analyze/step_graph.py): divided by it, a time summed over the devices is one device's.
+    The frame's `attrs["devices"]` says how many devices that is."""
     if events.empty or "line" not in events:
         return pd.DataFrame(), 0
     lines = events["line"].astype(str)
@@ -93,6 +94,7 @@ def measured_ops(events: pd.DataFrame, steps: list[int] | None = None) -> tuple[
     per["source"] = grouped["source"].agg(_mode).to_numpy()
     per["time_s"] = per["time_ns"] / 1e9 / max(count, 1)
     per["runs_per_step"] = per["runs"] / max(count, 1)
+    per.attrs["devices"] = step_graph_devices(modules) if not modules.empty else 1
     return per, max(count, 1)
 
 
@@ -325,11 +327,10 @@ def measured_waste(
     per, count = measured_ops(events, steps)
     if per.empty:
         return [], {}
-    modules = events[events["line"].astype(str) == MODULE_LINE]
     figures = {
         "device_s_per_step": float(per["time_s"].sum()),
         "traced_steps": count,  # steps x devices: the divisor of a time summed over devices
-        "devices": step_graph_devices(modules),
+        "devices": per.attrs.get("devices", 1),
         "ops": len(per),
     }
     dots = _matmuls(hlo_ops)

@@ -11,8 +11,9 @@ step), read in at least READS_PER_STEP of its steps: reads every N steps are wha
 asks for, however many values they read at once (flax's imagenet example reads 2 metrics
 every 100 steps and its checkpoint's 430 arrays after its last step: "2.2 reads per step"
 on the mean of its 200 loop steps, 2 of which read). Imported totals (a metrics report) have
-no steps to tell apart: their rate alone decides. Cost: the measured device-to-host wait of those steps, in the share that these
-reads make of all host reads; severity its share of the wall time (analyze/judge).
+no steps to tell apart: their rate alone decides. Cost: the measured device-to-host wait of
+those steps, in the share that these reads make of all host reads; severity its share of the
+wall time (analyze/judge).
 
 JAX has no such counter (detect/read_idle): on a traced chip the cost is the device's idle
 time in the traced steps that read, at most the longer of the host's wait in the reads and
