@@ -209,4 +209,5 @@ def test_imagenet_s_recompile_card_fix_removes_the_recompile_on_the_chip(tmp_pat
     steps = run.compiles[run.compiles["location"].astype(str).str.endswith("train_placed.py:381")]
     assert len(steps) == 1
     (card,) = [f for f in findings if f.rule == "tensorcore_underuse"]
-    assert card.evidence.to_dict()["lost_s_per_step"] == pytest.approx(41.6e-3, rel=0.02)
+    truth = IMAGENET_BARE_S["flax_imagenet"] - IMAGENET_BARE_S["flax_imagenet_bf16"]
+    assert 0.9 * truth <= card.evidence.to_dict()["lost_s_per_step"] <= 1.1 * truth

@@ -2,11 +2,13 @@
 keras-io `examples/nlp/text_classification_with_transformer.py` (a `TokenAndPositionEmbedding`
 layer, `TransformerBlock` layers of `layers.MultiHeadAttention` + a Dense feed-forward with
 dropout and LayerNormalization, GlobalAveragePooling1D, a softmax head, `adam` and sparse
-categorical cross-entropy), at a TPU's size and under the `mixed_bfloat16` policy. Synthetic
-tokens; the sample count is not a multiple of the batch, so each epoch ends on a ragged batch.
+categorical cross-entropy), at a TPU's size and under the `mixed_bfloat16` policy (`--policy
+float32`: Keras's default, which keras-io's example keeps). Synthetic tokens; the sample count is
+not a multiple of the batch, so each epoch ends on a ragged batch.
 
     keras_transformer.py [--embed 1024] [--heads 16] [--blocks 4] [--maxlen 512]
                          [--batch 16] [--vocab 8192] [--samples 325] [--epochs 3]
+                         [--policy mixed_bfloat16|float32]
 
 key_dim = embed / heads. Prints `step_ms <mean step time of the epochs after the first>`.
 """
@@ -30,8 +32,9 @@ parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--vocab", type=int, default=8192)
 parser.add_argument("--samples", type=int, default=325)
 parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--policy", default="mixed_bfloat16", choices=["mixed_bfloat16", "float32"])
 args = parser.parse_args()
-keras.mixed_precision.set_global_policy("mixed_bfloat16")
+keras.mixed_precision.set_global_policy(args.policy)
 
 
 class TransformerBlock(layers.Layer):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Session 36 (7 December): Keras's default float32 policy against mixed_bfloat16 on the chip,
+# and the head_dim 128 twins' traces (device tool, repo root, .tpu/ carried; no flax needed):
+#   TPU_WITH_FLAX= timeout 580 bash tests/tpu/chip_keras.sh PART
+# 1: keras_xception.py (keras-io's image classifier from scratch: a small Xception of separable
+#    convolutions, batches of 128 180x180 images, `fit` on numpy arrays) under float32, as the
+#    example runs, and under mixed_bfloat16, bare; then keras_transformer.py at key_dim 128
+#    under float32, bare (its mixed_bfloat16 twin: 33.86 ms a step, docs/tpu.md); then all
+#    three under `tpuscope run` in the default mode.
+# 2: this round's code (the profiler's stop collects beside the program): keras_transformer.py
+#    at key_dim 128 under float32 and keras_xception.py under float32 under `tpuscope run`;
+#    then default-mode runs of two head_dim 128 twins whose traces were not kept:
+#    lm_decoder.py --heads 8 and gpt_attention.py --attn dpa --heads 8.
+PART=${1:-1}
+LOG=$OUT/log$PART.txt
+source tests/tpu/chip_lib.sh
+# part 1's stores come back without their raw traces (image batches fed from numpy fill a
+# window with millions of host events; the tables hold the ops' times)
+SKIP=${SKIP_TRACE-}; [ "$PART" = 1 ] && SKIP=--exclude='*/trace'
+pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' $SKIP store 2>/dev/null; }
+if [ "$PART" = 1 ]; then
+  bare python3 $P/keras_xception.py --policy float32
+  bare python3 $P/keras_xception.py --policy mixed_bfloat16
+  bare python3 $P/keras_transformer.py --heads 8 --policy float32
+  under xception_f32 python3 $P/keras_xception.py --policy float32; paths
+  under xception_bf16 python3 $P/keras_xception.py --policy mixed_bfloat16; paths
+  under keras_f32_128 python3 $P/keras_transformer.py --heads 8 --policy float32; paths
+fi
+if [ "$PART" = 2 ]; then
+  under keras_f32_128 python3 $P/keras_transformer.py --heads 8 --policy float32; paths
+  SKIP=--exclude='xception*/trace'
+  under xception_f32b python3 $P/keras_xception.py --policy float32; paths
+  under lm_hd128 python3 $P/lm_decoder.py --heads 8; paths
+  under dpa_hd128 python3 $P/gpt_attention.py --attn dpa --heads 8; paths
+fi
+pack
