@@ -105,7 +105,7 @@ def bounded_saving(
     byte count over what it moves) saves less than its share would say, nothing at or under
     its bf16 ideal: in Gemma's step such ops hold 36 of 103 ms. Against the bare twins of six
     committed f32 programs (two MLPs, a ResNet-18, flax's ResNet-50, a ViT, Gemma; tests/tpu/)
-    the cards are 0.92-1.06 of what bf16 saved, the small MLP's 70 us against 50 (1.4x); with
+    the cards were 0.92-1.06 of what bf16 saved, the small MLP's 70 us against 50 (1.4x); with
     the proportional share they were 0.66-1.01 (that MLP 1.1x).
 
     `kept`: ops with no MXU work (elementwise, reductions, pooling, copies, a depthwise
@@ -114,7 +114,8 @@ def bounded_saving(
     from scratch, 7 December) batch norm, pooling and the depthwise convolutions ran 1.1-1.45x
     their ideal in f32 and in its mixed_bfloat16 twin alike; taking the twin at their ideal put
     the card at 44.35 ms where the twin saved 37.47 ms of device time (1.18), keeping their pace
-    at 37.16 (0.99); the other f32 programs moved within 0.92-1.01."""
+    at 37.16 (0.99); the other six read 0.92-1.02 of their bare twins' saving (flax's
+    ResNet-50 40.37 of 43.76 ms, Gemma 44.34 of 46.53, the ViT 7.32 of 7.57)."""
     runs = ops["runs_per_step"].to_numpy(float) if "runs_per_step" in ops else 1.0
     time = ops["time_s"].to_numpy(float) / runs
     now, then = _ideal(flops[0], bytes_[0]), _ideal(flops[1], bytes_[1])
