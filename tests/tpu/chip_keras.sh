@@ -11,6 +11,10 @@
 #    at key_dim 128 under float32 and keras_xception.py under float32 under `tpuscope run`;
 #    then default-mode runs of two head_dim 128 twins whose traces were not kept:
 #    lm_decoder.py --heads 8 and gpt_attention.py --attn dpa --heads 8.
+# 3: this round's step clock (a polled step still running 2 ms after its close is timed by
+#    the helper thread; ready.py): gpt_attention.py --attn dpa --heads 8 (a loop that never
+#    reads until its end) and keras_xception.py (epochs that drain the device) under
+#    `tpuscope run`; tiny_step.py (dispatch-bound, never blocks) bare and under tpuscope, twice.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -32,5 +36,14 @@ if [ "$PART" = 2 ]; then
   under xception_f32b python3 $P/keras_xception.py --policy float32; paths
   under lm_hd128 python3 $P/lm_decoder.py --heads 8; paths
   under dpa_hd128 python3 $P/gpt_attention.py --attn dpa --heads 8; paths
+fi
+if [ "$PART" = 3 ]; then
+  SKIP=--exclude='xception*/trace'
+  under dpa_hd128c python3 $P/gpt_attention.py --attn dpa --heads 8; paths
+  under xception_f32c python3 $P/keras_xception.py --policy float32; paths
+  for rep in 1 2; do
+    bare python3 $P/tiny_step.py --steps 6000
+    under tiny-$rep python3 $P/tiny_step.py --steps 6000; paths
+  done
 fi
 pack
