@@ -59,7 +59,8 @@ def _lost(card: object) -> float:
 
 def test_an_attention_computed_in_f32_loses_to_f32_and_to_its_narrow_heads(vit: dict) -> None:
     """The f32 ViT: its f32 card takes the attention's f32 share too, within 10% of what bf16
-    saved bare (7.07 ms a step of 7.57: each op its time less its bf16 ideal; 5.14 ms, 0.68,
+    saved bare (6.95 ms a step of 7.57: each op its time less its bf16 ideal, ops with no MXU
+    work at their own pace; 5.14 ms, 0.68,
     with the proportional share of its time, which left the f32 softmax's time over its ideal
     in f32; 1.66 ms with the attention's ops the head_dim card's alone), and the head_dim
     card keeps its share of what is left (1.88 ms, where it had said 4.21 ms of f32 attention

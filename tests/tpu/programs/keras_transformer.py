@@ -15,13 +15,13 @@ key_dim = embed / heads. Prints `step_ms <mean step time of the epochs after the
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import layers  # noqa: E402
+from keras_epochs import EpochTimer  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--embed", type=int, default=1024)
@@ -70,16 +70,6 @@ class TokenAndPositionEmbedding(layers.Layer):
         return self.token_emb(x) + self.pos_emb(positions)
 
 
-class EpochTimer(keras.callbacks.Callback):
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch > 0:
-            times.append(time.perf_counter() - self.start)
-
-
-times: list[float] = []
 inputs = layers.Input(shape=(args.maxlen,))
 x = TokenAndPositionEmbedding(args.maxlen, args.vocab, args.embed)(inputs)
 for _ in range(args.blocks):
@@ -93,11 +83,12 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=
 rng = np.random.default_rng(0)
 x_train = rng.integers(0, args.vocab, (args.samples, args.maxlen))
 y_train = rng.integers(0, 2, (args.samples,))
+timer = EpochTimer()
 model.fit(
-    x_train, y_train, batch_size=args.batch, epochs=args.epochs, verbose=0, callbacks=[EpochTimer()]
+    x_train, y_train, batch_size=args.batch, epochs=args.epochs, verbose=0, callbacks=[timer]
 )
 steps = -(-args.samples // args.batch)
 print(
-    f"step_ms {1e3 * sum(times) / (len(times) * steps):.4f} key_dim {args.embed // args.heads} "
+    f"step_ms {1e3 * sum(timer.times) / (len(timer.times) * steps):.4f} key_dim {args.embed // args.heads} "
     f"steps_per_epoch {steps}"
 )

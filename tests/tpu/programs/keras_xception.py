@@ -19,13 +19,13 @@ read of its logs, so an epoch's wall time holds its steps' device work).
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import layers  # noqa: E402
+from keras_epochs import EpochTimer  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--policy", default="float32", choices=["float32", "mixed_bfloat16"])
@@ -64,16 +64,6 @@ def small_xception(size):
     return keras.Model(inputs, layers.Dense(1, dtype="float32")(x))
 
 
-class EpochTimer(keras.callbacks.Callback):
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch > 0:
-            times.append(time.perf_counter() - self.start)
-
-
-times: list[float] = []
 model = small_xception(args.size)
 model.compile(
     optimizer=keras.optimizers.Adam(3e-4),
@@ -83,8 +73,9 @@ model.compile(
 rng = np.random.default_rng(0)
 images = rng.integers(0, 256, (args.samples, args.size, args.size, 3)).astype(np.float32)
 labels = rng.integers(0, 2, (args.samples, 1)).astype(np.float32)
+timer = EpochTimer()
 model.fit(
-    images, labels, batch_size=args.batch, epochs=args.epochs, verbose=0, callbacks=[EpochTimer()]
+    images, labels, batch_size=args.batch, epochs=args.epochs, verbose=0, callbacks=[timer]
 )
 steps = -(-args.samples // args.batch)
-print(f"step_ms {1e3 * sum(times) / (len(times) * steps):.4f} steps_per_epoch {steps}")
+print(f"step_ms {1e3 * sum(timer.times) / (len(timer.times) * steps):.4f} steps_per_epoch {steps}")
