@@ -166,6 +166,7 @@ class StepClock:
         self._polled: deque[OpenStep] = deque()  # of those, the ones asked at each close
         self._open: OpenStep | None = None
         self._last_end = 0
+        self.fence_ns = 0  # set by steps.py: where tpuscope's profiler began its work (_finalize)
         self._close_ns = 0  # the host end of the last step closed (or the lane's last end)
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
@@ -366,8 +367,12 @@ class StepClock:
 
     def _finalize(self, record: OpenStep) -> None:
         """A step starts where the previous one ended (or when it opened, if later) and ends
-        at the later of its host end and its outputs being ready."""
+        at the later of its host end and its outputs being ready, but not inside tpuscope's
+        profiler's start or stop (`fence_ns`): a step closed before it and noted ready during
+        it (the helper thread waits for the GIL there) ends where that work began."""
         start = record.start_ns if record.start_ns > self._last_end else self._last_end
         end = max(record.host_end_ns, record.ready_ns, start)
+        if record.host_end_ns <= self.fence_ns < end:  # noted ready during tpuscope's profiler
+            end = max(self.fence_ns, start)
         self._last_end = end
         self._log.emit(record, start, end)

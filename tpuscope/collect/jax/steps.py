@@ -100,10 +100,11 @@ class StepTracker:
         if profiler is None:
             return
         began = time_ns()
-        acted = profiler.step_closed(self.step - 1)
-        acted = profiler.step_opened(self.step) or acted
+        stopped = profiler.step_closed(self.step - 1)
+        acted = profiler.step_opened(self.step) or stopped
         with self._lock:
-            if acted:
+            if acted:  # no earlier step ends inside the profiler's work (the stop: after its wait)
+                self.clock.fence_ns = began + (profiler.waited_ns if stopped else 0)
                 now = time_ns()
                 self._hook_ns -= now - began
                 if self._open and self._acc.start_ns < now:
