@@ -12,10 +12,6 @@ that are their truth run on the same chip:
   numpy, and the bf16 run's device idled 5-35 ms in 3 of its 5 traced steps waiting for it.
   The committed tables leave out the host events named `Transpose` (1.48 million a run, libtpu
   laying out each batch for the device; no rule reads them).
-- keras_xception_f32_clock: the float32 program again under tpuscope with this session's step
-  clock (collect/jax/ready.py; `chip_keras.sh 3`): its own epoch timing 94.36 ms a step. Under
-  main's, each epoch's first two steps were timed at their dispatch (6.5-7.4 ms) and the rest
-  as batch means holding them: p50 109.14 ms against its own 94.31.
 """
 
 from __future__ import annotations
@@ -72,18 +68,3 @@ def test_the_ragged_last_batch_recompiles_at_the_fit_line(xception: dict) -> Non
         assert card.location is not None and card.location.endswith("keras_xception.py:86")
         assert "f32[128,180,180,3] -> f32[50,180,180,3]" in card.detail
 
-
-def test_steps_after_each_epochs_drain_take_the_devices_time() -> None:
-    """Keras reads its logs at each epoch's end and the device drains; the host then runs two
-    steps ahead of it. Each step ends when its outputs are ready: the p50 is the device's step
-    (96.1 ms against 96.4 ms of device work, the program's own 94.4 ms a step with its short
-    last batches), and the first step of each later epoch holds its device work, not its 7 ms
-    dispatch."""
-    run = Run(RUNS / "keras_xception_f32_clock")
-    steps = run.steps.set_index("step").sort_index()["wall_ns"] / 1e9
-    device = _device_step_s(run)
-    judged = steps.iloc[2:]
-    assert judged.median() == pytest.approx(device, rel=0.02)
-    per_epoch = 13  # 1586 samples in batches of 128
-    for first in (per_epoch, 2 * per_epoch):
-        assert steps[first] >= 0.9 * device

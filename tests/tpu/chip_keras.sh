@@ -11,7 +11,7 @@
 #    at key_dim 128 under float32 and keras_xception.py under float32 under `tpuscope run`;
 #    then default-mode runs of two head_dim 128 twins whose traces were not kept:
 #    lm_decoder.py --heads 8 and gpt_attention.py --attn dpa --heads 8.
-# 3: this round's step clock (a polled step still running 2 ms after its close is timed by
+# 3: a step clock change, not kept (a polled step still running 2 ms after its close timed by
 #    the helper thread; ready.py): gpt_attention.py --attn dpa --heads 8 (a loop that never
 #    reads until its end) and keras_xception.py (epochs that drain the device) under
 #    `tpuscope run`; tiny_step.py (dispatch-bound, never blocks) bare and under tpuscope, twice.

@@ -35,29 +35,9 @@ Before the host waits (a sync the hooks see, the end of the run) the polled step
 go to the helper too, so a loop that runs ahead and then blocks gets its steps' real ends.
 Which output is asked is probe.py's; a step whose outputs hold no array it can find is handed
 to the helper when dispatched.
-
-A host a few closes ahead is not always a device keeping pace: a device-bound loop whose host
-the runtime holds back a step or two ahead (Keras's `fit` on a v5e: 96 ms of device work a
-step, dispatched in 7 ms, about 2 steps in flight) has its steps found ready within POLL_DEPTH
-closes too, but each close comes when the device is done with an earlier step, and after each
-drain (an epoch's logs read) the first steps are closed at their dispatch. Their host ends
-timed them at 6.5-7.4 ms, and the count of such closes opened the lane, which spread the
-backlog over the next steps (p50 109 ms against 96). So time, not closes, says whether the
-device keeps pace: a polled step still running LAG_NS after its close goes to the helper
-thread with the later polled steps, and while the helper waits on a step every step closed
-after it goes there too, in order (none can be done before it: a host end would end it
-earlier). A step found ready at a close that came LAG_NS or more after the last one, with the
-device still busy on a later step, ran while the host was away (waiting for the device, as a
-runtime's queue makes it): it ends within that time (steps found together spread evenly over
-it, the last at the close), not at its host end. What is left to host ends is a device less
-than LAG_NS behind, where the helper's cost per step would be felt.
-
 The helper takes its items from a deque and is woken through its queue only when it went
-idle (ReadyWatcher). After HOST_BOUND_STREAK steps in a row ready at their close, or
-PACED_STREAK closes with none handed to the helper, steps.py writes steps straight from the
-host's clock (its lane) until one is not; both counts start again when the lane gives the
-steps back (`ended_at`: it closed where the device fell behind, or at an event after which the
-device may be drained), so the lane opens again on the closes after it, not on those before.
+idle (ReadyWatcher). After HOST_BOUND_STREAK steps in a row ready at their close, steps.py
+writes steps straight from the host's clock (its lane) until one is not.
 """
 
 from __future__ import annotations
@@ -76,9 +56,6 @@ from tpuscope.collect.jax.rows import OpenStep, StepLog
 HOST_BOUND_STREAK = 4
 POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
 PACED_STREAK = 8  # closes in a row with no step handed to the helper: the device keeps pace
-# a polled step still running this long after its close: the device is behind the host by more
-# than a dispatch-bound step's latency, and the helper thread times it (module doc)
-LAG_NS = 2_000_000
 
 
 class ReadyWatcher:
@@ -166,8 +143,6 @@ class StepClock:
         self._polled: deque[OpenStep] = deque()  # of those, the ones asked at each close
         self._open: OpenStep | None = None
         self._last_end = 0
-        self.fence_ns = 0  # set by steps.py: where tpuscope's profiler began its work (_finalize)
-        self._close_ns = 0  # the host end of the last step closed (or the lane's last end)
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
         self._paced = 0  # closes since a step was last handed to the helper thread
@@ -214,17 +189,14 @@ class StepClock:
             self._open = None
             self._paced += 1
             record.host_end_ns = host_end_ns
+            if self._polled:
+                self._poll(record.step)
             probe = record.probe
-            ready = True
             if probe is not None:
                 try:
                     ready = bool(probe.is_ready())
                 except Exception:  # deleted (donated) or not an array after all
                     ready = True
-            if self._polled:
-                self._poll(record.step, host_end_ns, not ready)
-            self._close_ns = host_end_ns
-            if probe is not None:
                 record.ready_at_close = ready
                 if ready:
                     record.probe = None
@@ -243,18 +215,10 @@ class StepClock:
 
     def _enqueue(self, record: OpenStep) -> None:
         """A step not ready at its close is polled; beyond POLL_DEPTH polled steps the oldest
-        (found not ready just now) goes to the helper thread, which notes when it is ready.
-        While the helper still waits on an earlier step the device is behind by more than the
-        polled steps: they and this one go to the helper too, in their order (none can be done
-        before that earlier step, whose ready time a host end would put them before)."""
+        (found not ready just now) goes to the helper thread, which notes when it is ready."""
         record.awaiting += 1
-        polled = self._polled
-        if self._waiting > 0:
-            while polled:
-                self._unpoll_to_helper(polled.popleft())
-            self._unpoll_to_helper(record)
-            return
         self.polled += 1
+        polled = self._polled
         polled.append(record)
         if len(polled) > POLL_DEPTH:
             self._unpoll_to_helper(polled.popleft())
@@ -266,17 +230,9 @@ class StepClock:
         record.awaiting -= 1
         self._watch(record, probe)
 
-    def _poll(self, step: int, now_ns: int, busy: bool) -> None:
-        """Polled steps ready by the close of `step` (at `now_ns`) end at their host end (module
-        doc), but where the host was away LAG_NS or more since the last close and the device is
-        still busy with a later step (`busy`: the step closing now is not ready, or a polled one
-        is not): then the device ran these steps while the host was away, and they end within
-        that time, spread evenly up to now (a host that waited for the device, as a runtime's
-        queue makes it, is released when the step is done). A polled step still running LAG_NS
-        after its close goes to the helper thread, with the later ones."""
+    def _poll(self, step: int) -> None:
+        """Polled steps ready by the close of `step` end at their host end (module doc)."""
         polled, depths = self._polled, self.poll_depths
-        # the steps found ready, kept only where the host was away (no list on the usual path)
-        found: list[OpenStep] | None = [] if now_ns - self._close_ns >= LAG_NS else None
         while polled:
             record = polled[0]
             try:
@@ -284,20 +240,11 @@ class StepClock:
             except Exception:  # donated by a later call, which ran after it
                 ready = True
             if not ready:
-                break
+                return
             polled.popleft()
             record.probe = None
             record.awaiting -= 1
             depths[min(step - record.step, POLL_DEPTH)] += 1
-            if found is not None:
-                found.append(record)
-        if found and (busy or polled):
-            since, span, count = self._close_ns, now_ns - self._close_ns, len(found)
-            for index, record in enumerate(found, 1):
-                record.ready_ns = max(record.ready_ns, since + span * index // count)
-        if polled and now_ns - polled[0].host_end_ns >= LAG_NS:
-            while polled:
-                self._unpoll_to_helper(polled.popleft())
 
     def settled_at(self, t_ns: int) -> bool:
         """The next steps' times can be written from the host's clock alone (lane.py): the last
@@ -318,12 +265,8 @@ class StepClock:
         return not self._closed and self._last_end == t_ns
 
     def ended_at(self, end_ns: int) -> None:
-        """Steps written without this clock (steps.py's lane) ended at end_ns. What the closes
-        before them said of the device's pace is no evidence after them (the lane closes where
-        the device fell behind, or at an event that may have drained it): `settled_at` counts
-        afresh from here."""
-        self._last_end = self._close_ns = end_ns
-        self._streak = self._paced = 0
+        """Steps written without this clock (steps.py's lane) ended at end_ns."""
+        self._last_end = end_ns
 
     def hand_over(self) -> None:
         """The host is about to wait (a sync, the end of the run): polled steps ready by now
@@ -332,7 +275,7 @@ class StepClock:
         polled = self._polled
         if not polled:
             return
-        self._poll(polled[-1].step + 1, time.time_ns(), False)
+        self._poll(polled[-1].step + 1)
         while polled:
             self._unpoll_to_helper(polled.popleft())
         self._drain()
@@ -367,12 +310,8 @@ class StepClock:
 
     def _finalize(self, record: OpenStep) -> None:
         """A step starts where the previous one ended (or when it opened, if later) and ends
-        at the later of its host end and its outputs being ready, but not inside tpuscope's
-        profiler's start or stop (`fence_ns`): a step closed before it and noted ready during
-        it (the helper thread waits for the GIL there) ends where that work began."""
+        at the later of its host end and its outputs being ready."""
         start = record.start_ns if record.start_ns > self._last_end else self._last_end
         end = max(record.host_end_ns, record.ready_ns, start)
-        if record.host_end_ns <= self.fence_ns < end:  # noted ready during tpuscope's profiler
-            end = max(self.fence_ns, start)
         self._last_end = end
         self._log.emit(record, start, end)

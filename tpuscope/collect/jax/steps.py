@@ -100,11 +100,10 @@ class StepTracker:
         if profiler is None:
             return
         began = time_ns()
-        stopped = profiler.step_closed(self.step - 1)
-        acted = profiler.step_opened(self.step) or stopped
+        acted = profiler.step_closed(self.step - 1)
+        acted = profiler.step_opened(self.step) or acted
         with self._lock:
-            if acted:  # no earlier step ends inside the profiler's work (the stop: after its wait)
-                self.clock.fence_ns = began + (profiler.waited_ns if stopped else 0)
+            if acted:
                 now = time_ns()
                 self._hook_ns -= now - began
                 if self._open and self._acc.start_ns < now:
