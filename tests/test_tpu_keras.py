@@ -67,4 +67,3 @@ def test_the_ragged_last_batch_recompiles_at_the_fit_line(xception: dict) -> Non
         (card,) = [f for f in findings if f.rule == "recompile"]
         assert card.location is not None and card.location.endswith("keras_xception.py:86")
         assert "f32[128,180,180,3] -> f32[50,180,180,3]" in card.detail
-
