@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -50,3 +52,112 @@ def test_step_wall_time_covers_the_steps_compute(tmp_path: Path) -> None:
     # steps tile the run: each starts where the previous one ended
     assert (steps.start_ns.iloc[1:].to_numpy() >= steps.end_ns.iloc[:-1].to_numpy()).all()
     assert (steps.wall_ns >= 0).all()
+
+
+def _train(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Tens of ms of device work on the CPU against tens of us of dispatch."""
+    for _ in range(6):
+        x = jnp.tanh(x @ w)
+    return w - 1e-3 * x.T @ x, jnp.mean(x * x)
+
+
+def _own_step_s(calls: int = 6) -> float:
+    """The step's own time, bare: `calls` calls dispatched and waited for at the end."""
+    step = jax.jit(_train)
+    w, x = jnp.eye(512) * 0.5, jnp.full((512, 512), 0.01)
+    jax.block_until_ready(step(w, x))
+    start = time.perf_counter()
+    for _ in range(calls):
+        w, _ = step(w, x)
+    jax.block_until_ready(w)
+    return (time.perf_counter() - start) / calls
+
+
+def test_a_loop_that_never_reads_keeps_its_steps_through_the_profilers_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpt_attention.py's dpa loop on a TPU v5e (it never reads before its end): p50 1.03 ms for
+    a 25 ms step. The profiler's stop waited for the window's steps, which were only polled,
+    so they ended at their dispatch (the wait went to the profiler's cost), and the steps
+    after it looked paced (none handed to the helper thread): the lane took them at the host's
+    pace and the last step the whole backlog. Now the stop hands the polled steps to the
+    helper, and only steps found ready count as paced."""
+    monkeypatch.setenv("TPUSCOPE_TRACE_STEPS", "3:6")
+    calls = 14
+    with tpuscope.profile(store=tmp_path, name="window-drain", warmup=1) as run:
+        step = jax.jit(_train)
+        w, x = jnp.eye(512) * 0.5, jnp.full((512, 512), 0.01)
+        jax.block_until_ready(step(w, x))  # compiled (step 0)
+        for _ in range(calls):
+            w, loss = step(w, x)  # never read before the end
+        float(loss)
+    own_s = _own_step_s()
+    recorded = tpuscope.load_run(run.path)
+    assert recorded.meta["processes"][0].get("trace_files"), "no profiler window: nothing to prove"
+    walls = recorded.steps.iloc[1 : 1 + calls]["wall_ns"].to_numpy() / 1e9
+    assert len(walls) == calls
+    assert 0.5 * own_s < float(np.median(walls)) < 2 * own_s, (list(walls), own_s)
+    assert walls.min() > 0.1 * own_s, (list(walls), own_s)
+
+
+def test_steps_whose_wait_no_hook_sees_share_the_devices_pace(tmp_path: Path) -> None:
+    """Keras's `fit` on JAX reads each step's logs on its callback thread (a read off the
+    program's path) and waits for that thread at each epoch's end, a wait no hook sees. The
+    host dispatches an epoch's steps in a few ms; the helper thread times those the host ran
+    far ahead of, and the last few, only polled, are found ready at the next epoch's first
+    call. They ended at their dispatch (four steps of no length an epoch, the next one the
+    whole wait); now each takes the device's pace from the steps the helper timed, bounded
+    by the call that found it ready."""
+    epochs, per_epoch = 4, 13
+    epoch_s: list[float] = []
+    with tpuscope.profile(store=tmp_path, name="unseen-wait", warmup=1) as run:
+        step = jax.jit(_train)
+        w, x = jnp.eye(512) * 0.5, jnp.full((512, 512), 0.01)
+        jax.block_until_ready(step(w, x))  # compiled (step 0)
+        with ThreadPoolExecutor(max_workers=1) as callbacks:
+            for _ in range(epochs):
+                start, logs = time.perf_counter(), []
+                for _ in range(per_epoch):
+                    w, loss = step(w, x)
+                    logs.append(callbacks.submit(np.asarray, loss))  # no line of this file
+                for future in logs:
+                    future.result()
+                epoch_s.append(time.perf_counter() - start)
+    steps = tpuscope.load_run(run.path).steps
+    walls = steps.iloc[1 + per_epoch : 1 + epochs * per_epoch]["wall_ns"].to_numpy() / 1e9
+    own_s = sum(epoch_s[1:]) / ((epochs - 1) * per_epoch)
+    assert len(walls) == (epochs - 1) * per_epoch
+    assert 0.6 * own_s < float(np.median(walls)) < 1.5 * own_s, (list(walls), own_s)
+    short = [round(s / own_s, 2) for s in walls if s < 0.3 * own_s]
+    assert len(short) <= epochs - 1, (short, list(walls), own_s)  # at most an epoch's last
+    assert walls.max() < 3 * own_s, (list(walls), own_s)
+
+
+def test_a_step_seen_running_does_not_end_before(tmp_path: Path) -> None:
+    """A loop held 2 steps ahead of the device by a wait no hook sees (here the program polls
+    `is_ready()`, as a runtime's queue would hold it in the dispatch): each step's host
+    interval is the device's pace, long enough (HELPER_STEP_NS) for the helper thread to time
+    it, so a step the program saw running at some time ends after it. Not the first: its host
+    interval is a dispatch's, so it is polled, and it is found ready at the call after the
+    program's first wait; when in that interval it finished is not known, and it keeps its
+    host end."""
+    calls = 24
+    seen_running: dict[int, int] = {}  # loop call -> last time_ns its output was not ready
+    with tpuscope.profile(store=tmp_path, name="in-flight", warmup=1) as run:
+        step = jax.jit(_train)
+        w, x = jnp.eye(512) * 0.5, jnp.full((512, 512), 0.01)
+        jax.block_until_ready(step(w, x))  # compiled (step 0)
+        in_flight: list[tuple[int, jax.Array]] = []
+        for call in range(calls):
+            w, loss = step(w, x)
+            in_flight.append((call, loss))
+            if len(in_flight) > 2:
+                earlier, out = in_flight.pop(0)
+                while not out.is_ready():
+                    seen_running[earlier] = time.time_ns()
+                    time.sleep(0.0002)
+        float(loss)
+    ends = tpuscope.load_run(run.path).steps.iloc[1 : 1 + calls]["end_ns"].to_numpy()
+    assert seen_running, "the loop never ran ahead of the device: nothing to prove"
+    early = {k: (t - int(ends[k])) / 1e6 for k, t in seen_running.items() if k and ends[k] < t}
+    assert not early, f"steps ended before the program saw them running (ms): {early}"

@@ -170,6 +170,7 @@ class JaxCollector(StepTracker):
             # Dispatch is asynchronous: wait for every pending computation (their outputs are
             # live arrays) so the window's device work is inside the trace, then stop. The wait
             # is tpuscope's, not a read of the program's: the sync hook lets it pass uncounted.
+            self.clock.before_wait()
             syncs = self._syncs.local
             outer, syncs.inside = getattr(syncs, "inside", False), True
             began = time.perf_counter_ns()

@@ -31,13 +31,19 @@ to a thread cost 52 us of a 180 us step, 1.41x (a wake-up 15 us, and the content
 GIL that followed). A step the host ran more than POLL_DEPTH closes ahead of is device-bound: it goes to a
 helper thread, which blocks on it (`batched_block_until_ready`, releasing the GIL) and notes
 when it is ready; there the helper's work overlaps the device's instead of delaying the host.
-Before the host waits (a sync the hooks see, the end of the run) the polled steps not ready
-go to the helper too, so a loop that runs ahead and then blocks gets its steps' real ends.
+Before the host waits (a sync the hooks see, tpuscope's profiler stop, the end of the run) the
+polled steps not ready go to the helper too, so a loop that runs ahead and then blocks gets
+its steps' real ends. A step whose host interval took HELPER_STEP_NS or more is not polled
+but handed to the helper at once (its exact end costs the host under 1% of it): a loop the
+device holds back, in a wait no hook sees, is timed by its outputs, not its calls. A polled
+step found ready only after such a wait, behind steps the helper timed, takes the device's
+pace from them (`_finalize`).
 Which output is asked is probe.py's; a step whose outputs hold no array it can find is handed
 to the helper when dispatched.
 The helper takes its items from a deque and is woken through its queue only when it went
-idle (ReadyWatcher). After HOST_BOUND_STREAK steps in a row ready at their close, steps.py
-writes steps straight from the host's clock (its lane) until one is not.
+idle (ReadyWatcher). After HOST_BOUND_STREAK steps in a row ready at their close, or
+PACED_STREAK steps found ready with none handed to the helper (`settled_at`), steps.py writes
+steps straight from the host's clock (its lane) until one is not.
 """
 
 from __future__ import annotations
@@ -55,7 +61,11 @@ from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
 POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
-PACED_STREAK = 8  # closes in a row with no step handed to the helper: the device keeps pace
+PACED_STREAK = 8  # steps found ready in a row with none handed to the helper: it keeps pace
+# a step's host interval from which a step not ready at its close goes to the helper thread:
+# 52 us a step on a TPU v5e (a wake-up and the GIL's hand-off, docs/overhead.md) is 1% of it
+HELPER_STEP_NS = 5_000_000
+PACE_STEPS = 5  # device step times kept for a polled step the device started behind
 
 
 class ReadyWatcher:
@@ -145,7 +155,8 @@ class StepClock:
         self._last_end = 0
         self._waiting = 0  # outputs handed over and not reported yet
         self._streak = 0  # steps in a row whose outputs were ready when they closed
-        self._paced = 0  # closes since a step was last handed to the helper thread
+        self._paced = 0  # steps found ready (at or after their close) since the last hand-off
+        self._paces: deque[int] = deque(maxlen=PACE_STEPS)  # the device's last step times
         self.watched = 0  # outputs handed to the helper thread (the run's meta says how many)
         self.polled = 0  # steps not ready at their close, polled at later closes
         self.poll_depths = [0] * (POLL_DEPTH + 1)  # polled steps by closes until found ready
@@ -187,10 +198,9 @@ class StepClock:
         function does both in one call, on the program's path."""
         if record is self._open:
             self._open = None
-            self._paced += 1
             record.host_end_ns = host_end_ns
             if self._polled:
-                self._poll(record.step)
+                self._poll(record.step, host_end_ns)
             probe = record.probe
             if probe is not None:
                 try:
@@ -201,6 +211,7 @@ class StepClock:
                 if ready:
                     record.probe = None
                     self._streak += 1
+                    self._paced += 1
                 else:
                     self._streak = 0
                     self._enqueue(record)
@@ -215,7 +226,17 @@ class StepClock:
 
     def _enqueue(self, record: OpenStep) -> None:
         """A step not ready at its close is polled; beyond POLL_DEPTH polled steps the oldest
-        (found not ready just now) goes to the helper thread, which notes when it is ready."""
+        (found not ready just now) goes to the helper thread, which notes when it is ready.
+        A step whose host interval took HELPER_STEP_NS or more goes to the helper at once:
+        there its exact end costs the host under 1% of the step (after the steps polled before
+        it: the helper notes them ready in the order the device runs them)."""
+        if record.host_end_ns - record.start_ns >= HELPER_STEP_NS:
+            polled = self._polled
+            while polled:
+                self._unpoll_to_helper(polled.popleft())
+            probe, record.probe = record.probe, None
+            self._watch(record, probe)
+            return
         record.awaiting += 1
         self.polled += 1
         polled = self._polled
@@ -230,8 +251,9 @@ class StepClock:
         record.awaiting -= 1
         self._watch(record, probe)
 
-    def _poll(self, step: int) -> None:
-        """Polled steps ready by the close of `step` end at their host end (module doc)."""
+    def _poll(self, step: int, now_ns: int) -> None:
+        """Polled steps ready by the close of `step` (at now_ns) end at their host end, or
+        where the device was behind, as `_finalize` says (module doc)."""
         polled, depths = self._polled, self.poll_depths
         while polled:
             record = polled[0]
@@ -244,14 +266,18 @@ class StepClock:
             polled.popleft()
             record.probe = None
             record.awaiting -= 1
+            record.found_ns = now_ns
+            self._paced += 1
             depths[min(step - record.step, POLL_DEPTH)] += 1
 
     def settled_at(self, t_ns: int) -> bool:
         """The next steps' times can be written from the host's clock alone (lane.py): the last
         steps' outputs were ready when they closed, or (a dispatch-bound loop) the last
-        PACED_STREAK closes found each polled step ready within POLL_DEPTH closes and handed
-        none to the helper thread. The steps still polled then end at their host ends (the
-        device keeps pace), and the last step ended at t_ns, this close."""
+        PACED_STREAK steps were found ready, at their close or within POLL_DEPTH closes, and
+        none was handed to the helper thread. Closes alone are no evidence: after a drain (the
+        profiler's stop) a loop that never reads had its next steps polled and not one found
+        ready, and the lane timed them at their dispatch. The steps still polled then end at
+        their host ends (the device keeps pace), and the last step ended at t_ns, this close."""
         paced = self._paced >= PACED_STREAK and self._waiting == 0
         if paced and self._polled:
             polled = self._polled
@@ -275,15 +301,21 @@ class StepClock:
         polled = self._polled
         if not polled:
             return
-        self._poll(polled[-1].step + 1)
+        self._poll(polled[-1].step + 1, time.time_ns())
         while polled:
             self._unpoll_to_helper(polled.popleft())
         self._drain()
 
-    def wait_idle(self, timeout_s: float) -> None:
-        """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""
+    def before_wait(self) -> None:
+        """`hand_over` for a wait the hooks do not see (tpuscope's own, before the profiler's
+        stop: the device's work on the polled steps is theirs, not the profiler's). Call
+        without the lock."""
         with self._lock:
             self.hand_over()
+
+    def wait_idle(self, timeout_s: float) -> None:
+        """Give outputs still running up to `timeout_s` to be ready (call without the lock)."""
+        self.before_wait()
         deadline = time.monotonic() + timeout_s
         while self._waiting > 0 and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -310,8 +342,28 @@ class StepClock:
 
     def _finalize(self, record: OpenStep) -> None:
         """A step starts where the previous one ended (or when it opened, if later) and ends
-        at the later of its host end and its outputs being ready."""
-        start = record.start_ns if record.start_ns > self._last_end else self._last_end
-        end = max(record.host_end_ns, record.ready_ns, start)
+        at the later of its host end and its outputs being ready.
+
+        A step the device started behind (the host closed it before the previous step ended)
+        ran on the device right after that step. If it was timed by the helper thread, its
+        time is the device's own for one step (`_paces`). If it was polled, all that is known
+        is that it was ready by the close that found it (`found_ns`, after a wait the hooks do
+        not see: Keras's `fit` waits for its callback thread at an epoch's end): it ends one
+        device step (the median of the last ones timed) after the previous one, not later
+        than that close. Its host end, long past, would give it no length and the step after
+        the wait the whole backlog."""
+        last = self._last_end
+        start = record.start_ns if record.start_ns > last else last
+        host_end, ready = record.host_end_ns, record.ready_ns
+        if host_end >= start or not (ready or record.found_ns):
+            end = max(host_end, ready, start)
+        elif ready:
+            end = max(ready, start)
+            if end > start:
+                self._paces.append(end - start)
+        else:
+            paces = sorted(self._paces)
+            pace = paces[len(paces) // 2] if paces else 0
+            end = max(start, min(start + pace, record.found_ns))
         self._last_end = end
         self._log.emit(record, start, end)

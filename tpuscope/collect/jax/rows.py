@@ -57,6 +57,7 @@ class OpenStep:
     start_ns = 0  # when the step opened; once emitted, where it starts (see ready.py)
     host_end_ns = 0
     ready_ns = 0
+    found_ns = 0  # polled: found ready by this time (a later close), not before (ready.py)
     awaiting = 0
     probe: Any = None  # one output array, asked is_ready() at the close
     ready_at_close = False
