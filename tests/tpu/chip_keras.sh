@@ -17,9 +17,9 @@
 #    `tpuscope run`; tiny_step.py (dispatch-bound, never blocks) bare and under tpuscope, twice.
 # 4: session 37's step clock (a step whose host interval took 5 ms or more timed by the helper
 #    thread; the profiler's stop hands it the polled steps; a polled step the device started
-#    behind takes the device's pace): the dpa and lm_decoder head_dim 128 loops, Keras's
-#    Xception and float32 transformer under `tpuscope run`; tiny_step.py bare and under
-#    tpuscope, twice.
+#    behind takes the device's pace): the dpa head_dim 128 loop and Keras's Xception under
+#    `tpuscope run`; tiny_step.py bare and under tpuscope, twice. Run from a folder with no
+#    tpuscope/ source in it (the installed wheel, not the carried tree's, is imported).
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -54,12 +54,10 @@ fi
 if [ "$PART" = 4 ]; then
   SKIP=--exclude='xception*/trace'
   under dpa_hd128d python3 $P/gpt_attention.py --attn dpa --heads 8; paths
-  under lm_hd128d python3 $P/lm_decoder.py --heads 8; paths
   for rep in 1 2; do
     bare python3 $P/tiny_step.py --steps 6000
     under tiny-$rep python3 $P/tiny_step.py --steps 6000; paths
   done
   under xception_f32d python3 $P/keras_xception.py --policy float32; paths
-  under keras_f32_128d python3 $P/keras_transformer.py --heads 8 --policy float32; paths
 fi
 pack
