@@ -67,3 +67,40 @@ def test_the_ragged_last_batch_recompiles_at_the_fit_line(xception: dict) -> Non
         (card,) = [f for f in findings if f.rule == "recompile"]
         assert card.location is not None and card.location.endswith("keras_xception.py:86")
         assert "f32[128,180,180,3] -> f32[50,180,180,3]" in card.detail
+
+
+def test_keras_setup_compiles_get_no_advice_to_jit_what_keras_runs(xception: dict) -> None:
+    """Keras's `fit` calls keras's own `train_step`, and its layers make their variables op by
+    op (38 compiles of 0.1-0.5 s on the chip, at the model's lines): the card names the
+    persistent cache with JAX's minimum compile time at 0, not `jax.jit(init)` or a
+    `.lower().compile()` of a step the program never calls."""
+    for _run, findings in xception.values():
+        (card,) = [f for f in findings if f.rule == "compile_time"]
+        assert "jax_persistent_cache_min_compile_time_secs" in card.fix
+        assert "keras/src/backend/jax/trainer.py" in card.fix
+        assert "jax.jit(init)" not in card.fix and ".lower(" not in card.fix
+
+
+def test_f32_pallas_kernels_are_named_and_not_costed(tmp_path: Path) -> None:
+    """keras_transformer.py at key_dim 128 under Keras's float32 policy (`chip_keras.sh 4`, 7
+    December, main's collector): Keras runs Pallas's splash attention kernels in f32 too. Their
+    matmuls are inside custom calls, with no FLOPs in the HLO or the trace, so the f32 card's
+    cost (3.5 ms a step, against 6.76 ms of the bare float32 step over its mixed_bfloat16 twin)
+    leaves them out: the card names them and their measured time, and says what bf16 would
+    save there is not known."""
+    run_dir = tmp_path / "keras_transformer_f32"
+    shutil.copytree(RUNS / "keras_transformer_f32", run_dir)
+    run = Run(run_dir)
+    cards = [f for f in analyze(run).findings if f.rule == "tensorcore_underuse"]
+    (card,) = [f for f in cards if f.evidence.to_dict()["kind"] == "f32"]
+    evidence = card.evidence.to_dict()
+    assert len(evidence["kernels"]) == 12  # forward, dq and dkv kernels of 4 layers
+    assert all(name.startswith("splash_mha_") for name in evidence["kernels"])
+    events = run.trace_events
+    ops = events[events["line"].astype(str) == "XLA Ops"]
+    kernels = ops[ops["hlo_op"].astype(str).isin(evidence["kernels"])]
+    # each kernel runs once a step: the step's kernel time is the sum of their typical runs
+    per_step = float(kernels.groupby(kernels["hlo_op"].astype(str))["dur_ns"].median().sum()) / 1e9
+    assert evidence["kernels_s"] == pytest.approx(per_step, rel=0.03)
+    assert 12e-3 < per_step < 14e-3
+    assert "not known" in card.detail and "Pallas kernel" in card.detail

@@ -96,6 +96,7 @@ def _jax_fix(
     cache: dict[str, Any],
     step_recompiled: bool,
     short: tuple[int, float],
+    library_step: str | None,
 ) -> list[str]:
     out = []
     unwritten = int(cache.get("unwritten") or 0)
@@ -120,6 +121,18 @@ def _jax_fix(
         out.append("Nothing to turn on: the persistent cache was on and served this run's graphs.")
     group, lines = _eager_lines(parts)
     total = sum(g["seconds"] for g in parts)
+    if library_step is not None:  # the library builds the model and calls the step
+        if group is not None and group["seconds"] >= EAGER_SHARE * total:
+            keras = "; Keras makes each layer's variables op by op" * library_step.startswith(
+                "keras/"
+            )
+            out.append(
+                f"The ops compiled one by one at {lines} ({group['compiles']} compiles, "
+                f"{group['seconds']:.1f} s) run inside the library whose loop calls the step "
+                f"({library_step}{keras}): the program cannot jit them, and the persistent "
+                "cache is what saves them."
+            )
+        return out
     if group is not None and group["seconds"] >= EAGER_SHARE * total:
         out.append(
             f"Jit the setup that runs op by op at {lines}: outside `jit` each op compiles on its "
@@ -179,12 +192,19 @@ def fix_text(
     history: dict[str, Any] | None,
     step_recompiled: bool,
     short: tuple[int, float] = (0, 0.0),
+    library_step: str | None = None,
 ) -> str:
     """The changes, most valuable first, for the backend that ran. `short`: the first compiles
     whose backend compile took under JAX_MIN_S (JAX's default minimum for writing one), and
-    their seconds."""
+    their seconds. `library_step`: where a library defines the step function (Keras's `fit`):
+    no advice to jit the setup or compile the step ahead, which the library does, not the
+    program."""
     cache = cache or {}
-    out = _jax_fix(parts, cache, step_recompiled, short) if backend == "jax" else _xla_fix(cache)
+    out = (
+        _jax_fix(parts, cache, step_recompiled, short, library_step)
+        if backend == "jax"
+        else _xla_fix(cache)
+    )
     if history and not cache.get("on"):
         out.append(
             f"Over your last {history['runs']} runs it would have saved about {history['saved_s']:.1f} s."

@@ -9,14 +9,32 @@ inside the loop's steps.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pandas as pd
 
 from tpuscope.analyze.step_graph import jax_module_name, module_runs, program_module, step_graphs
 from tpuscope.detect import common
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema_consts import ANNOTATION_BOUNDARY
+from tpuscope.user_files import import_path, is_user_file
 
 STEP, EAGER, OTHER = "step", "eager", "setup and other"
+# collect/jax/steps.py's meta: "calls of jitted train_step (/work/train.py:17)"
+STEP_SOURCE = re.compile(r"^calls of \S+ (?P<name>\S+) \((?P<path>.+):(?P<line>\d+)\)$")
+
+
+def library_step(meta: dict[str, Any]) -> str | None:
+    """Where a library defines the JAX step function, as its import path and line, else None:
+    Keras's `fit` calls keras's own `train_step`. Such a library runs the loop and builds the
+    model (Keras makes each layer's variables op by op, outside `jit`), so what the program
+    could jit or compile ahead of the loop is not in its own code."""
+    for process in meta.get("processes", []) or []:
+        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
+        if match and not is_user_file(match["path"]):
+            return f"{import_path(match['path'])}:{match['line']}"
+    return None
 
 
 def _step_functions(tables: RunTables) -> set[str]:

@@ -15,26 +15,23 @@ loop's end). The earlier runs of a pod are not read (no history).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pandas as pd
 
 from tpuscope.analyze.contract import CompileTimeEvidence
 from tpuscope.detect import common
+from tpuscope.detect.compile_kinds import STEP_SOURCE
 from tpuscope.detect.compile_time import EAGER, OTHER, STEP, card, first_compiles
 from tpuscope.detect.pod import hosts_text
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 
-# collect/jax/steps.py: "calls of jitted train_step (/work/train.py:17)"
-_STEP_SOURCE = re.compile(r"^calls of \S+ (?P<name>\S+) \(")
-
 
 def _step_functions(meta: dict[str, Any]) -> set[str]:
     found = set()
     for process in meta.get("processes", []) or []:
-        match = _STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
+        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
         if match:
             found.add(match["name"].rsplit(".", 1)[-1])
     return found

@@ -125,11 +125,7 @@ def _card(
         traced_steps=steps,
         location=location,
         library_lines=library,
-        **{
-            k: v
-            for k, v in waste.info.items()
-            if k in ("head_dim", "precision", "count", "scopes", "ops_around", "shapes")
-        },
+        **{k: v for k, v in waste.info.items() if k in _EVIDENCE_INFO},
     )
     cost = waste.lost_s * runs
     level = (  # an imported trace has no step times: its share of the device step
@@ -140,6 +136,17 @@ def _card(
     return Finding(RULE, level, title, detail, fix, location, cost, [], evidence)
 
 
+# what a cause's info carries into the card's evidence
+_EVIDENCE_INFO = (
+    "head_dim",
+    "precision",
+    "count",
+    "scopes",
+    "ops_around",
+    "shapes",
+    "kernels",
+    "kernels_s",
+)
 _COST_FIGURES = {
     "f32": "measured",
     "head_dim": "estimated (the attention ops' measured time x the narrow head's share)",
@@ -170,6 +177,7 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
                 if around
                 else ""
             )
+            + _kernels_why(waste.info)
         )
     d = waste.info["head_dim"]
     kernel = " and an attention kernel runs half as many heads" if waste.info.get("kernels") else ""
@@ -189,6 +197,20 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         "head_dim 128, while attention timed alone kept 0.2-0.8 in training across shapes and "
         "implementations, and jax.nn.dot_product_attention's forward at seq 511 and below ran "
         "slower at head_dim 128 (docs/tpu.md); only a run at head_dim 128 measures it"
+    )
+
+
+def _kernels_why(info: dict) -> str:
+    """What the f32 cost leaves out: Pallas kernels in f32, whose FLOPs no one counts."""
+    kernels = info.get("kernels") or []
+    if not kernels:
+        return ""
+    named = ", ".join(kernels[:3]) + (f" and {len(kernels) - 3} more" if len(kernels) > 3 else "")
+    return (
+        f". Not counted: {len(kernels)} Pallas kernel{'s' * (len(kernels) != 1)} with f32 "
+        f"arrays ({named}) took {fmt_time(info.get('kernels_s', 0.0))} of the step; their "
+        "matmuls run inside the kernels, where neither the HLO nor the trace counts FLOPs, so "
+        "what bf16 would save there is not known (only a bf16 run measures it)"
     )
 
 
