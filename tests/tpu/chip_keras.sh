@@ -20,6 +20,8 @@
 #    behind takes the device's pace): the dpa head_dim 128 loop and Keras's Xception under
 #    `tpuscope run`; tiny_step.py bare and under tpuscope, twice. Run from a folder with no
 #    tpuscope/ source in it (the installed wheel, not the carried tree's, is imported).
+# 5: the same step clock on a flax loop that never reads before its end (lm_decoder.py at
+#    head_dim 128; TPU_WITH_FLAX=1) and on Keras's Xception under mixed_bfloat16.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -59,5 +61,10 @@ if [ "$PART" = 4 ]; then
     under tiny-$rep python3 $P/tiny_step.py --steps 6000; paths
   done
   under xception_f32d python3 $P/keras_xception.py --policy float32; paths
+fi
+if [ "$PART" = 5 ]; then
+  SKIP=--exclude='xception*/trace'
+  under lm_hd128e python3 $P/lm_decoder.py --heads 8; paths
+  under xception_bf16e python3 $P/keras_xception.py --policy mixed_bfloat16; paths
 fi
 pack
