@@ -96,7 +96,9 @@ def test_a_loop_that_never_reads_keeps_its_steps_through_the_profilers_stop(
     assert recorded.meta["processes"][0].get("trace_files"), "no profiler window: nothing to prove"
     walls = recorded.steps.iloc[1 : 1 + calls]["wall_ns"].to_numpy() / 1e9
     assert len(walls) == calls
-    assert 0.5 * own_s < float(np.median(walls)) < 2 * own_s, (list(walls), own_s)
+    # (wide: the own time is measured after the run, and load on a shared CPU varies; the
+    # window's steps and the ones after it took 0.1% of it before)
+    assert 0.3 * own_s < float(np.median(walls)) < 3 * own_s, (list(walls), own_s)
     assert walls.min() > 0.1 * own_s, (list(walls), own_s)
 
 
@@ -143,6 +145,7 @@ def test_a_step_seen_running_does_not_end_before(tmp_path: Path) -> None:
     host end."""
     calls = 24
     seen_running: dict[int, int] = {}  # loop call -> last time_ns its output was not ready
+    seen_ready: dict[int, int] = {}  # loop call -> time_ns its output was seen ready
     with tpuscope.profile(store=tmp_path, name="in-flight", warmup=1) as run:
         step = jax.jit(_train)
         w, x = jnp.eye(512) * 0.5, jnp.full((512, 512), 0.01)
@@ -156,8 +159,18 @@ def test_a_step_seen_running_does_not_end_before(tmp_path: Path) -> None:
                 while not out.is_ready():
                     seen_running[earlier] = time.time_ns()
                     time.sleep(0.0002)
+                seen_ready[earlier] = time.time_ns()
         float(loss)
-    ends = tpuscope.load_run(run.path).steps.iloc[1 : 1 + calls]["end_ns"].to_numpy()
+    steps = tpuscope.load_run(run.path).steps.iloc[1 : 1 + calls]
+    ends = steps["end_ns"].to_numpy()
     assert seen_running, "the loop never ran ahead of the device: nothing to prove"
     early = {k: (t - int(ends[k])) / 1e6 for k, t in seen_running.items() if k and ends[k] < t}
     assert not early, f"steps ended before the program saw them running (ms): {early}"
+    # nor long after the program saw them ready: no step holds the next ones' device time
+    step_ns = float(np.median(steps["wall_ns"]))
+    late = {
+        k: (int(ends[k]) - t) / 1e6
+        for k, t in seen_ready.items()
+        if k and k in seen_running and ends[k] > t + 2 * step_ns
+    }
+    assert not late, f"steps ended a step or more after the program saw them ready (ms): {late}"

@@ -323,8 +323,8 @@ class TensorCoreEvidence(Evidence):
     traced_steps: int | None = None
     scopes: list[str] | None = None
     ops_around: int | None = None  # f32: the ops that move the f32 matmuls' activations
-    kernels: list[str] | None = None  # f32: Pallas kernels with f32 arrays, not counted
-    kernels_s: float | None = None  # f32: their measured time a step
+    f32_kernels: list[str] | None = None  # f32: Pallas kernels on f32 inputs, not counted
+    f32_kernels_s: float | None = None  # f32: their measured time a step
     idle_compile_s: float | None = None
 
 

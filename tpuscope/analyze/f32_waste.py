@@ -5,6 +5,8 @@ names the cause's place among the others; analyze/f32_traffic finds the activati
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -55,30 +57,53 @@ def f32_waste(
         info["around_lost_s"] = float(around["lost_s"].sum())
     kernels_s, kernels = f32_kernels(per, hlo_ops)
     if kernels:
-        info.update(kernels_s=kernels_s, kernels=kernels)
+        info.update(f32_kernels_s=kernels_s, f32_kernels=kernels)
     return waste("f32", pd.concat([ops, around], ignore_index=True), info)
 
 
 def f32_kernels(per: pd.DataFrame, hlo_ops: pd.DataFrame) -> tuple[float, list[str]]:
-    """The Pallas kernels (custom calls JAX names `pallas_call`) with f32 arrays: their measured
-    time a step and their names. Their matmuls run inside the kernel, where neither the HLO nor
-    the trace counts FLOPs, so what bf16 would save there is not known: Keras's float32
-    transformer on a v5e spent 13 ms of its 40 ms step in splash attention kernels in f32,
-    about 7 ms more than its mixed_bfloat16 twin did in the same kernels (docs/tpu.md)."""
+    """The Pallas kernels (custom calls JAX names `pallas_call`) whose floating-point inputs
+    are all f32: their measured time a step and their names. Their matmuls run inside the
+    kernel, where neither the HLO nor the trace counts FLOPs, so what bf16 would save there is
+    not known: Keras's float32 transformer on a v5e spent 13 ms of its 40 ms step in splash
+    attention kernels in f32, about 7 ms more than its mixed_bfloat16 twin did in the same
+    kernels (docs/tpu.md). By their inputs, not their results: a bf16 splash kernel returns
+    f32 softmax statistics too."""
     stage = trace_stage(hlo_ops)
-    if stage.empty or "op_name" not in stage:
+    if stage.empty or not {"op_name", "operands", "dtype"} <= set(stage.columns):
         return 0.0, []
-    chosen = stage[
+    kernels = stage[
         (stage["opcode"] == "custom-call")
         & stage["op_name"].astype(str).str.contains("pallas_call", regex=False)
-        & stage["shape"].astype(str).str.contains("f32[", regex=False)
     ]
-    hit = per.merge(
-        chosen[["module", "name"]].drop_duplicates(),
-        left_on=["hlo_module", "hlo_op"],
-        right_on=["module", "name"],
-    )
+    dtypes = stage.set_index(["module", "name"])["dtype"].astype(str)
+    dtypes = dtypes[~dtypes.index.duplicated()]
+    chosen = [
+        (module, name)
+        for module, name, operands in zip(
+            kernels["module"], kernels["name"], kernels["operands"], strict=True
+        )
+        if _all_f32(module, operands, dtypes)
+    ]
+    hit = per[
+        pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)))
+        .isin(set(chosen))
+        .to_numpy()
+    ]
     return float(hit["time_s"].sum()), sorted(set(hit["hlo_op"].astype(str)))
+
+
+def _all_f32(module: str, operands: Iterable[str] | None, dtypes: pd.Series) -> bool:
+    """Whether a kernel's floating-point operands (found in its module) are f32, and it has any."""
+    floats = [
+        dtypes.get((module, name))
+        for name in (operands if operands is not None else [])
+        if dtypes.get((module, name)) in _FLOATS
+    ]
+    return bool(floats) and all(d == "f32" for d in floats)
+
+
+_FLOATS = {"f32", "bf16", "f16", "f64", "f8e4m3fn", "f8e5m2"}
 
 
 def _mxu_ops(dots: pd.DataFrame) -> set[tuple[str, str]]:

@@ -96,7 +96,7 @@ def _jax_fix(
     cache: dict[str, Any],
     step_recompiled: bool,
     short: tuple[int, float],
-    library_step: str | None,
+    keras: str | None,
 ) -> list[str]:
     out = []
     unwritten = int(cache.get("unwritten") or 0)
@@ -121,16 +121,13 @@ def _jax_fix(
         out.append("Nothing to turn on: the persistent cache was on and served this run's graphs.")
     group, lines = _eager_lines(parts)
     total = sum(g["seconds"] for g in parts)
-    if library_step is not None:  # the library builds the model and calls the step
+    if keras is not None:  # Keras builds the model and calls the step
         if group is not None and group["seconds"] >= EAGER_SHARE * total:
-            keras = "; Keras makes each layer's variables op by op" * library_step.startswith(
-                "keras/"
-            )
             out.append(
                 f"The ops compiled one by one at {lines} ({group['compiles']} compiles, "
-                f"{group['seconds']:.1f} s) run inside the library whose loop calls the step "
-                f"({library_step}{keras}): the program cannot jit them, and the persistent "
-                "cache is what saves them."
+                f"{group['seconds']:.1f} s) are Keras's own: its layers make their variables "
+                f"op by op outside `jit`, and its `fit` calls the step ({keras}). The program "
+                "cannot jit them; the persistent cache is what saves them."
             )
         return out
     if group is not None and group["seconds"] >= EAGER_SHARE * total:
@@ -192,16 +189,15 @@ def fix_text(
     history: dict[str, Any] | None,
     step_recompiled: bool,
     short: tuple[int, float] = (0, 0.0),
-    library_step: str | None = None,
+    keras: str | None = None,
 ) -> str:
     """The changes, most valuable first, for the backend that ran. `short`: the first compiles
     whose backend compile took under JAX_MIN_S (JAX's default minimum for writing one), and
-    their seconds. `library_step`: where a library defines the step function (Keras's `fit`):
-    no advice to jit the setup or compile the step ahead, which the library does, not the
-    program."""
+    their seconds. `keras`: Keras's step function, where Keras's `fit` runs the loop: no advice
+    to jit the setup or compile the step ahead, which Keras does, not the program."""
     cache = cache or {}
     out = (
-        _jax_fix(parts, cache, step_recompiled, short, library_step)
+        _jax_fix(parts, cache, step_recompiled, short, keras)
         if backend == "jax"
         else _xla_fix(cache)
     )

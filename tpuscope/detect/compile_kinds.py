@@ -9,6 +9,7 @@ inside the loop's steps.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -18,22 +19,27 @@ from tpuscope.analyze.step_graph import jax_module_name, module_runs, program_mo
 from tpuscope.detect import common
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema_consts import ANNOTATION_BOUNDARY
-from tpuscope.user_files import import_path, is_user_file
+from tpuscope.user_files import import_path
 
 STEP, EAGER, OTHER = "step", "eager", "setup and other"
-# collect/jax/steps.py's meta: "calls of jitted train_step (/work/train.py:17)"
-STEP_SOURCE = re.compile(r"^calls of \S+ (?P<name>\S+) \((?P<path>.+):(?P<line>\d+)\)$")
+# collect/jax/steps.py's meta: "calls of jitted train_step (/work/train.py:17)"; a function
+# with no code object is written "(None)"
+STEP_SOURCE = re.compile(r"^calls of \S+ (?P<name>\S+) \((?P<path>.*?)(?::(?P<line>\d+))?\)$")
+KERAS_TRAINER = f"{os.sep}keras{os.sep}src{os.sep}"  # keras 3's package, wherever installed
 
 
-def library_step(meta: dict[str, Any]) -> str | None:
-    """Where a library defines the JAX step function, as its import path and line, else None:
-    Keras's `fit` calls keras's own `train_step`. Such a library runs the loop and builds the
-    model (Keras makes each layer's variables op by op, outside `jit`), so what the program
-    could jit or compile ahead of the loop is not in its own code."""
+def keras_step(meta: dict[str, Any]) -> str | None:
+    """Keras's own step function (its `fit` calls `train_step` from keras/src/backend/jax/
+    trainer.py), as its import path and line, else None. Keras then runs the loop and builds the
+    model, each layer's variables made op by op outside `jit`: what the program could jit or
+    compile ahead of the loop is not in its own code. Keras's alone, not any library's step:
+    a program whose loop calls optax op by op has optax's most-called jitted function as its
+    step, and its own setup to jit."""
     for process in meta.get("processes", []) or []:
         match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
-        if match and not is_user_file(match["path"]):
-            return f"{import_path(match['path'])}:{match['line']}"
+        if match and KERAS_TRAINER in match["path"]:
+            line = f":{match['line']}" if match["line"] else ""
+            return f"{import_path(match['path'])}{line}"
     return None
 
 

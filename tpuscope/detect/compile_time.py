@@ -38,7 +38,7 @@ from tpuscope.analyze.contract import CompileTimeEvidence
 from tpuscope.detect import common
 from tpuscope.detect.common import UNKNOWN_LOCATION
 from tpuscope.detect.compile_advice import JAX_MIN_S, cache_text, fix_text, history_text
-from tpuscope.detect.compile_kinds import EAGER, OTHER, STEP, kinds, library_step
+from tpuscope.detect.compile_kinds import EAGER, OTHER, STEP, keras_step, kinds
 from tpuscope.detect.recompile import whole_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -270,7 +270,7 @@ def card(
                 history,
                 _step_recompiled(tables, first[kind.to_numpy() == STEP]),
                 _short(compiled, cache),
-                library_step(tables.meta) if backend == "jax" else None,
+                keras_step(tables.meta) if backend == "jax" else None,
             ),
             location,
             cost,

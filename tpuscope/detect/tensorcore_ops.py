@@ -144,8 +144,8 @@ _EVIDENCE_INFO = (
     "scopes",
     "ops_around",
     "shapes",
-    "kernels",
-    "kernels_s",
+    "f32_kernels",
+    "f32_kernels_s",
 )
 _COST_FIGURES = {
     "f32": "measured",
@@ -202,13 +202,13 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
 
 def _kernels_why(info: dict) -> str:
     """What the f32 cost leaves out: Pallas kernels in f32, whose FLOPs no one counts."""
-    kernels = info.get("kernels") or []
+    kernels = info.get("f32_kernels") or []
     if not kernels:
         return ""
     named = ", ".join(kernels[:3]) + (f" and {len(kernels) - 3} more" if len(kernels) > 3 else "")
     return (
         f". Not counted: {len(kernels)} Pallas kernel{'s' * (len(kernels) != 1)} with f32 "
-        f"arrays ({named}) took {fmt_time(info.get('kernels_s', 0.0))} of the step; their "
+        f"arrays ({named}) took {fmt_time(info.get('f32_kernels_s', 0.0))} of the step; their "
         "matmuls run inside the kernels, where neither the HLO nor the trace counts FLOPs, so "
         "what bf16 would save there is not known (only a bf16 run measures it)"
     )

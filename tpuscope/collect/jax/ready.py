@@ -34,7 +34,7 @@ when it is ready; there the helper's work overlaps the device's instead of delay
 Before the host waits (a sync the hooks see, tpuscope's profiler stop, the end of the run) the
 polled steps not ready go to the helper too, so a loop that runs ahead and then blocks gets
 its steps' real ends. A step whose host interval took HELPER_STEP_NS or more is not polled
-but handed to the helper at once (its exact end costs the host under 1% of it): a loop the
+but handed to the helper at once (its exact end costs the host about 1% of it): a loop the
 device holds back, in a wait no hook sees, is timed by its outputs, not its calls. A polled
 step found ready only after such a wait, behind steps the helper timed, takes the device's
 pace from them (`_finalize`).
@@ -61,9 +61,9 @@ from tpuscope.collect.jax.rows import OpenStep, StepLog
 
 HOST_BOUND_STREAK = 4
 POLL_DEPTH = 4  # closed steps polled at once; further ahead, the helper thread waits
-PACED_STREAK = 8  # steps found ready in a row with none handed to the helper: it keeps pace
+PACED_STREAK = 8  # steps found ready since the last one handed to the helper: it keeps pace
 # a step's host interval from which a step not ready at its close goes to the helper thread:
-# 52 us a step on a TPU v5e (a wake-up and the GIL's hand-off, docs/overhead.md) is 1% of it
+# 52 us a step on a TPU v5e (a wake-up and the GIL's hand-off, docs/overhead.md) is about 1%
 HELPER_STEP_NS = 5_000_000
 PACE_STEPS = 5  # device step times kept for a polled step the device started behind
 
@@ -228,9 +228,10 @@ class StepClock:
         """A step not ready at its close is polled; beyond POLL_DEPTH polled steps the oldest
         (found not ready just now) goes to the helper thread, which notes when it is ready.
         A step whose host interval took HELPER_STEP_NS or more goes to the helper at once:
-        there its exact end costs the host under 1% of the step (after the steps polled before
-        it: the helper notes them ready in the order the device runs them)."""
-        if record.host_end_ns - record.start_ns >= HELPER_STEP_NS:
+        there its exact end costs the host about 1% of the step (after the steps polled before
+        it: the helper notes them ready in the order the device runs them). Not a step that
+        compiled: its interval is the compile's, not the device's pace."""
+        if record.host_end_ns - record.start_ns >= HELPER_STEP_NS and not record.compiles:
             polled = self._polled
             while polled:
                 self._unpoll_to_helper(polled.popleft())
@@ -308,8 +309,8 @@ class StepClock:
 
     def before_wait(self) -> None:
         """`hand_over` for a wait the hooks do not see (tpuscope's own, before the profiler's
-        stop: the device's work on the polled steps is theirs, not the profiler's). Call
-        without the lock."""
+        stop: the device's work on the polled steps is theirs, not the profiler's). Takes the
+        lock (re-entrant: the run's end stops the profiler holding it)."""
         with self._lock:
             self.hand_over()
 
@@ -350,8 +351,9 @@ class StepClock:
         is that it was ready by the close that found it (`found_ns`, after a wait the hooks do
         not see: Keras's `fit` waits for its callback thread at an epoch's end): it ends one
         device step (the median of the last ones timed) after the previous one, not later
-        than that close. Its host end, long past, would give it no length and the step after
-        the wait the whole backlog."""
+        than that close (with none timed yet, no length, as its host end gave before). Its host
+        end, long past, would give it no length and the step after the wait the whole
+        backlog."""
         last = self._last_end
         start = record.start_ns if record.start_ns > last else last
         host_end, ready = record.host_end_ns, record.ready_ns
