@@ -92,7 +92,10 @@ def test_a_loop_that_returns_its_train_state_is_no_thread_hand_off(tmp_path: Pat
     (proc,) = recorded.meta["processes"]
     paths = proc["jax_step_paths"]
     assert len(recorded.steps) == calls
-    assert paths["watched"] < 0.1 * calls, paths  # before: every step (400)
+    # before: every step (400). Under load the CPU backend's device threads fall behind in
+    # bursts and those steps go to the helper: with 3 busy processes on the 2-CPU VM, main's
+    # code handed 0-96 of 400 over (session 37), so the bound leaves room for that
+    assert paths["watched"] < 0.25 * calls, paths
     assert (recorded.steps.wall_ns >= 0).all()
     assert recorded.steps.end_ns.iloc[-1] <= time.time_ns() and probed_ns > 0
 
