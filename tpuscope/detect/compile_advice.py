@@ -193,8 +193,10 @@ def fix_text(
 ) -> str:
     """The changes, most valuable first, for the backend that ran. `short`: the first compiles
     whose backend compile took under JAX_MIN_S (JAX's default minimum for writing one), and
-    their seconds. `keras`: Keras's step function, where Keras's `fit` runs the loop: no advice
-    to jit the setup or compile the step ahead, which Keras does, not the program."""
+    their seconds. `step_recompiled`: no advice to compile the step ahead (set too where the
+    step is a library's function the program does not call itself). `keras`: Keras's step function,
+    where Keras's `fit` runs the loop: no advice to jit the setup or compile the step ahead,
+    which Keras does, not the program."""
     cache = cache or {}
     out = (
         _jax_fix(parts, cache, step_recompiled, short, keras)

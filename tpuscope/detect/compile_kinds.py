@@ -19,7 +19,7 @@ from tpuscope.analyze.step_graph import jax_module_name, module_runs, program_mo
 from tpuscope.detect import common
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema_consts import ANNOTATION_BOUNDARY
-from tpuscope.user_files import import_path
+from tpuscope.user_files import import_path, is_user_file
 
 STEP, EAGER, OTHER = "step", "eager", "setup and other"
 # collect/jax/steps.py's meta: "calls of jitted train_step (/work/train.py:17)"; a function
@@ -41,6 +41,17 @@ def keras_step(meta: dict[str, Any]) -> str | None:
             line = f":{match['line']}" if match["line"] else ""
             return f"{import_path(match['path'])}{line}"
     return None
+
+
+def library_step_function(meta: dict[str, Any]) -> bool:
+    """Whether the JAX step function is a library's: a loop that jits nothing of its own has
+    its most-called library function as its step (optax's `tree_bias_correction`), which the
+    program does not call itself and cannot compile ahead of the loop."""
+    for process in meta.get("processes", []) or []:
+        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
+        if match and match["line"] and not is_user_file(match["path"]):
+            return True
+    return False
 
 
 def _step_functions(tables: RunTables) -> set[str]:

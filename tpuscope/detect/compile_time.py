@@ -38,7 +38,14 @@ from tpuscope.analyze.contract import CompileTimeEvidence
 from tpuscope.detect import common
 from tpuscope.detect.common import UNKNOWN_LOCATION
 from tpuscope.detect.compile_advice import JAX_MIN_S, cache_text, fix_text, history_text
-from tpuscope.detect.compile_kinds import EAGER, OTHER, STEP, keras_step, kinds
+from tpuscope.detect.compile_kinds import (
+    EAGER,
+    OTHER,
+    STEP,
+    keras_step,
+    kinds,
+    library_step_function,
+)
 from tpuscope.detect.recompile import whole_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -268,7 +275,8 @@ def card(
                 cache,
                 backend,
                 history,
-                _step_recompiled(tables, first[kind.to_numpy() == STEP]),
+                _step_recompiled(tables, first[kind.to_numpy() == STEP])
+                or library_step_function(tables.meta),
                 _short(compiled, cache),
                 keras_step(tables.meta) if backend == "jax" else None,
             ),
