@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -28,6 +29,14 @@ STEP_SOURCE = re.compile(r"^calls of \S+ (?P<name>\S+) \((?P<path>.*?)(?::(?P<li
 KERAS_TRAINER = f"{os.sep}keras{os.sep}src{os.sep}"  # keras 3's package, wherever installed
 
 
+def step_sources(meta: dict[str, Any]) -> Iterator[re.Match[str]]:
+    """Each JAX process's step function as its meta names it (name, path, line)."""
+    for process in meta.get("processes", []) or []:
+        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
+        if match:
+            yield match
+
+
 def keras_step(meta: dict[str, Any]) -> str | None:
     """Keras's own step function (its `fit` calls `train_step` from keras/src/backend/jax/
     trainer.py), as its import path and line, else None. Keras then runs the loop and builds the
@@ -35,9 +44,8 @@ def keras_step(meta: dict[str, Any]) -> str | None:
     compile ahead of the loop is not in its own code. Keras's alone, not any library's step:
     a program whose loop calls optax op by op has optax's most-called jitted function as its
     step, and its own setup to jit."""
-    for process in meta.get("processes", []) or []:
-        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
-        if match and KERAS_TRAINER in match["path"]:
+    for match in step_sources(meta):
+        if KERAS_TRAINER in match["path"]:
             line = f":{match['line']}" if match["line"] else ""
             return f"{import_path(match['path'])}{line}"
     return None
@@ -47,11 +55,7 @@ def library_step_function(meta: dict[str, Any]) -> bool:
     """Whether the JAX step function is a library's: a loop that jits nothing of its own has
     its most-called library function as its step (optax's `tree_bias_correction`), which the
     program does not call itself and cannot compile ahead of the loop."""
-    for process in meta.get("processes", []) or []:
-        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
-        if match and match["line"] and not is_user_file(match["path"]):
-            return True
-    return False
+    return any(m["line"] and not is_user_file(m["path"]) for m in step_sources(meta))
 
 
 def _step_functions(tables: RunTables) -> set[str]:

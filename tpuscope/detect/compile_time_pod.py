@@ -21,7 +21,7 @@ import pandas as pd
 
 from tpuscope.analyze.contract import CompileTimeEvidence
 from tpuscope.detect import common
-from tpuscope.detect.compile_kinds import STEP_SOURCE
+from tpuscope.detect.compile_kinds import step_sources
 from tpuscope.detect.compile_time import EAGER, OTHER, STEP, card, first_compiles
 from tpuscope.detect.pod import hosts_text
 from tpuscope.detect.tables import RunTables
@@ -29,12 +29,7 @@ from tpuscope.schema import Finding
 
 
 def _step_functions(meta: dict[str, Any]) -> set[str]:
-    found = set()
-    for process in meta.get("processes", []) or []:
-        match = STEP_SOURCE.match(str(process.get("jax_step_source") or ""))
-        if match:
-            found.add(match["name"].rsplit(".", 1)[-1])
-    return found
+    return {match["name"].rsplit(".", 1)[-1] for match in step_sources(meta)}
 
 
 def _host_wall_s(tables: RunTables, host: str) -> float:
