@@ -22,9 +22,19 @@
 #    tpuscope/ source in it (the installed wheel, not the carried tree's, is imported).
 # 5: the same step clock on a flax loop that never reads before its end (lm_decoder.py at
 #    head_dim 128; TPU_WITH_FLAX=1) and on Keras's Xception under mixed_bfloat16.
+# 6: keras-io's two unseen examples (session 38), bare then under `tpuscope run`: the MNIST
+#    convnet (keras_mnist.py) with Keras's progress bar, and with `steps_per_execution=32`
+#    (Keras's own way to run several batches a call); then the Vision Transformer
+#    (keras_vit.py, float32 as the example runs) bare, its mixed_bfloat16 twin bare, and under
+#    `tpuscope run`. Progress bars are left out of the log. (The ViT's first run, with 20,000
+#    samples, did not end within the call: its compiles, ragged batches included.)
+# 7: the ViT on 25,600 samples (no ragged batch in either split: one compile of each step):
+#    float32 bare, under `tpuscope run`, mixed_bfloat16 bare.
+# 8: the ViT's head_dim 128 twin (2 heads of 128) under float32, bare.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
+quiet() { stdbuf -oL tr '\r' '\n' | grep --line-buffered -a -v -i "━\|hugepage\|warnings.warn"; }
 # part 1's stores come back without their raw traces (image batches fed from numpy fill a
 # window with millions of host events; the tables hold the ops' times)
 SKIP=${SKIP_TRACE-}; [ "$PART" = 1 ] && SKIP=--exclude='*/trace'
@@ -66,5 +76,22 @@ if [ "$PART" = 5 ]; then
   SKIP=--exclude='xception*/trace'
   under lm_hd128e python3 $P/lm_decoder.py --heads 8; paths
   under xception_bf16e python3 $P/keras_xception.py --policy mixed_bfloat16; paths
+fi
+if [ "$PART" = 6 ]; then
+  bare python3 $P/keras_mnist.py
+  bare python3 $P/keras_mnist.py --steps-per-execution 32
+  under mnist python3 $P/keras_mnist.py; paths
+  under mnist_spe32 python3 $P/keras_mnist.py --steps-per-execution 32; paths
+  bare python3 $P/keras_vit.py
+  bare python3 $P/keras_vit.py --policy mixed_bfloat16
+  under vit_f32 python3 $P/keras_vit.py; paths
+fi
+if [ "$PART" = 7 ]; then
+  bare python3 $P/keras_vit.py --samples 25600
+  under vit_f32 python3 $P/keras_vit.py --samples 25600; paths
+  bare python3 $P/keras_vit.py --samples 25600 --policy mixed_bfloat16
+fi
+if [ "$PART" = 8 ]; then
+  bare python3 $P/keras_vit.py --samples 25600 --heads 2 --key-dim 128
 fi
 pack

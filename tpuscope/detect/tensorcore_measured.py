@@ -22,10 +22,11 @@ from tpuscope.analyze.host_time import NNX_GRAPH, HostPart, host_parts
 from tpuscope.analyze.mxu import fmt_time
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
+from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.held_idle import callback_hold, hold_text
 from tpuscope.detect.host_sync import detect_host_sync
-from tpuscope.detect.jax_advice import NNX_GRAPH_FIX
+from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -141,7 +142,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     events = tables.extra.get("trace_events", pd.DataFrame())
     parts = host_parts(events, program_files(tables), count)
     hold = callback_hold(tables, count) if count else None
-    fix = _host_bound_fix(tables.backend, parts)
+    fix = _host_bound_fix(tables.backend, parts, keras_step(tables.meta))
     # the line of the part that held the most host time; the dispatch and NNX's traversal
     # have none of their own: they are the step's call (Flax's toy examples spent 47 of 1,660
     # us a step in their `dataset` generator, the rest in those two)
@@ -188,10 +189,13 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
 NNX_LEADS = 0.25  # NNX's traversal's share of the parts shown that puts its fix first
 
 
-def _host_bound_fix(backend: str, parts: list[HostPart]) -> str:
+def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = None) -> str:
     """The host-bound advice, led by Flax NNX's own fix where a quarter or more of the
     traced host time shown went into nnx.jit's graph traversal (on the NNX tutorial's CNN:
-    5.65 of 6.80 ms a traced step)."""
+    5.65 of 6.80 ms a traced step); Keras's own where its `fit` runs the loop (`keras`: its
+    step function's line)."""
+    if backend == "jax" and keras:
+        return keras_host_fix(keras)
     fix = for_backend(backend, "host_bound")
     shown = parts[:4]
     nnx = sum(p.s_per_step for p in shown if p.label == NNX_GRAPH)

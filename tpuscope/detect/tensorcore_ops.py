@@ -19,6 +19,8 @@ from tpuscope.analyze.mxu import fmt_time, generation_of
 from tpuscope.analyze.op_time import MIN_SHARE, MeasuredWaste, measured_waste
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s, traced_judged
+from tpuscope.detect.compile_kinds import keras_step
+from tpuscope.detect.jax_advice import KERAS_BF16_FIX
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
@@ -101,6 +103,8 @@ def _card(
     device_s, steps = figures["device_s_per_step"], figures["traced_steps"]
     location, library = _where(waste, tables)
     title, fix = _wording(waste, chip, backend)
+    if waste.kind == "f32" and backend == "jax" and keras_step(tables.meta):
+        fix = KERAS_BF16_FIX  # Keras's `fit` runs the step: its policy, not a Flax dtype
     share = waste.lost_s / device_s
     detail = (
         f"Measured on the {chip.name} ({traced_text(steps, figures.get('devices', 1))}): these ops took "
