@@ -68,11 +68,13 @@ def test_float32_costs_what_mixed_bfloat16_saves_on_the_device(xception: dict) -
 
 def test_the_ragged_last_batch_recompiles_at_the_fit_line(xception: dict) -> None:
     """1586 samples in batches of 128: the 50-sample last batch compiles Keras's train step
-    again, once (16-19 s on the chip), at the program's `fit` line, not in Keras's files."""
+    again, once (16-19 s on the chip), at the program's `fit` line, not in Keras's files; the
+    fix says what `fit` on arrays leaves the program to change."""
     for _run, findings in xception.values():
         (card,) = [f for f in findings if f.rule == "recompile"]
         assert card.location is not None and card.location.endswith("keras_xception.py:86")
         assert "f32[128,180,180,3] -> f32[50,180,180,3]" in card.detail
+        assert "give `fit` a whole number of batches" in card.fix
 
 
 def test_keras_setup_compiles_get_no_advice_to_jit_what_keras_runs(xception: dict) -> None:

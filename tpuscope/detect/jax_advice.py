@@ -196,6 +196,15 @@ KERAS_BF16_FIX = (
 )
 
 
+# a batch dim of two sizes where Keras's `fit` runs the step: its last batch of each epoch
+KERAS_SHORT_BATCH = (
+    "Keras's `fit` cuts the arrays into batches of batch_size and ends each epoch on a short "
+    "batch where the samples (each split's, with validation_split) are not a multiple of it: "
+    "give `fit` a whole number of batches (trim the arrays), or a dataset batched with "
+    "drop_remainder=True."
+)
+
+
 # The words other rules need, for a JAX run (detect/advice.py picks by the run's backend;
 # xla_advice.ADVICE holds the same topics in torch_xla's words).
 ADVICE = {

@@ -37,6 +37,7 @@ from tpuscope.analyze.families import NEW_EVERY_STEP, STREAK, bounded, recompile
 from tpuscope.analyze.frames import records
 from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.compile_changes import NO_SHAPES_HINT, recompile_item, site_of, where_text
+from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.recompile_notes import RULE, bounded_notes, imported_totals
 from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
 from tpuscope.detect.tables import RunTables
@@ -145,6 +146,8 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
         diffs: list[dict[str, Any]] = next((i["diffs"] for i in items if i["diffs"]), [])
         changes: list[str] = next((i["changes"] for i in items if i["changes"]), [])
         fix = jax_advice.fix_for(function, diffs, changes)
+        if facet and facet.dim == 0 and len(facet.values) == 2 and keras_step(tables.meta):
+            fix += f" {jax_advice.KERAS_SHORT_BATCH}"
         if facet and facet.plan is not None:
             fix += f" Bucketing plan: pad {facet.arg_name} dim {facet.dim} to {facet.plan}."
         return fix
