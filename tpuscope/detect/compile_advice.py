@@ -97,6 +97,7 @@ def _jax_fix(
     step_recompiled: bool,
     short: tuple[int, float],
     keras: str | None,
+    keras_eager: bool = False,
 ) -> list[str]:
     out = []
     unwritten = int(cache.get("unwritten") or 0)
@@ -121,6 +122,14 @@ def _jax_fix(
         out.append("Nothing to turn on: the persistent cache was on and served this run's graphs.")
     group, lines = _eager_lines(parts)
     total = sum(g["seconds"] for g in parts)
+    if keras_eager:  # Keras's fit ran the model op by op (detect/keras_fit.py)
+        if group is not None and group["seconds"] >= EAGER_SHARE * total:
+            out.append(
+                f"The ops compiled one by one at {lines} ({group['compiles']} compiles, "
+                f"{group['seconds']:.1f} s) are Keras's model run without jit (rule op_by_op's "
+                "card): with jit, `fit` compiles its step as one program instead."
+            )
+        return out
     if keras is not None:  # Keras builds the model and calls the step
         if group is not None and group["seconds"] >= EAGER_SHARE * total:
             out.append(
@@ -190,16 +199,18 @@ def fix_text(
     step_recompiled: bool,
     short: tuple[int, float] = (0, 0.0),
     keras: str | None = None,
+    keras_eager: bool = False,
 ) -> str:
     """The changes, most valuable first, for the backend that ran. `short`: the first compiles
     whose backend compile took under JAX_MIN_S (JAX's default minimum for writing one), and
     their seconds. `step_recompiled`: no advice to compile the step ahead (set too where the
     step is a library's function the program does not call itself). `keras`: Keras's step function,
     where Keras's `fit` runs the loop: no advice to jit the setup or compile the step ahead,
-    which Keras does, not the program."""
+    which Keras does, not the program; `keras_eager`: Keras's `fit` ran the model op by op
+    (detect/keras_fit.py), so its ops compiled one by one are not setup to jit."""
     cache = cache or {}
     out = (
-        _jax_fix(parts, cache, step_recompiled, short, keras)
+        _jax_fix(parts, cache, step_recompiled, short, keras, keras_eager)
         if backend == "jax"
         else _xla_fix(cache)
     )

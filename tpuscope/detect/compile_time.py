@@ -46,6 +46,7 @@ from tpuscope.detect.compile_kinds import (
     kinds,
     library_step_function,
 )
+from tpuscope.detect.keras_fit import keras_eager_layers
 from tpuscope.detect.recompile import whole_wall_s
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -279,6 +280,7 @@ def card(
                 or library_step_function(tables.meta),
                 _short(compiled, cache),
                 keras_step(tables.meta) if backend == "jax" else None,
+                keras_eager_layers(tables) is not None,
             ),
             location,
             cost,

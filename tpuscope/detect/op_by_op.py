@@ -40,6 +40,7 @@ from tpuscope.analyze.step_stream import has_step_structure
 from tpuscope.analyze.summary import hook_ms_per_step
 from tpuscope.detect import common
 from tpuscope.detect.eager_counts import DISPATCH_METRIC, MIN_EAGER, eager_per_step, runs_op_by_op
+from tpuscope.detect.keras_fit import keras_eager_fix, keras_eager_layers
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import TracedIdle, traced_idle
 from tpuscope.schema import Finding
@@ -80,7 +81,11 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     wall = judge.wall_s(judged)
     idle = traced_idle(tables, {})
     waited = _waited_s(idle, judged, tables.meta) if idle is not None else None
-    cost_s = waited * len(judged) if waited is not None else host_s
+    outside_s = float((frame["wall_ns"] - frame["compile_ns"]).clip(lower=0).sum()) / common.NS
+    # the dispatches' own time is lost in their compiles' (each op's first dispatch compiles
+    # it): the steps' time outside compiles, an upper bound
+    bound = waited is None and host_s == 0 and frame["total"].sum() > 0
+    cost_s = waited * len(judged) if waited is not None else (outside_s if bound else host_s)
     share = cost_s / wall if wall else 0.0
     jit_calls = float((frame["executions"] - frame["count"]).clip(lower=0).mean())
     sites = tables.extra.get("call_sites", pd.DataFrame())
@@ -90,9 +95,11 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     primitives = _top(sites, "name") if not sites.empty else []
     location = next((row["location"] for row in lines if row["location"]), None)
     severity = common.judged_severity(cost_s, tables)
+    layers = keras_eager_layers(tables)
     return [
         _finding(
-            Dispatched(per_step, jit_calls, host_s, idle, waited),
+            Dispatched(per_step, jit_calls, host_s, idle, waited, bound),
+            keras_eager_fix(layers) if layers is not None else JAX_FIX,
             cost_s,
             wall,
             share,
@@ -173,6 +180,8 @@ class Dispatched:
     host_s: float
     idle: TracedIdle | None
     waited_s: float | None  # per step: the device's wait for the program's own dispatching
+    bound: bool = False  # no trace, the dispatches' time lost in their compiles: the cost is
+    # the steps' time outside compiles
 
 
 def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> float:
@@ -200,6 +209,12 @@ def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
             f"a time ({seen.host_s:.3f} s inside the dispatches). Under jit the step is one "
             "dispatch and its ops fuse, so the device also runs them faster."
         )
+    if seen.bound:
+        return (
+            f"Cost: {cost_s:.3f} s = the steps' time outside compiles ({share:.0%} of their wall "
+            "time), an upper bound: each op compiled on its first dispatch, and the dispatches' "
+            "own host time cannot be told from those compiles' (no device trace)."
+        )
     return (
         f"Cost: {cost_s:.3f} s = measured host time inside the eager dispatches ({share:.0%} of "
         "the steps' wall time), compile time excluded; a lower bound, since jit also removes the "
@@ -207,8 +222,16 @@ def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
     )
 
 
+JAX_FIX = (
+    "Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
+    "value_and_grad call and the optimizer update inside it) so each step is one compiled "
+    "dispatch; keep prints and Python control flow on traced values outside it."
+)
+
+
 def _finding(
     seen: Dispatched,
+    fix: str,
     cost_s: float,
     wall: float,
     share: float,
@@ -235,11 +258,7 @@ def _finding(
             f"separate device launch from Python, with no fusion between them; {calls}. "
             + _cost_words(seen, cost_s, share)
         ),
-        fix=(
-            "Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
-            "value_and_grad call and the optimizer update inside it) so each step is one compiled "
-            "dispatch; keep prints and Python control flow on traced values outside it."
-        ),
+        fix=fix,
         location=location,
         cost_s=cost_s,
         step_runs=runs,
@@ -249,7 +268,9 @@ def _finding(
             jit_calls_per_step=round(seen.jit_calls, 2),
             eager_dispatch_s=round(seen.host_s, 6),
             device_idle_s_per_step=round(seen.waited_s, 6) if seen.waited_s is not None else None,
-            cost_basis="device idle (trace)" if seen.idle is not None else "host dispatch time",
+            cost_basis="device idle (trace)"
+            if seen.idle is not None
+            else ("time outside compiles" if seen.bound else "host dispatch time"),
             wall_s=round(wall, 6),
             eager_time_share=round(share, 4),
             top_lines=lines,
