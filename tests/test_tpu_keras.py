@@ -66,7 +66,7 @@ def test_float32_costs_what_mixed_bfloat16_saves_on_the_device(xception: dict) -
     assert evidence["kind"] == "f32" and evidence["precision"] == ["default"]
     assert 0.9 * truth <= evidence["lost_s_per_step"] <= 1.1 * truth
     assert card.location is not None and card.location.endswith("keras_xception.py:86")
-    assert "set_global_policy(\"mixed_bfloat16\")" in card.fix  # Keras's way, not a Flax dtype
+    assert 'set_global_policy("mixed_bfloat16")' in card.fix  # Keras's way, not a Flax dtype
     assert "Flax" not in card.fix
     assert [f for f in twin_findings if f.rule == "tensorcore_underuse"] == []
 
