@@ -145,10 +145,10 @@ CARDS = {
             12,
             _at("corpus_jax_keras_fit.py", ("recompile", "fit")),
         ),
-        # Keras 3 `fit` with RandomZoom inside the model (keras-io's ViT idiom): Keras does not jit
+        # Keras 3 `fit` with RandomRotation and RandomZoom in the model (keras-io's ViT idiom): Keras does not jit
         # a model with a layer that cannot be jitted, so `fit` dispatches every op one by one (the
         # ViT on a v5e: 14 s a batch); its first batch compiles 164 ops on their own. No jitted
-        # step, so no step boundary: the run is one step. op_by_op names RandomZoom; the reads
+        # step, so no step boundary: the run is one step. op_by_op names both layers; the reads
         # are Keras's own eager index reads (8 a batch).
         Card(
             "corpus_jax_keras_augment.py",

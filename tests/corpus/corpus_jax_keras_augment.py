@@ -1,12 +1,12 @@
-"""Keras 3 on JAX with the data augmentation inside the model, where one layer cannot be jitted.
+"""Keras 3 on JAX with the data augmentation inside the model, where layers cannot be jitted.
 
 Idiom: keras-io's `examples/vision/image_classification_with_vision_transformer.py` and
 `mlp_image_classification.py` (read for this driver): a `keras.Sequential` augmentation of
 `RandomFlip("horizontal")`, `RandomRotation` and `RandomZoom(height_factor=0.2,
 width_factor=0.2)` called on the `keras.Input` of the model, so it runs inside `fit`, then a
 small convnet; `model.compile(optimizer="adam", loss=SparseCategoricalCrossentropy(from_logits=
-True), metrics=["accuracy"])`, `model.fit` on NumPy arrays. Keras 3 marks RandomZoom
-`supports_jit = False`, and with `jit_compile="auto"` (the default) a model with such a layer
+True), metrics=["accuracy"])`, `model.fit` on NumPy arrays. Keras 3 marks RandomRotation and
+RandomZoom `supports_jit = False`, and with `jit_compile="auto"` (the default) a model with such a layer
 is not jitted: `fit` runs every op of the model, its gradient and the optimizer one by one
 (on a v5e keras-io's ViT so ran 34,590 ops in 10 batches, 14 s a batch; docs/tpu.md).
 Synthetic CIFAR-shaped data: 160 samples in batches of 32, 2 epochs: 10 iterations, no short

@@ -3,8 +3,8 @@
 Keras jits its train step only where `model.jit_compile` is true, and with `jit_compile="auto"`
 (its default) that holds only when every layer of the model supports jit; `jit_compile=True`
 gives way too ("Model doesn't support `jit_compile=True`"), and `run_eagerly=True` turns it off.
-keras-io's Vision Transformer keeps its augmentation in the model, RandomZoom among it, so on
-a v5e its `fit` dispatched 3,459 ops a batch, each compiled on its own the first time (552
+keras-io's Vision Transformer keeps its augmentation in the model, RandomRotation and RandomZoom
+among it, so on a v5e its `fit` dispatched 3,459 ops a batch, each compiled on its own the first time (552
 compiles, 104 s), at 14 s a batch (tests/tpu/runs/keras_vit_eager, docs/tpu.md).
 
 The evidence: the run's eager dispatches (call_sites, kind `eager_dispatch`) come mostly from
@@ -22,9 +22,14 @@ from tpuscope.detect.tables import RunTables
 
 KERAS_FILES = "keras/"  # a call site's library frame, as collected: keras/src/ops/numpy.py:287
 KERAS_SHARE = 0.5  # of the eager dispatches, what makes the op-by-op loop Keras's
-# Keras 3.x layers whose __init__ sets `self.supports_jit = False` (keras/src/layers/preprocessing)
+# Keras 3.x layers whose __init__ sets `self.supports_jit = False` (keras/src/layers/preprocessing;
+# LSTM and GRU do too, on the TensorFlow backend only)
 NO_JIT_LAYERS = {
+    "random_rotation.py": "RandomRotation",
     "random_zoom.py": "RandomZoom",
+    "random_translation.py": "RandomTranslation",
+    "random_shear.py": "RandomShear",
+    "random_crop.py": "RandomCrop",
     "random_perspective.py": "RandomPerspective",
     "string_lookup.py": "StringLookup",
     "integer_lookup.py": "IntegerLookup",
@@ -60,10 +65,11 @@ def keras_eager_layers(tables: RunTables) -> list[str] | None:
 
 def keras_eager_fix(layers: list[str]) -> str:
     """Rule op_by_op's fix where Keras ran the model op by op."""
+    them = "them" if len(layers) > 1 else "it"
     named = (
         f"This run's ops came from {', '.join(layers)}, which Keras's source marks "
-        "`supports_jit = False`: take it out of the model (apply it to the batches before they "
-        "reach `fit`, in the data pipeline). "
+        f"`supports_jit = False`: take {them} out of the model (apply {them} to the batches "
+        "before they reach `fit`, in the data pipeline). "
         if layers
         else "Find the reason in `model.jit_compile` and the layers' `supports_jit`. "
     )
