@@ -23,23 +23,9 @@ os.environ["KERAS_BACKEND"] = "jax"
 import hook  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from keras_marks import MarkBatches  # noqa: E402
 
 SAMPLES, BATCH, EPOCHS, TEST_SAMPLES = 168, 32, 2, 64
-
-
-class MarkBatches(keras.callbacks.Callback):
-    """The truth's iteration marks (hook.mark is a no-op without CORPUS_TRUTH)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.iterations = 0
-
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        hook.mark(f"train:i{self.iterations}")
-        self.iterations += 1
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        hook.mark("after-fit")
 
 
 def build_model() -> keras.Model:
