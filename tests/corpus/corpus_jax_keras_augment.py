@@ -8,7 +8,7 @@ small convnet; `model.compile(optimizer="adam", loss=SparseCategoricalCrossentro
 True), metrics=["accuracy"])`, `model.fit` on NumPy arrays. Keras 3 marks RandomRotation and
 RandomZoom `supports_jit = False`, and with `jit_compile="auto"` (the default) a model with such a layer
 is not jitted: `fit` runs every op of the model, its gradient and the optimizer one by one
-(on a v5e keras-io's ViT so ran 34,590 ops in 10 batches, 14 s a batch; docs/tpu.md).
+(on a v5e keras-io's ViT so ran 34,119 ops in 10 batches, 14 s a batch; docs/tpu.md).
 Synthetic CIFAR-shaped data: 160 samples in batches of 32, 2 epochs: 10 iterations, no short
 batch. A per-batch callback marks the iterations for the truth (hook.py); it does nothing
 unless CORPUS_TRUTH is set.

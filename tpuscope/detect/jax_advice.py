@@ -190,18 +190,22 @@ def keras_host_fix(step: str) -> str:
 KERAS_BF16_FIX = (
     'Compute in bf16 the Keras way: `keras.mixed_precision.set_global_policy("mixed_bfloat16")` '
     "before the model is built; its layers then compute in bf16 and keep their variables in "
-    'float32 (give the last layer `dtype="float32"` so the loss is computed in float32). On a '
-    "v5e keras-io's Xception image classifier took 101.47 ms a step under float32 and 68.22 ms "
-    "so."
+    'float32 (give the last layer `dtype="float32"` so the model\'s outputs stay float32, as '
+    "Keras's mixed precision guide says). On a v5e keras-io's Xception image classifier took "
+    "101.47 ms a step under float32 and 68.22 ms so."
+)
+KERAS_PRECISION = (
+    " The policy leaves `jax_default_matmul_precision` as it is: drop 'highest' (or 'high') "
+    "where f32 accuracy is not needed."
 )
 
 
 # a batch dim of two sizes where Keras's `fit` runs the step: its last batch of each epoch
 KERAS_SHORT_BATCH = (
-    "Keras's `fit` cuts the arrays into batches of batch_size and ends each epoch on a short "
-    "batch where the samples (each split's, with validation_split) are not a multiple of it: "
-    "give `fit` a whole number of batches (trim the arrays), or a dataset batched with "
-    "drop_remainder=True."
+    "Keras's `fit` (and `evaluate`) cuts the arrays into batches of batch_size and ends each "
+    "pass on a short batch where the samples (each split's, with validation_split) are not a "
+    "multiple of it: give it a whole number of batches (trim the arrays), or a dataset batched "
+    "with drop_remainder=True."
 )
 
 

@@ -146,7 +146,7 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
         diffs: list[dict[str, Any]] = next((i["diffs"] for i in items if i["diffs"]), [])
         changes: list[str] = next((i["changes"] for i in items if i["changes"]), [])
         fix = jax_advice.fix_for(function, diffs, changes)
-        if facet and facet.dim == 0 and len(facet.values) == 2 and keras_step(tables.meta):
+        if facet and facet.dim == 0 and len(facet.values) == 2 and _keras_steps(tables, items):
             fix += f" {jax_advice.KERAS_SHORT_BATCH}"
         if facet and facet.plan is not None:
             fix += f" Bucketing plan: pad {facet.arg_name} dim {facet.dim} to {facet.plan}."
@@ -156,6 +156,15 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
     if _in_loop_without_sync(tables, items):
         return xla_advice.NO_SYNC_FIX
     return xla_advice.recompile_fix(changes, causes, facet, data_dependent_ops(tables.fallbacks))
+
+
+KERAS_STEPS = ("train_step", "test_step", "predict_step")  # keras/src/backend/jax/trainer.py's
+
+
+def _keras_steps(tables: RunTables, items: list[dict[str, Any]]) -> bool:
+    """The recompiled function is Keras's own step, in a run whose loop Keras's `fit` runs."""
+    name = str(items[0].get("function") or "").rsplit(".", 1)[-1]
+    return name in KERAS_STEPS and keras_step(tables.meta) is not None
 
 
 def _in_loop_without_sync(tables: RunTables, items: list[dict[str, Any]]) -> bool:

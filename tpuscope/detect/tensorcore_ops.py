@@ -20,7 +20,7 @@ from tpuscope.analyze.op_time import MIN_SHARE, MeasuredWaste, measured_waste
 from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.common import file_and_line, judged_severity, judged_wall_s, traced_judged
 from tpuscope.detect.compile_kinds import keras_step
-from tpuscope.detect.jax_advice import KERAS_BF16_FIX
+from tpuscope.detect.jax_advice import KERAS_BF16_FIX, KERAS_PRECISION
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
 from tpuscope.schema import Finding
@@ -105,6 +105,8 @@ def _card(
     title, fix = _wording(waste, chip, backend)
     if waste.kind == "f32" and backend == "jax" and keras_step(tables.meta):
         fix = KERAS_BF16_FIX  # Keras's `fit` runs the step: its policy, not a Flax dtype
+        if set(waste.info.get("precision") or []) & {"high", "highest"}:
+            fix += KERAS_PRECISION
     share = waste.lost_s / device_s
     detail = (
         f"Measured on the {chip.name} ({traced_text(steps, figures.get('devices', 1))}): these ops took "

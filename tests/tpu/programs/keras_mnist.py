@@ -62,4 +62,7 @@ model.fit(
     callbacks=[timer],
 )
 steps = -(-int(args.samples * 0.9) // 128)
-print(f"step_ms {1e3 * sum(timer.times) / (len(timer.times) * steps):.4f} steps_per_epoch {steps}")
+if timer.times:  # the epochs after the first
+    print(
+        f"step_ms {1e3 * sum(timer.times) / (len(timer.times) * steps):.4f} steps_per_epoch {steps}"
+    )
