@@ -25,9 +25,9 @@ dispatches, minus compile time in the same steps, a lower bound, since jit also 
 Python work between the ops and fuses them; where the ops' own compiles hold half the
 dispatches' time or more (a run whose steps are its first, as Keras's ViT's one-epoch run), that
 difference measures nothing and the cost is the steps' time outside compiles, an upper bound.
-Where the eager ops are Keras's (detect/keras_fit.py), the fix is Keras's. Severity: the cost's share of the wall time
-(analyze/judge). The device-idle card of rule tensorcore_underuse yields to this one: its
-cause is the dispatching named here.
+Where the eager ops are Keras's (detect/keras_fit.py), the fix is Keras's. Severity: the
+cost's share of the wall time (analyze/judge). The device-idle card of rule tensorcore_underuse
+yields to this one: its cause is the dispatching named here.
 """
 
 from __future__ import annotations
