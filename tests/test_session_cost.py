@@ -1,4 +1,4 @@
-"""What a session counts of its own cost (collect/session.ProfilerCost) and what the report makes
+"""What a session counts of its own cost (collect/profiler_cost.ProfilerCost) and what the report makes
 of it (analyze/summary): per-compile flush work apart from the steps' (issue 28's run showed a
 12-step run's HLO dump deletions spread over its steps), and one flush at a time, so each flush
 counts only its own thread's CPU."""

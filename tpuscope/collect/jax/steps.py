@@ -42,7 +42,8 @@ from tpuscope.collect.jax.rows import (
     StepLog,
 )
 from tpuscope.collect.jax.sink import JitTarget, Site, caller_site
-from tpuscope.collect.session import ProfilerCost, Session
+from tpuscope.collect.profiler_cost import ProfilerCost
+from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow
 from tpuscope.schema_consts import ANNOTATION_BOUNDARY as ANNOTATION
 
