@@ -102,11 +102,8 @@ def _card(
 ) -> Finding:
     device_s, steps = figures["device_s_per_step"], figures["traced_steps"]
     location, library = _where(waste, tables)
-    title, fix = _wording(waste, chip, backend)
-    if waste.kind == "f32" and backend == "jax" and keras_step(tables.meta):
-        fix = KERAS_BF16_FIX  # Keras's `fit` runs the step: its policy, not a Flax dtype
-        if set(waste.info.get("precision") or []) & {"high", "highest"}:
-            fix += KERAS_PRECISION
+    keras = backend == "jax" and keras_step(tables.meta) is not None
+    title, fix = _wording(waste, chip, backend, keras)
     share = waste.lost_s / device_s
     detail = (
         f"Measured on the {chip.name} ({traced_text(steps, figures.get('devices', 1))}): these ops took "
@@ -334,7 +331,8 @@ def _relayout_wording(info: dict, lost: str, backend: str) -> tuple[str, str]:
     )
 
 
-def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
+def _wording(waste: MeasuredWaste, chip: Chip, backend: str, keras: bool) -> tuple[str, str]:
+    """Title and fix; `keras`: Keras's `fit` runs the step (f32: its policy, not a Flax dtype)."""
     lost = fmt_time(waste.lost_s)
     if waste.kind == "lane_writes":
         return _lane_wording(waste.info, lost, backend)
@@ -352,8 +350,10 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
             "computes element by element, or a Pallas kernel. The figure is device time, the "
             "most the step gains (the op at its ideal) while the device bounds the step.",
         )
+    if waste.kind == "f32" and keras:
+        highest = set(waste.info.get("precision") or []) & {"high", "highest"}
+        return _f32_title(waste, lost), KERAS_BF16_FIX + (KERAS_PRECISION if highest else "")
     if waste.kind == "f32":
-        prec = "/".join(waste.info.get("precision") or ["default"])
         fix = (
             "Compute in bf16: bf16 params and inputs (or `dtype=jnp.bfloat16` in Flax layers), "
             "and drop `jax_default_matmul_precision='highest'` where f32 accuracy is not needed; "
@@ -362,11 +362,7 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
             else "Compute in bf16: `with torch.autocast('xla', dtype=torch.bfloat16):` around the "
             "forward, and leave matmul precision at its default; keep f32 master weights."
         )
-        return (
-            f"{waste.info.get('count', 0)} matmul(s) run in f32 (precision {prec}): "
-            f"{lost}{LOST} (measured)",
-            fix,
-        )
+        return _f32_title(waste, lost), fix
     d = waste.info["head_dim"]
     kernel = (
         "a Pallas attention kernel (jax.experimental.pallas.ops.tpu splash/flash attention)"
@@ -387,6 +383,11 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str) -> tuple[str, str]:
         f"Use head_dim {chip.mxu} (keep the model width: width/{chip.mxu} heads), or {kernel}, "
         "which packs heads onto the MXU."
     )
+
+
+def _f32_title(waste: MeasuredWaste, lost: str) -> str:
+    prec = "/".join(waste.info.get("precision") or ["default"])
+    return f"{waste.info.get('count', 0)} matmul(s) run in f32 (precision {prec}): {lost}{LOST} (measured)"
 
 
 def traced_text(runs: int, devices: int) -> str:
