@@ -302,3 +302,42 @@ def test_a_program_that_only_imports_jax_is_not_labelled_jax(tmp_path: Path) -> 
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
     [run_dir] = [p for p in tmp_path.iterdir() if (p / "meta.json").exists()]
     assert all(not p.get("backend") for p in tpuscope.load_run(run_dir).meta["processes"])
+
+
+def test_work_after_the_loop_is_not_the_last_steps(tmp_path: Path) -> None:
+    """tail.py: the loop's last step ends where the program first compiles something other
+    than the step function; the rest (an evaluation outside jit) is the after-the-loop step,
+    with its compiles and call sites. A compile inside the loop (an evaluation at step 5)
+    stays in its step. On a v5e Equinox's ViT example's test loop, 156 batches op by op, was
+    a 52 s last step whose eager ops made the loop's 73 a step read as 138."""
+    import time
+
+    import numpy as np
+
+    with tpuscope.profile(store=tmp_path, name="tail", warmup=1) as run:
+        step = jax.jit(lambda x: x * 0.5 + 1.0)
+        x = jnp.ones(8)
+        for i in range(10):
+            x = step(x)
+            if i == 5:
+                float(jnp.cos(x[:3]).sum())  # an evaluation inside the loop: it compiles
+        jax.block_until_ready(x)
+        time.sleep(0.3)  # the program's work after the loop, before its evaluation
+        for _ in range(3):  # the evaluation after the loop, op by op
+            float(jnp.tanh(x[:5] * 2.0).sum())
+            time.sleep(0.1)
+    recorded = tpuscope.load_run(run.path)
+    steps = recorded.steps.sort_values("step")
+    assert list(steps["boundary"])[-1] == "end", list(steps["boundary"])
+    loop = steps[steps["boundary"] == "jit:<lambda>"]
+    assert len(loop) == 10 and loop["wall_ns"].max() < 0.25e9, list(loop["wall_ns"])
+    after = int(steps["step"].iloc[-1])
+    compiles = recorded.compiles
+    evaluation = compiles[compiles["time_ns"] > steps["start_ns"].iloc[-1]]
+    assert set(evaluation["step"]) == {after} and len(evaluation) >= 2
+    inside = int(loop["step"].iloc[5])  # the step the 6th call opened
+    assert (compiles["step"] == inside).sum() >= 1  # the loop's own evaluation stays there
+    sites = recorded.call_sites[recorded.call_sites["kind"] == "eager_dispatch"]
+    tanh_line = f"{HERE}:{line_of('float(jnp.tanh(x[:5]')}"
+    assert set(sites[sites["location"] == tanh_line]["step"]) == {after}
+    assert np.isclose(steps["wall_ns"].iloc[-1] / 1e9, 0.6, atol=0.3)

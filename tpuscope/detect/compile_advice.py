@@ -88,7 +88,11 @@ def _eager_lines(parts: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, st
     group = next((g for g in parts if g["kind"] == "eager"), None)
     if group is None:
         return None, ""
-    return group, ", ".join(file_and_line(line["location"]) for line in group["lines"][:3])
+    return group, _line_list(group["lines"])
+
+
+def _line_list(lines: list[dict[str, Any]]) -> str:
+    return ", ".join(file_and_line(line["location"]) for line in lines[:3])
 
 
 def _jax_fix(
@@ -139,7 +143,16 @@ def _jax_fix(
                 "cannot jit them; the persistent cache is what saves them."
             )
         return out
-    if group is not None and group["seconds"] >= EAGER_SHARE * total:
+    if group is not None and group["seconds"] >= EAGER_SHARE * total and _after_loop(group):
+        out.append(
+            f"The ops compiled one by one at {_line_list(group['after_lines'])} "
+            f"({group['after_compiles']} compiles, {group['after_s']:.1f} s) ran after the "
+            "loop, outside `jit` (a model evaluated "
+            "un-jitted, each op compiled and launched on its own): jit the function that runs "
+            "them (`jax.jit`, `eqx.filter_jit`, `nnx.jit`), and it compiles once, as one "
+            "program, and runs as one launch a call."
+        )
+    elif group is not None and group["seconds"] >= EAGER_SHARE * total:
         out.append(
             f"Jit the setup that runs op by op at {lines}: outside `jit` each op compiles on its "
             f"own ({group['compiles']} compiles, {group['seconds']:.1f} s here); "
@@ -156,6 +169,11 @@ def _jax_fix(
             "and a call with other shapes is an error instead of a silent compile."
         )
     return out
+
+
+def _after_loop(group: dict[str, Any]) -> bool:
+    """Most of this group's compile time was after the loop (an evaluation), not setup."""
+    return float(group.get("after_s") or 0.0) > 0.5 * float(group["seconds"])
 
 
 def _step_named(step: dict[str, Any]) -> str:

@@ -25,6 +25,9 @@ from tpuscope.user_files import import_path, is_user_file
 STEP, EAGER, OTHER = "step", "eager", "setup and other"
 # collect/jax/steps.py's meta: "calls of jitted train_step (/work/train.py:17)"; a function
 # with no code object is written "(None)"
+# where a library's jit of the program's own function is defined: `eqx.filter_jit` passes
+# jax.jit its `fun_wrapped`, named after the program's function (Equinox 0.13.8)
+OWN_FUNCTION_JITS = ("equinox/_jit.py",)
 STEP_SOURCE = re.compile(r"^calls of \S+ (?P<name>\S+) \((?P<path>.*?)(?::(?P<line>\d+))?\)$")
 KERAS_TRAINER = f"{os.sep}keras{os.sep}src{os.sep}"  # keras 3's package, wherever installed
 
@@ -54,8 +57,12 @@ def keras_step(meta: dict[str, Any]) -> str | None:
 def library_step_function(meta: dict[str, Any]) -> bool:
     """Whether the JAX step function is a library's: a loop that jits nothing of its own has
     its most-called library function as its step (optax's `tree_bias_correction`), which the
-    program does not call itself and cannot compile ahead of the loop."""
-    return any(m["line"] and not is_user_file(m["path"]) for m in step_sources(meta))
+    program does not call itself and cannot compile ahead of the loop. Not a jit wrapper's
+    (OWN_FUNCTION_JITS): what it compiles is the program's own function, under its name."""
+    return any(
+        m["line"] and not is_user_file(m["path"]) and not m["path"].endswith(OWN_FUNCTION_JITS)
+        for m in step_sources(meta)
+    )
 
 
 def _step_functions(tables: RunTables) -> set[str]:

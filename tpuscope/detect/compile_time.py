@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tpuscope.analyze import judge
@@ -120,21 +121,38 @@ def _lines(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return sorted(out, key=lambda d: -float(d["seconds"]))[:LINES]
 
 
-def groups(rows: pd.DataFrame, kind: pd.Series) -> list[dict[str, Any]]:
-    """The first compiles by kind (step, eager, setup and other), each with its lines."""
+def groups(
+    rows: pd.DataFrame, kind: pd.Series, after: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
+    """The first compiles by kind (step, eager, setup and other), each with its lines and the
+    seconds of them made after the loop (`after`: the after-the-loop steps' rows)."""
     out = []
+    late = _in_steps(rows, after)
     for name in (STEP, EAGER, OTHER):
-        part = rows[kind.to_numpy() == name]
+        chosen = kind.to_numpy() == name
+        part = rows[chosen]
         if not part.empty:
             out.append(
                 {
                     "kind": name,
                     "compiles": len(part),
                     "seconds": round(_seconds(part), 3),
+                    "after_s": round(_seconds(rows[chosen & late]), 3),
+                    "after_compiles": int((chosen & late).sum()),
+                    "after_lines": _lines(rows[chosen & late]),
                     "lines": _lines(part),
                 }
             )
     return out
+
+
+def _in_steps(rows: pd.DataFrame, steps: pd.DataFrame | None) -> np.ndarray:
+    """Which rows were made in one of these steps (their process's)."""
+    if steps is None or steps.empty or rows.empty or "step" not in rows:
+        return np.zeros(len(rows), dtype=bool)
+    keys = [k for k in ("host", "pid", "step") if k in rows and k in steps]
+    marked = rows[keys].merge(steps[keys].drop_duplicates(), "left", on=keys, indicator=True)
+    return (marked["_merge"] == "both").to_numpy()
 
 
 def cache_state(tables: RunTables, first: pd.DataFrame | None = None) -> dict[str, Any] | None:
@@ -231,7 +249,7 @@ def card(
     # imported evidence has no wall time to weigh the compiles against: no card
     if not enough or not wall or judge.share(cost, wall) < judge.MEDIUM_SHARE:
         return []
-    parts = groups(first, kind)
+    parts = groups(first, kind, tables.steps[tables.phase.to_numpy() == "after"])
     cache = cache_state(tables, first)
     backend = tables.backend
     share = judge.share(cost, wall)

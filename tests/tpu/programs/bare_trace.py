@@ -2,13 +2,17 @@
 of it chosen by what it prints: the truth about an upstream program's device time, taken
 without tpuscope and without editing the program.
 
-    python3 bare_trace.py --mark "Epoch" --after 1 --out DIR PROGRAM [ARGS...]
+    python3 bare_trace.py --mark "Epoch" --after 1 [--out DIR] [--per N] PROGRAM [ARGS...]
 
 starts the trace when the program has printed `--after` lines holding `--mark` and stops it at
 the next such line: with an epoch loop that prints each epoch's time, the trace holds exactly
 one whole epoch after the first (whose time holds the compiles). Why a print and not a timer:
 compile times on the chip vary by seconds, and the print comes between epochs on the program's
 own thread, so the profiler starts and stops outside the steps it measures.
+
+Without `--out` nothing is traced. Either way, at exit it prints the marked lines' clock: the
+median time between consecutive marks after the `--after` first, divided by `--per` (the
+steps between two marks): the step time of a program that prints but does not time itself.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import statistics
 import sys
+import time
 from typing import Any, TextIO
 
 
@@ -24,17 +30,20 @@ class _Marks:
     """The program's stdout, counting the lines that hold the mark; starts and stops the
     trace at the chosen counts."""
 
-    def __init__(self, stream: TextIO, mark: str, after: int, out: str) -> None:
+    def __init__(self, stream: TextIO, mark: str, after: int, out: str | None) -> None:
         self.stream, self.mark, self.after, self.out = stream, mark, after, out
         self.seen = 0
         self.tracing = False
+        self.clock: list[float] = []  # when each marked line was written
 
     def write(self, text: str) -> int:
         written = self.stream.write(text)
         for line in text.splitlines():
             if self.mark in line:
+                self.clock.append(time.perf_counter())
                 self.seen += 1
-                self._window()
+                if self.out:
+                    self._window()
         return written
 
     def _window(self) -> None:
@@ -57,7 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mark", required=True, help="text of the line that ends a span")
     parser.add_argument("--after", type=int, default=1, help="spans to let pass first")
-    parser.add_argument("--out", required=True, help="the trace's log directory")
+    parser.add_argument("--out", help="the trace's log directory (none: no trace)")
+    parser.add_argument("--per", type=int, default=1, help="steps between two marks")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args()
@@ -72,6 +82,19 @@ def main() -> None:
             import jax
 
             jax.profiler.stop_trace()
+        report_clock(marks.clock[options.after :], options.per)
+
+
+def report_clock(marked: list[float], per: int) -> None:
+    """The median step between the marks kept, on stderr (the program's stdout stays its own)."""
+    gaps = [later - earlier for earlier, later in zip(marked, marked[1:], strict=False)]
+    if gaps:
+        step_ms = statistics.median(gaps) / per * 1e3
+        mean_ms = (marked[-1] - marked[0]) / len(gaps) / per * 1e3
+        print(
+            f"bare_trace clock: {len(gaps)} spans, median {step_ms:.4f} ms a step, mean {mean_ms:.4f}",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -22,11 +22,13 @@ from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
-from tpuscope.collect.jax.rows import StepColumns
+from tpuscope.collect.jax.rows import OpenStep, StepColumns
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
+from tpuscope.collect.jax.tail import LOOP_STEPS, TailMark, copy_counts
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
+from tpuscope.schema_consts import AFTER_LOOP
 
 _TPUSCOPE_DIR = (
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -215,10 +217,12 @@ class JaxCollector(StepTracker):
                 return
             self._finished = True
             now = time.time_ns()
-            if self._open:
+            if self._open and self._tail is not None:
+                self._split_tail(now)
+            elif self._open:
                 self._close(now)
             elif self._has_work():  # work after the last step, or a run with no step source
-                self._open_at(self._installed_at if self.step == 0 else self._last_end, "end")
+                self._open_at(self._installed_at if self.step == 0 else self._last_end, AFTER_LOOP)
                 self._close(now)
             self.clock.finish()
             self.session.set_meta(
@@ -238,6 +242,22 @@ class JaxCollector(StepTracker):
             if self.tracker._config is not None:
                 self.session.set_meta(compile_cache=cache_settings(self.tracker._config))
 
+    def _split_tail(self, now: int) -> None:
+        """The run ended in a marked step (tail.py): the step ends at the mark, and what
+        followed it is the after-the-loop step, its events and held rows renumbered."""
+        tail, after = self._tail, self._acc
+        assert tail is not None
+        self._tail, self._acc = None, tail.before
+        after_hook_ns, self._hook_ns = self._hook_ns, tail.hook_ns
+        self._close(tail.t_ns)
+        rows = tail.renumber(self._events, self.step)
+        self._open_at(tail.t_ns, AFTER_LOOP)
+        copy_counts(self._acc, after)
+        self._hook_ns = after_hook_ns
+        for table, held in rows:
+            self.session.add_many(table, held)
+        self._close(now)
+
     def _has_work(self) -> bool:
         return self._acc.has_work()
 
@@ -253,17 +273,42 @@ class JaxCollector(StepTracker):
             index, self.compile_index = self.compile_index, self.compile_index + 1
             duration_ns = int(event.duration_s * 1e9)
             self._leave_lane()
-            self._acc.compiles += 1
-            self._acc.compile_ns += duration_ns
+            acc = self._acc
+            acc.compiles += 1
+            acc.compile_ns += duration_ns
             step = self.step if self._owns_steps() else -1
             self.compile_rows.attribute(event, self._current_call())
-            self.session.add(
-                "compiles",
-                self.compile_rows.compile_row(
-                    event, step, index, duration_ns, self.tracker.explaining()
-                ),
+            if self._tail is None and self._leaves_loop(event):
+                mark_ns = int(event.start_s * 1e9)
+                self._tail = TailMark.at(self.step, mark_ns, acc, self._events, self._hook_ns)
+                self._hook_ns = 0  # the hooks' time since the mark: the after-the-loop step's
+                self._acc = OpenStep()  # the counts since the mark (tail.py)
+                self._acc.compiles, self._acc.compile_ns = 1, duration_ns
+                acc.compiles, acc.compile_ns = acc.compiles - 1, acc.compile_ns - duration_ns
+            row = self.compile_rows.compile_row(
+                event, step, index, duration_ns, self.tracker.explaining()
             )
-            self.session.add_many("retraces", retrace_rows(event, step, index))
+            for table, rows in (
+                ("compiles", [row]),
+                ("retraces", retrace_rows(event, step, index)),
+            ):
+                if self._tail is not None:
+                    self._tail.hold(table, rows)
+                else:
+                    self.session.add_many(table, rows)
+
+    def _leaves_loop(self, event: CompileEvent) -> bool:
+        """Whether this compile may be where the open step leaves the loop (tail.py): a loop of
+        a jitted step function past its first steps compiling something other than it."""
+        step_fn = self.step_fn
+        return (
+            self.mode == "jit"
+            and self._open
+            and self._owns_steps()
+            and self._step_calls >= LOOP_STEPS
+            and step_fn is not None
+            and event.function != step_fn.name.rsplit(".", 1)[-1]
+        )
 
     def _current_call(self) -> tuple[JitTarget, tuple[Any, ...], dict[str, Any]] | None:
         """The pmapped or library-jitted call running on this thread, if any."""

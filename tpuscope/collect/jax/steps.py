@@ -42,6 +42,7 @@ from tpuscope.collect.jax.rows import (
     StepLog,
 )
 from tpuscope.collect.jax.sink import JitTarget, Site, caller_site
+from tpuscope.collect.jax.tail import TailMark
 from tpuscope.collect.profiler_cost import ProfilerCost
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow
@@ -66,6 +67,7 @@ class StepTracker:
         self._step_calls = 0  # of step_fn
         self._first_call_ns: dict[tuple[JitTarget, Site | None], int] = {}
         self._acc = OpenStep()  # the open step (or the work before the first one)
+        self._tail: TailMark | None = None  # where the open step may leave the loop (tail.py)
         self._lock = threading.RLock()
         self._rows = StepLog()  # steps done, whose rows wait for the flush
         self._events = EventLog()
@@ -132,6 +134,8 @@ class StepTracker:
         """Close the open step; with reopen, open the next one at the same instant (with the
         same boundary): the call of the step function, which then costs one call here."""
         self._leave_lane()
+        if self._tail is not None:  # the loop goes on: the mark's compile was a step's
+            self._resume_loop()
         record, self._acc = self._acc, OpenStep()
         spent, self._hook_ns = self._hook_ns, 0
         self._charge(self.session.cost, spent, record)
@@ -153,6 +157,8 @@ class StepTracker:
         call counted, in as few operations as it takes. This runs right after the last step's
         computation left the caches cold, where each line costs several times its warm time
         (docs/overhead.md)."""
+        if self._tail is not None:  # the loop goes on: the mark's compile was a step's
+            self._resume_loop()
         record = self._acc
         self._acc = following = OpenStep()
         following.jit_calls = 1
@@ -247,6 +253,14 @@ class StepTracker:
             acc = self._acc
             acc.step, acc.start_ns = self.step, self._last_end
             self.clock.ended_at(self._last_end)
+
+    def _resume_loop(self) -> None:
+        """The step function was called again after a marked compile (tail.py): the open
+        step's counts and hook time made one again."""
+        tail, self._tail = self._tail, None
+        assert tail is not None
+        self._acc = tail.resume(self._acc, self.session)
+        self._hook_ns += tail.hook_ns
 
     def _charge(self, cost: ProfilerCost, spent: int, record: OpenStep) -> None:
         """A closed step's hook time to the session's cost: apart when it compiled; not a step
