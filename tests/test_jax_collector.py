@@ -7,8 +7,10 @@ op-by-op dispatches, traces. The explanation parser: test_jax_explain.py; the wh
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -310,7 +312,6 @@ def test_work_after_the_loop_is_not_the_last_steps(tmp_path: Path) -> None:
     with its compiles and call sites. A compile inside the loop (an evaluation at step 5)
     stays in its step. On a v5e Equinox's ViT example's test loop, 156 batches op by op, was
     a 52 s last step whose eager ops made the loop's 73 a step read as 138."""
-    import time
 
     import numpy as np
 
@@ -341,3 +342,56 @@ def test_work_after_the_loop_is_not_the_last_steps(tmp_path: Path) -> None:
     tanh_line = f"{HERE}:{line_of('float(jnp.tanh(x[:5]')}"
     assert set(sites[sites["location"] == tanh_line]["step"]) == {after}
     assert np.isclose(steps["wall_ns"].iloc[-1] / 1e9, 0.6, atol=0.3)
+
+
+def _compile_of(function: str) -> Any:
+    from tpuscope.collect.jax.compiles import CompileEvent
+
+    return CompileEvent(
+        module=f"jit_{function}",
+        function=function,
+        start_s=time.time(),
+        trace_s=0.0,
+        lower_s=0.0,
+        compile_s=0.01,
+        input_shapes=None,
+        location="/w/t.py:9",
+        frames=[],
+        explanation=None,
+        explanations=[],
+    )
+
+
+@pytest.mark.parametrize("goes_on", [False, True])
+def test_a_marked_last_step_keeps_the_loops_hook_time_apart(tmp_path: Path, goes_on: bool) -> None:
+    """tail.py, driven as the hooks would: after 5 calls of train_step, a compile of evaluate
+    marks the open step. Where the run ends there, what followed the mark (its compile, 50 ms
+    of hooks) is the after-the-loop step, charged apart as a step that compiled, not to the
+    loop's hook time a step; where train_step is called again, the step is one again."""
+    from tpuscope.collect.jax.collector import JaxCollector
+    from tpuscope.collect.jax.sink import JitTarget
+    from tpuscope.collect.session import Session
+    from tpuscope.store import RunStore
+
+    session = Session(RunStore(tmp_path).new_run("tail")).start(install_handlers=False)
+    collector = JaxCollector(session)  # not installed: driven directly
+    train = JitTarget("train_step", "/w/t.py:5", True)
+    for _ in range(5):
+        collector.on_jit_call(train)
+        collector.charge(100_000)
+    collector._on_compile(_compile_of("evaluate"))
+    collector.charge(50_000_000)
+    if goes_on:
+        collector.on_jit_call(train)
+    collector.finish()
+    session.close()
+    run = tpuscope.load_run(session.run_dir)
+    boundaries = list(run.steps.sort_values("step")["boundary"])
+    cost = session.cost
+    [compiled] = list(run.compiles["step"])
+    if goes_on:
+        assert "end" not in boundaries
+        assert compiled == run.steps["step"].max() - 1  # the marked step's, counted once
+    else:
+        assert boundaries[-1] == "end" and compiled == run.steps["step"].max()
+        assert cost.compile_hook_ns >= 50_000_000 > cost.hook_ns

@@ -9,7 +9,8 @@ function is the library's jitted function called most often at top level (Keras'
 one call of it to the next, so work between calls (data loading, `float(loss)`)
 belongs to the step it follows. A program with neither gets one step for the whole
 run. Work before the first step is counted in step 0; work after the last one
-becomes a last step with boundary "end". A step ends when its outputs are ready, not
+becomes a last step with boundary "end" (where the last call's step first compiles another
+function: tail.py). A step ends when its outputs are ready, not
 when its asynchronous dispatch returned (collect/jax/ready.py).
 
 This runs on the program's thread at every top-level jitted call, so the common case
