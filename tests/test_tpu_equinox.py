@@ -88,6 +88,7 @@ def test_the_rnns_read_costs_what_dropping_it_saved(runs) -> None:
     lost_ms = card.evidence.read_lost_s_per_step * 1e3
     assert lost_ms == pytest.approx(ITEM_SAVED_MS, rel=0.1)
     assert "inside equinox/_jit.py:271" in card.title
+    assert "`eqx.filter_jit` waits for each call's result itself (equinox/_jit.py:271" in card.fix
     assert rnn.summary.after_loop is not None and rnn.summary.after_loop.compiles == 10
 
 
