@@ -8,10 +8,10 @@ made between two dispatches (a clock read, an append, a `len`) cost about a micr
 the lane a call of the step function does only this, inside the function the jit hook returns
 (jit_hook.py `_lane_call`): its number counted on `Lane.calls`, the dispatch, and on every
 LANE_BATCH-th call (a "marked" call) `perf_counter_ns()` before the dispatch into `Lane.marks`
-and, at most every LANE_BATCH calls, a check after it (steps.py `on_lane_batch`) that asks the
+and, at most every LANE_BATCH calls, a check after it (lane_steps.py `on_lane_batch`) that asks the
 output kept at the last check `is_ready()` (by then long finished, unless the device fell
 behind the host). No lock, no row, no thread: the marks become rows in the flush thread
-(steps.py `lane_rows`, `Lane.take`, `write_calls`), or earlier when anything that is not a
+(lane_steps.py `lane_rows`, `Lane.take`, `write_calls`), or earlier when anything that is not a
 plain call of the step function happens (another jitted call, an eager op, a compile, a step
 annotation, the end of the run), so its counts land in the step they happened in.
 
