@@ -66,7 +66,7 @@ def test_the_keys_card_points_into_the_jitted_step_and_bounds_its_saving(runs) -
     where the ops go, not "put the step under jax.jit". The saving measured bare (14.82 ms)
     lies between the time inside the dispatches and the device's idle time."""
     card = _card(runs["eqx_vit"], "op_by_op")
-    assert card.fix.startswith("Each step already calls the jitted step_model")
+    assert card.fix.startswith("Each step already calls the compiled step_model")
     assert "jax.random.split(key, n)" in card.fix
     inside_ms = card.evidence.eager_dispatch_s / card.step_count * 1e3
     idle_ms = card.evidence.device_idle_s_per_step * 1e3
@@ -75,9 +75,11 @@ def test_the_keys_card_points_into_the_jitted_step_and_bounds_its_saving(runs) -
 
 
 def test_the_test_loops_compiles_are_said_to_run_after_the_loop(runs) -> None:
+    """71 of the 108 ops compiled outside jit (13.0 of 22.8 s) were the test loop's."""
     card = _card(runs["eqx_vit"], "compile_time")
     assert "(71 compiles, 13.0 s) ran after the loop, outside `jit`" in card.fix
-    assert "Jit the setup" not in card.fix
+    # the model's own init ran op by op before the loop: that is setup to jit
+    assert "Jit the setup that runs op by op at vit.py:136, vit.py:96, vit.py:191" in card.fix
 
 
 def test_the_rnns_read_costs_what_dropping_it_saved(runs) -> None:

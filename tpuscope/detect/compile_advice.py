@@ -143,23 +143,8 @@ def _jax_fix(
                 "cannot jit them; the persistent cache is what saves them."
             )
         return out
-    if group is not None and group["seconds"] >= EAGER_SHARE * total and _after_loop(group):
-        out.append(
-            f"The ops compiled one by one at {_line_list(group['after_lines'])} "
-            f"({group['after_compiles']} compiles, {group['after_s']:.1f} s) ran after the "
-            "loop, outside `jit` (a model evaluated "
-            "un-jitted, each op compiled and launched on its own): jit the function that runs "
-            "them (`jax.jit`, `eqx.filter_jit`, `nnx.jit`), and it compiles once, as one "
-            "program, and runs as one launch a call."
-        )
-    elif group is not None and group["seconds"] >= EAGER_SHARE * total:
-        out.append(
-            f"Jit the setup that runs op by op at {lines}: outside `jit` each op compiles on its "
-            f"own ({group['compiles']} compiles, {group['seconds']:.1f} s here); "
-            "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`; for Flax "
-            "NNX, the model built inside `nnx.jit`: `model = nnx.jit(lambda: Model(..., "
-            "rngs=nnx.Rngs(0)))()`) compiles it once, as one executable (and one cache entry)."
-        )
+    if group is not None and group["seconds"] >= EAGER_SHARE * total:
+        out += _eager_advice(group, lines, total)
     step = next((g for g in parts if g["kind"] == "step"), None)
     if step is not None and not step_recompiled:
         out.append(
@@ -171,9 +156,30 @@ def _jax_fix(
     return out
 
 
-def _after_loop(group: dict[str, Any]) -> bool:
-    """Most of this group's compile time was after the loop (an evaluation), not setup."""
-    return float(group.get("after_s") or 0.0) > 0.5 * float(group["seconds"])
+def _eager_advice(group: dict[str, Any], lines: str, total: float) -> list[str]:
+    """What to jit of the ops compiled one by one: the setup (before the loop), and an
+    evaluation after the loop where its compiles hold EAGER_SHARE of the compile time or more."""
+    after_s = float(group.get("after_s") or 0.0)
+    out = []
+    if after_s < group["seconds"] - after_s or group["seconds"] - after_s >= EAGER_SHARE * total:
+        setup = _line_list(group.get("before_lines") or []) if after_s else lines
+        out.append(
+            f"Jit the setup that runs op by op at {setup}: outside `jit` each op compiles on its "
+            f"own ({group['compiles'] - int(group.get('after_compiles') or 0)} compiles, "
+            f"{group['seconds'] - after_s:.1f} s here); "
+            "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`; for Flax "
+            "NNX, the model built inside `nnx.jit`: `model = nnx.jit(lambda: Model(..., "
+            "rngs=nnx.Rngs(0)))()`) compiles it once, as one executable (and one cache entry)."
+        )
+    if after_s >= EAGER_SHARE * total:
+        out.append(
+            f"The ops compiled one by one at {_line_list(group['after_lines'])} "
+            f"({group['after_compiles']} compiles, {after_s:.1f} s) ran after the loop, outside "
+            "`jit` (a model evaluated un-jitted, each op compiled and launched on its own): jit "
+            "the function that runs them (`jax.jit`, `eqx.filter_jit`, `nnx.jit`), and it "
+            "compiles once, as one program, and runs as one launch a call."
+        )
+    return out
 
 
 def _step_named(step: dict[str, Any]) -> str:

@@ -140,6 +140,7 @@ def groups(
                     "after_s": round(_seconds(rows[chosen & late]), 3),
                     "after_compiles": int((chosen & late).sum()),
                     "after_lines": _lines(rows[chosen & late]),
+                    "before_lines": _lines(rows[chosen & ~late]),
                     "lines": _lines(part),
                 }
             )

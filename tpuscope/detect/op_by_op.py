@@ -103,12 +103,13 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     location = next((row["location"] for row in lines if row["location"]), None)
     severity = common.judged_severity(cost_s, tables)
     layers = keras_eager_layers(tables)
+    seen = Dispatched(per_step, jit_calls, host_s, idle, waited, upper_bound, eager_compile_s)
+    seen.steps = len(frame)
+    seen.beside = None if layers is not None else _step_called(tables.meta, jit_calls)
     return [
         _finding(
-            Dispatched(
-                per_step, jit_calls, host_s, idle, waited, upper_bound, eager_compile_s, len(frame)
-            ),
-            keras_eager_fix(layers) if layers is not None else _jax_fix(tables.meta, jit_calls),
+            seen,
+            keras_eager_fix(layers) if layers is not None else _jax_fix(seen.beside),
             cost_s,
             wall,
             share,
@@ -193,6 +194,7 @@ class Dispatched:
     # time: the cost is the steps' time outside compiles
     eager_compile_s: float = 0.0  # the judged steps' compiles of ops outside jit
     steps: int = 1  # the judged steps
+    beside: str | None = None  # the compiled step function every step calls, the ops beside it
 
 
 def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> float:
@@ -226,12 +228,7 @@ def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
             "median step, less tpuscope's hooks on the program's thread a step (the device "
             "waited for those too), "
             f"times the judged steps: the device waits while Python dispatches the ops one at "
-            f"a time. What moving them under jit saves lies between the host's time inside "
-            f"the dispatches, {seen.host_s / seen.steps * 1e3:.2f} ms a step (jit also removes "
-            "the Python between them), and that idle time (the rest of the step's host work "
-            "stays): on a v5e, Equinox's ViT example's 73 ops a step beside its jitted step "
-            "took 10.75 ms inside their dispatches and 24.32 ms of idle device; split in one "
-            "call they saved 14.82 ms (docs/tpu.md)."
+            f"a time" + (_beside_words(seen) if seen.beside else _fused_words(seen))
         )
     if seen.upper_bound:
         return (
@@ -247,6 +244,25 @@ def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
     )
 
 
+def _fused_words(seen: Dispatched) -> str:
+    return (
+        f" ({seen.host_s:.3f} s inside the dispatches). Under jit the step is one dispatch and "
+        "its ops fuse, so the device also runs them faster."
+    )
+
+
+def _beside_words(seen: Dispatched) -> str:
+    """The range of what moving ops that run beside a compiled step into it saves."""
+    return (
+        f". What moving them into {seen.beside} saves lies between the host's time inside the "
+        f"dispatches, {seen.host_s / seen.steps * 1e3:.2f} ms a step (that also removes the "
+        "Python between them), and that idle time (the rest of the step's host work stays): on "
+        "a v5e, Equinox's ViT example's 73 ops a step beside its jitted step took 10.75 ms "
+        "inside their dispatches and 24.32 ms of idle device; split in one call they saved "
+        "14.82 ms (docs/tpu.md)."
+    )
+
+
 JAX_FIX = (
     "Put the step under jax.jit (decorate train_step with @jax.jit, with the jax.grad / "
     "value_and_grad call and the optimizer update inside it) so each step is one compiled "
@@ -254,7 +270,7 @@ JAX_FIX = (
 )
 
 BESIDE_STEP_FIX = (
-    "Each step already calls the jitted {name}: these ops run beside it, each launched on its "
+    "Each step already calls the compiled {name}: these ops run beside it, each launched on its "
     "own. Move them into {name} (pass in what they are computed from and compute them inside, "
     "as one compiled program), or make them fewer, larger ops (one `jax.random.split(key, n)` "
     "rather than a list of keys stacked with `jnp.array`; a loader that indexes numpy arrays "
@@ -263,14 +279,18 @@ BESIDE_STEP_FIX = (
 )
 
 
-def _jax_fix(meta: dict[str, Any], jit_calls: float) -> str:
-    """The generic fix, or, where every step already calls the program's jitted step
-    function, where the ops go: into it (Equinox's ViT example split its dropout keys beside
-    its `eqx.filter_jit` step, 73 ops a step: docs/tpu.md)."""
+def _step_called(meta: dict[str, Any], jit_calls: float) -> str | None:
+    """The program's compiled step function where every judged step calls it (the ops run
+    beside it: Equinox's ViT example split its dropout keys beside its `eqx.filter_jit` step,
+    73 ops a step, docs/tpu.md); None where the step itself is not compiled."""
     names = {match["name"] for match in step_sources(meta)}
     if jit_calls < 0.9 or len(names) != 1 or library_step_function(meta):
-        return JAX_FIX
-    return BESIDE_STEP_FIX.format(name=names.pop())
+        return None
+    return names.pop()
+
+
+def _jax_fix(beside: str | None) -> str:
+    return BESIDE_STEP_FIX.format(name=beside) if beside else JAX_FIX
 
 
 def _finding(

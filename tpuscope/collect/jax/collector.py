@@ -22,7 +22,7 @@ from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
-from tpuscope.collect.jax.rows import OpenStep, StepColumns
+from tpuscope.collect.jax.rows import JIT_CALL, OpenStep, StepColumns
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.jax.tail import LOOP_STEPS, TailMark, copy_counts
@@ -55,6 +55,9 @@ def _after_fork_in_child() -> None:
         collector.lane.close()  # the parent's waiting calls are not the child's steps
         collector.lane.calls = collector.lane.taken = 0
         del collector.lane.marks[:], collector.lane.reads[:]
+        if collector._tail is not None:  # the parent's mark: its counts one step again, its rows
+            collector._acc = collector._tail.before  # the parent's to write
+            collector._tail = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -217,9 +220,9 @@ class JaxCollector(StepTracker):
                 return
             self._finished = True
             now = time.time_ns()
-            if self._open and self._tail is not None:
+            if self._open and self._tail is not None and self._owns_steps():
                 self._split_tail(now)
-            elif self._open:
+            elif self._open:  # (a mark, where torch_xla took the steps over: resumed, tail.py)
                 self._close(now)
             elif self._has_work():  # work after the last step, or a run with no step source
                 self._open_at(self._installed_at if self.step == 0 else self._last_end, AFTER_LOOP)
@@ -279,12 +282,7 @@ class JaxCollector(StepTracker):
             step = self.step if self._owns_steps() else -1
             self.compile_rows.attribute(event, self._current_call())
             if self._tail is None and self._leaves_loop(event):
-                mark_ns = int(event.start_s * 1e9)
-                self._tail = TailMark.at(self.step, mark_ns, acc, self._events, self._hook_ns)
-                self._hook_ns = 0  # the hooks' time since the mark: the after-the-loop step's
-                self._acc = OpenStep()  # the counts since the mark (tail.py)
-                self._acc.compiles, self._acc.compile_ns = 1, duration_ns
-                acc.compiles, acc.compile_ns = acc.compiles - 1, acc.compile_ns - duration_ns
+                self._mark_tail(event, duration_ns)
             row = self.compile_rows.compile_row(
                 event, step, index, duration_ns, self.tracker.explaining()
             )
@@ -296,6 +294,22 @@ class JaxCollector(StepTracker):
                     self._tail.hold(table, rows)
                 else:
                     self.session.add_many(table, rows)
+
+    def _mark_tail(self, event: CompileEvent, duration_ns: int) -> None:
+        """The open step's first compile of another function (tail.py): what it counted so far
+        stays the step's; this compile, the jitted call that made it (the event just logged)
+        and the hooks' time from here go with what follows, in a second accumulator."""
+        before, after = self._acc, OpenStep()
+        events = self._events
+        tail = TailMark.at(self.step, int(event.start_s * 1e9), before, events, self._hook_ns)
+        self._tail, self._acc, self._hook_ns = tail, after, 0
+        after.compiles, after.compile_ns = 1, duration_ns
+        before.compiles, before.compile_ns = before.compiles - 1, before.compile_ns - duration_ns
+        last = events.keys[events.ids[-1]] if tail.events_before else None
+        if last is not None and last[0] == JIT_CALL and str(last[1]).endswith(event.function):
+            tail.events_before -= 1
+            before.events, before.jit_calls = before.events - 1, before.jit_calls - 1
+            after.events, after.jit_calls = 1, 1
 
     def _leaves_loop(self, event: CompileEvent) -> bool:
         """Whether this compile may be where the open step leaves the loop (tail.py): a loop of

@@ -64,7 +64,10 @@ class TailMark:
         first = bisect_left(events.steps, self.step) + self.events_before
         for index in range(first, len(events.steps)):
             events.steps[index] = step
-        return [(table, [{**row, "step": step} for row in rows]) for table, rows in self.rows]
+        return [
+            (table, [{**row, "step": step} if row.get("step", -1) >= 0 else row for row in rows])
+            for table, rows in self.rows
+        ]
 
 
 def merge_counts(into: OpenStep, more: OpenStep) -> None:
