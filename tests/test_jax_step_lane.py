@@ -388,5 +388,6 @@ def test_a_step_compiled_ahead_of_the_loop_has_its_steps(tmp_path: Path) -> None
             w = traced_step(w, x)
         float(w[0, 0])
     loaded = tpuscope.load_run(run.path)
-    assert len(loaded.steps) == 40
-    assert set(loaded.steps["boundary"].astype(str)) == {"jit:update"}
+    boundaries = list(loaded.steps.sort_values("step")["boundary"].astype(str))
+    # the read after the loop compiles its indexing: that is the after-the-loop step (tail.py)
+    assert boundaries == ["jit:update"] * 40 + ["end"]

@@ -250,7 +250,7 @@ def card(
     # imported evidence has no wall time to weigh the compiles against: no card
     if not enough or not wall or judge.share(cost, wall) < judge.MEDIUM_SHARE:
         return []
-    parts = groups(first, kind, tables.steps[tables.phase.to_numpy() == "after"])
+    parts = groups(first, kind, tables.step_sql.after_rows())
     cache = cache_state(tables, first)
     backend = tables.backend
     share = judge.share(cost, wall)
