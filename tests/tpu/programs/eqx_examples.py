@@ -26,11 +26,10 @@ once, are only what the chip needs:
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-from jax_examples import edit_once
+from jax_examples import edit_once, snapshot_file
 
 LOADER = '''
 class _Batch(np.ndarray):
@@ -156,13 +155,7 @@ VIT_TWINS = {
 
 def notebook_code(git_dir: str, name: str) -> list[str]:
     """The code cells of docs/examples/NAME.ipynb in the snapshot, in order."""
-    text = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "show", f"HEAD:docs/examples/{name}.ipynb"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    cells = json.loads(text)["cells"]
+    cells = json.loads(snapshot_file(git_dir, f"docs/examples/{name}.ipynb"))["cells"]
     return ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
 
 

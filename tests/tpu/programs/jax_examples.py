@@ -90,16 +90,21 @@ def edit_once(text: str, edits: list[tuple[str, str]], name: str) -> str:
     return text
 
 
+def snapshot_file(git_dir: str, path: str) -> str:
+    """A file of the snapshot's HEAD (a fetched mirror has no work tree)."""
+    return subprocess.run(
+        ["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
     (out / "examples").mkdir(parents=True, exist_ok=True)
     for name in FILES:
-        text = subprocess.run(
-            ["git", f"--git-dir={git_dir}", "show", f"HEAD:examples/{name}"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        text = snapshot_file(git_dir, f"examples/{name}")
         if name == "datasets.py":
             start, end = text.index("def mnist_raw():"), text.index("def mnist(permute_train")
             text = text[:start] + SYNTHETIC + text[end:]
