@@ -20,11 +20,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from jax_examples import edit_once  # beside this file: its folder is on the path
+from jax_examples import edit_once, snapshot_file  # beside this file: its folder is on the path
 
 SEQ2SEQ = ["train.py", "models.py", "input_pipeline.py"]
 LOOP = """  for step in range(FLAGS.num_train_steps):
@@ -99,28 +98,19 @@ STUBS = {
 }
 
 
-def show(git_dir: str, path: str) -> str:
-    return subprocess.run(
-        ["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
     seq = out / "seq2seq"
     seq.mkdir(parents=True, exist_ok=True)
     for name in SEQ2SEQ:
-        (seq / name).write_text(show(git_dir, f"examples/seq2seq/{name}"))
+        (seq / name).write_text(snapshot_file(git_dir, f"examples/seq2seq/{name}"))
     train = (seq / "train.py").read_text()
     timed = edit_once(train, [(LOOP, TIMED_LOOP), (DECODED, TIMED_DECODED)], "train.py")
     (seq / "train_timed.py").write_text(timed)
     (seq / "train_fixed.py").write_text(edit_once(timed, [(TIMED_LOOP, FIXED_LOOP)], "train.py"))
     vae_dir = out / "nnx_vae"
     vae_dir.mkdir(parents=True, exist_ok=True)
-    vae = edit_once(show(git_dir, "examples/nnx_toy_examples/05_vae.py"), VAE_EDITS, "05_vae.py")
+    vae = edit_once(snapshot_file(git_dir, "examples/nnx_toy_examples/05_vae.py"), VAE_EDITS, "05_vae.py")
     (vae_dir / "05_vae.py").write_text(vae)
     vae_timed = edit_once(vae, VAE_TIMED, "05_vae.py")
     (vae_dir / "05_vae_timed.py").write_text(vae_timed)
