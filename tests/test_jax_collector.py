@@ -328,7 +328,8 @@ def test_work_after_the_loop_is_not_the_last_steps(tmp_path: Path) -> None:
     steps = recorded.steps.sort_values("step")
     assert list(steps["boundary"])[-1] == "end", list(steps["boundary"])
     loop = steps[steps["boundary"] == "jit:<lambda>"]
-    assert len(loop) == 10 and loop["wall_ns"].max() < 0.25e9, list(loop["wall_ns"])
+    # the last call's step holds no evaluation (the 0.3 s of sleeps between its ops)
+    assert len(loop) == 10 and loop["wall_ns"].iloc[-1] < 0.25e9, list(loop["wall_ns"])
     after = int(steps["step"].iloc[-1])
     compiles = recorded.compiles
     evaluation = compiles[compiles["time_ns"] > steps["start_ns"].iloc[-1]]
