@@ -324,6 +324,9 @@ def test_work_after_the_loop_is_not_the_last_steps(tmp_path: Path) -> None:
         for _ in range(3):  # the evaluation after the loop, op by op
             float(jnp.tanh(x[:5] * 2.0).sum())
             time.sleep(0.1)
+        report = jax.jit(lambda v: jax.debug.print("final {v}", v=v.sum()))
+        report(x)  # a host callback after the loop
+        jax.effects_barrier()
     recorded = tpuscope.load_run(run.path)
     steps = recorded.steps.sort_values("step")
     assert list(steps["boundary"])[-1] == "end", list(steps["boundary"])
@@ -339,6 +342,10 @@ def test_work_after_the_loop_is_not_the_last_steps(tmp_path: Path) -> None:
     sites = recorded.call_sites[recorded.call_sites["kind"] == "eager_dispatch"]
     tanh_line = f"{HERE}:{line_of('float(jnp.tanh(x[:5]')}"
     assert set(sites[sites["location"] == tanh_line]["step"]) == {after}
+    compile_times = recorded.metrics[recorded.metrics["name"] == "jax.backend_compile_time"]
+    assert int(loop["step"].iloc[-1]) not in set(compile_times["step"])  # they went with it
+    callbacks = recorded.call_sites[recorded.call_sites["kind"] == "host_callback"]
+    assert set(callbacks["step"]) == {after}, callbacks
     assert steps["wall_ns"].iloc[-1] >= 0.3e9  # its three sleeps
 
 

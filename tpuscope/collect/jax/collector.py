@@ -25,7 +25,7 @@ from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
 from tpuscope.collect.jax.rows import JIT_CALL, OpenStep, StepColumns
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
-from tpuscope.collect.jax.tail import LOOP_STEPS, TailMark, copy_counts
+from tpuscope.collect.jax.tail import LOOP_STEPS, HeldRuns, TailMark, copy_counts
 from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
 from tpuscope.schema_consts import AFTER_LOOP
@@ -58,6 +58,7 @@ def _after_fork_in_child() -> None:
         if collector._tail is not None:  # the parent's mark: its counts one step again, its rows
             collector._acc = collector._tail.before  # the parent's to write
             collector._tail = None
+        collector._held_runs = HeldRuns()
 
 
 if hasattr(os, "register_at_fork"):
@@ -109,6 +110,7 @@ class JaxCollector(StepTracker):
         self._syncs = SyncHook(self)
         # host callbacks in compiled code, timed on the host; the reads they make are theirs
         self._callbacks = CallbackHook(self._callback_step, quiet=self._syncs.local)
+        self._held_runs = HeldRuns()  # callbacks' runs of a marked step (tail.py)
         session.before_flush.append(self._write_rows)
         _LIVE.add(self)  # a forked child must not write its parent's steps
 
@@ -253,6 +255,7 @@ class JaxCollector(StepTracker):
         self._tail, self._acc = None, tail.before
         after_hook_ns, self._hook_ns = self._hook_ns, tail.hook_ns
         self._close(tail.t_ns)
+        self._held_runs.split = (tail.step, tail.t_ns, self.step)
         rows = tail.renumber(self._events, self.step)
         self._open_at(tail.t_ns, AFTER_LOOP)
         copy_counts(self._acc, after)
@@ -305,6 +308,8 @@ class JaxCollector(StepTracker):
         self._tail, self._acc, self._hook_ns = tail, after, 0
         after.compiles, after.compile_ns = 1, duration_ns
         before.compiles, before.compile_ns = before.compiles - 1, before.compile_ns - duration_ns
+        if not before.compiles:  # its metrics (JAX's times of this compile, made before it)
+            after.metrics, before.metrics = before.metrics, None
         last = events.keys[events.ids[-1]] if tail.events_before else None
         if last is not None and last[0] == JIT_CALL and str(last[1]).endswith(event.function):
             tail.events_before -= 1
@@ -355,7 +360,9 @@ class JaxCollector(StepTracker):
 
     def _write_callback_rows(self) -> None:
         """The host callbacks' runs since the last flush, per step they ran in."""
-        runs = self._callbacks.take()
+        taken = self._callbacks.take()
+        with self._lock:
+            runs = self._held_runs.place(taken, self._tail.step if self._tail else None)
         if runs:
             calls, metrics = callback_rows(runs, self._callbacks.sites)
             self.session.add_many("call_sites", calls)

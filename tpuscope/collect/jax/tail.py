@@ -12,7 +12,7 @@ where its work may leave the loop. From there the step's counts go to a second a
 and its compile rows are held. The next call of the step function unmarks it (the compile was
 the loop's, counts merged, rows written as they were); the run's end splits it: the step
 ends at the mark and the rest becomes the after-the-loop step (boundary AFTER_LOOP), its
-events and compile rows numbered as that step.
+events, compile rows and host callbacks' runs numbered as that step.
 """
 
 from __future__ import annotations
@@ -86,3 +86,24 @@ def copy_counts(into: OpenStep, source: OpenStep) -> None:
     for name in _COUNTS:
         setattr(into, name, getattr(source, name))
     into.metrics = source.metrics
+
+
+@dataclass
+class HeldRuns:
+    """Host callbacks' runs (callbacks.py: (step, start ns, ...)) of a marked step, which the
+    flush thread would write before the mark is resolved: held until it is, then written,
+    those of a split step from its mark on as the after-the-loop step's."""
+
+    runs: list[tuple[int, ...]] = field(default_factory=list)
+    split: tuple[int, int, int] | None = None  # (the marked step, the mark's ns, the after step)
+
+    def place(self, runs: list[Any], marked_step: int | None) -> list[Any]:
+        """Of these runs, the ones to write now (`marked_step`: the open step's, if marked)."""
+        if marked_step is not None:
+            self.runs += [r for r in runs if r[0] >= marked_step]
+            return [r for r in runs if r[0] < marked_step]
+        runs, self.runs = self.runs + runs, []
+        if self.split is None:
+            return runs
+        step, mark_ns, after = self.split
+        return [(after, *r[1:]) if r[0] == step and r[1] >= mark_ns else r for r in runs]
