@@ -148,14 +148,14 @@ CARDS = {
         # Keras 3 `fit` with RandomRotation and RandomZoom in the model (keras-io's ViT idiom): Keras does not jit
         # a model with a layer that cannot be jitted, so `fit` dispatches every op one by one (the
         # ViT on a v5e: 14 s a batch); its first batch compiles 164 ops on their own. No jitted
-        # step, so no step boundary: the run is one step. op_by_op names both layers; the reads
-        # are Keras's own eager index reads (8 a batch).
+        # step: Keras's batch callbacks bracket the steps (collect/jax/keras_batches.py), one a
+        # batch. op_by_op names both layers; the reads are Keras's own eager index reads (8 a
+        # batch).
         Card(
             "corpus_jax_keras_augment.py",
             "jax",
             10,
             _at("corpus_jax_keras_augment.py", ("op_by_op", "fit"), ("host_sync", "fit")),
-            steps=1,
         ),
         # pmap: the train step compiles again at iteration 1 (its inputs came on replicate()'s mesh),
         # the eval step again for the short last eval batch after one cached call.

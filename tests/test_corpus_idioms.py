@@ -227,6 +227,21 @@ def test_keras_fit_steps_are_keras_train_step_calls(corpus_run: Callable[[str], 
     )
 
 
+def test_an_unjitted_keras_fit_has_a_step_a_batch(corpus_run: Callable[[str], CorpusRun]) -> None:
+    """Keras ran the augmenting model without jit (no jitted step recurs): its batch callbacks
+    bracket the steps (collect/jax/keras_batches.py), one a batch, so op_by_op counts a batch's
+    ops (before: "steps: 1", keras-io's ViT on a v5e 34,590 ops "per step" in 10 batches)."""
+    run = corpus_run("corpus_jax_keras_augment.py")
+    import tpuscope
+
+    loaded = tpuscope.load_run(run.run_dir)
+    [proc] = loaded.meta["processes"]
+    assert proc["jax_step_source"] == "Keras fit's batches (its model run without jit)"
+    assert list(loaded.steps.sort_values("step")["boundary"]) == ["keras:train_batch"] * 10
+    [card] = [f for f in run.findings if f["rule"] == "op_by_op"]
+    assert 100 < card["evidence"]["dispatches_per_step"] < 1000, card["evidence"]
+
+
 def test_pmap_compiles_are_the_users_functions_with_the_sharding_named(
     corpus_run: Callable[[str], CorpusRun],
 ) -> None:

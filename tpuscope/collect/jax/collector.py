@@ -22,6 +22,7 @@ from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
+from tpuscope.collect.jax.keras_batches import KerasBatchHook
 from tpuscope.collect.jax.rows import JIT_CALL, OpenStep, StepColumns
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
@@ -128,6 +129,7 @@ class JaxCollector(StepTracker):
             hooks: list[_Hook] = [
                 *self._tracking,
                 AnnotationHook(self),
+                KerasBatchHook(self),
                 self._syncs,
                 EagerHook(self),
                 self._callbacks,

@@ -48,6 +48,8 @@ from tpuscope.collect.session import Session
 from tpuscope.collect.trace_steps import ProfilerWindow
 from tpuscope.schema_consts import ANNOTATION_BOUNDARY as ANNOTATION
 
+ANNOTATION_SOURCE = "jax.profiler.StepTraceAnnotation"
+
 
 class StepTracker(LaneSteps):
     """Opens and closes steps from the hooks' events and counts the events into the open step."""
@@ -278,7 +280,11 @@ class StepTracker(LaneSteps):
         how = "jitted" if target.transform == "jit" else "pmapped"
         self.session.set_meta(jax_step_source=f"calls of {how} {target.name} ({target.defined_at})")
 
-    def on_annotation(self, entering: bool) -> None:
+    def on_annotation(
+        self, entering: bool, boundary: str = ANNOTATION, source: str = ANNOTATION_SOURCE
+    ) -> None:
+        """A step block's entry or exit: a StepTraceAnnotation, or a library's batch that
+        brackets a step (Keras's `fit` run without jit: keras_batches.py)."""
         with self._lock:
             now = time.time_ns()
             if entering:
@@ -289,8 +295,8 @@ class StepTracker(LaneSteps):
                     if self._open:
                         self._close(now)
                     self.mode = ANNOTATION
-                    self.session.set_meta(jax_step_source="jax.profiler.StepTraceAnnotation")
-                self._open_at(now, ANNOTATION)
+                    self.session.set_meta(jax_step_source=source)
+                self._open_at(now, boundary)
             else:
                 self._depth = max(0, self._depth - 1)
                 if self._depth == 0 and self._open and self.mode == ANNOTATION:
