@@ -144,7 +144,7 @@ def _jax_fix(
             )
         return out
     if group is not None and group["seconds"] >= EAGER_SHARE * total:
-        out += _eager_advice(group, lines, total)
+        out += _eager_advice(group, total)
     step = next((g for g in parts if g["kind"] == "step"), None)
     if step is not None and not step_recompiled:
         out.append(
@@ -156,17 +156,18 @@ def _jax_fix(
     return out
 
 
-def _eager_advice(group: dict[str, Any], lines: str, total: float) -> list[str]:
+def _eager_advice(group: dict[str, Any], total: float) -> list[str]:
     """What to jit of the ops compiled one by one: the setup (before the loop), and an
     evaluation after the loop where its compiles hold EAGER_SHARE of the compile time or more."""
     after_s = float(group.get("after_s") or 0.0)
+    before_s = group["seconds"] - after_s
     out = []
-    if after_s < group["seconds"] - after_s or group["seconds"] - after_s >= EAGER_SHARE * total:
-        setup = _line_list(group.get("before_lines") or []) if after_s else lines
+    if after_s < before_s or before_s >= EAGER_SHARE * total:
+        setup = _line_list(group.get("before_lines") or group["lines"])
         out.append(
             f"Jit the setup that runs op by op at {setup}: outside `jit` each op compiles on its "
             f"own ({group['compiles'] - int(group.get('after_compiles') or 0)} compiles, "
-            f"{group['seconds'] - after_s:.1f} s here); "
+            f"{before_s:.1f} s here); "
             "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`; for Flax "
             "NNX, the model built inside `nnx.jit`: `model = nnx.jit(lambda: Model(..., "
             "rngs=nnx.Rngs(0)))()`) compiles it once, as one executable (and one cache entry)."

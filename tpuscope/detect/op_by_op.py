@@ -103,9 +103,17 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     location = next((row["location"] for row in lines if row["location"]), None)
     severity = common.judged_severity(cost_s, tables)
     layers = keras_eager_layers(tables)
-    seen = Dispatched(per_step, jit_calls, host_s, idle, waited, upper_bound, eager_compile_s)
-    seen.steps = len(frame)
-    seen.beside = None if layers is not None else _step_called(tables.meta, jit_calls)
+    seen = Dispatched(
+        per_step,
+        jit_calls,
+        host_s,
+        idle,
+        waited,
+        upper_bound,
+        eager_compile_s,
+        steps=len(frame),
+        beside=None if layers is not None else _step_called(tables.meta, jit_calls),
+    )
     return [
         _finding(
             seen,

@@ -56,8 +56,8 @@ def _after_fork_in_child() -> None:
         collector.lane.close()  # the parent's waiting calls are not the child's steps
         collector.lane.calls = collector.lane.taken = 0
         del collector.lane.marks[:], collector.lane.reads[:]
-        if collector._tail is not None:  # the parent's mark: its counts one step again, its rows
-            collector._acc = collector._tail.before  # the parent's to write
+        if collector._tail is not None:  # the parent's mark: the step's own accumulator again
+            collector._acc = collector._tail.before  # (the rows it held are the parent's)
             collector._tail = None
         collector._held_runs = HeldRuns()
 

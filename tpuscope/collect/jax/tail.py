@@ -74,11 +74,12 @@ def merge_counts(into: OpenStep, more: OpenStep) -> None:
     """`more`'s counts added to `into` (an unmarked step's two accumulators made one again)."""
     for name in _COUNTS:
         setattr(into, name, getattr(into, name) + getattr(more, name))
-    for name, (count, total) in (more.metrics or {}).items():
-        entry = (into.metrics if into.metrics is not None else {}).get(name, [0, 0.0])
-        if into.metrics is None:
-            into.metrics = {}
-        into.metrics[name] = [entry[0] + count, entry[1] + total]
+    if more.metrics:
+        into.metrics = into.metrics or {}
+        for name, (count, total) in more.metrics.items():
+            entry = into.metrics.setdefault(name, [0, 0.0])
+            entry[0] += count
+            entry[1] += total
 
 
 def copy_counts(into: OpenStep, source: OpenStep) -> None:
