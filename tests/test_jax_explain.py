@@ -79,6 +79,24 @@ def test_parse_first_and_redefined() -> None:
     assert "re-defined on every call" in cause_text(redefined, "f")
 
 
+def test_a_re_definition_is_one_only_where_the_function_was_traced_before() -> None:
+    """compile_rows: JAX's "seen another function defined on the same line" on a function's
+    first trace is a library decorator's one line (nnx.jit's), not a re-definition; on the
+    same function's next trace it is one."""
+    from tpuscope.collect.jax.compile_rows import CompileRows
+    from tpuscope.collect.jax.compiles import CompileEvent
+
+    rows = CompileRows()
+    causes = []
+    for _ in range(2):
+        expl = parse_explanation(REDEF)
+        event = CompileEvent(
+            "jit_f", "f", 0.0, 0.1, 0.1, 1.0, ["f32[4]"], "/w/train.py:27", [], expl, [expl]
+        )
+        causes.append(str(rows.compile_row(event, 0, 0, 1, True)["cause"]))
+    assert causes[0] == "first trace of f" and "re-defined on every call" in causes[1]
+
+
 def test_parse_input_types_argument_by_argument() -> None:
     expl = parse_explanation(TYPES)
     assert expl.kind == INPUT_TYPES

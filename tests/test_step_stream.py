@@ -200,6 +200,22 @@ def test_a_setup_sync_before_a_loop_at_another_boundary_is_no_step() -> None:
     assert phase == ["setup", "warmup", "warmup", "judged", "judged", "after"]
 
 
+def test_an_evaluation_before_the_training_loop_is_setup() -> None:
+    """optax's CIFAR ResNet notebook evaluates its test batches before its first training
+    step: the collector's steps are the evaluation's until the training step takes over
+    (collect/jax/steps.py), and never again after. Those leading steps are setup; a leading
+    kind that recurs, or a lead as long as what follows, is the loop's."""
+    steps = _kinds(*["jit:eval_step"] * 5, *["jit:train_step"] * 8, "end")
+    phase = phases(steps, warmup=2).tolist()
+    assert phase == ["setup"] * 5 + ["warmup"] * 2 + ["judged"] * 6 + ["after"]
+    setup_sync = _kinds("sync", *["jit:eval_step"] * 3, *["jit:train_step"] * 6)
+    assert phases(setup_sync, 1).tolist()[:5] == ["setup"] * 4 + ["warmup"]
+    flips = _kinds(*["jit:eval_step"] * 3, *["jit:train_step"] * 6, "jit:eval_step")
+    assert "setup" not in phases(flips, 1).tolist()
+    longer = _kinds(*["jit:eval_step"] * 6, *["jit:train_step"] * 6)
+    assert "setup" not in phases(longer, 1).tolist()
+
+
 def test_a_loop_of_one_boundary_kind_has_no_setup() -> None:
     assert "setup" not in phases(_kinds(*["mark_step"] * 4), 1).tolist()
     # a trainer's loop passes two kinds, both recurring (loader next, the logging mark_step)

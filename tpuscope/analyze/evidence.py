@@ -325,6 +325,8 @@ class TensorCoreEvidence(Evidence):
     ops_around: int | None = None  # f32: the ops that move the f32 matmuls' activations
     f32_kernels: list[str] | None = None  # f32: Pallas kernels on f32 inputs, not counted
     f32_kernels_s: float | None = None  # f32: their measured time a step
+    random_bits_ops: int | None = None  # f32: ops making threefry random bits, left out
+    random_bits_s: float | None = None  # f32: their measured time a step
     idle_compile_s: float | None = None
 
 

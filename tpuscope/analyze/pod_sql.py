@@ -165,31 +165,48 @@ class PodSteps:
 
     def _mark_setup(self) -> None:
         """procs.loop_from: each process's first step of its loop, after its setup steps
-        (analyze/step_stream.setup_steps: leading steps at a boundary kind the loop passes only
-        once, with at least two steps after them). A process can have setup only when its first
-        step's kind occurs once, and its setup is at most one step per kind: those few leading
-        rows are read, never the whole table."""
+        (analyze/step_stream: leading runs of steps at a boundary kind the loop never passes
+        again, each shorter than what follows it, with at least two steps after them). A
+        process can have setup only where its loop's steps are of more than one kind; each
+        run's rows are read once, plus one row a run, never the whole table."""
         self.con.execute("ALTER TABLE procs ADD COLUMN loop_from BIGINT")
         self.con.execute("UPDATE procs SET loop_from = first_loop")
         maybe = self.rows(
             "SELECT host, pid, n_loop, kinds FROM procs "
-            "WHERE first_kind IS NOT NULL AND kinds[first_kind] = 1 AND n_loop > 2"
+            "WHERE first_kind IS NOT NULL AND cardinality(kinds) > 1 AND n_loop > 2"
         )
         for host, pid, n_loop, kinds in maybe:
-            lead_rows = self.con.execute(
-                "SELECT step, boundary FROM s WHERE host IS NOT DISTINCT FROM ? AND "
-                "pid IS NOT DISTINCT FROM ? AND NOT is_after ORDER BY step LIMIT ?",
-                [host, pid, len(kinds) + 1],
-            ).fetchall()
-            lead = 0
-            while lead < min(n_loop - 2, len(lead_rows)) and kinds.get(lead_rows[lead][1]) == 1:
-                lead += 1
-            if lead and lead < len(lead_rows):
+            lead = self._setup_rows(host, pid, n_loop, kinds)
+            if lead:
                 self.con.execute(
                     "UPDATE procs SET loop_from = ? WHERE host IS NOT DISTINCT FROM ? "
                     "AND pid IS NOT DISTINCT FROM ?",
-                    [lead_rows[lead][0], host, pid],
+                    [self._loop_rows(host, pid, lead, 1)[0][0], host, pid],
                 )
+
+    def _setup_rows(self, host: Any, pid: Any, n_loop: int, kinds: dict[str, int]) -> int:
+        """How many of the process's leading loop rows are setup (see _mark_setup): each
+        leading run holds every step of its kind (a kind seen once: a setup sync; 79 calls of an
+        evaluation before the training steps took over, collect/jax/steps.py)."""
+        lead = 0
+        while True:
+            kind = self._loop_rows(host, pid, lead, 1)[0][1]
+            count = kinds.get(kind, 0)
+            after = n_loop - lead - count
+            if not count or after < 2 or (count > 1 and count >= after):
+                return lead
+            run = self._loop_rows(host, pid, lead, count + 1)
+            if any(boundary != kind for _, boundary in run[:count]):
+                return lead
+            lead += count
+
+    def _loop_rows(self, host: Any, pid: Any, offset: int, limit: int) -> list[tuple[Any, ...]]:
+        """(step, boundary) of a process's loop rows from the `offset`-th, in step order."""
+        return self.con.execute(
+            "SELECT step, boundary FROM s WHERE host IS NOT DISTINCT FROM ? AND "
+            "pid IS NOT DISTINCT FROM ? AND NOT is_after ORDER BY step LIMIT ? OFFSET ?",
+            [host, pid, limit, offset],
+        ).fetchall()
 
     def _one_process_per_host(self) -> bool:
         row = self.con.execute(

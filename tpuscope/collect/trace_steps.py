@@ -16,6 +16,7 @@ profilers write `<dir>/plugins/profile/<time>/<host>.xplane.pb` under
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -103,6 +104,7 @@ class ProfilerWindow:
         self.active = False
         self.failed = False
         self.done = False  # started and stopped, or never will start
+        self.traced = False  # the profiler ran (a window that never started has no files)
         self.spent_ns = 0
         self.stop_ns = 0
         self.waited_ns = 0  # set by a `stop` that waits for the device first
@@ -120,11 +122,25 @@ class ProfilerWindow:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._start(str(self.directory))
-            self.active = True
+            self.active = self.traced = True
         except Exception as exc:
             self._fail(exc)
         self.spent_ns += time.perf_counter_ns() - began
         return self.active
+
+    def restart(self, start: int) -> bool:
+        """Trace AUTO_STEPS steps from `start` again: an automatic window whose steps the
+        collector no longer counts as the loop's (its step function changed after them: an
+        evaluation before the training loop). The first trace's files are removed (they hold
+        those other steps); its time was counted already. False where nothing is to trace
+        again: the user's own window, a window still open or to come, or none traced."""
+        if not (self.window.auto and self.done and self.traced and not self.failed):
+            return False
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.window = StepWindow(start, start + AUTO_STEPS, auto=True)
+        self.done = self.traced = False
+        self.spent_ns = self.stop_ns = self.waited_ns = 0
+        return True
 
     def _auto_applies(self) -> bool:
         try:

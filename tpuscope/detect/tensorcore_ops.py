@@ -23,6 +23,7 @@ from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.jax_advice import KERAS_BF16_FIX, KERAS_PRECISION
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
+from tpuscope.detect.tensorcore_why import f32_why, head_dim_why
 from tpuscope.schema import Finding
 
 LOST = " lost per step"  # every measured card's title says its figure so (_wording)
@@ -149,6 +150,8 @@ _EVIDENCE_INFO = (
     "shapes",
     "f32_kernels",
     "f32_kernels_s",
+    "random_bits_ops",
+    "random_bits_s",
 )
 _COST_FIGURES = {
     "f32": "measured",
@@ -168,53 +171,8 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
     if waste.kind == "off_peak":
         return _off_peak_why(waste.info, chip)
     if waste.kind == "f32":
-        around = waste.info.get("ops_around", 0)
-        return (
-            "the f32 passes and traffic: in bf16 the same matmuls would take max(FLOPs / "
-            f"{chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / 2 / {chip.hbm_bandwidth / 1e9:.0f} GB/s)"
-            + (
-                f", and the {around} ops around them that move their f32 activations and "
-                "gradients (normalization, activations, pooling, copies; not the step's "
-                "parameters and optimizer state, which stay f32) would move half those bytes, "
-                f"{fmt_time(waste.info.get('around_lost_s', 0.0))} of the loss"
-                if around
-                else ""
-            )
-            + _kernels_why(waste.info)
-        )
-    d = waste.info["head_dim"]
-    kernel = " and an attention kernel runs half as many heads" if waste.info.get("kernels") else ""
-    f32 = waste.info.get("after_f32_s", 0.0)
-    shared = (
-        f", of what is left after their f32 share ({fmt_time(f32)}, on the f32 card: this "
-        "attention computes in f32)"
-        if f32 > 0
-        else ""
-    )
-    return (
-        f"the narrow head: at head_dim {chip.mxu} with {chip.mxu // d}x fewer heads the score "
-        f"tensors shrink {chip.mxu // d}x, the matmuls lose their padding{kernel}, so the "
-        f"attention's ops (its batched matmuls and kernels, and every op that makes or reads a "
-        f"score tensor) would keep about {d}/{chip.mxu} of their time{shared}. An estimate, not a "
-        "measurement: on a v5e four training programs' attention kept 0.34-0.42 of its time at "
-        "head_dim 128, while attention timed alone kept 0.2-0.8 in training across shapes and "
-        "implementations, and jax.nn.dot_product_attention's forward at seq 511 and below ran "
-        "slower at head_dim 128 (docs/tpu.md); only a run at head_dim 128 measures it"
-    )
-
-
-def _kernels_why(info: dict) -> str:
-    """What the f32 cost leaves out: Pallas kernels in f32, whose FLOPs no one counts."""
-    kernels = info.get("f32_kernels") or []
-    if not kernels:
-        return ""
-    named = ", ".join(kernels[:3]) + (f" and {len(kernels) - 3} more" if len(kernels) > 3 else "")
-    return (
-        f". Not counted: {len(kernels)} Pallas kernel{'s' * (len(kernels) != 1)} with f32 "
-        f"arrays ({named}) took {fmt_time(info.get('f32_kernels_s', 0.0))} of the step; their "
-        "matmuls run inside the kernels, where neither the HLO nor the trace counts FLOPs, so "
-        "what bf16 would save there is not known (only a bf16 run measures it)"
-    )
+        return f32_why(waste.info, chip)
+    return head_dim_why(waste.info, chip)
 
 
 def _off_peak_why(info: dict, chip: Chip) -> str:

@@ -139,7 +139,7 @@ class JaxCollector(StepTracker):
         except Exception:
             self.uninstall()  # leave the program exactly as it was
             raise
-        self._profiler = self._profiler_window(jax)
+        self._profiler = self._window = self._profiler_window(jax)
         meta: dict[str, Any] = {
             "jax_version": jax.__version__,
             "jax_explain_cache_misses": "set by tpuscope"
@@ -170,10 +170,9 @@ class JaxCollector(StepTracker):
             if getattr(state, "profile_session", None) is not None:
                 raise RuntimeError("the program's own jax.profiler trace is running")
             start_trace(path)
-            if window.auto:
-                self.session.set_meta(
-                    trace_steps=[window.start, window.stop], trace_dir=path, trace_auto=True
-                )
+            if window.auto:  # (the window may have moved since: ProfilerWindow.restart)
+                steps = [profiler.window.start, profiler.window.stop]
+                self.session.set_meta(trace_steps=steps, trace_dir=path, trace_auto=True)
 
         def stop() -> None:
             # Dispatch is asynchronous: wait for every pending computation (their outputs are
@@ -285,6 +284,8 @@ class JaxCollector(StepTracker):
             acc.compiles += 1
             acc.compile_ns += duration_ns
             step = self.step if self._owns_steps() else -1
+            if event.trains:
+                self.training.add(event.function)
             self.compile_rows.attribute(event, self._current_call())
             if self._tail is None and self._leaves_loop(event):
                 self._mark_tail(event, duration_ns)

@@ -13,10 +13,13 @@ from typing import Any
 from tpuscope.collect.frames import is_user_file
 from tpuscope.collect.jax.compiles import CompileEvent
 from tpuscope.collect.jax.explain import (
+    FIRST,
     PYTREE,
+    REDEFINED,
     STATIC_ARG,
     TRACING_CONTEXT,
     UNKNOWN,
+    Diff,
     Explanation,
     cause_text,
     plain_type,
@@ -33,6 +36,7 @@ class CompileRows:
     def __init__(self) -> None:
         self._hash_seen: Counter = Counter()
         self.jitted_names: set[str] = set()
+        self._traced: set[tuple[str, str]] = set()  # (function, where defined) JAX explained
         self._pmap = PmapCompiles()
 
     def attribute(
@@ -56,6 +60,7 @@ class CompileRows:
         from tpuscope.schema import table_row
 
         eager = False
+        self._confirm_redefinitions(event)
         if event.explanation is not None:
             cause = cause_text(event.explanation, event.function)
         elif event.function in self.jitted_names:  # jax.jit of a library function, e.g. model.init
@@ -90,6 +95,19 @@ class CompileRows:
                 int(event.backend_compile_s * 1e9) if event.backend_compile_s is not None else None
             ),
         )
+
+    def _confirm_redefinitions(self, event: CompileEvent) -> None:
+        """JAX explains a never-seen function as re-defined where a function object was
+        defined on the same line before. A library's decorator (`nnx.jit`) defines its inner
+        function on one line for every function it wraps, so each one's first trace reads as
+        a re-definition (optax's CIFAR notebook: its `train_step` after its `eval_step`). It is
+        one only where the same function, defined at the same place, was traced before in this
+        process; else it is a first trace (its explanation, and so its rows, say so)."""
+        for expl in (*event.explanations, *event.stale_explanations):
+            key = (expl.function, expl.defined_at or "")
+            if expl.kind == REDEFINED and not (expl.defined_at and key in self._traced):
+                expl.kind, expl.diffs = FIRST, [Diff(FIRST)]
+            self._traced.add(key)
 
     def _graph_hash(self, event: CompileEvent, eager: bool) -> str:
         """A digest of what makes a JAX executable distinct (JAX exposes no HLO fingerprint

@@ -31,6 +31,7 @@ from typing import Any
 
 from tpuscope.collect.frames import frame_location, user_frames
 from tpuscope.collect.jax.explain import HEADER, Explanation, aval_text, parse_explanation
+from tpuscope.collect.jax.gradients import trains
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -59,6 +60,7 @@ class TraceSpan:
     duration_s: float
     location: str | None
     frames: list[str]
+    trains: bool = False  # the traced program computes a gradient (gradients.py)
 
 
 @dataclass
@@ -86,6 +88,7 @@ class CompileEvent:
     avals: str = (
         ""  # the input avals in full (weak types included), part of the executable's identity
     )
+    trains: bool = False  # the compiled function computes a gradient (gradients.py)
 
     @property
     def duration_s(self) -> float:
@@ -248,6 +251,7 @@ class CompileTracker:
                     end - start,
                     frame_location(frame),
                     user_frames(frame),
+                    trains(frame),
                 )
             )
             self.on_metric("jax.trace_time", end - start)
@@ -310,6 +314,7 @@ class CompileTracker:
                 backend_compile_s=compile_s,
                 input_shardings=pending.shardings,
                 avals=pending.avals,
+                trains=bool(trace and trace.trains),
             )
         )
 

@@ -74,7 +74,9 @@ class StepTracker(LaneSteps):
         self._rows = StepLog()  # steps done, whose rows wait for the flush
         self._events = EventLog()
         self.clock = StepClock(self._rows, self._lock)
-        self._profiler: ProfilerWindow | None = None
+        self._profiler: ProfilerWindow | None = None  # while its window is to come or open
+        self._window: ProfilerWindow | None = None  # the run's, kept to trace again (_choose_step)
+        self.training: set[str] = set()  # functions whose compiled program differentiates
         self._hook_ns = 0  # hook time on the program's path since the last step closed
         self.lane = Lane()  # the jit hook's wrapper reads it on every call (lane.py)
         self._profiler_due = False  # a step opened or closed with a profiler window: _profile
@@ -267,11 +269,33 @@ class StepTracker(LaneSteps):
             self._make_step_fn(key)
             self._open_at(self._first_call_ns[key], boundary)
         elif key != (self.step_fn, self.step_site):
-            if calls <= self._step_calls:
+            if not self._takes_over(target, calls):
                 return
+            if self._trains(target):
+                self._trace_again()
             self._calls[(self.step_fn, self.step_site)] = self._step_calls
             self._make_step_fn(key)
         self._open_at(now, boundary)
+
+    def _trains(self, target: JitTarget | None) -> bool:
+        return target is not None and target.name.rsplit(".", 1)[-1] in self.training
+
+    def _takes_over(self, target: JitTarget, calls: int) -> bool:
+        """Whether `target`'s calls become the loop's steps in place of the step function's: a
+        training step (its program differentiates, gradients.py) over one that does not (an
+        evaluation before the training loop), never the other way; else the function called
+        more (a loop that outgrew the program's first repeated calls)."""
+        trains = self._trains(target)
+        if trains != self._trains(self.step_fn):
+            return trains
+        return calls > self._step_calls
+
+    def _trace_again(self) -> None:
+        """The step function becomes a training step: an automatic profiler window that traced
+        the former one's steps traces the training steps instead (trace_steps.restart)."""
+        window, first = self._window, self.step + 1  # the training steps' first
+        if window is not None and window.restart(first + self.session.warmup + 1):
+            self._profiler = window
 
     def _make_step_fn(self, key: tuple[JitTarget, Site | None]) -> None:
         target, self.step_site = key

@@ -1,0 +1,139 @@
+"""The loop's step is the jitted function that trains (collect/jax/gradients.py, steps.py): an
+evaluation called over many batches before the training loop, and again after each epoch, as
+optax's CIFAR ResNet notebook does, neither takes the steps nor takes them back; its leading
+steps are setup; an automatic profiler window that traced them traces the training steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import tpuscope  # noqa: E402
+from tpuscope.analyze.judge import phases  # noqa: E402
+from tpuscope.collect.jax.gradients import differentiates  # noqa: E402
+from tpuscope.collect.trace_steps import AUTO_STEPS, ProfilerWindow, StepWindow  # noqa: E402
+from tpuscope.store import layout  # noqa: E402
+
+
+def _loss(w: jax.Array, x: jax.Array) -> jax.Array:
+    return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+
+def test_a_program_that_differentiates_is_told_from_one_that_does_not() -> None:
+    def train_step(w: jax.Array, x: jax.Array) -> jax.Array:
+        return w - 0.1 * jax.grad(_loss)(w, x)
+
+    def scanned(w: jax.Array, x: jax.Array) -> jax.Array:  # the gradient inside a scan's body
+        return jax.lax.scan(lambda v, _: (train_step(v, x), None), w, None, length=2)[0]
+
+    w, x = jnp.ones((4, 4)), jnp.ones((2, 4))
+    trace = lambda f: jax.jit(f).trace(w, x).jaxpr.jaxpr  # noqa: E731
+    assert differentiates(trace(train_step)) and differentiates(trace(scanned))
+    assert not differentiates(trace(_loss))
+    assert not differentiates(trace(lambda w, x: jax.jvp(_loss, (w, x), (w, x))[1]))
+
+
+def test_an_evaluation_before_the_loop_never_takes_its_steps(tmp_path: Path) -> None:
+    def eval_step(w: jax.Array, x: jax.Array) -> jax.Array:
+        return _loss(w, x)
+
+    def train_step(w: jax.Array, x: jax.Array) -> jax.Array:
+        return w - 0.1 * jax.grad(_loss)(w, x)
+
+    with tpuscope.profile(store=tmp_path, name="eval-first", warmup=2) as run:
+        evaluate, train = jax.jit(eval_step), jax.jit(train_step)
+        w, x = jnp.full((16, 16), 0.1), jnp.ones((8, 16))
+        for _ in range(12):  # the test set at initialization, before any training step
+            float(evaluate(w, x))
+        for _ in range(3):  # epochs: more evaluation batches than training steps in the first
+            for _ in range(8):
+                w = train(w, x)
+            for _ in range(12):
+                float(evaluate(w, x))
+    recorded = tpuscope.load_run(run.path)
+    steps = recorded.steps.sort_values("step")
+    kinds = steps["boundary"].tolist()
+    first = kinds.index("jit:train_step")
+    assert kinds[:first] == ["jit:eval_step"] * first and first >= 10
+    assert "jit:eval_step" not in kinds[first:]  # later evaluations are inside training steps
+    assert "train_step" in recorded.meta["processes"][0]["jax_step_source"]
+    phase = phases(steps.reset_index(drop=True), 2).tolist()
+    assert phase[:first] == ["setup"] * first and phase[first : first + 2] == ["warmup"] * 2
+    loop = [p for p in phase[first:] if p in ("warmup", "judged")]
+    assert len(loop) == 23  # 24 training calls, the first inside the evaluation's last step
+
+
+def test_an_automatic_window_traces_again_from_a_later_step(tmp_path: Path) -> None:
+    """ProfilerWindow.restart on JAX's real profiler (CPU): the first trace's files go, the
+    window moves, the second trace is written; the user's own window never moves."""
+    directory = tmp_path / "trace"
+    files: list[list[str]] = []
+    window = ProfilerWindow(
+        StepWindow(3, 3 + AUTO_STEPS, auto=True),
+        directory,
+        jax.profiler.start_trace,
+        jax.profiler.stop_trace,
+        files.append,
+        on_tpu=lambda: True,
+    )
+    assert not window.restart(20)  # nothing traced yet
+    for step in range(9):
+        window.step_opened(step)
+        jnp.ones(8).sum().block_until_ready()
+        window.step_closed(step)
+    assert window.done and files and len(layout.xplane_files(directory)) == 1
+    assert window.restart(20) and not directory.exists()
+    assert (window.window.start, window.window.stop, window.spent_ns) == (20, 20 + AUTO_STEPS, 0)
+    for step in range(20, 26):
+        window.step_opened(step)
+        window.step_closed(step)
+    again = list(layout.xplane_files(directory))
+    assert window.done and len(again) == 1 and files[-1] == [str(p) for p in again]
+    own = tmp_path / "own"
+    users = ProfilerWindow(StepWindow(3, 5), own, lambda p: None, lambda: None, files.append)
+    users.step_opened(3)
+    users.step_closed(4)
+    assert users.done and not users.restart(20)
+
+
+def test_flax_nnx_steps_the_same_way(tmp_path: Path) -> None:
+    """`nnx.jit` (its inner function, defined on one line of flax for every function it wraps):
+    the training step takes the loop from the evaluation, and its first compile is a first
+    trace, not a function re-defined on every call (compile_rows._confirm_redefinitions)."""
+    nnx = pytest.importorskip("flax.nnx")
+    optax = pytest.importorskip("optax")
+
+    def loss(model: nnx.Module, x: jax.Array) -> jax.Array:
+        return jnp.mean(model(x) ** 2)
+
+    with tpuscope.profile(store=tmp_path, name="nnx", warmup=1) as run:
+        model = nnx.Linear(8, 8, rngs=nnx.Rngs(0))
+        optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+        @nnx.jit
+        def eval_step(model: nnx.Module, x: jax.Array) -> jax.Array:
+            return loss(model, x)
+
+        @nnx.jit
+        def train_step(model: nnx.Module, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
+            value, grads = nnx.value_and_grad(loss)(model, x)
+            optimizer.update(model, grads)
+            return value
+
+        x = jnp.ones((4, 8))
+        for _ in range(5):
+            float(eval_step(model, x))
+        for _ in range(3):
+            for _ in range(4):
+                train_step(model, optimizer, x)
+            for _ in range(5):
+                float(eval_step(model, x))
+    recorded = tpuscope.load_run(run.path)
+    kinds = recorded.steps.sort_values("step")["boundary"].tolist()
+    assert kinds == ["jit:eval_step"] * 5 + ["jit:train_step"] * 11
+    causes = recorded.compiles.set_index("function")["cause"]
+    assert causes["train_step"] == "first trace of train_step"
