@@ -21,27 +21,20 @@ by bare_trace.py's clock (the median time between the programs' own prints; part
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
-from tpuscope.detect.run_analysis import analyze
-from tpuscope.store import Run
+from tests.chip_runs import analysed
 
-RUNS = Path(__file__).parent / "tpu" / "runs"
 KEYS_SAVED_MS = 27.1485 - 12.3269  # bare: the keys split in one call
 ITEM_SAVED_MS = 4.8207 - 4.3006  # bare: no `.item()` a step
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = {}
-    for name in ("eqx_vit", "eqx_rnn"):
-        run_dir = tmp_path_factory.mktemp("equinox") / name
-        shutil.copytree(RUNS / name, run_dir)
-        out[name] = analyze(Run(run_dir))
-    return out
+    return {
+        name: report
+        for name, (report, _) in analysed(tmp_path_factory, "eqx_vit", "eqx_rnn").items()
+    }
 
 
 def _card(analysis, rule: str):

@@ -18,28 +18,17 @@ bare_trace.py's clock (the median time between the programs' own prints):
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
-from tpuscope.detect.run_analysis import analyze
-from tpuscope.store import Run
+from tests.chip_runs import analysed
 
-RUNS = Path(__file__).parent / "tpu" / "runs"
 BF16_SAVED_MS = 6.7049 - 6.2771  # nanolm, bare
 NANOLM_MS, RESNET_TRAIN_MS = 6.7049, 25.6050
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = {}
-    for name in ("optax_nanolm", "optax_resnet"):
-        run_dir = tmp_path_factory.mktemp("optax") / name
-        shutil.copytree(RUNS / name, run_dir)
-        out[name] = analyze(Run(run_dir))
-        out[f"{name}_run"] = Run(run_dir)
-    return out
+    return analysed(tmp_path_factory, "optax_nanolm", "optax_resnet")
 
 
 def _f32(analysis):
@@ -48,15 +37,16 @@ def _f32(analysis):
 
 
 def test_dropouts_random_bits_are_not_charged_to_f32(runs) -> None:
-    """38 ops fused with dropout's threefry masks took 3.54 ms of the 6.62 ms device step:
-    the hashing bounds them in bf16 too. Left out, the f32 card is within 10% of what bf16
-    saved bare (it was 1.64 ms, 3.8x); the ops left out are named with their time."""
-    nanolm = runs["optax_nanolm"]
+    """20 of its f32 ops (18 matmuls and 2 around them) fused with dropout's threefry masks took
+    3.53 ms of the 6.62 ms device step: the hashing bounds them in bf16 too. Left out, the f32
+    card is within 10% of what bf16 saved bare (it was 1.64 ms, 3.8x); the ops left out are
+    named with their time."""
+    nanolm, _ = runs["optax_nanolm"]
     card = _f32(nanolm)
     lost_ms = float(card.evidence.lost_s_per_step) * 1e3
     assert lost_ms == pytest.approx(BF16_SAVED_MS, rel=0.1)
-    assert card.evidence.random_bits_ops == 38
-    assert "Not counted: 38 ops that make random bits with JAX's threefry PRNG" in card.detail
+    assert card.evidence.random_bits_ops == 20
+    assert "Not counted: 20 ops that make random bits with JAX's threefry PRNG" in card.detail
     assert nanolm.summary.step_time_p50_ms == pytest.approx(NANOLM_MS, rel=0.02)
 
 
@@ -68,9 +58,8 @@ def test_the_evaluation_before_training_is_setup_and_the_trace_holds_training_st
     through every later evaluation; the automatic window traced training steps (82-86: its 4.10
     ms device steps, not the evaluation's 1.01 ms), and train_step's compile is a first trace
     (nnx.jit's one line for both functions made JAX say "re-defined")."""
-    resnet = runs["optax_resnet"]
+    resnet, run = runs["optax_resnet"]
     assert resnet.summary.steps == 599
-    run = runs["optax_resnet_run"]
     meta = run.meta["processes"][0]
     assert meta["trace_steps"] == [82, 87] and "train_step" in meta["jax_step_source"]
     compiles = run.compiles
@@ -82,7 +71,7 @@ def test_the_evaluation_before_training_is_setup_and_the_trace_holds_training_st
 def test_the_resnet_is_host_bound_and_its_f32_costs_no_step_time(runs) -> None:
     """The device is busy 4.10 ms of a 24 ms step; bf16 saved 1.44 ms bare (4%): the f32 card
     is low, none of the step's time."""
-    resnet = runs["optax_resnet"]
+    resnet, _ = runs["optax_resnet"]
     [idle] = [f for f in resnet.findings if f.title.startswith("device idle")]
     assert idle.severity == "high" and "generator (cifar_resnet.py:75)" in idle.detail
     # its fix names the input pipeline (47% of the traced host time) beside nnx.jit's traversal

@@ -167,13 +167,16 @@ class PodSteps:
         """procs.loop_from: each process's first step of its loop, after its setup steps
         (analyze/step_stream: leading runs of steps at a boundary kind the loop never passes
         again, each shorter than what follows it, with at least two steps after them). A
-        process can have setup only where its loop's steps are of more than one kind; each
-        run's rows are read once, plus one row a run, never the whole table."""
+        process can have setup only where its loop's steps are of more than one kind and its
+        first step's kind holds under half of them (a loop that passes two kinds, a loader's
+        and a logging sync's, is not read); the leading runs' rows are read, one row more a
+        run."""
         self.con.execute("ALTER TABLE procs ADD COLUMN loop_from BIGINT")
         self.con.execute("UPDATE procs SET loop_from = first_loop")
         maybe = self.rows(
             "SELECT host, pid, n_loop, kinds FROM procs "
-            "WHERE first_kind IS NOT NULL AND cardinality(kinds) > 1 AND n_loop > 2"
+            "WHERE first_kind IS NOT NULL AND cardinality(kinds) > 1 AND n_loop > 2 "
+            "AND kinds[first_kind] * 2 < n_loop"
         )
         for host, pid, n_loop, kinds in maybe:
             lead = self._setup_rows(host, pid, n_loop, kinds)

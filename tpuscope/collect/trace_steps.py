@@ -105,6 +105,8 @@ class ProfilerWindow:
         self.failed = False
         self.done = False  # started and stopped, or never will start
         self.traced = False  # the profiler ran (a window that never started has no files)
+        self.yielded = False  # the program started its own profiler: this window never restarts
+        self._superseded = False  # restarted: the first trace's files go when the next starts
         self.spent_ns = 0
         self.stop_ns = 0
         self.waited_ns = 0  # set by a `stop` that waits for the device first
@@ -120,6 +122,9 @@ class ProfilerWindow:
             return False
         began = time.perf_counter_ns()
         try:
+            if self._superseded:  # (kept until now: a window that never opens keeps them)
+                shutil.rmtree(self.directory, ignore_errors=True)
+                self._superseded = False
             self.directory.mkdir(parents=True, exist_ok=True)
             self._start(str(self.directory))
             self.active = self.traced = True
@@ -131,12 +136,14 @@ class ProfilerWindow:
     def restart(self, start: int) -> bool:
         """Trace AUTO_STEPS steps from `start` again: an automatic window whose steps the
         collector no longer counts as the loop's (its step function changed after them: an
-        evaluation before the training loop). The first trace's files are removed (they hold
-        those other steps); its time was counted already. False where nothing is to trace
-        again: the user's own window, a window still open or to come, or none traced."""
-        if not (self.window.auto and self.done and self.traced and not self.failed):
+        evaluation before the training loop). The first trace's files are removed when the
+        new window starts (they hold those other steps; until then they are the run's trace);
+        the caller has counted its time. False where nothing is to trace again: the user's own
+        window, a window still open or to come, none traced, or the program's own profiler
+        started since."""
+        if not (self.window.auto and self.done and self.traced) or self.failed or self.yielded:
             return False
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self._superseded = True
         self.window = StepWindow(start, start + AUTO_STEPS, auto=True)
         self.done = self.traced = False
         self.spent_ns = self.stop_ns = self.waited_ns = 0

@@ -82,7 +82,7 @@ class _UsersProfiler:
         def start_trace(*args: Any, **kwargs: Any) -> Any:
             if window.active:
                 window.close()
-            window.done = True
+            window.done = window.yielded = True
             return original(*args, **kwargs)
 
         self._jax = jax

@@ -97,15 +97,16 @@ class CompileRows:
         )
 
     def _confirm_redefinitions(self, event: CompileEvent) -> None:
-        """JAX explains a never-seen function as re-defined where a function object was
-        defined on the same line before. A library's decorator (`nnx.jit`) defines its inner
+        """JAX explains a never-seen function as re-defined where another function object was
+        seen at the same line before. A library's decorator (`nnx.jit`) defines its inner
         function on one line for every function it wraps, so each one's first trace reads as
         a re-definition (optax's CIFAR notebook: its `train_step` after its `eval_step`). It is
-        one only where the same function, defined at the same place, was traced before in this
-        process; else it is a first trace (its explanation, and so its rows, say so)."""
+        one only where the same function, defined at the same place (by its name alone where
+        JAX gives no place), was traced before in this process; else it is a first trace (its
+        explanation, and so its rows, say so)."""
         for expl in (*event.explanations, *event.stale_explanations):
             key = (expl.function, expl.defined_at or "")
-            if expl.kind == REDEFINED and not (expl.defined_at and key in self._traced):
+            if expl.kind == REDEFINED and key not in self._traced:
                 expl.kind, expl.diffs = FIRST, [Diff(FIRST)]
             self._traced.add(key)
 

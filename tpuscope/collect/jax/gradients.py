@@ -10,6 +10,8 @@ stacks: JAX's reverse mode names its scope `transpose(` (`transpose(jvp(...))`).
 JAX hands no hook the program it traced. Its monitoring event for the trace's duration is
 recorded as `pjit._trace_for_jit` leaves the `with` block that timed the trace, which has just
 assigned the traced `jaxpr`: the event's listener finds it in that frame, a few frames up.
+A heuristic, by the name scope: a sampler guided by a gradient, `jax.linear_transpose`, or a
+`jax.named_scope("transpose(...)")` read as training too.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ def traced_jaxpr(frame: FrameType | None) -> Any | None:
     for _ in range(FRAMES_UP):
         if frame is None:
             return None
-        closed = frame.f_locals.get("jaxpr")
-        inner = getattr(closed, "jaxpr", None)
+        found = frame.f_locals.get("jaxpr")
+        inner = getattr(found, "jaxpr", found)  # a ClosedJaxpr's, or a bare Jaxpr (older JAX)
         if hasattr(inner, "eqns"):
             return inner
         frame = frame.f_back

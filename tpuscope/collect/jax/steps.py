@@ -49,6 +49,7 @@ from tpuscope.collect.trace_steps import ProfilerWindow
 from tpuscope.schema_consts import ANNOTATION_BOUNDARY as ANNOTATION
 
 ANNOTATION_SOURCE = "jax.profiler.StepTraceAnnotation"
+OUTNUMBER = 4  # times a training step's calls a function that does not train must make
 
 
 class StepTracker(LaneSteps):
@@ -271,7 +272,7 @@ class StepTracker(LaneSteps):
         elif key != (self.step_fn, self.step_site):
             if not self._takes_over(target, calls):
                 return
-            if self._trains(target):
+            if self._trains(target) and not self._trains(self.step_fn):
                 self._trace_again()
             self._calls[(self.step_fn, self.step_site)] = self._step_calls
             self._make_step_fn(key)
@@ -283,19 +284,23 @@ class StepTracker(LaneSteps):
     def _takes_over(self, target: JitTarget, calls: int) -> bool:
         """Whether `target`'s calls become the loop's steps in place of the step function's: a
         training step (its program differentiates, gradients.py) over one that does not (an
-        evaluation before the training loop), never the other way; else the function called
-        more (a loop that outgrew the program's first repeated calls)."""
+        evaluation before the training loop) at its second call; one that does not over a
+        training step only once called OUTNUMBER times as often (a loop of inference after a
+        few gradient calls, not an evaluation after each epoch); else the function called more
+        (a loop that outgrew the program's first repeated calls)."""
         trains = self._trains(target)
         if trains != self._trains(self.step_fn):
-            return trains
+            return trains or calls > OUTNUMBER * self._step_calls
         return calls > self._step_calls
 
     def _trace_again(self) -> None:
-        """The step function becomes a training step: an automatic profiler window that traced
-        the former one's steps traces the training steps instead (trace_steps.restart)."""
+        """The step function becomes a training step in place of one that was not: an
+        automatic profiler window that traced the former one's steps, its time already counted
+        (`_profiler_done`), traces the training steps instead (trace_steps.restart)."""
         window, first = self._window, self.step + 1  # the training steps' first
-        if window is not None and window.restart(first + self.session.warmup + 1):
-            self._profiler = window
+        if self._profiler is None and window is not None:
+            if window.restart(first + self.session.warmup + 1):
+                self._profiler = window
 
     def _make_step_fn(self, key: tuple[JitTarget, Site | None]) -> None:
         target, self.step_site = key
