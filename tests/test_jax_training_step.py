@@ -13,6 +13,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import tpuscope  # noqa: E402
+
 # imported at collection, not first inside a run: there CPython 3.11.7's "AST constructor
 # recursion depth mismatch" (raised compiling the collector's modules) disabled the JAX
 # collection in 2 of 10 runs of this file

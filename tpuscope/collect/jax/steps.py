@@ -298,9 +298,10 @@ class StepTracker(LaneSteps):
         automatic profiler window that traced the former one's steps, its time already counted
         (`_profiler_done`), traces the training steps instead (trace_steps.restart)."""
         window, first = self._window, self.step + 1  # the training steps' first
-        if self._profiler is None and window is not None:
-            if window.restart(first + self.session.warmup + 1):
-                self._profiler = window
+        if window is None or self._profiler is not None:
+            return
+        if window.restart(first + self.session.warmup + 1):
+            self._profiler = window
 
     def _make_step_fn(self, key: tuple[JitTarget, Site | None]) -> None:
         target, self.step_site = key
