@@ -76,14 +76,16 @@ def test_a_loop_s_ops_count_once_in_the_device_step() -> None:
 def test_f32_that_bf16_does_not_speed_up_gets_no_card(findings: dict) -> None:
     """The VAE's ops are 0.1-4 us each over weights XLA keeps on chip: bf16 ran its epoch in
     the same 44.53 ms. The f32 card had said [high] 9.25 ms a step; its matmuls are still
-    found as f32, and what they lose is now under a card's share."""
+    found as f32, and what they lose is now under a card's share. 8 of its f32 ops (15.1 ms of
+    the 44.87 ms epoch) hold the threefry hashing of its sampled noise: left out, and named."""
     assert "f32" not in _cards(findings["jax_vae"])
     run = Run(RUNS / "jax_vae")
     wastes, figures = measured_waste(
         run.table("trace_events"), run.table("hlo_ops"), chip("v5e"), [3, 4, 5, 6, 7]
     )
     (f32,) = [w for w in wastes if w.kind == "f32"]
-    assert f32.info["count"] >= 20
+    assert f32.info["count"] == 15 and f32.info["random_bits_ops"] == 8
+    assert f32.info["random_bits_s"] == pytest.approx(0.0151, rel=0.01)
     assert f32.lost_s < MIN_SHARE * figures["device_s_per_step"]
 
 
