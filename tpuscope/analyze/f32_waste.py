@@ -12,6 +12,7 @@ import pandas as pd
 
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
+from tpuscope.analyze.random_bits import random_bits_ops
 from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
 
 NEAR_ROOFLINE = 2.5  # an op saves at most this x what its ideal loses (bounded_saving)
@@ -67,26 +68,6 @@ def f32_waste(
     if kernels:
         info.update(f32_kernels_s=kernels_s, f32_kernels=kernels)
     return waste("f32", pd.concat([ops, around], ignore_index=True), info)
-
-
-RANDOM_BITS = "threefry"  # JAX's default PRNG's op names: threefry2x32, _threefry_split
-
-
-def random_bits_ops(hlo_ops: pd.DataFrame) -> set[tuple[str, str]]:
-    """(module, top-level op) of the ops that make random bits with JAX's threefry PRNG
-    (dropout's masks, fused by XLA into the matmuls that read them, and made again in the
-    backward pass). Such an op is bound by the hashing's integer work, which bf16 does not
-    change: in optax's nanolm example (f32, dropout 0.2) on a v5e, 18 matmuls fused with their
-    dropout masks took 190-200 us each where the same matmuls took 27-31 us without dropout,
-    and its bf16 twin saved 0.43 ms a step; counting them put the f32 card at 1.64 ms, without
-    them 0.40 ms. Such an op's own matmul may still gain from bf16: that part is not known.
-    Those among the f32 matmuls and the ops around them are left out of the f32 card."""
-    stage = trace_stage(hlo_ops)
-    if stage.empty or "op_name" not in stage:
-        return set()
-    made = stage[stage["op_name"].astype(str).str.contains(RANDOM_BITS, regex=False)]
-    top = made["fusion"].fillna(made["name"]) if "fusion" in made else made["name"]
-    return set(zip(made["module"], top.astype(str), strict=True))
 
 
 def f32_kernels(per: pd.DataFrame, hlo_ops: pd.DataFrame) -> tuple[float, list[str]]:

@@ -32,6 +32,8 @@ sets the size):
   written a position a token where XLA put its time axis in the lanes: analyze/lane_writes).
 - relayouts: the step's arguments copied to another layout on their way in and its results
   on their way out (analyze/relayouts): the copies' whole measured time.
+- random_bits: ops holding threefry's hashing (analyze/random_bits): their time less their
+  ideal, the most other bits could gain.
 - off_peak: ops that run many times their ideal for no cause the HLO names (analyze/slow_ops):
   their time less their ideal, the most they could gain.
 An op's time is its own: a loop's event less the body's ops nested in it (analyze/nested_ops).
@@ -51,6 +53,7 @@ from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_waste import f32_waste
 from tpuscope.analyze.lane_writes import array_dims, bytes_a_step, lane_write_cost, lane_writes
 from tpuscope.analyze.nested_ops import self_times
+from tpuscope.analyze.random_bits import random_bits_waste
 from tpuscope.analyze.relayouts import boundary_relayouts
 from tpuscope.analyze.slow_ops import slow_ops
 from tpuscope.analyze.step_graph import step_graph_devices, step_graph_runs
@@ -322,8 +325,8 @@ def measured_waste(
     """(each cause's measured waste per traced step, what was measured: device time per step,
     steps, ops); empty without device ops or without the trace's HLO. An op's time is one
     cause's, claimed in this order: the attention's ops (their f32 matmuls too), the
-    boundary's copies and the writes across the lanes (each where it is a card), the ops far
-    off the peak; f32 takes what is left (an attention computed in f32 shares its ops)."""
+    boundary's copies, the writes across the lanes and the random bits (each where it is a
+    card), the ops far off the peak; f32 takes what is left (an attention computed in f32 shares its ops)."""
     per, count = measured_ops(events, steps)
     if per.empty:
         return [], {}
@@ -343,18 +346,20 @@ def measured_waste(
     outside = _unclaimed(outside, relayouts, "hlo_module", "hlo_op")
     lanes = _shown(lane_write_waste(outside, hlo_ops, chip), device_s)
     outside = _unclaimed(outside, lanes, "hlo_module", "hlo_op")
+    bits = _shown(random_bits_waste(outside, hlo_ops, chip), device_s)
+    outside = _unclaimed(outside, bits, "hlo_module", "hlo_op")
     slow = slow_waste(outside, hlo_ops, chip, device_s)
     outside = _unclaimed(outside, slow, "hlo_module", "hlo_op")
     free = outside
     if shared:  # the attention's ops are the f32 card's too
         free = per
-        for other in (relayouts, lanes, slow):
+        for other in (relayouts, lanes, bits, slow):
             free = _unclaimed(free, other, "hlo_module", "hlo_op")
     dots = dots if shared else _unclaimed(dots, heads, "module", "parent")
     f32 = f32_waste(free, dots, hlo_ops, chip) if not dots.empty else None
     if shared and heads is not None and f32 is not None and f32.lost_s >= MIN_SHARE * device_s:
         heads = _after_f32(heads, f32)  # an f32 share too small to be a card stays the attention's
-    found = [f32, heads, lanes, relayouts, slow]
+    found = [f32, heads, lanes, relayouts, bits, slow]
     return [w for w in found if w is not None], figures
 
 

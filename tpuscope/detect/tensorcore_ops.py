@@ -23,7 +23,7 @@ from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.jax_advice import KERAS_BF16_FIX, KERAS_PRECISION
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.tensorcore_measured import RULE, graph_site
-from tpuscope.detect.tensorcore_why import f32_why, head_dim_why
+from tpuscope.detect.tensorcore_why import RANDOM_BITS_FIX, f32_why, head_dim_why, random_bits_why
 from tpuscope.schema import Finding
 
 LOST = " lost per step"  # every measured card's title says its figure so (_wording)
@@ -160,6 +160,8 @@ _COST_FIGURES = {
     "relayouts": "measured (the copies' device time)",
     "off_peak": "measured (the ops' device time less their FLOPs and bytes at the chip's peak: "
     "the most they could gain)",
+    "random_bits": "measured (the ops' device time less their FLOPs and bytes at the chip's "
+    "peak: the most other bits could gain)",
 }
 
 
@@ -170,6 +172,8 @@ def _why(waste: MeasuredWaste, chip: Chip) -> str:
         return _relayout_why(waste.info, waste.op_time_s, chip)
     if waste.kind == "off_peak":
         return _off_peak_why(waste.info, chip)
+    if waste.kind == "random_bits":
+        return random_bits_why(chip)
     if waste.kind == "f32":
         return f32_why(waste.info, chip)
     return head_dim_why(waste.info, chip)
@@ -307,6 +311,12 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str, keras: bool) -> tup
             "bounded it), a batched matmul (`jnp.einsum`) for a convolution or reduction XLA "
             "computes element by element, or a Pallas kernel. The figure is device time, the "
             "most the step gains (the op at its ideal) while the device bounds the step.",
+        )
+    if waste.kind == "random_bits":
+        return (
+            f"{waste.info['count']} op(s) making random bits with JAX's threefry PRNG: up to "
+            f"{lost}{LOST} (measured)",
+            RANDOM_BITS_FIX,
         )
     if waste.kind == "f32" and keras:
         highest = set(waste.info.get("precision") or []) & {"high", "highest"}
