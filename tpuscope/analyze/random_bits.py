@@ -6,7 +6,7 @@ into the ops that read the bits (a dropout mask into the matmul after it), and m
 again in the backward pass. JAX's `rbg` PRNG makes them with the TPU's own bit generator. On a
 v5e, optax's nanolm example (f32, dropout 0.2; docs/tpu.md) ran a 6.62 ms device step, 4.19 ms
 with `jax_default_prng_impl="rbg"` and 3.60 ms without dropout; its ops holding threefry took
-3.54 ms, their long runs 2.36 ms over their ideal (0.97 of the 2.43 ms rbg saved). Runs under
+3.53 ms, their long runs 2.36 ms over their ideal (0.97 of the 2.43 ms rbg saved). Runs under
 20 us are bound by their fixed cost (JAX's mnist_vae example: 23 ms an epoch in 1,875 runs
 each of a few us, which other bits would not shorten): not counted.
 """
@@ -43,18 +43,21 @@ def random_bits_ops(hlo_ops: pd.DataFrame) -> set[tuple[str, str]]:
 
 def random_bits_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> MeasuredWaste | None:
     """The ops holding threefry's hashing whose runs take LONG_OP_S or more: each one's time
-    less its ideal (FLOPs at peak, bytes at HBM speed), the most other bits could gain."""
+    less its ideal (FLOPs at peak, bytes at HBM speed, a run's times its runs), the most other
+    bits could gain: an estimate of what rbg saves (the rest of such a run, its own matmul's
+    f32 passes among it, stays). An op without XLA's FLOP count has no ideal: not counted."""
     rng = random_bits_ops(hlo_ops)
     if not rng or per.empty:
         return None
     keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
     ops = per[keys.isin(rng)].copy()
     runs = ops["runs_per_step"].to_numpy(float)
-    time = ops["time_s"].to_numpy(float)
-    ideal = np.maximum(
+    time = ops["time_s"].to_numpy(float)  # a step's, over its runs
+    ideal = runs * np.maximum(  # FLOPs and bytes are one run's
         ops["flops"].fillna(0).to_numpy(float) / chip.peak_flops,
         ops["bytes"].fillna(0).to_numpy(float) / chip.hbm_bandwidth,
     )
-    ops["lost_s"] = np.where(time / np.maximum(runs, 1e-12) >= LONG_OP_S, (time - ideal).clip(0), 0)
+    long = (time / np.maximum(runs, 1e-12) >= LONG_OP_S) & ops["flops"].notna().to_numpy()
+    ops["lost_s"] = np.where(long, (time - ideal).clip(0), 0)
     ops = ops[ops["lost_s"] > 0]
     return waste("random_bits", ops, {"count": int(len(ops))}) if not ops.empty else None

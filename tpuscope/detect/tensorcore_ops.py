@@ -314,7 +314,7 @@ def _wording(waste: MeasuredWaste, chip: Chip, backend: str, keras: bool) -> tup
         )
     if waste.kind == "random_bits":
         return (
-            f"{waste.info['count']} op(s) making random bits with JAX's threefry PRNG: up to "
+            f"{waste.info['count']} op(s) making random bits with JAX's threefry PRNG: about "
             f"{lost}{LOST} (measured)",
             RANDOM_BITS_FIX,
         )

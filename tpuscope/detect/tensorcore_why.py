@@ -64,7 +64,7 @@ def _kernels_why(info: dict) -> str:
 
 
 def _random_bits_why(info: dict) -> str:
-    """What the f32 cost leaves out: ops making random bits (analyze/f32_waste.random_bits_ops)."""
+    """What the f32 cost leaves out: ops making random bits (analyze/random_bits.random_bits_ops)."""
     count = info.get("random_bits_ops", 0)
     if not count:
         return ""
@@ -72,7 +72,7 @@ def _random_bits_why(info: dict) -> str:
         f". Not counted: {count} op{'s' * (count != 1)} that make random bits with JAX's "
         f"threefry PRNG (dropout's masks, which XLA fuses into the ops that read them) took "
         f"{fmt_time(info.get('random_bits_s', 0.0))} of the step: the hashing's integer work "
-        "bounds them, and bf16 does not change it"
+        "bounds them, and bf16 does not change it (the long ones: the random-bits card)"
     )
 
 
@@ -82,7 +82,7 @@ def random_bits_why(chip: Chip) -> str:
         "the hashing of JAX's threefry PRNG, fused by XLA into the ops that read the bits "
         "(dropout's masks into the matmuls after them, made again in the backward pass): their "
         f"time less their ideal (FLOPs / {chip.peak_flops / 1e12:.0f} TFLOP/s, bytes / "
-        f"{chip.hbm_bandwidth / 1e9:.0f} GB/s), the most other bits could gain. Device time: "
+        f"{chip.hbm_bandwidth / 1e9:.0f} GB/s), about what other bits would gain. Device time: "
         "the step gains it only down to the host's own time a step, which the trace does not "
         "measure while the device bounds the step (optax's nanolm example on a v5e: the device "
         "step 6.62 -> 4.19 ms with rbg, the step 6.70 -> 5.48 ms)"
@@ -92,7 +92,8 @@ def random_bits_why(chip: Chip) -> str:
 RANDOM_BITS_FIX = (
     "Make the random bits with the TPU's own generator: "
     '`jax.config.update("jax_default_prng_impl", "rbg")` at the top of the program, before '
-    'any key is made (or "unsafe_rbg", faster still, where keys are not split in ways that '
-    "need threefry's guarantees), as T5X and MaxText do on TPUs; or less dropout. The random "
-    "numbers change (not their distribution): a run seeded with threefry does not repeat."
+    'any key is made (or "unsafe_rbg", as T5X and MaxText do on TPUs: faster still, its key '
+    "splitting untested as a PRNG); or less dropout. The random numbers change, not their "
+    "distribution: a run seeded under threefry does not repeat, and rbg's bits may differ "
+    "between CPU, GPU and TPU and between JAX and XLA versions."
 )
