@@ -13,7 +13,7 @@ import pandas as pd
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.f32_traffic import f32_activation_shares
 from tpuscope.analyze.random_bits import random_bits_ops
-from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
+from tpuscope.analyze.waste import MeasuredWaste, op_keys, trace_stage, waste
 
 NEAR_ROOFLINE = 2.5  # an op saves at most this x what its ideal loses (bounded_saving)
 SHORTEST_OP_S = 1e-6  # a run shorter than this is its fixed cost
@@ -31,7 +31,7 @@ def f32_waste(
     real = f32.groupby(["module", "parent"])["flops"].sum()
     mxu = _mxu_ops(dots)
     rng = random_bits_ops(hlo_ops)  # left out, and said so on the card
-    f32 = f32[~_keys(f32, "module", "parent").isin(rng)]
+    f32 = f32[~op_keys(f32, "module", "parent").isin(rng)]
     passes = f32.groupby(["module", "parent"])["precision"].agg(lambda p: sorted(set(map(str, p))))
     ops = per.merge(
         real.rename("real_flops").reset_index(),
@@ -41,11 +41,11 @@ def f32_waste(
     shares = f32_activation_shares(
         trace_stage(hlo_ops), set(zip(ops["hlo_module"], ops["hlo_op"], strict=True))
     )
-    bits = ops[_keys(ops).isin(rng)]
-    ops = ops[~_keys(ops).isin(rng)]
+    made = op_keys(ops).isin(rng)
+    bits, ops = ops[made], ops[~made]
     if ops.empty:
         return None
-    keys = _keys(ops)
+    keys = op_keys(ops)
     # of its bytes, halved in bf16: its f32 activations' share (all, where no dataflow is known)
     halved = keys.map(shares).fillna(0.0 if shares else 1.0).to_numpy(float) / 2
     flops = np.maximum(ops["flops"].fillna(0).to_numpy(float), ops["real_flops"].to_numpy(float))
@@ -55,9 +55,9 @@ def f32_waste(
     ops["lost_s"] = bounded_saving(
         ops, (flops / chip.peak_flops, real), (bytes_, bytes_ * (1 - halved)), kept
     )
-    around = _around(per, shares, set(keys) | set(_keys(bits)), chip, mxu)
-    bits = pd.concat([bits, around[_keys(around).isin(rng)]], ignore_index=True)
-    around = around[~_keys(around).isin(rng)]
+    around = _around(per, shares, set(keys) | set(op_keys(bits)), chip, mxu)
+    made = op_keys(around).isin(rng)
+    bits, around = pd.concat([bits, around[made]], ignore_index=True), around[~made]
     precisions = sorted({p for values in passes for p in values})
     info = {"precision": precisions, "count": int(len(f32)), "ops_around": len(around)}
     if not around.empty:
@@ -113,11 +113,6 @@ def _all_f32(module: str, operands: Iterable[str] | None, dtypes: pd.Series) -> 
 
 
 _FLOATS = {"f32", "bf16", "f16", "f64", "f8e4m3fn", "f8e5m2"}
-
-
-def _keys(frame: pd.DataFrame, module: str = "hlo_module", op: str = "hlo_op") -> pd.Series:
-    """(module, top-level op) of each row, as the sets of ops here hold them."""
-    return pd.Series(list(zip(frame[module], frame[op], strict=True)), index=frame.index)
 
 
 def _mxu_ops(dots: pd.DataFrame) -> set[tuple[str, str]]:

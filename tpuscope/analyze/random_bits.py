@@ -18,7 +18,7 @@ import pandas as pd
 
 from tpuscope.analyze.chips import Chip
 from tpuscope.analyze.slow_ops import LONG_OP_S
-from tpuscope.analyze.waste import MeasuredWaste, trace_stage, waste
+from tpuscope.analyze.waste import MeasuredWaste, op_keys, trace_stage, waste
 
 RANDOM_BITS = "threefry"  # JAX's default PRNG's op names: threefry2x32, _threefry_split
 
@@ -49,8 +49,7 @@ def random_bits_waste(per: pd.DataFrame, hlo_ops: pd.DataFrame, chip: Chip) -> M
     rng = random_bits_ops(hlo_ops)
     if not rng or per.empty:
         return None
-    keys = pd.Series(list(zip(per["hlo_module"], per["hlo_op"], strict=True)), index=per.index)
-    ops = per[keys.isin(rng)].copy()
+    ops = per[op_keys(per).isin(rng)].copy()
     runs = ops["runs_per_step"].to_numpy(float)
     time = ops["time_s"].to_numpy(float)  # a step's, over its runs
     ideal = runs * np.maximum(  # FLOPs and bytes are one run's

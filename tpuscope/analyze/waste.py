@@ -33,3 +33,8 @@ def waste(kind: str, ops: pd.DataFrame, info: dict) -> MeasuredWaste | None:
         return None
     columns = ["hlo_module", "hlo_op", "time_s", "lost_s", "source"]
     return MeasuredWaste(kind, lost, float(ops["time_s"].sum()), ops[columns], info)
+
+
+def op_keys(frame: pd.DataFrame, module: str = "hlo_module", op: str = "hlo_op") -> pd.Series:
+    """(module, top-level op) of each row, as the causes' sets of ops hold them."""
+    return pd.Series(list(zip(frame[module], frame[op], strict=True)), index=frame.index)

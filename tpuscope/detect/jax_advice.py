@@ -169,6 +169,19 @@ NNX_GRAPH_FIX = (
 )
 
 
+def own_function_fix(label: str, share: float) -> str:
+    """A function of the program's own that held the host (`label`, its share of the traced
+    host time): in every host-bound run the chip saw, its input pipeline (optax's CIFAR ResNet
+    notebook augmenting each image in Python: batches made once took its epoch from 35.87 to
+    19.27 ms a training step; Equinox's RNN loader indexing device arrays: 3.01 of 4.82 ms)."""
+    return (
+        f"The program's own {label} held {100 * share:.0f}% of the host's traced time: "
+        "take its work off the step's path (make the next inputs in a background thread or "
+        "process while the step runs, and hand them over ready), or do its per-example work "
+        "on the device, inside the jitted step."
+    )
+
+
 def keras_host_fix(step: str) -> str:
     """Keras's `fit` on a host-bound step (detect/compile_kinds.keras_step: Keras's own train_step,
     at `step`): fit already jits the step, so the generic advice (one jax.jit, jax.lax.scan) is

@@ -26,7 +26,7 @@ from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.eager_counts import runs_op_by_op
 from tpuscope.detect.held_idle import callback_hold, hold_text
 from tpuscope.detect.host_sync import detect_host_sync
-from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix
+from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix, own_function_fix
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -193,7 +193,7 @@ def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = Non
     """The host-bound advice, led by what held a quarter or more of the traced host time
     shown, the larger first: nnx.jit's graph traversal, Flax NNX's own fix (on the NNX
     tutorial's CNN: 5.65 of 6.80 ms a traced step); a function of the program's own, named
-    (`_own_fix`). Keras's own where its `fit` runs the loop (`keras`: its step function's
+    (jax_advice.own_function_fix). Keras's own where its `fit` runs the loop (`keras`: its step function's
     line)."""
     if backend == "jax" and keras:
         return keras_host_fix(keras)
@@ -206,21 +206,8 @@ def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = Non
     own = max((p for p in shown if p.location), key=lambda p: p.s_per_step, default=None)
     leads = [(nnx, NNX_GRAPH_FIX)] if nnx >= NNX_LEADS * total > 0 else []
     if own is not None and own.s_per_step >= NNX_LEADS * total:
-        leads.append((own.s_per_step, _own_fix(own, own.s_per_step / total)))
+        leads.append((own.s_per_step, own_function_fix(own.label, own.s_per_step / total)))
     return " ".join([text for _, text in sorted(leads, key=lambda lead: -lead[0])] + [fix])
-
-
-def _own_fix(part: HostPart, share: float) -> str:
-    """A function of the program's own that held the host: in every host-bound run the chip
-    saw, its input pipeline (optax's CIFAR ResNet notebook augmenting each image in Python:
-    batches made once took its epoch from 35.87 to 19.27 ms a training step; Equinox's RNN
-    loader indexing device arrays: 3.01 of 4.82 ms)."""
-    return (
-        f"The program's own {part.label} held {100 * share:.0f}% of the host's traced time: "
-        "take its work off the step's path (make the next inputs in a background thread or "
-        "process while the step runs, and hand them over ready), or do its per-example work "
-        "on the device, inside the jitted step."
-    )
 
 
 def _where_host(parts: list[HostPart]) -> str:
