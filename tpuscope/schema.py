@@ -107,6 +107,9 @@ TABLES: dict[str, pa.Schema] = {
             # JAX: the backend compile alone (what a persistent cache hit replaces with a load;
             # tracing and lowering stay), inside duration_ns; null for torch_xla
             pa.field("backend_compile_ns", pa.int64()),
+            # JAX: the host callback whose Python compiled this op ("jax.debug.callback(fn) @
+            # file:line"): an op it ran on its arguments outside jit; null for any other compile
+            pa.field("callback", pa.string()),
         ]
     ),
     # One row per (step, op that ran on the host instead of the device (aten, torchvision, custom), call site).

@@ -45,3 +45,9 @@ def host_callback_metric(waited: bool, name: str, location: str | None, cpu: boo
     time, or with `cpu` the CPU time of the threads that ran them)."""
     kind = ("waited" if waited else "unwaited") + ("-cpu" if cpu else "")
     return f"{HOST_CALLBACK_METRICS}{kind}/{name} @ {location or '?'}"
+
+
+def host_callback_ops_metric(name: str, location: str | None) -> str:
+    """The metrics row name of the JAX ops one host callback's Python ran on its arguments
+    outside jit, a step (count: ops dispatched, total: their host ns, compiles included)."""
+    return f"{HOST_CALLBACK_METRICS}ops/{name} @ {location or '?'}"

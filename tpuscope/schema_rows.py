@@ -72,6 +72,7 @@ class CompileRow(TypedDict, total=False):
     eager: bool | None
     persistent_cache: str | None
     backend_compile_ns: int | None
+    callback: str | None
 
 
 class FallbackRow(TypedDict, total=False):

@@ -402,6 +402,13 @@ class HostCallbackEvidence(Evidence):
     platform: str | None = None
     # what a TPU waited for it a step, measured (its host transfers in the trace): the cost
     device_wait_s_per_step: float | None = None
+    # its runs took OUTPACED of the judged steps outside compiles, unordered, no trace: the
+    # host fell behind the device, and the cost is their wall time
+    outpaced: bool = False
+    ops_per_step: float = 0.0  # JAX ops its Python ran on its arguments outside jit
+    ops_s_per_step: float = 0.0  # their host time, their compiles included
+    op_compiles: int = 0  # compiles of those ops in the run (detect/callback_ops.py)
+    op_compile_s: float = 0.0
 
 
 EVIDENCE: dict[str, type[Evidence]] = {

@@ -145,6 +145,15 @@ def _jax_fix(
         return out
     if group is not None and group["seconds"] >= EAGER_SHARE * total:
         out += _eager_advice(group, total)
+    called = next((g for g in parts if g["kind"] == "callback"), None)
+    if called is not None and called["seconds"] >= EAGER_SHARE * total:
+        out.append(
+            f"The ops compiled at {_line_list(called['lines'])} ({called['compiles']} compiles, "
+            f"{called['seconds']:.1f} s) are a host callback's: its Python ran JAX ops on its "
+            "arguments (jax.Arrays) outside jit, each compiled at its first shape (rule "
+            "host_callback's card, at the callback's line). Made numpy arrays first, they "
+            "compile nothing."
+        )
     step = next((g for g in parts if g["kind"] == "step"), None)
     if step is not None and not step_recompiled:
         out.append(

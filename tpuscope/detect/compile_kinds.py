@@ -23,6 +23,7 @@ from tpuscope.schema_consts import ANNOTATION_BOUNDARY
 from tpuscope.user_files import import_path, is_user_file
 
 STEP, EAGER, OTHER = "step", "eager", "setup and other"
+CALLBACK = "callback"  # an op a host callback's Python ran outside jit (detect/callback_ops.py)
 # collect/jax/steps.py's meta: "calls of jitted train_step (/work/train.py:17)"; a function
 # with no code object is written "(None)"
 # where a library's jit of the program's own function is defined: `eqx.filter_jit` passes
@@ -101,7 +102,8 @@ def _traced_step_compiles(tables: RunTables, rows: pd.DataFrame) -> pd.Series | 
 
 
 def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
-    """Each compile's kind: the step's own, an eager op (JAX, outside jit), or setup and other."""
+    """Each compile's kind: the step's own, an eager op (JAX, outside jit), an op a host
+    callback ran, or setup and other."""
     out = pd.Series(OTHER, index=rows.index, dtype=object)
     if rows.empty:
         return out
@@ -124,4 +126,6 @@ def kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
             step = pd.Series((marked["_merge"] == "both").to_numpy(), index=rows.index)
     out[step & ~eager] = STEP
     out[eager] = EAGER
+    if "callback" in rows:
+        out[rows["callback"].notna().to_numpy()] = CALLBACK
     return out

@@ -40,6 +40,7 @@ from tpuscope.detect import common
 from tpuscope.detect.common import UNKNOWN_LOCATION
 from tpuscope.detect.compile_advice import JAX_MIN_S, cache_text, fix_text, history_text
 from tpuscope.detect.compile_kinds import (
+    CALLBACK,
     EAGER,
     OTHER,
     STEP,
@@ -128,7 +129,7 @@ def groups(
     seconds of them made after the loop (`after`: the after-the-loop steps' rows)."""
     out = []
     late = _in_steps(rows, after)
-    for name in (STEP, EAGER, OTHER):
+    for name in (STEP, EAGER, CALLBACK, OTHER):
         chosen = kind.to_numpy() == name
         part = rows[chosen]
         if not part.empty:
@@ -329,6 +330,8 @@ def _kind_words(group: dict[str, Any]) -> str:
         return "the step"
     if group["kind"] == EAGER:
         return f"{n} op{'s' * (n != 1)} outside jit"
+    if group["kind"] == CALLBACK:
+        return f"{n} op{'s' * (n != 1)} run by host callbacks"
     return "setup and other"
 
 
@@ -341,6 +344,7 @@ def _group_text(group: dict[str, Any]) -> str:
     words = {
         STEP: "The step's own compiles",
         EAGER: "Ops compiled one at a time outside jit",
+        CALLBACK: "Ops that host callbacks' Python ran on their arguments outside jit",
         OTHER: "Setup and other compiles",
     }[group["kind"]]
     return f"{words}: {group['compiles']}, {group['seconds']:.2f} s, at {lines}."

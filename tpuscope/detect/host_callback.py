@@ -19,18 +19,29 @@ card too, also holds sleeps, I/O and waits for Python's lock while the program's
 which may overlap the program's work), where the step waits for it: a callback with results or
 an ordered one, and every callback on the CPU and GPU backends, where XLA runs it inside the
 step's stream. On a TPU that is a lower bound (a pure_callback whose Python took 11 us a step
-held the device 1.8 ms a step). An unordered print on a TPU with no trace is no card: its cost
-is not measured.
+held the device 1.8 ms a step). An unordered print on a TPU with no trace is no card, its cost not measured, unless its runs
+took OUTPACED or more of the judged steps' time outside compiles: one host thread runs them in
+order, so the host falls behind the device and the program waits for the runs still queued
+(at its next read or its exit); the cost is then their wall time. purejaxrl's PPO: 16.7 s of
+`jax.debug.callback` runs in a 12.2 s step on a v5e, whose fix saved 17.4 s.
+
+A callback whose Python runs JAX ops on its arguments (jax.Arrays) dispatches each one on its
+own, compiled at each new shape (collect/jax/callbacks.py counts them on its runs and names it
+on their compiles): the card says how many and leads its fix with making the arguments numpy
+arrays first. That PPO's callback indexed its arguments with a boolean mask: 22,429 ops and 204
+compiles; with `np.asarray` first its training took 4.6 s instead of 21.9 s on the v5e.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from tpuscope.analyze.contract import HostCallbackEvidence
 from tpuscope.analyze.host_waits import host_waits
+from tpuscope.detect.callback_ops import CallbackOps, callback_ops
 from tpuscope.detect.common import file_and_line, judged_rows, judged_severity, traced_judged
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -61,6 +72,12 @@ FIXES = {
         "runs only, or with fewer error kinds (`errors=checkify.user_checks`)."
     ),
 }
+AS_NUMPY_FIX = (
+    "Make the callback's arguments numpy arrays before its Python works on them "
+    "(`args = jax.tree_util.tree_map(np.asarray, args)` as its first line): numpy indexes, "
+    "masks and sums them with no dispatch and no compile. "
+)
+OUTPACED = 0.5  # of the judged steps' time outside compiles, in one callback's runs
 INLINE = ("cpu", "gpu", "cuda", "rocm")  # backends whose XLA runs a callback inside the step
 # each API's HLO `op_type` (the callback's host transfers in a TPU trace)
 OP_TYPES = {
@@ -83,6 +100,7 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
     times = _host_times(tables, calls)
     platform = str(tables.meta.get("platform") or _process_platform(tables.meta) or "")
     waits = _device_waits(tables)
+    outside_compiles_ns = _outside_compiles_ns(judged)
     findings = []
     for (name, location), rows in calls.groupby(["name", "location"], dropna=False, sort=False):
         found = times.get((str(name), _text(location)))
@@ -90,20 +108,23 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
             continue
         waited, wall_ns, cpu_ns = found
         device_wait = _wait_at(waits, _text(location), str(name).split("(", 1)[0])
-        if not waited and platform not in INLINE and device_wait is None:
+        outpaced = not waited and wall_ns >= OUTPACED * outside_compiles_ns > 0
+        if not waited and platform not in INLINE and device_wait is None and not outpaced:
             continue  # the device does not wait for it; what it costs there is not measured
+        host = HostTime(wall_ns, cpu_ns, device_wait, outpaced and platform not in INLINE)
+        ops = callback_ops(tables, str(name), _text(location))
         findings.append(
-            _finding(
-                str(name),
-                _text(location),
-                rows,
-                (wall_ns, cpu_ns, device_wait),
-                len(judged),
-                platform,
-                tables,
-            )
+            _finding(str(name), _text(location), rows, host, ops, len(judged), platform, tables)
         )
     return sorted(findings, key=lambda f: -f.cost_s)
+
+
+def _outside_compiles_ns(judged: pd.DataFrame) -> float:
+    """The judged steps' wall time less their compiles', in ns."""
+    if judged.empty:
+        return 0.0
+    compiles = judged["compile_ns"].fillna(0).sum() if "compile_ns" in judged else 0.0
+    return float(judged["wall_ns"].sum() - compiles)
 
 
 def _device_waits(tables: RunTables) -> pd.DataFrame:
@@ -158,60 +179,110 @@ def _host_times(
     return out
 
 
+@dataclass(frozen=True)
+class HostTime:
+    """A callback's runs on the host in the judged steps (wall and CPU ns), what the device
+    waited for them a step where a trace measured it, and whether they outpaced the steps."""
+
+    wall_ns: float
+    cpu_ns: float
+    device_wait: float | None
+    outpaced: bool
+
+
 def _finding(
     name: str,
     location: str,
     rows: pd.DataFrame,
-    host_ns: tuple[float, float, float | None],
+    host: HostTime,
+    ops: CallbackOps,
     judged: int,
     platform: str,
     tables: RunTables,
 ) -> Finding:
     api = name.split("(", 1)[0]
     runs = int(rows["count"].sum())
-    wall_ns, cpu_ns, device_wait = host_ns
-    per_step_s = cpu_ns / 1e9 / judged
-    cost = cpu_ns / 1e9 if device_wait is None else device_wait * judged
-    ran_in = sorted(set(rows["step"].astype(int)))
-    title = (
-        f"{name} runs on the host inside the compiled step ({runs / judged:.2f} a judged step): "
-        + (
-            f"at least {_ms(per_step_s)} of Python a step, which the step waits for"
-            if device_wait is None
-            else f"the device waits {_ms(device_wait)} a step for it (measured)"
+    per_step_s = host.cpu_ns / 1e9 / judged
+    wall_s = host.wall_ns / 1e9
+    if host.device_wait is not None:
+        cost, what = (
+            host.device_wait * judged,
+            f"the device waits {_ms(host.device_wait)} a step for it (measured)",
         )
-    )
+    elif host.outpaced:
+        cost, what = (
+            wall_s,
+            f"{_ms(wall_s / judged)} of host time a step, which the program waits for",
+        )
+    else:
+        cost, what = (
+            host.cpu_ns / 1e9,
+            f"at least {_ms(per_step_s)} of Python a step, which the step waits for",
+        )
+    title = f"{name} runs on the host inside the compiled step ({runs / judged:.2f} a judged step): {what}"
     detail = (
         f"At {file_and_line(location)}, {name} ran {runs} time(s) in the judged steps "
         f"({runs / judged:.2f} a step): {_ms(per_step_s)} of CPU a step on the host, "
-        f"{_ms(wall_ns / 1e9 / judged)} of wall time (timed by tpuscope around the Python the "
+        f"{_ms(wall_s / judged)} of wall time (timed by tpuscope around the Python the "
         "runtime calls; the wall time also holds its sleeps, I/O and waits for Python's lock "
         "while the program's own thread runs, which may overlap the program's work). "
-        + _how_it_waits(platform, device_wait)
-    )
+        + _ops_text(ops, judged)
+        + (_outpaced_text(wall_s, tables) if host.outpaced and host.device_wait is None
+           else _how_it_waits(platform, host.device_wait))
+    )  # fmt: skip
     evidence = HostCallbackEvidence(
         api=api,
         function=name[len(api) + 1 : -1] if name.endswith(")") else "",
         runs_per_step=runs / judged,
-        host_s_per_step=wall_ns / 1e9 / judged,
+        host_s_per_step=wall_s / judged,
         cpu_s_per_step=per_step_s,
         waited=True,
         judged_steps=judged,
         platform=platform or None,
-        device_wait_s_per_step=device_wait,
+        device_wait_s_per_step=host.device_wait,
+        outpaced=host.outpaced and host.device_wait is None,
+        ops_per_step=ops.ops / judged,
+        ops_s_per_step=ops.ops_s / judged,
+        op_compiles=ops.compiles,
+        op_compile_s=ops.compile_s,
     )
-    step_runs, count = Finding.of_steps(ran_in)
+    step_runs, count = Finding.of_steps(sorted(set(rows["step"].astype(int))))
+    fix = FIXES.get(api, FIXES["jax.debug.callback"])
     return Finding(
         RULE,
         judged_severity(cost, tables),
         title,
         detail,
-        FIXES.get(api, FIXES["jax.debug.callback"]),
+        AS_NUMPY_FIX + fix if ops.ops else fix,
         location or None,
         cost,
         step_runs,
         evidence,
         count,
+    )
+
+
+def _ops_text(ops: CallbackOps, judged: int) -> str:
+    """What the callback's Python did with JAX: its ops on its arguments and their compiles."""
+    if not ops.ops:
+        return ""
+    return (
+        f"Its Python ran {ops.ops / judged:,.0f} JAX ops a step on its arguments outside jit "
+        f"({_ms(ops.ops_s / judged)} of host time a step"
+        + (f"; {ops.compiles} of them compiled, {ops.compile_s:.1f} s" if ops.compiles else "")
+        + "): a callback's arguments are jax.Arrays, and each index, mask or sum on them is "
+        "dispatched on its own, compiled at each new shape. "
+    )
+
+
+def _outpaced_text(wall_s: float, tables: RunTables) -> str:
+    """The account of a cost that is the runs' wall time: no trace, an unordered callback."""
+    return (
+        f"Its runs took {wall_s:.2f} s of the judged steps' {_outside_compiles_ns(tables.judged) / 1e9:.2f} s "
+        "outside compiles: one host thread runs them in order, so the host falls behind the "
+        "device, and the program waits for the runs still queued (at its next read of a value, "
+        "or at its exit). Cost = their wall time (on a v5e, purejaxrl's PPO: 16.7 s of "
+        "callback runs, and its fix saved 17.4 s)."
     )
 
 

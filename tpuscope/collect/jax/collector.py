@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any, Protocol
 
-from tpuscope.collect.jax.callbacks import CallbackHook, callback_rows
+from tpuscope.collect.jax.callbacks import CallbackHook, Inside, callback_rows
 from tpuscope.collect.jax.compile_rows import CompileRows, retrace_rows
 from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_settings
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
@@ -131,7 +131,7 @@ class JaxCollector(StepTracker):
                 AnnotationHook(self),
                 KerasBatchHook(self),
                 self._syncs,
-                EagerHook(self),
+                EagerHook(self, self._syncs.local),
                 self._callbacks,
             ]
             for hook in hooks:
@@ -276,6 +276,10 @@ class JaxCollector(StepTracker):
     # -- compiles --------------------------------------------------------------------------
     def _on_compile(self, event: CompileEvent) -> None:
         self._device_meta()
+        inside = getattr(self._syncs.local, "callback", None)
+        if inside is not None:
+            self._on_callbacks_compile(event, inside)
+            return
         with self._lock:
             index, self.compile_index = self.compile_index, self.compile_index + 1
             duration_ns = int(event.duration_s * 1e9)
@@ -300,6 +304,28 @@ class JaxCollector(StepTracker):
                     self._tail.hold(table, rows)
                 else:
                     self.session.add_many(table, rows)
+
+    def _on_metric(self, name: str, seconds: float | None) -> None:
+        """JAX's compile times of the open step's compiles; a host callback's are its own."""
+        if getattr(self._syncs.local, "callback", None) is None:
+            super()._on_metric(name, seconds)
+
+    def _on_callbacks_compile(self, event: CompileEvent, inside: Inside) -> None:
+        """A compile made by a host callback's Python (an op it ran outside jit, on the
+        runtime's thread on a TPU): the callback's, named on its row; none of the open step's
+        counts (the program's thread did not wait for it there)."""
+        site = self._callbacks.sites[inside.site]
+        with self._lock:
+            index, self.compile_index = self.compile_index, self.compile_index + 1
+            row = self.compile_rows.compile_row(
+                event,
+                self._callback_step(),
+                index,
+                int(event.duration_s * 1e9),
+                self.tracker.explaining(),
+                callback=f"{site.name} @ {site.location or '?'}",
+            )
+            self.session.add_many("compiles", [row])
 
     def _mark_tail(self, event: CompileEvent, duration_ns: int) -> None:
         """The open step's first compile of another function (tail.py): what it counted so far
@@ -358,7 +384,11 @@ class JaxCollector(StepTracker):
 
     def _callback_step(self) -> int:
         """The step the program is in as a host callback runs (read without the lock, from the
-        runtime's thread: the step of the last call made, as a sync after it counts)."""
+        runtime's thread: the step of the last call made, as a sync after it counts). Once the
+        run is finishing, the last step: its work still running calls it (a program whose one
+        jitted call dispatches and returns, then exits while the device runs it)."""
+        if self._finished:
+            return max(self.step - 1, 0)
         return self.step + self.lane.pending()
 
     def _write_callback_rows(self) -> None:

@@ -53,10 +53,17 @@ class CompileRows:
             self._pmap.explain(event, *call)
 
     def compile_row(
-        self, event: CompileEvent, step: int, index: int, duration_ns: int, explaining: bool
+        self,
+        event: CompileEvent,
+        step: int,
+        index: int,
+        duration_ns: int,
+        explaining: bool,
+        callback: str | None = None,
     ) -> CompileRow:
         """explaining: JAX explains cache misses now, so a trace without an explanation is
-        JAX's own code (an eager op's library function)."""
+        JAX's own code (an eager op's library function); callback: the host callback whose
+        Python made this compile ("api(fn) @ file:line")."""
         from tpuscope.schema import table_row
 
         eager = False
@@ -65,6 +72,12 @@ class CompileRows:
             cause = cause_text(event.explanation, event.function)
         elif event.function in self.jitted_names:  # jax.jit of a library function, e.g. model.init
             cause = f"compile of jitted {event.function} (library code, which JAX does not explain)"
+        elif callback is not None and explaining:
+            cause = (
+                f"JAX library function {event.function} compiled inside the host callback "
+                f"{callback} (an op its Python ran on its arguments outside jit)"
+            )
+            eager = True
         elif explaining:
             cause = (
                 f"JAX library function {event.function} compiled for a call outside jit (eager op)"
@@ -94,6 +107,7 @@ class CompileRows:
             backend_compile_ns=(
                 int(event.backend_compile_s * 1e9) if event.backend_compile_s is not None else None
             ),
+            callback=callback,
         )
 
     def _confirm_redefinitions(self, event: CompileEvent) -> None:

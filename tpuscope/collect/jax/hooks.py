@@ -195,24 +195,31 @@ class EagerHook:
     """Counts and times primitives run eagerly (outside jit) through EvalTrace.process_primitive.
 
     The time is host time spent dispatching (with JAX's async dispatch the device
-    may still be running): exactly the overhead that `jit` removes."""
+    may still be running): exactly the overhead that `jit` removes. A primitive run by a host
+    callback's Python (`quiet.callback`, set by callbacks.py on the thread running it) is the
+    callback's: counted on its run, not as the step's op-by-op."""
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, quiet: Any = None) -> None:
         self.sink = sink
+        self._quiet = quiet if quiet is not None else threading.local()
         self._cls: Any = None
         self._original: Any = None
 
     def install(self, jax: Any = None) -> EagerHook:
         from jax._src.core import EvalTrace
 
-        original, sink, local = (
+        original, sink, local, quiet = (
             EvalTrace.__dict__["process_primitive"],
             self.sink,
             threading.local(),
+            self._quiet,
         )
         self._cls, self._original = EvalTrace, original
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
+            inside = getattr(quiet, "callback", None)
+            if inside is not None:
+                return _callbacks_op(inside, local, original, trace, primitive, args, params)
             entered = time.perf_counter_ns()
             depth = getattr(local, "depth", 0)
             location, library = user_and_library(sys._getframe(1), _JAX_INTERNALS)
@@ -240,3 +247,20 @@ class EagerHook:
         if self._cls is not None:
             self._cls.process_primitive = self._original
             self._cls = None
+
+
+def _callbacks_op(
+    inside: Any, local: Any, original: Any, trace: Any, primitive: Any, args: Any, params: Any
+) -> Any:
+    """A primitive a host callback's Python dispatched: counted on its run, and timed (the
+    outermost only: nested ones are inside its time)."""
+    depth = getattr(local, "depth", 0)
+    local.depth = depth + 1
+    start = time.perf_counter_ns()
+    try:
+        return original(trace, primitive, args, params)
+    finally:
+        local.depth = depth
+        inside.ops += 1
+        if depth == 0:
+            inside.ops_ns += time.perf_counter_ns() - start
