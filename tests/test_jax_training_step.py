@@ -21,6 +21,8 @@ import tpuscope.collect.jax.collector  # noqa: E402, F401
 from tpuscope.analyze.judge import phases  # noqa: E402
 from tpuscope.collect.jax.gradients import differentiates  # noqa: E402
 from tpuscope.collect.trace_steps import AUTO_STEPS, ProfilerWindow, StepWindow  # noqa: E402
+from tpuscope.detect.run_analysis import analyze  # noqa: E402
+from tpuscope.report.console import headline_rows  # noqa: E402
 from tpuscope.store import layout  # noqa: E402
 
 
@@ -106,6 +108,29 @@ def test_inference_after_a_few_gradients_takes_the_steps_once_it_outnumbers_them
             infer(w, x).block_until_ready()
     kinds = tpuscope.load_run(run.path).steps.sort_values("step")["boundary"].tolist()
     assert kinds[0] == "jit:saliency" and kinds.count("jit:predict") == 20 - 8
+
+
+def test_a_run_of_one_long_call_says_its_automatic_trace_never_came(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole training in one jitted call (purejaxrl's shape), its automatic window made to
+    apply on the CPU: no step 3 ever opens, and the report says what was not measured and how
+    to trace it, instead of saying nothing of the device."""
+    monkeypatch.setenv("TPUSCOPE_TRACE_STEPS", "auto")
+    monkeypatch.setattr(ProfilerWindow, "_auto_applies", lambda window: True)
+
+    def train(w: jax.Array, x: jax.Array) -> jax.Array:
+        return jax.lax.fori_loop(0, 50, lambda i, w: w - 0.1 * jax.grad(_loss)(w, x), w)
+
+    with tpuscope.profile(store=tmp_path, name="one-call", warmup=2) as run:
+        jax.jit(train)(jnp.full((16, 16), 0.1), jnp.ones((8, 16))).block_until_ready()
+    recorded = tpuscope.load_run(run.path)
+    meta = recorded.meta["processes"][0]
+    assert meta["trace_untaken"] == {"steps": 1, "start": 3, "stop": 3 + AUTO_STEPS}
+    assert "trace_files" not in meta
+    rows = dict(headline_rows(analyze(recorded).summary))
+    assert rows["device trace"].startswith("none: the run had 1 step, and the automatic trace")
+    assert "`tpuscope run --trace-steps 0`" in rows["device trace"]
 
 
 def test_an_automatic_window_traces_again_from_a_later_step(tmp_path: Path) -> None:

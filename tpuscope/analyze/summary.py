@@ -206,6 +206,7 @@ def summarize(
         profiler_trace_s=profiler_trace_s(meta),
         profiler_trace_stop_s=profiler_trace_s(meta, "trace_stop_ns"),
         profiler_trace_wait_s=profiler_trace_s(meta, "trace_wait_ns"),
+        trace_untaken=_first_process_value(meta, "trace_untaken"),
     )
 
 

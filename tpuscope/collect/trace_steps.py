@@ -149,6 +149,18 @@ class ProfilerWindow:
         self.spent_ns = self.stop_ns = self.waited_ns = 0
         return True
 
+    @property
+    def untaken(self) -> bool:
+        """An automatic window that never traced a step: none of its steps came (a run of fewer
+        steps, or of one long jitted call). A window moved after it traced keeps its files."""
+        return self.window.auto and not (
+            self.traced or self._superseded or self.failed or self.yielded
+        )
+
+    def applies(self) -> bool:
+        """Whether an automatic window traces this program: it runs on a TPU."""
+        return self._auto_applies()
+
     def _auto_applies(self) -> bool:
         try:
             return self._on_tpu is not None and bool(self._on_tpu())

@@ -168,7 +168,22 @@ def headline_rows(summary: RunSummary) -> list[tuple[str, str]]:
                 f"(between steps: no step time holds it){_trace_parts(summary)}",
             )
         )
+    untaken = summary.trace_untaken
+    if untaken and not summary.profiler_trace_s:
+        rows.append(("device trace", _untaken_text(untaken)))
     return rows
+
+
+def _untaken_text(untaken: dict[str, int]) -> str:
+    """What a TPU run whose automatic trace never came did not measure, and how to trace it."""
+    steps = int(untaken.get("steps", 0))
+    start, stop = int(untaken.get("start", 0)), int(untaken.get("stop", 0))
+    return (
+        f"none: the run had {steps} step{'s' * (steps != 1)}, and the automatic trace takes "
+        f"steps {start}-{stop - 1}, after the warm-up: the device's op times, and so its "
+        "TensorCore use, were not measured (`tpuscope run --trace-steps 0` traces step 0, "
+        "its compile and all its work: a long step makes a large trace)"
+    )
 
 
 def _trace_parts(summary: RunSummary) -> str:

@@ -244,6 +244,7 @@ class JaxCollector(StepTracker):
                 self._profiler.close()
                 self._profiler_done()
             self._device_meta()
+            self._note_untraced()
             # the persistent cache as the program left it set (it may set it after start-up)
             if self.tracker._config is not None:
                 self.session.set_meta(compile_cache=cache_settings(self.tracker._config))
@@ -304,6 +305,21 @@ class JaxCollector(StepTracker):
                     self._tail.hold(table, rows)
                 else:
                     self.session.add_many(table, rows)
+
+    def _note_untraced(self) -> None:
+        """On a TPU, an automatic trace whose steps never came (a run of fewer steps, or of
+        one long jitted call): said in the process meta, with the steps the run had, for the
+        report to say what was not measured."""
+        window = self._window
+        if window is None or not window.untaken or not window.applies():
+            return
+        self.session.set_meta(
+            trace_untaken={
+                "steps": self.step,
+                "start": window.window.start,
+                "stop": window.window.stop,
+            }
+        )
 
     def _on_metric(self, name: str, seconds: float | None) -> None:
         """JAX's compile times of the open step's compiles; a host callback's are its own."""
