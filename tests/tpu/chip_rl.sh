@@ -10,6 +10,7 @@
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
+pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null; }
 RL=${RL:-rl}
 PIP_CONFIG_FILE=/dev/null python3 -m pip install -q --isolated --only-binary=:all: \
   --index-url file:///opt/pypi/simple --target $SITE matplotlib attrs absl-py typing_extensions \
@@ -21,7 +22,6 @@ for x in .tpu/xz/*.tar.xz; do  # duckdb and tfp-nightly unpacked, xz-packed to t
 done
 rm -rf $SITE/jax $SITE/jaxlib $SITE/jax-* $SITE/jaxlib-* $SITE/numpy $SITE/numpy-* $SITE/numpy.libs
 export PYTHONPATH=$PWD/$RL/stubs:$PWD/$RL:$PYTHONPATH
-pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null; }
 truth() {  # the program's own prints (an episode's return each) counted, not kept
   say "bare: $1"
   /usr/bin/time -f "wall %e s" python3 $RL/timed_main.py $RL/$1 2>&1 | quiet \

@@ -202,7 +202,7 @@ class RunSummary(Record):
     profiler_trace_s: float | None = None  # a profiler window's start and stop, once (no step's)
     profiler_trace_stop_s: float | None = None  # of it, the stop (where the collector timed it)
     profiler_trace_wait_s: float | None = None  # of the stop, the wait for the device
-    # on a TPU, the automatic trace's steps never came: {"steps": the run's, "start", "stop"}
+    # on a TPU, the automatic trace's steps never came: {"start", "stop"}, the window's
     trace_untaken: dict[str, int] | None = None
     device_busy_share: float | None = None  # XLA ops' share of the traced steps' time
     analysis_version: int | None = None

@@ -151,8 +151,9 @@ class ProfilerWindow:
 
     @property
     def untaken(self) -> bool:
-        """An automatic window that never traced a step: none of its steps came (a run of fewer
-        steps, or of one long jitted call). A window moved after it traced keeps its files."""
+        """An automatic window that never traced a step: none of its steps came (a run of at
+        most warm-up + 1 steps, or of one long jitted call). A window moved after it traced
+        keeps its files."""
         return self.window.auto and not (
             self.traced or self._superseded or self.failed or self.yielded
         )

@@ -38,6 +38,8 @@ def callback_ops(tables: RunTables, name: str, location: str) -> CallbackOps:
     rows = judged_rows(tables.metric_rows([metric]), tables.judged)
     compiled = callback_compiles(tables.compiles)
     mine = compiled[compiled["callback"] == callback_site(name, location or None)]
+    if "duration_ns" not in mine:
+        mine = mine.assign(duration_ns=pd.Series(dtype=float))
     return CallbackOps(
         int(rows["count"].sum()) if not rows.empty else 0,
         float(rows["total"].sum()) / 1e9 if not rows.empty else 0.0,

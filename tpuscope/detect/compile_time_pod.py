@@ -22,7 +22,7 @@ import pandas as pd
 from tpuscope.analyze.contract import CompileTimeEvidence
 from tpuscope.detect import common
 from tpuscope.detect.compile_kinds import step_sources
-from tpuscope.detect.compile_time import EAGER, OTHER, STEP, card, first_compiles
+from tpuscope.detect.compile_time import CALLBACK, EAGER, OTHER, STEP, card, first_compiles
 from tpuscope.detect.pod import hosts_text
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
@@ -57,6 +57,8 @@ def pod_kinds(tables: RunTables, rows: pd.DataFrame) -> pd.Series:
         step = (rows["step"] >= 0) & last.notna() & (rows["step"] <= last.fillna(-1))
     out[(step & ~eager).to_numpy()] = STEP
     out[eager.to_numpy()] = EAGER
+    if "callback" in rows:
+        out[rows["callback"].notna().to_numpy()] = CALLBACK
     return out
 
 

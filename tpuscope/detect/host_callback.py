@@ -19,17 +19,18 @@ card too, also holds sleeps, I/O and waits for Python's lock while the program's
 which may overlap the program's work), where the step waits for it: a callback with results or
 an ordered one, and every callback on the CPU and GPU backends, where XLA runs it inside the
 step's stream. On a TPU that is a lower bound (a pure_callback whose Python took 11 us a step
-held the device 1.8 ms a step). An unordered print on a TPU with no trace is no card, its cost not measured, unless its runs
-took OUTPACED or more of the judged steps' time outside compiles: one host thread runs them in
-order, so the host falls behind the device and the program waits for the runs still queued
-(at its next read or its exit); the cost is then their wall time. purejaxrl's PPO: 16.7 s of
-`jax.debug.callback` runs in a 12.2 s step on a v5e, whose fix saved 17.4 s.
+held the device 1.8 ms a step). An unordered print on a TPU with no trace is no card, its
+cost not measured, unless its runs' CPU time was OUTPACED or more of the judged steps' time
+outside compiles: one host thread runs them in order, so the host falls behind the device and
+the program waits for the runs still queued (at its next read or its exit); the cost is then
+their wall time. purejaxrl's PPO on a v5e: 18.3 s of `jax.debug.callback` runs (13.2 s of CPU)
+in one step of 12.4 s outside compiles; the fix saved 16.8 s.
 
 A callback whose Python runs JAX ops on its arguments (jax.Arrays) dispatches each one on its
 own, compiled at each new shape (collect/jax/callbacks.py counts them on its runs and names it
 on their compiles): the card says how many and leads its fix with making the arguments numpy
-arrays first. That PPO's callback indexed its arguments with a boolean mask: 22,429 ops and 204
-compiles; with `np.asarray` first its training took 4.6 s instead of 21.9 s on the v5e.
+arrays first. That PPO's callback indexed its arguments with a boolean mask: 22,988 ops and 202
+compiles; with `np.asarray` first its training took 4.6 s instead of 20.9-21.9 s on the v5e.
 """
 
 from __future__ import annotations
@@ -108,10 +109,11 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
             continue
         waited, wall_ns, cpu_ns = found
         device_wait = _wait_at(waits, _text(location), str(name).split("(", 1)[0])
-        outpaced = not waited and wall_ns >= OUTPACED * outside_compiles_ns > 0
+        # its Python's own CPU time, not its wall time (which holds waits for Python's lock)
+        outpaced = not waited and cpu_ns >= OUTPACED * outside_compiles_ns > 0
         if not waited and platform not in INLINE and device_wait is None and not outpaced:
             continue  # the device does not wait for it; what it costs there is not measured
-        host = HostTime(wall_ns, cpu_ns, device_wait, outpaced and platform not in INLINE)
+        host = HostTime(waited, wall_ns, cpu_ns, device_wait, outpaced and platform not in INLINE)
         ops = callback_ops(tables, str(name), _text(location))
         findings.append(
             _finding(str(name), _text(location), rows, host, ops, len(judged), platform, tables)
@@ -181,9 +183,11 @@ def _host_times(
 
 @dataclass(frozen=True)
 class HostTime:
-    """A callback's runs on the host in the judged steps (wall and CPU ns), what the device
-    waited for them a step where a trace measured it, and whether they outpaced the steps."""
+    """A callback's runs on the host in the judged steps (wall and CPU ns), whether the device
+    waits for it (results, an ordered effect), what it waited a step where a trace measured it,
+    and whether the runs outpaced the steps."""
 
+    waited: bool
     wall_ns: float
     cpu_ns: float
     device_wait: float | None
@@ -219,7 +223,10 @@ def _finding(
             host.cpu_ns / 1e9,
             f"at least {_ms(per_step_s)} of Python a step, which the step waits for",
         )
-    title = f"{name} runs on the host inside the compiled step ({runs / judged:.2f} a judged step): {what}"
+    title = (
+        f"{name} runs on the host inside the compiled step ({runs / judged:.2f} a judged step): "
+        + what
+    )
     detail = (
         f"At {file_and_line(location)}, {name} ran {runs} time(s) in the judged steps "
         f"({runs / judged:.2f} a step): {_ms(per_step_s)} of CPU a step on the host, "
@@ -227,16 +234,19 @@ def _finding(
         "runtime calls; the wall time also holds its sleeps, I/O and waits for Python's lock "
         "while the program's own thread runs, which may overlap the program's work). "
         + _ops_text(ops, judged)
-        + (_outpaced_text(wall_s, tables) if host.outpaced and host.device_wait is None
-           else _how_it_waits(platform, host.device_wait))
-    )  # fmt: skip
+        + (
+            _outpaced_text(wall_s, tables)
+            if host.outpaced and host.device_wait is None
+            else _how_it_waits(platform, host.device_wait)
+        )
+    )
     evidence = HostCallbackEvidence(
         api=api,
         function=name[len(api) + 1 : -1] if name.endswith(")") else "",
         runs_per_step=runs / judged,
         host_s_per_step=wall_s / judged,
         cpu_s_per_step=per_step_s,
-        waited=True,
+        waited=host.waited or platform in INLINE,
         judged_steps=judged,
         platform=platform or None,
         device_wait_s_per_step=host.device_wait,
@@ -253,7 +263,7 @@ def _finding(
         judged_severity(cost, tables),
         title,
         detail,
-        AS_NUMPY_FIX + fix if ops.ops else fix,
+        AS_NUMPY_FIX + fix if ops.ops or ops.compiles else fix,
         location or None,
         cost,
         step_runs,
@@ -264,25 +274,31 @@ def _finding(
 
 def _ops_text(ops: CallbackOps, judged: int) -> str:
     """What the callback's Python did with JAX: its ops on its arguments and their compiles."""
-    if not ops.ops:
+    if not (ops.ops or ops.compiles):
         return ""
     return (
         f"Its Python ran {ops.ops / judged:,.0f} JAX ops a step on its arguments outside jit "
         f"({_ms(ops.ops_s / judged)} of host time a step"
-        + (f"; {ops.compiles} of them compiled, {ops.compile_s:.1f} s" if ops.compiles else "")
+        + (
+            f"; {ops.compiles} compiles of them in the run, {ops.compile_s:.1f} s"
+            if ops.compiles
+            else ""
+        )
         + "): a callback's arguments are jax.Arrays, and each index, mask or sum on them is "
-        "dispatched on its own, compiled at each new shape. "
+        "dispatched on its own, compiled at each new shape (ops JAX dispatches in C++ are not "
+        "counted). "
     )
 
 
 def _outpaced_text(wall_s: float, tables: RunTables) -> str:
     """The account of a cost that is the runs' wall time: no trace, an unordered callback."""
+    steps_s = _outside_compiles_ns(tables.judged) / 1e9
     return (
-        f"Its runs took {wall_s:.2f} s of the judged steps' {_outside_compiles_ns(tables.judged) / 1e9:.2f} s "
-        "outside compiles: one host thread runs them in order, so the host falls behind the "
-        "device, and the program waits for the runs still queued (at its next read of a value, "
-        "or at its exit). Cost = their wall time (on a v5e, purejaxrl's PPO: 16.7 s of "
-        "callback runs, and its fix saved 17.4 s)."
+        f"Its runs took {wall_s:.2f} s against the judged steps' {steps_s:.2f} s outside "
+        "compiles: one host thread runs them in order, so the host falls behind the device, and the "
+        "program waits for the runs still queued (at its next read of a value, or at its "
+        "exit). Cost = their wall time (on a v5e, purejaxrl's PPO: 18.3 s of callback runs, "
+        "where making their arguments numpy arrays saved 16.8 s)."
     )
 
 

@@ -218,11 +218,15 @@ def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> f
 
 
 def _eager_compile_s(tables: RunTables, judged: pd.DataFrame) -> float:
-    """Seconds the judged steps spent compiling ops outside jit (the compiles' `eager` rows)."""
+    """Seconds the judged steps spent compiling ops outside jit (the compiles' `eager` rows),
+    not those a host callback's Python made (the callback's: detect/callback_ops.py)."""
     compiles = tables.compiles
     if compiles.empty or "eager" not in compiles:
         return 0.0
-    eager = common.judged_rows(compiles[compiles["eager"].fillna(False).astype(bool)], judged)
+    mine = compiles["eager"].fillna(False).astype(bool)
+    if "callback" in compiles:
+        mine &= compiles["callback"].isna()
+    eager = common.judged_rows(compiles[mine], judged)
     return float(eager["duration_ns"].sum()) / common.NS if not eager.empty else 0.0
 
 

@@ -170,14 +170,14 @@ def headline_rows(summary: RunSummary) -> list[tuple[str, str]]:
         )
     untaken = summary.trace_untaken
     if untaken and not summary.profiler_trace_s:
-        rows.append(("device trace", _untaken_text(untaken)))
+        rows.append(("device trace", _untaken_text(untaken, summary.steps)))
     return rows
 
 
-def _untaken_text(untaken: dict[str, int]) -> str:
+def _untaken_text(untaken: dict[str, int], steps: int | None) -> str:
     """What a TPU run whose automatic trace never came did not measure, and how to trace it."""
-    steps = int(untaken.get("steps", 0))
     start, stop = int(untaken.get("start", 0)), int(untaken.get("stop", 0))
+    steps = steps or 0
     return (
         f"none: the run had {steps} step{'s' * (steps != 1)}, and the automatic trace takes "
         f"steps {start}-{stop - 1}, after the warm-up: the device's op times, and so its "

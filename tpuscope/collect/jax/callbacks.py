@@ -15,11 +15,12 @@ the wrapper only calls through.
 
 A run happens on whichever thread the runtime chooses (the program's own on the CPU backend,
 where XLA runs the callback inside the dispatch; a runtime thread on a TPU). It appends one
-tuple (the step the program is in then, start, duration, site): one atomic append, no lock
+tuple (the step the program is in then, start, wall and CPU time, site, the JAX ops its
+Python ran and their time): one atomic append, no lock
 that the program's thread may hold while it waits on the device, drained by the flush thread.
 A few such objects a step, next to the host Python each callback runs anyway.
 
-What the callback's Python does with JAX is the callback's, not the step's: its arguments
+The JAX ops a callback's Python runs outside jit are the callback's, not the step's: its arguments
 are jax.Arrays, and each op it runs on them outside jit (an index, a mask, a sum) is a
 dispatch of its own, compiled at its first shape. While a run lasts, its thread holds its
 `Inside` (the sync hook's thread-local `callback`): the eager-op hook (hooks.py) counts the
@@ -59,10 +60,10 @@ class Inside:
     """The callback run a thread is in: its site, and the JAX ops its Python dispatched
     outside jit with their host time (the eager-op hook adds to them)."""
 
-    __slots__ = ("ops", "ops_ns", "site")
+    __slots__ = ("depth", "ops", "ops_ns", "site")
 
     def __init__(self, site: int) -> None:
-        self.site, self.ops, self.ops_ns = site, 0, 0
+        self.site, self.ops, self.ops_ns, self.depth = site, 0, 0, 0
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ class JaxCollector(StepTracker):
         self.compile_index = 0
         self._installed_at = time.time_ns()
         self._finished = False
+        self._final_step: int | None = None  # the last step, once finish() closed it
         self._device_meta_done = False
         self.compile_rows = CompileRows()
         self.tracker = CompileTracker(self._on_compile, self._on_metric)
@@ -230,6 +231,7 @@ class JaxCollector(StepTracker):
             elif self._has_work():  # work after the last step, or a run with no step source
                 self._open_at(self._installed_at if self.step == 0 else self._last_end, AFTER_LOOP)
                 self._close(now)
+            self._final_step = max(self.step - 1, 0)
             self.clock.finish()
             self.session.set_meta(
                 jax_step_paths={
@@ -307,15 +309,14 @@ class JaxCollector(StepTracker):
                     self.session.add_many(table, rows)
 
     def _note_untraced(self) -> None:
-        """On a TPU, an automatic trace whose steps never came (a run of fewer steps, or of
-        one long jitted call): said in the process meta, with the steps the run had, for the
-        report to say what was not measured."""
+        """On a TPU, an automatic trace whose steps never came (a run of at most warm-up + 1
+        steps, or of one long jitted call): said in the process meta, with the window's steps,
+        for the report to say what was not measured."""
         window = self._window
         if window is None or not window.untaken or not window.applies():
             return
         self.session.set_meta(
             trace_untaken={
-                "steps": self.step,
                 "start": window.window.start,
                 "stop": window.window.stop,
             }
@@ -327,9 +328,10 @@ class JaxCollector(StepTracker):
             super()._on_metric(name, seconds)
 
     def _on_callbacks_compile(self, event: CompileEvent, inside: Inside) -> None:
-        """A compile made by a host callback's Python (an op it ran outside jit, on the
-        runtime's thread on a TPU): the callback's, named on its row; none of the open step's
-        counts (the program's thread did not wait for it there)."""
+        """A compile made by a host callback's Python (an op it ran outside jit): the
+        callback's, named on its row, and none of the open step's counts: the callback's runs
+        carry their time (on a TPU they run on the runtime's thread; on the CPU, inside the
+        step's dispatch, so the step's wall time holds them too)."""
         site = self._callbacks.sites[inside.site]
         with self._lock:
             index, self.compile_index = self.compile_index, self.compile_index + 1
@@ -403,9 +405,8 @@ class JaxCollector(StepTracker):
         runtime's thread: the step of the last call made, as a sync after it counts). Once the
         run is finishing, the last step: its work still running calls it (a program whose one
         jitted call dispatches and returns, then exits while the device runs it)."""
-        if self._finished:
-            return max(self.step - 1, 0)
-        return self.step + self.lane.pending()
+        final = self._final_step
+        return final if final is not None else self.step + self.lane.pending()
 
     def _write_callback_rows(self) -> None:
         """The host callbacks' runs since the last flush, per step they ran in."""

@@ -70,14 +70,14 @@ class CompileRows:
         self._confirm_redefinitions(event)
         if event.explanation is not None:
             cause = cause_text(event.explanation, event.function)
-        elif event.function in self.jitted_names:  # jax.jit of a library function, e.g. model.init
-            cause = f"compile of jitted {event.function} (library code, which JAX does not explain)"
-        elif callback is not None and explaining:
+        elif callback is not None:  # (a jitted function's compile there is explained above)
             cause = (
                 f"JAX library function {event.function} compiled inside the host callback "
                 f"{callback} (an op its Python ran on its arguments outside jit)"
             )
-            eager = True
+            eager = event.function not in self.jitted_names
+        elif event.function in self.jitted_names:  # jax.jit of a library function, e.g. model.init
+            cause = f"compile of jitted {event.function} (library code, which JAX does not explain)"
         elif explaining:
             cause = (
                 f"JAX library function {event.function} compiled for a call outside jit (eager op)"

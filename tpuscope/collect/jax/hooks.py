@@ -219,7 +219,7 @@ class EagerHook:
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
             inside = getattr(quiet, "callback", None)
             if inside is not None:
-                return _callbacks_op(inside, local, original, trace, primitive, args, params)
+                return _callbacks_op(inside, original, trace, primitive, args, params)
             entered = time.perf_counter_ns()
             depth = getattr(local, "depth", 0)
             location, library = user_and_library(sys._getframe(1), _JAX_INTERNALS)
@@ -250,17 +250,17 @@ class EagerHook:
 
 
 def _callbacks_op(
-    inside: Any, local: Any, original: Any, trace: Any, primitive: Any, args: Any, params: Any
+    inside: Any, original: Any, trace: Any, primitive: Any, args: Any, params: Any
 ) -> Any:
     """A primitive a host callback's Python dispatched: counted on its run, and timed (the
-    outermost only: nested ones are inside its time)."""
-    depth = getattr(local, "depth", 0)
-    local.depth = depth + 1
+    outermost inside the run only: nested ones are inside its time)."""
+    depth = inside.depth
+    inside.depth = depth + 1
     start = time.perf_counter_ns()
     try:
         return original(trace, primitive, args, params)
     finally:
-        local.depth = depth
+        inside.depth = depth
         inside.ops += 1
         if depth == 0:
             inside.ops_ns += time.perf_counter_ns() - start
