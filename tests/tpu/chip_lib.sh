@@ -3,6 +3,10 @@
 set -u
 export TPU_WITH_FLAX=${TPU_WITH_FLAX-1}  # TPU_WITH_FLAX= (empty): no flax, a minute less
 source .tpu/install.sh >/dev/null 2>&1
+# unpacked wheels xz-packed to travel in 64 MiB (duckdb's since session 41), unpacked into the site
+for x in .tpu/xz/*.tar.xz; do
+  [ -f "$x" ] && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $x $SITE
+done
 S=/tmp/store; mkdir -p $S
 P=tests/tpu/programs
 say() { echo "== $*" | tee -a $LOG; }

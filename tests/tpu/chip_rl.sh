@@ -17,9 +17,6 @@ PIP_CONFIG_FILE=/dev/null python3 -m pip install -q --isolated --only-binary=:al
   >/dev/null 2>&1 || echo "device index lacks one of matplotlib attrs absl-py" | tee -a $LOG
 PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile \
   --no-cache-dir --upgrade --target $SITE .tpu/rlwhl/*.whl || echo "rl wheels failed" | tee -a $LOG
-for x in .tpu/xz/*.tar.xz; do  # duckdb and tfp-nightly unpacked, xz-packed to travel in 64 MiB
-  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $x $SITE
-done
 rm -rf $SITE/jax $SITE/jaxlib $SITE/jax-* $SITE/jaxlib-* $SITE/numpy $SITE/numpy-* $SITE/numpy.libs
 export PYTHONPATH=$PWD/$RL/stubs:$PWD/$RL:$PYTHONPATH
 truth() {  # the program's own prints (an episode's return each) counted, not kept
