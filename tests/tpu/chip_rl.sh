@@ -7,6 +7,8 @@
 # Truth is timed_main.py's: the jitted training call compiled ahead, its run timed apart.
 # 1: ppo_nodebug.py, ppo_numpy.py, ppo.py bare; then ppo.py under `tpuscope run`.
 # 2: ppo.py under `tpuscope run` (this round's code), ppo.py and ppo_numpy.py bare again.
+# 3: ppo.py and ppo_nodebug.py under `tpuscope run` (the round's last code: the report says
+#    that the automatic trace's steps never came).
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -31,4 +33,8 @@ fi
 if [ "$PART" = 2 ]; then
   under ppo python3 $RL/ppo.py >/dev/null; paths
   for f in ppo.py ppo_numpy.py; do truth $f; done
+fi
+if [ "$PART" = 3 ]; then
+  under ppo python3 $RL/ppo.py >/dev/null; paths
+  under ppo_nodebug python3 $RL/ppo_nodebug.py >/dev/null; paths
 fi
