@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from tpuscope.analyze.hosts import COUNTS, natural_key
 from tpuscope.analyze.pod_matrix import StepMatrix, around
+from tpuscope.analyze.pod_setup import mark_setup
 from tpuscope.analyze.pod_view import PodFigures, pod_figures
 from tpuscope.schema_consts import AFTER_LOOP, NO_SYNC_BOUNDARIES
 
@@ -58,7 +59,7 @@ class PodSteps:
         after = f"coalesce(boundary = {_q(AFTER_LOOP)}, false)"
         con.execute(f"CREATE TEMP VIEW s AS SELECT {cols}, {after} AS is_after FROM steps")
         con.execute(f"CREATE TEMP TABLE procs AS {_procs_sql(self.warmup)}")
-        self._mark_setup()
+        mark_setup(con)
         self.simple = self._simple_phases()
         if self.simple:  # every process past its warm-up, none a single step
             phase = (
@@ -162,54 +163,6 @@ class PodSteps:
             "AND coalesce(loop_from, 0) = 0) FROM procs"
         ).fetchall()[0]
         return bool(row[0])
-
-    def _mark_setup(self) -> None:
-        """procs.loop_from: each process's first step of its loop, after its setup steps
-        (analyze/step_stream: leading runs of steps at a boundary kind the loop never passes
-        again, each shorter than what follows it, with at least two steps after them). A
-        process can have setup only where its loop's steps are of more than one kind and its
-        first step's kind holds under half of them (a loop that passes two kinds, a loader's
-        and a logging sync's, is not read); the leading runs' rows are read, one row more a
-        run."""
-        self.con.execute("ALTER TABLE procs ADD COLUMN loop_from BIGINT")
-        self.con.execute("UPDATE procs SET loop_from = first_loop")
-        maybe = self.rows(
-            "SELECT host, pid, n_loop, kinds FROM procs "
-            "WHERE first_kind IS NOT NULL AND cardinality(kinds) > 1 AND n_loop > 2 "
-            "AND kinds[first_kind] * 2 < n_loop"
-        )
-        for host, pid, n_loop, kinds in maybe:
-            lead = self._setup_rows(host, pid, n_loop, kinds)
-            if lead:
-                self.con.execute(
-                    "UPDATE procs SET loop_from = ? WHERE host IS NOT DISTINCT FROM ? "
-                    "AND pid IS NOT DISTINCT FROM ?",
-                    [self._loop_rows(host, pid, lead, 1)[0][0], host, pid],
-                )
-
-    def _setup_rows(self, host: Any, pid: Any, n_loop: int, kinds: dict[str, int]) -> int:
-        """How many of the process's leading loop rows are setup (see _mark_setup): each
-        leading run holds every step of its kind (a kind seen once: a setup sync; 79 calls of an
-        evaluation before the training steps took over, collect/jax/steps.py)."""
-        lead = 0
-        while True:
-            kind = self._loop_rows(host, pid, lead, 1)[0][1]
-            count = kinds.get(kind, 0)
-            after = n_loop - lead - count
-            if not count or after < 2 or (count > 1 and count >= after):
-                return lead
-            run = self._loop_rows(host, pid, lead, count + 1)
-            if any(boundary != kind for _, boundary in run[:count]):
-                return lead
-            lead += count
-
-    def _loop_rows(self, host: Any, pid: Any, offset: int, limit: int) -> list[tuple[Any, ...]]:
-        """(step, boundary) of a process's loop rows from the `offset`-th, in step order."""
-        return self.con.execute(
-            "SELECT step, boundary FROM s WHERE host IS NOT DISTINCT FROM ? AND "
-            "pid IS NOT DISTINCT FROM ? AND NOT is_after ORDER BY step LIMIT ? OFFSET ?",
-            [host, pid, limit, offset],
-        ).fetchall()
 
     def _one_process_per_host(self) -> bool:
         row = self.con.execute(

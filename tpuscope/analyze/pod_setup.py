@@ -1,0 +1,70 @@
+"""Which of a process's first steps are setup, in DuckDB over the steps view of
+analyze/pod_sql.py (its temporary table `procs`, its view `s`): the leading runs of steps at a
+boundary kind the loop never passes again (an evaluation before the training loop, a setup
+sync), as analyze/step_stream.py reads a frame."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+
+def mark_setup(con: duckdb.DuckDBPyConnection) -> None:
+    """procs.loop_from: each process's first step of its loop, after its setup steps
+    (analyze/step_stream: leading runs of steps at a boundary kind the loop never passes
+    again, each shorter than what follows it, with at least two steps after them). A
+    process can have setup only where its loop's steps are of more than one kind and its
+    first step's kind holds under half of them (a loop that passes two kinds, a loader's
+    and a logging sync's, is not read); the leading runs' rows are read, one row more a
+    run."""
+    con.execute("ALTER TABLE procs ADD COLUMN loop_from BIGINT")
+    con.execute("UPDATE procs SET loop_from = first_loop")
+    maybe = _rows(
+        con,
+        "SELECT host, pid, n_loop, kinds FROM procs "
+        "WHERE first_kind IS NOT NULL AND cardinality(kinds) > 1 AND n_loop > 2 "
+        "AND kinds[first_kind] * 2 < n_loop",
+    )
+    for host, pid, n_loop, kinds in maybe:
+        lead = _setup_rows(con, host, pid, n_loop, kinds)
+        if lead:
+            con.execute(
+                "UPDATE procs SET loop_from = ? WHERE host IS NOT DISTINCT FROM ? "
+                "AND pid IS NOT DISTINCT FROM ?",
+                [_loop_rows(con, host, pid, lead, 1)[0][0], host, pid],
+            )
+
+
+def _setup_rows(
+    con: duckdb.DuckDBPyConnection, host: Any, pid: Any, n_loop: int, kinds: dict[str, int]
+) -> int:
+    """How many of the process's leading loop rows are setup (see mark_setup): each
+    leading run holds every step of its kind (a kind seen once: a setup sync; 79 calls of an
+    evaluation before the training steps took over, collect/jax/steps.py)."""
+    lead = 0
+    while True:
+        kind = _loop_rows(con, host, pid, lead, 1)[0][1]
+        count = kinds.get(kind, 0)
+        after = n_loop - lead - count
+        if not count or after < 2 or (count > 1 and count >= after):
+            return lead
+        run = _loop_rows(con, host, pid, lead, count + 1)
+        if any(boundary != kind for _, boundary in run[:count]):
+            return lead
+        lead += count
+
+
+def _loop_rows(
+    con: duckdb.DuckDBPyConnection, host: Any, pid: Any, offset: int, limit: int
+) -> list[tuple[Any, ...]]:
+    """(step, boundary) of a process's loop rows from the `offset`-th, in step order."""
+    return con.execute(
+        "SELECT step, boundary FROM s WHERE host IS NOT DISTINCT FROM ? AND "
+        "pid IS NOT DISTINCT FROM ? AND NOT is_after ORDER BY step LIMIT ? OFFSET ?",
+        [host, pid, limit, offset],
+    ).fetchall()
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
+    return con.execute(sql).fetchall()
