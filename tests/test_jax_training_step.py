@@ -5,6 +5,8 @@ steps are setup; an automatic profiler window that traced them traces the traini
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ import tpuscope  # noqa: E402
 # recursion depth mismatch" (raised compiling the collector's modules) disabled the JAX
 # collection in 2 of 10 runs of this file
 import tpuscope.collect.jax.collector  # noqa: E402, F401
+from tests.conftest import ROOT, run_tpuscope  # noqa: E402
 from tpuscope.analyze.judge import phases  # noqa: E402
 from tpuscope.collect.jax.gradients import differentiates  # noqa: E402
 from tpuscope.collect.trace_steps import AUTO_STEPS, ProfilerWindow, StepWindow  # noqa: E402
@@ -131,6 +134,26 @@ def test_a_run_of_one_long_call_says_its_automatic_trace_never_came(
     rows = dict(headline_rows(analyze(recorded).summary))
     assert rows["device trace"].startswith("none: the run had 1 step, and the automatic trace")
     assert "`tpuscope run --trace-steps 0`" in rows["device trace"]
+
+
+def test_a_run_of_one_jitted_call_has_that_call_as_its_step(tmp_path: Path) -> None:
+    """tests/programs/one_call.py: 2.5 s of setup, then one jitted call dispatched and never
+    waited for. Under `tpuscope run` the run's one step is that call, from the call until the
+    device finished it (tpuscope waits for the device at the exit, where JAX waits anyway), not
+    from tpuscope's start to the dispatch (its setup, and none of the call's work)."""
+    program = ROOT / "tests" / "programs" / "one_call.py"
+    bare = subprocess.run(
+        [sys.executable, str(program), "wait"], capture_output=True, text=True, check=True
+    )
+    call_s = float(bare.stdout.split()[-1])
+    store = tmp_path / "store"
+    run = run_tpuscope("run", "--store", str(store), "python", str(program))
+    assert run.returncode == 0, run.stderr
+    recorded = tpuscope.load_run("latest", store=store)
+    (step,) = recorded.steps.to_dict("records")
+    (call,) = recorded.compiles[recorded.compiles["function"] == "train"].to_dict("records")
+    assert abs(step["start_ns"] - call["time_ns"]) < 0.3e9  # from the call, not tpuscope's start
+    assert step["wall_ns"] / 1e9 >= 0.8 * call_s  # to the end of the call's device work
 
 
 def test_an_automatic_window_traces_again_from_a_later_step(tmp_path: Path) -> None:

@@ -273,20 +273,25 @@ def _finding(
 
 
 def _ops_text(ops: CallbackOps, judged: int) -> str:
-    """What the callback's Python did with JAX: its ops on its arguments and their compiles."""
-    if not (ops.ops or ops.compiles):
+    """What the callback's Python did with JAX: its ops on its arguments and their compiles
+    (ops JAX dispatched in C++, a jitted jnp function's calls once compiled, are not counted:
+    a callback whose ops all took that path after their first calls shows its compiles alone)."""
+    compiled = f"{ops.compiles} compiles of them in the run, {ops.compile_s:.1f} s"
+    if ops.ops:
+        counted = (
+            f"Its Python ran {ops.ops / judged:,.0f} JAX ops a step on its arguments outside jit "
+            f"({_ms(ops.ops_s / judged)} of host time a step"
+            + (f"; {compiled}" if ops.compiles else "")
+            + ")"
+        )
+    elif ops.compiles:
+        counted = f"Its Python ran JAX ops on its arguments outside jit ({compiled})"
+    else:
         return ""
     return (
-        f"Its Python ran {ops.ops / judged:,.0f} JAX ops a step on its arguments outside jit "
-        f"({_ms(ops.ops_s / judged)} of host time a step"
-        + (
-            f"; {ops.compiles} compiles of them in the run, {ops.compile_s:.1f} s"
-            if ops.compiles
-            else ""
-        )
-        + "): a callback's arguments are jax.Arrays, and each index, mask or sum on them is "
-        "dispatched on its own, compiled at each new shape (ops JAX dispatches in C++ are not "
-        "counted). "
+        counted + ": a callback's arguments are jax.Arrays, and each index, mask or sum on them "
+        "is dispatched on its own, compiled at each new shape (ops JAX dispatches in C++ are "
+        "not counted). "
     )
 
 

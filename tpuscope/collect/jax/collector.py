@@ -206,7 +206,7 @@ class JaxCollector(StepTracker):
         return profiler
 
     def uninstall(self) -> None:
-        self.finish()
+        self.finish(at_exit=False)
         atexit.unregister(self.finish)
         for hook in reversed(self._hooks):
             hook.uninstall()
@@ -216,9 +216,14 @@ class JaxCollector(StepTracker):
     def close_open_step(self) -> None:
         """Nothing to do here: `uninstall` always closes the open step (`finish`)."""
 
-    def finish(self) -> None:
-        """Close the open step (or write the one whole-run step) and record the devices."""
+    def finish(self, at_exit: bool = True) -> None:
+        """Close the open step (or write the one whole-run step) and record the devices.
+        `at_exit`: the program is ending (atexit), so a run's one step may wait for the device
+        (_wait_for_device); not when `tpuscope.profile()`'s block ends inside the program."""
         self.clock.wait_idle(READY_WAIT_S)
+        first_call = self._whole_run_start()
+        if first_call is not None and at_exit:
+            self._wait_for_device()
         with self._lock:
             if self._finished:
                 return
@@ -229,7 +234,8 @@ class JaxCollector(StepTracker):
             elif self._open:  # (a mark, where torch_xla took the steps over: resumed, tail.py)
                 self._close(now)
             elif self._has_work():  # work after the last step, or a run with no step source
-                self._open_at(self._installed_at if self.step == 0 else self._last_end, AFTER_LOOP)
+                start = self._installed_at if self.step == 0 else self._last_end
+                self._open_at(first_call or start, AFTER_LOOP)
                 self._close(now)
             self._final_step = max(self.step - 1, 0)
             self.clock.finish()
@@ -307,6 +313,32 @@ class JaxCollector(StepTracker):
                     self._tail.hold(table, rows)
                 else:
                     self.session.add_many(table, rows)
+
+    def _whole_run_start(self) -> int | None:
+        """Where a run with no step function, whose program called a jitted function of its
+        own, has its one step start: that first call (the program's one jitted training call,
+        as purejaxrl's), not tpuscope's start with the imports and setup before it. None for
+        any other run."""
+        if self.step != 0 or self._open or self.step_fn is not None:
+            return None
+        calls = [ns for (target, _), ns in self._first_call_ns.items() if target.user]
+        return min(calls) if calls else None
+
+    def _wait_for_device(self) -> None:
+        """Wait for the device to finish the program's pending work, so that the run's one step
+        ends when its work does: the process waits for it at its exit anyway (JAX does), and
+        this wait runs before JAX's. Outside the lock: a host callback still to run takes it.
+        The wait is tpuscope's, not a read of the program's: the sync hook lets it pass."""
+        import jax
+
+        syncs = self._syncs.local
+        outer, syncs.inside = getattr(syncs, "inside", False), True
+        try:
+            jax.block_until_ready(jax.live_arrays())
+        except Exception:  # a deleted array, a runtime gone: the step ends where it is
+            pass
+        finally:
+            syncs.inside = outer
 
     def _note_untraced(self) -> None:
         """On a TPU, an automatic trace whose steps never came (a run of at most warm-up + 1
