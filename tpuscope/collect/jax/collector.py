@@ -11,7 +11,6 @@ compile_rows.py.
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import time
 import weakref
@@ -23,12 +22,13 @@ from tpuscope.collect.jax.compiles import CompileEvent, CompileTracker, cache_se
 from tpuscope.collect.jax.hooks import AnnotationHook, EagerHook, SyncHook
 from tpuscope.collect.jax.jit_hook import JitHook, PmapHook
 from tpuscope.collect.jax.keras_batches import KerasBatchHook
+from tpuscope.collect.jax.profiling import profiler_window, wait_for_device
 from tpuscope.collect.jax.rows import JIT_CALL, OpenStep, StepColumns
 from tpuscope.collect.jax.sink import JitTarget
 from tpuscope.collect.jax.steps import StepTracker
 from tpuscope.collect.jax.tail import LOOP_STEPS, HeldRuns, TailMark, copy_counts
 from tpuscope.collect.session import Session
-from tpuscope.collect.trace_steps import ProfilerWindow, trace_dir, window_from_env
+from tpuscope.collect.trace_steps import ProfilerWindow
 from tpuscope.schema_consts import AFTER_LOOP
 
 _TPUSCOPE_DIR = (
@@ -64,35 +64,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class _UsersProfiler:
-    """The program's own `jax.profiler.start_trace` (and `trace()`, which calls it) while
-    tpuscope's window is tracing: the window stops first and stays done, so the program's
-    trace starts as it would without tpuscope (JAX allows one trace at a time)."""
-
-    def __init__(self, module: Any, window: ProfilerWindow) -> None:
-        self.module, self.window = module, window
-        self.original = module.start_trace
-
-    def install(self, jax: Any) -> _UsersProfiler:
-        original, window = self.original, self.window
-
-        @functools.wraps(original)
-        def start_trace(*args: Any, **kwargs: Any) -> Any:
-            if window.active:
-                window.close()
-            window.done = window.yielded = True
-            return original(*args, **kwargs)
-
-        self._jax = jax
-        self.module.start_trace = start_trace
-        jax.profiler.start_trace = start_trace
-        return self
-
-    def uninstall(self) -> None:
-        self.module.start_trace = self.original
-        self._jax.profiler.start_trace = self.original
 
 
 class JaxCollector(StepTracker):
@@ -153,57 +124,14 @@ class JaxCollector(StepTracker):
         return self
 
     def _profiler_window(self, jax: Any) -> ProfilerWindow | None:
-        """jax.profiler traces of the steps TPUSCOPE_TRACE_STEPS asks for ("auto", the default
-        of `tpuscope run`: the steps after the warm-up, on a TPU only), into <run>/trace/."""
-        window = window_from_env(self.session.warmup)
-        if window is None:
+        """The run's profiler window (profiling.py), the program's own profiler hooked to
+        take over from it."""
+        made = profiler_window(self.session, self.clock, self._syncs.local, self._device_meta, jax)
+        if made is None:
             return None
-        directory = trace_dir(self.session.run_dir, "jax")
-        if not window.auto:
-            self.session.set_meta(trace_steps=[window.start, window.stop], trace_dir=str(directory))
-
-        from jax._src import profiler as jax_profiler
-
-        start_trace = jax_profiler.start_trace
-
-        def start(path: str) -> None:
-            state = getattr(jax_profiler, "_profile_state", None)
-            if getattr(state, "profile_session", None) is not None:
-                raise RuntimeError("the program's own jax.profiler trace is running")
-            start_trace(path)
-            if window.auto:  # (the window may have moved since: ProfilerWindow.restart)
-                steps = [profiler.window.start, profiler.window.stop]
-                self.session.set_meta(trace_steps=steps, trace_dir=path, trace_auto=True)
-
-        def stop() -> None:
-            # Dispatch is asynchronous: wait for every pending computation (their outputs are
-            # live arrays) so the window's device work is inside the trace, then stop. The wait
-            # is tpuscope's, not a read of the program's: the sync hook lets it pass uncounted.
-            self.clock.before_wait()
-            syncs = self._syncs.local
-            outer, syncs.inside = getattr(syncs, "inside", False), True
-            began = time.perf_counter_ns()
-            try:
-                jax.block_until_ready(jax.live_arrays())
-            finally:
-                syncs.inside = outer
-                profiler.waited_ns = time.perf_counter_ns() - began
-                jax.profiler.stop_trace()
-
-        def on_tpu() -> bool:
-            self._device_meta()
-            return str(self.session.proc_meta.get("platform") or "").lower() == "tpu"
-
-        profiler = ProfilerWindow(
-            window,
-            directory,
-            start,
-            stop,
-            lambda files: self.session.set_meta(trace_files=files),
-            on_tpu,
-        )
-        self._hooks.append(_UsersProfiler(jax_profiler, profiler).install(jax))
-        return profiler
+        window, users = made
+        self._hooks.append(users.install(jax))
+        return window
 
     def uninstall(self) -> None:
         self.finish(at_exit=False)
@@ -219,11 +147,11 @@ class JaxCollector(StepTracker):
     def finish(self, at_exit: bool = True) -> None:
         """Close the open step (or write the one whole-run step) and record the devices.
         `at_exit`: the program is ending (atexit), so a run's one step may wait for the device
-        (_wait_for_device); not when `tpuscope.profile()`'s block ends inside the program."""
+        (profiling.wait_for_device); not when `tpuscope.profile()`'s block ends in the program."""
         self.clock.wait_idle(READY_WAIT_S)
         first_call = self._whole_run_start()
-        if first_call is not None and at_exit:
-            self._wait_for_device()
+        if first_call is not None and at_exit:  # (as JAX does at the exit, before it)
+            wait_for_device(self._syncs.local)
         with self._lock:
             if self._finished:
                 return
@@ -323,22 +251,6 @@ class JaxCollector(StepTracker):
             return None
         calls = [ns for (target, _), ns in self._first_call_ns.items() if target.user]
         return min(calls) if calls else None
-
-    def _wait_for_device(self) -> None:
-        """Wait for the device to finish the program's pending work, so that the run's one step
-        ends when its work does: the process waits for it at its exit anyway (JAX does), and
-        this wait runs before JAX's. Outside the lock: a host callback still to run takes it.
-        The wait is tpuscope's, not a read of the program's: the sync hook lets it pass."""
-        import jax
-
-        syncs = self._syncs.local
-        outer, syncs.inside = getattr(syncs, "inside", False), True
-        try:
-            jax.block_until_ready(jax.live_arrays())
-        except Exception:  # a deleted array, a runtime gone: the step ends where it is
-            pass
-        finally:
-            syncs.inside = outer
 
     def _note_untraced(self) -> None:
         """On a TPU, an automatic trace whose steps never came (a run of at most warm-up + 1
