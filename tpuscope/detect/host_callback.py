@@ -113,7 +113,10 @@ def detect_host_callback(tables: RunTables) -> list[Finding]:
         outpaced = not waited and cpu_ns >= OUTPACED * outside_compiles_ns > 0
         if not waited and platform not in INLINE and device_wait is None and not outpaced:
             continue  # the device does not wait for it; what it costs there is not measured
-        host = HostTime(waited, wall_ns, cpu_ns, device_wait, outpaced and platform not in INLINE)
+        host = HostTime(
+            waited, wall_ns, cpu_ns, device_wait, outpaced and platform not in INLINE,
+            outside_compiles_ns,
+        )  # fmt: skip
         ops = callback_ops(tables, str(name), _text(location))
         findings.append(
             _finding(str(name), _text(location), rows, host, ops, len(judged), platform, tables)
@@ -192,6 +195,7 @@ class HostTime:
     cpu_ns: float
     device_wait: float | None
     outpaced: bool
+    steps_ns: float  # the judged steps' time outside compiles, what `outpaced` compares with
 
 
 def _finding(
@@ -235,7 +239,7 @@ def _finding(
         "while the program's own thread runs, which may overlap the program's work). "
         + _ops_text(ops, judged)
         + (
-            _outpaced_text(wall_s, tables)
+            _outpaced_text(wall_s, host.steps_ns / 1e9)
             if host.outpaced and host.device_wait is None
             else _how_it_waits(platform, host.device_wait)
         )
@@ -295,9 +299,8 @@ def _ops_text(ops: CallbackOps, judged: int) -> str:
     )
 
 
-def _outpaced_text(wall_s: float, tables: RunTables) -> str:
+def _outpaced_text(wall_s: float, steps_s: float) -> str:
     """The account of a cost that is the runs' wall time: no trace, an unordered callback."""
-    steps_s = _outside_compiles_ns(tables.judged) / 1e9
     return (
         f"Its runs took {wall_s:.2f} s against the judged steps' {steps_s:.2f} s outside "
         "compiles: one host thread runs them in order, so the host falls behind the device, and the "
