@@ -137,7 +137,18 @@ def _title(
             f"steps compiled again ({cost:.1f} s compiling)"
         )
     what = f": dim {facet.dim} of {facet.arg_name} took {len(facet.values)} sizes" if facet else ""
+    weak = next((d for d in items[0]["diffs"] if jax_advice.weak_only(d)), None)
+    if weak is not None and jax_advice.weak_retrace(items[0]["diffs"]):
+        what = f": {jax_advice.arg_name(weak.get('arg') or '')} changed its weak type"
     return f"{len(items)} recompile{'s' * (len(items) > 1)} at {where}{what}"
+
+
+def _after_loop(tables: RunTables, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recompiles made after the loop's last step (an evaluation, a plot): once, not the
+    loop's (diffrax's neural ODE example solved its fitted model once more to plot it)."""
+    loop = common.loop_steps(tables)
+    last = int(loop["step"].max()) if len(loop) else None
+    return [i for i in items if last is not None and i["step"] > last]
 
 
 def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet | None) -> str:
@@ -148,6 +159,12 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
         fix = jax_advice.fix_for(function, diffs, changes)
         if facet and facet.dim == 0 and len(facet.values) == 2 and _keras_steps(tables, items):
             fix += f" {jax_advice.KERAS_SHORT_BATCH}"
+        elif (  # each recompile a size never seen, in the loop
+            facet
+            and len(facet.values) == len(items) + 1
+            and len(_after_loop(tables, items)) < len(items)
+        ):
+            fix += f" {jax_advice.NEW_PHASE}"
         if facet and facet.plan is not None:
             fix += f" Bucketing plan: pad {facet.arg_name} dim {facet.dim} to {facet.plan}."
         return fix
@@ -187,6 +204,7 @@ def _recurrence(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any
     once the loop ran as many steps after the last one as they spanned (and as there were)."""
     loop = common.loop_steps(tables)
     last_loop = int(loop["step"].max()) if len(loop) else -1
+    items = [i for i in items if i["step"] <= last_loop]  # after the loop: not the loop's
     steps = [i["step"] for i in items if i["step"] >= 0]
     if not steps or last_loop < 0:
         return {"recurring": None}
@@ -231,6 +249,17 @@ def _cost_text(cost: float, wall: float, recurrence: dict[str, Any]) -> str:
     return text + "."
 
 
+def _after_text(after: list[dict[str, Any]], count: int) -> str:
+    if not after:
+        return ""
+    s = sum(i["duration_s"] for i in after)
+    which = "It was" if count == 1 else "All were" if len(after) == count else f"{len(after)} were"
+    return (
+        f" {which} made after the loop's last step ({s:.2f} s), once: the work after the "
+        "loop (an evaluation, a plot), not the loop's steps compiling again."
+    )
+
+
 def _changes_text(first: dict[str, Any]) -> str:
     return "; ".join(first["changes"][:4]) or f"not known ({NO_SHAPES_HINT})"
 
@@ -248,9 +277,11 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     first = next((i for i in items if i["changes"]), items[0])
     location = next((i["location"] for i in reversed(items) if i["location"]), None)
     where = where_text(site, location, items[0].get("function"))
-    facet = _facet(tables, items)
+    weak = jax_advice.weak_retrace(items[0]["diffs"])
+    facet = None if weak else _facet(tables, items)
     storm = _storm(tables, items)
     recurrence = _recurrence(tables, items)
+    after = _after_loop(tables, items)
     runs, count = Finding.of_steps([i["step"] for i in items])
     reasons = sorted({REASONS.get(i.get("reason") or "", "") for i in items} - {""})
     steps = runs_text(runs, count, limit=10) or "not known"
@@ -278,6 +309,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         f"{against}: {_changes_text(first)}."
         + (f" Shape churn: {facet_text(facet)}." if facet else "")
         + _cost_text(cost, wall, recurrence)
+        + _after_text(after, len(items))
     )
     if tables.backend == "jax":
         detail = detail.replace("; torch_xla's cause:", "; cause:")
@@ -305,7 +337,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
     title = _title(items, where, storm, facet, cost)
     return Finding(
         RULE,
-        judge.severity(cost, wall),
+        "low" if len(after) == len(items) else judge.severity(cost, wall),
         title,
         detail,
         _fix(tables, items, facet),
@@ -328,5 +360,19 @@ def detect_recompile(tables: RunTables) -> list[Finding]:
     backend = tables.backend
     for item in _items(tables):
         by_site.setdefault(site_of({**item, "backend": backend}), []).append(item)
-    cards = [_finding(tables, site, items, wall) for site, items in by_site.items()]
+    cards = [
+        _finding(tables, site, group, wall)
+        for site, items in by_site.items()
+        for group in _by_cause(items)
+    ]
     return cards + bounded_notes(tables, wall, set(by_site))
+
+
+def _by_cause(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A site's recompiles, those whose arguments changed in their weak type alone apart: that
+    cause has its own fix, and it is not the site's shape churn (diffrax's neural ODE example
+    recompiled its step for a weakly typed scalar at step 1 and for a longer series at step
+    500)."""
+    weak = [i for i in items if jax_advice.weak_retrace(i["diffs"])]
+    rest = [i for i in items if not jax_advice.weak_retrace(i["diffs"])]
+    return [group for group in (weak, rest) if group]

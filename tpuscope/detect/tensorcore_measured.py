@@ -29,6 +29,7 @@ from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix, own_function_fix
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
+from tpuscope.detect.traced_segment import traced_segment
 from tpuscope.schema import Finding
 
 RULE = "tensorcore_underuse"
@@ -123,13 +124,15 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     )
     if untraced:
         _, per_step, step_s, busy_s = untraced
-        judged = len(tables.judged)
+        segment = traced_segment(tables, steps)
+        judged = len(segment.judged)
         cost, runs = per_step * judged, []
         busy = (
             f"XLA ops kept {', '.join(devices[:4]) or 'the device'} busy {fmt_time(busy_s)} a "
-            f"step ({traced}, from the trace's XLA ops) of the {fmt_time(step_s)} median step of the run's "
-            f"{judged} judged steps, timed outside the trace (a trace slows the host: in the "
-            f"traced steps themselves the device idled {100 * idle.share:.0f}%)"
+            f"step ({traced}, from the trace's XLA ops) of the {fmt_time(step_s)} median step of "
+            f"{segment.text(len(tables.judged))}, timed outside the trace (a trace slows the "
+            "host: in the traced steps themselves the device idled "
+            f"{100 * idle.share:.0f}%)"
         )
         cost_text = f"Cost = {fmt_time(per_step)} a step x {judged} judged step(s)."
     else:
@@ -243,10 +246,10 @@ def _against_step_time(
     its median step 3.60 ms against 1.82 ms busy). The device's own windows only: the host's
     are clipped to the trace's span, and a clipped step's busy time is part of one. None
     without step times or the device's windows."""
-    judged = tables.judged
+    rows = idle.rows
+    judged = traced_segment(tables, rows["step"][rows["step"] >= 0]).judged
     if not count or judged.empty or "wall_ns" not in judged or idle.rows.empty:
         return None
-    rows = idle.rows
     windows = rows[(rows["step"] >= 0) & rows["window"].isin(DEVICE_WINDOWS)]
     step_s = float(judged["wall_ns"].median()) / 1e9
     if windows.empty or not np.isfinite(step_s) or step_s <= 0:

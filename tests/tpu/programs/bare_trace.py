@@ -8,7 +8,8 @@ starts the trace when the program has printed `--after` lines holding `--mark` a
 the next such line: with an epoch loop that prints each epoch's time, the trace holds exactly
 one whole epoch after the first (whose time holds the compiles). Why a print and not a timer:
 compile times on the chip vary by seconds, and the print comes between epochs on the program's
-own thread, so the profiler starts and stops outside the steps it measures.
+own thread, so the profiler starts and stops outside the steps it measures. `--gaps` prints
+every gap between consecutive marks (a program whose phases step at different speeds).
 
 Without `--out` nothing is traced. Either way, at exit it prints the marked lines' clock: the
 median time between consecutive marks after the `--after` first, divided by `--per` (the
@@ -68,6 +69,7 @@ def main() -> None:
     parser.add_argument("--after", type=int, default=1, help="spans to let pass first")
     parser.add_argument("--out", help="the trace's log directory (none: no trace)")
     parser.add_argument("--per", type=int, default=1, help="steps between two marks")
+    parser.add_argument("--gaps", action="store_true", help="also print every gap between marks")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args()
@@ -83,6 +85,9 @@ def main() -> None:
 
             jax.profiler.stop_trace()
         report_clock(marks.clock[options.after :], options.per)
+        if options.gaps:
+            gaps = [b - a for a, b in zip(marks.clock, marks.clock[1:], strict=False)]
+            print("bare_trace gaps (s):", " ".join(f"{g:.4f}" for g in gaps), file=sys.stderr)
 
 
 def report_clock(marked: list[float], per: int) -> None:
