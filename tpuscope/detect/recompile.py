@@ -35,6 +35,7 @@ from tpuscope.analyze.contract import (
 )
 from tpuscope.analyze.families import NEW_EVERY_STEP, STREAK, bounded, recompiles
 from tpuscope.analyze.frames import records
+from tpuscope.analyze.shapes import parse_shape
 from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.compile_changes import NO_SHAPES_HINT, recompile_item, site_of, where_text
 from tpuscope.detect.compile_kinds import keras_step
@@ -159,10 +160,11 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
         fix = jax_advice.fix_for(function, diffs, changes)
         if facet and facet.dim == 0 and len(facet.values) == 2 and _keras_steps(tables, items):
             fix += f" {jax_advice.KERAS_SHORT_BATCH}"
-        elif (  # each recompile a size never seen, in the loop
+        elif (  # each recompile a larger size never seen, in the loop
             facet
             and len(facet.values) == len(items) + 1
             and len(_after_loop(tables, items)) < len(items)
+            and _grew(tables, items[0]["family"], facet)
         ):
             fix += f" {jax_advice.NEW_PHASE}"
         if facet and facet.plan is not None:
@@ -173,6 +175,24 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
     if _in_loop_without_sync(tables, items):
         return xla_advice.NO_SYNC_FIX
     return xla_advice.recompile_fix(changes, causes, facet, data_dependent_ops(tables.fallbacks))
+
+
+def _grew(tables: RunTables, family: str, facet: ShapeChurnFacet) -> bool:
+    """The varying dim only grew from compile to compile of the family: a later phase at a
+    longer length, not a short last batch (smaller) nor sizes that come and go."""
+    rows = tables.families[tables.families["family"] == family].sort_values("index")
+    sizes = []
+    for shapes in rows["input_shapes"]:
+        listed = list(shapes) if shapes is not None and not isinstance(shapes, float) else []
+        shape = parse_shape(str(listed[facet.arg])) if len(listed) > (facet.arg or 0) else None
+        dims = shape.dims if shape else []
+        sizes.append(dims[facet.dim] if facet.dim is not None and len(dims) > facet.dim else None)
+    pairs = list(zip(sizes, sizes[1:], strict=False))
+    return (
+        bool(pairs)
+        and all(a is not None and b is not None and b >= a for a, b in pairs)
+        and any(b > a for a, b in pairs if a is not None and b is not None)
+    )
 
 
 KERAS_STEPS = ("train_step", "test_step", "predict_step")  # keras/src/backend/jax/trainer.py's

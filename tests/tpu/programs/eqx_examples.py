@@ -15,6 +15,12 @@ once, are only what the chip needs:
   the same augmentation done in numpy; its step count and print interval read from
   EQX_VIT_STEPS and EQX_VIT_PRINT (upstream 100000 and 1000); the test loop's batches from
   EQX_VIT_TEST_BATCHES (upstream all 156).
+- `score_based_diffusion.py` (docs/examples/score_based_diffusion.ipynb, session 42: an MLP-Mixer
+  score model, patches of 4 into hidden 64, mixers of 512, f32, batch 256 drawn by indexing a
+  device array, an `eqx.filter_jit` step, `value.item()` each step; then 100 samples solved by
+  diffrax): unchanged but for its step count and print interval, read from SBD_STEPS and
+  SBD_PRINT (upstream 1,000,000 and 10,000). MNIST (no network on the chip) is
+  `write_mnist(DIR)`'s stand-in, the file upstream downloads, random digits in its format.
 - Twins, the truth of what a card could say: `vit_keys.py` splits the step's 64 dropout keys
   in one call (upstream splits 65 keys, unpacks them into a Python list and stacks them back
   with `jnp.array`, each step, outside the jitted step); `vit_hd128.py` has 4 heads of 128;
@@ -169,6 +175,27 @@ def vit_program(cells: list[str]) -> str:
     return edit_once("\n\n".join(cells) + "\n", VIT, "vision_transformer")
 
 
+SBD = [
+    ("    num_steps=1_000_000,\n", '    num_steps=int(os.environ.get("SBD_STEPS", 1_000_000)),\n'),
+    ("    print_every=10_000,\n", '    print_every=int(os.environ.get("SBD_PRINT", 10_000)),\n'),
+]
+
+
+def write_mnist(folder: Path) -> None:
+    """The file score_based_diffusion's `mnist()` downloads, in its format (idx3, gzipped):
+    60,000 random 28x28 uint8 images, under FOLDER/data/mnist where the program looks."""
+    import gzip
+    import struct
+
+    import numpy as np
+
+    target = folder / "data" / "mnist"
+    target.mkdir(parents=True, exist_ok=True)
+    images = np.random.RandomState(0).randint(0, 256, (60000, 28, 28)).astype(np.uint8)
+    with gzip.open(target / "train-images-idx3-ubyte.gz", "wb", compresslevel=1) as out:
+        out.write(struct.pack(">IIII", 2051, 60000, 28, 28) + images.tobytes())
+
+
 def main() -> None:
     git_dir, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
@@ -178,6 +205,9 @@ def main() -> None:
     (out / "train_rnn_noitem.py").write_text(noitem)
     (out / "train_rnn_nowait.py").write_text(NO_WAIT + edit_once(noitem, RNN_NO_WAIT, "train_rnn"))
     (out / "train_rnn_numpy.py").write_text(edit_once(rnn, RNN_NUMPY, "train_rnn"))
+    sbd = "\n\n".join(notebook_code(git_dir, "score_based_diffusion")) + "\n"
+    (out / "score_based_diffusion.py").write_text(edit_once(sbd, SBD, "score_based_diffusion"))
+    write_mnist(out)
     vit = vit_program(notebook_code(git_dir, "vision_transformer"))
     (out / "vit.py").write_text(vit)
     for name, edits in VIT_TWINS.items():
