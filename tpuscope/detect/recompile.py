@@ -180,13 +180,16 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
 def _grew(tables: RunTables, family: str, facet: ShapeChurnFacet) -> bool:
     """The varying dim only grew from compile to compile of the family: a later phase at a
     longer length, not a short last batch (smaller) nor sizes that come and go."""
+    if facet.arg is None or facet.dim is None:
+        return False
+    arg, dim = facet.arg, facet.dim
     rows = tables.families[tables.families["family"] == family].sort_values("index")
     sizes = []
     for shapes in rows["input_shapes"]:
         listed = list(shapes) if shapes is not None and not isinstance(shapes, float) else []
-        shape = parse_shape(str(listed[facet.arg])) if len(listed) > (facet.arg or 0) else None
+        shape = parse_shape(str(listed[arg])) if len(listed) > arg else None
         dims = shape.dims if shape else []
-        sizes.append(dims[facet.dim] if facet.dim is not None and len(dims) > facet.dim else None)
+        sizes.append(dims[dim] if len(dims) > dim else None)
     pairs = list(zip(sizes, sizes[1:], strict=False))
     return (
         bool(pairs)
