@@ -171,16 +171,22 @@ def _eager_advice(group: dict[str, Any], total: float) -> list[str]:
     after_s = float(group.get("after_s") or 0.0)
     before_s = group["seconds"] - after_s
     out = []
-    if after_s < before_s or before_s >= EAGER_SHARE * total:
-        setup = _line_list(group.get("before_lines") or group["lines"])
+    lines = group.get("before_lines") or group["lines"]
+    lone = [line for line in lines if line["compiles"] == 1 and line["seconds"] >= LONE_S]
+    several = [line for line in lines if line not in lone]
+    if (after_s < before_s or before_s >= EAGER_SHARE * total) and several:
+        lone_s = sum(float(line["seconds"]) for line in lone)
         out.append(
-            f"Jit the setup that runs op by op at {setup}: outside `jit` each op compiles on its "
-            f"own ({group['compiles'] - int(group.get('after_compiles') or 0)} compiles, "
-            f"{before_s:.1f} s here); "
+            f"Jit the setup that runs op by op at {_line_list(several)}: outside `jit` each op "
+            "compiles on its own "
+            f"({group['compiles'] - int(group.get('after_compiles') or 0) - len(lone)} compiles, "
+            f"{before_s - lone_s:.1f} s here); "
             "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`; for Flax "
             "NNX, the model built inside `nnx.jit`: `model = nnx.jit(lambda: Model(..., "
             "rngs=nnx.Rngs(0)))()`) compiles it once, as one executable (and one cache entry)."
         )
+    if lone:
+        out.append(_lone_text(lone))
     if after_s >= EAGER_SHARE * total:
         out.append(
             f"The ops compiled one by one at {_line_list(group['after_lines'])} "
@@ -190,6 +196,27 @@ def _eager_advice(group: dict[str, Any], total: float) -> list[str]:
             "compiles once, as one program, and runs as one launch a call."
         )
     return out
+
+
+LONE_S = 1.0  # a line whose one eager compile took this long is told apart
+
+
+def _lone_text(lone: list[dict[str, Any]]) -> str:
+    """Lines whose one op outside jit took long to compile (equinox's score-based diffusion
+    example on a v5e: `jr.permutation` of 60,000 indices in its data loader, 13.1 s): jitting
+    that op alone compiles the same program, so that advice would not shorten it; the
+    persistent cache, which keeps compiles of 1 s or more, does."""
+    named = ", ".join(
+        f"{file_and_line(line['location'])}"
+        + (f" ({line['functions'][0]})" if line["functions"] else "")
+        + f" {float(line['seconds']):.1f} s"
+        for line in lone[:3]
+    )
+    return (
+        f"One op outside jit took long to compile on its own at {named}: jitting it alone "
+        "compiles the same program; the persistent compilation cache keeps it for the next run "
+        "(or do that work in numpy, on the host, where it needs no compile)."
+    )
 
 
 def _step_named(step: dict[str, Any]) -> str:
