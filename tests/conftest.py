@@ -85,6 +85,15 @@ def tpuscope_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "tpuscope", *args]
 
 
+def marked_line(program: Path, marker: str) -> str:
+    """`path:line` of the line of `program` holding `marker` (a comment a test program marks
+    the line a card must stand at with)."""
+    for number, text in enumerate(program.read_text().splitlines(), 1):
+        if marker in text:
+            return f"{program}:{number}"
+    raise AssertionError(f"{marker} not in {program}")
+
+
 def run_tpuscope(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from jax.experimental import io_callback
 
-from tests.conftest import ROOT, run_tpuscope
+from tests.conftest import ROOT, marked_line, run_tpuscope
 from tpuscope.collect.jax.callbacks import CallbackHook, CallbackSite, callback_rows
 from tpuscope.store import Run, RunStore
 
@@ -33,10 +33,7 @@ STEPS = 12
 
 
 def _line(marker: str) -> str:
-    for number, text in enumerate(PROGRAM.read_text().splitlines(), 1):
-        if marker in text:
-            return f"{PROGRAM}:{number}"
-    raise AssertionError(marker)
+    return marked_line(PROGRAM, marker)
 
 
 @pytest.fixture(scope="module")

@@ -18,17 +18,14 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_tpuscope
+from tests.conftest import ROOT, marked_line, run_tpuscope
 
 PROGRAM = ROOT / "tests" / "programs" / "weak_phases.py"
 STEPS = 20  # a phase
 
 
 def _line(marker: str) -> str:
-    for number, text in enumerate(PROGRAM.read_text().splitlines(), 1):
-        if marker in text:
-            return f"{PROGRAM}:{number}"
-    raise AssertionError(marker)
+    return marked_line(PROGRAM, marker)
 
 
 @pytest.fixture(scope="module")
