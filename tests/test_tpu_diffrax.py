@@ -23,6 +23,8 @@ from __future__ import annotations
 import pytest
 
 from tests.chip_runs import analysed
+from tpuscope.analyze.compare import finding_key
+from tpuscope.detect.pod import _key as pod_key
 
 RECOMPILE_S = 14.8013 - 0.8912  # the first 100 steps, upstream against the twin
 PHASE_ONE_STEP_S = (0.8461, 0.9016)  # the fastest and slowest 100 steps of phase 1, bare
@@ -46,9 +48,12 @@ def test_the_weak_scale_is_a_card_costing_what_the_twin_saves(report) -> None:
 
 
 def test_the_second_phase_is_its_own_card_without_the_weak_fix(report) -> None:
+    """Two cards at one site: a pod's hosts and two runs' comparison keep them apart."""
     (phase,) = [f for f in _cards(report, "recompile") if "took 2 sizes" in f.title]
+    (weak,) = [f for f in _cards(report, "recompile") if "weak type" in f.title]
     assert [list(r) for r in phase.step_runs] == [[500, 500]] and "(10, 100)" in phase.detail
     assert "If the size changed on purpose" in phase.fix and "weak" not in phase.fix
+    assert finding_key(phase) != finding_key(weak) and pod_key(phase) != pod_key(weak)
 
 
 def test_the_solve_after_the_loop_is_once(report) -> None:

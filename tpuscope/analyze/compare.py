@@ -224,6 +224,8 @@ def finding_key(f: Finding) -> tuple[str, str, str]:
     Not the title: it carries the run's numbers ("5 of 6 steps"), which change."""
     evidence = evidence_of(f)
     sub = getattr(evidence, "op", None) or getattr(evidence, "function", None) or ""
+    if "weak_type" in (getattr(evidence, "facets", None) or []):  # a site's weak-type card
+        sub = f"{sub} (weak type)"
     return f.rule, f.location or "", str(sub)
 
 

@@ -172,14 +172,16 @@ def _eager_advice(group: dict[str, Any], total: float) -> list[str]:
     before_s = group["seconds"] - after_s
     out = []
     lines = group.get("before_lines") or group["lines"]
-    lone = [line for line in lines if line["compiles"] == 1 and line["seconds"] >= LONE_S]
+    before = group.get("before_lines") or []
+    lone = [line for line in before if line["compiles"] == 1 and line["seconds"] >= LONE_S]
     several = [line for line in lines if line not in lone]
-    if (after_s < before_s or before_s >= EAGER_SHARE * total) and several:
+    left = group["compiles"] - int(group.get("after_compiles") or 0) - len(lone)
+    if (after_s < before_s or before_s >= EAGER_SHARE * total) and several and left > 0:
         lone_s = sum(float(line["seconds"]) for line in lone)
         out.append(
             f"Jit the setup that runs op by op at {_line_list(several)}: outside `jit` each op "
             "compiles on its own "
-            f"({group['compiles'] - int(group.get('after_compiles') or 0) - len(lone)} compiles, "
+            f"({left} compiles, "
             f"{before_s - lone_s:.1f} s here); "
             "`params = jax.jit(init)(key)` (for Flax, `jax.jit(model.init)(key, x)`; for Flax "
             "NNX, the model built inside `nnx.jit`: `model = nnx.jit(lambda: Model(..., "
@@ -212,10 +214,12 @@ def _lone_text(lone: list[dict[str, Any]]) -> str:
         + f" {float(line['seconds']):.1f} s"
         for line in lone[:3]
     )
+    one = len(lone) == 1
     return (
-        f"One op outside jit took long to compile on its own at {named}: jitting it alone "
-        "compiles the same program; the persistent compilation cache keeps it for the next run "
-        "(or do that work in numpy, on the host, where it needs no compile)."
+        f"{'One op' if one else 'Ops'} outside jit took long to compile on {'its' if one else 'their'} "
+        f"own at {named}: jitting {'it' if one else 'one'} alone compiles the same program; the "
+        "persistent compilation cache keeps it for the next run (or do that work in numpy, on "
+        "the host, where it needs no compile)."
     )
 
 

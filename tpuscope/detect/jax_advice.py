@@ -77,8 +77,8 @@ def fix_for(function: str, diffs: list[dict[str, Any]], changes: list[str] | Non
     if kind == "input_sharding" or (kind == "input_types" and _sharding_only(found)):
         return sharding_fix(function, arg, found.get("before"), found.get("after"))
     if kind == "input_types":
-        old = parse_shape(_plain(found.get("before") or ""))  # 'f32[60000@batch,784]': its dims
-        new = parse_shape(_plain(found.get("after") or ""))
+        old = parse_shape(plain(found.get("before") or ""))  # 'f32[60000@batch,784]': its dims
+        new = parse_shape(plain(found.get("after") or ""))
         if weak_only(found):
             return weak_fix(function, arg, found)
         if old and new and old.dims == new.dims:
@@ -179,7 +179,7 @@ _SHARDED_DIM = re.compile(r"@(?:\([^)]*\)|\w+)")
 _SHARDING_SUFFIX = re.compile(r"\(\{.*\}\)$")
 
 
-def _plain(text: str) -> str:
+def plain(text: str) -> str:
     """'f32[32@batch,64]({Explicit: ('batch',)})' -> 'f32[32,64]' (collect/jax/explain.plain_type's
     rule, for runs stored before the collector told sharding changes apart)."""
     return _SHARDED_DIM.sub("", _SHARDING_SUFFIX.sub("", text.strip()))
@@ -187,7 +187,7 @@ def _plain(text: str) -> str:
 
 def _sharding_only(diff: dict[str, Any]) -> bool:
     before, after = diff.get("before") or "", diff.get("after") or ""
-    return before != after and _plain(before) == _plain(after)
+    return before != after and plain(before) == plain(after)
 
 
 def sharding_fix(function: str, arg: str | None, before: str | None, after: str | None) -> str:

@@ -143,6 +143,7 @@ def _key(finding: Finding) -> tuple[Any, ...]:
         getattr(ev, "op", None),
         getattr(ev, "function", None),
         getattr(ev, "kind", None),
+        "weak_type" in (getattr(ev, "facets", None) or []),  # a site's weak-type recompile card
     )
 
 

@@ -160,9 +160,10 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
         fix = jax_advice.fix_for(function, diffs, changes)
         if facet and facet.dim == 0 and len(facet.values) == 2 and _keras_steps(tables, items):
             fix += f" {jax_advice.KERAS_SHORT_BATCH}"
-        elif (  # each recompile a larger size never seen, in the loop
+        elif (  # the one recompile a larger size, in the loop
             facet
-            and len(facet.values) == len(items) + 1
+            and len(items) == 1
+            and len(facet.values) == 2
             and len(_after_loop(tables, items)) < len(items)
             and _grew(tables, items[0]["family"], facet)
         ):
@@ -184,10 +185,13 @@ def _grew(tables: RunTables, family: str, facet: ShapeChurnFacet) -> bool:
         return False
     arg, dim = facet.arg, facet.dim
     rows = tables.families[tables.families["family"] == family].sort_values("index")
+    loop = common.loop_steps(tables)
+    if len(loop):  # what ran after the loop (an evaluation at another length) is not the loop's
+        rows = rows[rows["step"] <= int(loop["step"].max())]
     sizes = []
     for shapes in rows["input_shapes"]:
         listed = list(shapes) if shapes is not None and not isinstance(shapes, float) else []
-        shape = parse_shape(str(listed[arg])) if len(listed) > arg else None
+        shape = parse_shape(jax_advice.plain(str(listed[arg]))) if len(listed) > arg else None
         dims = shape.dims if shape else []
         sizes.append(dims[dim] if len(dims) > dim else None)
     pairs = list(zip(sizes, sizes[1:], strict=False))
@@ -353,7 +357,10 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         run_wall_s=wall,
         share=judge.share(cost, wall),
         **recurrence,
-        facets=["compile_time"] + (["shape_churn"] if facet else []) + (["storm"] if storm else []),
+        facets=["compile_time"]
+        + (["weak_type"] if weak else [])
+        + (["shape_churn"] if facet else [])
+        + (["storm"] if storm else []),
         shape_churn=facet,
         storm=storm,
     )
@@ -398,4 +405,4 @@ def _by_cause(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     500)."""
     weak = [i for i in items if jax_advice.weak_retrace(i["diffs"])]
     rest = [i for i in items if not jax_advice.weak_retrace(i["diffs"])]
-    return [group for group in (weak, rest) if group]
+    return [group for group in (rest, weak) if group]

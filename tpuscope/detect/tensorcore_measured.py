@@ -29,7 +29,7 @@ from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix, own_function_fix
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.traced_segment import traced_segment
+from tpuscope.detect.traced_segment import run_steps, traced_segment
 from tpuscope.schema import Finding
 
 RULE = "tensorcore_underuse"
@@ -124,7 +124,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     )
     if untraced:
         _, per_step, step_s, busy_s = untraced
-        segment = traced_segment(tables, steps)
+        segment = traced_segment(tables, run_steps(rows))
         judged = len(segment.judged)
         cost, runs = per_step * judged, []
         busy = (
@@ -247,8 +247,10 @@ def _against_step_time(
     are clipped to the trace's span, and a clipped step's busy time is part of one. None
     without step times or the device's windows."""
     rows = idle.rows
-    judged = traced_segment(tables, rows["step"][rows["step"] >= 0]).judged
-    if not count or judged.empty or "wall_ns" not in judged or idle.rows.empty:
+    if not count or rows.empty or "step" not in rows:
+        return None
+    judged = traced_segment(tables, run_steps(rows)).judged
+    if judged.empty or "wall_ns" not in judged:
         return None
     windows = rows[(rows["step"] >= 0) & rows["window"].isin(DEVICE_WINDOWS)]
     step_s = float(judged["wall_ns"].median()) / 1e9
