@@ -16,9 +16,13 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
+import tpuscope
 from tests.conftest import ROOT, marked_line, run_tpuscope
+from tpuscope.detect.tables import RunTables
+from tpuscope.detect.traced_segment import traced_segment
 
 PROGRAM = ROOT / "tests" / "programs" / "weak_phases.py"
 STEPS = 20  # a phase
@@ -37,7 +41,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         bare = subprocess.run([sys.executable, *args], capture_output=True, text=True)
         run = run_tpuscope("run", "--store", str(store), "python", *args)
         shown = run_tpuscope("show", "latest", "--store", str(store), "--json")
-        out[twin] = {"bare": bare, "run": run, "report": json.loads(shown.stdout)}
+        out[twin] = {"bare": bare, "run": run, "report": json.loads(shown.stdout), "store": store}
     return out
 
 
@@ -79,3 +83,16 @@ def test_a_compile_after_the_loop_is_once_not_recurring(runs: dict) -> None:
         assert "made after the loop's last step" in after["detail"]
         assert "recurring" not in after["detail"] and "per 1,000 steps" not in after["detail"]
         assert "If the size changed on purpose" not in after["fix"]
+
+
+def test_a_trace_speaks_for_the_steps_between_the_recompiles_around_it(runs: dict) -> None:
+    """Steps 3-7 traced (as the automatic window takes them) ran the graph compiled again at
+    step 1 until the second phase's recompile at step 20: the held-out check's first compile at
+    step 10 is no new graph of the step, and does not end them."""
+    tables = RunTables.from_run(tpuscope.load_run("latest", store=str(runs["weak"]["store"])))
+    segment = traced_segment(tables, pd.Series([3, 4, 5, 6, 7]))
+    assert list(segment.judged["step"]) == list(range(2, STEPS))
+    assert segment.after is not None and int(segment.after["step"]) == STEPS
+    assert "steps 2-19; from step 20 the loop ran make_step at new inputs" in segment.text(
+        len(tables.judged)
+    )

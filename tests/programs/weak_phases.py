@@ -2,7 +2,8 @@
 learnt scale made as upstream makes it, `jnp.array(1.0)` (weakly typed: the first update returns
 it strongly typed, so the step compiles again at step 1), a second phase on longer series (the
 step compiled once more, at its first step), and the fitted model evaluated once after the loop
-at another length by the jitted loss that made its first (a compile after the loop).
+at another length by the jitted loss that made its first (a compile after the loop); a
+held-out check at step 10, a jitted function first compiled inside the loop.
 
     python weak_phases.py STEPS_PER_PHASE [strong]
 
@@ -26,6 +27,7 @@ def loss_of(params, series):
 
 
 predict = jax.jit(loss_of)  # used to make the data and to evaluate the fitted model
+evaluate = jax.jit(lambda params, series: loss_of(params, series))  # a held-out check
 
 
 @jax.jit
@@ -44,4 +46,6 @@ for length in (16, 160):  # 10% of each series, then all of it
         loss, params = make_step(params, series)  # STEP_LINE
         if step % 10 == 0:
             print(f"length {length} step {step} loss {float(loss):.5f}")
+        if step == 10 and length == 16:  # a held-out check, first compiled in the loop
+            print(f"held-out loss {float(evaluate(params, series[:8])):.5f}")
 print(f"fitted loss {float(predict(params, jax.random.normal(key, (1, 100, 32)))):.5f}")  # AFTER_LINE
