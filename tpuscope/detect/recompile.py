@@ -35,12 +35,11 @@ from tpuscope.analyze.contract import (
 )
 from tpuscope.analyze.families import NEW_EVERY_STEP, STREAK, bounded, recompiles
 from tpuscope.analyze.frames import records
-from tpuscope.analyze.shapes import parse_shape
 from tpuscope.detect import common, jax_advice, xla_advice
 from tpuscope.detect.compile_changes import NO_SHAPES_HINT, recompile_item, site_of, where_text
 from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.recompile_notes import RULE, bounded_notes, imported_totals
-from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text
+from tpuscope.detect.shape_churn import churn_facet, data_dependent_ops, facet_text, grew
 from tpuscope.detect.tables import RunTables
 from tpuscope.schema import Finding
 from tpuscope.step_runs import runs_text
@@ -144,11 +143,15 @@ def _title(
     return f"{len(items)} recompile{'s' * (len(items) > 1)} at {where}{what}"
 
 
+def _last_loop_step(tables: RunTables) -> int | None:
+    loop = common.loop_steps(tables)
+    return int(loop["step"].max()) if len(loop) else None
+
+
 def _after_loop(tables: RunTables, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The recompiles made after the loop's last step (an evaluation, a plot): once, not the
     loop's (diffrax's neural ODE example solved its fitted model once more to plot it)."""
-    loop = common.loop_steps(tables)
-    last = int(loop["step"].max()) if len(loop) else None
+    last = _last_loop_step(tables)
     return [i for i in items if last is not None and i["step"] > last]
 
 
@@ -165,7 +168,7 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
             and len(items) == 1
             and len(facet.values) == 2
             and len(_after_loop(tables, items)) < len(items)
-            and _grew(tables, items[0]["family"], facet)
+            and grew(tables.families, items[0]["family"], facet, _last_loop_step(tables))
         ):
             fix += f" {jax_advice.NEW_PHASE}"
         if facet and facet.plan is not None:
@@ -176,30 +179,6 @@ def _fix(tables: RunTables, items: list[dict[str, Any]], facet: ShapeChurnFacet 
     if _in_loop_without_sync(tables, items):
         return xla_advice.NO_SYNC_FIX
     return xla_advice.recompile_fix(changes, causes, facet, data_dependent_ops(tables.fallbacks))
-
-
-def _grew(tables: RunTables, family: str, facet: ShapeChurnFacet) -> bool:
-    """The varying dim only grew from compile to compile of the family: a later phase at a
-    longer length, not a short last batch (smaller) nor sizes that come and go."""
-    if facet.arg is None or facet.dim is None:
-        return False
-    arg, dim = facet.arg, facet.dim
-    rows = tables.families[tables.families["family"] == family].sort_values("index")
-    loop = common.loop_steps(tables)
-    if len(loop):  # what ran after the loop (an evaluation at another length) is not the loop's
-        rows = rows[rows["step"] <= int(loop["step"].max())]
-    sizes = []
-    for shapes in rows["input_shapes"]:
-        listed = list(shapes) if shapes is not None and not isinstance(shapes, float) else []
-        shape = parse_shape(jax_advice.plain(str(listed[arg]))) if len(listed) > arg else None
-        dims = shape.dims if shape else []
-        sizes.append(dims[dim] if len(dims) > dim else None)
-    pairs = list(zip(sizes, sizes[1:], strict=False))
-    return (
-        bool(pairs)
-        and all(a is not None and b is not None and b >= a for a, b in pairs)
-        and any(b > a for a, b in pairs if a is not None and b is not None)
-    )
 
 
 KERAS_STEPS = ("train_step", "test_step", "predict_step")  # keras/src/backend/jax/trainer.py's
@@ -229,8 +208,8 @@ def whole_wall_s(tables: RunTables) -> float:
 def _recurrence(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether the recompiles go on (their rate per 1,000 loop steps) or stopped: a one-off cost
     once the loop ran as many steps after the last one as they spanned (and as there were)."""
-    loop = common.loop_steps(tables)
-    last_loop = int(loop["step"].max()) if len(loop) else -1
+    last = _last_loop_step(tables)
+    last_loop = -1 if last is None else last
     items = [i for i in items if i["step"] <= last_loop]  # after the loop: not the loop's
     steps = [i["step"] for i in items if i["step"] >= 0]
     if not steps or last_loop < 0:
@@ -403,6 +382,6 @@ def _by_cause(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     cause has its own fix, and it is not the site's shape churn (diffrax's neural ODE example
     recompiled its step for a weakly typed scalar at step 1 and for a longer series at step
     500)."""
-    weak = [i for i in items if jax_advice.weak_retrace(i["diffs"])]
-    rest = [i for i in items if not jax_advice.weak_retrace(i["diffs"])]
-    return [group for group in (rest, weak) if group]
+    weak = [jax_advice.weak_retrace(i["diffs"]) for i in items]
+    rest = [i for i, w in zip(items, weak, strict=True) if not w]
+    return [g for g in (rest, [i for i, w in zip(items, weak, strict=True) if w]) if g]

@@ -18,10 +18,12 @@ from tpuscope.analyze.shapes import (
     Bucketing,
     VaryingDim,
     bucket_padding,
+    parse_shape,
     suggest_buckets,
     varying_dims,
 )
 from tpuscope.detect import common
+from tpuscope.detect.jax_advice import plain
 
 MAX_WASTE = 0.10
 MIN_PLAN_SIZES = 3  # two sizes need no plan: pad to the larger (or drop the short batch)
@@ -131,4 +133,30 @@ def data_dependent_ops(fallbacks: pd.DataFrame) -> list[str]:
         sorted(set(fallbacks["op"].unique()) & set(DATA_DEPENDENT_OPS))
         if not fallbacks.empty
         else []
+    )
+
+
+def grew(families: pd.DataFrame, family: str, facet: ShapeChurnFacet, last: int | None) -> bool:
+    """The facet's dim only grew from compile to compile of the family, in the loop (steps up to
+    `last`; an evaluation after it at another length is not the loop's): a later phase at a
+    longer length, not a short last batch (smaller) nor sizes that come and go."""
+    if facet.arg is None or facet.dim is None:
+        return False
+    arg, dim = facet.arg, facet.dim
+    rows = families[families["family"] == family].sort_values("index")
+    if last is not None:
+        rows = rows[rows["step"] <= last]
+    sizes = []
+    for shapes in rows["input_shapes"]:
+        listed = list(shapes) if shapes is not None and not isinstance(shapes, float) else []
+        shape = parse_shape(plain(str(listed[arg]))) if len(listed) > arg else None
+        dims = shape.dims if shape else []
+        sizes.append(dims[dim] if len(dims) > dim else None)
+    pairs = list(zip(sizes, sizes[1:], strict=False))
+    known = [(a, b) for a, b in pairs if a is not None and b is not None]
+    return (
+        bool(pairs)
+        and len(known) == len(pairs)
+        and all(b >= a for a, b in known)
+        and any(b > a for a, b in known)
     )

@@ -114,7 +114,8 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     rows, basis = idle.rows, idle.basis
     steps = rows["step"][rows["step"] >= 0] if not rows.empty else pd.Series(dtype="int64")
     runs, count = Finding.of_steps(steps)  # -1: whole trace
-    untraced = _against_step_time(tables, idle, count)
+    segment = traced_segment(tables, run_steps(rows))
+    untraced = _against_step_time(idle, count, segment.judged)
     share = untraced[0] if untraced else idle.share
     if share < IDLE_SHARE:
         return None
@@ -124,7 +125,6 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     )
     if untraced:
         _, per_step, step_s, busy_s = untraced
-        segment = traced_segment(tables, run_steps(rows))
         judged = len(segment.judged)
         cost, runs = per_step * judged, []
         busy = (
@@ -238,19 +238,17 @@ def program_files(tables: RunTables) -> list[str]:
 
 
 def _against_step_time(
-    tables: RunTables, idle: TracedIdle, count: int
+    idle: TracedIdle, count: int, judged: pd.DataFrame
 ) -> tuple[float, float, float, float] | None:
     """(idle share, idle s a step, step s, busy s a step): the device's busy time a traced step
-    against the median judged step, which the trace did not slow. A trace slows the host (an
+    against the median of the `judged` steps that ran the traced graphs (detect/traced_segment),
+    which the trace did not slow. A trace slows the host (an
     input-bound MLP's traced steps idled 64% on a v5e where it lost 51% bare, 1.78 of 3.52 ms:
     its median step 3.60 ms against 1.82 ms busy). The device's own windows only: the host's
     are clipped to the trace's span, and a clipped step's busy time is part of one. None
     without step times or the device's windows."""
     rows = idle.rows
-    if not count or rows.empty or "step" not in rows:
-        return None
-    judged = traced_segment(tables, run_steps(rows)).judged
-    if judged.empty or "wall_ns" not in judged:
+    if not count or rows.empty or "step" not in rows or judged.empty or "wall_ns" not in judged:
         return None
     windows = rows[(rows["step"] >= 0) & rows["window"].isin(DEVICE_WINDOWS)]
     step_s = float(judged["wall_ns"].median()) / 1e9
