@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tpuscope.analyze.compiling import compiling_ns
 from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.device_time import DEVICE_WINDOWS
 from tpuscope.analyze.host_time import NNX_GRAPH, HostPart, host_parts
@@ -89,7 +90,9 @@ def traced_idle(tables: RunTables, measured: dict[str, Any]) -> TracedIdle | Non
         )
     if total <= 0:
         return None
-    compiling = _compile_ns(tables, rows)
+    compiling = compiling_ns(
+        rows, tables.compiles, tables.extra.get("trace_events", pd.DataFrame()), tables.steps
+    )
     basis = "measured from the trace's XLA ops" + (
         f"; {compiling / 1e9:.2f} s of the idle time was compiling, not waiting"
         if compiling
@@ -257,33 +260,6 @@ def _against_step_time(
     busy_s = float(windows["busy_ns"].sum()) / len(windows) / 1e9  # a (device, step) a row
     per_step = max(step_s - busy_s, 0.0)
     return per_step / step_s, per_step, step_s, busy_s
-
-
-COMPILE_EVENT = "PJRT_Client_Compile"  # a compile in any PJRT backend's host trace
-
-
-def _compile_ns(tables: RunTables, rows: pd.DataFrame) -> float:
-    """Compile time in these traced steps: the device idles while XLA compiles, and that idle
-    time is compile time, not time the device waited for the host's step work. From the run's
-    steps, else (an imported trace) from the trace's own compile events in the windows."""
-    if rows.empty:
-        return 0.0
-    steps = tables.steps
-    own_windows = "window" in rows and (rows["window"] == "steps").all()
-    if own_windows and not steps.empty and "compile_ns" in steps:  # the run's step numbers
-        traced = steps[steps["step"].isin(rows["step"])]
-        return float(traced["compile_ns"].fillna(0).sum())
-    events = tables.extra.get("trace_events", pd.DataFrame())
-    if events.empty or "name" not in events:
-        return 0.0
-    compiles = events[events["name"].astype(str) == COMPILE_EVENT]
-    if compiles.empty:
-        return 0.0
-    starts = compiles["start_ns"].to_numpy()
-    inside = np.zeros(len(compiles), bool)
-    for lo, hi in zip(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy(), strict=True):
-        inside |= (starts >= lo) & (starts < hi)
-    return float(compiles["dur_ns"].to_numpy()[inside].sum())
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"

@@ -1,0 +1,78 @@
+"""Compile time inside a trace's windows: the device idles while the host compiles, and that
+idle time is compile time, not time the device waited for the host's step work (issue 39).
+Pure pandas over the run's tables.
+
+A JAX compile is its tracing, its lowering and XLA's backend compile. A trace's own compile
+events (`PJRT_Client_Compile`) time the backend compile alone; the run's `compiles` rows time
+all three, from the tracing's start. On a v5e, Flax's Gemma sampler recompiled its decoding
+`while_loop` for each new prompt length: 10.41 s a compile, of which the trace's event held
+8.56 s; the 1.85 s of tracing and lowering had been taken for the host's step work (docs/tpu.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COMPILE_EVENT = "PJRT_Client_Compile"  # a compile in any PJRT backend's host trace
+
+
+def compiling_ns(
+    windows: pd.DataFrame, compiles: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame
+) -> float:
+    """Nanoseconds of compiling inside `windows` (device_steps rows: start_ns, end_ns, step,
+    window). Windows that are the run's own steps take their steps' compile time; others the
+    union of the run's compiles (tracing's start to the compile's end), or of the trace's
+    compile events where that is more (an imported trace has no compile rows)."""
+    if windows.empty:
+        return 0.0
+    own_windows = "window" in windows and (windows["window"] == "steps").all()
+    if own_windows and not steps.empty and "compile_ns" in steps:  # the run's step numbers
+        traced = steps[steps["step"].isin(windows["step"])]
+        return float(traced["compile_ns"].fillna(0).sum())
+    return max(_rows_ns(windows, compiles), _events_ns(windows, events))
+
+
+def _rows_ns(windows: pd.DataFrame, compiles: pd.DataFrame) -> float:
+    """The run's compiles (time_ns: the tracing's start; duration_ns: tracing, lowering and
+    backend compile), their union clipped to the windows."""
+    if compiles.empty or not {"time_ns", "duration_ns"} <= set(compiles):
+        return 0.0
+    known = compiles.dropna(subset=["time_ns", "duration_ns"])
+    starts = known["time_ns"].to_numpy(dtype=np.float64)
+    return _covered(starts, starts + known["duration_ns"].to_numpy(dtype=np.float64), windows)
+
+
+def _events_ns(windows: pd.DataFrame, events: pd.DataFrame) -> float:
+    """The trace's own backend compile events inside the windows."""
+    if events.empty or "name" not in events:
+        return 0.0
+    found = events[events["name"].astype(str) == COMPILE_EVENT]
+    if found.empty:
+        return 0.0
+    starts = found["start_ns"].to_numpy(dtype=np.float64)
+    return _covered(starts, starts + found["dur_ns"].to_numpy(dtype=np.float64), windows)
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, windows: pd.DataFrame) -> float:
+    """How much of the windows the intervals cover, each instant once (a compile inside
+    another's tracing is not counted twice; several devices' windows of one step overlap)."""
+    spans = _union(starts, ends)
+    lows, highs = _union(
+        windows["start_ns"].to_numpy(dtype=np.float64), windows["end_ns"].to_numpy(dtype=np.float64)
+    )
+    total = 0.0
+    for lo, hi in zip(lows, highs, strict=True):
+        total += float(np.clip(np.minimum(spans[1], hi) - np.maximum(spans[0], lo), 0, None).sum())
+    return total
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals merged where they overlap: (starts, ends), sorted."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts)
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    new = np.r_[True, starts[1:] > ends[:-1]]
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(starts) - 1]
+    return starts[new], ends[last]
