@@ -10,6 +10,8 @@
 # 3: equinox's score-based diffusion example ($EQ: tests/tpu/programs/eqx_examples.py's folder,
 #    its MNIST stand-in written here; einops's wheel in .tpu/dfxwhl too), 1,500 steps bare
 #    (a print every 100 steps) and under `tpuscope run`.
+# 4: its twin whose loader indexes a numpy copy of the data with a numpy permutation
+#    (score_based_diffusion_numpy.py), bare and under `tpuscope run`.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 TPU_WITH_FLAX= source tests/tpu/chip_lib.sh
@@ -28,17 +30,19 @@ truth() {  # bare, every gap between its prints, and JAX's compile log of make_s
     --after 1 --per 100 --gaps $DFX/$1 2>&1 | quiet \
     | grep -a "^Step\|bare_trace\|wall\|Finished .*make_step\|Error\|error" | tee -a $LOG
 }
-if [ "$PART" = 3 ]; then
+if [ "$PART" = 3 ] || [ "$PART" = 4 ]; then
   EQ=${EQ:-equinox}
   python3 -c "import sys; from pathlib import Path; sys.path.insert(0, '$P'); \
 from eqx_examples import write_mnist; write_mnist(Path('$EQ'))"
   export SBD_STEPS=1500 SBD_PRINT=100
   here=$PWD
   cd $EQ
-  say "bare: score_based_diffusion.py"
+  SBD=score_based_diffusion.py; NAME=sbd
+  [ "$PART" = 4 ] && SBD=score_based_diffusion_numpy.py && NAME=sbd_numpy
+  say "bare: $SBD"
   /usr/bin/time -f "wall %e s" python3 $here/$P/bare_trace.py --mark "Step=" --after 2 --per 100 \
-    --gaps score_based_diffusion.py 2>&1 | quiet | tee -a $LOG
-  under sbd python3 score_based_diffusion.py; paths
+    --gaps $SBD 2>&1 | quiet | tee -a $LOG
+  under $NAME python3 $SBD; paths
   cd $here
 fi
 if [ "$PART" = 1 ]; then

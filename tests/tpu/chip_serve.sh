@@ -7,6 +7,7 @@
 #    while_loop again), with JAX's compile log; then its twin with one buffer length
 #    (--fixed 96: one compile).
 # 2: the same program under `tpuscope run`, default mode.
+# 3: the twin (--fixed 96), twice through the prompts, under `tpuscope run`.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -16,7 +17,8 @@ PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-d
 UP=${UP:-upstream}
 LAYERS=${LAYERS:-0}
 G="$P/gemma_serve.py --gemma $UP/gemma --layers $LAYERS"
-pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null; }
+# the store without raw traces, in parts of 15 MB (a run's trace events can be 33 MB)
+pack() { tar cf - -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null | split -b 15000000 - $OUT/runs$PART.tar.; }
 compiles() { grep -a "^request\|^total_s\|^wall\|Finished .*_sample_fn\|Error\|error" | tee -a $LOG; }
 if [ "$PART" = 1 ]; then
   say "bare: $G"
@@ -27,5 +29,8 @@ if [ "$PART" = 1 ]; then
 fi
 if [ "$PART" = 2 ]; then
   under serve python3 $G; paths
+fi
+if [ "$PART" = 3 ]; then
+  under serve_fixed python3 $G --fixed 96 --rounds 2; paths
 fi
 pack

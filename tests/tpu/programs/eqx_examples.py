@@ -179,6 +179,17 @@ SBD = [
     ("    num_steps=1_000_000,\n", '    num_steps=int(os.environ.get("SBD_STEPS", 1_000_000)),\n'),
     ("    print_every=10_000,\n", '    print_every=int(os.environ.get("SBD_PRINT", 10_000)),\n'),
 ]
+SBD_NUMPY = [  # the loader indexes a numpy copy of the data with a numpy permutation
+    ("import array\n", "import array\n\nimport numpy as np\n"),
+    (
+        "        perm = jr.permutation(subkey, indices)\n",
+        "        perm = np.asarray(jr.permutation(subkey, indices))\n",
+    ),
+    (
+        "range(num_steps), dataloader(data, batch_size, key=loader_key)",
+        "range(num_steps), dataloader(np.asarray(data), batch_size, key=loader_key)",
+    ),
+]
 
 
 def write_mnist(folder: Path) -> None:
@@ -206,7 +217,9 @@ def main() -> None:
     (out / "train_rnn_nowait.py").write_text(NO_WAIT + edit_once(noitem, RNN_NO_WAIT, "train_rnn"))
     (out / "train_rnn_numpy.py").write_text(edit_once(rnn, RNN_NUMPY, "train_rnn"))
     sbd = "\n\n".join(notebook_code(git_dir, "score_based_diffusion")) + "\n"
-    (out / "score_based_diffusion.py").write_text(edit_once(sbd, SBD, "score_based_diffusion"))
+    sbd = edit_once(sbd, SBD, "score_based_diffusion")
+    (out / "score_based_diffusion.py").write_text(sbd)
+    (out / "score_based_diffusion_numpy.py").write_text(edit_once(sbd, SBD_NUMPY, "sbd_numpy"))
     write_mnist(out)
     vit = vit_program(notebook_code(git_dir, "vision_transformer"))
     (out / "vit.py").write_text(vit)
