@@ -82,7 +82,10 @@ def _function_label(name: str, paths: dict[str, str]) -> tuple[str, str | None]:
 def _dispatch_label(name: str) -> tuple[str, str | None]:
     match = _DISPATCH.match(name)
     assert match is not None
-    return f"the dispatch of the jitted {match['name']} (its arguments' transfer included)", None
+    return (
+        f"the dispatch of the jitted {match['name']} (its arguments' transfer and any compile included)",
+        None,
+    )
 
 
 def _outermost(rows: pd.DataFrame) -> pd.DataFrame:
