@@ -97,3 +97,12 @@ def test_the_rnn_is_host_bound_in_its_loader(runs) -> None:
     [idle] = [f for f in runs["eqx_rnn"].findings if f.title.startswith("device idle")]
     assert idle.severity == "high" and idle.location.endswith("train_rnn.py:11")
     assert "dataloader (train_rnn.py:11)" in idle.detail
+
+
+def test_the_rnn_loader_is_named_for_the_ops_it_launches(runs) -> None:
+    """The RNN's loader indexes the device arrays `get_data` returns: 39% of its traced time is
+    inside the dispatches of the index ops, which the fix names with numpy copies as the way
+    out; bare, its loader over numpy copies took the step from 4.82 to 1.81 ms."""
+    (idle,) = [f for f in runs["eqx_rnn"].findings if "device idle" in f.title]
+    assert "dataloader (train_rnn.py:11) held 78% of the host's traced time, 39% of it" in idle.fix
+    assert "np.asarray(array)" in idle.fix

@@ -16,6 +16,8 @@ the traced steps' host time, not the untraced step's.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -41,12 +43,21 @@ class HostPart:
     label: str
     location: str | None
     s_per_step: float
+    eager_s_per_step: float = 0.0  # a function's: the ops outside jit it dispatched
+    eager_ops: tuple[str, ...] = ()  # their names, the most dispatched first
 
 
-def host_parts(events: pd.DataFrame, program_files: list[str], steps: int) -> list[HostPart]:
+def host_parts(
+    events: pd.DataFrame,
+    program_files: list[str],
+    steps: int,
+    jitted: frozenset[str] = frozenset(),
+) -> list[HostPart]:
     """The program's outermost Python functions, its jitted calls' dispatch and Flax NNX's
     graph traversal in the trace, longest first, each its time a step over `steps` traced
-    steps."""
+    steps. A function's part also holds the dispatches made inside it of ops outside jit:
+    every dispatch but those of the program's `jitted` functions (Equinox's RNN example's
+    loader spent most of its time indexing device arrays, each index op a dispatch)."""
     if events.empty or "plane" not in events or steps <= 0:
         return []
     host = events[events["plane"].astype(str).str.startswith("/host:")]
@@ -57,19 +68,68 @@ def host_parts(events: pd.DataFrame, program_files: list[str], steps: int) -> li
     calls = names.str.extract(_PYTHON_CALL)
     mine = calls["file"].isin(set(paths)).to_numpy()
     parts: dict[tuple[str, str | None], float] = {}
-    for rows, label_of in (
-        (host[mine], lambda n: _function_label(n, paths)),
-        (host[names.str.match(_DISPATCH).to_numpy()], _dispatch_label),
-        (host[names.str.match(_NNX_GRAPH_CALL).to_numpy()], lambda n: (NNX_GRAPH, None)),
+    dispatches = _outermost(host[names.str.match(_DISPATCH).to_numpy()])
+    own = _outermost(host[mine])
+    for outer, label_of in (
+        (own, lambda n: _function_label(n, paths)),
+        (dispatches, _dispatch_label),
+        (
+            _outermost(host[names.str.match(_NNX_GRAPH_CALL).to_numpy()]),
+            lambda n: (NNX_GRAPH, None),
+        ),
     ):
-        outer = _outermost(rows)
         for name, dur_ns in zip(
             outer["name"].astype(str), outer["dur_ns"].to_numpy(float), strict=True
         ):
             key = label_of(name)
             parts[key] = parts.get(key, 0.0) + dur_ns / 1e9
-    found = [HostPart(label, where, total / steps) for (label, where), total in parts.items()]
+    eager = _eager_inside(own, dispatches, jitted, lambda n: _function_label(n, paths))
+    found = [
+        HostPart(label, where, total / steps, *_per_step(eager.get((label, where)), steps))
+        for (label, where), total in parts.items()
+    ]
     return sorted(found, key=lambda p: -p.s_per_step)
+
+
+def _eager_inside(
+    own: pd.DataFrame,
+    dispatches: pd.DataFrame,
+    jitted: frozenset[str],
+    label_of: Callable[[str], tuple[str, str | None]],
+) -> dict[tuple[str, str | None], tuple[float, Counter[str]]]:
+    """Per function part: the seconds and names of the dispatches inside its calls (on its
+    thread) that are not of the program's jitted functions."""
+    if own.empty or dispatches.empty:
+        return {}
+    ops = dispatches["name"].astype(str).str.extract(_DISPATCH)["name"]
+    eager = dispatches[~ops.isin(jitted).to_numpy()]
+    found: dict[tuple[str, str | None], tuple[float, Counter[str]]] = {}
+    for line, calls in own.groupby("line", observed=True, sort=False):
+        mine = eager[eager["line"] == line]
+        starts = mine["start_ns"].to_numpy()
+        for name, start, dur in zip(
+            calls["name"].astype(str),
+            calls["start_ns"].to_numpy(),
+            calls["dur_ns"].to_numpy(),
+            strict=True,
+        ):
+            inside = mine[(starts >= start) & (starts < start + dur)]
+            if inside.empty:
+                continue
+            key = label_of(name)
+            seconds, names = found.get(key, (0.0, Counter()))
+            names.update(inside["name"].astype(str).str.extract(_DISPATCH)["name"])
+            found[key] = (seconds + float(inside["dur_ns"].sum()) / 1e9, names)
+    return found
+
+
+def _per_step(
+    eager: tuple[float, Counter[str]] | None, steps: int
+) -> tuple[float, tuple[str, ...]]:
+    if eager is None:
+        return 0.0, ()
+    seconds, names = eager
+    return seconds / steps, tuple(name for name, _ in names.most_common(4))
 
 
 def _function_label(name: str, paths: dict[str, str]) -> tuple[str, str | None]:

@@ -147,7 +147,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         )
         cost_text = "Cost = idle time in those steps."
     events = tables.extra.get("trace_events", pd.DataFrame())
-    parts = host_parts(events, program_files(tables), count)
+    parts = host_parts(events, program_files(tables), count, jitted_functions(tables))
     hold = callback_hold(tables, count) if count else None
     fix = _host_bound_fix(tables.backend, parts, keras_step(tables.meta))
     # the line of the part that held the most host time; the dispatch and NNX's traversal
@@ -224,7 +224,7 @@ def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = Non
     own = max((p for p in shown if p.location), key=lambda p: p.s_per_step, default=None)
     leads = [(nnx, NNX_GRAPH_FIX)] if nnx >= NNX_LEADS * total > 0 else []
     if own is not None and own.s_per_step >= NNX_LEADS * total:
-        leads.append((own.s_per_step, own_function_fix(own.label, own.s_per_step / total)))
+        leads.append((own.s_per_step, own_function_fix(own, own.s_per_step / total)))
     return " ".join([text for _, text in sorted(leads, key=lambda lead: -lead[0])] + [fix])
 
 
@@ -241,6 +241,19 @@ def _where_host(parts: list[HostPart]) -> str:
         + "; ".join(f"{p.label} {fmt_time(p.s_per_step)} a step" for p in parts[:4])
         + ". "
     )
+
+
+def jitted_functions(tables: RunTables) -> frozenset[str]:
+    """The names of the functions the program jitted (its compiles outside the eager ones)."""
+    compiles = tables.compiles
+    if compiles.empty or "function" not in compiles:
+        return frozenset()
+    jitted = (
+        compiles
+        if "eager" not in compiles
+        else compiles[~compiles["eager"].fillna(False).astype(bool)]
+    )
+    return frozenset(str(f) for f in jitted["function"].dropna().unique())
 
 
 def program_files(tables: RunTables) -> list[str]:
