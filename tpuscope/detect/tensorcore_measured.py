@@ -21,13 +21,13 @@ from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.device_time import DEVICE_WINDOWS
 from tpuscope.analyze.host_time import NNX_GRAPH, HostPart, host_parts
 from tpuscope.analyze.mxu import fmt_time
-from tpuscope.analyze.tensorcore import is_library_path
 from tpuscope.detect.advice import for_backend
 from tpuscope.detect.compile_kinds import keras_step
 from tpuscope.detect.eager_counts import dispatching_holds_idle
 from tpuscope.detect.held_idle import callback_hold, hold_text
 from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix, own_function_fix
+from tpuscope.detect.program_code import jitted_functions, program_files
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
 from tpuscope.detect.traced_segment import run_steps, traced_segment
@@ -241,28 +241,6 @@ def _where_host(parts: list[HostPart]) -> str:
         + "; ".join(f"{p.label} {fmt_time(p.s_per_step)} a step" for p in parts[:4])
         + ". "
     )
-
-
-def jitted_functions(tables: RunTables) -> frozenset[str]:
-    """The names of the functions the program jitted (its compiles outside the eager ones)."""
-    compiles = tables.compiles
-    if compiles.empty or "function" not in compiles:
-        return frozenset()
-    jitted = (
-        compiles
-        if "eager" not in compiles
-        else compiles[~compiles["eager"].fillna(False).astype(bool)]
-    )
-    return frozenset(str(f) for f in jitted["function"].dropna().unique())
-
-
-def program_files(tables: RunTables) -> list[str]:
-    """The program's own files tpuscope saw: its call sites' and compiles' user lines."""
-    paths: set[str] = set()
-    for frame in (tables.extra.get("call_sites", pd.DataFrame()), tables.compiles):
-        if "location" in frame:
-            paths |= {str(v).rsplit(":", 1)[0] for v in frame["location"].dropna().unique()}
-    return sorted(p for p in paths if p and not is_library_path(p))
 
 
 def _against_step_time(
