@@ -78,11 +78,12 @@ def test_tracing_and_lowering_inside_the_trace_are_compile_time(served) -> None:
     assert (events["name"] == COMPILE_EVENT).any()
 
 
-def test_the_ops_beside_the_sampler_cost_their_dispatches_not_its_compiles(served) -> None:
-    """Beside a compiled step, the ops' own dispatches are the evidence: their host time with
-    their compiles out measured nothing, so the card is low, and it says the idle time left once
-    compiling is out (0.69 s a request) is the most they could save, and that they compiled
-    for 4.89 s in the judged requests (each new prompt length a new shape)."""
+def test_the_ops_beside_the_sampler_are_not_charged_with_its_compiles(served) -> None:
+    """Beside a compiled step, the ops' own dispatches are the evidence, and here they cannot
+    be told apart: the ops compiled 4.89 s in the judged requests (each new prompt length a new
+    shape; JAX's library functions among them compile as jitted calls the dispatch metric does
+    not time), more than the 2.15 s their dispatches took. The card says so, is low, and states
+    the idle time left once compiling is out (0.69 s a request) as the most they could save."""
     report, _ = served
     card = _card(report, "op_by_op")
     evidence = card.evidence.to_dict()
@@ -90,7 +91,7 @@ def test_the_ops_beside_the_sampler_cost_their_dispatches_not_its_compiles(serve
     assert evidence["dispatches_per_step"] == 111.0
     assert evidence["device_idle_s_per_step"] == pytest.approx(0.685, abs=0.01)
     assert f"{COMPILING_S:.2f} s of the idle time was compiling" in card.detail
-    assert "They also compiled for 4.89 s in these steps" in card.detail
+    assert "Cost: not measured: the ops' own compiles (4.89 s in these steps" in card.detail
 
 
 def test_a_request_that_compiles_is_host_bound_outside_its_compile(served) -> None:
@@ -100,6 +101,11 @@ def test_a_request_that_compiles_is_host_bound_outside_its_compile(served) -> No
     (idle,) = [f for f in report.findings if "device idle" in f.title]
     assert "of the 687.54 ms median step" in idle.detail
     assert idle.cost_s == pytest.approx(3 * 0.68006, rel=0.01)
+    # where the host's traced time went, compiles out (the module loop's 9.85 s a request held
+    # them); the card stands at the sampler's call, not at the script's top-level code
+    assert "<module> (gemma_serve.py:1) 495.34 ms a step" in idle.detail
+    assert idle.location.endswith("gemma/sampler.py:499")
+    assert "The program's own <module>" not in idle.fix
 
 
 def test_the_model_built_op_by_op_is_the_setup_to_jit(served) -> None:
@@ -126,6 +132,8 @@ def test_the_one_length_twin_has_no_recompile_and_its_host_work_is_named(fixed) 
     assert not [f for f in fixed.findings if f.rule == "recompile"]
     (idle,) = [f for f in fixed.findings if "device idle" in f.title]
     assert idle.severity == "high" and "__call__ (sampler.py:430)" in idle.detail
+    assert "The program's own __call__ (sampler.py:430) held 83%" in idle.fix
     card = _card(fixed, "op_by_op")
     assert card.cost_s == pytest.approx(10 * 17.43e-3, rel=0.01)
+    assert "They also compiled for 1.94 s in these steps" in card.detail
     assert card.evidence.to_dict()["cost_basis"].startswith("host dispatch time")

@@ -47,7 +47,9 @@ def _events_ns(windows: pd.DataFrame, events: pd.DataFrame) -> float:
     """The trace's own backend compile events inside the windows."""
     if events.empty or "name" not in events:
         return 0.0
-    found = events[events["name"].astype(str) == COMPILE_EVENT]
+    found = events[events["name"].astype(str) == COMPILE_EVENT].dropna(
+        subset=["start_ns", "dur_ns"]
+    )
     if found.empty:
         return 0.0
     starts = found["start_ns"].to_numpy(dtype=np.float64)
@@ -76,3 +78,30 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     new = np.r_[True, starts[1:] > ends[:-1]]
     last = np.r_[np.flatnonzero(new)[1:] - 1, len(starts) - 1]
     return starts[new], ends[last]
+
+
+def compile_spans(compiles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The run's compiles as disjoint (starts, ends) ns, tracing's start to XLA's end."""
+    if compiles.empty or not {"time_ns", "duration_ns"} <= set(compiles):
+        return np.array([]), np.array([])
+    known = compiles.dropna(subset=["time_ns", "duration_ns"])
+    starts = known["time_ns"].to_numpy(dtype=np.float64)
+    return _union(starts, starts + known["duration_ns"].to_numpy(dtype=np.float64))
+
+
+def overlaps(
+    spans: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """How much of each interval (starts[i], ends[i]) disjoint sorted `spans` cover."""
+    lows, highs = spans
+    if len(lows) == 0:
+        return np.zeros(len(starts))
+    before = np.concatenate([[0.0], np.cumsum(highs - lows)])  # span time before span i
+
+    def upto(x: np.ndarray) -> np.ndarray:  # span time before the instant x
+        i = np.searchsorted(lows, x, side="right")
+        last = np.clip(i - 1, 0, None)
+        partial = np.where(i > 0, np.clip(np.minimum(x, highs[last]) - lows[last], 0, None), 0.0)
+        return before[last] * (i > 0) + partial
+
+    return upto(np.asarray(ends, dtype=np.float64)) - upto(np.asarray(starts, dtype=np.float64))

@@ -24,6 +24,7 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
+from tpuscope.analyze.compiling import overlaps
 from tpuscope.analyze.device_time import first_device_line
 from tpuscope.parse.xplane_meta import MODULE_LINE
 
@@ -52,12 +53,16 @@ def host_parts(
     program_files: list[str],
     steps: int,
     jitted: frozenset[str] = frozenset(),
+    compiling: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[HostPart]:
     """The program's outermost Python functions, its jitted calls' dispatch and Flax NNX's
     graph traversal in the trace, longest first, each its time a step over `steps` traced
     steps. A function's part also holds the dispatches made inside it of ops outside jit:
     every dispatch but those of the program's `jitted` functions (Equinox's RNN example's
-    loader spent most of its time indexing device arrays, each index op a dispatch)."""
+    loader spent most of its time indexing device arrays, each index op a dispatch). Time
+    spent compiling (`compiling`: analyze/compiling.compile_spans) is left out of every part:
+    a call that compiled holds its compile (Flax's Gemma sampler recompiled inside the module
+    loop's every request)."""
     if events.empty or "plane" not in events or steps <= 0:
         return []
     host = events[events["plane"].astype(str).str.startswith("/host:")]
@@ -68,13 +73,13 @@ def host_parts(
     calls = names.str.extract(_PYTHON_CALL)
     mine = calls["file"].isin(set(paths)).to_numpy()
     parts: dict[tuple[str, str | None], float] = {}
-    dispatches = _outermost(host[names.str.match(_DISPATCH).to_numpy()])
-    own = _outermost(host[mine])
+    dispatches = _less(_outermost(host[names.str.match(_DISPATCH).to_numpy()]), compiling)
+    own = _less(_outermost(host[mine]), compiling)
     for outer, label_of in (
         (own, lambda n: _function_label(n, paths)),
         (dispatches, _dispatch_label),
         (
-            _outermost(host[names.str.match(_NNX_GRAPH_CALL).to_numpy()]),
+            _less(_outermost(host[names.str.match(_NNX_GRAPH_CALL).to_numpy()]), compiling),
             lambda n: (NNX_GRAPH, None),
         ),
     ):
@@ -89,6 +94,17 @@ def host_parts(
         for (label, where), total in parts.items()
     ]
     return sorted(found, key=lambda p: -p.s_per_step)
+
+
+def _less(events: pd.DataFrame, compiling: tuple[np.ndarray, np.ndarray] | None) -> pd.DataFrame:
+    """The events with their time spent compiling taken out of their `dur_ns` (their span kept
+    in `end_ns`, for what is inside them)."""
+    starts = events["start_ns"].to_numpy(dtype=np.float64)
+    ends = starts + events["dur_ns"].to_numpy(dtype=np.float64)
+    out = events.assign(end_ns=ends)
+    if compiling is None or events.empty:
+        return out
+    return out.assign(dur_ns=np.clip(ends - starts - overlaps(compiling, starts, ends), 0, None))
 
 
 def _eager_inside(
@@ -107,13 +123,16 @@ def _eager_inside(
     for line, calls in own.groupby("line", observed=True, sort=False):
         mine = eager[eager["line"] == line]
         starts = mine["start_ns"].to_numpy()
-        for name, start, dur in zip(
+        order = np.argsort(starts, kind="stable")
+        mine, starts = mine.iloc[order], starts[order]
+        for name, start, end in zip(
             calls["name"].astype(str),
             calls["start_ns"].to_numpy(),
-            calls["dur_ns"].to_numpy(),
+            calls["end_ns"].to_numpy(),
             strict=True,
         ):
-            inside = mine[(starts >= start) & (starts < start + dur)]
+            lo, hi = np.searchsorted(starts, [start, end], side="left")
+            inside = mine.iloc[lo:hi]
             if inside.empty:
                 continue
             key = label_of(name)

@@ -46,6 +46,7 @@ from tpuscope.detect.eager_counts import (
     DISPATCH_METRIC,
     MIN_EAGER,
     beside_step,
+    dispatch_measured,
     dispatch_s,
     eager_per_step,
     jit_calls_per_step,
@@ -93,7 +94,7 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     idle = traced_idle(tables, {})
     waited = _waited_s(idle, judged, tables.meta) if idle is not None else None
     outside_s = float((frame["wall_ns"] - frame["compile_ns"]).clip(lower=0).sum()) / common.NS
-    eager_compile_s = _eager_compile_s(tables, judged)
+    eager_compile_s = float(frame["eager_compile_ns"].sum()) / common.NS
     # the ops' own compiles hold most of the dispatches' time: what is left of it is no
     # measure; the steps' time outside compiles is the cost, an upper bound
     upper_bound = (
@@ -123,6 +124,7 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
         eager_compile_s,
         steps=len(frame),
         beside=beside,
+        measured=dispatch_measured(frame),
     )
     return [
         _finding(
@@ -213,6 +215,7 @@ class Dispatched:
     eager_compile_s: float = 0.0  # the judged steps' compiles of ops outside jit
     steps: int = 1  # the judged steps
     beside: str | None = None  # the compiled step function every step calls, the ops beside it
+    measured: bool = True  # the dispatches' own time is known: not all of it their compiles
 
 
 def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> float:
@@ -225,19 +228,6 @@ def _waited_s(idle: TracedIdle, judged: pd.DataFrame, meta: dict[str, Any]) -> f
     median_s = float(judged["wall_ns"].median()) / common.NS
     own_s = (hook_ms_per_step(meta) or 0.0) / 1e3
     return max(idle.share * median_s - own_s, 0.0)
-
-
-def _eager_compile_s(tables: RunTables, judged: pd.DataFrame) -> float:
-    """Seconds the judged steps spent compiling ops outside jit (the compiles' `eager` rows),
-    not those a host callback's Python made (the callback's: detect/callback_ops.py)."""
-    compiles = tables.compiles
-    if compiles.empty or "eager" not in compiles:
-        return 0.0
-    mine = compiles["eager"].fillna(False).astype(bool)
-    if "callback" in compiles:
-        mine &= compiles["callback"].isna()
-    eager = common.judged_rows(compiles[mine], judged)
-    return float(eager["duration_ns"].sum()) / common.NS if not eager.empty else 0.0
 
 
 def _cost_words(seen: Dispatched, cost_s: float, share: float) -> str:
@@ -283,21 +273,42 @@ def _beside_words(seen: Dispatched, cost_s: float) -> str:
     sampler: 137 ops a request, 17 ms inside them, 423 ms of idle device, most of it its logits
     copied into Python lists (docs/tpu.md)."""
     assert seen.idle is not None and seen.waited_s is not None
-    return (
-        f"Cost: {cost_s:.3f} s = the host's time inside the dispatches, "
-        f"{seen.host_s / seen.steps * 1e3:.2f} ms a step, their compiles out: a lower bound "
-        f"(moving them into {seen.beside} also removes the Python between them). The device "
-        f"idled {seen.waited_s * 1e3:.2f} ms a step ({seen.idle.share:.0%} of the traced steps, "
-        f"{seen.idle.basis}; tpuscope's hooks out), the most it could save: the rest of that "
-        "idle time is the step's other host work. On a v5e, Equinox's ViT example's 73 ops a "
-        "step beside its jitted step took 10.75 ms inside their dispatches and 24.32 ms of idle "
-        "device; split in one call they saved 14.82 ms (docs/tpu.md)."
-        + (
-            f" They also compiled for {seen.eager_compile_s:.2f} s in these steps: outside jit "
-            "each new shape of an op compiles on its own (inside the step they compile with it)."
-            if seen.eager_compile_s >= 0.01
-            else ""
+    inside = seen.host_s / seen.steps * 1e3
+    idle = (
+        f"The device idled {seen.waited_s * 1e3:.2f} ms a step ({seen.idle.share:.0%} of the "
+        f"traced steps, {seen.idle.basis}; tpuscope's hooks out)"
+    )
+    rest = ": the rest of that idle time is the step's other host work, charged by no card here. "
+    if not seen.measured:
+        head = (
+            f"Cost: not measured: the ops' own compiles ({seen.eager_compile_s:.2f} s in these "
+            "steps, each new shape outside jit compiled on its own) hold all the time inside "
+            f"their dispatches. {idle}, the most moving them into {seen.beside} could save"
         )
+    elif inside <= seen.waited_s * 1e3:
+        head = (
+            f"Cost: {cost_s:.3f} s = the host's time inside the dispatches, {inside:.2f} ms a "
+            f"step, their compiles out: a lower bound (moving them into {seen.beside} also "
+            f"removes the Python between them). {idle}, the most it could save"
+        )
+    else:
+        head = (
+            f"Cost: {cost_s:.3f} s = the device's idle time, {seen.waited_s * 1e3:.2f} ms a step "
+            f"({seen.idle.share:.0%} of the traced steps, {seen.idle.basis}), less than the "
+            f"host's {inside:.2f} ms a step inside the dispatches: the host ran ahead of the "
+            "device for the rest"
+        )
+        rest = ". "
+    compiled = (
+        f" They also compiled for {seen.eager_compile_s:.2f} s in these steps: outside jit each "
+        "new shape of an op compiles on its own (inside the step they compile with it)."
+        if seen.measured and seen.eager_compile_s >= 0.01
+        else ""
+    )
+    return (
+        f"{head}{rest}On a v5e, Equinox's ViT example's 73 ops a step beside its jitted step took "
+        "10.75 ms inside their dispatches and 24.32 ms of idle device; split in one call they "
+        f"saved 14.82 ms (docs/tpu.md).{compiled}"
     )
 
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from tpuscope.analyze.device_time import STEP_WINDOWS
 from tpuscope.detect import common
-from tpuscope.detect.eager_counts import runs_op_by_op
+from tpuscope.detect.eager_counts import dispatching_holds_idle
 from tpuscope.detect.tables import RunTables
 
 EXPLAINS = 0.9  # the reads' cost as a share of the traced steps' idle time: all of it theirs
@@ -56,14 +56,15 @@ class ReadIdle:
 
 def read_idle(tables: RunTables) -> ReadIdle | None:
     """The traced measure of a JAX loop's reads (module doc); None without a trace of a judged
-    step that read, or where the steps run op by op (rule op_by_op takes the idle time)."""
+    step that read, or where the steps' dispatching of ops outside jit is what the device waited
+    for (eager_counts.dispatching_holds_idle: rule op_by_op's card)."""
     judged = tables.judged
     if tables.backend != "jax" or judged.empty or "transfers_from_device" not in judged:
         return None
     reading = set(judged.loc[judged["transfers_from_device"].fillna(0) > 0, "step"])
     traced = common.traced_judged(tables)
     device_steps = tables.extra.get("device_steps", pd.DataFrame())
-    if not traced or device_steps.empty or not reading or runs_op_by_op(tables):
+    if not traced or device_steps.empty or not reading:
         return None
     rows = device_steps[
         device_steps["window"].isin(STEP_WINDOWS) & device_steps["step"].isin(set(traced) & reading)
@@ -72,6 +73,8 @@ def read_idle(tables: RunTables) -> ReadIdle | None:
         return None
     per_step = rows.groupby("step")[["busy_ns", "idle_ns"]].mean() / common.NS  # over devices
     idle, busy = float(per_step["idle_ns"].mean()), float(per_step["busy_ns"].mean())
+    if dispatching_holds_idle(tables, idle):
+        return None
     events = tables.extra.get("trace_events", pd.DataFrame())
     wait = _read_wait_s(events, set(traced) & reading)
     lost = min(idle, max(busy, wait))

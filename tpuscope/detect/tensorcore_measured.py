@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tpuscope.analyze.compiling import compiling_ns
+from tpuscope.analyze.compiling import compile_spans, compiling_ns
 from tpuscope.analyze.contract import TensorCoreEvidence
 from tpuscope.analyze.device_time import DEVICE_WINDOWS
 from tpuscope.analyze.host_time import NNX_GRAPH, HostPart, host_parts
@@ -106,8 +106,9 @@ def traced_idle(tables: RunTables, measured: dict[str, Any]) -> TracedIdle | Non
 def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     """The device idle for IDLE_SHARE or more of the step: the step is host-bound. Not a card
     where the steps' dispatching one op at a time is what the device waited for
-    (eager_counts.dispatching_holds_idle): rule op_by_op's card names that cause and takes this
-    idle time as its cost, nor where a value read in every traced step is the whole
+    (eager_counts.dispatching_holds_idle): rule op_by_op's card names that cause (a step run op
+    by op: this idle time is its cost; ops beside a compiled step: their dispatches' time, the
+    idle time the bound it states, the rest charged by no card), nor where a value read in every traced step is the whole
     idle time: rule host_sync's card measures it (detect/read_idle)."""
     idle = traced_idle(tables, measured)
     if idle is None or dispatching_holds_idle(tables, idle.share * _median_step_s(tables)):
@@ -147,16 +148,23 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         )
         cost_text = "Cost = idle time in those steps."
     events = tables.extra.get("trace_events", pd.DataFrame())
-    parts = host_parts(events, program_files(tables), count, jitted_functions(tables))
+    parts = host_parts(
+        events,
+        program_files(tables),
+        count,
+        jitted_functions(tables),
+        compile_spans(tables.compiles),
+    )
     hold = callback_hold(tables, count) if count else None
     fix = _host_bound_fix(tables.backend, parts, keras_step(tables.meta))
     # the line of the part that held the most host time; the dispatch and NNX's traversal
     # have none of their own: they are the step's call (Flax's toy examples spent 47 of 1,660
     # us a step in their `dataset` generator, the rest in those two)
+    named = [p for p in parts if not p.label.startswith(MODULE_CODE)]  # a module's is all
     where = (
-        (parts[0].location if parts else None)
+        (named[0].location if named else None)
         or graph_site(tables)
-        or next((p.location for p in parts if p.location), None)
+        or next((p.location for p in named if p.location), None)
     )
     held: dict[str, Any] = {}
     if hold is not None:  # the host waited inside the calls of a step with a host callback
@@ -196,6 +204,9 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
 NNX_LEADS = 0.25  # a part's share of the parts shown that puts its own fix first
 
 
+MODULE_CODE = "<module>"  # a script's top-level code: the whole program, no part of it to name
+
+
 def _outside_compiles_ns(judged: pd.DataFrame) -> pd.Series:
     """Each judged step's time outside its compiles."""
     compile_ns = judged["compile_ns"].fillna(0) if "compile_ns" in judged else 0
@@ -203,8 +214,9 @@ def _outside_compiles_ns(judged: pd.DataFrame) -> pd.Series:
 
 
 def _median_step_s(tables: RunTables) -> float:
+    """The median judged step's wall time: the traced idle share's total holds compiles."""
     judged = tables.judged
-    return float(_outside_compiles_ns(judged).median()) / 1e9 if not judged.empty else 0.0
+    return float(judged["wall_ns"].median()) / 1e9 if not judged.empty else 0.0
 
 
 def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = None) -> str:
@@ -221,7 +233,11 @@ def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = Non
     shown = parts[:4]
     total = sum(p.s_per_step for p in shown)
     nnx = sum(p.s_per_step for p in shown if p.label == NNX_GRAPH)
-    own = max((p for p in shown if p.location), key=lambda p: p.s_per_step, default=None)
+    own = max(
+        (p for p in shown if p.location and not p.label.startswith(MODULE_CODE)),
+        key=lambda p: p.s_per_step,
+        default=None,
+    )
     leads = [(nnx, NNX_GRAPH_FIX)] if nnx >= NNX_LEADS * total > 0 else []
     if own is not None and own.s_per_step >= NNX_LEADS * total:
         leads.append((own.s_per_step, own_function_fix(own, own.s_per_step / total)))
@@ -253,7 +269,7 @@ def _against_step_time(
     its median step 3.60 ms against 1.82 ms busy). The device's own windows only: the host's
     are clipped to the trace's span, and a clipped step's busy time is part of one. None
     without step times or the device's windows. A step's compile time is not its wait for the
-    host (Flax's Gemma sampler recompiled in every request: 12.1 s of its 13.3 s median)."""
+    host (Flax's Gemma sampler recompiled in every request: about 12.6 s of each 13.3 s one)."""
     rows = idle.rows
     if not count or rows.empty or "step" not in rows or judged.empty or "wall_ns" not in judged:
         return None
