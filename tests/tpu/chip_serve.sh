@@ -8,6 +8,7 @@
 #    (--fixed 96: one compile).
 # 2: the same program under `tpuscope run`, default mode.
 # 3: the twin (--fixed 96), twice through the prompts, under `tpuscope run`.
+# 4: the same twin bare (its requests' times, against part 3's steps).
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -29,6 +30,10 @@ if [ "$PART" = 1 ]; then
 fi
 if [ "$PART" = 2 ]; then
   under serve python3 $G; paths
+fi
+if [ "$PART" = 4 ]; then
+  say "bare: $G --fixed 96 --rounds 2"
+  timeout 200 /usr/bin/time -f "wall %e s" python3 $G --fixed 96 --rounds 2 2>&1 | quiet | compiles
 fi
 if [ "$PART" = 3 ]; then
   under serve_fixed python3 $G --fixed 96 --rounds 2; paths
