@@ -26,7 +26,9 @@ from flax import nnx
 parser = argparse.ArgumentParser()
 parser.add_argument("--gemma", required=True, help="a flax snapshot's examples/gemma folder")
 parser.add_argument("--layers", type=int, default=0, help="fewer layers (0: the model's 18)")
-parser.add_argument("--gen", type=int, default=50, help="total_generation_steps (its num_predict_steps)")
+parser.add_argument(
+    "--gen", type=int, default=50, help="total_generation_steps (its num_predict_steps)"
+)
 parser.add_argument("--fixed", type=int, default=0, help="one buffer length for every request")
 parser.add_argument("--rounds", type=int, default=1, help="times through the prompts")
 args = parser.parse_args()
@@ -39,9 +41,9 @@ except ImportError:
 
 import sampler as sampler_lib  # noqa: E402  (the example's own module)
 import transformer as transformer_lib  # noqa: E402
+from gemma_config import VOCAB, gemma3_270m  # noqa: E402
 from transformer_cfg import ShardingConfig  # noqa: E402
 
-VOCAB = 35_008  # the example's default vocab_size (lm1b's sentencepiece model)
 PROMPTS = [  # the tutorial's two prompts first, then others a user might send
     "\n# Python program for implementation of Bubble Sort\n\ndef bubbleSort(arr):",
     "What are the planets of the solar system?",
@@ -89,17 +91,7 @@ class WordVocab:
         return " ".join(self.words.get(i, "?") for i in ids)
 
 
-override = {"num_layers": args.layers} if args.layers else {}
-if args.layers:
-    base = transformer_lib.TransformerConfig.gemma3_270m()
-    override["attention_types"] = tuple(base.attention_types)[: args.layers]
-config = transformer_lib.TransformerConfig.from_version_name(
-    "gemma3_270m",
-    num_embed=VOCAB,
-    dtype=jnp.bfloat16,
-    shd_config=ShardingConfig.no_sharding(),
-    **override,
-)
+config = gemma3_270m(transformer_lib, ShardingConfig, jnp.bfloat16, args.layers)
 model = transformer_lib.Transformer(config, rngs=nnx.Rngs(params=0))
 vocab = WordVocab()
 sampler = sampler_lib.Sampler(vocab=vocab, cache_size=1024)

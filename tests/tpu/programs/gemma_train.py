@@ -38,19 +38,14 @@ args = parser.parse_args()
 sys.path.insert(0, args.gemma)
 
 import transformer as transformer_lib  # noqa: E402  (the example's own module)
+from gemma_config import VOCAB, gemma3_270m  # noqa: E402
 from transformer_cfg import ShardingConfig  # noqa: E402
 
-VOCAB = 35_008  # the example's default vocab_size (lm1b's sentencepiece model)
-override = {"num_layers": args.layers} if args.layers else {}
-if args.layers:
-    base = transformer_lib.TransformerConfig.gemma3_270m()
-    override["attention_types"] = tuple(base.attention_types)[: args.layers]
-config = transformer_lib.TransformerConfig.from_version_name(
-    "gemma3_270m",
-    num_embed=VOCAB,
-    dtype=jnp.bfloat16 if args.dtype == "bf16" else jnp.float32,
-    shd_config=ShardingConfig.no_sharding(),
-    **override,
+config = gemma3_270m(
+    transformer_lib,
+    ShardingConfig,
+    jnp.bfloat16 if args.dtype == "bf16" else jnp.float32,
+    args.layers,
 )
 model = transformer_lib.Transformer(config, rngs=nnx.Rngs(params=0, dropout=0))
 schedule = optax.join_schedules(
