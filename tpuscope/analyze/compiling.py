@@ -30,43 +30,35 @@ def compiling_ns(
     if own_windows and not steps.empty and "compile_ns" in steps:  # the run's step numbers
         traced = steps[steps["step"].isin(windows["step"])]
         return float(traced["compile_ns"].fillna(0).sum())
-    return max(_rows_ns(windows, compiles), _events_ns(windows, events))
+    window_spans = _spans(windows, "start_ns", "end_ns")
+    return max(
+        float(overlaps(compile_spans(compiles), *window_spans).sum()),
+        float(overlaps(_event_spans(events), *window_spans).sum()),
+    )
 
 
-def _rows_ns(windows: pd.DataFrame, compiles: pd.DataFrame) -> float:
-    """The run's compiles (time_ns: the tracing's start; duration_ns: tracing, lowering and
-    backend compile), their union clipped to the windows."""
+def compile_spans(compiles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The run's compiles as disjoint (starts, ends) ns, tracing's start to XLA's end."""
     if compiles.empty or not {"time_ns", "duration_ns"} <= set(compiles):
-        return 0.0
+        return np.array([]), np.array([])
     known = compiles.dropna(subset=["time_ns", "duration_ns"])
-    starts = known["time_ns"].to_numpy(dtype=np.float64)
-    return _covered(starts, starts + known["duration_ns"].to_numpy(dtype=np.float64), windows)
+    return _spans(known.assign(end_ns=known["time_ns"] + known["duration_ns"]), "time_ns", "end_ns")
 
 
-def _events_ns(windows: pd.DataFrame, events: pd.DataFrame) -> float:
-    """The trace's own backend compile events inside the windows."""
+def _event_spans(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The trace's own backend compile events as disjoint (starts, ends) ns."""
     if events.empty or "name" not in events:
-        return 0.0
+        return np.array([]), np.array([])
     found = events[events["name"].astype(str) == COMPILE_EVENT].dropna(
         subset=["start_ns", "dur_ns"]
     )
-    if found.empty:
-        return 0.0
-    starts = found["start_ns"].to_numpy(dtype=np.float64)
-    return _covered(starts, starts + found["dur_ns"].to_numpy(dtype=np.float64), windows)
+    return _spans(found.assign(end_ns=found["start_ns"] + found["dur_ns"]), "start_ns", "end_ns")
 
 
-def _covered(starts: np.ndarray, ends: np.ndarray, windows: pd.DataFrame) -> float:
-    """How much of the windows the intervals cover, each instant once (a compile inside
-    another's tracing is not counted twice; several devices' windows of one step overlap)."""
-    spans = _union(starts, ends)
-    lows, highs = _union(
-        windows["start_ns"].to_numpy(dtype=np.float64), windows["end_ns"].to_numpy(dtype=np.float64)
-    )
-    total = 0.0
-    for lo, hi in zip(lows, highs, strict=True):
-        total += float(np.clip(np.minimum(spans[1], hi) - np.maximum(spans[0], lo), 0, None).sum())
-    return total
+def _spans(rows: pd.DataFrame, start: str, end: str) -> tuple[np.ndarray, np.ndarray]:
+    """Rows' [start, end) intervals merged where they overlap (a compile inside another's
+    tracing counts once; several devices' windows of one step overlap)."""
+    return _union(rows[start].to_numpy(dtype=np.float64), rows[end].to_numpy(dtype=np.float64))
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,15 +70,6 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     new = np.r_[True, starts[1:] > ends[:-1]]
     last = np.r_[np.flatnonzero(new)[1:] - 1, len(starts) - 1]
     return starts[new], ends[last]
-
-
-def compile_spans(compiles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The run's compiles as disjoint (starts, ends) ns, tracing's start to XLA's end."""
-    if compiles.empty or not {"time_ns", "duration_ns"} <= set(compiles):
-        return np.array([]), np.array([])
-    known = compiles.dropna(subset=["time_ns", "duration_ns"])
-    starts = known["time_ns"].to_numpy(dtype=np.float64)
-    return _union(starts, starts + known["duration_ns"].to_numpy(dtype=np.float64))
 
 
 def overlaps(
