@@ -78,8 +78,8 @@ def test_other_pytrees_are_probed_by_their_smallest_array() -> None:
 
 def test_a_loop_that_returns_its_train_state_is_no_thread_hand_off(tmp_path: Path) -> None:
     """A tiny TrainState step that nothing waits on: every call a step, its outputs asked
-    through the step counter (none handed to the helper thread once polling found the
-    device keeping up), and the steps still end when their outputs are ready."""
+    through the step counter (not one handed to the helper thread for want of a probe), and
+    the steps still end when their outputs are ready."""
     calls = 400
     with tpuscope.profile(store=tmp_path, name="train-state", warmup=1) as run:
         update = jax.jit(_step)  # jitted inside the session: its calls are the steps
@@ -92,10 +92,10 @@ def test_a_loop_that_returns_its_train_state_is_no_thread_hand_off(tmp_path: Pat
     (proc,) = recorded.meta["processes"]
     paths = proc["jax_step_paths"]
     assert len(recorded.steps) == calls
-    # before: every step (400). Under load the CPU backend's device threads fall behind in
-    # bursts and those steps go to the helper: with 3 busy processes on the 2-CPU VM, main's
-    # code handed 0-96 of 400 over (session 37), so the bound leaves room for that
-    assert paths["watched"] < 0.25 * calls, paths
+    # before: every step's outputs had no probe and went to the helper (400). How many of the
+    # probed steps the helper takes depends on the load: busy CPUs fall behind in bursts
+    # (0-96 of 400 in session 37, 134 in a CI run), so the probe itself is what is asserted
+    assert paths["unprobed"] == 0, paths
     assert (recorded.steps.wall_ns >= 0).all()
     assert recorded.steps.end_ns.iloc[-1] <= time.time_ns() and probed_ns > 0
 

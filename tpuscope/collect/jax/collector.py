@@ -173,6 +173,7 @@ class JaxCollector(StepTracker):
                     "batched": self.lane.batched,  # of them, timed as their batch's mean
                     "polled": self.clock.polled,
                     "watched": self.clock.watched,
+                    "unprobed": self.clock.unprobed,
                     "poll_depths": self.clock.poll_depths,
                 }
             )

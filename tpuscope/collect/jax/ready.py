@@ -158,6 +158,7 @@ class StepClock:
         self._paced = 0  # steps found ready (at or after their close) since the last hand-off
         self._paces: deque[int] = deque(maxlen=PACE_STEPS)  # the device's last step times
         self.watched = 0  # outputs handed to the helper thread (the run's meta says how many)
+        self.unprobed = 0  # of them, outputs in which no array to poll was found
         self.polled = 0  # steps not ready at their close, polled at later closes
         self.poll_depths = [0] * (POLL_DEPTH + 1)  # polled steps by closes until found ready
         self.watcher = ReadyWatcher(self._ready)
@@ -174,6 +175,7 @@ class StepClock:
             return False
         record.probe = probe = tail_probe(outputs)
         if probe is None:
+            self.unprobed += 1
             self._watch(record, outputs)
             return True
         return False
