@@ -230,3 +230,34 @@ def test_flax_nnx_steps_the_same_way(tmp_path: Path) -> None:
     assert kinds == ["jit:eval_step"] * 5 + ["jit:train_step"] * 11
     causes = recorded.compiles.set_index("function")["cause"]
     assert causes["train_step"] == "first trace of train_step"
+
+
+def test_calls_before_the_training_loop_do_not_count_toward_taking_it_back(
+    tmp_path: Path,
+) -> None:
+    """jax-ai-stack's miniGPT tutorial's shape: text generated token by token before training
+    and again after it. The generation's calls before the training loop are another phase's:
+    after 8 training steps, 30 more calls (fewer than OUTNUMBER x 8) do not take the steps,
+    where the 40 before would have made them 70."""
+
+    def generate(w: jax.Array, x: jax.Array) -> jax.Array:
+        return jnp.tanh(x @ w)
+
+    def train_step(w: jax.Array, x: jax.Array) -> jax.Array:
+        return w - 0.1 * jax.grad(_loss)(w, x)
+
+    with tpuscope.profile(store=tmp_path, name="generate-train-generate", warmup=1) as run:
+        sample, train = jax.jit(generate), jax.jit(train_step)
+        w, x = jnp.full((16, 16), 0.1), jnp.ones((8, 16))
+        for _ in range(40):
+            float(sample(w, x)[0, 0])
+        for _ in range(8):
+            w = train(w, x)
+        for _ in range(30):
+            float(sample(w, x)[0, 0])
+    recorded = tpuscope.load_run(run.path)
+    kinds = recorded.steps.sort_values("step")["boundary"].tolist()
+    first = kinds.index("jit:train_step")  # its first call is inside the last generation step
+    after = [kind for kind in kinds[first:] if kind != "end"]  # (the work after the last step)
+    assert after == ["jit:train_step"] * 7, kinds[first:]  # the generation after: no step
+    assert "train_step" in recorded.meta["processes"][0]["jax_step_source"]

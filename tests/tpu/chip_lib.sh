@@ -10,7 +10,7 @@ done
 S=/tmp/store; mkdir -p $S
 P=tests/tpu/programs
 say() { echo "== $*" | tee -a $LOG; }
-quiet() { grep -v -i "hugepage\|warnings.warn"; }
+quiet() { grep -a -v -i "hugepage\|warnings.warn"; }
 timed() { /usr/bin/time -f "wall %e s" "$@" 2>&1 | quiet | tee -a $LOG; }
 # what a script brings back through $OUT (the store; a script may define its own after this)
 pack() { tar czf $OUT/runs.tgz -C /tmp store; }

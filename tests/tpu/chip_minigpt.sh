@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Session 44 (7 December): jax-ml/jax-ai-stack's miniGPT tutorial on the chip (device tool, repo
+# root, .tpu/ carried; grain's and tiktoken's unpacked wheels in .tpu/xz/minigpt.tar.xz, which
+# chip_lib.sh unpacks into the site; $MG is what tests/tpu/programs/minigpt.py makes of a
+# snapshot):
+#   timeout 580 bash tests/tpu/chip_minigpt.sh PART
+# 1: the clocks, bare: minigpt_tick.py (a tick every 5 steps, waited for: the median gap is the
+#    step's time with the device's work in it; 60 steps) with 5 steps traced, then the twins'
+#    (2 heads of 128; bf16).
+# 2: minigpt.py bare (its own prints and wall time: 250 steps of 144 stories, text generated
+#    before training, at step 200 and at the end), then under `tpuscope run` (default mode),
+#    then minigpt_hd128.py under `tpuscope run`.
+PART=${1:-1}
+LOG=$OUT/log$PART.txt
+source tests/tpu/chip_lib.sh
+pack() { tar czf $OUT/runs$PART.tgz -C /tmp --exclude='*/debug' --exclude='*/trace' store 2>/dev/null; }
+MG=${MG:-minigpt}
+stories() {
+  python3 -c "import sys; from pathlib import Path; sys.path.insert(0, '$P'); \
+from minigpt import write_stories; write_stories(Path('$MG'), $1)"
+}
+here=$PWD
+clock() {  # bare, a tick every 5 steps waited for; with a second argument, 5 steps traced
+  say "bare clock: $1"
+  /usr/bin/time -f "wall %e s" python3 $here/$P/bare_trace.py --mark "tick" --after 4 --per 5 \
+    ${2:+--out /tmp/trace_$2} $1 2>&1 | quiet | grep -a "tick\|bare_trace\|wall\|rror" | tee -a $LOG
+  [ -n "${2:-}" ] && tar czf $OUT/trace_$2.tgz -C /tmp trace_$2  # $OUT keeps no deep folders
+}
+export MINIGPT_TICK=5
+if [ "$PART" = 1 ]; then
+  stories 8640
+  cd $MG
+  clock minigpt_tick.py bare
+  clock minigpt_hd128_tick.py
+  clock minigpt_bf16_tick.py
+fi
+if [ "$PART" = 2 ]; then
+  stories 36000
+  cd $MG
+  say "bare: minigpt.py"
+  /usr/bin/time -f "wall %e s" python3 minigpt.py 2>&1 | quiet | grep -a "Step\|wall\|Error\|error" \
+    | tee -a $LOG
+  cd $here
+  under minigpt python3 $MG/minigpt.py; paths
+  under minigpt_hd128 python3 $MG/minigpt_hd128.py; paths
+fi
+cd $here
