@@ -216,6 +216,22 @@ def test_an_evaluation_before_the_training_loop_is_setup() -> None:
     assert "setup" not in phases(longer, 1).tolist()
 
 
+def test_a_lead_with_more_steps_but_less_time_than_the_loop_is_setup() -> None:
+    """jax-ai-stack's miniGPT tutorial: 256 tokens generated, a jitted call each, before 250
+    training steps. The lead has more steps than the loop but a fraction of its time outside
+    compiles (the first generation step compiled for seconds): setup. As long in time, or
+    longer: the loop's."""
+    boundaries = [*["jit:generate_step"] * 12, *["jit:train_step"] * 10]
+    steps = _kinds(*boundaries).assign(
+        wall_ns=[9_000_000_000] + [3_000_000] * 11 + [60_000_000] * 10, compile_ns=0
+    )
+    steps.loc[0, "compile_ns"] = 8_990_000_000
+    phase = phases(steps, warmup=2).tolist()
+    assert phase == ["setup"] * 12 + ["warmup"] * 2 + ["judged"] * 8
+    slow = steps.assign(wall_ns=[60_000_000] * 12 + [60_000_000] * 10, compile_ns=0)
+    assert "setup" not in phases(slow, 2).tolist()
+
+
 def test_a_loop_of_one_boundary_kind_has_no_setup() -> None:
     assert "setup" not in phases(_kinds(*["mark_step"] * 4), 1).tolist()
     # a trainer's loop passes two kinds, both recurring (loader next, the logging mark_step)
