@@ -23,19 +23,19 @@ here=$PWD
 clock() {  # bare, a tick every 5 steps waited for; with a second argument, 5 steps traced
   say "bare clock: $1"
   /usr/bin/time -f "wall %e s" python3 $here/$P/bare_trace.py --mark "tick" --after 4 --per 5 \
-    ${2:+--out /tmp/trace_$2} $1 2>&1 | quiet | grep -a "tick\|bare_trace\|wall\|rror" | tee -a $LOG
+    ${2:+--out /tmp/trace_$2} $1 2>&1 | quiet | grep -a -o "tick [0-9]*\|bare_trace.*\|wall.*\|[A-Za-z]*Error.*" | tee -a $LOG
   [ -n "${2:-}" ] && tar czf $OUT/trace_$2.tgz -C /tmp trace_$2  # $OUT keeps no deep folders
 }
 export MINIGPT_TICK=5
 if [ "$PART" = 1 ]; then
-  stories 8640
+  stories $((${MINIGPT_BATCH:-144} * 60))
   cd $MG
   clock minigpt_tick.py bare
   clock minigpt_hd128_tick.py
   clock minigpt_bf16_tick.py
 fi
 if [ "$PART" = 2 ]; then
-  stories 36000
+  stories $((${MINIGPT_BATCH:-144} * 250))
   cd $MG
   say "bare: minigpt.py"
   /usr/bin/time -f "wall %e s" python3 minigpt.py 2>&1 | quiet | grep -a "Step\|wall\|Error\|error" \
