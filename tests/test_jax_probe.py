@@ -76,7 +76,7 @@ def test_other_pytrees_are_probed_by_their_smallest_array() -> None:
     assert tail_probe(Pair(None, None)) is None
 
 
-def test_a_loop_that_returns_its_train_state_is_no_thread_hand_off(tmp_path: Path) -> None:
+def test_a_loop_that_returns_its_train_state_is_probed_at_every_step(tmp_path: Path) -> None:
     """A tiny TrainState step that nothing waits on: every call a step, its outputs asked
     through the step counter (not one handed to the helper thread for want of a probe), and
     the steps still end when their outputs are ready."""

@@ -218,9 +218,9 @@ def test_an_evaluation_before_the_training_loop_is_setup() -> None:
 
 def test_a_lead_with_more_steps_but_less_time_than_the_loop_is_setup() -> None:
     """jax-ai-stack's miniGPT tutorial: 256 tokens generated, a jitted call each, before 250
-    training steps. The lead has more steps than the loop but a fraction of its time outside
-    compiles (the first generation step compiled for seconds): setup. As long in time, or
-    longer: the loop's."""
+    training steps. The lead has more steps than the loop (under twice as many) but under a
+    quarter of its time outside compiles (the first generation step compiled for seconds):
+    setup. A quarter or more, no wall times, or more than twice the steps: the loop's."""
     boundaries = [*["jit:generate_step"] * 12, *["jit:train_step"] * 10]
     steps = _kinds(*boundaries).assign(
         wall_ns=[9_000_000_000] + [3_000_000] * 11 + [60_000_000] * 10, compile_ns=0
@@ -230,6 +230,16 @@ def test_a_lead_with_more_steps_but_less_time_than_the_loop_is_setup() -> None:
     assert phase == ["setup"] * 12 + ["warmup"] * 2 + ["judged"] * 8
     slow = steps.assign(wall_ns=[60_000_000] * 12 + [60_000_000] * 10, compile_ns=0)
     assert "setup" not in phases(slow, 2).tolist()
+    quarter = steps.assign(wall_ns=[50_000_000] * 12 + [240_000_000] * 10, compile_ns=0)
+    assert "setup" not in phases(quarter, 2).tolist()  # 600 ms against 4 x 600: not under
+    untimed = steps.assign(wall_ns=[None] * 12 + [60_000_000] * 10)
+    assert "setup" not in phases(untimed, 2).tolist()  # no time, no judging by it
+    # a loop of short steps, then two long ones of another kind (a checkpoint, an evaluation):
+    # more than twice as many steps as what follows, so the loop, however little its time
+    tail = _kinds(*["mark_step"] * 20, "sync", "sync").assign(
+        wall_ns=[10_000_000] * 20 + [1_500_000_000] * 2, compile_ns=0
+    )
+    assert "setup" not in phases(tail, 2).tolist()
 
 
 def test_a_loop_of_one_boundary_kind_has_no_setup() -> None:

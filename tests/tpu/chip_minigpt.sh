@@ -40,8 +40,7 @@ if [ "$PART" = 2 ]; then
   say "bare: minigpt.py"
   /usr/bin/time -f "wall %e s" python3 minigpt.py 2>&1 | quiet | grep -a "Step\|wall\|Error\|error" \
     | tee -a $LOG
-  cd $here
-  under minigpt python3 $MG/minigpt.py; paths
-  under minigpt_hd128 python3 $MG/minigpt_hd128.py; paths
+  under minigpt python3 minigpt.py; paths  # in $MG: the program opens its stories there
+  under minigpt_hd128 python3 minigpt_hd128.py; paths
 fi
 cd $here

@@ -7,15 +7,19 @@ fetched, never committed):
 
 The program is the tutorial's code cells joined in order, from its imports to its final text
 generation (the `!pip`/`!wget` cells and the plotting, checkpointing and profiling cells after
-training are left out). Its model is upstream's: a Flax NNX miniGPT of 8 blocks, width 256,
-8 heads of 32, feed-forward 256, GPT-2's 50,257-word vocabulary, float32; Grain's DataLoader in
+training are left out). Its model is upstream's: a Flax NNX miniGPT of 4 blocks (its
+`create_model`; the config's 8 goes unused), width 256, 8 heads of 32, feed-forward 256, GPT-2's 50,257-word vocabulary, float32; Grain's DataLoader in
 batches of 144 stories of 256 tokens; Adam; an `nnx.jit` train_step; text generated token by
 token before training, every 200 steps and at the end. The edits, each found exactly once, are
 only what the chip needs (it has no network):
-- TinyStories is `write_stories(DIR)`'s stand-in, the file upstream downloads: stories of
-  random words in its format, as many as MINIGPT_STORIES (upstream: 2.1 million);
+- TinyStories is `write_stories(DIR, COUNT)`'s stand-in, the file upstream downloads: COUNT
+  stories of random words in its format (upstream: 2.1 million; chip_minigpt.sh writes 60 or
+  250 batches' worth);
 - GPT-2's encoding (tiktoken downloads its merges) is tiktoken's engine over a table of the same
-  50,257 ids: a token per byte, `<|endoftext|>` at 50256, the other ids decodable placeholders;
+  50,257 ids: a token per byte but the prompt's four words (so "Once upon a time" is 4 tokens,
+  as in GPT-2, and the generation's inputs outgrow `maxlen` where upstream's do: its
+  `generate_text` pads to `maxlen` only while the text is shorter), `<|endoftext|>` at 50256,
+  the other ids decodable placeholders;
 - two edits flax 0.12 needs (the tutorial's pins, flax 0.12.7, need them too): its
   layers' list is an `nnx.List`, as flax's error says, and FLAX_ALWAYS_SHARD_VARIABLE=false keeps
   sharding annotations as annotations (a rank-1 parameter annotated P(None, "model") fails);
@@ -48,9 +52,12 @@ _GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}
 
 
 def _stand_in_gpt2():
-    """GPT-2's ids without its merges (tiktoken downloads them; the chip has no network)."""
+    """GPT-2's ids without its merges (tiktoken downloads them; the chip has no network): a
+    token per byte, but the prompt "Once upon a time" in 4 tokens, as GPT-2 has it."""
+    merges = ("On", "Onc", "Once", " u", " up", " upo", " upon", " a", " t", " ti", " tim")
     ranks = {bytes([i]): i for i in range(256)}
-    ranks.update({f"<{i}>".encode(): i for i in range(256, 50256)})
+    ranks.update({m.encode(): 256 + k for k, m in enumerate((*merges, " time"))})
+    ranks.update({f"<{i}>".encode(): i for i in range(256 + len(merges) + 1, 50256)})
     return _tiktoken.Encoding(
         name="gpt2_stand_in",
         pat_str=_GPT2_PATTERN,
