@@ -153,7 +153,10 @@ def test_a_run_of_one_jitted_call_has_that_call_as_its_step(tmp_path: Path) -> N
     (step,) = recorded.steps.to_dict("records")
     (call,) = recorded.compiles[recorded.compiles["function"] == "train"].to_dict("records")
     assert abs(step["start_ns"] - call["time_ns"]) < 0.3e9  # from the call, not tpuscope's start
-    assert step["wall_ns"] / 1e9 >= 0.8 * call_s  # to the end of the call's device work
+    # to the end of the call's device work (2.5 s bare on the CPU VM), not its dispatch (its
+    # compile, about 0.1 s): the bound leaves room for the two runs' loads to differ 2x, as
+    # with other tests beside them (it failed at 0.8 with another program running)
+    assert step["wall_ns"] / 1e9 >= 0.4 * call_s
 
 
 def test_an_automatic_window_traces_again_from_a_later_step(tmp_path: Path) -> None:
