@@ -28,7 +28,7 @@ def mark_setup(con: duckdb.DuckDBPyConnection) -> None:
     for host, pid, *span in _rows(
         con,
         "SELECT host, pid, count(*), min(step), max(step), "
-        "sum(greatest(wall_ns - coalesce(compile_ns, 0), 0)), count(wall_ns) FROM s "
+        "coalesce(sum(greatest(wall_ns - coalesce(compile_ns, 0), 0)), 0), count(wall_ns) FROM s "
         "WHERE NOT is_after GROUP BY host, pid, boundary",
     ):
         spans.setdefault((host, pid), []).append(KindSpan(*span))
@@ -50,7 +50,7 @@ class KindSpan:
     n: int
     lo: int
     hi: int
-    busy_ns: int | None
+    busy_ns: int
     timed: int
 
 
@@ -63,20 +63,18 @@ def _loop_from(kinds: list[KindSpan]) -> int | None:
     kinds = sorted(kinds, key=lambda span: span.lo)
     n_loop = sum(span.n for span in kinds)
     timed = all(span.timed == span.n for span in kinds)
-    busy_left = sum(span.busy_ns or 0 for span in kinds)
-    lead = 0
+    busy_left = sum(span.busy_ns for span in kinds)
+    lead, loop_from = 0, None
     for i, span in enumerate(kinds[:-1]):
-        after, busy_left = n_loop - lead - span.n, busy_left - (span.busy_ns or 0)
+        after, busy_left = n_loop - lead - span.n, busy_left - span.busy_ns
         if after < 2 or span.hi > min(rest.lo for rest in kinds[i + 1 :]):
             break
         fewer = span.n == 1 or span.n < after
-        briefer = timed and span.n < 2 * after and (span.busy_ns or 0) * LEAD_SHARE < busy_left
+        briefer = timed and span.n < 2 * after and span.busy_ns * LEAD_SHARE < busy_left
         if not (fewer or briefer):
             break
-        lead += span.n
-    else:
-        i = len(kinds) - 1
-    return kinds[i].lo if lead else None
+        lead, loop_from = lead + span.n, kinds[i + 1].lo
+    return loop_from
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:

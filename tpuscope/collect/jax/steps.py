@@ -288,9 +288,9 @@ class StepTracker(LaneSteps):
         training step only once called OUTNUMBER times as often (a loop of inference after a
         few gradient calls, not an evaluation after each epoch); else the function called more
         (a loop that outgrew the program's first repeated calls). A rival's calls count from the
-        step function's last takeover (from the program's start before there was one): jax-ai-stack's miniGPT tutorial generates 256 tokens before
-        training and 256 after, and the first 256 are no sign that the generation outnumbers
-        the training loop."""
+        step function's last takeover (from the program's start before there was one):
+        jax-ai-stack's miniGPT tutorial generates 256 tokens before training and 256 after, and
+        the first 256 are no sign that the generation outnumbers the training loop."""
         trains = self._trains(target)
         if trains != self._trains(self.step_fn):
             return trains or calls > OUTNUMBER * self._step_calls
