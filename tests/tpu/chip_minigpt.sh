@@ -10,6 +10,8 @@
 # 2: minigpt.py bare (its own prints and wall time: 250 steps of 144 stories, text generated
 #    before training, at step 200 and at the end), then under `tpuscope run` (default mode),
 #    then minigpt_hd128.py under `tpuscope run`.
+# 3: minigpt.py under `tpuscope run`, then the bf16 twin's clock; 4: the f32 clock over 250 steps,
+#    JAX's compile log beside it.
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -42,5 +44,19 @@ if [ "$PART" = 2 ]; then
     | tee -a $LOG
   under minigpt python3 minigpt.py; paths  # in $MG: the program opens its stories there
   under minigpt_hd128 python3 minigpt_hd128.py; paths
+fi
+if [ "$PART" = 3 ]; then  # session 45: part 1's two clocks took 330 s; the run that matters first
+  stories $((${MINIGPT_BATCH:-144} * 250))
+  cd $MG
+  under minigpt python3 minigpt.py; paths
+  clock minigpt_bf16_tick.py
+fi
+if [ "$PART" = 4 ]; then  # the f32 clock over part 3's 250 steps, with JAX's own compile log
+  stories $((${MINIGPT_BATCH:-144} * 250))
+  cd $MG
+  say "bare clock, JAX_LOG_COMPILES=1: minigpt_tick.py"
+  JAX_LOG_COMPILES=1 /usr/bin/time -f "wall %e s" python3 $here/$P/bare_trace.py --mark "tick" \
+    --after 4 --per 5 minigpt_tick.py 2>&1 | grep -a "Finished XLA compilation\|bare_trace\|wall\|Error" \
+    | tee -a $LOG
 fi
 cd $here

@@ -14,8 +14,9 @@ spent inside those dispatches), the counter `jax.jit_calls`, and the table
 Each eager dispatch is a separate device program, launched from Python, with no
 fusion between them; `jax.jit` turns the step into one compiled program.
 
-Triggers when the judged steps dispatch at least MIN_DISPATCHES_PER_STEP primitives
-eagerly on average; a run with no step source (one whole-run step) is judged as a
+Triggers when a typical judged step (eager_counts.typical: the lesser of the median and the
+mean) dispatches at least MIN_DISPATCHES_PER_STEP primitives eagerly: a burst in a few steps
+(text generated inside one step's window) is not what every step does; a run with no step source (one whole-run step) is judged as a
 whole. Cost, where a device trace covers judged steps (the default on a TPU): the device's
 idle share of the traced steps times the median step, less tpuscope's hooks a step,
 times the judged steps. The device waits while Python dispatches
@@ -51,6 +52,7 @@ from tpuscope.detect.eager_counts import (
     eager_per_step,
     jit_calls_per_step,
     runs_op_by_op,
+    typical,
 )
 from tpuscope.detect.keras_fit import keras_eager_fix, keras_eager_layers
 from tpuscope.detect.tables import RunTables
@@ -88,7 +90,7 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
         return []
     judged = _judged(tables)
     frame = eager_per_step(tables)
-    per_step = float(frame["count"].mean())
+    per_step = typical(frame["count"])
     host_s = dispatch_s(frame)
     wall = judge.wall_s(judged)
     idle = traced_idle(tables, {})

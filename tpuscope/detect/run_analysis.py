@@ -24,7 +24,7 @@ from tpuscope.user_files import add_program_folders
 if TYPE_CHECKING:
     from tpuscope.detect.tables import RunTables
 
-ANALYSIS_VERSION = 39  # bump when the analysis changes what it writes: older ones are redone
+ANALYSIS_VERSION = 40  # bump when the analysis changes what it writes: older ones are redone
 
 
 @dataclass
