@@ -94,3 +94,15 @@ def test_the_device_s_f32_and_narrow_heads_cost_the_host_bound_step_nothing(mini
         "head_dim": ("low", 0.0),
     }
     assert all("none of the host-bound step's time" in f.title for f in device)
+
+
+def test_the_cost_line_reads_the_step_s_busy_share_as_the_idle_card_does(minigpt) -> None:
+    """In the traced steps, which JAX's Python tracer slowed, the device was busy 12%; against
+    the untraced step, 48%. The report's cost line said the first while the card said the
+    second."""
+    [idle] = [
+        f for f in _cards(minigpt, "tensorcore_underuse") if f.title.startswith("device idle")
+    ]
+    assert minigpt.summary.device_busy_share == pytest.approx(
+        1 - idle.evidence.idle_share, abs=1e-3
+    )

@@ -44,6 +44,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     from tpuscope.detect.compile_time import cache_state
     from tpuscope.detect.pod import pod_summary
     from tpuscope.detect.tensorcore import chip_target
+    from tpuscope.detect.tensorcore_measured import step_busy_share
 
     summary = tables.summarize()
     summary.findings_by_severity = {
@@ -55,21 +56,11 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
     summary.compile_cache = cache_state(tables)
     summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
-    summary.device_busy_share = _busy_share(tables.extra.get("device_steps", pd.DataFrame()))
+    summary.device_busy_share = step_busy_share(tables)
     summary.analysis_version = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
     summary.pod = pod_summary(tables, findings)
     return summary
-
-
-def _busy_share(device_steps: Any) -> float | None:
-    """XLA ops' share of the traced steps' time (None without step windows): whether the
-    host's work per step overlapped the device's (report: the cost line)."""
-    if device_steps.empty:
-        return None
-    rows = device_steps[device_steps["step"] >= 0]
-    total = float((rows["busy_ns"] + rows["idle_ns"]).sum())
-    return round(float(rows["busy_ns"].sum()) / total, 4) if total > 0 else None
 
 
 def _imported_counts(tables: RunTables) -> tuple[int | None, int | None]:

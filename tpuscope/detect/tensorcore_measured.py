@@ -30,7 +30,7 @@ from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix, own_functi
 from tpuscope.detect.program_code import jitted_functions, program_files
 from tpuscope.detect.read_idle import read_idle
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.traced_segment import run_steps, traced_segment
+from tpuscope.detect.traced_segment import TracedSegment, run_steps, traced_segment
 from tpuscope.schema import Finding
 
 RULE = "tensorcore_underuse"
@@ -117,10 +117,7 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     if reads is not None and reads.explains_idle and detect_host_sync(tables):
         return None  # rule host_sync's card stands, its cost this idle time
     rows, basis = idle.rows, idle.basis
-    steps = rows["step"][rows["step"] >= 0] if not rows.empty else pd.Series(dtype="int64")
-    runs, count = Finding.of_steps(steps)  # -1: whole trace
-    segment = traced_segment(tables, run_steps(rows))
-    untraced = _against_step_time(idle, count, segment.judged)
+    runs, count, segment, untraced = _step_idle(tables, idle)
     share = untraced[0] if untraced else idle.share
     if share < IDLE_SHARE:
         return None
@@ -199,6 +196,30 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
         ),
         count,
     )
+
+
+def _step_idle(
+    tables: RunTables, idle: TracedIdle
+) -> tuple[list[list[int]], int, TracedSegment, tuple[float, float, float, float] | None]:
+    """The traced steps (runs, count), the segment of judged steps that ran their graphs, and
+    the idle time against that segment's untraced median step (_against_step_time)."""
+    rows = idle.rows
+    steps = rows["step"][rows["step"] >= 0] if not rows.empty else pd.Series(dtype="int64")
+    runs, count = Finding.of_steps(steps)  # -1: whole trace
+    segment = traced_segment(tables, run_steps(rows))
+    return runs, count, segment, _against_step_time(idle, count, segment.judged)
+
+
+def step_busy_share(tables: RunTables) -> float | None:
+    """The device's busy share of the step as the idle card states it: its busy time a traced
+    step against the untraced median step where both are known, else the traced steps' own
+    share (the report's cost line: whether tpuscope's host time is paid). A trace slows the
+    host: jax-ai-stack's miniGPT's traced steps were 12% busy, its steps 48%."""
+    idle = traced_idle(tables, {})
+    if idle is None:
+        return None
+    untraced = _step_idle(tables, idle)[3]
+    return round(1 - (untraced[0] if untraced else idle.share), 4)
 
 
 NNX_LEADS = 0.25  # a part's share of the parts shown that puts its own fix first

@@ -211,7 +211,8 @@ def _parts(summary: RunSummary, cost: float) -> str:
 def _overlap(summary: RunSummary) -> str:
     """Whether the bound is paid: host time in the hooks is hidden while the device is busy
     (asynchronous dispatch) and paid in full by a step that keeps the device waiting. Said
-    only where the trace measured the device's busy share."""
+    only where a trace measured the device's busy share (its busy time a step against the
+    untraced step, as the idle card reads it: tensorcore_measured.step_busy_share)."""
     busy = summary.device_busy_share
     if busy is None:
         return (
@@ -220,7 +221,7 @@ def _overlap(summary: RunSummary) -> str:
         )
     if busy >= 0.9:
         return (
-            f"; the device was busy {100 * busy:.0f}% of the traced steps, so this host time "
+            f"; the device was busy {100 * busy:.0f}% of the step, so this host time "
             "overlaps its work and is not added to the step (benchmarks/overhead.py measures it)"
         )
     if busy < 0.5:
@@ -230,11 +231,11 @@ def _overlap(summary: RunSummary) -> str:
             else "this in full"
         )
         return (
-            f"; the device was busy only {100 * busy:.0f}% of the traced steps: the step waits "
+            f"; the device was busy only {100 * busy:.0f}% of the step: the step waits "
             f"on the host, which pays {paid}"
         )
     return (
-        f"; the device was busy {100 * busy:.0f}% of the traced steps: part of this host time "
+        f"; the device was busy {100 * busy:.0f}% of the step: part of this host time "
         "overlaps its work"
     )
 
