@@ -204,7 +204,7 @@ class RunSummary(Record):
     profiler_trace_wait_s: float | None = None  # of the stop, the wait for the device
     # on a TPU, the automatic trace's steps never came: {"start", "stop"}, the window's
     trace_untaken: dict[str, int] | None = None
-    device_busy_share: float | None = None  # XLA ops' busy time a step / the untraced step
+    device_busy_share: float | None = None  # busy a step / the untraced step (else the traced)
     analysis_version: int | None = None
     hosts: list[HostSummary] | None = None  # a pod (two or more hosts) only
     host_steps: dict[str, Any] | None = None

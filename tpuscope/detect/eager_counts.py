@@ -15,6 +15,8 @@ from tpuscope.detect.tables import RunTables
 
 DISPATCH_METRIC = "jax.eager_dispatch_time"  # count = primitives, total = host ns inside them
 MIN_EAGER = 10  # primitives per judged step that make a loop op by op
+BURST = 4  # a step of this many times the median step's primitives or more is a burst
+RARE = 0.05  # the share of steps up to which bursts are one-offs, not what the loop does
 HOLDS_IDLE = 1 / 3  # the share of the idle time the dispatches of ops beside a step explain
 
 
@@ -62,19 +64,22 @@ def _eager_compiles(tables: RunTables, keys: list[str]) -> pd.DataFrame:
 
 
 def eager_dispatches_per_step(tables: RunTables) -> float:
-    """Primitives dispatched outside jit in a typical judged step (0 without the metric)."""
-    frame = eager_per_step(tables)
-    return typical(frame["count"]) if not frame.empty else 0.0
+    """Primitives dispatched outside jit a steady judged step (0 without the metric)."""
+    frame = steady(eager_per_step(tables))
+    return float(frame["count"].mean()) if not frame.empty else 0.0
 
 
-def typical(per_step: pd.Series) -> float:
-    """What a step does every step: the lesser of the median and the mean. A burst in a few
-    steps raises the mean, not the median (jax-ai-stack's miniGPT tutorial on a v5e dispatched
-    7 primitives a training step, and 525 and 512 in the two steps whose windows held its text
-    generation: a mean of 11.1 called every step op by op); steps with few raise neither."""
-    if per_step.empty:
-        return 0.0
-    return float(min(per_step.median(), per_step.mean()))
+def steady(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame`'s steps (eager_per_step) less rare bursts: steps of more than BURST times the
+    median's primitives, where they are RARE of the steps or fewer (more are the loop's own
+    pattern: a metric computed eagerly every tenth step). jax-ai-stack's miniGPT tutorial on a
+    v5e dispatched 7 primitives a training step, and 525 and 512 in the two steps whose windows
+    held its text generation: with them, a mean of 11.1 called every step op by op."""
+    if frame.empty:
+        return frame
+    counts = frame["count"]
+    bursts = counts > BURST * max(float(counts.median()), 1.0)
+    return frame[~bursts] if bursts.mean() <= RARE else frame
 
 
 def runs_op_by_op(tables: RunTables) -> bool:
@@ -102,8 +107,8 @@ def dispatch_measured(frame: pd.DataFrame) -> bool:
 
 
 def jit_calls_per_step(frame: pd.DataFrame) -> float:
-    """Jitted calls in the typical judged step: its executions less its eager dispatches."""
-    return typical((frame["executions"] - frame["count"]).clip(lower=0))
+    """Jitted calls a judged step: its executions less its eager dispatches."""
+    return float((frame["executions"] - frame["count"]).clip(lower=0).mean())
 
 
 def beside_step(meta: dict[str, Any], jit_calls: float) -> str | None:
@@ -128,7 +133,7 @@ def dispatching_holds_idle(tables: RunTables, idle_s_per_step: float) -> bool:
     (docs/tpu.md)."""
     if not runs_op_by_op(tables):
         return False
-    frame = eager_per_step(tables)
+    frame = steady(eager_per_step(tables))
     if beside_step(tables.meta, jit_calls_per_step(frame)) is None:
         return True
     return dispatch_s(frame) / max(len(frame), 1) >= HOLDS_IDLE * idle_s_per_step

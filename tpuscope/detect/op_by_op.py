@@ -14,9 +14,10 @@ spent inside those dispatches), the counter `jax.jit_calls`, and the table
 Each eager dispatch is a separate device program, launched from Python, with no
 fusion between them; `jax.jit` turns the step into one compiled program.
 
-Triggers when a typical judged step (eager_counts.typical: the lesser of the median and the
-mean) dispatches at least MIN_DISPATCHES_PER_STEP primitives eagerly: a burst in a few steps
-(text generated inside one step's window) is not what every step does; a run with no step source (one whole-run step) is judged as a
+Triggers when the judged steps dispatch at least MIN_DISPATCHES_PER_STEP primitives eagerly
+on average, rare bursts left out (eager_counts.steady: text generated inside a few steps'
+windows is not what the loop does; its lines, primitives and dispatch time are not the card's
+either); a run with no step source (one whole-run step) is judged as a
 whole. Cost, where a device trace covers judged steps (the default on a TPU): the device's
 idle share of the traced steps times the median step, less tpuscope's hooks a step,
 times the judged steps. The device waits while Python dispatches
@@ -52,7 +53,7 @@ from tpuscope.detect.eager_counts import (
     eager_per_step,
     jit_calls_per_step,
     runs_op_by_op,
-    typical,
+    steady,
 )
 from tpuscope.detect.keras_fit import keras_eager_fix, keras_eager_layers
 from tpuscope.detect.tables import RunTables
@@ -89,8 +90,8 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     if not runs_op_by_op(tables):
         return []
     judged = _judged(tables)
-    frame = eager_per_step(tables)
-    per_step = typical(frame["count"])
+    frame = steady(eager_per_step(tables))  # a burst in a few steps is not the loop's
+    per_step = float(frame["count"].mean())
     host_s = dispatch_s(frame)
     wall = judge.wall_s(judged)
     idle = traced_idle(tables, {})
@@ -105,13 +106,13 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
     jit_calls = jit_calls_per_step(frame)
     layers = keras_eager_layers(tables)
     beside = None if layers is not None else beside_step(tables.meta, jit_calls)
-    cost_s = waited * len(judged) if waited is not None else (outside_s if upper_bound else host_s)
+    cost_s = waited * len(frame) if waited is not None else (outside_s if upper_bound else host_s)
     if waited is not None and beside is not None:  # the idle time holds the step's other work
         cost_s = min(host_s, cost_s)
     share = cost_s / wall if wall else 0.0
     sites = tables.extra.get("call_sites", pd.DataFrame())
     if not sites.empty:
-        sites = common.judged_rows(sites[sites["kind"] == "eager_dispatch"], judged)
+        sites = common.judged_rows(sites[sites["kind"] == "eager_dispatch"], frame)
     lines = _top(sites, "location") if not sites.empty else []
     primitives = _top(sites, "name") if not sites.empty else []
     location = next((row["location"] for row in lines if row["location"]), None)
@@ -137,7 +138,7 @@ def detect_op_by_op(tables: RunTables) -> list[Finding]:
             share,
             severity,
             location,
-            judged["step"],
+            frame["step"],
             lines,
             primitives,
         )

@@ -206,24 +206,54 @@ def whole_wall_s(tables: RunTables) -> float:
 
 
 def _recurrence(tables: RunTables, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Whether the recompiles go on (their rate per 1,000 loop steps) or stopped: a one-off cost
-    once the loop ran as many steps after the last one as they spanned (and as there were)."""
-    last = _last_loop_step(tables)
-    last_loop = -1 if last is None else last
-    items = [i for i in items if i["step"] <= last_loop]  # after the loop: not the loop's
-    steps = [i["step"] for i in items if i["step"] >= 0]
-    if not steps or last_loop < 0:
+    """Whether the loop's recompiles go on (their rate per 1,000 loop steps) or stopped: a
+    one-off cost once the loop ran as many steps after the last one as they spanned (and as
+    there were). Those before their process's loop (its setup: jax-ai-stack's miniGPT generated
+    text before training, recompiling at 3 new lengths) or after it are not the loop's rate."""
+    loop = common.loop_steps(tables)
+    loop = loop[loop["step"] >= 0] if len(loop) else loop
+    if not len(loop):
+        return {"recurring": None}
+    bounds = _loop_bounds(loop)
+    last_loop = int(loop["step"].max())
+    whole = (int(loop["step"].min()), last_loop)
+    inside = [i for i in items if _within(i, bounds.get(_process(i), whole))]
+    before = [i for i in items if 0 <= i["step"] < bounds.get(_process(i), whole)[0]]
+    if not inside:  # all in the setup: whether the loop after it compiled them again
+        inside, before = before, []
+    steps = [i["step"] for i in inside]
+    if not steps:
         return {"recurring": None}
     quiet = last_loop - max(steps)
     span = last_loop - min(steps) + 1
-    cost = sum(i["duration_s"] for i in items)
+    cost = sum(i["duration_s"] for i in inside)
     return {
-        "recurring": quiet < max(len(items), max(steps) - min(steps) + 1),
+        "recurring": quiet < max(len(inside), max(steps) - min(steps) + 1),
         "quiet_steps": quiet,
         "last_step": max(steps),
-        "per_1000_steps": PER_STEPS * len(items) / max(span, 1),
+        "before_loop": len(before),
+        "per_1000_steps": PER_STEPS * len(inside) / max(span, 1),
         "s_per_1000_steps": PER_STEPS * cost / max(span, 1),
     }
+
+
+def _loop_bounds(loop: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Each process's first and last loop step, keyed as a compile family's name starts."""
+    if not {"host", "pid"} <= set(loop.columns):
+        return {}
+    spans = loop.groupby(["host", "pid"])["step"].agg(["min", "max"]).reset_index()
+    return {
+        f"{host}/{pid}": (int(lo), int(hi))
+        for host, pid, lo, hi in spans[["host", "pid", "min", "max"]].itertuples(index=False)
+    }
+
+
+def _process(item: dict[str, Any]) -> str:
+    return str(item.get("family") or "").split(" | ")[0]
+
+
+def _within(item: dict[str, Any], bounds: tuple[int, int]) -> bool:
+    return bounds[0] <= item["step"] <= bounds[1]
 
 
 def _cost_text(cost: float, wall: float, recurrence: dict[str, Any]) -> str:
@@ -233,6 +263,8 @@ def _cost_text(cost: float, wall: float, recurrence: dict[str, Any]) -> str:
         else ""
     )
     text = f" Cost: the measured compile time of these recompiles, {cost:.2f} s{share}"
+    if recurrence.get("before_loop"):
+        text += f"; {recurrence['before_loop']} of them before the loop (its setup), not its rate"
     if recurrence.get("recurring") and recurrence["quiet_steps"] > 0:
         # not seen again, but for too few steps to call it one-off: say so, not "still recurring"
         return (
@@ -335,7 +367,7 @@ def _finding(tables: RunTables, site: str, items: list[dict[str, Any]], wall: fl
         verdict="recompile",
         run_wall_s=wall,
         share=judge.share(cost, wall),
-        **recurrence,
+        **{k: v for k, v in recurrence.items() if k != "before_loop"},  # the text says it
         facets=["compile_time"]
         + (["weak_type"] if weak else [])
         + (["shape_churn"] if facet else [])

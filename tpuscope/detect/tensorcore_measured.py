@@ -211,15 +211,35 @@ def _step_idle(
 
 
 def step_busy_share(tables: RunTables) -> float | None:
-    """The device's busy share of the step as the idle card states it: its busy time a traced
-    step against the untraced median step where both are known, else the traced steps' own
-    share (the report's cost line: whether tpuscope's host time is paid). A trace slows the
-    host: jax-ai-stack's miniGPT's traced steps were 12% busy, its steps 48%."""
-    idle = traced_idle(tables, {})
+    """The device's busy share of the step (the report's cost line: whether tpuscope's host
+    time is paid): as the idle card states it, its busy time a traced step against the
+    untraced median step, where both are known. A trace slows the host: jax-ai-stack's
+    miniGPT's traced steps were 12% busy, its steps 48%. Else xprof's duty cycle, else the
+    traced steps' XLA ops over their time (compiling counts as idle here: no host work of
+    tpuscope's overlaps it)."""
+    from tpuscope.detect.pod_tables import PodTables  # it builds on this module's RunTables
+
+    if isinstance(tables, PodTables):  # a pod's step rows stay in its parts: all traced steps
+        return _traced_busy_share(tables.extra.get("device_steps", pd.DataFrame()))
+    measured = xprof_figures(tables)
+    idle = traced_idle(tables, measured)
     if idle is None:
         return None
     untraced = _step_idle(tables, idle)[3]
-    return round(1 - (untraced[0] if untraced else idle.share), 4)
+    if untraced:
+        return round(1 - untraced[0], 4)
+    if "device_duty_cycle_percent" in measured:
+        return round(1 - idle.share, 4)
+    return _traced_busy_share(idle.rows)
+
+
+def _traced_busy_share(device_steps: pd.DataFrame) -> float | None:
+    """XLA ops' share of the traced steps' time (None without step windows)."""
+    if device_steps.empty:
+        return None
+    rows = device_steps[device_steps["step"] >= 0]
+    total = float((rows["busy_ns"] + rows["idle_ns"]).sum())
+    return round(float(rows["busy_ns"].sum()) / total, 4) if total > 0 else None
 
 
 NNX_LEADS = 0.25  # a part's share of the parts shown that puts its own fix first
