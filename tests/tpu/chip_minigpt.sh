@@ -11,7 +11,8 @@
 #    before training, at step 200 and at the end), then under `tpuscope run` (default mode),
 #    then minigpt_hd128.py under `tpuscope run`.
 # 3: minigpt.py under `tpuscope run`, then the bf16 twin's clock; 4: the f32 clock over 250 steps,
-#    JAX's compile log beside it.
+#    JAX's compile log beside it; 5: a pair (10 steps), bare then under tpuscope, each with
+#    JAX's compile log: whether tpuscope slows XLA's compiles (about 300 s).
 PART=${1:-1}
 LOG=$OUT/log$PART.txt
 source tests/tpu/chip_lib.sh
@@ -58,5 +59,18 @@ if [ "$PART" = 4 ]; then  # the f32 clock over part 3's 250 steps, with JAX's ow
   JAX_LOG_COMPILES=1 /usr/bin/time -f "wall %e s" python3 $here/$P/bare_trace.py --mark "tick" \
     --after 4 --per 5 minigpt_tick.py 2>&1 | grep -a "Finished XLA compilation\|bare_trace\|wall\|Error" \
     | tee -a $LOG
+fi
+if [ "$PART" = 5 ]; then  # does tpuscope slow XLA's compiles? a pair, bare then under tpuscope,
+  # each with JAX's own compile log (part 3 under tpuscope compiled 1.14-1.27x part 4's bare)
+  stories $((${MINIGPT_BATCH:-144} * 10))
+  cd $MG
+  for mode in bare tpuscope; do
+    say "$mode, JAX_LOG_COMPILES=1: minigpt_tick.py"
+    if [ $mode = bare ]; then run=(python3 minigpt_tick.py)
+    else run=(tpuscope run --store $S --name pair python3 minigpt_tick.py); fi
+    JAX_LOG_COMPILES=1 /usr/bin/time -f "wall %e s" "${run[@]}" 2>&1 \
+      | grep -a -o "Finished XLA compilation of jit(\(generate_step\|train_step\)) in [0-9.]*\|wall.*" \
+      | tee -a $LOG
+  done
 fi
 cd $here
