@@ -43,8 +43,9 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
 
     from tpuscope.detect.compile_time import cache_state
     from tpuscope.detect.pod import pod_summary
+    from tpuscope.detect.pod_tables import PodTables
     from tpuscope.detect.tensorcore import chip_target
-    from tpuscope.detect.tensorcore_measured import step_busy_share
+    from tpuscope.detect.tensorcore_measured import step_busy_share, traced_busy_share
 
     summary = tables.summarize()
     summary.findings_by_severity = {
@@ -56,7 +57,11 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     summary.step_markers, summary.compiles_counted = _imported_counts(tables)
     summary.compile_cache = cache_state(tables)
     summary.target = chip_target(tables.meta, tables.extra.get("xprof_overview", pd.DataFrame()))
-    summary.device_busy_share = step_busy_share(tables)
+    summary.device_busy_share = (
+        traced_busy_share(tables.extra.get("device_steps", pd.DataFrame()))
+        if isinstance(tables, PodTables)
+        else step_busy_share(tables)
+    )
     summary.analysis_version = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step
     summary.pod = pod_summary(tables, findings)

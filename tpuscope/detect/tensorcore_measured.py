@@ -217,10 +217,6 @@ def step_busy_share(tables: RunTables) -> float | None:
     miniGPT's traced steps were 12% busy, its steps 48%. Else xprof's duty cycle, else the
     traced steps' XLA ops over their time (compiling counts as idle here: no host work of
     tpuscope's overlaps it)."""
-    from tpuscope.detect.pod_tables import PodTables  # it builds on this module's RunTables
-
-    if isinstance(tables, PodTables):  # a pod's step rows stay in its parts: all traced steps
-        return _traced_busy_share(tables.extra.get("device_steps", pd.DataFrame()))
     measured = xprof_figures(tables)
     idle = traced_idle(tables, measured)
     if idle is None:
@@ -230,11 +226,12 @@ def step_busy_share(tables: RunTables) -> float | None:
         return round(1 - untraced[0], 4)
     if "device_duty_cycle_percent" in measured:
         return round(1 - idle.share, 4)
-    return _traced_busy_share(idle.rows)
+    return traced_busy_share(idle.rows)
 
 
-def _traced_busy_share(device_steps: pd.DataFrame) -> float | None:
-    """XLA ops' share of the traced steps' time (None without step windows)."""
+def traced_busy_share(device_steps: pd.DataFrame) -> float | None:
+    """XLA ops' share of the traced steps' time (None without step windows): a pod's, whose
+    step rows stay in its parts (detect/pod_tables.py), and the fallback of step_busy_share."""
     if device_steps.empty:
         return None
     rows = device_steps[device_steps["step"] >= 0]
