@@ -56,8 +56,8 @@ from tpuscope.detect.eager_counts import (
     steady,
 )
 from tpuscope.detect.keras_fit import keras_eager_fix, keras_eager_layers
+from tpuscope.detect.step_idle import TracedIdle, traced_idle
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.tensorcore_measured import TracedIdle, traced_idle
 from tpuscope.schema import Finding
 
 RULE = "op_by_op"

@@ -44,8 +44,9 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     from tpuscope.detect.compile_time import cache_state
     from tpuscope.detect.pod import pod_summary
     from tpuscope.detect.pod_tables import PodTables
+    from tpuscope.detect.step_idle import step_busy_share, traced_busy_share
     from tpuscope.detect.tensorcore import chip_target
-    from tpuscope.detect.tensorcore_measured import step_busy_share, traced_busy_share
+    from tpuscope.detect.tensorcore_measured import xprof_figures
 
     summary = tables.summarize()
     summary.findings_by_severity = {
@@ -60,7 +61,7 @@ def _summary(tables: RunTables, findings: list[Finding]) -> RunSummary:
     summary.device_busy_share = (
         traced_busy_share(tables.extra.get("device_steps", pd.DataFrame()))
         if isinstance(tables, PodTables)
-        else step_busy_share(tables)
+        else step_busy_share(tables, xprof_figures(tables))
     )
     summary.analysis_version = ANALYSIS_VERSION
     # a run of many hosts (a pod): each host's figures, the findings naming it, step time per host x step

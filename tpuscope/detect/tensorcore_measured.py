@@ -10,15 +10,12 @@ The estimated evidence (from the HLO, on the --target chip) is tensorcore.py's."
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from tpuscope.analyze.compiling import compile_spans, compiling_ns
+from tpuscope.analyze.compiling import compile_spans
 from tpuscope.analyze.contract import TensorCoreEvidence
-from tpuscope.analyze.device_time import DEVICE_WINDOWS
 from tpuscope.analyze.host_time import NNX_GRAPH, HostPart, host_parts
 from tpuscope.analyze.mxu import fmt_time
 from tpuscope.detect.advice import for_backend
@@ -29,8 +26,12 @@ from tpuscope.detect.host_sync import detect_host_sync
 from tpuscope.detect.jax_advice import NNX_GRAPH_FIX, keras_host_fix, own_function_fix
 from tpuscope.detect.program_code import jitted_functions, program_files
 from tpuscope.detect.read_idle import read_idle
+from tpuscope.detect.step_idle import (
+    median_step_s,
+    step_idle,
+    traced_idle,
+)
 from tpuscope.detect.tables import RunTables
-from tpuscope.detect.traced_segment import TracedSegment, run_steps, traced_segment
 from tpuscope.schema import Finding
 
 RULE = "tensorcore_underuse"
@@ -62,47 +63,6 @@ def evidence_keys(*parts: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(key for part in parts for key in part))
 
 
-@dataclass
-class TracedIdle:
-    """The device's idle share of the judged traced steps, and how it was measured."""
-
-    share: float
-    total_ns: float  # the traced steps' time
-    rows: pd.DataFrame  # device_steps rows of those steps
-    basis: str
-
-
-def traced_idle(tables: RunTables, measured: dict[str, Any]) -> TracedIdle | None:
-    """The device idle share of the judged traced steps (xprof's duty cycle, else the trace's
-    XLA ops), less the time spent compiling (the device idles then, waiting for no host)."""
-    device_steps = tables.extra.get("device_steps", pd.DataFrame())
-    judged = tables.judged
-    rows = device_steps
-    if not device_steps.empty and not judged.empty and (device_steps["window"] == "steps").any():
-        rows = device_steps[device_steps["step"].isin(judged["step"])]
-    total = float((rows["busy_ns"] + rows["idle_ns"]).sum()) if not rows.empty else 0.0
-    if "device_duty_cycle_percent" in measured:
-        return TracedIdle(
-            1 - measured["device_duty_cycle_percent"] / 100,
-            total,
-            rows,
-            "measured by xprof (duty cycle)",
-        )
-    if total <= 0:
-        return None
-    compiling = compiling_ns(
-        rows, tables.compiles, tables.extra.get("trace_events", pd.DataFrame()), tables.steps
-    )
-    basis = "measured from the trace's XLA ops" + (
-        f"; {compiling / 1e9:.2f} s of the idle time was compiling, not waiting"
-        if compiling
-        else ""
-    )
-    return TracedIdle(
-        max(float(rows["idle_ns"].sum()) - compiling, 0.0) / total, total, rows, basis
-    )
-
-
 def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     """The device idle for IDLE_SHARE or more of the step: the step is host-bound. Not a card
     where the steps' dispatching one op at a time is what the device waited for
@@ -111,13 +71,13 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     idle time the bound it states, the rest charged by no card), nor where a value read in every traced step is the whole
     idle time: rule host_sync's card measures it (detect/read_idle)."""
     idle = traced_idle(tables, measured)
-    if idle is None or dispatching_holds_idle(tables, idle.share * _median_step_s(tables)):
+    if idle is None or dispatching_holds_idle(tables, idle.share * median_step_s(tables)):
         return None
     reads = read_idle(tables)
     if reads is not None and reads.explains_idle and detect_host_sync(tables):
         return None  # rule host_sync's card stands, its cost this idle time
     rows, basis = idle.rows, idle.basis
-    runs, count, segment, untraced = _step_idle(tables, idle)
+    runs, count, segment, untraced = step_idle(tables, idle)
     share = untraced[0] if untraced else idle.share
     if share < IDLE_SHARE:
         return None
@@ -198,63 +158,10 @@ def idle_finding(tables: RunTables, measured: dict[str, Any]) -> Finding | None:
     )
 
 
-def _step_idle(
-    tables: RunTables, idle: TracedIdle
-) -> tuple[list[list[int]], int, TracedSegment, tuple[float, float, float, float] | None]:
-    """The traced steps (runs, count), the segment of judged steps that ran their graphs, and
-    the idle time against that segment's untraced median step (_against_step_time)."""
-    rows = idle.rows
-    steps = rows["step"][rows["step"] >= 0] if not rows.empty else pd.Series(dtype="int64")
-    runs, count = Finding.of_steps(steps)  # -1: whole trace
-    segment = traced_segment(tables, run_steps(rows))
-    return runs, count, segment, _against_step_time(idle, count, segment.judged)
-
-
-def step_busy_share(tables: RunTables) -> float | None:
-    """The device's busy share of the step (the report's cost line: whether tpuscope's host
-    time is paid): as the idle card states it, its busy time a traced step against the
-    untraced median step, where both are known. A trace slows the host: jax-ai-stack's
-    miniGPT's traced steps were 12% busy, its steps 48%. Else xprof's duty cycle, else the
-    traced steps' XLA ops over their time (compiling counts as idle here: no host work of
-    tpuscope's overlaps it)."""
-    measured = xprof_figures(tables)
-    idle = traced_idle(tables, measured)
-    if idle is None:
-        return None
-    untraced = _step_idle(tables, idle)[3]
-    if untraced:
-        return round(1 - untraced[0], 4)
-    if "device_duty_cycle_percent" in measured:
-        return round(1 - idle.share, 4)
-    return traced_busy_share(idle.rows)
-
-
-def traced_busy_share(device_steps: pd.DataFrame) -> float | None:
-    """XLA ops' share of the traced steps' time (None without step windows): a pod's, whose
-    step rows stay in its parts (detect/pod_tables.py), and the fallback of step_busy_share."""
-    if device_steps.empty:
-        return None
-    rows = device_steps[device_steps["step"] >= 0]
-    total = float((rows["busy_ns"] + rows["idle_ns"]).sum())
-    return round(float(rows["busy_ns"].sum()) / total, 4) if total > 0 else None
-
-
 NNX_LEADS = 0.25  # a part's share of the parts shown that puts its own fix first
 
 
 MODULE_CODE = "<module>"  # a script's top-level code: the whole program, no part of it to name
-
-
-def _outside_compiles_ns(judged: pd.DataFrame) -> pd.Series:
-    """Each judged step's time outside its compiles."""
-    compile_ns = judged["compile_ns"].fillna(0) if "compile_ns" in judged else 0
-    return (judged["wall_ns"] - compile_ns).clip(lower=0)
-
-
-def _median_step_s(tables: RunTables) -> float:
-    """The median judged step's wall time: the traced idle share's total holds compiles."""
-    judged = tables.judged
-    return float(judged["wall_ns"].median()) / 1e9 if not judged.empty else 0.0
 
 
 def _host_bound_fix(backend: str, parts: list[HostPart], keras: str | None = None) -> str:
@@ -295,29 +202,6 @@ def _where_host(parts: list[HostPart]) -> str:
         + "; ".join(f"{p.label} {fmt_time(p.s_per_step)} a step" for p in parts[:4])
         + ". "
     )
-
-
-def _against_step_time(
-    idle: TracedIdle, count: int, judged: pd.DataFrame
-) -> tuple[float, float, float, float] | None:
-    """(idle share, idle s a step, step s, busy s a step): the device's busy time a traced step
-    against the median of the `judged` steps that ran the traced graphs (detect/traced_segment),
-    which the trace did not slow. A trace slows the host (an
-    input-bound MLP's traced steps idled 64% on a v5e where it lost 51% bare, 1.78 of 3.52 ms:
-    its median step 3.60 ms against 1.82 ms busy). The device's own windows only: the host's
-    are clipped to the trace's span, and a clipped step's busy time is part of one. None
-    without step times or the device's windows. A step's compile time is not its wait for the
-    host (Flax's Gemma sampler recompiled in every request: about 12.6 s of each 13.3 s one)."""
-    rows = idle.rows
-    if not count or rows.empty or "step" not in rows or judged.empty or "wall_ns" not in judged:
-        return None
-    windows = rows[(rows["step"] >= 0) & rows["window"].isin(DEVICE_WINDOWS)]
-    step_s = float(_outside_compiles_ns(judged).median()) / 1e9
-    if windows.empty or not np.isfinite(step_s) or step_s <= 0:
-        return None
-    busy_s = float(windows["busy_ns"].sum()) / len(windows) / 1e9  # a (device, step) a row
-    per_step = max(step_s - busy_s, 0.0)
-    return per_step / step_s, per_step, step_s, busy_s
 
 
 _MATMUL_CATEGORY = r"convolution|dot|matmul|einsum|gemm"

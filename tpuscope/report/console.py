@@ -212,7 +212,7 @@ def _overlap(summary: RunSummary) -> str:
     """Whether the bound is paid: host time in the hooks is hidden while the device is busy
     (asynchronous dispatch) and paid in full by a step that keeps the device waiting. Said
     only where a trace measured the device's busy share (its busy time a step against the
-    untraced step, as the idle card reads it: tensorcore_measured.step_busy_share)."""
+    untraced step, as the idle card reads it: step_idle.step_busy_share)."""
     busy = summary.device_busy_share
     if busy is None:
         return (
